@@ -1,0 +1,3 @@
+from fsdp_orch.cli import main
+
+raise SystemExit(main())

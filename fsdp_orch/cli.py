@@ -1,0 +1,247 @@
+"""The ``fsdp-orch`` command line. Thin: parse arguments, call the library, print.
+
+Only the standard library is imported at start-up; each command imports what it needs, so
+``fsdp-orch --help`` and ``fsdp-orch status`` stay fast on a login node (no torch, no submitit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from fsdp_orch import __version__
+from fsdp_orch.errors import FsdpOrchError, InputError, JobNotFound
+
+EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _home() -> Path:
+    from fsdp_orch.resources import home
+
+    return home()
+
+
+def _open_store():  # type: ignore[no-untyped-def]
+    from fsdp_orch.store import Store, default_path
+
+    return Store(default_path(_home()))
+
+
+def _resolve_id(store, job_id: str) -> str:  # type: ignore[no-untyped-def]
+    found = store.find_job_id(job_id)
+    if found is None:
+        raise JobNotFound(job_id)
+    return found
+
+
+# --- commands -------------------------------------------------------------------------------
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from fsdp_orch.submit import plan_job
+    from fsdp_orch.render import write_artifacts
+
+    planned = plan_job(Path(args.job), args.cluster, overrides=args.set,
+                       accelerate_config=args.accelerate_config, job_id=args.job_id,
+                       attempt=args.attempt)
+    if args.out:
+        out = Path(args.out)
+        if out.exists() and not out.is_dir():
+            raise InputError("expected a directory", field="--out", file=str(out))
+        for path in write_artifacts(planned.artifacts, out):
+            print(path)
+        return EXIT_OK
+    for art in planned.artifacts:
+        sys.stdout.write(f"==> {art.path} <==\n{art.text}")
+        if not art.text.endswith("\n"):
+            sys.stdout.write("\n")
+        sys.stdout.write("\n")
+    return EXIT_OK
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from fsdp_orch.submit import submit
+
+    with _open_store() as store:
+        job_id, created = submit(store, Path(args.job), args.cluster, overrides=args.set,
+                                 accelerate_config=args.accelerate_config,
+                                 idempotency_key=args.idempotency_key)
+        if not args.wait:
+            _print_submitted(args, job_id, created, store)
+            return EXIT_OK
+        if not args.json:
+            print(job_id if created else f"{job_id} (already submitted with this idempotency key)",
+                  flush=True)
+        from fsdp_orch.follow import wait_for
+
+        state = wait_for(store, job_id, show_progress=not args.json and sys.stderr.isatty(),
+                         quiet=args.json)
+        if args.json:
+            print(store.status_json(job_id))
+        else:
+            _print_table(store, [json.loads(store.status_json(job_id) or "{}")])
+        return EXIT_OK if state == "SUCCEEDED" else EXIT_JOB_FAILED
+
+
+def _print_submitted(args: argparse.Namespace, job_id: str, created: bool, store) -> None:  # type: ignore[no-untyped-def]
+    if args.json:
+        print(json.dumps({"id": job_id, "created": created}))
+    else:
+        print(job_id)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with _open_store() as store:
+        if args.job_id:
+            job_id = _resolve_id(store, args.job_id)
+            from fsdp_orch.liveness import refresh
+
+            refresh(store, [job_id])
+            text = store.status_json(job_id)
+            if args.json:
+                print(text)
+            else:
+                _print_table(store, [json.loads(text or "{}")], detail=True)
+            return EXIT_OK
+        from fsdp_orch.liveness import refresh
+
+        refresh(store, None)
+        if args.json:
+            print(store.status_json())
+            return EXIT_OK
+        jobs = json.loads(store.status_json(limit=None if args.all else args.limit) or "[]")
+        _print_table(store, jobs)
+        return EXIT_OK
+
+
+def _print_table(store, jobs: list[dict], detail: bool = False) -> None:  # type: ignore[no-untyped-def]
+    from fsdp_orch.tables import format_jobs
+
+    print(format_jobs(jobs, detail=detail))
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from fsdp_orch.logs import show_logs
+
+    with _open_store() as store:
+        job_id = _resolve_id(store, args.job_id)
+        return show_logs(store, job_id, rank=args.rank, attempt=args.attempt, follow=args.follow)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from fsdp_orch.submit import cancel
+
+    with _open_store() as store:
+        job_id = _resolve_id(store, args.job_id)
+        print(cancel(store, job_id))
+    return EXIT_OK
+
+
+def cmd_clusters(args: argparse.Namespace) -> int:
+    from fsdp_orch.profiles import discover, parse_profile
+
+    refs = discover()
+    rows = []
+    for name, ref in sorted(refs.items()):
+        try:
+            profile = parse_profile(ref.path)
+            kind, desc = profile.kind, profile.description
+        except FsdpOrchError as exc:
+            kind, desc = "?", f"invalid: {exc}"
+        rows.append({"name": name, "kind": kind, "origin": ref.origin, "path": str(ref.path),
+                     "description": desc})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    from fsdp_orch.tables import format_rows
+
+    print(format_rows(["name", "kind", "origin", "path"], rows))
+    return EXIT_OK
+
+
+def cmd_supervise(args: argparse.Namespace) -> int:
+    from fsdp_orch.supervise.supervisor import run_supervisor
+
+    return run_supervisor(args.job_id)
+
+
+# --- parser ---------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fsdp-orch",
+        description="Run multi-node PyTorch FSDP jobs on real clusters and keep them alive.")
+    parser.add_argument("--version", action="version", version=f"fsdp-orch {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def job_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("job", metavar="JOB_YAML", help="the job spec")
+        p.add_argument("--cluster", required=True, help="cluster profile name (see 'fsdp-orch clusters') or a YAML path")
+        p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                       help="override a job spec field, e.g. --set nodes=2 (repeatable)")
+        p.add_argument("--accelerate-config", metavar="FILE",
+                       help="an 'accelerate config' YAML whose FSDP options fill the job's fsdp:")
+
+    p = sub.add_parser("render", help="print every script and config submit would write or run; runs nothing")
+    job_options(p)
+    p.add_argument("--out", metavar="DIR", help="write the artifacts into DIR instead of printing them")
+    p.add_argument("--job-id", default="JOBID", help="job id to render with (default: JOBID)")
+    p.add_argument("--attempt", type=int, default=0, help="attempt number to render (default: 0)")
+    p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("submit", help="submit a job; prints its id")
+    job_options(p)
+    p.add_argument("--wait", action="store_true", help="wait for the job to end; exit 1 if it failed or was cancelled")
+    p.add_argument("--json", action="store_true", help="print JSON ({\"id\": ...}; with --wait the final status)")
+    p.add_argument("--idempotency-key", metavar="KEY",
+                   help="submitting twice with the same key returns the first job instead of a new one")
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("status", help="show jobs (a table, or --json)")
+    p.add_argument("job_id", nargs="?", metavar="JOB_ID")
+    p.add_argument("--json", action="store_true", help="JSON: a list of all jobs, or one object with JOB_ID")
+    p.add_argument("--all", action="store_true", help="table: show every job, not only the latest")
+    p.add_argument("--limit", type=int, default=30, help="table: how many recent jobs (default 30)")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("logs", help="show a job's per-rank output")
+    p.add_argument("job_id", metavar="JOB_ID")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new output until the job ends")
+    p.add_argument("--rank", type=int, help="only this global rank")
+    p.add_argument("--attempt", type=int, help="this attempt (default: the latest)")
+    p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("cancel", help="stop a job and every process it started")
+    p.add_argument("job_id", metavar="JOB_ID")
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("clusters", help="list cluster profiles and where each came from")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_clusters)
+
+    p = sub.add_parser("_supervise", help=argparse.SUPPRESS)
+    p.add_argument("job_id")
+    p.set_defaults(func=cmd_supervise)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except FsdpOrchError as exc:
+        print(f"fsdp-orch: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,41 @@
+"""Durations as users write them: ``90s``, ``10m``, ``1h``, ``1h30m``, ``250ms`` or a bare number of seconds."""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_WHOLE = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+")
+
+
+def parse_duration(value: object) -> float:
+    """Return seconds. Raises ValueError with the accepted forms."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration like 90s, 10m or 1h; got {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"expected a non-negative duration; got {value!r}")
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip().lower().replace(" ", "")
+        if re.fullmatch(r"\d+(?:\.\d+)?", text):
+            return float(text)
+        if _WHOLE.fullmatch(text):
+            return sum(float(n) * _UNITS[u] for n, u in _PART.findall(text))
+    raise ValueError(f"expected a duration like 90s, 10m or 1h; got {value!r}")
+
+
+def format_duration(seconds: float) -> str:
+    """Short human form used in tables and rendered comments."""
+    seconds = float(seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:g}s"
+    if seconds < 3600:
+        m, s = divmod(int(seconds), 60)
+        return f"{m}m{s:02d}s" if s else f"{m}m"
+    h, rest = divmod(int(seconds), 3600)
+    m = rest // 60
+    return f"{h}h{m:02d}m" if m else f"{h}h"

@@ -1,0 +1,194 @@
+"""Planning: job spec + cluster profile + attempt context -> a LaunchPlan. Pure: no I/O, no clock.
+
+Every derived number (node count, world size, rendezvous endpoint and id, the attempt, the
+checkpoint to resume from) is computed here once; templates only print it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import re
+from dataclasses import dataclass, field
+
+from fsdp_orch.errors import InputError
+from fsdp_orch.profiles import LocalProfile, Profile, SlurmProfile, SshProfile, TpuVmProfile
+from fsdp_orch.spec import JobSpec
+
+RDZV_PORT_RANGE = (29500, 39500)
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """What planning needs besides the spec and profile; all of it chosen by the caller."""
+
+    job_id: str
+    attempt: int
+    home: str  # $FSDP_ORCH_HOME as seen by the nodes
+    job_dir: str  # directory of job.yaml: relative paths in the spec start here
+    resume_from: str | None = None
+    rdzv_port: int | None = None  # None: derived from job id and attempt
+    local_has_gpu: bool = False  # resolves a local profile's device: auto
+
+
+@dataclass(frozen=True)
+class NodeTarget:
+    """One node of an ssh cluster, with the literal rank it gets."""
+
+    rank: int
+    address: str
+    port: int
+    user: str | None
+    identity_file: str | None
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    job: JobSpec
+    profile: Profile
+    cluster: str
+    job_id: str
+    attempt: int
+    launcher: str
+    device: str  # cpu, cuda or tpu
+    nnodes: int
+    nproc_per_node: int
+    world_size: int
+    rdzv_id: str
+    rdzv_host: str | None  # None: the first node of the allocation, known only at run time
+    rdzv_port: int
+    python: str
+    workdir: str
+    run_dir: str
+    attempt_dir: str
+    checkpoint_dir: str
+    spec_path: str
+    resume_from: str | None
+    program: list[str]  # what the launcher runs on each rank: script/module/command + args
+    env: list[tuple[str, str]] = field(default_factory=list)
+    nodes: list[NodeTarget] = field(default_factory=list)
+    accelerate_config_path: str | None = None
+
+    @property
+    def entry_kind(self) -> str:
+        return self.job.entry[0]
+
+
+def slug(name: str) -> str:
+    """A filesystem- and scheduler-safe form of a job name (the name itself is kept verbatim)."""
+    text = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    return text[:60] or "job"
+
+
+def rendezvous_port(job_id: str, attempt: int) -> int:
+    """A port per job and attempt, spread over the range so concurrent jobs rarely collide."""
+    digest = hashlib.sha256(f"{job_id}/{attempt}".encode()).digest()
+    low, high = RDZV_PORT_RANGE
+    return low + int.from_bytes(digest[:4], "big") % (high - low)
+
+
+def _join(base: str, path: str) -> str:
+    expanded = path
+    if posixpath.isabs(expanded) or expanded.startswith("~"):
+        return posixpath.normpath(expanded) if not expanded.startswith("~") else expanded
+    return posixpath.normpath(posixpath.join(base, expanded))
+
+
+def check_compatible(job: JobSpec, profile: Profile, cluster: str) -> None:
+    if job.launcher not in profile.launchers:
+        raise InputError(
+            f"launcher {job.launcher!r} cannot run on cluster {cluster!r} (kind {profile.kind}); "
+            f"expected one of: {', '.join(profile.launchers)}", field="launcher")
+    if isinstance(profile, LocalProfile) and job.nodes != 1:
+        raise InputError(f"cluster {cluster!r} is this one machine; expected nodes: 1, got {job.nodes}",
+                         field="nodes")
+    if isinstance(profile, SshProfile) and job.nodes > len(profile.hosts):
+        raise InputError(f"the job asks for {job.nodes} nodes but cluster {cluster!r} lists "
+                         f"{len(profile.hosts)} host(s)", field="nodes")
+    if isinstance(profile, TpuVmProfile) and job.nodes not in (1, profile.num_workers):
+        raise InputError(f"a TPU VM job runs on all {profile.num_workers} workers; "
+                         f"expected nodes: 1 or {profile.num_workers}, got {job.nodes}", field="nodes")
+    if job.launcher == "xla" and not isinstance(profile, TpuVmProfile):
+        raise InputError("launcher 'xla' needs a tpu-vm cluster", field="launcher")
+
+
+def make_plan(job: JobSpec, profile: Profile, cluster: str, ctx: PlanContext) -> LaunchPlan:
+    check_compatible(job, profile, cluster)
+    if isinstance(profile, TpuVmProfile):
+        nnodes = profile.num_workers
+        nproc = 1
+    else:
+        nnodes = job.nodes
+        nproc = job.procs_per_node or profile.default_procs_per_node()
+    if isinstance(profile, (SshProfile, TpuVmProfile)) and profile.remote_workdir:
+        workdir = _join(profile.remote_workdir, job.workdir) if job.workdir != "." else profile.remote_workdir
+    else:
+        workdir = _join(ctx.job_dir, job.workdir)
+    run_dir = posixpath.join(ctx.home, "runs", ctx.job_id)
+    attempt_dir = posixpath.join(run_dir, f"attempt-{ctx.attempt}")
+    checkpoint_dir = _join(workdir, job.checkpoint.dir or posixpath.join("checkpoints", slug(job.name)))
+    rdzv_port = ctx.rdzv_port or (profile.rdzv_port if isinstance(profile, SshProfile) and profile.rdzv_port
+                                  else rendezvous_port(ctx.job_id, ctx.attempt))
+    if isinstance(profile, LocalProfile):
+        rdzv_host: str | None = profile.rdzv_host
+    elif isinstance(profile, SshProfile):
+        rdzv_host = profile.hosts[0].address
+    else:
+        rdzv_host = None
+    nodes = []
+    if isinstance(profile, SshProfile):
+        nodes = [NodeTarget(i, h.address, h.port, h.user, h.identity_file)
+                 for i, h in enumerate(profile.hosts[:nnodes])]
+    if isinstance(profile, LocalProfile):
+        device = profile.device if profile.device != "auto" else ("cuda" if ctx.local_has_gpu else "cpu")
+    elif isinstance(profile, SlurmProfile):
+        device = "cuda" if profile.gpus_per_node else "cpu"
+    elif isinstance(profile, SshProfile):
+        device = profile.device
+    else:
+        device = "tpu"
+    kind, _ = job.entry
+    if kind == "script":
+        program = [job.script or "", *job.args]
+    elif kind == "module":
+        program = [job.module or "", *job.args]
+    else:
+        program = [*(job.command or []), *job.args]
+    spec_path = posixpath.join(run_dir, "job.json")
+    accel_path = posixpath.join(attempt_dir, "accelerate_config.yaml") if job.launcher == "accelerate" else None
+    env = [
+        *profile.env.items(),
+        *job.env.items(),
+        ("FSDP_ORCH_JOB_ID", ctx.job_id),
+        ("FSDP_ORCH_JOB_NAME", job.name),
+        ("FSDP_ORCH_ATTEMPT", str(ctx.attempt)),
+        ("FSDP_ORCH_RUN_DIR", run_dir),
+        ("FSDP_ORCH_ATTEMPT_DIR", attempt_dir),
+        ("FSDP_ORCH_SPEC", spec_path),
+        ("FSDP_ORCH_CHECKPOINT_DIR", checkpoint_dir),
+        ("FSDP_ORCH_RESUME", ctx.resume_from or job.checkpoint.resume),
+    ]
+    if job.launcher == "xla":
+        env.append(("PJRT_DEVICE", "TPU"))
+    return LaunchPlan(
+        job=job, profile=profile, cluster=cluster, job_id=ctx.job_id, attempt=ctx.attempt,
+        launcher=job.launcher, device=device, nnodes=nnodes, nproc_per_node=nproc, world_size=nnodes * nproc,
+        rdzv_id=f"{ctx.job_id}-a{ctx.attempt}", rdzv_host=rdzv_host, rdzv_port=rdzv_port,
+        python=profile.python, workdir=workdir, run_dir=run_dir, attempt_dir=attempt_dir,
+        checkpoint_dir=checkpoint_dir, spec_path=spec_path, resume_from=ctx.resume_from,
+        program=program, env=env, nodes=nodes, accelerate_config_path=accel_path,
+    )
+
+
+def spec_json(plan: LaunchPlan) -> str:
+    """The resolved spec the runtime reads (``FSDP_ORCH_SPEC``), stable key order."""
+    import json
+
+    data = plan.job.model_dump(mode="json")
+    data["_resolved"] = {"checkpoint_dir": plan.checkpoint_dir, "world_size": plan.world_size,
+                         "nnodes": plan.nnodes, "nproc_per_node": plan.nproc_per_node,
+                         "cluster": plan.cluster, "job_id": plan.job_id}
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+__all__ = ["LaunchPlan", "PlanContext", "make_plan", "slug", "rendezvous_port"]

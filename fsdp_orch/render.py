@@ -1,0 +1,148 @@
+"""Rendering: LaunchPlan -> the text of every artifact submit writes or runs. Pure apart from reading templates."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from fsdp_orch import __version__
+from fsdp_orch.errors import InputError
+from fsdp_orch.plan import LaunchPlan, slug, spec_json
+from fsdp_orch.resources import builtin_dir, home
+
+# The main template of each cluster kind; a profile's ``template:`` replaces it.
+MAIN_TEMPLATE = {"local": "local.sh.j2", "slurm": "slurm-node.sh.j2", "ssh": "ssh-node.sh.j2",
+                 "tpu-vm": "tpu-vm-node.sh.j2"}
+
+
+@dataclass(frozen=True)
+class Artifact:
+    path: str  # where submit writes it (on the nodes' filesystem)
+    text: str
+    executable: bool = False
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path)
+
+
+def shell_quote(value: object) -> str:
+    return shlex.quote(str(value))
+
+
+def path_quote(value: object) -> str:
+    """Quote a path for the shell, keeping a leading ``~/`` expandable (remote home directories)."""
+    text = str(value)
+    if text == "~":
+        return '"$HOME"'
+    if text.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(text[2:])
+    return shlex.quote(text)
+
+
+def one_line(value: object) -> str:
+    """For comments: a user value must never end a comment line and start a command."""
+    text = str(value)
+    return json.dumps(text)[1:-1] if any(c in text for c in "\n\r\x0b\x0c\x00") else text
+
+
+def sbatch_value(value: object) -> str:
+    text = str(value)
+    if any(c in text for c in "\n\r"):
+        raise InputError(f"an #SBATCH value cannot contain a line break: {text!r}")
+    return text
+
+
+def template_dirs(cwd: Path | None = None) -> list[Path]:
+    """Project ``./templates``, then ``$FSDP_ORCH_HOME/templates``, then the built-in ones."""
+    dirs = [(cwd or Path.cwd()) / "templates", home() / "templates", builtin_dir("templates")]
+    seen: list[Path] = []
+    for d in dirs:
+        if d.is_dir() and d.resolve() not in [s.resolve() for s in seen]:
+            seen.append(d)
+    return seen
+
+
+def make_environment(search: list[Path]) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader([str(d) for d in search]),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["q"] = shell_quote
+    env.filters["qpath"] = path_quote
+    env.filters["oneline"] = one_line
+    env.filters["slug"] = slug
+    env.filters["sbatch_value"] = sbatch_value
+    env.globals["version"] = __version__
+    return env
+
+
+def render_plan(plan: LaunchPlan, *, profile_template: Path | None = None,
+                search: list[Path] | None = None) -> list[Artifact]:
+    """Every artifact for ``plan``, in the order submit writes them."""
+    dirs = list(search if search is not None else template_dirs())
+    main_name = MAIN_TEMPLATE[plan.profile.kind]
+    if profile_template is not None:
+        if not profile_template.is_file():
+            raise InputError("template file not found", file=str(profile_template), field="template")
+        dirs.insert(0, profile_template.parent)
+        main_name = profile_template.name
+    env = make_environment(dirs)
+
+    def render(name: str, **extra: object) -> str:
+        try:
+            return env.get_template(name).render(plan=plan, **extra)
+        except jinja2.UndefinedError as exc:
+            raise InputError(f"template uses an undefined value: {exc.message}", file=name) from None
+        except jinja2.TemplateSyntaxError as exc:
+            raise InputError(f"template syntax error: {exc.message}", file=exc.filename or name,
+                             line=exc.lineno) from None
+
+    out = [Artifact(plan.spec_path, spec_json(plan))]
+    if plan.launcher == "accelerate":
+        reshard = plan.job.fsdp.reshard_after_forward
+        if reshard is None:
+            reshard = plan.job.fsdp.sharding_strategy not in ("SHARD_GRAD_OP", "HYBRID_SHARD_ZERO2")
+        assert plan.accelerate_config_path
+        out.append(Artifact(plan.accelerate_config_path,
+                            render("accelerate_config.yaml.j2", fsdp=plan.job.fsdp,
+                                   reshard_after_forward=reshard)))
+    a = plan.attempt_dir
+    kind = plan.profile.kind
+    if kind == "local":
+        out.append(Artifact(f"{a}/launch.sh", render(main_name), True))
+    elif kind == "slurm":
+        out.append(Artifact(f"{a}/sbatch.sh", render("slurm.sbatch.j2"), True))
+        out.append(Artifact(f"{a}/node.sh", render(main_name), True))
+    elif kind == "ssh":
+        out.append(Artifact(f"{a}/hosts.txt", render("ssh-hosts.txt.j2")))
+        for node in plan.nodes:
+            out.append(Artifact(f"{a}/node-{node.rank}.sh", render(main_name, node=node), True))
+    elif kind == "tpu-vm":
+        out.append(Artifact(f"{a}/tpu-create.sh", render("tpu-vm-create.sh.j2"), True))
+        out.append(Artifact(f"{a}/tpu-launch.sh", render("tpu-vm-launch.sh.j2"), True))
+        out.append(Artifact(f"{a}/node.sh", render(main_name), True))
+    return out
+
+
+def write_artifacts(artifacts: list[Artifact], out_dir: Path | None = None) -> list[Path]:
+    """Write each artifact (to its own path, or by name into ``out_dir``); files appear whole or not at all."""
+    written = []
+    for art in artifacts:
+        target = (out_dir / art.name) if out_dir else Path(art.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_text(art.text)
+        tmp.chmod(0o755 if art.executable else 0o644)
+        tmp.replace(target)
+        written.append(target)
+    return written

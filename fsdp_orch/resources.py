@@ -1,0 +1,21 @@
+"""Where the built-in templates and cluster profiles are: inside the wheel, or the source checkout."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def builtin_dir(name: str) -> Path:
+    """``templates`` or ``clusters``: ``fsdp_orch/_data/<name>`` in a wheel, ``<repo>/<name>`` in a checkout."""
+    packaged = _PACKAGE / "_data" / name
+    if packaged.is_dir():
+        return packaged
+    return _PACKAGE.parent / name
+
+
+def home() -> Path:
+    """``$FSDP_ORCH_HOME``, default ``~/.fsdp-orch``."""
+    return Path(os.environ.get("FSDP_ORCH_HOME") or Path.home() / ".fsdp-orch").expanduser()

@@ -1,0 +1,285 @@
+"""The job spec (``job.yaml``): what to run, how to shard it, how to checkpoint, restart and watch it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+from fsdp_orch.durations import parse_duration
+from fsdp_orch.errors import InputError
+from fsdp_orch.validation import StrictModel, validate_doc
+from fsdp_orch.yamlio import YamlDoc, load_file, load_mapping
+
+FAILURE_CATEGORIES = (
+    "hang", "nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost", "rendezvous_failure",
+    "cuda_oom", "hardware_fault", "preemption_or_node_lost", "user_code_error",
+    "checkpoint_error", "xla_error", "unknown",
+)
+DEFAULT_RETRY_ON = (
+    "hang", "nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost", "rendezvous_failure",
+    "hardware_fault", "preemption_or_node_lost", "cuda_oom", "unknown",
+)
+LAUNCHERS = ("torchrun", "accelerate", "xla", "python")
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+PositiveDuration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
+
+# accelerate's numeric sharding strategies (FullyShardedDataParallelPlugin).
+SHARDING_BY_NUMBER = {1: "FULL_SHARD", 2: "SHARD_GRAD_OP", 3: "NO_SHARD", 4: "HYBRID_SHARD",
+                      5: "HYBRID_SHARD_ZERO2"}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _upper_enum(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.strip().upper()
+    return value
+
+
+def _scalar_to_str(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return value
+
+
+ArgStr = Annotated[str, BeforeValidator(_scalar_to_str)]
+
+
+class FsdpOptions(StrictModel):
+    """accelerate's FSDP options under accelerate's names (``fsdp_`` prefixed forms accepted too)."""
+
+    sharding_strategy: Annotated[
+        Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"],
+        BeforeValidator(lambda v: SHARDING_BY_NUMBER.get(v, v) if isinstance(v, int)
+                        and not isinstance(v, bool) else _upper_enum(v)),
+    ] = "FULL_SHARD"
+    reshard_after_forward: bool | None = None
+    auto_wrap_policy: Annotated[
+        Literal["TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"], BeforeValidator(_upper_enum)
+    ] = "TRANSFORMER_BASED_WRAP"
+    transformer_layer_cls_to_wrap: list[str] = Field(default_factory=list)
+    min_num_params: int = Field(default=100_000_000, gt=0)
+    offload_params: bool = False
+    mixed_precision: Annotated[
+        Literal["bf16", "fp16", "no"],
+        BeforeValidator(lambda v: "no" if v is False or v is None else
+                        (v.strip().lower() if isinstance(v, str) else v)),
+    ] = "no"
+    state_dict_type: Annotated[
+        Literal["SHARDED_STATE_DICT", "FULL_STATE_DICT"], BeforeValidator(_upper_enum)
+    ] = "SHARDED_STATE_DICT"
+    backward_prefetch: Annotated[
+        Literal["BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"], BeforeValidator(_upper_enum)
+    ] = "BACKWARD_PRE"
+    forward_prefetch: bool = False
+    cpu_ram_efficient_loading: bool = False
+    sync_module_states: bool = True
+    use_orig_params: bool = True
+    activation_checkpointing: bool = False
+    version: Literal[1, 2] = 2
+    xla: bool = False
+    xla_fsdp_settings: dict[str, Any] = Field(default_factory=dict)
+    xla_fsdp_grad_ckpt: bool = False
+
+    accepted_aliases: ClassVar[tuple[str, ...]] = ("backward_prefetch_policy",)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_accelerate_names(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            name = key[len("fsdp_"):] if isinstance(key, str) and key.startswith("fsdp_") else key
+            if name == "backward_prefetch_policy":
+                name = "backward_prefetch"
+            if name in out:
+                raise ValueError(f"{key!r} given twice (with and without the fsdp_ prefix)")
+            out[name] = value
+        return out
+
+    @field_validator("transformer_layer_cls_to_wrap", mode="before")
+    @classmethod
+    def _split_classes(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+
+class Backoff(StrictModel):
+    initial: PositiveDuration = 10.0
+    max: PositiveDuration = 300.0
+    multiplier: float = Field(default=2.0, ge=1.0)
+    jitter: Duration = 2.0
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Backoff:
+        if self.max < self.initial:
+            raise ValueError(f"max ({self.max:g}s) must be at least initial ({self.initial:g}s)")
+        return self
+
+
+class RestartPolicy(StrictModel):
+    max_restarts: int = Field(default=3, ge=0)
+    backoff: Backoff = Field(default_factory=Backoff)
+    retry_on: list[Literal[FAILURE_CATEGORIES]] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: list(DEFAULT_RETRY_ON))
+    max_oom_restarts: int = Field(default=1, ge=0)
+    crash_loop_attempts: int = Field(default=3, ge=2)
+
+
+class Watch(StrictModel):
+    heartbeat_timeout: PositiveDuration = 300.0
+    startup_timeout: PositiveDuration = 900.0
+    collective_timeout: PositiveDuration = 600.0
+    hang_detection: Literal["fixed", "adaptive"] = "fixed"
+    adaptive_multiplier: float = Field(default=10.0, gt=1.0)
+    poll_interval: PositiveDuration = 1.0
+
+
+class CheckpointPolicy(StrictModel):
+    dir: str | None = None
+    interval: int = Field(default=100, gt=0)
+    keep_last: int = Field(default=3, ge=1)
+    resume: str = "auto"
+    async_save: bool = False
+    save_full_at_end: bool = False
+
+    @field_validator("resume")
+    @classmethod
+    def _resume(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("expected 'auto', 'never' or a checkpoint path")
+        return value
+
+
+class JobSpec(StrictModel):
+    name: str = Field(min_length=1, max_length=200)
+    script: str | None = None
+    module: str | None = None
+    command: list[ArgStr] | None = None
+    args: list[ArgStr] = Field(default_factory=list)
+    launcher: Literal[LAUNCHERS] = "torchrun"  # type: ignore[valid-type]
+    nodes: int = Field(default=1, gt=0)
+    procs_per_node: int | None = Field(default=None, gt=0)
+    env: dict[str, ArgStr] = Field(default_factory=dict)
+    workdir: str = "."
+    accelerate_config: str | None = None
+    fsdp: FsdpOptions = Field(default_factory=FsdpOptions)
+    checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
+    restart: RestartPolicy = Field(default_factory=RestartPolicy)
+    watch: Watch = Field(default_factory=Watch)
+
+    @field_validator("launcher", mode="before")
+    @classmethod
+    def _launcher(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _command(cls, value: Any) -> Any:
+        import shlex
+
+        if isinstance(value, str):
+            try:
+                return shlex.split(value)
+            except ValueError as exc:
+                raise ValueError(f"cannot split command into words: {exc}") from None
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not _ENV_NAME.fullmatch(key):
+                raise ValueError(f"environment variable name {key!r} is not a valid shell name")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("expected a non-empty name")
+        if "\x00" in value:
+            raise ValueError("name must not contain NUL bytes")
+        return value
+
+    @model_validator(mode="after")
+    def _one_entry_point(self) -> JobSpec:
+        given = [k for k in ("script", "module", "command") if getattr(self, k)]
+        if len(given) != 1:
+            what = "none" if not given else " and ".join(given)
+            raise ValueError(f"expected exactly one of script, module or command; got {what}")
+        return self
+
+    @property
+    def entry(self) -> tuple[str, str]:
+        """(kind, value): ('script', 'train.py'), ('module', 'pkg.train') or ('command', argv0)."""
+        if self.script:
+            return ("script", self.script)
+        if self.module:
+            return ("module", self.module)
+        assert self.command
+        return ("command", self.command[0])
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+def load_job(path: Path, overrides: list[str] | None = None,
+             accelerate_config: Path | None = None) -> tuple[JobSpec, YamlDoc]:
+    """Load, apply accelerate config and ``--set`` overrides, validate. Raises InputError."""
+    doc = load_file(path, "job spec")
+    data = dict(doc.data)
+    accel_path = accelerate_config
+    if accel_path is None and isinstance(data.get("accelerate_config"), str):
+        accel_path = (path.parent / data["accelerate_config"]).expanduser()
+    if accel_path is not None:
+        from fsdp_orch.accelerate_config import merge_accelerate_config
+
+        data = merge_accelerate_config(data, accel_path)
+    for item in overrides or []:
+        data = apply_override(data, item)
+    return validate_doc(JobSpec, doc, data), doc
+
+
+def load_job_text(text: str, file: str = "job.yaml") -> JobSpec:
+    doc = load_mapping(text, file)
+    return validate_doc(JobSpec, doc)
+
+
+def apply_override(data: dict[str, Any], item: str) -> dict[str, Any]:
+    """``--set a.b=value``: the value is parsed as YAML (so ``2``, ``true``, ``[a, b]`` work)."""
+    import yaml
+
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise InputError(f"expected KEY.PATH=VALUE, got {item!r}", file="--set")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    parts = key.strip().split(".")
+    out = _deep_copy(data)
+    node = out
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = {}
+        elif not isinstance(child, dict):
+            raise InputError(f"cannot set inside {'.'.join(parts[:i + 1])!r}: it is not a mapping",
+                             file="--set", field=key)
+        node[part] = dict(child)
+        node = node[part]
+    if parts[-1] == "env" or (len(parts) > 1 and parts[-2] == "env"):
+        value = raw  # environment values are literal strings, never YAML-interpreted
+    node[parts[-1]] = value
+    return out
+
+
+def _deep_copy(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: (_deep_copy(v) if isinstance(v, dict) else v) for k, v in data.items()}

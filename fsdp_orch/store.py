@@ -1,0 +1,271 @@
+"""The job store: SQLite under $FSDP_ORCH_HOME (WAL, parameterised SQL, mode 0600, versioned schema).
+
+Kept to the standard library: ``fsdp-orch status`` imports only this and must start fast. The JSON that
+``status --json`` prints is built by SQLite itself in one query, so 10,000 jobs cost one statement.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from fsdp_orch.states import TERMINAL_NAMES, JobState
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 30_000
+
+# Each entry migrates from version i to i+1; never edit a shipped one, append a new one.
+MIGRATIONS: list[list[str]] = [
+    [
+        """CREATE TABLE jobs (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            cluster TEXT NOT NULL,
+            state TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            restarts INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            ended_at REAL,
+            last_checkpoint_step INTEGER,
+            progress_step INTEGER,
+            progress_loss TEXT,
+            progress_at REAL,
+            reason TEXT,
+            idempotency_key TEXT,
+            spec_hash TEXT,
+            spec_json TEXT NOT NULL,
+            job_file TEXT,
+            run_dir TEXT NOT NULL,
+            supervisor_pid INTEGER,
+            backend_ref TEXT
+        )""",
+        "CREATE INDEX jobs_created ON jobs(created_at)",
+        "CREATE INDEX jobs_name ON jobs(name, created_at)",
+        "CREATE UNIQUE INDEX jobs_idem ON jobs(idempotency_key) WHERE idempotency_key IS NOT NULL",
+        """CREATE TABLE failures (
+            job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+            attempt INTEGER NOT NULL,
+            category TEXT NOT NULL,
+            evidence TEXT,
+            detected_at REAL NOT NULL,
+            stalled_for_s REAL,
+            action TEXT NOT NULL
+        )""",
+        "CREATE INDEX failures_job ON failures(job_id, detected_at)",
+        """CREATE TABLE attempts (
+            job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+            attempt INTEGER NOT NULL,
+            started_at REAL NOT NULL,
+            ended_at REAL,
+            exit_code INTEGER,
+            resume_from TEXT,
+            backend_ref TEXT,
+            PRIMARY KEY (job_id, attempt)
+        )""",
+    ],
+]
+
+_ISO = "strftime('%Y-%m-%dT%H:%M:%fZ', {col}, 'unixepoch')"
+_JOB_JSON = f"""json_object(
+    'id', j.id, 'name', j.name, 'cluster', j.cluster, 'state', j.state,
+    'attempts', j.attempts, 'restarts', j.restarts,
+    'created_at', {_ISO.format(col='j.created_at')}, 'ended_at', {_ISO.format(col='j.ended_at')},
+    'last_checkpoint_step', j.last_checkpoint_step,
+    'progress', CASE WHEN j.progress_step IS NULL THEN NULL ELSE json_object(
+        'step', j.progress_step, 'loss', json(j.progress_loss),
+        'updated_at', {_ISO.format(col='j.progress_at')}) END,
+    'failures', (SELECT json_group_array(json_object(
+        'attempt', f.attempt, 'category', f.category, 'evidence', f.evidence,
+        'detected_at', {_ISO.format(col='f.detected_at')}, 'stalled_for_s', f.stalled_for_s,
+        'action', f.action)) FROM (SELECT * FROM failures WHERE job_id = j.id
+                                   ORDER BY detected_at) AS f),
+    'reason', j.reason, 'run_dir', j.run_dir)"""
+
+
+def default_path(home: Path) -> Path:
+    return home / "jobs.db"
+
+
+class Store:
+    """One open connection; pass it where it is needed (no global handle)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not self.path.exists():
+            fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
+            os.close(fd)
+        self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                                    check_same_thread=False)
+        self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        self.conn.execute("PRAGMA foreign_keys = ON")
+        self._migrate()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- schema ---------------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
+            return
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(f"{self.path}: schema version {version} is newer than this fsdp-orch "
+                               f"({SCHEMA_VERSION}); upgrade fsdp-orch")
+        if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = self.conn.execute("PRAGMA user_version").fetchone()[0]  # re-read under lock
+            for step in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[step]:
+                    self.conn.execute(statement)
+            self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        os.chmod(self.path, 0o600)
+
+    # --- writes ---------------------------------------------------------------------------
+
+    def _write(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> sqlite3.Cursor:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            cur = self.conn.execute(sql, params)
+            self.conn.execute("COMMIT")
+            return cur
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    def create_job(self, *, name: str, cluster: str, spec_json: str, run_dir_root: Path,
+                   job_file: str | None = None, spec_hash: str | None = None,
+                   idempotency_key: str | None = None, job_id: str | None = None,
+                   now: float | None = None) -> tuple[str, bool]:
+        """Insert a PENDING job. Returns (id, created); with an idempotency key already used, (that id, False)."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            if idempotency_key:
+                row = self.conn.execute("SELECT id FROM jobs WHERE idempotency_key = ?",
+                                        (idempotency_key,)).fetchone()
+                if row:
+                    self.conn.execute("COMMIT")
+                    return row[0], False
+            new_id = job_id or uuid.uuid4().hex[:12]
+            self.conn.execute(
+                "INSERT INTO jobs (id, name, cluster, state, created_at, spec_json, job_file, spec_hash,"
+                " idempotency_key, run_dir) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (new_id, name, cluster, JobState.PENDING.value, now if now is not None else time.time(),
+                 spec_json, job_file, spec_hash, idempotency_key, str(run_dir_root / new_id)))
+            self.conn.execute("COMMIT")
+            return new_id, True
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    _UPDATABLE = frozenset({"state", "attempts", "restarts", "ended_at", "last_checkpoint_step",
+                            "progress_step", "progress_loss", "progress_at", "reason",
+                            "supervisor_pid", "backend_ref"})
+
+    def update(self, job_id: str, **fields: Any) -> None:
+        bad = set(fields) - self._UPDATABLE
+        if bad:
+            raise ValueError(f"not updatable: {sorted(bad)}")
+        if "state" in fields and isinstance(fields["state"], JobState):
+            fields["state"] = fields["state"].value
+        if "progress_loss" in fields and fields["progress_loss"] is not None:
+            fields["progress_loss"] = repr(float(fields["progress_loss"]))
+        assignments = ", ".join(f"{name} = :{name}" for name in sorted(fields))
+        self._write(f"UPDATE jobs SET {assignments} WHERE id = :_id", {**fields, "_id": job_id})
+
+    def set_state(self, job_id: str, state: JobState, *, reason: str | None = None,
+                  now: float | None = None, only_if_active: bool = True) -> bool:
+        """Move to ``state``; a terminal state is final (returns False if the job already ended)."""
+        ended = (now if now is not None else time.time()) if state.is_terminal() else None
+        guard = f" AND state NOT IN ({', '.join('?' * len(TERMINAL_NAMES))})" if only_if_active else ""
+        params: tuple[Any, ...] = (state.value, ended, reason, job_id)
+        if only_if_active:
+            params += TERMINAL_NAMES
+        cur = self._write("UPDATE jobs SET state = ?, ended_at = ?, reason = COALESCE(?, reason)"
+                          f" WHERE id = ?{guard}", params)
+        return cur.rowcount == 1
+
+    def add_failure(self, job_id: str, *, attempt: int, category: str, evidence: str | None,
+                    action: str, stalled_for_s: float | None = None, now: float | None = None) -> None:
+        self._write("INSERT INTO failures (job_id, attempt, category, evidence, detected_at,"
+                    " stalled_for_s, action) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (job_id, attempt, category, evidence, now if now is not None else time.time(),
+                     stalled_for_s, action))
+
+    def start_attempt(self, job_id: str, attempt: int, *, resume_from: str | None,
+                      now: float | None = None) -> None:
+        t = now if now is not None else time.time()
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.execute("INSERT OR REPLACE INTO attempts (job_id, attempt, started_at, resume_from)"
+                              " VALUES (?, ?, ?, ?)", (job_id, attempt, t, resume_from))
+            self.conn.execute("UPDATE jobs SET attempts = ?, restarts = ?, state = ? WHERE id = ?",
+                              (attempt + 1, attempt, JobState.RUNNING.value, job_id))
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    def end_attempt(self, job_id: str, attempt: int, exit_code: int | None,
+                    now: float | None = None) -> None:
+        self._write("UPDATE attempts SET ended_at = ?, exit_code = ? WHERE job_id = ? AND attempt = ?",
+                    (now if now is not None else time.time(), exit_code, job_id, attempt))
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def status_json(self, job_id: str | None = None, limit: int | None = None) -> str | None:
+        """``status --json`` text: a list of all jobs (oldest first), or one object; None if unknown."""
+        if job_id is not None:
+            row = self.conn.execute(f"SELECT {_JOB_JSON} FROM jobs j WHERE j.id = ?", (job_id,)).fetchone()
+            return row[0] if row else None
+        inner = f"SELECT {_JOB_JSON} AS o, j.created_at AS c FROM jobs j ORDER BY j.created_at DESC, j.rowid DESC"
+        if limit is not None:
+            inner += f" LIMIT {int(limit)}"
+        row = self.conn.execute(
+            f"SELECT json_group_array(json(o)) FROM (SELECT o, c FROM ({inner}) ORDER BY c)").fetchone()
+        return row[0] or "[]"
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        cur = self.conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,))
+        row = cur.fetchone()
+        if row is None:
+            return None
+        return dict(zip([c[0] for c in cur.description], row))
+
+    def find_job_id(self, prefix: str) -> str | None:
+        """Exact id, or a unique prefix of one (like git)."""
+        rows = self.conn.execute("SELECT id FROM jobs WHERE id = ? OR id LIKE ? ESCAPE '\\' LIMIT 3",
+                                 (prefix, prefix.replace("\\", "\\\\").replace("%", "\\%")
+                                  .replace("_", "\\_") + "%")).fetchall()
+        ids = {r[0] for r in rows}
+        if prefix in ids:
+            return prefix
+        return rows[0][0] if len(rows) == 1 else None
+
+    def attempts(self, job_id: str) -> list[dict[str, Any]]:
+        cur = self.conn.execute("SELECT * FROM attempts WHERE job_id = ? ORDER BY attempt", (job_id,))
+        names = [c[0] for c in cur.description]
+        return [dict(zip(names, row)) for row in cur.fetchall()]
+
+    def latest_by_name(self, name: str, cluster: str) -> dict[str, Any] | None:
+        cur = self.conn.execute("SELECT * FROM jobs WHERE name = ? AND cluster = ? "
+                                "ORDER BY created_at DESC LIMIT 1", (name, cluster))
+        row = cur.fetchone()
+        return dict(zip([c[0] for c in cur.description], row)) if row else None

@@ -1,0 +1,84 @@
+"""From a job file and a cluster name to a plan (pure) and to a submitted job (doing)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from fsdp_orch.errors import InputError
+from fsdp_orch.plan import LaunchPlan, PlanContext, make_plan, spec_json
+from fsdp_orch.profiles import Profile, ProfileRef, load_profile
+from fsdp_orch.render import Artifact, render_plan
+from fsdp_orch.resources import home
+from fsdp_orch.spec import JobSpec, load_job
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    job: JobSpec
+    profile: Profile
+    profile_ref: ProfileRef
+    plan: LaunchPlan
+    artifacts: list[Artifact]
+    job_file: Path
+
+
+def local_has_gpu() -> bool:
+    return Path("/dev/nvidia0").exists()
+
+
+def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None,
+             accelerate_config: str | None = None, job_id: str = "JOBID", attempt: int = 0,
+             resume_from: str | None = None, rdzv_port: int | None = None,
+             home_dir: Path | None = None) -> PlannedJob:
+    """Load and validate everything, then plan and render. Raises InputError; writes nothing."""
+    job, _ = load_job(job_file, overrides, Path(accelerate_config) if accelerate_config else None)
+    profile, ref = load_profile(cluster)
+    template = None
+    if profile.template:
+        template = (ref.path.parent / profile.template).expanduser()
+    ctx = PlanContext(job_id=job_id, attempt=attempt, home=str(home_dir or home()),
+                      job_dir=str(job_file.resolve().parent), resume_from=resume_from,
+                      rdzv_port=rdzv_port, local_has_gpu=local_has_gpu())
+    try:
+        plan = make_plan(job, profile, ref.name, ctx)
+    except InputError as exc:
+        raise InputError(exc.detail, file=str(job_file), field=exc.field) from None
+    return PlannedJob(job, profile, ref, plan, render_plan(plan, profile_template=template), job_file)
+
+
+def spec_hash(plan: LaunchPlan) -> str:
+    return hashlib.sha256(spec_json(plan).encode()).hexdigest()[:16]
+
+
+def submit(store, job_file: Path, cluster: str, *, overrides: list[str] | None = None,  # type: ignore[no-untyped-def]
+           accelerate_config: str | None = None, idempotency_key: str | None = None) -> tuple[str, bool]:
+    """Validate, record the job, hand it to its backend. Returns (job id, created)."""
+    planned = plan_job(job_file, cluster, overrides=overrides, accelerate_config=accelerate_config)
+    from fsdp_orch.backends import backend_for
+
+    backend = backend_for(planned.profile)
+    job_id, created = store.create_job(
+        name=planned.job.name, cluster=planned.profile_ref.name, spec_json=spec_json(planned.plan),
+        run_dir_root=home() / "runs", job_file=str(job_file.resolve()),
+        spec_hash=spec_hash(planned.plan), idempotency_key=idempotency_key)
+    if not created:
+        return job_id, False
+    backend.start(store, job_id, job_file=job_file.resolve(), cluster=cluster,
+                  overrides=list(overrides or []), accelerate_config=accelerate_config)
+    return job_id, True
+
+
+def cancel(store, job_id: str) -> str:  # type: ignore[no-untyped-def]
+    from fsdp_orch.backends import backend_for_job
+
+    row = store.job(job_id)
+    if row is None:
+        from fsdp_orch.errors import JobNotFound
+
+        raise JobNotFound(job_id)
+    return backend_for_job(store, row).cancel(store, row)
+
+
+__all__ = ["plan_job", "submit", "cancel", "PlannedJob"]
