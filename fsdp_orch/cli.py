@@ -7,10 +7,8 @@ Only the standard library is imported at start-up; each command imports what it 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from pathlib import Path
 
 from fsdp_orch import __version__
 from fsdp_orch.errors import FsdpOrchError, InputError, JobNotFound
@@ -18,16 +16,12 @@ from fsdp_orch.errors import FsdpOrchError, InputError, JobNotFound
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def _home() -> Path:
-    from fsdp_orch.resources import home
-
-    return home()
-
-
 def _open_store():  # type: ignore[no-untyped-def]
-    from fsdp_orch.store import Store, default_path
+    # os.path rather than pathlib: this is on the path of `status`, which must start fast.
+    from fsdp_orch.store import Store
 
-    return Store(default_path(_home()))
+    home = os.environ.get("FSDP_ORCH_HOME") or os.path.join(os.path.expanduser("~"), ".fsdp-orch")
+    return Store(os.path.join(os.path.expanduser(home), "jobs.db"))
 
 
 def _resolve_id(store, job_id: str) -> str:  # type: ignore[no-untyped-def]
@@ -40,6 +34,8 @@ def _resolve_id(store, job_id: str) -> str:  # type: ignore[no-untyped-def]
 # --- commands -------------------------------------------------------------------------------
 
 def cmd_render(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from fsdp_orch.submit import plan_job
     from fsdp_orch.render import write_artifacts
 
@@ -62,6 +58,9 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
     from fsdp_orch.submit import submit
 
     with _open_store() as store:
@@ -86,6 +85,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _print_submitted(args: argparse.Namespace, job_id: str, created: bool, store) -> None:  # type: ignore[no-untyped-def]
+    import json
+
     if args.json:
         print(json.dumps({"id": job_id, "created": created}))
     else:
@@ -100,6 +101,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
             refresh(store, [job_id])
             text = store.status_json(job_id)
+            import json
+
             if args.json:
                 print(text)
             else:
@@ -109,8 +112,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
         refresh(store, None)
         if args.json:
-            print(store.status_json())
+            sys.stdout.flush()
+            sys.stdout.buffer.write(store.status_json_bytes() + b"\n")
             return EXIT_OK
+        import json
+
         jobs = json.loads(store.status_json(limit=None if args.all else args.limit) or "[]")
         _print_table(store, jobs)
         return EXIT_OK
@@ -140,6 +146,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_clusters(args: argparse.Namespace) -> int:
+    import json
+
     from fsdp_orch.profiles import discover, parse_profile
 
     refs = discover()
@@ -161,21 +169,26 @@ def cmd_clusters(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_supervise(args: argparse.Namespace) -> int:
-    from fsdp_orch.supervise.supervisor import run_supervisor
-
-    return run_supervisor(args.job_id)
-
-
 # --- parser ---------------------------------------------------------------------------------
 
-def build_parser() -> argparse.ArgumentParser:
+_COMMANDS = ("render", "submit", "status", "logs", "cancel", "clusters")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fsdp-orch",
         description="Run multi-node PyTorch FSDP jobs on real clusters and keep them alive.")
     parser.add_argument("--version", action="version", version=f"fsdp-orch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    real_add = sub.add_parser
+
+    def add_parser(name: str, **kwargs):  # type: ignore[no-untyped-def]
+        if only is not None and name != only:
+            return argparse.ArgumentParser(add_help=False)  # built, never attached: cheap
+        return real_add(name, **kwargs)
+
+    sub.add_parser = add_parser  # type: ignore[method-assign]
 
     def job_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("job", metavar="JOB_YAML", help="the job spec")
@@ -222,14 +235,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_clusters)
 
-    p = sub.add_parser("_supervise", help=argparse.SUPPRESS)
-    p.add_argument("job_id")
-    p.set_defaults(func=cmd_supervise)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    # Only the subcommand being run gets its parser built (start-up time on a login node).
+    wanted = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(only=wanted if wanted in _COMMANDS else None)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -9,22 +9,51 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-import uuid
-from pathlib import Path
-from typing import Any
 
 from fsdp_orch.states import TERMINAL_NAMES, JobState
+
+TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 30_000
 
 # Each entry migrates from version i to i+1; never edit a shipped one, append a new one.
+_ISO = "strftime('%Y-%m-%dT%H:%M:%fZ', {col}, 'unixepoch')"
+_JOB_JSON = f"""json_object(
+    'id', j.id, 'name', j.name, 'cluster', j.cluster, 'state', j.state,
+    'attempts', j.attempts, 'restarts', j.restarts,
+    'created_at', {_ISO.format(col='j.created_at')}, 'ended_at', {_ISO.format(col='j.ended_at')},
+    'last_checkpoint_step', j.last_checkpoint_step,
+    'progress', CASE WHEN j.progress_step IS NULL THEN NULL ELSE json_object(
+        'step', j.progress_step, 'loss', json(j.progress_loss),
+        'updated_at', {_ISO.format(col='j.progress_at')}) END,
+    'failures', (SELECT json_group_array(json_object(
+        'attempt', f.attempt, 'category', f.category, 'evidence', f.evidence,
+        'detected_at', {_ISO.format(col='f.detected_at')}, 'stalled_for_s', f.stalled_for_s,
+        'action', f.action)) FROM (SELECT * FROM failures WHERE job_id = j.id
+                                   ORDER BY detected_at) AS f),
+    'reason', j.reason, 'run_dir', j.run_dir)"""
+
+
+_DOC_COLUMNS = ("name, cluster, state, attempts, restarts, created_at, ended_at, last_checkpoint_step,"
+                " progress_step, progress_loss, progress_at, reason, run_dir")
+
+
+def _refresh_doc(id_expr: str) -> str:
+    return (f"INSERT OR REPLACE INTO job_docs (job_id, created_at, doc) SELECT j.id, j.created_at,"
+            f" {_JOB_JSON} FROM jobs j WHERE j.id = {id_expr};")
+
+
 MIGRATIONS: list[list[str]] = [
     [
         """CREATE TABLE jobs (
             id TEXT PRIMARY KEY,
             name TEXT NOT NULL,
             cluster TEXT NOT NULL,
+            kind TEXT NOT NULL DEFAULT 'local',
             state TEXT NOT NULL,
             attempts INTEGER NOT NULL DEFAULT 0,
             restarts INTEGER NOT NULL DEFAULT 0,
@@ -45,6 +74,7 @@ MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE INDEX jobs_created ON jobs(created_at)",
         "CREATE INDEX jobs_name ON jobs(name, created_at)",
+        "CREATE INDEX jobs_active ON jobs(state) WHERE state IN ('PENDING', 'RUNNING', 'RESTARTING')",
         "CREATE UNIQUE INDEX jobs_idem ON jobs(idempotency_key) WHERE idempotency_key IS NOT NULL",
         """CREATE TABLE failures (
             job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
@@ -66,25 +96,25 @@ MIGRATIONS: list[list[str]] = [
             backend_ref TEXT,
             PRIMARY KEY (job_id, attempt)
         )""",
+        # Each job's status JSON is kept ready in a narrow table of its own, so `status --json` over
+        # 10,000 jobs is one concatenation inside SQLite rather than 10,000 JSON constructions.
+        """CREATE TABLE job_docs (
+            job_id TEXT PRIMARY KEY REFERENCES jobs(id) ON DELETE CASCADE,
+            created_at REAL NOT NULL,
+            doc TEXT NOT NULL
+        )""",
+        "CREATE INDEX job_docs_created ON job_docs(created_at)",
+        # Bumped on every change of any status doc: names the cached copy of the full list.
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+        "INSERT INTO meta (key, value) VALUES ('generation', 0)",
+        "CREATE TRIGGER job_docs_generation AFTER INSERT ON job_docs BEGIN"
+        " UPDATE meta SET value = value + 1 WHERE key = 'generation'; END",
+        f"CREATE TRIGGER jobs_doc_insert AFTER INSERT ON jobs BEGIN {_refresh_doc('NEW.id')} END",
+        f"CREATE TRIGGER jobs_doc_update AFTER UPDATE OF {_DOC_COLUMNS} ON jobs BEGIN"
+        f" {_refresh_doc('NEW.id')} END",
+        f"CREATE TRIGGER failures_doc AFTER INSERT ON failures BEGIN {_refresh_doc('NEW.job_id')} END",
     ],
 ]
-
-_ISO = "strftime('%Y-%m-%dT%H:%M:%fZ', {col}, 'unixepoch')"
-_JOB_JSON = f"""json_object(
-    'id', j.id, 'name', j.name, 'cluster', j.cluster, 'state', j.state,
-    'attempts', j.attempts, 'restarts', j.restarts,
-    'created_at', {_ISO.format(col='j.created_at')}, 'ended_at', {_ISO.format(col='j.ended_at')},
-    'last_checkpoint_step', j.last_checkpoint_step,
-    'progress', CASE WHEN j.progress_step IS NULL THEN NULL ELSE json_object(
-        'step', j.progress_step, 'loss', json(j.progress_loss),
-        'updated_at', {_ISO.format(col='j.progress_at')}) END,
-    'failures', (SELECT json_group_array(json_object(
-        'attempt', f.attempt, 'category', f.category, 'evidence', f.evidence,
-        'detected_at', {_ISO.format(col='f.detected_at')}, 'stalled_for_s', f.stalled_for_s,
-        'action', f.action)) FROM (SELECT * FROM failures WHERE job_id = j.id
-                                   ORDER BY detected_at) AS f),
-    'reason', j.reason, 'run_dir', j.run_dir)"""
-
 
 def default_path(home: Path) -> Path:
     return home / "jobs.db"
@@ -94,9 +124,9 @@ class Store:
     """One open connection; pass it where it is needed (no global handle)."""
 
     def __init__(self, path: Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if not self.path.exists():
+        self.path = path
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+        if not os.path.exists(path):
             fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
             os.close(fd)
         self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
@@ -151,6 +181,7 @@ class Store:
             raise
 
     def create_job(self, *, name: str, cluster: str, spec_json: str, run_dir_root: Path,
+                   kind: str = "local",
                    job_file: str | None = None, spec_hash: str | None = None,
                    idempotency_key: str | None = None, job_id: str | None = None,
                    now: float | None = None) -> tuple[str, bool]:
@@ -163,12 +194,12 @@ class Store:
                 if row:
                     self.conn.execute("COMMIT")
                     return row[0], False
-            new_id = job_id or uuid.uuid4().hex[:12]
+            new_id = job_id or os.urandom(6).hex()
             self.conn.execute(
-                "INSERT INTO jobs (id, name, cluster, state, created_at, spec_json, job_file, spec_hash,"
-                " idempotency_key, run_dir) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (new_id, name, cluster, JobState.PENDING.value, now if now is not None else time.time(),
-                 spec_json, job_file, spec_hash, idempotency_key, str(run_dir_root / new_id)))
+                "INSERT INTO jobs (id, name, cluster, kind, state, created_at, spec_json, job_file,"
+                " spec_hash, idempotency_key, run_dir) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (new_id, name, cluster, kind, JobState.PENDING.value, now if now is not None else time.time(),
+                 spec_json, job_file, spec_hash, idempotency_key, os.path.join(run_dir_root, new_id)))
             self.conn.execute("COMMIT")
             return new_id, True
         except BaseException:
@@ -232,15 +263,71 @@ class Store:
 
     def status_json(self, job_id: str | None = None, limit: int | None = None) -> str | None:
         """``status --json`` text: a list of all jobs (oldest first), or one object; None if unknown."""
+        data = self.status_json_bytes(job_id, limit)
+        return None if data is None else data.decode()
+
+    def status_json_bytes(self, job_id: str | None = None, limit: int | None = None) -> bytes | None:
+        """As status_json, as UTF-8 bytes straight from SQLite (no decode/encode of megabytes)."""
         if job_id is not None:
-            row = self.conn.execute(f"SELECT {_JOB_JSON} FROM jobs j WHERE j.id = ?", (job_id,)).fetchone()
-            return row[0] if row else None
-        inner = f"SELECT {_JOB_JSON} AS o, j.created_at AS c FROM jobs j ORDER BY j.created_at DESC, j.rowid DESC"
+            row = self.conn.execute("SELECT CAST(doc AS BLOB) FROM job_docs WHERE job_id = ?",
+                                    (job_id,)).fetchone()
+            return bytes(row[0]) if row else None
         if limit is not None:
-            inner += f" LIMIT {int(limit)}"
-        row = self.conn.execute(
-            f"SELECT json_group_array(json(o)) FROM (SELECT o, c FROM ({inner}) ORDER BY c)").fetchone()
-        return row[0] or "[]"
+            row = self.conn.execute(
+                "SELECT CAST('[' || coalesce(group_concat(doc, ','), '') || ']' AS BLOB) FROM"
+                " (SELECT doc, created_at, r FROM (SELECT doc, created_at, rowid AS r FROM job_docs"
+                " ORDER BY created_at DESC, rowid DESC LIMIT ?) ORDER BY created_at, r)",
+                (int(limit),)).fetchone()
+            return bytes(row[0])
+        return self._all_docs_cached()
+
+    def _all_docs_cached(self) -> bytes:
+        """The full list, from a file named after the store's generation when nothing changed since
+        it was written (status in a polling pipeline), else built by SQLite and cached."""
+        self.conn.execute("BEGIN")
+        try:
+            generation = self.conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0]
+            cache = os.path.join(os.path.dirname(self.path) or ".", "cache", f"status-{generation}.json")
+            try:
+                with open(cache, "rb") as f:
+                    return f.read()
+            except FileNotFoundError:
+                pass
+            row = self.conn.execute(
+                "SELECT CAST('[' || coalesce(group_concat(doc, ','), '') || ']' AS BLOB)"
+                " FROM (SELECT doc FROM job_docs ORDER BY created_at, rowid)").fetchone()
+        finally:
+            self.conn.execute("COMMIT")
+        data = bytes(row[0])
+        self._write_cache(cache, data)
+        return data
+
+    @staticmethod
+    def _write_cache(path: str, data: bytes) -> None:
+        directory = os.path.dirname(path)
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+            keep = os.path.basename(path)
+            for name in os.listdir(directory):
+                if name.startswith("status-") and name != keep and not name.endswith(".tmp"):
+                    try:
+                        os.unlink(os.path.join(directory, name))
+                    except FileNotFoundError:
+                        pass
+        except OSError:
+            pass  # a cache that cannot be written only costs speed
+
+    def active_jobs(self) -> list[dict[str, Any]]:
+        """Jobs not yet in a terminal state (what a liveness refresh has to look at)."""
+        cur = self.conn.execute("SELECT id, kind, state, supervisor_pid, backend_ref, run_dir FROM jobs"
+                                " WHERE state IN ('PENDING', 'RUNNING', 'RESTARTING')")
+        names = [c[0] for c in cur.description]
+        return [dict(zip(names, row)) for row in cur.fetchall()]
 
     def job(self, job_id: str) -> dict[str, Any] | None:
         cur = self.conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,))

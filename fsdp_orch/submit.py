@@ -53,32 +53,41 @@ def spec_hash(plan: LaunchPlan) -> str:
 
 
 def submit(store, job_file: Path, cluster: str, *, overrides: list[str] | None = None,  # type: ignore[no-untyped-def]
-           accelerate_config: str | None = None, idempotency_key: str | None = None) -> tuple[str, bool]:
+           accelerate_config: str | None = None, idempotency_key: str | None = None,
+           home_dir: Path | None = None) -> tuple[str, bool]:
     """Validate, record the job, hand it to its backend. Returns (job id, created)."""
-    planned = plan_job(job_file, cluster, overrides=overrides, accelerate_config=accelerate_config)
-    from fsdp_orch.backends import backend_for
+    from fsdp_orch.backends import backend_for_kind
+    from fsdp_orch.backends.base import Submission
+    from fsdp_orch.states import JobState
 
-    backend = backend_for(planned.profile)
+    planned = plan_job(job_file, cluster, overrides=overrides, accelerate_config=accelerate_config)
+    backend = backend_for_kind(planned.profile.kind)
+    root = home_dir or home()
     job_id, created = store.create_job(
-        name=planned.job.name, cluster=planned.profile_ref.name, spec_json=spec_json(planned.plan),
-        run_dir_root=home() / "runs", job_file=str(job_file.resolve()),
+        name=planned.job.name, cluster=planned.profile_ref.name, kind=planned.profile.kind,
+        spec_json=spec_json(planned.plan), run_dir_root=root / "runs", job_file=str(job_file.resolve()),
         spec_hash=spec_hash(planned.plan), idempotency_key=idempotency_key)
     if not created:
         return job_id, False
-    backend.start(store, job_id, job_file=job_file.resolve(), cluster=cluster,
-                  overrides=list(overrides or []), accelerate_config=accelerate_config)
+    template = planned.profile.template
+    submission = Submission(
+        job_id=job_id, cluster=planned.profile_ref.name, job=planned.job, profile=planned.profile,
+        job_dir=str(job_file.resolve().parent), home=str(root),
+        profile_template=str((planned.profile_ref.path.parent / template).expanduser()) if template else None)
+    try:
+        submission.save()
+        backend.start(store, submission)
+    except BaseException as exc:
+        store.set_state(job_id, JobState.FAILED, reason=f"could not start: {exc}")
+        raise
     return job_id, True
 
 
 def cancel(store, job_id: str) -> str:  # type: ignore[no-untyped-def]
-    from fsdp_orch.backends import backend_for_job
+    from fsdp_orch.backends import backend_for_kind
+    from fsdp_orch.errors import JobNotFound
 
     row = store.job(job_id)
     if row is None:
-        from fsdp_orch.errors import JobNotFound
-
         raise JobNotFound(job_id)
-    return backend_for_job(store, row).cancel(store, row)
-
-
-__all__ = ["plan_job", "submit", "cancel", "PlannedJob"]
+    return backend_for_kind(row["kind"]).cancel(store, row)

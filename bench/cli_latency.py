@@ -1,0 +1,94 @@
+"""How fast is ``fsdp-orch status --json`` over a store of 10,000 jobs, against ``python -c pass``?
+
+Both are timed in the same run (the machines are noisy), as medians of several runs.
+Targets: ratio under 4, status under 300 ms.
+
+    .venv/bin/python bench/cli_latency.py [--jobs 10000] [--repeat 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fsdp_orch.states import JobState
+from fsdp_orch.store import Store, default_path
+
+CATEGORIES = ["hang", "nccl_timeout", "gloo_timeout_or_peer_lost", "preemption_or_node_lost"]
+
+
+def fill_store(home: Path, jobs: int, seed: int = 0) -> None:
+    rng = random.Random(seed)
+    store = Store(default_path(home))
+    now = time.time() - jobs * 60
+    conn = store.conn
+    conn.execute("BEGIN IMMEDIATE")
+    for i in range(jobs):
+        job_id = f"{i:012x}"
+        # A real store is mostly finished jobs, with a few still running.
+        state = (JobState.RUNNING.value if i >= jobs - 20 else
+                 rng.choice([JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]).value)
+        conn.execute(
+            "INSERT INTO jobs (id, name, cluster, kind, state, attempts, restarts, created_at, ended_at,"
+            " last_checkpoint_step, progress_step, progress_loss, progress_at, spec_json, run_dir)"
+            " VALUES (?, ?, 'local', 'local', ?, ?, ?, ?, ?, ?, ?, ?, ?, '{}', ?)",
+            (job_id, f"job-{i % 97}", state, 1 + i % 3, i % 3, now + i * 60,
+             now + i * 60 + 30 if state in ("SUCCEEDED", "FAILED", "CANCELLED") else None,
+             (i % 7) * 50, (i % 7) * 50 + 3, repr(rng.random() * 5), now + i * 60 + 20,
+             str(home / "runs" / job_id)))
+        for attempt in range(i % 3):
+            conn.execute("INSERT INTO failures (job_id, attempt, category, evidence, detected_at,"
+                         " stalled_for_s, action) VALUES (?, ?, ?, ?, ?, ?, 'restart')",
+                         (job_id, attempt, rng.choice(CATEGORIES), "evidence line", now + i * 60 + 10,
+                          12.5))
+    conn.execute("COMMIT")
+    store.close()
+
+
+def time_command(argv: list[str], env: dict[str, str], repeat: int) -> list[float]:
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=True)
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args()
+    cli = Path(sys.executable).parent / "fsdp-orch"
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        fill_store(home, args.jobs)
+        env = {**os.environ, "FSDP_ORCH_HOME": str(home)}
+        out = subprocess.run([str(cli), "status", "--json"], env=env, capture_output=True, text=True,
+                             check=True).stdout
+        listed = json.loads(out)
+        assert len(listed) == args.jobs, f"status listed {len(listed)} jobs, expected {args.jobs}"
+        time_command([sys.executable, "-c", "pass"], env, 3)  # warm the page cache
+        baseline = time_command([sys.executable, "-c", "pass"], env, args.repeat)
+        status = time_command([str(cli), "status", "--json"], env, args.repeat)
+    base_ms = statistics.median(baseline) * 1000
+    status_ms = statistics.median(status) * 1000
+    ratio = status_ms / base_ms
+    print(f"jobs in store:                 {args.jobs}")
+    print(f"python -c pass (median of {args.repeat}):   {base_ms:7.1f} ms")
+    print(f"fsdp-orch status --json (median): {status_ms:7.1f} ms   ({len(out) / 1e6:.1f} MB of JSON)")
+    print(f"ratio status / python:          {ratio:7.2f}   (target < 4)")
+    print(f"status under 300 ms:            {'yes' if status_ms < 300 else 'NO'}")
+    return 0 if ratio < 4 and status_ms < 300 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

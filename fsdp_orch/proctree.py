@@ -1,0 +1,103 @@
+"""Finding and stopping every process of a job on this machine.
+
+torchrun starts its workers in new sessions, so a process group kill misses them when torchrun itself
+dies first. Every process of a job inherits ``FSDP_ORCH_JOB_ID`` (and ``FSDP_ORCH_ATTEMPT``) from the
+launch script, so scanning ``/proc/*/environ`` finds them all, orphans included.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return True
+
+
+def job_processes(job_id: str, attempt: int | None = None) -> list[int]:
+    """Live processes carrying this job's id (and attempt) in their environment, excluding ourselves."""
+    want = f"FSDP_ORCH_JOB_ID={job_id}".encode()
+    want_attempt = f"FSDP_ORCH_ATTEMPT={attempt}".encode() if attempt is not None else None
+    me = os.getpid()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        env = _environ(int(name)).split(b"\0")
+        if want in env and (want_attempt is None or want_attempt in env) and not _is_zombie(int(name)):
+            found.append(int(name))
+    return sorted(found)
+
+
+def signal_pids(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def stop_job_processes(job_id: str, attempt: int | None = None, *, grace: float = 5.0,
+                       pgid: int | None = None, sleep: Callable[[float], None] = time.sleep,
+                       clock: Callable[[], float] = time.monotonic) -> list[int]:
+    """SIGTERM the attempt's process group and tagged processes, then SIGKILL what is left after
+    ``grace`` seconds. Returns the pids that had to be killed."""
+    if pgid is not None:
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    signal_pids(job_processes(job_id, attempt), signal.SIGTERM)
+    deadline = clock() + grace
+    while clock() < deadline:
+        if not job_processes(job_id, attempt):
+            return []
+        sleep(0.1)
+    left = job_processes(job_id, attempt)
+    if pgid is not None:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    signal_pids(left, signal.SIGKILL)
+    for _ in range(50):
+        if not job_processes(job_id, attempt):
+            break
+        sleep(0.1)
+    return left
+
+
+def pid_alive(pid: int | None, must_contain: str | None = None) -> bool:
+    """Is ``pid`` running (and, against pid reuse, does its command line contain ``must_contain``)?"""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    if _is_zombie(pid):
+        return False
+    if must_contain is None:
+        return True
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return must_contain.encode() in f.read()
+    except OSError:
+        return False

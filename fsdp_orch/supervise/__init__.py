@@ -1,0 +1,1 @@
+"""Supervision: watching attempts, classifying failures, deciding restarts."""
