@@ -145,6 +145,31 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    import json
+
+    from fsdp_orch.supervise.diagnose import diagnose_text
+
+    results = []
+    for name in args.files:
+        try:
+            with open(name, "rb") as f:
+                text = f.read().decode("utf-8", errors="replace")
+        except OSError as exc:
+            raise InputError(f"cannot read: {exc.strerror}", file=name) from None
+        results.append({"file": name, **diagnose_text(text).to_json()})
+    if args.json:
+        print(json.dumps(results[0] if len(results) == 1 else results, indent=2))
+        return EXIT_OK
+    for r in results:
+        retry = "retryable" if r["retryable"] else "not retryable"
+        where = f" (line {r['line']})" if r["line"] else ""
+        print(f"{r['file']}: {r['category']} ({retry}){where}")
+        if r["evidence"]:
+            print(f"  {r['evidence']}")
+    return EXIT_OK
+
+
 def cmd_clusters(args: argparse.Namespace) -> int:
     import json
 
@@ -171,7 +196,7 @@ def cmd_clusters(args: argparse.Namespace) -> int:
 
 # --- parser ---------------------------------------------------------------------------------
 
-_COMMANDS = ("render", "submit", "status", "logs", "cancel", "clusters")
+_COMMANDS = ("render", "submit", "status", "logs", "cancel", "diagnose", "clusters")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -230,6 +255,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("cancel", help="stop a job and every process it started")
     p.add_argument("job_id", metavar="JOB_ID")
     p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("diagnose", help="classify the failure in log files (category, retryable, evidence)")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--json", action="store_true", help="one JSON object per file (a list for several files)")
+    p.set_defaults(func=cmd_diagnose)
 
     p = sub.add_parser("clusters", help="list cluster profiles and where each came from")
     p.add_argument("--json", action="store_true")

@@ -1,0 +1,184 @@
+"""Failure classification: a pure function of log text (and exit codes) -> category, retryable, evidence.
+
+Signatures are checked line by line in the order the lines were written; the first *root cause*
+wins. Lines that only report the consequence of another failure (torchrun's "Sending process N closing
+signal SIGTERM", ChildFailedError, NCCL's "taking the entire process down") never win over a cause.
+Weak signatures (a bare "NCCL WARN", "Broken pipe") count only when no strong one is found.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+CATEGORIES = (
+    "hang", "nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost", "rendezvous_failure",
+    "cuda_oom", "hardware_fault", "preemption_or_node_lost", "user_code_error",
+    "checkpoint_error", "xla_error", "unknown",
+)
+NOT_RETRYABLE = frozenset({"user_code_error", "checkpoint_error"})
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    category: str
+    retryable: bool
+    evidence: str | None  # the line that decided it
+    line: int | None = None  # 1-based line number in the text it came from
+
+    def to_json(self) -> dict[str, object]:
+        return {"category": self.category, "retryable": self.retryable, "evidence": self.evidence,
+                "line": self.line}
+
+
+def _rule(category: str, *patterns: str) -> list[tuple[str, re.Pattern[str]]]:
+    return [(category, re.compile(p)) for p in patterns]
+
+
+# Strong signatures, most specific first (a line is given the first category that matches).
+STRONG = [
+    *_rule("cuda_oom", r"CUDA out of memory", r"OutOfMemoryError", r"CUBLAS_STATUS_ALLOC_FAILED",
+           r"cudaErrorMemoryAllocation", r"NCCL WARN Cuda failure 2 'out of memory'",
+           r"HIP out of memory"),
+    *_rule("hardware_fault", r"\bXid\b", r"NVRM:", r"uncorrectable ECC error", r"ECC_UNCORRECTABLE",
+           r"cudaErrorECCUncorrectable", r"fallen off the bus", r"illegal memory access",
+           r"unspecified launch failure", r"GPU is lost", r"CUDA error: an illegal instruction",
+           r"NVLink (?:error|fatal)", r"\bGPU \S+ has fallen\b", r"cudaErrorDevicesUnavailable",
+           r"Machine check events logged", r"cuda runtime error \(39\)"),
+    *_rule("nccl_timeout", r"Watchdog caught collective operation timeout",
+           r"Heartbeat monitor timed out", r"failure detected by watchdog at work sequence id",
+           r"Timeout\(ms\)=\d+\) ran for \d+ milliseconds", r"NCCL (?:work|communicator).*timed? ?out",
+           r"ProcessGroupNCCL.*Timeout at NCCL work"),
+    *_rule("nccl_error", r"NCCL error in:", r"\bnccl(?:Internal|System|Remote|UnhandledCuda|InvalidUsage|InvalidArgument)Error\b",
+           r"NCCL error: ", r"DistBackendError: NCCL", r"NCCL communicator was aborted",
+           r"ncclCommInitRank failed"),
+    *_rule("gloo_timeout_or_peer_lost", r"gloo/transport/tcp/\S+\] Timed out waiting",
+           r"gloo/transport/tcp/\S+\] (?:Read|Write) error", r"gloo/transport/tcp/\S+\] Connection closed by peer",
+           r"gloo.*Connection reset by peer", r"Application timeout caused pair closure",
+           r"Gloo connectFullMesh failed", r"ProcessGroupGloo.*(?:[Tt]imeout|timed out)",
+           r"\[enforce fail at \S*gloo"),
+    *_rule("rendezvous_failure", r"RendezvousClosedError", r"RendezvousTimeoutError",
+           r"RendezvousConnectionError", r"RendezvousError", r"DistStoreError",
+           r"TCP client failed to connect", r"The client socket has timed out after \d+ms while trying to connect",
+           r"Timed out after \d+ seconds waiting for clients", r"The server socket has failed to listen",
+           r"failed to bind to", r"EADDRINUSE", r"[Aa]ddress already in use",
+           r"Connection refused.*(?:TCPStore|c10d|rendezvous)", r"torch\.distributed\.elastic\.rendezvous"
+           r".*(?:Error|failed)"),
+    *_rule("preemption_or_node_lost", r"DUE TO PREEMPTION", r"DUE TO TIME LIMIT", r"DUE TO NODE FAIL",
+           r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT", r"srun: error: Node failure",
+           r"Received (?:15|SIGTERM) death signal", r"SignalException: Process \d+ got signal: (?:15|1)\b",
+           r"NODE_FAIL", r"slurmstepd: error: \*\*\* JOB \S+ STEPD TERMINATED", r"[Pp]reempted",
+           r"spot (?:instance|VM).*(?:interrupt|terminat|reclaim)", r"Maintenance event"),
+    *_rule("checkpoint_error", r"CheckpointException", r"PytorchStreamReader failed",
+           r"failed finding central directory", r"Error\(s\) in loading state_dict",
+           r"Missing key\(s\) in state_dict", r"Unexpected key\(s\) in state_dict",
+           r"size mismatch for \S+: copying a param", r"fsdp-orch: checkpoint error"),
+    *_rule("xla_error", r"client mesh master", r"Unable to initialize backend 'tpu'", r"TPU is already in use",
+           r"libtpu", r"PJRT.*(?:[Ee]rror|failed)", r"torch_xla.*Error", r"XlaRuntimeError",
+           r"RESOURCE_EXHAUSTED.*(?:TPU|HBM)"),
+]
+
+WEAK = [
+    *_rule("nccl_error", r"NCCL WARN", r"NET/IB : Got completion .* with error"),
+    *_rule("gloo_timeout_or_peer_lost", r"Connection reset by peer", r"Broken pipe"),
+    *_rule("preemption_or_node_lost", r"got signal: 15", r"Terminated\s*$"),
+]
+
+# Consequences of a failure elsewhere: never the evidence.
+CONSEQUENCE = re.compile(
+    r"closing signal SIGTERM|ChildFailedError|Some NCCL operations have failed or timed out|"
+    r"To avoid data inconsistency|failed \(exitcode|torch\.distributed\.elastic\.multiprocessing\.errors|"
+    r"Stack trace of the failed collective not found|preparing to dump debug info|"
+    r"CUDA kernel errors might be asynchronously reported|For debugging consider passing|"
+    r"Compile with `TORCH_USE_CUDA_DSA`")
+
+_PREFIX = re.compile(r"^(?:\[(?:default|rank)\d+\]:\s?|\[stderr\]\s?|\[stdout\]\s?|\S+:\s(?=Traceback|\w+Error))")
+_TRACEBACK = "Traceback (most recent call last):"
+_ORDINARY_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?::|$)")
+
+
+_FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
+
+
+def _match(rules: list[tuple[str, re.Pattern[str]]], line: str) -> str | None:
+    for category, pattern in rules:
+        if pattern.search(line):
+            return category
+    return None
+
+
+class LineScanner:
+    """Feeds lines one at a time (a live log); remembers the first root cause and the first weak sign.
+
+    One scanner per stream: a Python traceback is followed line by line to its exception line.
+    """
+
+    def __init__(self) -> None:
+        self.first: Diagnosis | None = None
+        self.weak: Diagnosis | None = None
+        self._in_traceback = False
+        self._count = 0
+
+    def feed(self, raw: str) -> Diagnosis | None:
+        """Returns the root cause as soon as one is known (and keeps returning it)."""
+        self._count += 1
+        if self.first is not None:
+            return self.first
+        body = _PREFIX.sub("", raw.rstrip("\r\n"))
+        line = body.strip()
+        if not line:
+            return None
+        if line.endswith(_TRACEBACK) or line.startswith("Exception in thread") or _FRAME.match(body):
+            self._in_traceback = True
+            return None
+        evidence = line
+        # What only reports another failure is cut out; what is left of the line may still be a cause.
+        line = CONSEQUENCE.sub(" ", line).strip()
+        if len(line) < 3:
+            return None
+        category = _match(STRONG, line)
+        if category is not None:
+            self.first = Diagnosis(category, category not in NOT_RETRYABLE, evidence, self._count)
+            return self.first
+        if self._in_traceback and not body[:1].isspace() and not line.startswith(("File ", "^", "~")):
+            if _ORDINARY_EXCEPTION.match(line) and not line.startswith(("During handling", "The above")):
+                self._in_traceback = False
+                self.first = Diagnosis("user_code_error", False, evidence, self._count)
+                return self.first
+        if self.weak is None:
+            weak = _match(WEAK, line)
+            if weak is not None:
+                self.weak = Diagnosis(weak, weak not in NOT_RETRYABLE, evidence, self._count)
+        return None
+
+    def result(self) -> Diagnosis | None:
+        return self.first or self.weak
+
+
+def diagnose_text(text: str) -> Diagnosis:
+    """The category of the first root cause in ``text``; ``unknown`` when nothing is recognised."""
+    scanner = LineScanner()
+    for line in text.splitlines():
+        if scanner.feed(line) is not None:
+            break
+    return scanner.result() or Diagnosis("unknown", True, None, None)
+
+
+def diagnose_lines(lines: Iterable[str]) -> Diagnosis:
+    return diagnose_text("\n".join(lines))
+
+
+def diagnose_exit(code: int | None) -> Diagnosis:
+    """When the logs say nothing: what the exit status alone tells (negative = killed by a signal)."""
+    if code is None:
+        return Diagnosis("preemption_or_node_lost", True, "the attempt's processes disappeared", None)
+    if code in (-9, 137):
+        return Diagnosis("unknown", True, f"killed by SIGKILL (exit {code}): the kernel OOM killer or an "
+                                          "external kill", None)
+    if code in (-15, 143):
+        return Diagnosis("preemption_or_node_lost", True, f"terminated by SIGTERM (exit {code})", None)
+    if code < 0 or code > 128:
+        signum = -code if code < 0 else code - 128
+        return Diagnosis("unknown", True, f"killed by signal {signum} (exit {code})", None)
+    return Diagnosis("unknown", True, f"exited with code {code}", None)

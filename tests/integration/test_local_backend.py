@@ -1,0 +1,156 @@
+"""The local cluster end to end, through the real CLI: torchrun with 2 ranks, FSDP2 on CPU (gloo),
+real DCP checkpoints on disk, status/logs/cancel, resume after cancel, a crowded store."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from fsdp_orch.proctree import job_processes, pid_alive
+from fsdp_orch.store import Store
+
+pytestmark = pytest.mark.slow
+
+SHORT = ["--set", "args=[--steps, 24]", "--set", "checkpoint.interval=8"]
+
+
+def result_of(cli, job_id: str) -> dict:
+    return json.loads((cli.home / "runs" / job_id / "result.json").read_text())
+
+
+def test_submit_wait_runs_fsdp_to_success_with_checkpoints(cli, demo):
+    proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo), *SHORT)
+    assert proc.returncode == 0, proc.stderr
+    status = json.loads(proc.stdout)
+    assert status["state"] == "SUCCEEDED"
+    assert status["attempts"] == 1 and status["restarts"] == 0 and status["failures"] == []
+    assert status["progress"]["step"] == 24
+    assert isinstance(status["progress"]["loss"], float)
+    assert status["last_checkpoint_step"] == 24
+    ckpt_root = demo.parent / "checkpoints" / "demo"
+    complete = sorted(p.name for p in ckpt_root.iterdir() if (p / "COMMITTED").exists())
+    assert complete, "no committed checkpoint on disk"
+    assert all((ckpt_root / name / ".metadata").exists() for name in complete)
+    # Both ranks ran under torchrun: each rank's lines are in the node's log.
+    for rank in (0, 1):
+        logs = cli.run("logs", status["id"], "--rank", str(rank), check=True).stdout
+        assert logs.strip(), f"no output for rank {rank}"
+    table = cli.run("status", check=True).stdout
+    assert status["id"] in table and "SUCCEEDED" in table
+
+
+def test_cancel_stops_every_process_and_marks_cancelled(cli, demo):
+    job_id = cli.run("submit", "--cluster", "local", str(demo), "--set", "args=[--steps, 100000]",
+                     check=True).stdout.strip()
+    running = cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 2,
+                             timeout=180, what="two training steps")
+    assert running["state"] == "RUNNING"
+    assert len(job_processes(job_id)) >= 3  # torchrun agent + 2 workers
+    supervisor_pid = Store(cli.home / "jobs.db").job(job_id)["supervisor_pid"]
+    out = cli.run("cancel", job_id, check=True).stdout
+    assert "cancelled" in out
+    status = cli.status(job_id)
+    assert status["state"] == "CANCELLED"
+    assert status["ended_at"] is not None
+    assert job_processes(job_id) == [], "processes of the cancelled job are still running"
+    assert not pid_alive(supervisor_pid), "the supervisor is still running"
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    assert job_id not in ps, f"a process still names the job:\n{ps}"
+
+
+def test_resume_after_cancel_matches_an_uninterrupted_run_bit_for_bit(cli, demo):
+    steps = ["--set", "args=[--steps, 40]", "--set", "checkpoint.interval=10"]
+    clean = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo), *steps,
+                    "--set", "name=clean")
+    assert clean.returncode == 0, clean.stderr
+    reference = result_of(cli, json.loads(clean.stdout)["id"])
+
+    first = cli.run("submit", "--cluster", "local", str(demo), *steps, "--set", "name=resumed",
+                    check=True).stdout.strip()
+    cli.wait_until(first, lambda s: (s.get("last_checkpoint_step") or 0) >= 20, timeout=300,
+                   what="a checkpoint at step 20")
+    cli.run("cancel", first, check=True)
+    assert cli.status(first)["state"] == "CANCELLED"
+
+    again = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo), *steps,
+                    "--set", "name=resumed")
+    assert again.returncode == 0, again.stderr
+    second = json.loads(again.stdout)["id"]
+    resumed = result_of(cli, second)
+    attempts = Store(cli.home / "jobs.db").attempts(second)
+    assert attempts[0]["resume_from"] is None or "step-" in attempts[0]["resume_from"]
+    assert resumed["resumed_from_step"] >= 20, "the resubmitted job started from scratch"
+    assert resumed["final_step"] == reference["final_step"] == 40
+    assert resumed["final_loss"] == reference["final_loss"]
+    assert resumed["param_sha256"] == reference["param_sha256"]
+
+
+def test_failing_job_ends_failed_and_wait_exits_1(cli, tmp_path):
+    job = tmp_path / "fails.yaml"
+    job.write_text("name: fails\nlauncher: python\ncommand: [bash, -c, 'echo boom >&2; exit 3']\n")
+    proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(job))
+    assert proc.returncode == 1
+    status = json.loads(proc.stdout)
+    assert status["state"] == "FAILED"
+    assert "code 3" in status["reason"]
+    assert "boom" in cli.run("logs", status["id"], check=True).stdout
+
+
+def test_twenty_parallel_submits_and_status_calls_lose_nothing(cli, tmp_path):
+    job = tmp_path / "quick.yaml"
+    job.write_text("name: quick\nlauncher: python\ncommand: ['true']\n")
+
+    def call(i: int) -> subprocess.CompletedProcess:
+        if i % 2:
+            return cli.run("status", "--json")
+        return cli.run("submit", "--cluster", "local", str(job))
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        results = list(pool.map(call, range(20)))
+    for proc in results:
+        assert proc.returncode == 0, proc.stderr
+        assert "locked" not in proc.stderr
+    ids = {p.stdout.strip() for i, p in enumerate(results) if i % 2 == 0}
+    assert len(ids) == 10
+    listed = {j["id"] for j in json.loads(cli.run("status", "--json", check=True).stdout)}
+    assert ids <= listed
+    for job_id in ids:
+        cli.wait_until(job_id, lambda s: s["state"] == "SUCCEEDED", timeout=120, what="SUCCEEDED")
+
+
+def test_submit_returns_fast_and_the_supervisor_outlives_the_cli(cli, tmp_path):
+    job = tmp_path / "sleepy.yaml"
+    job.write_text("name: sleepy\nlauncher: python\ncommand: [sleep, '3']\n")
+    t0 = time.monotonic()
+    job_id = cli.run("submit", "--cluster", "local", str(job), check=True).stdout.strip()
+    elapsed = time.monotonic() - t0
+    assert elapsed < 5, f"submit took {elapsed:.1f}s"
+    row = Store(cli.home / "jobs.db").job(job_id)
+    assert pid_alive(row["supervisor_pid"], must_contain=job_id)
+    final = cli.wait_until(job_id, lambda s: s["state"] == "SUCCEEDED", timeout=60, what="SUCCEEDED")
+    assert final["attempts"] == 1
+
+
+def test_idempotency_key_returns_the_first_job(cli, tmp_path):
+    job = tmp_path / "quick.yaml"
+    job.write_text("name: quick\nlauncher: python\ncommand: ['true']\n")
+    first = cli.run("submit", "--cluster", "local", "--json", "--idempotency-key", "nightly-2026-11-21",
+                    str(job), check=True)
+    second = cli.run("submit", "--cluster", "local", "--json", "--idempotency-key", "nightly-2026-11-21",
+                     str(job), check=True)
+    a, b = json.loads(first.stdout), json.loads(second.stdout)
+    assert a["id"] == b["id"] and a["created"] is True and b["created"] is False
+    assert len(json.loads(cli.run("status", "--json", check=True).stdout)) == 1
+
+
+def test_python_module_entrypoint_is_importable(cli):
+    # `python -m fsdp_orch` and the console script are the same CLI.
+    proc = subprocess.run([sys.executable, "-m", "fsdp_orch", "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "fsdp-orch" in proc.stdout
+    assert Path(sys.executable).with_name("fsdp-orch").exists()
