@@ -1,0 +1,105 @@
+"""Heartbeat files: one JSON file per rank and attempt, replaced atomically after every step. Torch-free.
+
+Layout: ``<run_dir>/heartbeats/attempt-<A>/rank-<R>.json`` holding
+``{"rank", "attempt", "step", "loss", "time", "state", "pid", "metrics"}``. ``state`` is one of
+``starting`` (process group up, no step done yet), ``training``, ``saving`` (inside a checkpoint
+save: slow, not hung) and ``done``. The runtime writes them (``fsdp_orch.runtime.heartbeat``); the
+supervisor reads them with :func:`read_heartbeats`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STATES = ("starting", "training", "saving", "done")
+_RANK_FILE = re.compile(r"rank-(\d+)\.json")
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    rank: int
+    attempt: int
+    step: int
+    loss: float | None
+    time: float  # unix time of the write
+    state: str
+    pid: int
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({"rank": self.rank, "attempt": self.attempt, "step": self.step,
+                           "loss": self.loss, "time": self.time, "state": self.state,
+                           "pid": self.pid, "metrics": self.metrics}, separators=(",", ":"))
+
+
+def heartbeat_dir(run_dir: str | os.PathLike[str], attempt: int) -> Path:
+    return Path(os.path.expanduser(os.fspath(run_dir))) / "heartbeats" / f"attempt-{attempt}"
+
+
+def heartbeat_path(run_dir: str | os.PathLike[str], attempt: int, rank: int) -> Path:
+    return heartbeat_dir(run_dir, attempt) / f"rank-{rank}.json"
+
+
+def parse_heartbeat(text: str) -> Heartbeat:
+    """Parse one heartbeat file's text. Raises ValueError naming what is wrong."""
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("expected a JSON object")
+    for key, kind in (("rank", int), ("attempt", int), ("step", int), ("pid", int)):
+        if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
+            raise ValueError(f"{key}: expected an integer, got {data.get(key)!r}")
+    when = data.get("time")
+    if not isinstance(when, (int, float)) or isinstance(when, bool) or not math.isfinite(when):
+        raise ValueError(f"time: expected a unix time, got {when!r}")
+    state = data.get("state")
+    if state not in STATES:
+        raise ValueError(f"state: expected one of {', '.join(STATES)}, got {state!r}")
+    loss = data.get("loss")
+    if loss is not None and (not isinstance(loss, (int, float)) or isinstance(loss, bool)):
+        raise ValueError(f"loss: expected a number or null, got {loss!r}")
+    metrics = data.get("metrics") or {}
+    if not isinstance(metrics, dict):
+        raise ValueError(f"metrics: expected an object, got {metrics!r}")
+    return Heartbeat(rank=data["rank"], attempt=data["attempt"], step=data["step"],
+                     loss=None if loss is None else float(loss), time=float(when), state=state,
+                     pid=data["pid"], metrics=metrics)
+
+
+def read_heartbeats(run_dir: str | os.PathLike[str], attempt: int) -> dict[int, Heartbeat]:
+    """The latest heartbeat of every rank of ``attempt`` that wrote one; unreadable files are skipped."""
+    directory = heartbeat_dir(run_dir, attempt)
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    out: dict[int, Heartbeat] = {}
+    for name in names:
+        match = _RANK_FILE.fullmatch(name)
+        if not match:
+            continue
+        try:
+            beat = parse_heartbeat((directory / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # a file replaced while we looked, or not ours
+        if beat.rank == int(match.group(1)):
+            out[beat.rank] = beat
+    return dict(sorted(out.items()))
+
+
+def write_heartbeat(path: str | os.PathLike[str], beat: Heartbeat) -> None:
+    """Replace ``path`` atomically (temp file in the same directory, then rename; no fsync: cheap)."""
+    target = os.fspath(path)
+    tmp = f"{target}.{beat.pid}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(beat.to_json())
+    os.replace(tmp, target)
+
+
+__all__ = ["Heartbeat", "STATES", "heartbeat_dir", "heartbeat_path", "parse_heartbeat",
+           "read_heartbeats", "write_heartbeat"]
