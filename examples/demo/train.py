@@ -1,0 +1,143 @@
+"""A small transformer language model on synthetic tokens, sharded with fsdp_orch.runtime.
+
+Deterministic: the batch of step s on rank r is a pure function of (seed, s, r), and checkpoints
+hold the optimizer state and RNG states, so a run resumed from a checkpoint reaches the same
+final loss and weights, bit for bit, as a run that never stopped.
+
+    torchrun --standalone --nproc-per-node 2 train.py --steps 300      # or: fsdp-orch submit job.yaml
+
+Rank 0 prints ``step=N loss=L`` per step and at the end writes result.json (final loss, final
+step, SHA-256 of the full parameters) into $FSDP_ORCH_RUN_DIR, or the current directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from fsdp_orch import runtime
+
+
+class Block(nn.Module):
+    """Pre-norm decoder block: causal self-attention and an MLP, no dropout."""
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyLM(nn.Module):
+    _no_split_modules = ["Block"]
+
+    def __init__(self, vocab: int, dim: int, layers: int, heads: int, seq_len: int):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(seq_len, dim)
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.tok(tokens) + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+def batch(seed: int, step: int, rank: int, args: argparse.Namespace, device: torch.device):
+    """Sequences that count up from a random start by a random stride (mod vocab): learnable."""
+    key = hashlib.sha256(f"{seed}/{step}/{rank}".encode()).digest()
+    g = torch.Generator().manual_seed(int.from_bytes(key[:8], "little"))
+    n = args.seq_len + 1
+    start = torch.randint(0, args.vocab, (args.batch_size, 1), generator=g)
+    stride = torch.randint(1, 8, (args.batch_size, 1), generator=g)
+    seq = (start + stride * torch.arange(n)) % args.vocab
+    noise = torch.rand(args.batch_size, n, generator=g) < 0.05
+    seq = torch.where(noise, torch.randint(0, args.vocab, (args.batch_size, n), generator=g), seq)
+    return seq[:, :-1].to(device), seq[:, 1:].to(device)
+
+
+def param_sha256(model: nn.Module) -> str | None:
+    """SHA-256 over the full (gathered) parameters, in name order; on rank 0, else None."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if dist.get_rank() != 0:
+        return None
+    h = hashlib.sha256()
+    for name in sorted(full):
+        t = full[name].detach().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--vocab", type=int, default=128)
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    args = p.parse_args()
+
+    job = runtime.setup()
+    torch.manual_seed(args.seed)
+    model = job.shard(lambda: TinyLM(args.vocab, args.dim, args.layers, args.heads, args.seq_len))
+    optim = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    progress = {"loss": None}  # saved with each checkpoint, so a finished run can report it
+    ckpt = job.checkpointer(model, optim, extras=progress)
+    start = ckpt.restore()
+
+    for step in range(start + 1, args.steps + 1):
+        tokens, targets = batch(args.seed, step, job.rank, args, job.device)
+        logits = model(tokens)
+        loss = F.cross_entropy(logits.float().reshape(-1, args.vocab), targets.reshape(-1))
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        optim.step()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        progress["loss"] = (mean / job.world_size).item()
+        if job.is_main:
+            print(f"step={step} loss={progress['loss']:.6f}", flush=True)
+        job.step_done(step, progress["loss"])
+
+    digest = param_sha256(model)
+    job.finish(args.steps)
+    if job.is_main:
+        out = Path(os.environ.get("FSDP_ORCH_RUN_DIR") or ".").expanduser() / "result.json"
+        out.write_text(json.dumps({
+            "final_loss": progress["loss"], "final_step": args.steps, "param_sha256": digest,
+            "resumed_from": start, "world_size": job.world_size,
+            "plan": job.plan.as_dict() if job.plan else None,
+            "save_block_seconds": ckpt.block_seconds,
+        }, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,328 @@
+"""Sharded checkpoints with ``torch.distributed.checkpoint`` (DCP): save, commit, prune, restore.
+
+Layout: ``<checkpoint_dir>/step-<N:08d>/`` holds DCP's shard files (``__<rank>_0.distcp``), DCP's
+``.metadata`` (written by rank 0 after every rank's shards are written), one
+``rank-<R>.state.pt`` per rank (step, RNG states, extras; written before the shards) and our
+commit record ``COMMITTED``. A save goes straight into the final directory; it counts only once
+``COMMITTED`` exists, which rank 0 writes atomically after DCP's final gather (sync save: plus a
+barrier) or when the async save's future completes. A crash in between leaves a directory without
+``COMMITTED``: restore skips it and a later save of the same step starts it afresh.
+
+Async saves stage a copy of the state in CPU memory, then write it in a background thread over
+a dedicated gloo process group (gloo is not safe to share with the training thread's
+collectives); training continues meanwhile. At most one save is in flight: the next save, and
+:meth:`Checkpointer.finalize`, wait for it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from fsdp_orch.checkpoints import CheckpointInfo, checkpoint_info, list_checkpoints, step_dir_name
+from fsdp_orch.errors import FsdpOrchError
+from fsdp_orch.runtime import ckpt_files as files
+from fsdp_orch.runtime.dist import DistInfo
+from fsdp_orch.runtime.faults import FaultInjector
+from fsdp_orch.runtime.heartbeat import HeartbeatWriter
+
+FULL_MODEL_DIR = "full"
+
+
+class CheckpointError(FsdpOrchError):
+    """A checkpoint could not be saved or restored; raised on every rank."""
+
+
+def _warn(message: str) -> None:
+    print(f"[fsdp-orch] warning: {message}", file=sys.stderr, flush=True)
+
+
+def _crashing_writer(path: Path, faults: FaultInjector, step: int):
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    class CrashingWriter(FileSystemWriter):
+        """Writes this rank's shards, then dies before the save can be committed."""
+
+        def write_data(self, plan, planner):  # type: ignore[no-untyped-def]
+            result = super().write_data(plan, planner)
+            result.wait()
+            faults.crash_in_checkpoint(step, [p.name for p in path.iterdir()])
+            return result
+
+    return CrashingWriter(str(path))
+
+
+class Checkpointer:
+    """Save and restore model + optimizer (+ step, RNG states and ``extras``) of one job."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, *,
+                 directory: Path, info: DistInfo, keep_last: int = 3, interval: int = 100,
+                 async_save: bool = False, resume: str = "auto", full_at_end: bool = False,
+                 attempt: int = 0, timeout_s: float = 600.0,
+                 heartbeat: HeartbeatWriter | None = None, faults: FaultInjector | None = None,
+                 extras: dict[str, Any] | None = None):
+        from datetime import timedelta
+
+        self.model = model
+        self.optimizer = optimizer
+        self.directory = Path(directory).expanduser()
+        self.info = info
+        self.keep_last = keep_last
+        self.interval = interval
+        self.async_save = async_save
+        self.resume = resume
+        self.full_at_end = full_at_end
+        self.attempt = attempt
+        self.heartbeat = heartbeat
+        self.faults = faults
+        self.extras: dict[str, Any] = extras if extras is not None else {}
+        self.last_saved_step: int | None = None
+        self.restored_from: Path | None = None
+        self.block_seconds: list[float] = []  # how long each save held up training
+        self._pending: tuple[int, Path, Future] | None = None
+        # One group for every checkpoint collective: DCP's plans, the preflight, the restore choice.
+        self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+
+    # --- state ---------------------------------------------------------------------------------
+
+    def _state(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+
+        if self.optimizer is None:
+            return {"model": get_model_state_dict(self.model)}
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        return {"model": model_sd, "optim": optim_sd}
+
+    def _set_state(self, state: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
+
+        if self.optimizer is None:
+            set_model_state_dict(self.model, state["model"])
+        else:
+            set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
+                           optim_state_dict=state["optim"])
+
+    def _beat(self, state: str) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.beat(state=state)
+
+    # --- save ----------------------------------------------------------------------------------
+
+    def maybe_save(self, step: int) -> bool:
+        """Save when ``step`` is a multiple of the interval; True when a save started."""
+        if step > 0 and step % self.interval == 0 and step != self.last_saved_step:
+            self.save(step)
+            return True
+        return False
+
+    def save(self, step: int) -> None:
+        """Save the state after ``step`` steps (sync, or started in the background when async)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint import FileSystemWriter
+
+        started = time.perf_counter()
+        self._beat("saving")
+        try:
+            self.wait()
+            path = self.directory / step_dir_name(step)
+            state = self._state()
+            self._preflight(path, state)
+            files.write_rank_state(path, self.info.rank, step, self.info.world_size,
+                                   self.info.device, self.extras)
+            if self.faults is not None and self.faults.checkpoint_crash_due(step):
+                writer = _crashing_writer(path, self.faults, step)
+            else:
+                writer = FileSystemWriter(str(path))
+            if self.async_save:
+                future = dcp.async_save(state, storage_writer=writer, process_group=self.group)
+                self._pending = (step, path, future)
+            else:
+                dcp.save(state, storage_writer=writer, process_group=self.group)
+                dist.barrier(group=self.group)
+                self._commit(step, path)
+        except CheckpointError:
+            raise
+        except Exception as exc:
+            raise CheckpointError(f"checkpoint save of step {step} into {self.directory} failed: "
+                                  f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            self._beat("training")
+        self.last_saved_step = step
+        self.block_seconds.append(time.perf_counter() - started)
+
+    def _preflight(self, path: Path, state: dict[str, Any]) -> None:
+        """Fail fast, on every rank, when any rank cannot write (no collective save is started)."""
+        local = sum(_nbytes(v) for v in _leaves(state))
+        sizes: list[Any] = [None] * self.info.world_size
+        dist.all_gather_object(sizes, local, group=self.group)
+        need = int(sum(sizes) * 1.05)
+        first = [files.preflight(self.directory, path, 0, True, need) if self.info.rank == 0 else None]
+        dist.broadcast_object_list(first, src=0, group=self.group)
+        if first[0]:
+            raise CheckpointError(f"checkpoint save into {path} refused before writing (rank 0): "
+                                  f"{first[0]}")
+        mine = None if self.info.rank == 0 else files.preflight(self.directory, path, self.info.rank,
+                                                                False, 0)
+        errors: list[Any] = [None] * self.info.world_size
+        dist.all_gather_object(errors, mine, group=self.group)
+        failed = [(r, e) for r, e in enumerate(errors) if e]
+        if failed:
+            rank, error = failed[0]
+            raise CheckpointError(f"checkpoint save into {path} refused before writing (rank {rank}): "
+                                  f"{error}")
+
+    def _commit(self, step: int, path: Path) -> None:
+        if self.info.rank == 0:
+            files.write_commit(path, step, self.info.world_size, self.attempt, self.async_save)
+            files.prune(self.directory, self.keep_last, protect={path})
+
+    def wait(self) -> None:
+        """Wait for an async save in flight and commit it. Raises CheckpointError if it failed."""
+        if self._pending is None:
+            return
+        step, path, future = self._pending
+        self._pending = None
+        try:
+            future.result()
+        except Exception as exc:
+            raise CheckpointError(f"async checkpoint save of step {step} into {path} failed: "
+                                  f"{type(exc).__name__}: {exc}") from exc
+        self._commit(step, path)
+
+    def finalize(self, step: int | None = None) -> None:
+        """End of training: save ``step`` if not saved yet, wait for async saves, write the full
+        consolidated model when asked (``save_full_at_end`` / FULL_STATE_DICT)."""
+        if step is not None and step > 0 and step != self.last_saved_step:
+            self.save(step)
+        self.wait()
+        if self.full_at_end and step is not None:
+            self.save_full(step)
+
+    def save_full(self, step: int) -> Path:
+        """Gather the full model on rank 0 (CPU) and write ``<dir>/full/model.pt`` atomically."""
+        import io
+        import json
+
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        self._beat("saving")
+        try:
+            state = get_model_state_dict(self.model, options=StateDictOptions(
+                full_state_dict=True, cpu_offload=True))
+            target = self.directory / FULL_MODEL_DIR
+            error = [None]
+            if self.info.rank == 0:
+                try:
+                    target.mkdir(parents=True, exist_ok=True)
+                    buffer = io.BytesIO()
+                    torch.save(state, buffer)
+                    files.atomic_write(target / "model.pt", buffer.getvalue())
+                    files.atomic_write(target / "INFO.json", json.dumps(
+                        {"step": step, "format": "torch.save state_dict (full, unsharded)",
+                         "time": time.time()}).encode())
+                except OSError as exc:
+                    error = [f"cannot write {target}: {exc}"]
+            dist.broadcast_object_list(error, src=0, group=self.group)
+            if error[0]:
+                raise CheckpointError(str(error[0]))
+        finally:
+            self._beat("training")
+        return target / "model.pt"
+
+    # --- restore -------------------------------------------------------------------------------
+
+    def candidates(self) -> list[CheckpointInfo]:
+        """What restore would try, newest first (rank 0's view; see :meth:`restore`)."""
+        mode = self.resume.strip()
+        if mode == "never":
+            return []
+        if mode != "auto":
+            info = checkpoint_info(Path(mode).expanduser())
+            if info is None or info.layout != "dcp" or not info.complete:
+                raise CheckpointError(f"FSDP_ORCH_RESUME={mode}: not a complete step-N checkpoint "
+                                      "(needs .metadata and COMMITTED)")
+            return [info]
+        return [c for c in reversed(list_checkpoints(self.directory))
+                if c.layout == "dcp" and c.complete]
+
+    def restore(self) -> int:
+        """Load the newest usable checkpoint; returns the step to continue from (0: none).
+
+        Rank 0 chooses (skipping checkpoints whose ``.metadata`` does not read back, with a
+        warning) and tells the others, so every rank loads the same one.
+        """
+        import torch.distributed.checkpoint as dcp
+
+        choice: list[Any] = [None]
+        if self.info.rank == 0:
+            try:
+                paths = []
+                for cand in self.candidates():
+                    problem = files.check_metadata(cand.path)
+                    if problem:
+                        _warn(f"skipping checkpoint {cand.path}: {problem}; trying an older one")
+                    else:
+                        paths.append(str(cand.path))
+                choice = [paths]
+            except CheckpointError as exc:
+                choice = [exc]
+        dist.broadcast_object_list(choice, src=0, group=self.group)
+        if isinstance(choice[0], Exception):
+            raise CheckpointError(str(choice[0]))
+        for raw in choice[0]:
+            path = Path(raw)
+            state = self._state()
+            try:
+                dcp.load(state, checkpoint_id=str(path), process_group=self.group)
+            except Exception as exc:
+                _warn(f"skipping checkpoint {path}: load failed ({type(exc).__name__}: {exc})")
+                continue
+            self._set_state(state)
+            step = self._restore_rank_state(path)
+            self.last_saved_step = step
+            self.restored_from = path
+            if self.info.is_main:
+                print(f"[fsdp-orch] resumed from {path} (step {step})", file=sys.stderr, flush=True)
+            return step
+        return 0
+
+    def _restore_rank_state(self, path: Path) -> int:
+        info = checkpoint_info(path)
+        commit = files.parse_commit_file(path)
+        step = commit["step"] if commit else (info.step if info else 0)
+        saved = files.read_rank_state(path, self.info.rank)
+        if saved is None:
+            _warn(f"{path} has no state for rank {self.info.rank} (saved with a different world "
+                  "size?): RNG states and extras not restored")
+            return step
+        files.set_rng_state(saved["rng"], self.info.device)
+        files.load_extras(self.extras, saved.get("extras", {}))
+        return step
+
+
+def _leaves(state: Any):
+    if isinstance(state, dict):
+        for value in state.values():
+            yield from _leaves(value)
+    elif isinstance(state, (list, tuple)):
+        for value in state:
+            yield from _leaves(value)
+    else:
+        yield state
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        local = value.to_local() if hasattr(value, "to_local") else value
+        return local.numel() * local.element_size()
+    return 0
+
+
+__all__ = ["Checkpointer", "CheckpointError", "FULL_MODEL_DIR"]

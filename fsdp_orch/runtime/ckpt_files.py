@@ -1,0 +1,155 @@
+"""File-level pieces of a checkpoint: commit record, per-rank state, pruning. No collectives here."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fsdp_orch.checkpoints import COMMIT_FILE, METADATA_FILE, list_checkpoints, parse_commit
+
+RANK_STATE = "rank-{rank}.state.pt"
+
+
+def atomic_write(path: Path, data: bytes, fsync: bool = True) -> None:
+    """Write to a temp name in the same directory, fsync, rename: readers see all or nothing."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_commit(path: Path, step: int, world_size: int, attempt: int, async_save: bool) -> None:
+    record = {"step": step, "world_size": world_size, "time": time.time(), "attempt": attempt,
+              "async": async_save}
+    atomic_write(path / COMMIT_FILE, (json.dumps(record) + "\n").encode())
+
+
+def parse_commit_file(path: Path) -> dict | None:
+    try:
+        return parse_commit((path / COMMIT_FILE).read_text(encoding="utf-8"))
+    except OSError:
+        return None
+
+
+def rng_state(device: torch.device) -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate(),
+                             "numpy": np.random.get_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def extras_state(extras: dict[str, Any]) -> dict[str, Any]:
+    """Objects with ``state_dict()`` are saved by their state; anything else as it is (pickled)."""
+    return {k: (v.state_dict() if hasattr(v, "state_dict") and hasattr(v, "load_state_dict") else v)
+            for k, v in extras.items()}
+
+
+def load_extras(extras: dict[str, Any], saved: dict[str, Any]) -> None:
+    for key, value in saved.items():
+        current = extras.get(key)
+        if current is not None and hasattr(current, "load_state_dict"):
+            current.load_state_dict(value)
+        else:
+            extras[key] = value
+
+
+def write_rank_state(path: Path, rank: int, step: int, world_size: int, device: torch.device,
+                     extras: dict[str, Any]) -> None:
+    import io
+
+    buffer = io.BytesIO()
+    torch.save({"step": step, "rank": rank, "world_size": world_size, "rng": rng_state(device),
+                "extras": extras_state(extras)}, buffer)
+    atomic_write(path / RANK_STATE.format(rank=rank), buffer.getvalue(), fsync=False)
+
+
+def read_rank_state(path: Path, rank: int) -> dict[str, Any] | None:
+    file = path / RANK_STATE.format(rank=rank)
+    if not file.exists():
+        return None
+    # Our own file (RNG tuples and numpy arrays need full unpickling).
+    return torch.load(file, map_location="cpu", weights_only=False)
+
+
+def check_metadata(path: Path) -> str | None:
+    """None when DCP's ``.metadata`` reads back, else why not."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    if not (path / METADATA_FILE).exists():
+        return "no .metadata"
+    try:
+        FileSystemReader(str(path)).read_metadata()
+    except Exception as exc:  # a truncated or garbled pickle raises anything
+        return f"unreadable .metadata ({type(exc).__name__}: {exc})"
+    return None
+
+
+def preflight(directory: Path, path: Path, rank: int, clear: bool, need_bytes: int) -> str | None:
+    """Check (and on rank 0 prepare) the step directory before a collective save; None when fine.
+
+    ``clear``: remove ``path`` first (a partial save of the same step by an earlier attempt).
+    """
+    try:
+        if clear:
+            directory.mkdir(parents=True, exist_ok=True)
+            if path.exists():
+                shutil.rmtree(path)
+            path.mkdir()
+        probe = path / f".probe-rank-{rank}"
+        with open(probe, "wb") as f:
+            f.write(b"ok")
+        probe.unlink()
+        free = shutil.disk_usage(path).free
+        if need_bytes and free < need_bytes:
+            return (f"not enough free space in {path}: about {need_bytes / 2**20:.0f} MiB needed, "
+                    f"{free / 2**20:.0f} MiB free")
+    except OSError as exc:
+        return f"cannot write to {path}: {exc.strerror or exc}"
+    return None
+
+
+def prune(directory: Path, keep_last: int, protect: set[Path] = frozenset()) -> list[Path]:
+    """Delete complete checkpoints beyond the newest ``keep_last`` and partial ones older than the
+    newest complete one. Returns what was deleted."""
+    found = [c for c in list_checkpoints(directory) if c.layout == "dcp"]
+    complete = [c for c in found if c.complete]
+    if not complete:
+        return []
+    newest = complete[-1].step
+    doomed = [c.path for c in complete[:-keep_last]]
+    doomed += [c.path for c in found if not c.complete and c.step < newest]
+    deleted = []
+    for path in doomed:
+        if path in protect:
+            continue
+        try:
+            shutil.rmtree(path)
+            deleted.append(path)
+        except OSError as exc:
+            warnings.warn(f"fsdp-orch: could not delete old checkpoint {path}: {exc}", stacklevel=2)
+    return deleted
+
+
+__all__ = ["atomic_write", "check_metadata", "load_extras", "preflight", "prune", "read_rank_state",
+           "set_rng_state", "write_commit", "write_rank_state"]

@@ -1,0 +1,59 @@
+"""The heartbeat writer: after each step, atomically replace this rank's heartbeat file.
+
+See ``fsdp_orch.heartbeats`` for the layout and the reader. Without a run directory (not under
+fsdp-orch) the writer is a no-op.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from fsdp_orch.heartbeats import STATES, Heartbeat, heartbeat_path, write_heartbeat
+
+
+class HeartbeatWriter:
+    def __init__(self, run_dir: Path | None, attempt: int, rank: int):
+        self.path = heartbeat_path(run_dir, attempt, rank) if run_dir is not None else None
+        self.attempt = attempt
+        self.rank = rank
+        self.step = 0
+        self.loss: float | None = None
+        self.state = "starting"
+        self.metrics: dict[str, Any] = {}
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def enabled(self) -> bool:
+        return self.path is not None
+
+    def beat(self, step: int | None = None, loss: Any = None, state: str | None = None,
+             **metrics: Any) -> None:
+        """Record progress; ``loss`` may be a float or a 0-d tensor (read with ``.item()``)."""
+        if step is not None:
+            self.step = int(step)
+        if loss is not None:
+            self.loss = float(loss.item() if hasattr(loss, "item") else loss)
+        if state is not None:
+            if state not in STATES:
+                raise ValueError(f"heartbeat state: expected one of {', '.join(STATES)}, got {state!r}")
+            self.state = state
+        if metrics:
+            self.metrics = {k: _plain(v) for k, v in metrics.items()}
+        if self.path is None:
+            return
+        write_heartbeat(self.path, Heartbeat(
+            rank=self.rank, attempt=self.attempt, step=self.step, loss=self.loss, time=time.time(),
+            state=self.state, pid=os.getpid(), metrics=self.metrics))
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+__all__ = ["HeartbeatWriter"]

@@ -1,0 +1,136 @@
+"""The object a training script holds: process group, device, sharding, checkpoints, heartbeats."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from fsdp_orch.runtime.checkpoint import Checkpointer
+from fsdp_orch.runtime.dist import DistInfo, init_distributed, shutdown
+from fsdp_orch.runtime.faults import FaultInjector, parse_faults
+from fsdp_orch.runtime.fsdp import ShardPlan, shard_model
+from fsdp_orch.runtime.heartbeat import HeartbeatWriter
+from fsdp_orch.runtime.settings import Settings, from_env
+
+
+class Job:
+    """One rank's view of the job. Make it with :func:`fsdp_orch.runtime.setup`."""
+
+    def __init__(self, settings: Settings, info: DistInfo, heartbeat: HeartbeatWriter,
+                 faults: FaultInjector):
+        self.settings = settings
+        self.info = info
+        self.heartbeat = heartbeat
+        self.faults = faults
+        self.plan: ShardPlan | None = None
+        self.ckpt: Checkpointer | None = None
+        self.last_step = 0
+        self._last_time: float | None = None
+        self._finished = False
+
+    @property
+    def device(self) -> torch.device:
+        return self.info.device
+
+    @property
+    def rank(self) -> int:
+        return self.info.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.info.world_size
+
+    @property
+    def is_main(self) -> bool:
+        return self.info.rank == 0
+
+    def log(self, message: str) -> None:
+        """Print on rank 0 only (stderr, flushed)."""
+        if self.is_main:
+            print(f"[fsdp-orch] {message}", file=sys.stderr, flush=True)
+
+    def shard(self, model: nn.Module | Callable[[], nn.Module]) -> nn.Module:
+        """Shard ``model`` (or the model a zero-argument factory builds) per the job's ``fsdp:``.
+
+        Pass a factory to let ``cpu_ram_efficient_loading`` build the model on the meta device on
+        every rank but 0. The plan is kept in ``self.plan``.
+        """
+        sharded, self.plan = shard_model(model, self.settings.fsdp, self.info)
+        plan = self.plan
+        self.log(f"sharded: {plan.sharding_strategy} mesh {plan.mesh_shape}, "
+                 f"{len(plan.wrapped) - 1} layer(s) + root, init {plan.init}"
+                 + "".join(f"; {note}" for note in plan.notes))
+        return sharded
+
+    def checkpointer(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
+                     extras: dict[str, Any] | None = None) -> Checkpointer:
+        """The job's checkpointer (``checkpoint:`` policy); ``step_done`` saves through it.
+
+        ``extras``: per-rank objects saved with each checkpoint and given back by ``restore``:
+        anything with ``state_dict``/``load_state_dict`` (a data loader, an LR scheduler) is
+        loaded in place; other values are replaced in the dict.
+        """
+        policy = self.settings.checkpoint
+        self.ckpt = Checkpointer(
+            model, optimizer, directory=self.settings.checkpoint_dir, info=self.info,
+            keep_last=policy.keep_last, interval=policy.interval, async_save=policy.async_save,
+            resume=self.settings.resume, attempt=self.settings.attempt,
+            full_at_end=policy.save_full_at_end or self.settings.fsdp.state_dict_type == "FULL_STATE_DICT",
+            timeout_s=self.settings.watch.collective_timeout, heartbeat=self.heartbeat,
+            faults=self.faults, extras=extras)
+        return self.ckpt
+
+    def step_done(self, step: int, loss: Any = None, **metrics: Any) -> None:
+        """Call after each optimizer step with the number of steps done: writes the heartbeat,
+        applies injected faults, saves a checkpoint every ``checkpoint.interval`` steps.
+
+        ``loss`` may be a tensor; reading it syncs with the device, pass None to avoid that.
+        """
+        now = time.monotonic()
+        if self._last_time is not None:
+            metrics.setdefault("step_seconds", round(now - self._last_time, 6))
+        self._last_time = now
+        self.last_step = step
+        self.heartbeat.beat(step=step, loss=loss, state="training", **metrics)
+        self.faults.at_step_end(step)
+        if self.ckpt is not None:
+            self.ckpt.maybe_save(step)
+
+    def finish(self, step: int | None = None) -> None:
+        """Final checkpoint (if the last step is not saved yet), full model if asked, heartbeat
+        ``done``, process group down. ``step`` defaults to the last ``step_done``."""
+        if self._finished:
+            return
+        final = self.last_step if step is None else step
+        if self.ckpt is not None:
+            self.ckpt.finalize(final)
+        self.heartbeat.beat(step=final, state="done")
+        shutdown()
+        self._finished = True
+
+    def __enter__(self) -> Job:
+        return self
+
+    def __exit__(self, kind: Any, value: Any, tb: Any) -> None:
+        if kind is None:
+            self.finish()
+        # On an exception: no collectives (the other ranks may be gone); the launcher cleans up.
+
+
+def setup() -> Job:
+    """Read the environment and the job spec, start the process group, pick the device."""
+    settings = from_env()
+    faults = parse_faults(settings.fault)  # a bad FSDP_ORCH_FAULT fails before any collective
+    info = init_distributed(settings.watch.collective_timeout, settings.attempt_dir)
+    heartbeat = HeartbeatWriter(settings.run_dir, settings.attempt, info.rank)
+    heartbeat.beat(step=0, state="starting")
+    injector = FaultInjector(faults, info.rank, settings.attempt, settings.watch.collective_timeout)
+    return Job(settings, info, heartbeat, injector)
+
+
+__all__ = ["Job", "setup"]

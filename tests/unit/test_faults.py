@@ -1,0 +1,134 @@
+"""FSDP_ORCH_FAULT: the parser (pure) and the injector's decisions (sleep/exit recorded, not done)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fsdp_orch.runtime.faults import KINDS, Fault, FaultInjector, InjectedCrash, parse_faults
+
+
+def test_parse_one_fault_with_defaults():
+    assert parse_faults("hang:step=5:rank=1") == [Fault("hang", step=5, rank=1, attempt=0)]
+
+
+def test_parse_several_with_attempt_and_seconds():
+    text = "slow:step=2:rank=0:seconds=0.5; crash:step=9:rank=1:attempt=2;"
+    assert parse_faults(text) == [Fault("slow", 2, 0, 0, 0.5), Fault("crash", 9, 1, 2)]
+
+
+@pytest.mark.parametrize("text", ["", "   ", None])
+def test_empty_means_no_faults(text):
+    assert parse_faults(text) == []
+
+
+@pytest.mark.parametrize("text, message", [
+    ("explode:step=1:rank=0", "unknown kind 'explode'"),
+    ("hang:rank=0", "step=N is required"),
+    ("hang:step=1", "rank=N is required"),
+    ("hang:step=one:rank=0", "step: expected an integer"),
+    ("hang:step=-1:rank=0", "step: expected >= 0"),
+    ("hang:step=1:rank=0:rank=1", "rank given twice"),
+    ("hang:step=1:rank=0:when=now", "unknown key 'when'"),
+    ("hang:step=1:rank", "expected key=value"),
+    ("hang:step=1:rank=", "expected key=value"),
+    ("crash:step=1:rank=0:seconds=3", "seconds= applies only to 'slow'"),
+    ("slow:step=1:rank=0", "needs seconds=S"),
+    ("slow:step=1:rank=0:seconds=0", "positive number"),
+    ("slow:step=1:rank=0:seconds=fast", "seconds: expected a number"),
+    ("hang:step=1:rank=0;;crash", "fault 'crash': step=N is required"),
+])
+def test_bad_specs_raise_a_clear_value_error(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_faults(text)
+
+
+faults = st.builds(
+    Fault,
+    kind=st.sampled_from(KINDS),
+    step=st.integers(0, 10**6),
+    rank=st.integers(0, 4096),
+    attempt=st.integers(0, 100),
+    seconds=st.none(),
+).map(lambda f: Fault(f.kind, f.step, f.rank, f.attempt, 0.25 if f.kind == "slow" else None))
+
+
+def _format(f: Fault) -> str:
+    text = f"{f.kind}:step={f.step}:rank={f.rank}:attempt={f.attempt}"
+    return text + (f":seconds={f.seconds}" if f.seconds is not None else "")
+
+
+@given(st.lists(faults, min_size=1, max_size=5))
+def test_formatted_faults_parse_back(items):
+    assert parse_faults(";".join(_format(f) for f in items)) == items
+
+
+class Recorder:
+    def __init__(self, stop_after: int | None = None):
+        self.sleeps: list[float] = []
+        self.exits: list[int] = []
+        self.stop_after = stop_after
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        if self.stop_after is not None and len(self.sleeps) >= self.stop_after:
+            raise TimeoutError("stopped the test's endless sleep")
+
+    def exit(self, code: int) -> None:
+        self.exits.append(code)
+
+
+def injector(text: str, rank: int = 0, attempt: int = 0, rec: Recorder | None = None) -> FaultInjector:
+    rec = rec or Recorder()
+    return FaultInjector(parse_faults(text), rank, attempt, collective_timeout=5.0,
+                         sleep=rec.sleep, exit=rec.exit)
+
+
+def test_faults_apply_only_to_their_rank_and_attempt():
+    assert not injector("crash:step=1:rank=1", rank=0)
+    assert not injector("crash:step=1:rank=0:attempt=1", rank=0, attempt=0)
+    assert injector("crash:step=1:rank=0:attempt=1", rank=0, attempt=1)
+    injector("crash:step=1:rank=1", rank=0).at_step_end(1)  # nothing happens
+
+
+def test_crash_raises_at_its_step_only():
+    inj = injector("crash:step=3:rank=0")
+    inj.at_step_end(2)
+    with pytest.raises(InjectedCrash, match="rank 0 at step 3"):
+        inj.at_step_end(3)
+
+
+def test_slow_sleeps_every_step_from_its_step_on():
+    rec = Recorder()
+    inj = injector("slow:step=3:rank=0:seconds=0.5", rec=rec)
+    for step in range(1, 6):
+        inj.at_step_end(step)
+    assert rec.sleeps == [0.5, 0.5, 0.5]
+
+
+def test_hang_sleeps_forever():
+    rec = Recorder(stop_after=20)
+    inj = injector("hang:step=2:rank=0", rec=rec)
+    inj.at_step_end(1)
+    assert rec.sleeps == []
+    with pytest.raises(TimeoutError):
+        inj.at_step_end(2)
+    assert len(rec.sleeps) == 20 and rec.exits == []
+
+
+def test_collective_timeout_outlasts_the_group_timeout_then_exits():
+    rec = Recorder()
+    injector("collective_timeout:step=4:rank=0", rec=rec).at_step_end(4)
+    assert rec.sleeps == [15.0]  # collective_timeout (5s) + 10s grace
+    assert rec.exits == [1]
+
+
+def test_checkpoint_crash_fires_on_the_first_save_at_or_after_its_step():
+    rec = Recorder()
+    inj = injector("checkpoint_crash:step=5:rank=0", rec=rec)
+    assert not inj.checkpoint_crash_due(4)
+    assert inj.checkpoint_crash_due(6)
+    inj.crash_in_checkpoint(6, ["__0_0.distcp"])
+    assert rec.exits == [1]
+    assert not inj.checkpoint_crash_due(8)
