@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -12,18 +13,32 @@ _WHOLE = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+")
 def parse_duration(value: object) -> float:
     """Return seconds. Raises ValueError with the accepted forms."""
     if isinstance(value, bool):
-        raise ValueError(f"expected a duration like 90s, 10m or 1h; got {value!r}")
+        raise ValueError(f"expected a duration like 90s, 10m or 1h; got {_shown(value)}")
     if isinstance(value, (int, float)):
         if value < 0:
-            raise ValueError(f"expected a non-negative duration; got {value!r}")
-        return float(value)
+            raise ValueError(f"expected a non-negative duration; got {_shown(value)}")
+        try:
+            return _finite(float(value), value)
+        except OverflowError:  # an int beyond any float
+            raise ValueError(f"expected a finite duration like 90s, 10m or 1h; got {_shown(value)}") from None
     if isinstance(value, str):
         text = value.strip().lower().replace(" ", "")
         if re.fullmatch(r"\d+(?:\.\d+)?", text):
-            return float(text)
+            return _finite(float(text), value)
         if _WHOLE.fullmatch(text):
-            return sum(float(n) * _UNITS[u] for n, u in _PART.findall(text))
-    raise ValueError(f"expected a duration like 90s, 10m or 1h; got {value!r}")
+            return _finite(sum(float(n) * _UNITS[u] for n, u in _PART.findall(text)), value)
+    raise ValueError(f"expected a duration like 90s, 10m or 1h; got {_shown(value)}")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _finite(seconds: float, given: object) -> float:
+    if not math.isfinite(seconds):  # .inf, .nan, or 400 digits that overflow a float
+        raise ValueError(f"expected a finite duration like 90s, 10m or 1h; got {_shown(given)}")
+    return seconds
 
 
 def format_duration(seconds: float) -> str:

@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 
 from fsdp_orch.errors import InputError
 from fsdp_orch.resources import builtin_dir, home
+from fsdp_orch.spec import ArgStr
 from fsdp_orch.validation import StrictModel, validate_doc
 from fsdp_orch.yamlio import load_file
 
@@ -25,7 +26,7 @@ class ProfileBase(StrictModel):
     description: str = ""
     template: str | None = None  # a template file that replaces the built-in one for this kind
     python: str = "python3"
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, ArgStr] = Field(default_factory=dict)
 
     # Which launchers this kind of cluster can run.
     launchers: ClassVar[tuple[str, ...]] = ()
@@ -76,6 +77,15 @@ class SlurmProfile(ProfileBase):
     job_folder: str | None = None
     signal_delay: int = Field(default=120, ge=0)
     launchers: ClassVar[tuple[str, ...]] = ("torchrun", "accelerate", "python")
+
+    @field_validator("time", mode="before")
+    @classmethod
+    def _time_text(cls, value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            # YAML reads an unquoted 01:00:00 as the number 3600: refuse to guess what was meant.
+            raise ValueError(f"expected a quoted SLURM time limit like \"30\", \"04:00:00\" or "
+                             f"\"2-00:00:00\" (unquoted, YAML reads 1:00:00 as a number); got {value!r}")
+        return value
 
     @field_validator("time")
     @classmethod
@@ -205,4 +215,4 @@ def parse_profile(path: Path) -> Profile:
     if model is None:
         raise InputError(f"expected one of {', '.join(KINDS)}; got {kind!r}", file=doc.file,
                          field="kind", line=doc.line_of(("kind",)))
-    return validate_doc(model, doc)
+    return validate_doc(model, doc, doc.data_with_text(("env",)))

@@ -6,11 +6,11 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
 from fsdp_orch.durations import parse_duration
 from fsdp_orch.errors import InputError
-from fsdp_orch.validation import StrictModel, validate_doc
+from fsdp_orch.validation import FieldOrigin, StrictModel, reattribute, validate_doc
 from fsdp_orch.yamlio import YamlDoc, load_file, load_mapping
 
 FAILURE_CATEGORIES = (
@@ -33,6 +33,13 @@ SHARDING_BY_NUMBER = {1: "FULL_SHARD", 2: "SHARD_GRAD_OP", 3: "NO_SHARD", 4: "HY
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def fsdp_name(key: str) -> str:
+    """The spec's name for an FSDP option written the accelerate way: ``fsdp_`` prefix off,
+    accelerate's older ``backward_prefetch_policy`` renamed."""
+    name = key[len("fsdp_"):] if key.startswith("fsdp_") else key
+    return "backward_prefetch" if name == "backward_prefetch_policy" else name
+
+
 def _upper_enum(value: Any) -> Any:
     if isinstance(value, str):
         return value.strip().upper()
@@ -47,7 +54,16 @@ def _scalar_to_str(value: Any) -> Any:
     return value
 
 
-ArgStr = Annotated[str, BeforeValidator(_scalar_to_str)]
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL bytes (a program cannot receive them)")
+    return value
+
+
+# A string that reaches a program (argv, environment, paths): numbers and booleans written
+# unquoted become their text; NUL bytes, which no argv or environment can carry, are refused.
+ArgStr = Annotated[str, BeforeValidator(_scalar_to_str), AfterValidator(_no_nul)]
+ShellStr = Annotated[str, AfterValidator(_no_nul)]
 
 
 class FsdpOptions(StrictModel):
@@ -95,13 +111,22 @@ class FsdpOptions(StrictModel):
             return data
         out: dict[str, Any] = {}
         for key, value in data.items():
-            name = key[len("fsdp_"):] if isinstance(key, str) and key.startswith("fsdp_") else key
-            if name == "backward_prefetch_policy":
-                name = "backward_prefetch"
+            name = fsdp_name(key) if isinstance(key, str) else key
             if name in out:
                 raise ValueError(f"{key!r} given twice (with and without the fsdp_ prefix)")
             out[name] = value
         return out
+
+    @field_validator("xla_fsdp_settings")
+    @classmethod
+    def _json_settings(cls, value: dict[str, Any]) -> dict[str, Any]:
+        import json
+
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"expected plain YAML values (strings, numbers, lists, mappings): {exc}") from None
+        return value
 
     @field_validator("transformer_layer_cls_to_wrap", mode="before")
     @classmethod
@@ -143,10 +168,10 @@ class Watch(StrictModel):
 
 
 class CheckpointPolicy(StrictModel):
-    dir: str | None = None
+    dir: ShellStr | None = None
     interval: int = Field(default=100, gt=0)
     keep_last: int = Field(default=3, ge=1)
-    resume: str = "auto"
+    resume: ShellStr = "auto"
     async_save: bool = False
     save_full_at_end: bool = False
 
@@ -160,15 +185,15 @@ class CheckpointPolicy(StrictModel):
 
 class JobSpec(StrictModel):
     name: str = Field(min_length=1, max_length=200)
-    script: str | None = None
-    module: str | None = None
+    script: ShellStr | None = None
+    module: ShellStr | None = None
     command: list[ArgStr] | None = None
     args: list[ArgStr] = Field(default_factory=list)
     launcher: Literal[LAUNCHERS] = "torchrun"  # type: ignore[valid-type]
     nodes: int = Field(default=1, gt=0)
     procs_per_node: int | None = Field(default=None, gt=0)
     env: dict[str, ArgStr] = Field(default_factory=dict)
-    workdir: str = "."
+    workdir: ShellStr = "."
     accelerate_config: str | None = None
     fsdp: FsdpOptions = Field(default_factory=FsdpOptions)
     checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
@@ -230,40 +255,61 @@ class JobSpec(StrictModel):
 
 # --- loading ---------------------------------------------------------------------------------
 
+# Fields whose values reach the program as strings: an unquoted ``3.10`` there means "3.10".
+LITERAL_FIELDS = ("args", "command", "env")
+
+
 def load_job(path: Path, overrides: list[str] | None = None,
              accelerate_config: Path | None = None) -> tuple[JobSpec, YamlDoc]:
-    """Load, apply accelerate config and ``--set`` overrides, validate. Raises InputError."""
+    """Load, apply accelerate config and ``--set`` overrides, validate. Raises InputError.
+
+    An error in a value that came from the accelerate config or a ``--set`` names that source.
+    """
     doc = load_file(path, "job spec")
-    data = dict(doc.data)
+    data = doc.data_with_text(LITERAL_FIELDS)
+    origins: dict[tuple[str, ...], FieldOrigin] = {}
     accel_path = accelerate_config
     if accel_path is None and isinstance(data.get("accelerate_config"), str):
-        accel_path = (path.parent / data["accelerate_config"]).expanduser()
+        accel_path = path.parent / Path(data["accelerate_config"]).expanduser()
     if accel_path is not None:
-        from fsdp_orch.accelerate_config import merge_accelerate_config
+        from fsdp_orch.accelerate_config import merge_accelerate_doc
 
-        data = merge_accelerate_config(data, accel_path)
+        data, origins = merge_accelerate_doc(data, load_file(accel_path, "accelerate config"))
     for item in overrides or []:
         data = apply_override(data, item)
-    return validate_doc(JobSpec, doc, data), doc
+        key = tuple(part.strip() for part in item.partition("=")[0].split("."))
+        origins = {k: v for k, v in origins.items() if k[:len(key)] != key}
+        origins[key] = FieldOrigin("--set")
+    try:
+        return validate_doc(JobSpec, doc, data), doc
+    except InputError as exc:
+        raise reattribute(exc, origins) from None
 
 
 def load_job_text(text: str, file: str = "job.yaml") -> JobSpec:
+    """Validate a job spec given as text (no accelerate config, no overrides). Raises InputError."""
     doc = load_mapping(text, file)
-    return validate_doc(JobSpec, doc)
+    return validate_doc(JobSpec, doc, doc.data_with_text(LITERAL_FIELDS))
 
 
 def apply_override(data: dict[str, Any], item: str) -> dict[str, Any]:
-    """``--set a.b=value``: the value is parsed as YAML (so ``2``, ``true``, ``[a, b]`` work)."""
+    """``--set a.b=value``: the value is parsed as YAML (so ``2``, ``true``, ``[a, b]`` work).
+
+    ``env.NAME=value`` is the exception: environment values are taken literally, never as YAML.
+    """
     import yaml
 
     key, sep, raw = item.partition("=")
-    if not sep or not key.strip():
+    parts = [part.strip() for part in key.split(".")]
+    if not sep or not all(parts):
         raise InputError(f"expected KEY.PATH=VALUE, got {item!r}", file="--set")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    parts = key.strip().split(".")
+    if len(parts) >= 2 and parts[-2] == "env":
+        value: Any = raw
+    else:
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError):
+            value = raw  # not YAML (or a YAML the constructor refuses): the text itself
     out = _deep_copy(data)
     node = out
     for i, part in enumerate(parts[:-1]):
@@ -272,11 +318,12 @@ def apply_override(data: dict[str, Any], item: str) -> dict[str, Any]:
             child = {}
         elif not isinstance(child, dict):
             raise InputError(f"cannot set inside {'.'.join(parts[:i + 1])!r}: it is not a mapping",
-                             file="--set", field=key)
+                             file="--set", field=".".join(parts))
         node[part] = dict(child)
         node = node[part]
-    if parts[-1] == "env" or (len(parts) > 1 and parts[-2] == "env"):
-        value = raw  # environment values are literal strings, never YAML-interpreted
+    if len(parts) == 2 and parts[0] == "fsdp":  # replace the option however it was spelled
+        for spelled in [k for k in node if isinstance(k, str) and fsdp_name(k) == fsdp_name(parts[1])]:
+            del node[spelled]
     node[parts[-1]] = value
     return out
 

@@ -1,0 +1,50 @@
+"""The malformed-input table through a real ``python -m fsdp_orch render`` process per case:
+exit code 2, one line on stderr, no traceback, nothing written (with and without ``--out``)."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TABLE = runpy.run_path(str(Path(__file__).resolve().parents[1] / "fixtures" / "bad_inputs.py"))
+CASES = TABLE["CASES"]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def materialize(root: Path, files: dict[str, str | bytes]) -> None:
+    for name, content in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+
+def listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_through_a_real_process(case, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    work = tmp_path / "work"
+    work.mkdir()
+    materialize(work, case.files)
+    env = {**os.environ, "FSDP_ORCH_HOME": str(tmp_path / "home"),
+           "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    before = listing(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "fsdp_orch", "render", *case.args, "--out", "out"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    for fragment in case.expect:
+        assert fragment in lines[0], f"{fragment!r} missing from: {lines[0]}"
+    assert listing(tmp_path) == before, "an invalid job wrote something"
