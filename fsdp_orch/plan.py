@@ -16,6 +16,11 @@ from fsdp_orch.profiles import LocalProfile, Profile, SlurmProfile, SshProfile, 
 from fsdp_orch.spec import JobSpec
 
 RDZV_PORT_RANGE = (29500, 39500)
+# The variables of ``LaunchPlan.env`` that hold paths: a leading ``~/`` in them means the home
+# directory of the node that runs the script (a remote_workdir of ~/work), so the scripts
+# export them with ``~`` expanded. Every other value reaches the program exactly as written.
+PATH_ENV = frozenset({"FSDP_ORCH_RUN_DIR", "FSDP_ORCH_ATTEMPT_DIR", "FSDP_ORCH_SPEC",
+                      "FSDP_ORCH_CHECKPOINT_DIR", "FSDP_ORCH_RESUME"})
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ import jinja2
 
 from fsdp_orch import __version__
 from fsdp_orch.errors import InputError
-from fsdp_orch.plan import LaunchPlan, slug, spec_json
+from fsdp_orch.plan import PATH_ENV, LaunchPlan, slug, spec_json
 from fsdp_orch.resources import builtin_dir, home
 
 # The main template of each cluster kind; a profile's ``template:`` replaces it.
@@ -52,10 +53,21 @@ def one_line(value: object) -> str:
 
 
 def sbatch_value(value: object) -> str:
+    """Quote a value for an ``#SBATCH`` line the way sbatch reads it back (not the shell's way).
+
+    sbatch splits the line on whitespace, ``"`` groups, ``\\`` escapes the next character and an
+    unescaped ``#`` starts a comment (``_get_argument`` in slurm's src/sbatch/opt.c).
+    """
     text = str(value)
-    if any(c in text for c in "\n\r"):
+    if any(c in text for c in "\n\r\x00"):
         raise InputError(f"an #SBATCH value cannot contain a line break: {text!r}")
-    return text
+    escaped = re.sub(r'([\\"#])', r"\\\1", text)
+    return f'"{escaped}"' if any(c.isspace() for c in text) else escaped
+
+
+def sbatch_path(value: object) -> str:
+    """A path for ``--output``: like :func:`sbatch_value`, with ``%`` kept from meaning a pattern."""
+    return sbatch_value(str(value).replace("%", "%%"))
 
 
 def template_dirs(cwd: Path | None = None) -> list[Path]:
@@ -82,7 +94,9 @@ def make_environment(search: list[Path]) -> jinja2.Environment:
     env.filters["oneline"] = one_line
     env.filters["slug"] = slug
     env.filters["sbatch_value"] = sbatch_value
+    env.filters["sbatch_path"] = sbatch_path
     env.globals["version"] = __version__
+    env.globals["path_env"] = PATH_ENV
     return env
 
 

@@ -1,0 +1,254 @@
+"""Hostile user values reach the program as literal strings, and no command hidden in them runs.
+
+Each test renders real scripts for a job whose name, script, args, env values, workdir (a real
+directory with a hostile name) and checkpoint dir are full of shell syntax, with the profile's
+``python:`` pointing at a stub that records what it received; it then runs the scripts with
+bash and checks the stub's record value by value, and that no ``PWNED`` file appeared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fsdp_orch.plan import PlanContext, make_plan
+from fsdp_orch.profiles import parse_profile
+from fsdp_orch.render import Artifact, render_plan, write_artifacts
+from fsdp_orch.resources import builtin_dir
+from fsdp_orch.spec import JobSpec, load_job
+
+PAYLOADS = [
+    "$(touch PWNED)", "`touch PWNED`", "it's", 'say "hi"', "a;touch PWNED", "a && touch PWNED",
+    "a | touch PWNED", "> PWNED", "line1\ntouch PWNED\nline3", "two words", "  padded  ", "\ttab",
+    "*", "~", "~/x", "a~b", "back\\slash", "\\", "$HOME", "${IFS}", "#not a comment", "!!",
+    "-- --help", "", "é ünicode ☃", "%s%n", "'", '"', "$'\\x41'", "'$(touch PWNED)'",
+    "\"$(touch PWNED)\"", "\\$(touch PWNED)",
+]
+HOSTILE = "$(touch PWNED) `touch PWNED` 'q' \"dq\" ;x\\y *~ a&b|c\nz"
+NAME = "evil\ntouch PWNED\n# $(touch PWNED) `touch PWNED` 'q\" ; x"
+
+STUB = """#!{python}
+import json, os, sys
+with open({record!r}, "a") as f:
+    f.write(json.dumps({{"argv": sys.argv[1:], "cwd": os.getcwd(),
+                        "env": {{k: v for k, v in os.environ.items()
+                                if k.startswith(("EVIL_", "FSDP_ORCH_", "MASTER_", "RDZV_"))}}}}) + "\\n")
+"""
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> dict[str, Path]:
+    """A sandbox: a stub 'python' (with a space in its name), a hostile workdir and home."""
+    paths = {
+        "bin": tmp_path / "bin dir",
+        "record": tmp_path / "record.jsonl",
+        "workdir": tmp_path / HOSTILE.replace("/", "_"),
+        # No line break here: the run dir goes on an #SBATCH line, which cannot hold one.
+        "home": tmp_path / "home $(touch PWNED) `touch PWNED` 'q' \"dq\" ;#x\\y *~ 50%",
+        "cwd": tmp_path / "cwd",
+        "tmp": tmp_path,
+    }
+    for key in ("bin", "workdir", "home", "cwd"):
+        paths[key].mkdir()
+    stub = paths["bin"] / "fake python"
+    stub.write_text(STUB.format(python=sys.executable, record=str(paths["record"])))
+    stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
+    paths["stub"] = stub
+    return paths
+
+
+def write_job(box: dict[str, Path], **extra: object) -> Path:
+    doc = {
+        "name": NAME,
+        "script": "train $(touch PWNED) `x`;'q'.py",
+        "args": PAYLOADS,
+        "env": {f"EVIL_{i}": value for i, value in enumerate(PAYLOADS)},
+        "workdir": str(box["workdir"]),
+        "checkpoint": {"dir": str(box["tmp"] / "ckpt $(touch PWNED) `x` 'q' \"d\" a~b\nnl")},
+        **extra,
+    }
+    path = box["tmp"] / "job.yaml"
+    path.write_text(yaml.safe_dump(doc, allow_unicode=True))
+    return path
+
+
+def write_profile(box: dict[str, Path], kind: str, **extra: object) -> Path:
+    doc: dict[str, object] = {"kind": kind, "python": str(box["stub"]), **extra}
+    if kind == "local":
+        doc["device"] = "cpu"
+    path = box["tmp"] / f"{kind}.yaml"
+    path.write_text(yaml.safe_dump(doc, allow_unicode=True))
+    return path
+
+
+def render(box: dict[str, Path], job_file: Path, profile_file: Path,
+           overrides: list[str] | None = None) -> tuple[JobSpec, list[Artifact]]:
+    job, _ = load_job(job_file, overrides)
+    profile = parse_profile(profile_file)
+    ctx = PlanContext(job_id="jinj", attempt=0, home=str(box["home"]), job_dir=str(box["tmp"]))
+    artifacts = render_plan(make_plan(job, profile, profile.kind, ctx),
+                            search=[builtin_dir("templates")])
+    write_artifacts(artifacts)
+    return job, artifacts
+
+
+def run_script(box: dict[str, Path], art: Artifact, env: dict[str, str] | None = None,
+               path_prefix: Path | None = None) -> None:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RDZV_"))}
+    full_env.update(env or {})
+    if path_prefix is not None:
+        full_env["PATH"] = f"{path_prefix}:{full_env['PATH']}"
+    proc = subprocess.run(["bash", art.path], cwd=box["cwd"], env=full_env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    if shutil.which("shellcheck"):
+        # The excluded notes say "this quoted text will not expand": here that is the point.
+        check = subprocess.run(["shellcheck", "--format=gcc", "--exclude=SC2016,SC2088,SC1003", art.path], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout
+
+
+def records(box: dict[str, Path]) -> list[dict]:
+    return [json.loads(line) for line in box["record"].read_text().splitlines()]
+
+
+def assert_literal(job: JobSpec, record: dict, program: list[str]) -> None:
+    argv = record["argv"]
+    assert argv[-len(program):] == program, "the program or its args were altered"
+    env = record["env"]
+    for i, value in enumerate(PAYLOADS):
+        assert env[f"EVIL_{i}"] == value
+    assert env["FSDP_ORCH_JOB_NAME"] == job.name == NAME
+    assert env["FSDP_ORCH_CHECKPOINT_DIR"] == job.checkpoint.dir
+    assert Path(record["cwd"]) == Path(job.workdir)
+
+
+def assert_nothing_ran(box: dict[str, Path]) -> None:
+    found = [str(p) for p in box["tmp"].rglob("PWNED")]  # the payloads' own file name, exactly
+    assert not found, f"an injected command ran: {found}"
+    assert not Path("PWNED").exists()
+
+
+def comment_lines_hold(art: Artifact) -> None:
+    """A newline in the name must not end a comment and start a command: the header (everything
+    before ``set -euo pipefail``) stays comment lines, and the name shows with its newline escaped."""
+    lines = art.text.splitlines()
+    header = lines[:lines.index("set -euo pipefail")]
+    assert header and all(line.startswith("#") for line in header), header
+    assert any("evil\\ntouch PWNED\\n#" in line for line in header)
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "accelerate", "python"])
+def test_local_launch_script(box: dict[str, Path], launcher: str) -> None:
+    job, artifacts = render(box, write_job(box), write_profile(box, "local"), [f"launcher={launcher}"])
+    (launch,) = [a for a in artifacts if a.name == "launch.sh"]
+    comment_lines_hold(launch)
+    run_script(box, launch)
+    (record,) = records(box)
+    assert_literal(job, record, [job.script or "", *PAYLOADS])
+    assert record["argv"][0] == {"torchrun": "-m", "accelerate": "-m", "python": "-u"}[launcher]
+    assert_nothing_ran(box)
+
+
+def test_local_command_entry_point(box: dict[str, Path]) -> None:
+    """A command entry runs the stub itself: its argv[0..] are hostile too."""
+    job_file = write_job(box, script=None, command=[str(box["stub"]), *PAYLOADS[:5]])
+    data = yaml.safe_load(job_file.read_text())
+    del data["script"]
+    job_file.write_text(yaml.safe_dump(data, allow_unicode=True))
+    job, artifacts = render(box, job_file, write_profile(box, "local"), ["launcher=python"])
+    (launch,) = [a for a in artifacts if a.name == "launch.sh"]
+    run_script(box, launch)
+    (record,) = records(box)
+    assert record["argv"] == [*PAYLOADS[:5], *PAYLOADS]
+    assert_literal(job, record, [*PAYLOADS[:5], *PAYLOADS])
+    assert_nothing_ran(box)
+
+
+def test_ssh_node_scripts(box: dict[str, Path]) -> None:
+    profile = write_profile(box, "ssh", hosts=[{"address": "127.0.0.1"}, {"address": "localhost"}],
+                            device="cpu", remote_workdir=str(box["workdir"]))
+    job, artifacts = render(box, write_job(box, nodes=2), profile)
+    nodes = [a for a in artifacts if a.name.startswith("node-")]
+    assert [a.name for a in nodes] == ["node-0.sh", "node-1.sh"]
+    for art in nodes:
+        comment_lines_hold(art)
+        run_script(box, art)
+    got = records(box)
+    assert len(got) == 2
+    for rank, record in enumerate(got):
+        assert_literal(job, record, [job.script or "", *PAYLOADS])
+        assert record["env"]["FSDP_ORCH_NODE_RANK"] == str(rank)
+    assert_nothing_ran(box)
+
+
+def test_slurm_node_script(box: dict[str, Path]) -> None:
+    job, artifacts = render(box, write_job(box, nodes=2), write_profile(box, "slurm"))
+    (node,) = [a for a in artifacts if a.name == "node.sh"]
+    comment_lines_hold(node)
+    run_script(box, node, {"SLURM_NODEID": "1", "RDZV_HOST": "10.1.2.3"})
+    (record,) = records(box)
+    assert_literal(job, record, [job.script or "", *PAYLOADS])
+    assert record["env"]["FSDP_ORCH_NODE_RANK"] == "1"
+    assert "10.1.2.3:" in " ".join(record["argv"])  # torchrun's --rdzv-endpoint
+    assert_nothing_ran(box)
+
+
+def test_slurm_node_script_refuses_to_run_outside_a_job_step(box: dict[str, Path]) -> None:
+    _, artifacts = render(box, write_job(box, nodes=2), write_profile(box, "slurm"))
+    (node,) = [a for a in artifacts if a.name == "node.sh"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RDZV_"))}
+    proc = subprocess.run(["bash", node.path], cwd=box["cwd"], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "SLURM job step" in proc.stderr
+    assert not box["record"].exists()
+
+
+def test_slurm_batch_script_through_fake_srun(box: dict[str, Path]) -> None:
+    """sbatch.sh end to end, with scontrol and srun stand-ins that run the step on this machine."""
+    fake = box["tmp"] / "fake-slurm"
+    fake.mkdir()
+    (fake / "scontrol").write_text("#!/bin/bash\necho node-a\necho node-b\n")
+    (fake / "srun").write_text('#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\n'
+                               'SLURM_NODEID=0 exec "$@"\n')
+    for tool in fake.iterdir():
+        tool.chmod(0o755)
+    job, artifacts = render(box, write_job(box, nodes=2), write_profile(box, "slurm"))
+    (batch,) = [a for a in artifacts if a.name == "sbatch.sh"]
+    comment_lines_hold(batch)
+    run_script(box, batch, {"SLURM_JOB_NODELIST": "node-[a-b]"}, path_prefix=fake)
+    (record,) = records(box)
+    assert_literal(job, record, [job.script or "", *PAYLOADS])
+    assert record["env"]["RDZV_HOST"] == "node-a"
+    assert_nothing_ran(box)
+
+
+def test_set_env_value_stays_literal(box: dict[str, Path]) -> None:
+    job, artifacts = render(box, write_job(box), write_profile(box, "local"),
+                            ["env.EVIL_0=$(touch PWNED) `touch PWNED`", "launcher=python"])
+    assert job.env["EVIL_0"] == "$(touch PWNED) `touch PWNED`"
+    (launch,) = [a for a in artifacts if a.name == "launch.sh"]
+    run_script(box, launch)
+    (record,) = records(box)
+    assert record["env"]["EVIL_0"] == "$(touch PWNED) `touch PWNED`"
+    assert_nothing_ran(box)
+
+
+def test_tilde_paths_mean_the_nodes_home(box: dict[str, Path]) -> None:
+    """Only a leading ~/ in a path we export expands (to the node's $HOME); a ~ elsewhere is literal."""
+    fake_home = box["tmp"] / "fake home"
+    (fake_home / "w").mkdir(parents=True)
+    job, artifacts = render(box, write_job(box, workdir="~/w", checkpoint={"dir": "~/ck a~b"}),
+                            write_profile(box, "local"), ["launcher=python"])
+    (launch,) = [a for a in artifacts if a.name == "launch.sh"]
+    run_script(box, launch, {"HOME": str(fake_home)})
+    (record,) = records(box)
+    assert record["cwd"] == str(fake_home / "w")
+    assert record["env"]["FSDP_ORCH_CHECKPOINT_DIR"] == f"{fake_home}/ck a~b"
+    assert record["env"]["EVIL_15"] == "a~b" and record["env"]["EVIL_14"] == "~/x"
