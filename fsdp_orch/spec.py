@@ -164,6 +164,7 @@ class Watch(StrictModel):
     collective_timeout: PositiveDuration = 600.0
     hang_detection: Literal["fixed", "adaptive"] = "fixed"
     adaptive_multiplier: float = Field(default=10.0, gt=1.0)
+    adaptive_min: PositiveDuration = 10.0  # the adaptive window never drops below this
     poll_interval: PositiveDuration = 1.0
 
 

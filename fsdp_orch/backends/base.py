@@ -59,20 +59,41 @@ class Submission:
     def load(cls, run_dir: Path) -> Submission:
         return cls.from_json((run_dir / SUBMISSION_FILE).read_text())
 
-    def plan(self, attempt: int, *, resume_from: str | None = None, rdzv_port: int | None = None,
-             local_has_gpu: bool = False) -> tuple[LaunchPlan, list[Artifact]]:
+    def plan_only(self, attempt: int, *, resume_from: str | None = None, rdzv_port: int | None = None,
+                  local_has_gpu: bool = False) -> LaunchPlan:
         ctx = PlanContext(job_id=self.job_id, attempt=attempt, home=self.home, job_dir=self.job_dir,
                           resume_from=resume_from, rdzv_port=rdzv_port, local_has_gpu=local_has_gpu)
-        plan = make_plan(self.job, self.profile, self.cluster, ctx)
+        return make_plan(self.job, self.profile, self.cluster, ctx)
+
+    def plan(self, attempt: int, *, resume_from: str | None = None, rdzv_port: int | None = None,
+             local_has_gpu: bool = False) -> tuple[LaunchPlan, list[Artifact]]:
+        plan = self.plan_only(attempt, resume_from=resume_from, rdzv_port=rdzv_port,
+                              local_has_gpu=local_has_gpu)
         template = Path(self.profile_template) if self.profile_template else None
         return plan, render_plan(plan, profile_template=template)
 
+    def job_checkpoint_dir(self) -> str:
+        return self.plan_only(0).checkpoint_dir
+
+    def attempt_dir(self, attempt: int) -> str:
+        return self.plan_only(attempt).attempt_dir
+
+    def world_size(self) -> int:
+        return self.plan_only(0).world_size
+
 
 class Backend(Protocol):
-    """Start a submitted job's supervision, and cancel it. Attempts are run by the supervisor."""
+    """Start a submitted job's supervision, and cancel it. Attempts are run by the supervisor,
+    through the launcher the backend gives it; ``adopt`` re-attaches to a running attempt."""
 
     kind: str
 
     def start(self, store: Any, submission: Submission) -> None: ...
 
     def cancel(self, store: Any, row: dict[str, Any]) -> str: ...
+
+    def attempt_launcher(self, submission: Submission) -> Any: ...
+
+    def adopt(self, submission: Submission, attempt: int, ref: str | None) -> Any: ...
+
+    def port_for_attempt(self, attempt: int) -> int | None: ...

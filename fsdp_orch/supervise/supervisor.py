@@ -1,15 +1,19 @@
-"""The supervisor loop: run attempts, follow their progress, record outcomes.
+"""The supervisor: runs attempts, watches heartbeats and logs, classifies failures, restarts from the
+latest complete checkpoint with backoff (tenacity; clock, sleep and randomness injected).
 
-Backend-agnostic: a backend supplies an AttemptLauncher; the clock and sleep are injected.
+Backend-agnostic: a backend supplies an AttemptLauncher (launch / adopt an attempt).
 """
 
 from __future__ import annotations
 
+import random
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from tenacity import RetryCallState, Retrying, retry_if_exception
 
 from fsdp_orch.backends.base import Submission
 from fsdp_orch.checkpoints import latest_complete
@@ -18,18 +22,30 @@ from fsdp_orch.render import write_artifacts
 from fsdp_orch.states import JobState
 from fsdp_orch.store import Store
 from fsdp_orch.supervise.attempt import AttemptHandle, AttemptLauncher
+from fsdp_orch.supervise.diagnose import Diagnosis, diagnose_exit
+from fsdp_orch.supervise.logfollow import LogFollower, attempt_log_patterns
+from fsdp_orch.supervise.policy import Decision, FailureRecord, backoff_delay, decide
+from fsdp_orch.supervise.watchdog import StepClock, check_hang
 
 STOP_GRACE_S = 5.0
 
 
-@dataclass
-class AttemptOutcome:
-    exit_code: int | None
-    cancelled: bool = False
+class AttemptFailed(Exception):
+    def __init__(self, diagnosis: Diagnosis, detected_at: float, stalled_for_s: float | None,
+                 checkpoint_before: int | None, checkpoint_after: int | None):
+        super().__init__(diagnosis.evidence)
+        self.diagnosis = diagnosis
+        self.detected_at = detected_at
+        self.stalled_for_s = stalled_for_s
+        self.record = FailureRecord(-1, diagnosis.category, checkpoint_before, checkpoint_after)
+
+
+class Cancelled(Exception):
+    pass
 
 
 class StopFlag:
-    """Set by SIGTERM/SIGINT to the supervisor: treat as a cancel."""
+    """Set by SIGTERM/SIGINT to the supervisor: treated as a cancel."""
 
     def __init__(self) -> None:
         self.set = False
@@ -42,66 +58,175 @@ class StopFlag:
         signal.signal(signal.SIGINT, handler)
 
 
+@dataclass
+class Adopt:
+    """Re-attaching: the attempt already running (started by a supervisor that died)."""
+
+    attempt: int
+    handle: AttemptHandle
+    resume_from: str | None
+
+
 class Supervisor:
     def __init__(self, store: Store, submission: Submission, launcher: AttemptLauncher, *,
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
-                 stop_flag: StopFlag | None = None, port_for_attempt: Callable[[int], int | None] | None = None,
-                 local_has_gpu: bool = False):
+                 rng: random.Random | None = None, stop_flag: StopFlag | None = None,
+                 port_for_attempt: Callable[[int], int | None] | None = None, local_has_gpu: bool = False):
         self.store = store
         self.sub = submission
         self.launcher = launcher
         self.clock = clock
         self.sleep = sleep
+        self.rng = rng or random.Random()
         self.stop_flag = stop_flag or StopFlag()
         self.port_for_attempt = port_for_attempt or (lambda attempt: None)
         self.local_has_gpu = local_has_gpu
         self.job_id = submission.job_id
+        self.history: list[FailureRecord] = []
+        self.delays: list[float] = []
         self._last_step: int | None = None
         self._last_ckpt: int | None = None
+        self._decision: Decision | None = None
 
     # --- the loop ---------------------------------------------------------------------------
 
-    def run(self) -> JobState:
-        attempt = 0
-        resume_from = None
-        while True:
+    def run(self, adopt: Adopt | None = None, first_attempt: int = 0) -> JobState:
+        restart_policy = self.sub.job.restart
+        next_attempt = [adopt.attempt if adopt else first_attempt]
+        pending_adopt = [adopt]
+
+        def attempt_once() -> None:
+            attempt = next_attempt[0]
+            next_attempt[0] += 1
+            current, pending_adopt[0] = pending_adopt[0], None
+            self._run_attempt(attempt, current)
+
+        def should_restart(exc: BaseException) -> bool:
+            if not isinstance(exc, AttemptFailed):
+                return False
+            attempt = next_attempt[0] - 1
+            record = FailureRecord(attempt, exc.record.category, exc.record.checkpoint_before,
+                                   exc.record.checkpoint_after)
+            self.history.append(record)
+            self._decision = decide(restart_policy, self.history, restarts_done=attempt)
+            self.store.add_failure(self.job_id, attempt=attempt, category=exc.diagnosis.category,
+                                   evidence=exc.diagnosis.evidence,
+                                   action="restart" if self._decision.restart else "give_up",
+                                   stalled_for_s=exc.stalled_for_s, now=exc.detected_at)
+            return self._decision.restart
+
+        def wait(state: RetryCallState) -> float:
+            delay = backoff_delay(restart_policy, state.attempt_number, self.rng)
+            self.delays.append(delay)
+            return delay
+
+        def before_sleep(state: RetryCallState) -> None:
+            self.store.set_state(self.job_id, JobState.RESTARTING, reason=self._decision.reason
+                                 if self._decision else None, now=self.clock())
+
+        retrying = Retrying(sleep=self._sleep_unless_cancelled, wait=wait,
+                            retry=retry_if_exception(should_restart), before_sleep=before_sleep,
+                            reraise=True)
+        try:
+            retrying(attempt_once)
+        except Cancelled:
+            self.store.set_state(self.job_id, JobState.CANCELLED, reason="cancelled", now=self.clock())
+            return JobState.CANCELLED
+        except AttemptFailed as exc:
+            reason = (f"{exc.diagnosis.category}: {exc.diagnosis.evidence or 'no evidence'}; "
+                      f"{self._decision.reason if self._decision else 'not restarted'}")
+            self.store.set_state(self.job_id, JobState.FAILED, reason=reason, now=self.clock())
+            return JobState.FAILED
+        self.store.set_state(self.job_id, JobState.SUCCEEDED, reason=None, now=self.clock())
+        return JobState.SUCCEEDED
+
+    def _sleep_unless_cancelled(self, seconds: float) -> None:
+        """Backoff, cut short by a cancel (recorded through the injected sleep)."""
+        remaining = seconds
+        while remaining > 0:
+            step = min(remaining, 0.5)
+            self.sleep(step)
+            remaining -= step
+            if self._cancel_requested():
+                raise Cancelled()
+
+    # --- one attempt ------------------------------------------------------------------------
+
+    def _run_attempt(self, attempt: int, adopt: Adopt | None) -> None:
+        checkpoint_dir = Path(self.sub.job_checkpoint_dir()).expanduser()
+        before = self._checkpoint_step(checkpoint_dir)
+        if adopt is not None:
+            handle, resume_from = adopt.handle, adopt.resume_from
+            plan_dir = Path(self.sub.attempt_dir(attempt))
+            started = self._attempt_start_time(attempt)
+        else:
+            info = latest_complete(checkpoint_dir)
+            resume_from = str(info.path) if (attempt > 0 and info is not None) else None
             plan, artifacts = self.sub.plan(attempt, resume_from=resume_from,
                                             rdzv_port=self.port_for_attempt(attempt),
                                             local_has_gpu=self.local_has_gpu)
             write_artifacts(artifacts)
-            self.store.start_attempt(self.job_id, attempt, resume_from=resume_from, now=self.clock())
+            started = self.clock()
+            self.store.start_attempt(self.job_id, attempt, resume_from=resume_from, now=started)
             if self._cancel_requested():
-                return self._finish_cancelled(None, attempt)
+                raise Cancelled()
             handle = self.launcher.launch(plan, artifacts)
+            plan_dir = Path(plan.attempt_dir)
             self.store.update(self.job_id, backend_ref=handle.ref)
-            outcome = self._watch(handle, plan.checkpoint_dir, attempt)
-            self.store.end_attempt(self.job_id, attempt, outcome.exit_code, now=self.clock())
-            self._record_checkpoint(plan.checkpoint_dir)
-            if outcome.cancelled:
-                return self._finish_cancelled(handle, attempt)
-            if outcome.exit_code == 0:
-                self.store.set_state(self.job_id, JobState.SUCCEEDED, now=self.clock())
-                return JobState.SUCCEEDED
-            evidence = f"attempt {attempt} exited with code {outcome.exit_code}"
-            self.store.add_failure(self.job_id, attempt=attempt, category="unknown", evidence=evidence,
-                                   action="give_up", now=self.clock())
-            self.store.set_state(self.job_id, JobState.FAILED, reason=evidence, now=self.clock())
-            return JobState.FAILED
+        follower = LogFollower(plan_dir, attempt_log_patterns())
+        clock = StepClock()
+        world = self.sub.world_size()
+        watch = self.sub.job.watch
 
-    def _watch(self, handle: AttemptHandle, checkpoint_dir: str, attempt: int) -> AttemptOutcome:
-        poll = self.sub.job.watch.poll_interval
+        def fail(diagnosis: Diagnosis, stalled: float | None) -> AttemptFailed:
+            now = self.clock()
+            handle.stop(STOP_GRACE_S)
+            self.store.end_attempt(self.job_id, attempt, handle.poll(), now=self.clock())
+            return AttemptFailed(diagnosis, now, stalled, before, self._checkpoint_step(checkpoint_dir))
+
         while True:
             code = handle.poll()
-            self._record_progress(attempt)
+            beats = read_heartbeats(self.sub.run_dir, attempt)
+            for beat in beats.values():
+                if beat.rank == 0:
+                    clock.observe(beat)
+            self._record_progress(beats)
             self._record_checkpoint(checkpoint_dir)
             if code is not None:
-                return AttemptOutcome(code)
+                self.store.end_attempt(self.job_id, attempt, code, now=self.clock())
+                if code == 0:
+                    return
+                cause = follower.poll(final=True) or self._exit_diagnosis(code, follower)
+                raise AttemptFailed(cause, self.clock(), None, before, self._checkpoint_step(checkpoint_dir))
+            cause = follower.poll()
+            if cause is not None:
+                raise fail(cause, None)
+            verdict = check_hang(beats, world_size=world, attempt_started=started, now=self.clock(),
+                                 watch=watch, clock=clock)
+            if verdict is not None:
+                raise fail(Diagnosis("hang", True, verdict.evidence), verdict.stalled_for_s)
             if self._cancel_requested():
                 handle.stop(STOP_GRACE_S)
-                return AttemptOutcome(handle.poll(), cancelled=True)
-            self.sleep(poll)
+                self.store.end_attempt(self.job_id, attempt, handle.poll(), now=self.clock())
+                raise Cancelled()
+            self.sleep(watch.poll_interval)
+
+    @staticmethod
+    def _exit_diagnosis(code: int, follower: LogFollower) -> Diagnosis:
+        failed = [(r, c) for r, c in follower.failed_ranks() if c != 0]
+        if failed:
+            rank, rank_code = failed[0]
+            base = diagnose_exit(rank_code)
+            return Diagnosis(base.category, base.retryable, f"rank {rank}: {base.evidence}", None)
+        return diagnose_exit(code)
 
     # --- bookkeeping ------------------------------------------------------------------------
+
+    def _attempt_start_time(self, attempt: int) -> float:
+        for row in self.store.attempts(self.job_id):
+            if row["attempt"] == attempt:
+                return float(row["started_at"])
+        return self.clock()
 
     def _cancel_requested(self) -> bool:
         if self.stop_flag.set:
@@ -109,33 +234,31 @@ class Supervisor:
         row = self.store.job(self.job_id)
         return row is not None and row["state"] == JobState.CANCELLED.value
 
-    def _finish_cancelled(self, handle: AttemptHandle | None, attempt: int) -> JobState:
-        if handle is not None:
-            handle.stop(STOP_GRACE_S)
-        self.store.set_state(self.job_id, JobState.CANCELLED, reason="cancelled", now=self.clock())
-        return JobState.CANCELLED
-
-    def _record_progress(self, attempt: int) -> None:
-        beats = read_heartbeats(self.sub.run_dir, attempt)
+    def _record_progress(self, beats: dict) -> None:  # type: ignore[type-arg]
         if not beats:
             return
         lead = beats.get(0) or next(iter(beats.values()))
-        if lead.step is None or lead.step == self._last_step:
+        if lead.state == "starting" or lead.step == self._last_step:
             return
         self._last_step = lead.step
         self.store.update(self.job_id, progress_step=lead.step, progress_loss=lead.loss,
                           progress_at=lead.time)
 
-    def _record_checkpoint(self, checkpoint_dir: str) -> None:
-        info = latest_complete(Path(checkpoint_dir).expanduser())
-        step = info.step if info else None
+    @staticmethod
+    def _checkpoint_step(checkpoint_dir: Path) -> int | None:
+        info = latest_complete(checkpoint_dir)
+        return info.step if info else None
+
+    def _record_checkpoint(self, checkpoint_dir: Path) -> None:
+        step = self._checkpoint_step(checkpoint_dir)
         if step is not None and step != self._last_ckpt:
             self._last_ckpt = step
             self.store.update(self.job_id, last_checkpoint_step=step)
 
 
-def run_supervisor(job_id: str) -> int:
-    """Entry point of ``python -m fsdp_orch.supervise.supervisor JOB_ID`` (started detached by a backend)."""
+def run_supervisor(job_id: str, reattach: bool = False) -> int:
+    """Entry point of ``python -m fsdp_orch.supervise.supervisor JOB_ID [--reattach]``."""
+    import fcntl
     import os
 
     from fsdp_orch.backends import backend_for_kind
@@ -145,9 +268,17 @@ def run_supervisor(job_id: str) -> int:
     store = Store(default_path(home()))
     row = store.job(job_id)
     if row is None:
-        print(f"fsdp-orch supervisor: no job {job_id}")
+        print(f"fsdp-orch supervisor: no job {job_id}", flush=True)
         return 2
-    submission = Submission.load(Path(row["run_dir"]))
+    run_dir = Path(row["run_dir"])
+    # One supervisor per job: the lock lives as long as this process.
+    lock = open(run_dir / "supervisor.lock", "a")  # noqa: SIM115
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"fsdp-orch supervisor: job {job_id} already has a supervisor", flush=True)
+        return 0
+    submission = Submission.load(run_dir)
     store.update(job_id, supervisor_pid=os.getpid())
     stop_flag = StopFlag()
     stop_flag.install()
@@ -155,8 +286,23 @@ def run_supervisor(job_id: str) -> int:
     supervisor = Supervisor(store, submission, backend.attempt_launcher(submission),
                             stop_flag=stop_flag, port_for_attempt=backend.port_for_attempt,
                             local_has_gpu=Path("/dev/nvidia0").exists())
+    adopt = None
+    first_attempt = 0
+    if reattach:
+        fresh = store.job(job_id)
+        if fresh is None or fresh["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            return 0
+        attempts = {a["attempt"]: a for a in store.attempts(job_id)}
+        if fresh["state"] == "RUNNING" and attempts:
+            attempt = max(attempts)
+            handle = backend.adopt(submission, attempt, fresh["backend_ref"])
+            adopt = Adopt(attempt, handle, attempts[attempt].get("resume_from"))
+            print(f"fsdp-orch supervisor: re-attached to job {job_id} attempt {attempt}", flush=True)
+        else:  # died before launching, or while backing off: the next attempt starts now
+            first_attempt = max(attempts) + 1 if attempts else 0
+            print(f"fsdp-orch supervisor: resuming job {job_id} at attempt {first_attempt}", flush=True)
     try:
-        state = supervisor.run()
+        state = supervisor.run(adopt, first_attempt)
     except BaseException as exc:
         store.set_state(job_id, JobState.FAILED, reason=f"supervisor error: {exc!r}")
         raise
@@ -167,4 +313,4 @@ def run_supervisor(job_id: str) -> int:
 if __name__ == "__main__":
     import sys
 
-    raise SystemExit(run_supervisor(sys.argv[1]))
+    raise SystemExit(run_supervisor(sys.argv[1], reattach="--reattach" in sys.argv[2:]))

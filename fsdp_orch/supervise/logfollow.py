@@ -1,0 +1,94 @@
+"""Following an attempt's log files as they are written, feeding each to its own LineScanner."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from fsdp_orch.supervise.diagnose import Diagnosis, LineScanner
+
+# Failures of communication are most often the symptom of a peer that died first: when causes
+# surface in the same poll, the others win.
+COMMUNICATION = frozenset({"nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost", "rendezvous_failure"})
+_TORCHRUN_FAILURE = re.compile(r"^\s*(rank|exitcode)\s*:\s*(-?\d+)")
+
+
+class LogFollower:
+    """Reads only what was appended since the last poll. ``patterns`` are globs under ``root``."""
+
+    def __init__(self, root: Path, patterns: tuple[str, ...]):
+        self.root = root
+        self.patterns = patterns
+        self.offsets: dict[Path, int] = {}
+        self.partial: dict[Path, str] = {}
+        self.scanners: dict[Path, LineScanner] = {}
+        self.cause: tuple[Path, Diagnosis] | None = None
+        self.tail: dict[Path, list[str]] = {}
+
+    def files(self) -> list[Path]:
+        found: set[Path] = set()
+        for pattern in self.patterns:
+            found.update(self.root.glob(pattern))
+        return sorted(found)
+
+    def poll(self, final: bool = False) -> Diagnosis | None:
+        """The first root cause seen so far (strong signatures only unless ``final``)."""
+        if self.cause is not None:
+            return self.cause[1]
+        fresh: list[tuple[Path, Diagnosis]] = []
+        for path in self.files():
+            scanner = self.scanners.setdefault(path, LineScanner())
+            for line in self._new_lines(path, final):
+                tail = self.tail.setdefault(path, [])
+                tail.append(line)
+                del tail[:-40]
+                if scanner.feed(line) is not None:
+                    break
+            if scanner.first is not None:
+                fresh.append((path, scanner.first))
+        if fresh:
+            fresh.sort(key=lambda item: item[1].category in COMMUNICATION)
+            self.cause = fresh[0]
+            return self.cause[1]
+        if final:
+            weak = [(p, s.weak) for p, s in self.scanners.items() if s.weak is not None]
+            if weak:
+                return weak[0][1]
+        return None
+
+    def _new_lines(self, path: Path, final: bool) -> list[str]:
+        try:
+            with open(path, "rb") as f:
+                f.seek(self.offsets.get(path, 0))
+                data = f.read()
+                self.offsets[path] = f.tell()
+        except OSError:
+            return []
+        text = self.partial.pop(path, "") + data.decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        if not final and lines and lines[-1]:
+            self.partial[path] = lines.pop()  # an unfinished line waits for its end
+        elif lines and not lines[-1]:
+            lines.pop()
+        return lines
+
+    def failed_ranks(self) -> list[tuple[int, int]]:
+        """(rank, exit code) pairs from torchrun's failure summary, in the lines read so far."""
+        found = []
+        for lines in self.tail.values():
+            rank = None
+            for line in lines:
+                m = _TORCHRUN_FAILURE.match(re.sub(r"^\[\w+\]:", "", line))
+                if not m:
+                    continue
+                if m.group(1) == "rank":
+                    rank = int(m.group(2))
+                elif rank is not None:
+                    found.append((rank, int(m.group(2))))
+                    rank = None
+        return found
+
+
+def attempt_log_patterns() -> tuple[str, ...]:
+    """torchrun's per-rank files and the per-node console logs of an attempt directory."""
+    return ("node-*/*/attempt_*/*/stderr.log", "node-*/*/attempt_*/*/stdout.log", "console-node-*.log")

@@ -1,0 +1,60 @@
+"""Restart policy: what to do after a failure, and how long to wait. Pure: no clock, no sleep.
+
+The delay is tenacity's exponential wait (``initial * multiplier**(n-1)``, capped at ``max``) plus a
+uniform jitter drawn from an injected random generator.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from tenacity import RetryCallState, wait_exponential
+
+from fsdp_orch.spec import RestartPolicy
+from fsdp_orch.supervise.diagnose import NOT_RETRYABLE
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    attempt: int
+    category: str
+    checkpoint_before: int | None  # latest complete checkpoint step when the attempt started
+    checkpoint_after: int | None  # ... and when it failed
+
+
+@dataclass(frozen=True)
+class Decision:
+    restart: bool
+    reason: str
+
+
+def decide(policy: RestartPolicy, history: list[FailureRecord], restarts_done: int) -> Decision:
+    """``history`` holds every failure of the job so far, the current one last."""
+    current = history[-1]
+    if current.category in NOT_RETRYABLE or current.category not in policy.retry_on:
+        return Decision(False, f"{current.category} is not retried (restart.retry_on)")
+    if restarts_done >= policy.max_restarts:
+        return Decision(False, f"restart budget exhausted: {restarts_done} of restart.max_restarts="
+                               f"{policy.max_restarts} restarts used")
+    if current.category == "cuda_oom":
+        ooms = sum(1 for f in history if f.category == "cuda_oom")
+        if ooms > policy.max_oom_restarts:
+            return Decision(False, f"CUDA out of memory {ooms} times (restart.max_oom_restarts="
+                                   f"{policy.max_oom_restarts}); a restart would fail the same way")
+    streak = policy.crash_loop_attempts
+    recent = history[-streak:]
+    if len(recent) == streak and all(f.checkpoint_after == f.checkpoint_before for f in recent):
+        where = f"checkpoint step {current.checkpoint_after}" if current.checkpoint_after is not None \
+            else "the start (no checkpoint was ever completed)"
+        return Decision(False, f"crash loop: {streak} attempts in a row made no progress past {where}")
+    return Decision(True, f"restart {restarts_done + 1} of {policy.max_restarts} after {current.category}")
+
+
+def backoff_delay(policy: RestartPolicy, restart_number: int, rng: random.Random) -> float:
+    """Seconds to wait before restart number ``restart_number`` (1 for the first restart)."""
+    b = policy.backoff
+    state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
+    state.attempt_number = restart_number
+    exponential = wait_exponential(multiplier=b.initial, exp_base=b.multiplier, max=b.max)(state)
+    return float(exponential) + (rng.uniform(0.0, b.jitter) if b.jitter > 0 else 0.0)
