@@ -1,0 +1,125 @@
+"""Shared fixtures. ``torchrun``: run a training script under real torchrun with the FSDP_ORCH_*
+environment and job.json that fsdp-orch's planner produces for a local job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "examples" / "demo" / "train.py"
+# The demo at a size that trains in a fraction of a second per step on 2 CPU cores.
+SMALL_DEMO = ["--vocab", "64", "--dim", "32", "--layers", "2", "--heads", "2", "--seq-len", "16",
+              "--batch-size", "16", "--lr", "0.01"]
+
+
+@dataclass
+class TorchrunRun:
+    """One attempt of a job: where it lives and (once finished) how it ended."""
+
+    tmp: Path
+    run_dir: Path
+    checkpoint_dir: Path
+    argv: list[str]
+    env: dict[str, str]
+    proc: subprocess.Popen | None = None
+    returncode: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    @property
+    def result(self) -> dict[str, Any]:
+        return json.loads((self.run_dir / "result.json").read_text())
+
+    def ok(self) -> TorchrunRun:
+        """Assert the run succeeded, showing its output when not."""
+        assert self.returncode == 0, f"exit {self.returncode}\n{self.stdout[-2000:]}\n{self.stderr[-4000:]}"
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+
+@dataclass
+class Torchrun:
+    tmp: Path
+    started: list[TorchrunRun] = field(default_factory=list)
+    demo: Path = DEMO
+    small: tuple[str, ...] = tuple(SMALL_DEMO)
+
+    def prepare(self, args: list[str] | None = None, *, script: Path = DEMO, attempt: int = 0,
+                resume: str | None = None, fault: str | None = None, nproc: int = 2,
+                name: str = "t", env: dict[str, str] | None = None, **spec: Any) -> TorchrunRun:
+        """Plan a local job (``spec``: job.yaml fields such as ``fsdp={...}``) like fsdp-orch does,
+        write its job.json, and return the attempt ready to start."""
+        from fsdp_orch.plan import PlanContext, make_plan, spec_json
+        from fsdp_orch.profiles import LocalProfile
+        from fsdp_orch.spec import JobSpec
+
+        job = JobSpec.model_validate({"name": name, "script": str(script), "procs_per_node": nproc,
+                                      **spec})
+        ctx = PlanContext(job_id=name, attempt=attempt, home=str(self.tmp / "home"),
+                          job_dir=str(self.tmp), resume_from=resume)
+        plan = make_plan(job, LocalProfile(kind="local", device="cpu"), "local", ctx)
+        Path(plan.attempt_dir).mkdir(parents=True, exist_ok=True)
+        Path(plan.spec_path).write_text(spec_json(plan))
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}
+        full_env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+        full_env.update(dict(plan.env))
+        if fault:
+            full_env["FSDP_ORCH_FAULT"] = fault
+        full_env.update(env or {})
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                str(nproc), str(script), *(args or [])]
+        return TorchrunRun(self.tmp, Path(plan.run_dir), Path(plan.checkpoint_dir), argv, full_env)
+
+    def start(self, run: TorchrunRun) -> TorchrunRun:
+        run.proc = subprocess.Popen(run.argv, cwd=self.tmp, env=run.env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.started.append(run)
+        return run
+
+    def run(self, args: list[str] | None = None, *, timeout: float = 180, **kwargs: Any) -> TorchrunRun:
+        """Prepare, run to the end (killing the process group after ``timeout``), collect output."""
+        run = self.start(self.prepare(args, **kwargs))
+        assert run.proc is not None
+        try:
+            run.stdout, run.stderr = run.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.stdout, run.stderr = run.proc.communicate()
+            raise AssertionError(f"torchrun still running after {timeout}s:\n{run.stderr[-3000:]}") from None
+        run.returncode = run.proc.returncode
+        return run
+
+
+@pytest.fixture
+def torchrun(tmp_path: Path):
+    """Run scripts under real torchrun (2 CPU ranks by default); kills leftovers at the end."""
+    runner = Torchrun(tmp_path)
+    yield runner
+    for run in runner.started:
+        run.kill()
+
+
+@pytest.fixture(scope="module")
+def module_torchrun(tmp_path_factory: pytest.TempPathFactory):
+    """Like ``torchrun`` but shared by a module's tests (a baseline run computed once)."""
+    runner = Torchrun(tmp_path_factory.mktemp("torchrun"))
+    yield runner
+    for run in runner.started:
+        run.kill()

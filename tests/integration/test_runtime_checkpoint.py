@@ -1,0 +1,214 @@
+"""Sharded checkpoints on 2 CPU ranks: resume is bit-exact, keep_last prunes, partial and corrupt
+checkpoints are never restored, async saves block less, an unwritable directory fails fast."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from fsdp_orch.checkpoints import latest_complete, list_checkpoints, step_dir_name
+from fsdp_orch.heartbeats import read_heartbeats
+
+CKPT = {"interval": 2, "keep_last": 2}
+N = 8
+
+
+def steps_printed(run) -> list[int]:
+    return [int(line.split()[0].removeprefix("step=")) for line in run.stdout.splitlines()
+            if line.startswith("step=")]
+
+
+def names(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+@pytest.fixture(scope="module")
+def straight(module_torchrun):
+    """The reference: N steps without interruption (checkpoints every 2 steps, keep the last 2)."""
+    return module_torchrun.run([*module_torchrun.small, "--steps", str(N)], name="straight",
+                               checkpoint=CKPT).ok()
+
+
+@pytest.mark.slow
+def test_straight_run_keeps_the_last_two_complete_checkpoints_and_ends_done(straight):
+    assert names(straight.checkpoint_dir) == ["step-00000006", "step-00000008"]
+    for info in list_checkpoints(straight.checkpoint_dir):
+        assert info.complete
+        commit = json.loads((info.path / "COMMITTED").read_text())
+        assert commit["step"] == info.step and commit["world_size"] == 2
+    beats = read_heartbeats(straight.run_dir, 0)
+    assert sorted(beats) == [0, 1]
+    assert all(b.state == "done" and b.step == N and b.loss is not None for b in beats.values())
+    assert beats[0].metrics["step_seconds"] > 0
+
+
+@pytest.mark.slow
+def test_stopped_then_resumed_run_is_bit_exact(torchrun, straight):
+    first = torchrun.run([*torchrun.small, "--steps", "5"], checkpoint=CKPT).ok()
+    assert names(first.checkpoint_dir) == ["step-00000004", "step-00000005"]  # final save at 5
+    second = torchrun.run([*torchrun.small, "--steps", str(N)], checkpoint=CKPT, attempt=1).ok()
+    assert steps_printed(second) == [6, 7, 8]
+    assert second.result["resumed_from"] == 5
+    assert second.result["final_loss"] == straight.result["final_loss"]
+    assert second.result["param_sha256"] == straight.result["param_sha256"]
+
+
+@pytest.mark.slow
+def test_killed_rank_then_restart_resumes_from_the_last_complete_checkpoint(torchrun, straight):
+    killed = torchrun.run([*torchrun.small, "--steps", str(N)], checkpoint=CKPT,
+                          fault="kill:step=5:rank=1")
+    assert killed.returncode != 0
+    assert "SIGKILL" in killed.output
+    assert latest_complete(killed.checkpoint_dir).step == 4
+    # FSDP_ORCH_FAULT stays set, but faults apply to attempt 0 only: the restart runs clean.
+    again = torchrun.run([*torchrun.small, "--steps", str(N)], checkpoint=CKPT, attempt=1,
+                         fault="kill:step=5:rank=1").ok()
+    assert again.result["resumed_from"] == 4
+    assert again.result["final_loss"] == straight.result["final_loss"]
+    assert again.result["param_sha256"] == straight.result["param_sha256"]
+
+
+@pytest.mark.slow
+def test_crash_inside_a_save_leaves_a_partial_checkpoint_that_restore_skips(torchrun, straight):
+    crashed = torchrun.run([*torchrun.small, "--steps", str(N)], checkpoint=CKPT,
+                           fault="checkpoint_crash:step=5:rank=1")
+    assert crashed.returncode != 0
+    assert "injected crash inside the checkpoint save of step 6" in crashed.stderr
+    partial = crashed.checkpoint_dir / step_dir_name(6)
+    assert (partial / "__1_0.distcp").exists()  # the dying rank's shard was written...
+    assert not (partial / "COMMITTED").exists()  # ...but the save was never committed
+    assert [(c.step, c.complete) for c in list_checkpoints(crashed.checkpoint_dir)] == [
+        (2, True), (4, True), (6, False)]
+    again = torchrun.run([*torchrun.small, "--steps", str(N)], checkpoint=CKPT, attempt=1).ok()
+    assert again.result["resumed_from"] == 4
+    assert again.result["param_sha256"] == straight.result["param_sha256"]
+    # The partial directory was replaced by a complete save of step 6, then pruned by keep_last.
+    assert names(again.checkpoint_dir) == ["step-00000006", "step-00000008"]
+    assert latest_complete(again.checkpoint_dir).step == 8
+
+
+@pytest.mark.slow
+def test_corrupt_metadata_is_skipped_with_a_warning(torchrun, straight):
+    run = torchrun.prepare([*torchrun.small, "--steps", str(N)], checkpoint=CKPT, attempt=1)
+    shutil.copytree(straight.checkpoint_dir, run.checkpoint_dir)
+    (run.checkpoint_dir / step_dir_name(8) / ".metadata").write_bytes(b"\x80\x04garbage")
+    torchrun.start(run)
+    run.stdout, run.stderr = run.proc.communicate(timeout=180)
+    run.returncode = run.proc.returncode
+    run.ok()
+    assert "skipping checkpoint" in run.stderr and "unreadable .metadata" in run.stderr
+    assert run.result["resumed_from"] == 6
+    assert run.result["param_sha256"] == straight.result["param_sha256"]
+
+
+@pytest.mark.slow
+def test_async_save_saves_the_state_of_its_step(torchrun, straight):
+    asyn = torchrun.run([*torchrun.small, "--steps", str(N)], name="async",
+                        checkpoint={**CKPT, "async_save": True}).ok()
+    assert asyn.result["param_sha256"] == straight.result["param_sha256"]
+    assert names(asyn.checkpoint_dir) == ["step-00000006", "step-00000008"]
+    commit = json.loads((asyn.checkpoint_dir / step_dir_name(6) / "COMMITTED").read_text())
+    assert commit["async"] is True
+    # Training went on changing the parameters while step 6 was written in the background;
+    # resuming from that checkpoint (named explicitly) still reproduces the uninterrupted run.
+    resumed = torchrun.run([*torchrun.small, "--steps", str(N)], name="async", checkpoint=CKPT,
+                           attempt=1, resume=str(asyn.checkpoint_dir / step_dir_name(6))).ok()
+    assert resumed.result["resumed_from"] == 6
+    assert resumed.result["param_sha256"] == straight.result["param_sha256"]
+
+
+BLOCKING = """
+import json, sys, time
+import torch
+from torch import nn
+from fsdp_orch import runtime
+from fsdp_orch.runtime.checkpoint import Checkpointer
+
+job = runtime.setup()
+torch.manual_seed(0)
+model = job.shard(nn.Sequential(*[nn.Linear(1024, 1024) for _ in range(4)]))  # 50 MB with Adam
+optim = torch.optim.AdamW(model.parameters())
+blocked = {}
+for mode in ("sync", "async"):
+    ckpt = Checkpointer(model, optim, directory=sys.argv[1] + "/" + mode, info=job.info,
+                        interval=2, async_save=mode == "async")
+    for step in range(1, 9):
+        model(torch.randn(8, 1024)).sum().backward()
+        optim.step()
+        optim.zero_grad()
+        time.sleep(0.2)  # the rest of a training step: the background write overlaps it
+        ckpt.maybe_save(step)
+    ckpt.finalize()
+    blocked[mode] = ckpt.block_seconds
+if job.is_main:
+    print("BLOCKED " + json.dumps(blocked), flush=True)
+job.finish()
+"""
+
+
+@pytest.mark.slow
+def test_async_save_blocks_training_much_less_than_sync(torchrun, tmp_path):
+    script = tmp_path / "blocking.py"
+    script.write_text(BLOCKING)
+    run = torchrun.run([str(tmp_path / "ckpt")], script=script).ok()
+    blocked = json.loads(run.stdout.split("BLOCKED ", 1)[1].splitlines()[0])
+    assert len(blocked["sync"]) == len(blocked["async"]) == 4  # steps 2, 4, 6, 8
+    # Steady state (the first async save also allocates its staging buffers): async blocks for
+    # an in-memory copy, sync for writing and fsyncing every shard.
+    sync = sorted(blocked["sync"][1:])[1]
+    asyn = sorted(blocked["async"][1:])[1]
+    assert asyn < 0.5 * sync, blocked
+    assert all(p.exists() for p in (tmp_path / "ckpt" / "async").glob("step-*/COMMITTED"))
+    assert latest_complete(tmp_path / "ckpt" / "async").step == 8
+
+
+@pytest.mark.slow
+def test_unwritable_checkpoint_dir_fails_fast_on_every_rank(torchrun, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    started = time.monotonic()
+    run = torchrun.run([*torchrun.small, "--steps", "4"], timeout=120,
+                       checkpoint={"interval": 2, "dir": str(blocker / "ckpts")})
+    assert run.returncode != 0
+    assert time.monotonic() - started < 60  # not the 600 s collective timeout
+    assert "checkpoint save into" in run.stderr and "refused before writing (rank 0)" in run.stderr
+    assert "cannot write to" in run.stderr
+    assert steps_printed(run) == [1, 2]  # failed at the first save, before step 3
+
+
+# --- file-level pieces (no process group) ------------------------------------------------------
+
+def make_checkpoint(base: Path, step: int, complete: bool) -> Path:
+    path = base / step_dir_name(step)
+    path.mkdir(parents=True)
+    (path / "__0_0.distcp").write_bytes(b"x")
+    if complete:
+        (path / ".metadata").write_bytes(b"m")
+        (path / "COMMITTED").write_text(json.dumps({"step": step}))
+    return path
+
+
+def test_prune_keeps_the_newest_complete_and_drops_partials_older_than_them(tmp_path):
+    from fsdp_orch.runtime.ckpt_files import prune
+
+    for step in (2, 4, 6, 8):
+        make_checkpoint(tmp_path, step, complete=True)
+    make_checkpoint(tmp_path, 5, complete=False)  # a crash's leftover
+    make_checkpoint(tmp_path, 10, complete=False)  # newer than any complete one: maybe in flight
+    (tmp_path / "full").mkdir()
+    deleted = prune(tmp_path, keep_last=2)
+    assert sorted(p.name for p in deleted) == [step_dir_name(s) for s in (2, 4, 5)]
+    assert names(tmp_path) == ["full", step_dir_name(6), step_dir_name(8), step_dir_name(10)]
+
+
+def test_preflight_refuses_a_save_that_cannot_fit(tmp_path):
+    from fsdp_orch.runtime.ckpt_files import preflight
+
+    error = preflight(tmp_path, tmp_path / step_dir_name(1), 0, True, need_bytes=2**62)
+    assert error is not None and "not enough free space" in error
+    assert preflight(tmp_path, tmp_path / step_dir_name(1), 0, True, need_bytes=1) is None
+    assert names(tmp_path / step_dir_name(1)) == []  # the probe file is gone
