@@ -182,3 +182,30 @@ def diagnose_exit(code: int | None) -> Diagnosis:
         signum = -code if code < 0 else code - 128
         return Diagnosis("unknown", True, f"killed by signal {signum} (exit {code})", None)
     return Diagnosis("unknown", True, f"exited with code {code}", None)
+
+
+_ROOT_CAUSE = "Root Cause (first observed failure):"
+_SUMMARY_FIELD = re.compile(r"^\s*(rank|exitcode)\s*:\s*(-?\d+)(?:\s*\(local_rank:\s*(\d+)\))?")
+
+
+def torchrun_root_cause(lines: Iterable[str]) -> tuple[int, int, int] | None:
+    """(global rank, local rank, exit code) of torchrun's "Root Cause (first observed failure)" block."""
+    rank: int | None = None
+    local = 0
+    inside = False
+    for raw in lines:
+        line = raw.rstrip()
+        if _ROOT_CAUSE in line:
+            inside, rank = True, None
+            continue
+        if not inside:
+            continue
+        m = _SUMMARY_FIELD.match(line)
+        if m and m.group(1) == "rank":
+            rank = int(m.group(2))
+            local = int(m.group(3)) if m.group(3) is not None else rank
+        elif m and rank is not None:
+            return rank, local, int(m.group(2))
+        elif line.startswith("==="):
+            inside = False
+    return None

@@ -5,12 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fsdp_orch.supervise.diagnose import Diagnosis, LineScanner
+from fsdp_orch.supervise.diagnose import Diagnosis, LineScanner, torchrun_root_cause
 
 # Failures of communication are most often the symptom of a peer that died first: when causes
 # surface in the same poll, the others win.
 COMMUNICATION = frozenset({"nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost", "rendezvous_failure"})
-_TORCHRUN_FAILURE = re.compile(r"^\s*(rank|exitcode)\s*:\s*(-?\d+)")
 
 
 class LogFollower:
@@ -23,6 +22,7 @@ class LogFollower:
         self.partial: dict[Path, str] = {}
         self.scanners: dict[Path, LineScanner] = {}
         self.cause: tuple[Path, Diagnosis] | None = None
+        self.cause_line = ""
         self.tail: dict[Path, list[str]] = {}
 
     def files(self) -> list[Path]:
@@ -35,21 +35,23 @@ class LogFollower:
         """The first root cause seen so far (strong signatures only unless ``final``)."""
         if self.cause is not None:
             return self.cause[1]
-        fresh: list[tuple[Path, Diagnosis]] = []
+        fresh: list[tuple[Path, Diagnosis, str]] = []
         for path in self.files():
             scanner = self.scanners.setdefault(path, LineScanner())
+            had_cause = scanner.first is not None
             for line in self._new_lines(path, final):
                 tail = self.tail.setdefault(path, [])
                 tail.append(line)
-                del tail[:-40]
-                if scanner.feed(line) is not None:
-                    break
-            if scanner.first is not None:
-                fresh.append((path, scanner.first))
+                del tail[:-200]
+                if not had_cause and scanner.feed(line) is not None:
+                    fresh.append((path, scanner.first, line))
+                    had_cause = True
         if fresh:
             fresh.sort(key=lambda item: item[1].category in COMMUNICATION)
-            self.cause = fresh[0]
-            return self.cause[1]
+            path, diagnosis, line = fresh[0]
+            self.cause = (path, diagnosis)
+            self.cause_line = line
+            return diagnosis
         if final:
             weak = [(p, s.weak) for p, s in self.scanners.items() if s.weak is not None]
             if weak:
@@ -72,21 +74,23 @@ class LogFollower:
             lines.pop()
         return lines
 
-    def failed_ranks(self) -> list[tuple[int, int]]:
-        """(rank, exit code) pairs from torchrun's failure summary, in the lines read so far."""
-        found = []
+    def root_cause_rank(self) -> tuple[int, int, int] | None:
+        """torchrun's first observed failure, (global rank, local rank, exit code), from the lines so far."""
         for lines in self.tail.values():
-            rank = None
-            for line in lines:
-                m = _TORCHRUN_FAILURE.match(re.sub(r"^\[\w+\]:", "", line))
-                if not m:
-                    continue
-                if m.group(1) == "rank":
-                    rank = int(m.group(2))
-                elif rank is not None:
-                    found.append((rank, int(m.group(2))))
-                    rank = None
-        return found
+            found = torchrun_root_cause(lines)
+            if found is not None:
+                return found
+        return None
+
+    def cause_rank(self) -> int | None:
+        """The local rank whose output held the cause, when the file or line prefix tells."""
+        if self.cause is None:
+            return None
+        path = self.cause[0]
+        if path.parent.name.isdigit() and path.parent.parent.name.startswith("attempt_"):
+            return int(path.parent.name)
+        m = re.match(r"\[default(\d+)\]:", self.cause_line)
+        return int(m.group(1)) if m else None
 
 
 def attempt_log_patterns() -> tuple[str, ...]:

@@ -23,11 +23,14 @@ from fsdp_orch.states import JobState
 from fsdp_orch.store import Store
 from fsdp_orch.supervise.attempt import AttemptHandle, AttemptLauncher
 from fsdp_orch.supervise.diagnose import Diagnosis, diagnose_exit
-from fsdp_orch.supervise.logfollow import LogFollower, attempt_log_patterns
+from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower, attempt_log_patterns
 from fsdp_orch.supervise.policy import Decision, FailureRecord, backoff_delay, decide
 from fsdp_orch.supervise.watchdog import StepClock, check_hang
 
 STOP_GRACE_S = 5.0
+# A lost peer is usually the symptom of a rank that died first: after a communication error the
+# supervisor gives torchrun this long to report which rank failed first.
+SETTLE_S = 3.0
 
 
 class AttemptFailed(Exception):
@@ -71,12 +74,14 @@ class Supervisor:
     def __init__(self, store: Store, submission: Submission, launcher: AttemptLauncher, *,
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
                  rng: random.Random | None = None, stop_flag: StopFlag | None = None,
+                 backoff_sleep: Callable[[float], None] | None = None,
                  port_for_attempt: Callable[[int], int | None] | None = None, local_has_gpu: bool = False):
         self.store = store
         self.sub = submission
         self.launcher = launcher
         self.clock = clock
         self.sleep = sleep
+        self.backoff_sleep = backoff_sleep or self._sleep_unless_cancelled
         self.rng = rng or random.Random()
         self.stop_flag = stop_flag or StopFlag()
         self.port_for_attempt = port_for_attempt or (lambda attempt: None)
@@ -124,7 +129,12 @@ class Supervisor:
             self.store.set_state(self.job_id, JobState.RESTARTING, reason=self._decision.reason
                                  if self._decision else None, now=self.clock())
 
-        retrying = Retrying(sleep=self._sleep_unless_cancelled, wait=wait,
+        def sleep_then_check(seconds: float) -> None:
+            self.backoff_sleep(seconds)
+            if self._cancel_requested():
+                raise Cancelled()
+
+        retrying = Retrying(sleep=sleep_then_check, wait=wait,
                             retry=retry_if_exception(should_restart), before_sleep=before_sleep,
                             reraise=True)
         try:
@@ -184,6 +194,7 @@ class Supervisor:
             self.store.end_attempt(self.job_id, attempt, handle.poll(), now=self.clock())
             return AttemptFailed(diagnosis, now, stalled, before, self._checkpoint_step(checkpoint_dir))
 
+        comm_seen: float | None = None
         while True:
             code = handle.poll()
             beats = read_heartbeats(self.sub.run_dir, attempt)
@@ -196,11 +207,17 @@ class Supervisor:
                 self.store.end_attempt(self.job_id, attempt, code, now=self.clock())
                 if code == 0:
                     return
-                cause = follower.poll(final=True) or self._exit_diagnosis(code, follower)
+                cause = self._cause_at_exit(code, follower)
                 raise AttemptFailed(cause, self.clock(), None, before, self._checkpoint_step(checkpoint_dir))
             cause = follower.poll()
             if cause is not None:
-                raise fail(cause, None)
+                if cause.category not in COMMUNICATION:
+                    raise fail(cause, None)
+                comm_seen = comm_seen if comm_seen is not None else self.clock()
+                if self.clock() - comm_seen >= SETTLE_S:
+                    raise fail(cause, None)
+                self.sleep(min(watch.poll_interval, 0.5))
+                continue
             verdict = check_hang(beats, world_size=world, attempt_started=started, now=self.clock(),
                                  watch=watch, clock=clock)
             if verdict is not None:
@@ -212,13 +229,18 @@ class Supervisor:
             self.sleep(watch.poll_interval)
 
     @staticmethod
-    def _exit_diagnosis(code: int, follower: LogFollower) -> Diagnosis:
-        failed = [(r, c) for r, c in follower.failed_ranks() if c != 0]
-        if failed:
-            rank, rank_code = failed[0]
-            base = diagnose_exit(rank_code)
-            return Diagnosis(base.category, base.retryable, f"rank {rank}: {base.evidence}", None)
-        return diagnose_exit(code)
+    def _cause_at_exit(code: int, follower: LogFollower) -> Diagnosis:
+        """The logs' root cause, unless torchrun says another rank failed first and the logs only show
+        its peers losing it; then that rank's exit status is the cause."""
+        cause = follower.poll(final=True)
+        root = follower.root_cause_rank()
+        if root is not None and root[2] != 0:
+            rank, local_rank, rank_code = root
+            if cause is None or (cause.category in COMMUNICATION and follower.cause_rank() != local_rank):
+                base = diagnose_exit(rank_code)
+                return Diagnosis(base.category, base.retryable,
+                                 f"rank {rank} failed first: {base.evidence}", None)
+        return cause or diagnose_exit(code)
 
     # --- bookkeeping ------------------------------------------------------------------------
 

@@ -1,0 +1,98 @@
+"""The supervisor against real failures: torchrun with 2 CPU ranks (gloo), faults injected into the
+demo job through FSDP_ORCH_FAULT. Every fault ends SUCCEEDED after one restart, with the failure
+classified, and the final loss equal, bit for bit, to an uninterrupted run's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+STEPS = 30
+COMMON = [
+    "--set", f"args=[--steps, {STEPS}]",
+    "--set", "checkpoint.interval=5",
+    "--set", "restart.backoff.initial=0.5s",
+    "--set", "restart.backoff.jitter=0",
+    "--set", "watch.heartbeat_timeout=8s",
+    "--set", "watch.startup_timeout=90s",
+]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The final loss and parameters of an uninterrupted run of the same job."""
+    from tests.integration.conftest import REPO, Cli
+
+    import shutil
+
+    base = tmp_path_factory.mktemp("reference")
+    shutil.copytree(REPO / "examples" / "demo", base / "demo",
+                    ignore=shutil.ignore_patterns("checkpoints", "__pycache__"))
+    (base / "work").mkdir()
+    cli = Cli(home=base / "home", cwd=base / "work")
+    proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(base / "demo" / "job.yaml"), *COMMON)
+    assert proc.returncode == 0, proc.stderr
+    job_id = json.loads(proc.stdout)["id"]
+    return json.loads((cli.home / "runs" / job_id / "result.json").read_text())
+
+
+def run_with_fault(cli, demo, fault: str, *extra: str) -> tuple[dict, dict]:
+    proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo), *COMMON,
+                   "--set", f"env.FSDP_ORCH_FAULT={fault}", *extra)
+    status = json.loads(proc.stdout) if proc.stdout.strip() else {}
+    assert proc.returncode == 0, (status, proc.stderr)
+    result = json.loads((cli.home / "runs" / status["id"] / "result.json").read_text())
+    return status, result
+
+
+@pytest.mark.parametrize("fault,category,evidence", [
+    ("hang:step=12:rank=1", "hang", "no progress"),
+    ("crash:step=12:rank=1", "unknown", "code 1"),
+    ("kill:step=12:rank=1", "unknown", "SIGKILL"),
+    ("checkpoint_crash:step=10:rank=1", "unknown", "code"),
+])
+def test_fault_is_classified_restarted_and_the_result_is_exact(cli, demo, reference, fault, category, evidence):
+    status, result = run_with_fault(cli, demo, fault)
+    assert status["state"] == "SUCCEEDED"
+    assert status["attempts"] == 2 and status["restarts"] == 1
+    [failure] = status["failures"]
+    assert failure["attempt"] == 0
+    assert failure["category"] == category, failure
+    assert evidence in (failure["evidence"] or ""), failure
+    assert failure["action"] == "restart"
+    if category == "hang":
+        assert 8 <= failure["stalled_for_s"] < 8 + 5
+    assert result["resumed_from"] >= 5, "the restart did not resume from a checkpoint"
+    assert result["final_loss"] == reference["final_loss"]
+    assert result["param_sha256"] == reference["param_sha256"]
+
+
+def test_collective_timeout_is_a_gloo_timeout(cli, demo, reference):
+    status, result = run_with_fault(cli, demo, "collective_timeout:step=12:rank=1",
+                                    "--set", "watch.collective_timeout=4s",
+                                    "--set", "watch.heartbeat_timeout=60s")
+    [failure] = status["failures"]
+    assert failure["category"] == "gloo_timeout_or_peer_lost", failure
+    assert status["state"] == "SUCCEEDED"
+    assert result["final_loss"] == reference["final_loss"]
+
+
+def test_user_code_error_fails_after_one_attempt(cli, tmp_path, demo):
+    script = demo.parent / "train.py"
+    text = script.read_text()
+    marker = "    for step in range(start + 1, args.steps + 1):\n"
+    assert marker in text
+    script.write_text(text.replace(marker, marker + "        if step == 3 and job.rank == 1:\n"
+                                                    "            raise KeyError('tokens')\n"))
+    proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo), *COMMON)
+    assert proc.returncode == 1
+    status = json.loads(proc.stdout)
+    assert status["state"] == "FAILED" and status["attempts"] == 1
+    [failure] = status["failures"]
+    assert failure["category"] == "user_code_error"
+    assert failure["evidence"] == "KeyError: 'tokens'"
+    assert failure["action"] == "give_up"
+    assert "user_code_error" in status["reason"]

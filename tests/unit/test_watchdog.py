@@ -1,0 +1,81 @@
+"""Hang detection from heartbeats: pure, with the time passed in."""
+
+from __future__ import annotations
+
+from fsdp_orch.heartbeats import Heartbeat
+from fsdp_orch.spec import Watch
+from fsdp_orch.supervise.diagnose import torchrun_root_cause
+from fsdp_orch.supervise.watchdog import StepClock, check_hang
+
+WATCH = Watch.model_validate({"heartbeat_timeout": "10s", "startup_timeout": "60s"})
+
+
+def beat(rank: int, step: int, t: float, state: str = "training") -> Heartbeat:
+    return Heartbeat(rank=rank, attempt=0, step=step, loss=1.0, time=t, state=state, pid=1)
+
+
+def test_startup_gets_the_startup_window():
+    beats = {0: beat(0, 0, 5.0, "starting"), 1: beat(1, 0, 5.0, "starting")}
+    assert check_hang(beats, world_size=2, attempt_started=0.0, now=59.0, watch=WATCH) is None
+    verdict = check_hang(beats, world_size=2, attempt_started=0.0, now=61.0, watch=WATCH)
+    assert verdict is not None and "startup_timeout" in verdict.evidence
+    assert verdict.stalled_for_s == 61.0
+
+
+def test_no_progress_for_the_heartbeat_timeout_is_a_hang():
+    beats = {0: beat(0, 39, 100.0), 1: beat(1, 39, 100.2)}
+    assert check_hang(beats, world_size=2, attempt_started=0.0, now=110.0, watch=WATCH) is None
+    first = check_hang(beats, world_size=2, attempt_started=0.0, now=110.1, watch=WATCH)
+    assert first is not None and first.ranks == [0]
+    verdict = check_hang(beats, world_size=2, attempt_started=0.0, now=110.5, watch=WATCH)
+    assert verdict is not None and verdict.ranks == [0, 1]
+    assert abs(verdict.stalled_for_s - 10.3) < 1e-9
+    assert "step 39" in verdict.evidence
+
+
+def test_a_rank_that_never_reported_is_late_once_others_progress():
+    beats = {0: beat(0, 5, 100.0)}
+    verdict = check_hang(beats, world_size=2, attempt_started=50.0, now=100.5, watch=WATCH)
+    assert verdict is not None and verdict.ranks == [1] and "never finished a step" in verdict.evidence
+
+
+def test_saving_extends_the_window_and_done_ranks_are_never_late():
+    saving = {0: beat(0, 50, 100.0, "saving"), 1: beat(1, 50, 100.0, "saving")}
+    assert check_hang(saving, world_size=2, attempt_started=0.0, now=150.0, watch=WATCH) is None
+    assert check_hang(saving, world_size=2, attempt_started=0.0, now=161.0, watch=WATCH) is not None
+    done = {0: beat(0, 300, 100.0, "done"), 1: beat(1, 300, 100.0, "done")}
+    assert check_hang(done, world_size=2, attempt_started=0.0, now=10_000.0, watch=WATCH) is None
+
+
+def test_adaptive_window_is_a_multiple_of_the_median_step_bounded_below():
+    watch = Watch.model_validate({"hang_detection": "adaptive", "adaptive_multiplier": 10,
+                                  "adaptive_min": "3s", "heartbeat_timeout": "5m"})
+    clock = StepClock()
+    for step in range(1, 12):
+        clock.observe(beat(0, step, step * 0.5))  # 0.5 s per step -> window max(3, 5) = 5 s
+    beats = {0: beat(0, 11, 5.5), 1: beat(1, 11, 5.5)}
+    assert check_hang(beats, world_size=2, attempt_started=0.0, now=10.4, watch=watch, clock=clock) is None
+    assert check_hang(beats, world_size=2, attempt_started=0.0, now=10.6, watch=watch, clock=clock) is not None
+    fast = StepClock()
+    for step in range(1, 12):
+        fast.observe(beat(0, step, step * 0.01))  # 10 x 0.01 s = 0.1 s, but never below 3 s
+    assert check_hang(beats, world_size=2, attempt_started=0.0, now=8.4, watch=watch, clock=fast) is None
+    assert check_hang(beats, world_size=2, attempt_started=0.0, now=8.6, watch=watch, clock=fast) is not None
+
+
+def test_torchrun_root_cause_block_is_parsed():
+    summary = """Failures:
+[1]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 13182)  (SIGTERM)
+-------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-21_12:43:48
+  host      : localhost
+  rank      : 3 (local_rank: 1)
+  exitcode  : -9 (pid: 13183)  (SIGKILL)
+  traceback : Signal 9 (SIGKILL) received by PID 13183
+======================================================="""
+    assert torchrun_root_cause(summary.splitlines()) == (3, 1, -9)
+    assert torchrun_root_cause(["nothing here"]) is None
