@@ -52,31 +52,45 @@ def spec_hash(plan: LaunchPlan) -> str:
     return hashlib.sha256(spec_json(plan).encode()).hexdigest()[:16]
 
 
-def submit(store, job_file: Path, cluster: str, *, overrides: list[str] | None = None,  # type: ignore[no-untyped-def]
-           accelerate_config: str | None = None, idempotency_key: str | None = None,
-           home_dir: Path | None = None) -> tuple[str, bool]:
-    """Validate, record the job, hand it to its backend. Returns (job id, created)."""
-    from fsdp_orch.backends import backend_for_kind
+def record_submission(store, job_file: Path, cluster: str, *, overrides: list[str] | None = None,  # type: ignore[no-untyped-def]
+                      accelerate_config: str | None = None, idempotency_key: str | None = None,
+                      home_dir: Path | None = None):
+    """Validate and plan, record the job in the store and freeze its submission in the run dir.
+    Returns (job id, created, submission); nothing is started."""
     from fsdp_orch.backends.base import Submission
-    from fsdp_orch.states import JobState
 
-    planned = plan_job(job_file, cluster, overrides=overrides, accelerate_config=accelerate_config)
-    backend = backend_for_kind(planned.profile.kind)
+    planned = plan_job(job_file, cluster, overrides=overrides, accelerate_config=accelerate_config,
+                       home_dir=home_dir)
     root = home_dir or home()
     job_id, created = store.create_job(
         name=planned.job.name, cluster=planned.profile_ref.name, kind=planned.profile.kind,
         spec_json=spec_json(planned.plan), run_dir_root=root / "runs", job_file=str(job_file.resolve()),
         spec_hash=spec_hash(planned.plan), idempotency_key=idempotency_key)
     if not created:
-        return job_id, False
+        return job_id, False, None
     template = planned.profile.template
     submission = Submission(
         job_id=job_id, cluster=planned.profile_ref.name, job=planned.job, profile=planned.profile,
         job_dir=str(job_file.resolve().parent), home=str(root),
         profile_template=str((planned.profile_ref.path.parent / template).expanduser()) if template else None)
+    submission.save()
+    return job_id, True, submission
+
+
+def submit(store, job_file: Path, cluster: str, *, overrides: list[str] | None = None,  # type: ignore[no-untyped-def]
+           accelerate_config: str | None = None, idempotency_key: str | None = None,
+           home_dir: Path | None = None) -> tuple[str, bool]:
+    """Validate, record the job, hand it to its backend. Returns (job id, created)."""
+    from fsdp_orch.backends import backend_for_kind
+    from fsdp_orch.states import JobState
+
+    job_id, created, submission = record_submission(
+        store, job_file, cluster, overrides=overrides, accelerate_config=accelerate_config,
+        idempotency_key=idempotency_key, home_dir=home_dir)
+    if not created:
+        return job_id, False
     try:
-        submission.save()
-        backend.start(store, submission)
+        backend_for_kind(submission.profile.kind).start(store, submission)
     except BaseException as exc:
         store.set_state(job_id, JobState.FAILED, reason=f"could not start: {exc}")
         raise

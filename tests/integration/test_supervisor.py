@@ -1,0 +1,96 @@
+"""The supervisor in-process with the real local launcher and an injected backoff sleep, and the
+supervisor killed with SIGKILL mid-run and re-attached by `status`."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from fsdp_orch.backends.local import LocalLauncher, free_port
+from fsdp_orch.proctree import job_processes, pid_alive
+from fsdp_orch.states import JobState
+from fsdp_orch.store import Store
+from fsdp_orch.submit import record_submission
+from fsdp_orch.supervise.supervisor import Supervisor
+
+pytestmark = pytest.mark.slow
+
+
+def crashing_job(tmp_path: Path, **restart) -> Path:
+    job = tmp_path / "crashy.yaml"
+    restart_yaml = json.dumps({"backoff": {"initial": "1s", "multiplier": 2, "max": "10s", "jitter": 0},
+                               **restart})
+    job.write_text("name: crashy\nlauncher: python\n"
+                   "command: [bash, -c, 'echo starting; exit 1']\n"
+                   f"restart: {restart_yaml}\n")
+    return job
+
+
+def supervise_in_process(tmp_path: Path, job: Path) -> tuple[Supervisor, Store, str, list[float]]:
+    home = tmp_path / "home"
+    store = Store(home / "jobs.db")
+    job_id, _, submission = record_submission(store, job, "local", home_dir=home)
+    slept: list[float] = []
+    sup = Supervisor(store, submission, LocalLauncher(submission), backoff_sleep=slept.append,
+                     rng=random.Random(0), port_for_attempt=lambda attempt: free_port())
+    return sup, store, job_id, slept
+
+
+def test_a_job_that_crashes_every_attempt_stops_at_the_budget_with_growing_delays(tmp_path):
+    sup, store, job_id, slept = supervise_in_process(
+        tmp_path, crashing_job(tmp_path, max_restarts=3, crash_loop_attempts=10))
+    assert sup.run() is JobState.FAILED
+    assert slept == [1.0, 2.0, 4.0]  # initial 1s, multiplier 2, no jitter
+    status = json.loads(store.status_json(job_id))
+    assert status["state"] == "FAILED"
+    assert status["attempts"] == 4 and status["restarts"] == 3
+    assert [f["action"] for f in status["failures"]] == ["restart", "restart", "restart", "give_up"]
+    assert all("exited with code 1" in f["evidence"] for f in status["failures"])
+    assert "restart budget exhausted" in status["reason"]
+
+
+def test_a_crash_loop_gives_up_before_the_budget(tmp_path):
+    sup, store, job_id, slept = supervise_in_process(
+        tmp_path, crashing_job(tmp_path, max_restarts=10, crash_loop_attempts=3))
+    assert sup.run() is JobState.FAILED
+    assert slept == [1.0, 2.0]
+    status = json.loads(store.status_json(job_id))
+    assert status["attempts"] == 3
+    assert "crash loop: 3 attempts in a row made no progress" in status["reason"]
+
+
+def test_killing_the_supervisor_and_reattaching_keeps_one_attempt_and_succeeds(cli, demo):
+    job_id = cli.run("submit", "--cluster", "local", str(demo), "--set", "args=[--steps, 60]",
+                     "--set", "checkpoint.interval=10", check=True).stdout.strip()
+    cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 5, timeout=180,
+                   what="five steps")
+    store = Store(cli.home / "jobs.db")
+    old = store.job(job_id)["supervisor_pid"]
+    workers = job_processes(job_id)
+    os.kill(old, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while pid_alive(old) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(old)
+    assert job_processes(job_id) == workers, "killing the supervisor must not touch the attempt"
+
+    status = cli.status(job_id)  # notices the dead supervisor and re-attaches a new one
+    assert status["state"] == "RUNNING"
+    for _ in range(3):
+        cli.run("status", check=True)  # more refreshes must not start a second supervisor or attempt
+    time.sleep(1.0)
+    new = store.job(job_id)["supervisor_pid"]
+    assert new != old and pid_alive(new, must_contain=job_id)
+    supervisors = [p for p in os.listdir("/proc") if p.isdigit() and pid_alive(int(p), must_contain=job_id)
+                   and b"fsdp_orch.supervise" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert len(supervisors) == 1, supervisors
+    final = cli.wait_until(job_id, lambda s: s["state"] in ("SUCCEEDED", "FAILED"), timeout=300, what="end")
+    assert final["state"] == "SUCCEEDED", final
+    assert final["attempts"] == 1 and final["failures"] == []
+    assert final["progress"]["step"] == 60
