@@ -13,21 +13,8 @@ import pytest
 
 TABLE = runpy.run_path(str(Path(__file__).resolve().parents[1] / "fixtures" / "bad_inputs.py"))
 CASES = TABLE["CASES"]
+materialize, listing = TABLE["materialize"], TABLE["listing"]
 REPO = Path(__file__).resolve().parents[2]
-
-
-def materialize(root: Path, files: dict[str, str | bytes]) -> None:
-    for name, content in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content)
-
-
-def listing(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -14,17 +14,8 @@ from fsdp_orch import cli
 
 TABLE = runpy.run_path(str(Path(__file__).resolve().parents[1] / "fixtures" / "bad_inputs.py"))
 CASES = TABLE["CASES"]
+materialize, listing = TABLE["materialize"], TABLE["listing"]
 OK_JOB = TABLE["OK_JOB"]
-
-
-def materialize(root: Path, files: dict[str, str | bytes]) -> None:
-    for name, content in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content)
 
 
 @pytest.fixture
@@ -44,10 +35,6 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
         code = int(exc.code or 0)
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def listing(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
