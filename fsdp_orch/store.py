@@ -92,6 +92,7 @@ MIGRATIONS: list[list[str]] = [
             started_at REAL NOT NULL,
             ended_at REAL,
             exit_code INTEGER,
+            first_step_at REAL,
             resume_from TEXT,
             backend_ref TEXT,
             PRIMARY KEY (job_id, attempt)
@@ -151,8 +152,10 @@ class Store:
         if version == SCHEMA_VERSION:
             return
         if version > SCHEMA_VERSION:
-            raise RuntimeError(f"{self.path}: schema version {version} is newer than this fsdp-orch "
-                               f"({SCHEMA_VERSION}); upgrade fsdp-orch")
+            from fsdp_orch.errors import InputError
+
+            raise InputError(f"schema version {version} is newer than this fsdp-orch understands "
+                             f"({SCHEMA_VERSION}); upgrade fsdp-orch", file=str(self.path))
         if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             self.conn.execute("PRAGMA journal_mode = WAL")
         self.conn.execute("BEGIN IMMEDIATE")
@@ -217,7 +220,9 @@ class Store:
         if "state" in fields and isinstance(fields["state"], JobState):
             fields["state"] = fields["state"].value
         if "progress_loss" in fields and fields["progress_loss"] is not None:
-            fields["progress_loss"] = repr(float(fields["progress_loss"]))
+            loss = float(fields["progress_loss"])
+            # JSON has no NaN or infinity: a diverged loss shows as null.
+            fields["progress_loss"] = repr(loss) if loss == loss and abs(loss) != float("inf") else None
         assignments = ", ".join(f"{name} = :{name}" for name in sorted(fields))
         self._write(f"UPDATE jobs SET {assignments} WHERE id = :_id", {**fields, "_id": job_id})
 
@@ -245,14 +250,22 @@ class Store:
         t = now if now is not None else time.time()
         self.conn.execute("BEGIN IMMEDIATE")
         try:
-            self.conn.execute("INSERT OR REPLACE INTO attempts (job_id, attempt, started_at, resume_from)"
-                              " VALUES (?, ?, ?, ?)", (job_id, attempt, t, resume_from))
-            self.conn.execute("UPDATE jobs SET attempts = ?, restarts = ?, state = ? WHERE id = ?",
-                              (attempt + 1, attempt, JobState.RUNNING.value, job_id))
+            cur = self.conn.execute(
+                "UPDATE jobs SET attempts = ?, restarts = ?, state = ? WHERE id = ? AND state NOT IN"
+                f" ({', '.join('?' * len(TERMINAL_NAMES))})",
+                (attempt + 1, attempt, JobState.RUNNING.value, job_id, *TERMINAL_NAMES))
+            if cur.rowcount == 1:  # a job that already ended (cancelled in a race) stays ended
+                self.conn.execute("INSERT OR REPLACE INTO attempts (job_id, attempt, started_at, resume_from)"
+                                  " VALUES (?, ?, ?, ?)", (job_id, attempt, t, resume_from))
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
+
+    def first_step(self, job_id: str, attempt: int, when: float) -> None:
+        """When the attempt's first training step was seen (recovery time is measured to here)."""
+        self._write("UPDATE attempts SET first_step_at = ? WHERE job_id = ? AND attempt = ?"
+                    " AND first_step_at IS NULL", (when, job_id, attempt))
 
     def end_attempt(self, job_id: str, attempt: int, exit_code: int | None,
                     now: float | None = None) -> None:

@@ -33,7 +33,7 @@ def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None
              resume_from: str | None = None, rdzv_port: int | None = None,
              home_dir: Path | None = None) -> PlannedJob:
     """Load and validate everything, then plan and render. Raises InputError; writes nothing."""
-    job, _ = load_job(job_file, overrides, Path(accelerate_config) if accelerate_config else None)
+    job, doc = load_job(job_file, overrides, Path(accelerate_config) if accelerate_config else None)
     profile, ref = load_profile(cluster)
     template = None
     if profile.template:
@@ -44,7 +44,8 @@ def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None
     try:
         plan = make_plan(job, profile, ref.name, ctx)
     except InputError as exc:
-        raise InputError(exc.detail, file=str(job_file), field=exc.field) from None
+        line = doc.line_of((exc.field,)) if exc.field else None
+        raise InputError(exc.detail, file=str(job_file), field=exc.field, line=line) from None
     return PlannedJob(job, profile, ref, plan, render_plan(plan, profile_template=template), job_file)
 
 

@@ -195,12 +195,17 @@ class Supervisor:
             return AttemptFailed(diagnosis, now, stalled, before, self._checkpoint_step(checkpoint_dir))
 
         comm_seen: float | None = None
+        first_step_seen = False
         while True:
             code = handle.poll()
             beats = read_heartbeats(self.sub.run_dir, attempt)
             for beat in beats.values():
                 if beat.rank == 0:
                     clock.observe(beat)
+            if not first_step_seen and any(b.state != "starting" for b in beats.values()):
+                first_step_seen = True
+                self.store.first_step(self.job_id, attempt, min(b.time for b in beats.values()
+                                                                if b.state != "starting"))
             self._record_progress(beats)
             self._record_checkpoint(checkpoint_dir)
             if code is not None:
