@@ -161,7 +161,8 @@ def main() -> int:
         ratio = base["still_hung_after_s"] / hang["detection_s"]
         print(f"baseline torchrun --max-restarts 3: still hung {base['still_hung_after_s']:.0f} s after the hang "
               f"(gave up waiting); fsdp-orch detects it more than {ratio:.1f}x sooner")
-    ok = (hang["detection_s"] <= HEARTBEAT_TIMEOUT + 2 and hang["recovery_s"] < 15
+    ok = (hang["state"] == "SUCCEEDED" and good["state"] == "SUCCEEDED"
+          and hang["detection_s"] <= HEARTBEAT_TIMEOUT + 2 and hang["recovery_s"] < 15
           and good["goodput"] >= 0.70)
     return 0 if ok else 1
 

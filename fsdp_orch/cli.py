@@ -36,8 +36,8 @@ def _resolve_id(store, job_id: str) -> str:  # type: ignore[no-untyped-def]
 def cmd_render(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from fsdp_orch.submit import plan_job
     from fsdp_orch.render import write_artifacts
+    from fsdp_orch.submit import plan_job
 
     planned = plan_job(Path(args.job), args.cluster, overrides=args.set,
                        accelerate_config=args.accelerate_config, job_id=args.job_id,

@@ -335,19 +335,19 @@ class Store:
         except OSError:
             pass  # a cache that cannot be written only costs speed
 
+    def _dicts(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        cur = self.conn.execute(sql, params)
+        names = [c[0] for c in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
     def active_jobs(self) -> list[dict[str, Any]]:
         """Jobs not yet in a terminal state (what a liveness refresh has to look at)."""
-        cur = self.conn.execute("SELECT id, kind, state, supervisor_pid, backend_ref, run_dir FROM jobs"
-                                " WHERE state IN ('PENDING', 'RUNNING', 'RESTARTING')")
-        names = [c[0] for c in cur.description]
-        return [dict(zip(names, row)) for row in cur.fetchall()]
+        return self._dicts("SELECT id, kind, state, supervisor_pid, backend_ref, run_dir FROM jobs"
+                           " WHERE state IN ('PENDING', 'RUNNING', 'RESTARTING')")
 
     def job(self, job_id: str) -> dict[str, Any] | None:
-        cur = self.conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,))
-        row = cur.fetchone()
-        if row is None:
-            return None
-        return dict(zip([c[0] for c in cur.description], row))
+        rows = self._dicts("SELECT * FROM jobs WHERE id = ?", (job_id,))
+        return rows[0] if rows else None
 
     def find_job_id(self, prefix: str) -> str | None:
         """Exact id, or a unique prefix of one (like git)."""
@@ -360,12 +360,4 @@ class Store:
         return rows[0][0] if len(rows) == 1 else None
 
     def attempts(self, job_id: str) -> list[dict[str, Any]]:
-        cur = self.conn.execute("SELECT * FROM attempts WHERE job_id = ? ORDER BY attempt", (job_id,))
-        names = [c[0] for c in cur.description]
-        return [dict(zip(names, row)) for row in cur.fetchall()]
-
-    def latest_by_name(self, name: str, cluster: str) -> dict[str, Any] | None:
-        cur = self.conn.execute("SELECT * FROM jobs WHERE name = ? AND cluster = ? "
-                                "ORDER BY created_at DESC LIMIT 1", (name, cluster))
-        row = cur.fetchone()
-        return dict(zip([c[0] for c in cur.description], row)) if row else None
+        return self._dicts("SELECT * FROM attempts WHERE job_id = ? ORDER BY attempt", (job_id,))

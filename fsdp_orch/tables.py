@@ -9,7 +9,7 @@ def format_rows(columns: list[str], rows: list[dict[str, Any]]) -> str:
     cells = [[c.upper() for c in columns]] + [["" if r.get(c) is None else str(r.get(c)) for c in columns]
                                                for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in cells)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 
 
 def _loss(progress: dict[str, Any] | None) -> str:

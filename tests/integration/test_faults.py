@@ -24,9 +24,9 @@ COMMON = [
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """The final loss and parameters of an uninterrupted run of the same job."""
-    from tests.integration.conftest import REPO, Cli
-
     import shutil
+
+    from tests.integration.conftest import REPO, Cli
 
     base = tmp_path_factory.mktemp("reference")
     shutil.copytree(REPO / "examples" / "demo", base / "demo",
