@@ -3,6 +3,7 @@ runtime built and that training does the same math as the FULL_SHARD baseline.""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import socket
@@ -141,21 +142,17 @@ def test_hybrid_shard_zero2_over_two_nodes_replicates_across_them(torchrun, base
     run = torchrun.prepare([*torchrun.small, *STEPS], nproc=1,
                            fsdp={"sharding_strategy": "HYBRID_SHARD_ZERO2"})
     port = free_port()
-    procs = []
+    nodes = []
     for node in (0, 1):
         argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
                 "--node-rank", str(node), "--rdzv-backend", "static", "--master-addr", "127.0.0.1",
                 "--master-port", str(port), str(torchrun.demo), *torchrun.small, *STEPS]
-        procs.append(subprocess.Popen(argv, cwd=torchrun.tmp, env={**run.env, "FSDP_ORCH_NODE_RANK": str(node)},
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      start_new_session=True))
-    try:
-        outputs = [p.communicate(timeout=180) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    assert [p.returncode for p in procs] == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
+        env = {**run.env, "FSDP_ORCH_NODE_RANK": str(node)}
+        nodes.append(torchrun.start(dataclasses.replace(run, argv=argv, env=env)))
+    for node in nodes:
+        node.stdout, node.stderr = node.proc.communicate(timeout=180)
+        node.returncode = node.proc.returncode
+        node.ok()
     plan = run.result["plan"]
     assert plan["mesh_shape"] == [2, 1] and plan["reshard_after_forward"] is False
     assert run.result["final_loss"] == pytest.approx(baseline["final_loss"], rel=1e-5)
