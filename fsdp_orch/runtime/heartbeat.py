@@ -1,7 +1,8 @@
 """The heartbeat writer: after each step, atomically replace this rank's heartbeat file.
 
 See ``fsdp_orch.heartbeats`` for the layout and the reader. Without a run directory (not under
-fsdp-orch) the writer is a no-op.
+fsdp-orch) the writer is a no-op. ``job.step_done`` beats for you; a script that does not use
+``runtime.setup()`` (e.g. an Accelerate script) calls :func:`heartbeat` after each step.
 """
 
 from __future__ import annotations
@@ -50,10 +51,35 @@ class HeartbeatWriter:
             state=self.state, pid=os.getpid(), metrics=self.metrics))
 
 
+_default: HeartbeatWriter | None = None
+
+
+def default_writer() -> HeartbeatWriter:
+    """This process's writer: the one ``runtime.setup()`` made, else one from the environment
+    (``FSDP_ORCH_RUN_DIR``, ``FSDP_ORCH_ATTEMPT``, ``RANK``)."""
+    global _default
+    if _default is None:
+        run_dir = os.environ.get("FSDP_ORCH_RUN_DIR")
+        _default = HeartbeatWriter(Path(os.path.expanduser(run_dir)) if run_dir else None,
+                                   int(os.environ.get("FSDP_ORCH_ATTEMPT", "0") or 0),
+                                   int(os.environ.get("RANK", "0") or 0))
+    return _default
+
+
+def set_default_writer(writer: HeartbeatWriter | None) -> None:
+    global _default
+    _default = writer
+
+
+def heartbeat(step: int, loss: Any = None, *, state: str = "training", **metrics: Any) -> None:
+    """Record that ``step`` steps are done (one small atomic file write)."""
+    default_writer().beat(step=step, loss=loss, state=state, **metrics)
+
+
 def _plain(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
     return value
 
 
-__all__ = ["HeartbeatWriter"]
+__all__ = ["HeartbeatWriter", "default_writer", "heartbeat", "set_default_writer"]

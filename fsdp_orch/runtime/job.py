@@ -14,7 +14,7 @@ from fsdp_orch.runtime.checkpoint import Checkpointer
 from fsdp_orch.runtime.dist import DistInfo, init_distributed, shutdown
 from fsdp_orch.runtime.faults import FaultInjector, parse_faults
 from fsdp_orch.runtime.fsdp import ShardPlan, shard_model
-from fsdp_orch.runtime.heartbeat import HeartbeatWriter
+from fsdp_orch.runtime.heartbeat import HeartbeatWriter, set_default_writer
 from fsdp_orch.runtime.settings import Settings, from_env
 
 
@@ -129,6 +129,7 @@ def setup() -> Job:
     info = init_distributed(settings.watch.collective_timeout, settings.attempt_dir)
     heartbeat = HeartbeatWriter(settings.run_dir, settings.attempt, info.rank)
     heartbeat.beat(step=0, state="starting")
+    set_default_writer(heartbeat)  # so heartbeat() from anywhere in the script writes the same file
     injector = FaultInjector(faults, info.rank, settings.attempt, settings.watch.collective_timeout)
     return Job(settings, info, heartbeat, injector)
 

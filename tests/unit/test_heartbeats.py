@@ -98,3 +98,16 @@ def test_nan_loss_survives_the_round_trip(tmp_path):
 def test_parse_heartbeat_names_the_bad_field(text, field):
     with pytest.raises(ValueError, match=field):
         parse_heartbeat(text)
+
+
+def test_module_level_heartbeat_reads_its_place_from_the_environment(tmp_path, monkeypatch):
+    from fsdp_orch.runtime import heartbeat as hb
+
+    monkeypatch.setenv("FSDP_ORCH_RUN_DIR", str(tmp_path))
+    monkeypatch.setenv("FSDP_ORCH_ATTEMPT", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(hb, "_default", None)
+    hb.heartbeat(4, 0.5, tokens=10)
+    hb.heartbeat(5, state="done")
+    beat = read_heartbeats(tmp_path, 2)[1]
+    assert (beat.step, beat.loss, beat.state, beat.metrics) == (5, 0.5, "done", {"tokens": 10})
