@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from fsdp_orch.heartbeats import read_heartbeats
+from fsdp_orch.proctree import job_processes_with, signal_pids
 from fsdp_orch.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -126,6 +127,8 @@ def torchrun_baseline(root: Path, collective_timeout: float) -> dict:
         time.sleep(0.2)
     os.killpg(proc.pid, 9)
     proc.wait()
+    # torchrun starts its workers in sessions of their own: the hung rank outlives the group kill.
+    signal_pids(job_processes_with(f"FSDP_ORCH_RUN_DIR={run_dir}"), 9)
     beats = read_heartbeats(run_dir, 0)
     last = beats[1].time if 1 in beats else None
     return {"reacted_after_s": (reacted - last) if (reacted and last) else None,

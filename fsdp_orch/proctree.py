@@ -29,19 +29,26 @@ def _is_zombie(pid: int) -> bool:
         return True
 
 
-def job_processes(job_id: str, attempt: int | None = None) -> list[int]:
-    """Live processes carrying this job's id (and attempt) in their environment, excluding ourselves."""
-    want = f"FSDP_ORCH_JOB_ID={job_id}".encode()
-    want_attempt = f"FSDP_ORCH_ATTEMPT={attempt}".encode() if attempt is not None else None
+def job_processes_with(*assignments: str) -> list[int]:
+    """Live processes whose environment holds every ``NAME=value`` given, excluding ourselves."""
+    wanted = [a.encode() for a in assignments]
     me = os.getpid()
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
             continue
         env = _environ(int(name)).split(b"\0")
-        if want in env and (want_attempt is None or want_attempt in env) and not _is_zombie(int(name)):
+        if all(w in env for w in wanted) and not _is_zombie(int(name)):
             found.append(int(name))
     return sorted(found)
+
+
+def job_processes(job_id: str, attempt: int | None = None) -> list[int]:
+    """Live processes carrying this job's id (and attempt) in their environment, excluding ourselves."""
+    wanted = [f"FSDP_ORCH_JOB_ID={job_id}"]
+    if attempt is not None:
+        wanted.append(f"FSDP_ORCH_ATTEMPT={attempt}")
+    return job_processes_with(*wanted)
 
 
 def signal_pids(pids: list[int], sig: int) -> None:
