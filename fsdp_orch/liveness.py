@@ -10,9 +10,15 @@ from __future__ import annotations
 
 def refresh(store, job_ids: list[str] | None) -> list[str]:  # type: ignore[no-untyped-def]
     """Re-attach a supervisor to every active local job whose supervisor died; returns their ids."""
-    rows = [r for r in store.active_jobs() if r["kind"] == "local" and r["supervisor_pid"]]
+    active = store.active_jobs()
     if job_ids is not None:
-        rows = [r for r in rows if r["id"] in job_ids]
+        active = [r for r in active if r["id"] in job_ids]
+    slurm_rows = [r for r in active if r["kind"] == "slurm"]
+    if slurm_rows:
+        from fsdp_orch.backends import slurm
+
+        slurm.refresh(store, slurm_rows)
+    rows = [r for r in active if r["kind"] == "local" and r["supervisor_pid"]]
     if not rows:
         return []
     from fsdp_orch.proctree import pid_alive

@@ -6,7 +6,7 @@ from typing import Any
 
 from fsdp_orch.errors import InputError
 
-_MODULES = {"local": "fsdp_orch.backends.local"}
+_MODULES = {"local": "fsdp_orch.backends.local", "slurm": "fsdp_orch.backends.slurm"}
 
 
 def backend_for_kind(kind: str) -> Any:

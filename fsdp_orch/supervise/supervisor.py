@@ -283,8 +283,10 @@ class Supervisor:
             self.store.update(self.job_id, last_checkpoint_step=step)
 
 
-def run_supervisor(job_id: str, reattach: bool = False) -> int:
-    """Entry point of ``python -m fsdp_orch.supervise.supervisor JOB_ID [--reattach]``."""
+def run_supervisor(job_id: str, reattach: bool = False, in_allocation: bool = False) -> int:
+    """Entry point of ``python -m fsdp_orch.supervise.supervisor JOB_ID [--reattach]``, and of the
+    SLURM task inside the allocation (``in_allocation``: submitit owns the signals, and a requeued job
+    goes on with its next attempt)."""
     import fcntl
     import os
 
@@ -308,14 +310,20 @@ def run_supervisor(job_id: str, reattach: bool = False) -> int:
     submission = Submission.load(run_dir)
     store.update(job_id, supervisor_pid=os.getpid())
     stop_flag = StopFlag()
-    stop_flag.install()
+    if not in_allocation:
+        stop_flag.install()
     backend = backend_for_kind(row["kind"])
     supervisor = Supervisor(store, submission, backend.attempt_launcher(submission),
                             stop_flag=stop_flag, port_for_attempt=backend.port_for_attempt,
                             local_has_gpu=Path("/dev/nvidia0").exists())
     adopt = None
     first_attempt = 0
-    if reattach:
+    if in_allocation:
+        attempts_done = store.attempts(job_id)
+        first_attempt = max(a["attempt"] for a in attempts_done) + 1 if attempts_done else 0
+        if store.job(job_id)["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            return 0
+    elif reattach:
         fresh = store.job(job_id)
         if fresh is None or fresh["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
             return 0
@@ -330,6 +338,11 @@ def run_supervisor(job_id: str, reattach: bool = False) -> int:
             print(f"fsdp-orch supervisor: resuming job {job_id} at attempt {first_attempt}", flush=True)
     try:
         state = supervisor.run(adopt, first_attempt)
+    except SystemExit:
+        if in_allocation:  # submitit checkpointed and requeued the job (time limit or preemption)
+            raise
+        store.set_state(job_id, JobState.FAILED, reason="supervisor exited")
+        raise
     except BaseException as exc:
         store.set_state(job_id, JobState.FAILED, reason=f"supervisor error: {exc!r}")
         raise
