@@ -17,6 +17,7 @@ collectives); training continues meanwhile. At most one save is in flight: the n
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
@@ -116,9 +117,11 @@ class Checkpointer:
         self.extras: dict[str, Any] = extras if extras is not None else {}
         self.last_saved_step: int | None = None
         self.restored_from: Path | None = None
-        self.block_seconds: list[float] = []  # how long each save held up training
+        self.block_seconds: list[float] = []  # how long each save held up training...
+        self.wait_seconds: list[float] = []  # ...of which waiting for the previous async save
         self._pending: tuple[int, Path, Future] | None = None
         self._stager = _CachingStager() if async_save else None
+        self._pruner: threading.Thread | None = None
         # One group for every checkpoint collective: DCP's plans, the preflight, the restore choice.
         self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
 
@@ -163,6 +166,7 @@ class Checkpointer:
         self._beat("saving")
         try:
             self.wait()
+            self.wait_seconds.append(time.perf_counter() - started)
             path = self.directory / step_dir_name(step)
             state = self._state()
             self._preflight(path, state)
@@ -212,9 +216,20 @@ class Checkpointer:
                                   f"{error}")
 
     def _commit(self, step: int, path: Path) -> None:
-        if self.info.rank == 0:
-            files.write_commit(path, step, self.info.world_size, self.attempt, self.async_save)
-            files.prune(self.directory, self.keep_last, protect={path})
+        """Rank 0: write COMMITTED, then delete old checkpoints in the background (removing
+        gigabytes of shards takes long enough to show in the time a save blocks training)."""
+        if self.info.rank != 0:
+            return
+        files.write_commit(path, step, self.info.world_size, self.attempt, self.async_save)
+        self._join_pruner()
+        self._pruner = threading.Thread(target=files.prune, name="fsdp-orch-prune", daemon=True,
+                                        args=(self.directory, self.keep_last, {path}))
+        self._pruner.start()
+
+    def _join_pruner(self) -> None:
+        if self._pruner is not None:
+            self._pruner.join()
+            self._pruner = None
 
     def wait(self) -> None:
         """Wait for an async save in flight and commit it. Raises CheckpointError if it failed."""
@@ -235,6 +250,7 @@ class Checkpointer:
         if step is not None and step > 0 and step != self.last_saved_step:
             self.save(step)
         self.wait()
+        self._join_pruner()
         if self.full_at_end and step is not None:
             self.save_full(step)
 
