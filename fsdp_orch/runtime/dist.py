@@ -55,10 +55,11 @@ _ALIASES = (("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE"),
 
 
 def apply_env_defaults(defaults: dict[str, str], env: dict[str, str] | os._Environ[str]) -> None:
-    """Set each default that the user has not set, under either of its names."""
+    """Set each default that the user has set under neither of its names."""
+    given = set(env)
     for name, value in defaults.items():
         names = next((pair for pair in _ALIASES if name in pair), (name,))
-        if not any(n in env for n in names):
+        if not given.intersection(names):
             env[name] = value
 
 
