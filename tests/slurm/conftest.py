@@ -1,0 +1,144 @@
+"""The real SLURM test cluster (``tests/slurm/cluster.sh``) as a session fixture.
+
+``slurm_cluster`` installs the Debian packages the first time (root + apt-get), starts munge,
+MariaDB, slurmdbd, slurmctld and two slurmd (node1, node2; partitions ``debug`` and ``urgent``),
+puts the exported variables (``SLURM_CONF``) into ``os.environ`` for the session, and stops what it
+started at the end. A cluster that was already running is reused and left running. It skips only
+where the machine cannot run it (not root, no apt-get and no SLURM); with ``CI`` set it fails
+instead, so CI never skips these tests silently.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+CLUSTER_SH = Path(__file__).resolve().with_name("cluster.sh")
+# A 2-core machine, a loaded CI runner: slow enough never to be the flaky part, bounded still.
+START_TIMEOUT_S = 900
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+            "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def why_it_cannot_run() -> str | None:
+    """Why this machine cannot run the test cluster, or None when it can."""
+    if not sys.platform.startswith("linux"):
+        return f"the test SLURM cluster needs Linux (this is {sys.platform})"
+    if os.geteuid() != 0:
+        return "the test SLURM cluster needs root (it installs packages and runs munged, slurmd, MariaDB)"
+    if shutil.which("apt-get") is None and shutil.which("slurmctld", path=os.environ.get("PATH", "") + ":/usr/sbin") is None:
+        return "SLURM is not installed and there is no apt-get to install it"
+    return None
+
+
+def parse_exports(text: str) -> dict[str, str]:
+    """``export NAME=value`` lines (shell-quoted values) as a dict."""
+    env = {}
+    for line in text.splitlines():
+        words = shlex.split(line)
+        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
+            name, value = words[1].split("=", 1)
+            env[name] = value
+    return env
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """The running test cluster: its state directory, its environment, and small helpers that
+    drive the real client commands (``SLURM_CONF`` is in ``os.environ`` while it runs)."""
+
+    dir: Path
+    env: dict[str, str]
+    nodes: tuple[str, ...] = ("node1", "node2")
+
+    def run(self, *argv: str, check: bool = True, timeout: float = 60,
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, cwd=cwd)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{shlex.join(argv)} exited {proc.returncode}\n"
+                                 f"stdout: {proc.stdout}\nstderr: {proc.stderr}")
+        return proc
+
+    def sbatch(self, *args: str, cwd: Path) -> str:
+        """Submit (``sbatch --parsable ARGS``) from ``cwd``; return the job id."""
+        return self.run("sbatch", "--parsable", *args, cwd=cwd).stdout.strip().split(";")[0]
+
+    def sacct(self, job_id: str, *fields: str, duplicates: bool = False) -> list[dict[str, str]]:
+        """sacct rows for a job (``duplicates``: also the records of earlier, requeued runs)."""
+        argv = ["sacct", "--parsable2", "--noheader", "-j", job_id, "-o", ",".join(fields)]
+        if duplicates:
+            argv.append("--duplicates")
+        lines = self.run(*argv).stdout.splitlines()
+        return [dict(zip(fields, line.split("|"), strict=True)) for line in lines if line]
+
+    def state(self, job_id: str) -> str:
+        """The job's state as squeue sees it (``COMPLETED`` etc. for MinJobAge after it ends)."""
+        return self.run("squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T", check=False).stdout.strip()
+
+    def accounted_state(self, job_id: str) -> str:
+        """The allocation's latest state in sacct, first word only (``CANCELLED by 0``)."""
+        rows = self.sacct(job_id, "JobID", "State")
+        row = next((r for r in rows if r["JobID"] == job_id), None)
+        return row["State"].split()[0] if row else ""
+
+    def wait_for(self, job_id: str, states: set[str], timeout: float = 60,
+                 accounted: bool = True) -> str:
+        """Poll until the job's state (sacct, or squeue with ``accounted=False``) is in
+        ``states``; return it. Fails with the job's details on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.accounted_state(job_id) if accounted else self.state(job_id)
+            if state in states:
+                return state
+            if time.monotonic() > deadline:
+                details = self.run("scontrol", "show", "job", job_id, check=False)
+                raise AssertionError(f"job {job_id} is {state or 'unknown'}, not {sorted(states)}, "
+                                     f"after {timeout}s\n{details.stdout}{details.stderr}")
+            time.sleep(0.5)
+
+    def wait_done(self, job_id: str, timeout: float = 60) -> str:
+        return self.wait_for(job_id, TERMINAL, timeout)
+
+
+def _cluster(*args: str, timeout: float = START_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(CLUSTER_SH), *args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """Start (or reuse) the test cluster for the session; see the module docstring."""
+    reason = why_it_cannot_run()
+    if reason is not None:
+        if in_ci():
+            pytest.fail(f"CI is set, so this machine must run the test SLURM cluster: {reason}")
+        pytest.skip(reason)
+    was_running = _cluster("status", timeout=60).returncode == 0
+    started = time.monotonic()
+    proc = _cluster("start")
+    if proc.returncode != 0:
+        pytest.fail(f"tests/slurm/cluster.sh start exited {proc.returncode} after "
+                    f"{time.monotonic() - started:.0f}s\n{proc.stderr[-8000:]}")
+    env = parse_exports(proc.stdout)
+    assert "SLURM_CONF" in env, f"cluster.sh start printed no SLURM_CONF:\n{proc.stdout}"
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in env.items():
+            mp.setenv(name, value)
+        yield SlurmCluster(dir=Path(env.get("FSDP_ORCH_SLURM_DIR", Path(env["SLURM_CONF"]).parents[1])),
+                           env=env)
+    if not was_running:
+        stop = _cluster("stop", timeout=180)
+        assert stop.returncode == 0, f"cluster.sh stop exited {stop.returncode}\n{stop.stderr}"
