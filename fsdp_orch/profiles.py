@@ -63,6 +63,9 @@ class SlurmContainer(StrictModel):
 
 class SlurmProfile(ProfileBase):
     kind: Literal["slurm"]
+    # Default: the interpreter running fsdp-orch (a venv on the shared filesystem is the same path
+    # on the compute nodes).
+    python: str = Field(default_factory=lambda: sys.executable or "python3")
     partition: str | None = None
     account: str | None = None
     qos: str | None = None

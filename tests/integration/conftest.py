@@ -50,18 +50,33 @@ class Cli:
         raise AssertionError(f"timed out waiting for {what or predicate}: {self.status(job_id)}")
 
 
+def make_cli(base: Path) -> Cli:
+    """A CLI with its own FSDP_ORCH_HOME under ``base``."""
+    work = base / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    return Cli(home=base / "home", cwd=work)
+
+
+def copy_demo(base: Path) -> Path:
+    """A private copy of examples/demo under ``base`` (its checkpoints land beside it); its job.yaml."""
+    target = base / "demo"
+    shutil.copytree(REPO / "examples" / "demo", target,
+                    ignore=shutil.ignore_patterns("checkpoints", "__pycache__", "result.json"))
+    return target / "job.yaml"
+
+
 @pytest.fixture
 def cli(tmp_path: Path) -> Cli:
-    home = tmp_path / "home"
-    work = tmp_path / "work"
-    work.mkdir()
-    return Cli(home=home, cwd=work)
+    return make_cli(tmp_path)
 
 
 @pytest.fixture
 def demo(tmp_path: Path) -> Path:
-    """A private copy of examples/demo (its checkpoints land beside it)."""
-    target = tmp_path / "demo"
-    shutil.copytree(REPO / "examples" / "demo", target,
-                    ignore=shutil.ignore_patterns("checkpoints", "__pycache__", "result.json"))
-    return target / "job.yaml"
+    return copy_demo(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_cli_and_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Cli, Path]:
+    """For a reference run shared by a module's tests."""
+    base = tmp_path_factory.mktemp("shared")
+    return make_cli(base), copy_demo(base)

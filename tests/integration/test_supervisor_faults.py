@@ -22,18 +22,10 @@ COMMON = [
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def reference(module_cli_and_demo):
     """The final loss and parameters of an uninterrupted run of the same job."""
-    import shutil
-
-    from tests.integration.conftest import REPO, Cli
-
-    base = tmp_path_factory.mktemp("reference")
-    shutil.copytree(REPO / "examples" / "demo", base / "demo",
-                    ignore=shutil.ignore_patterns("checkpoints", "__pycache__"))
-    (base / "work").mkdir()
-    cli = Cli(home=base / "home", cwd=base / "work")
-    proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(base / "demo" / "job.yaml"), *COMMON)
+    cli, demo = module_cli_and_demo
+    proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo), *COMMON)
     assert proc.returncode == 0, proc.stderr
     job_id = json.loads(proc.stdout)["id"]
     return json.loads((cli.home / "runs" / job_id / "result.json").read_text())
