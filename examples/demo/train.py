@@ -86,7 +86,9 @@ def param_sha256(model: nn.Module) -> str | None:
         return None
     h = hashlib.sha256()
     for name in sorted(full):
-        t = full[name].detach().contiguous()
+        value = full[name]
+        assert isinstance(value, torch.Tensor)
+        t = value.detach().contiguous()
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
         h.update(t.view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
@@ -109,7 +111,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     model = job.shard(lambda: TinyLM(args.vocab, args.dim, args.layers, args.heads, args.seq_len))
     optim = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    progress = {"loss": None}  # saved with each checkpoint, so a finished run can report it
+    progress: dict[str, float | None] = {"loss": None}  # saved with each checkpoint, so a finished run can report it
     ckpt = job.checkpointer(model, optim, extras=progress)
     start = ckpt.restore()
 

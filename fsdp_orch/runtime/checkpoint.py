@@ -177,8 +177,9 @@ class Checkpointer:
             else:
                 writer = FileSystemWriter(str(path))
             if self.async_save:
-                future = dcp.async_save(state, storage_writer=writer, process_group=self.group,
-                                        async_stager=self._stager)
+                response = dcp.async_save(state, storage_writer=writer, process_group=self.group,
+                                          async_stager=self._stager)
+                future = response if isinstance(response, Future) else response.upload_completion
                 self._pending = (step, path, future)
             else:
                 dcp.save(state, storage_writer=writer, process_group=self.group)
@@ -266,7 +267,7 @@ class Checkpointer:
             state = get_model_state_dict(self.model, options=StateDictOptions(
                 full_state_dict=True, cpu_offload=True))
             target = self.directory / FULL_MODEL_DIR
-            error = [None]
+            error: list[str | None] = [None]
             if self.info.rank == 0:
                 try:
                     target.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ import random
 import shutil
 import time
 import warnings
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +130,7 @@ def preflight(directory: Path, path: Path, rank: int, clear: bool, need_bytes: i
     return None
 
 
-def prune(directory: Path, keep_last: int, protect: set[Path] = frozenset()) -> list[Path]:
+def prune(directory: Path, keep_last: int, protect: Collection[Path] = ()) -> list[Path]:
     """Delete complete checkpoints beyond the newest ``keep_last`` and partial ones older than the
     newest complete one. Returns what was deleted."""
     found = [c for c in list_checkpoints(directory) if c.layout == "dcp"]

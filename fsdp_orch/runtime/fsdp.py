@@ -133,6 +133,8 @@ def _mesh(strategy: str, info: DistInfo):
     from torch.distributed.device_mesh import init_device_mesh
 
     world, per_node = info.world_size, info.local_world_size
+    shape: tuple[int, ...]
+    names: tuple[str, ...]
     if strategy in ("FULL_SHARD", "SHARD_GRAD_OP"):
         shape, names = (world,), ("shard",)
     elif strategy == "NO_SHARD":
@@ -264,8 +266,9 @@ def _resolve(model: nn.Module, name: str) -> nn.Module:
     module = model
     for part in name.split(".") if name else []:
         inner = module._modules.get(part)
-        if inner is None and "_checkpoint_wrapped_module" in module._modules:
-            inner = module._modules["_checkpoint_wrapped_module"]._modules.get(part)
+        wrapped = module._modules.get("_checkpoint_wrapped_module")
+        if inner is None and wrapped is not None:
+            inner = wrapped._modules.get(part)
         if inner is None:
             raise KeyError(f"no submodule {name!r}")
         module = inner
