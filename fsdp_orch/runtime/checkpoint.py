@@ -289,24 +289,34 @@ class Checkpointer:
     # --- restore -------------------------------------------------------------------------------
 
     def candidates(self) -> list[CheckpointInfo]:
-        """What restore would try, newest first (rank 0's view; see :meth:`restore`)."""
+        """What restore would try, newest first (rank 0's view; see :meth:`restore`).
+
+        ``auto``: the complete checkpoints of the checkpoint directory. A path (what the
+        supervisor passes on a restart): that checkpoint, then the complete ones before it in its
+        directory, in case it turns out unreadable. ``never``: none.
+        """
         mode = self.resume.strip()
         if mode == "never":
             return []
-        if mode != "auto":
-            info = checkpoint_info(Path(mode).expanduser())
-            if info is None or info.layout != "dcp" or not info.complete:
-                raise CheckpointError(f"FSDP_ORCH_RESUME={mode}: not a complete step-N checkpoint "
-                                      "(needs .metadata and COMMITTED)")
-            return [info]
-        return [c for c in reversed(list_checkpoints(self.directory))
-                if c.layout == "dcp" and c.complete]
+        if mode == "auto":
+            return [c for c in reversed(list_checkpoints(self.directory))
+                    if c.layout == "dcp" and c.complete]
+        info = checkpoint_info(Path(mode).expanduser())
+        if info is None or info.layout != "dcp" or not info.complete:
+            raise CheckpointError(f"FSDP_ORCH_RESUME={mode}: not a complete step-N checkpoint "
+                                  "(needs .metadata and COMMITTED)")
+        older = [c for c in reversed(list_checkpoints(info.path.parent))
+                 if c.layout == "dcp" and c.complete and c.step < info.step]
+        return [info, *older]
 
     def restore(self) -> int:
         """Load the newest usable checkpoint; returns the step to continue from (0: none).
 
         Rank 0 chooses (skipping checkpoints whose ``.metadata`` does not read back, with a
-        warning) and tells the others, so every rank loads the same one.
+        warning) and tells the others, so every rank loads the same one. Complete checkpoints
+        newer than the one loaded (a corrupt one, or the future of a run rewound with an
+        explicit path or ``never``) are superseded: their ``COMMITTED`` is renamed so that
+        neither restore nor the supervisor picks them again, and later saves replace them.
         """
         import torch.distributed.checkpoint as dcp
 
@@ -326,6 +336,7 @@ class Checkpointer:
         dist.broadcast_object_list(choice, src=0, group=self.group)
         if isinstance(choice[0], Exception):
             raise CheckpointError(str(choice[0]))
+        failed = []
         for raw in choice[0]:
             path = Path(raw)
             state = self._state()
@@ -333,6 +344,7 @@ class Checkpointer:
                 dcp.load(state, checkpoint_id=str(path), process_group=self.group)
             except Exception as exc:
                 _warn(f"skipping checkpoint {path}: load failed ({type(exc).__name__}: {exc})")
+                failed.append(str(path))
                 continue
             self._set_state(state)
             step = self._restore_rank_state(path)
@@ -340,8 +352,20 @@ class Checkpointer:
             self.restored_from = path
             if self.info.is_main:
                 print(f"[fsdp-orch] resumed from {path} (step {step})", file=sys.stderr, flush=True)
+            self._supersede_after(step)
             return step
+        if failed:  # the model may hold part of a failed load: never train from that
+            raise CheckpointError(f"no checkpoint could be loaded (tried {', '.join(failed)})")
+        self._supersede_after(0)
         return 0
+
+    def _supersede_after(self, step: int) -> None:
+        if self.info.rank != 0:
+            return
+        done = files.supersede(self.directory, step)
+        if done:
+            _warn(f"starting from step {step}: superseded newer checkpoint(s) "
+                  f"{', '.join(p.name for p in done)} (COMMITTED renamed to {files.SUPERSEDED})")
 
     def _restore_rank_state(self, path: Path) -> int:
         info = checkpoint_info(path)

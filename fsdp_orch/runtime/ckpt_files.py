@@ -130,6 +130,20 @@ def preflight(directory: Path, path: Path, rank: int, clear: bool, need_bytes: i
     return None
 
 
+SUPERSEDED = COMMIT_FILE + ".superseded"
+
+
+def supersede(directory: Path, step: int) -> list[Path]:
+    """Make complete checkpoints after ``step`` incomplete (keeping their files): rename
+    ``COMMITTED``. Returns the checkpoints changed."""
+    done = []
+    for info in list_checkpoints(directory):
+        if info.layout == "dcp" and info.complete and info.step > step:
+            os.replace(info.path / COMMIT_FILE, info.path / SUPERSEDED)
+            done.append(info.path)
+    return done
+
+
 def prune(directory: Path, keep_last: int, protect: Collection[Path] = ()) -> list[Path]:
     """Delete complete checkpoints beyond the newest ``keep_last`` and partial ones older than the
     newest complete one. Returns what was deleted."""
@@ -152,5 +166,5 @@ def prune(directory: Path, keep_last: int, protect: Collection[Path] = ()) -> li
     return deleted
 
 
-__all__ = ["atomic_write", "check_metadata", "load_extras", "preflight", "prune", "read_rank_state",
-           "set_rng_state", "write_commit", "write_rank_state"]
+__all__ = ["SUPERSEDED", "atomic_write", "check_metadata", "load_extras", "preflight", "prune",
+           "read_rank_state", "set_rng_state", "supersede", "write_commit", "write_rank_state"]

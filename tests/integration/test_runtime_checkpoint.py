@@ -91,18 +91,45 @@ def test_crash_inside_a_save_leaves_a_partial_checkpoint_that_restore_skips(torc
     assert latest_complete(again.checkpoint_dir).step == 8
 
 
-@pytest.mark.slow
-def test_corrupt_metadata_is_skipped_with_a_warning(torchrun, straight):
-    run = torchrun.prepare([*torchrun.small, "--steps", str(N)], checkpoint=CKPT, attempt=1)
-    shutil.copytree(straight.checkpoint_dir, run.checkpoint_dir)
-    (run.checkpoint_dir / step_dir_name(8) / ".metadata").write_bytes(b"\x80\x04garbage")
+def start_with_copied_checkpoints(torchrun, source: Path, args: list[str], **kwargs):
+    run = torchrun.prepare(args, **kwargs)
+    shutil.copytree(source, run.checkpoint_dir)
+    return run
+
+
+def finish(torchrun, run):
     torchrun.start(run)
     run.stdout, run.stderr = run.proc.communicate(timeout=180)
     run.returncode = run.proc.returncode
-    run.ok()
-    assert "skipping checkpoint" in run.stderr and "unreadable .metadata" in run.stderr
+    return run.ok()
+
+
+@pytest.mark.slow
+def test_corrupt_metadata_is_skipped_with_a_warning_and_superseded(torchrun, straight):
+    """The supervisor names the newest complete checkpoint; it turns out unreadable."""
+    target = torchrun.tmp / "checkpoints" / "t" / step_dir_name(8)
+    run = start_with_copied_checkpoints(torchrun, straight.checkpoint_dir,
+                                        [*torchrun.small, "--steps", str(N)], checkpoint=CKPT,
+                                        attempt=1, resume=str(target))
+    (target / ".metadata").write_bytes(b"\x80\x04garbage")
+    finish(torchrun, run)
+    assert f"skipping checkpoint {target}: unreadable .metadata" in run.stderr
+    assert "superseded newer checkpoint(s) step-00000008" in run.stderr  # never offered again
     assert run.result["resumed_from"] == 6
     assert run.result["param_sha256"] == straight.result["param_sha256"]
+    assert latest_complete(run.checkpoint_dir).step == 8  # step 8 saved afresh
+
+
+@pytest.mark.slow
+def test_resume_never_starts_fresh_and_supersedes_the_old_checkpoints(torchrun, straight):
+    run = start_with_copied_checkpoints(torchrun, straight.checkpoint_dir,
+                                        [*torchrun.small, "--steps", "2"], checkpoint=CKPT,
+                                        resume="never")
+    finish(torchrun, run)
+    assert run.result["resumed_from"] == 0
+    found = [(c.step, c.complete) for c in list_checkpoints(run.checkpoint_dir)]
+    assert found == [(2, True), (6, False), (8, False)]  # kept on disk, never restored
+    assert (run.checkpoint_dir / step_dir_name(8) / "COMMITTED.superseded").exists()
 
 
 @pytest.mark.slow
