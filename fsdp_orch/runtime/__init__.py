@@ -12,6 +12,13 @@
         job.step_done(step, loss)               # heartbeat, faults, periodic checkpoint
     job.finish()
 
+Under fsdp-orch the launch script exports ``FSDP_ORCH_*`` (job.json, run and checkpoint
+directories, attempt, resume, faults). Without them (plain ``torchrun``, or ``python train.py`` as
+a world of one) the defaults apply: the job spec's defaults (FULL_SHARD, Block-style wrapping by
+the model's ``_no_split_modules``, checkpoint every 100 steps, keep 3), checkpoints in
+``./checkpoints``, resume ``auto``, attempt 0, no fault injection and no heartbeat files (there is
+no run directory for them). ``kill -USR1 <pid>`` prints every thread's stack of a rank.
+
 Names are loaded lazily, so importing this package (e.g. for :mod:`fsdp_orch.runtime.faults`)
 does not import torch.
 """
