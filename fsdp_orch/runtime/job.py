@@ -127,8 +127,10 @@ class Job:
 def setup() -> Job:
     """Read the environment and the job spec, start the process group, pick the device."""
     settings = from_env()
-    # `kill -USR1 <pid>` prints every thread's Python stack: what a hung rank is waiting in.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # `kill -USR1 <pid>` prints every thread's Python stack: what a hung rank is waiting in
+    # (unless the script handles SIGUSR1 itself, e.g. for SLURM's --signal).
+    if signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     faults = parse_faults(settings.fault)  # a bad FSDP_ORCH_FAULT fails before any collective
     info = init_distributed(settings.watch.collective_timeout, settings.attempt_dir)
     heartbeat = HeartbeatWriter(settings.run_dir, settings.attempt, info.rank)
