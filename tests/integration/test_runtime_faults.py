@@ -3,6 +3,8 @@ torchrun with 2 CPU ranks. kill and checkpoint_crash are exercised in test_runti
 
 from __future__ import annotations
 
+import os
+import signal
 import statistics
 import threading
 import time
@@ -34,10 +36,16 @@ def test_hang_leaves_the_other_rank_stuck_in_a_collective(torchrun):
     assert run.proc.poll() is None, "the job ended instead of hanging"
     assert (beats[0].step, beats[1].step) == (3, 3)
     assert time.time() - beats[0].time > 3.5  # no heartbeat since: stuck, not slow
+    # SIGUSR1 makes each rank print its stacks: rank 1 sleeps in the fault, rank 0 waits in
+    # FSDP's all-gather of the next step.
+    for beat in beats.values():
+        os.kill(beat.pid, signal.SIGUSR1)
+    time.sleep(1)
     run.kill()
     out, err = run.proc.communicate()
     assert [line.split()[0] for line in out.splitlines()] == ["step=1", "step=2", "step=3"]
     assert "rank 1: injected hang at step 3" in err
+    assert "in at_step_end" in err and "in foreach_all_gather" in err
 
 
 def test_crash_exits_non_zero_with_a_traceback(torchrun):
