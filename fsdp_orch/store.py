@@ -228,14 +228,19 @@ class Store:
 
     def set_state(self, job_id: str, state: JobState, *, reason: str | None = None,
                   now: float | None = None, only_if_active: bool = True) -> bool:
-        """Move to ``state``; a terminal state is final (returns False if the job already ended)."""
+        """Move to ``state``; a terminal state is final (returns False if the job already ended).
+        A success clears the reason a restart left behind; other states keep it unless given one."""
         ended = (now if now is not None else time.time()) if state.is_terminal() else None
-        guard = f" AND state NOT IN ({', '.join('?' * len(TERMINAL_NAMES))})" if only_if_active else ""
-        params: tuple[Any, ...] = (state.value, ended, reason, job_id)
+        if state is JobState.SUCCEEDED:
+            sql, params = "UPDATE jobs SET state = ?, ended_at = ?, reason = ? WHERE id = ?", [
+                state.value, ended, reason, job_id]
+        else:
+            sql, params = ("UPDATE jobs SET state = ?, ended_at = ?, reason = COALESCE(?, reason)"
+                           " WHERE id = ?", [state.value, ended, reason, job_id])
         if only_if_active:
+            sql += f" AND state NOT IN ({', '.join('?' * len(TERMINAL_NAMES))})"
             params += TERMINAL_NAMES
-        cur = self._write("UPDATE jobs SET state = ?, ended_at = ?, reason = COALESCE(?, reason)"
-                          f" WHERE id = ?{guard}", params)
+        cur = self._write(sql, tuple(params))
         return cur.rowcount == 1
 
     def add_failure(self, job_id: str, *, attempt: int, category: str, evidence: str | None,

@@ -131,6 +131,15 @@ class SlurmStepLauncher:
     def __init__(self, submission: Submission):
         self.submission = submission
 
+    def allocation_ending(self) -> bool:
+        """Is SLURM taking this allocation away (requeue, preemption, time limit, cancel)?"""
+        job = os.environ.get("SLURM_JOB_ID")
+        if not job:
+            return False
+        out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True,
+                             check=False).stdout.strip()
+        return out != "RUNNING"
+
     def launch(self, plan: LaunchPlan, artifacts: list[Artifact]) -> SlurmStep:
         script = next(a.path for a in artifacts if a.name == "node.sh")
         slurm_job = os.environ["SLURM_JOB_ID"]
@@ -177,10 +186,12 @@ class SlurmBackend:
         slurm_id = slurm_job_id(row.get("backend_ref"))
         if slurm_id:
             run_command(["scancel", slurm_id])
-            deadline = time.monotonic() + 30
+            # SLURM marks the job CANCELLED at once; its steps take up to KillWait to go away.
+            deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                states = query([slurm_id]).get(slurm_id)
-                if states is None or states.mapped_state is not None and states.mapped_state.is_terminal():
+                left = subprocess.run(["squeue", "-h", "-s", "-j", slurm_id], capture_output=True,
+                                      text=True, check=False).stdout.strip()
+                if not left:
                     break
                 time.sleep(0.5)
         return f"{job_id} cancelled (SLURM job {slurm_id})"
@@ -212,6 +223,10 @@ def refresh(store: Any, rows: list[dict[str, Any]]) -> None:
         if rec is None or rec.ours != row["id"]:
             continue  # not (yet) in the accounting, or the id now belongs to someone else's job
         mapped = rec.mapped_state
+        if mapped in (JobState.PENDING, JobState.RESTARTING) and row["state"] == JobState.RUNNING.value:
+            # back in the queue (requeued, preempted): the next allocation resumes from a checkpoint
+            store.set_state(row["id"], JobState.RESTARTING, reason=f"SLURM job {sid} is {rec.state} again")
+            continue
         if mapped is None or not mapped.is_terminal():
             continue
         fresh = store.job(row["id"])

@@ -47,6 +47,11 @@ class Cancelled(Exception):
     pass
 
 
+class AllocationEnding(Exception):
+    """The scheduler is taking the allocation away (requeue, preemption, time limit): the next
+    allocation goes on with the next attempt; restarting inside this one would be lost work."""
+
+
 class StopFlag:
     """Set by SIGTERM/SIGINT to the supervisor: treated as a cancel."""
 
@@ -113,6 +118,13 @@ class Supervisor:
             record = FailureRecord(attempt, exc.record.category, exc.record.checkpoint_before,
                                    exc.record.checkpoint_after)
             self.history.append(record)
+            if exc.diagnosis.category == "preemption_or_node_lost" and self._allocation_ending():
+                self.store.add_failure(self.job_id, attempt=attempt, category=exc.diagnosis.category,
+                                       evidence=exc.diagnosis.evidence, action="requeue",
+                                       stalled_for_s=exc.stalled_for_s, now=exc.detected_at)
+                self.store.set_state(self.job_id, JobState.RESTARTING, reason="the scheduler requeued the job",
+                                     now=self.clock())
+                raise AllocationEnding()
             self._decision = decide(restart_policy, self.history, restarts_done=attempt)
             self.store.add_failure(self.job_id, attempt=attempt, category=exc.diagnosis.category,
                                    evidence=exc.diagnosis.evidence,
@@ -142,6 +154,8 @@ class Supervisor:
         except Cancelled:
             self.store.set_state(self.job_id, JobState.CANCELLED, reason="cancelled", now=self.clock())
             return JobState.CANCELLED
+        except AllocationEnding:
+            return JobState.RESTARTING
         except AttemptFailed as exc:
             reason = (f"{exc.diagnosis.category}: {exc.diagnosis.evidence or 'no evidence'}; "
                       f"{self._decision.reason if self._decision else 'not restarted'}")
@@ -149,6 +163,10 @@ class Supervisor:
             return JobState.FAILED
         self.store.set_state(self.job_id, JobState.SUCCEEDED, reason=None, now=self.clock())
         return JobState.SUCCEEDED
+
+    def _allocation_ending(self) -> bool:
+        ending = getattr(self.launcher, "allocation_ending", None)
+        return bool(ending and ending())
 
     def _sleep_unless_cancelled(self, seconds: float) -> None:
         """Backoff, cut short by a cancel (recorded through the injected sleep)."""
@@ -319,10 +337,21 @@ def run_supervisor(job_id: str, reattach: bool = False, in_allocation: bool = Fa
     adopt = None
     first_attempt = 0
     if in_allocation:
-        attempts_done = store.attempts(job_id)
-        first_attempt = max(a["attempt"] for a in attempts_done) + 1 if attempts_done else 0
         if store.job(job_id)["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
             return 0
+        attempts_done = store.attempts(job_id)
+        first_attempt = max(a["attempt"] for a in attempts_done) + 1 if attempts_done else 0
+        unfinished = [a for a in attempts_done if a["ended_at"] is None]
+        if unfinished:  # the previous allocation ended under it: requeued (time limit, preemption)
+            last = unfinished[-1]["attempt"]
+            already = {(f["attempt"], f["action"]) for f in _failures(store, job_id)}
+            if (last, "requeue") not in already:
+                store.add_failure(job_id, attempt=last, category="preemption_or_node_lost",
+                                  evidence="the SLURM allocation ended during the attempt (requeued)",
+                                  action="requeue")
+            store.end_attempt(job_id, last, None)
+        print(f"fsdp-orch supervisor: job {job_id} in SLURM job {os.environ.get('SLURM_JOB_ID')}, "
+              f"attempt {first_attempt}", flush=True)
     elif reattach:
         fresh = store.job(job_id)
         if fresh is None or fresh["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
@@ -348,6 +377,12 @@ def run_supervisor(job_id: str, reattach: bool = False, in_allocation: bool = Fa
         raise
     print(f"fsdp-orch supervisor: job {job_id} ended {state.value}", flush=True)
     return 0
+
+
+def _failures(store: Store, job_id: str) -> list[dict]:  # type: ignore[type-arg]
+    import json
+
+    return json.loads(store.status_json(job_id) or "{}").get("failures") or []
 
 
 if __name__ == "__main__":

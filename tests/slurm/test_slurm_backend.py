@@ -1,0 +1,137 @@
+"""`fsdp-orch submit --cluster slurm` against the real test cluster: two nodes, one rank each (gloo,
+CPU), through submitit; attempts are job steps of one allocation; requeue; cancel; cheap status."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from fsdp_orch.backends.slurm import slurm_job_id
+from fsdp_orch.store import Store
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+TWO_NODES = ["--set", "nodes=2", "--set", "procs_per_node=1", "--set", "checkpoint.interval=5",
+             "--set", "restart.backoff.initial=1s", "--set", "restart.backoff.jitter=0",
+             "--set", "watch.heartbeat_timeout=10s", "--set", "watch.startup_timeout=120s"]
+
+
+def slurm_id(cli, job_id: str) -> str:
+    sid = slurm_job_id(Store(cli.home / "jobs.db").job(job_id)["backend_ref"])
+    assert sid, "no SLURM job id recorded"
+    return sid
+
+
+def result_of(cli, job_id: str) -> dict:
+    return json.loads((cli.home / "runs" / job_id / "result.json").read_text())
+
+
+def submit_wait(cli, demo: Path, *extra: str, timeout: float = 400) -> dict:
+    proc = cli.run("submit", "--cluster", "slurm", "--wait", "--json", str(demo), *TWO_NODES, *extra,
+                   timeout=timeout)
+    assert proc.stdout.strip(), proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def clean_run(slurm_cluster, module_cli_and_demo):
+    cli, demo = module_cli_and_demo
+    status = submit_wait(cli, demo, "--set", "args=[--steps, 30]")
+    return cli, demo, status
+
+
+def test_the_demo_runs_on_both_nodes_and_writes_checkpoints(slurm_cluster, clean_run):
+    cli, demo, status = clean_run
+    assert status["state"] == "SUCCEEDED", status
+    assert status["progress"]["step"] == 30 and status["last_checkpoint_step"] == 30
+    sid = slurm_id(cli, status["id"])
+    rows = slurm_cluster.sacct(sid, "JobID", "JobName", "State", "NodeList")
+    attempt_steps = [r for r in rows if r["JobName"] == "fsdp-orch-attempt-0"]
+    assert len(attempt_steps) == 1 and attempt_steps[0]["State"] == "COMPLETED"
+    assert attempt_steps[0]["NodeList"] == "node[1-2]", rows
+    node_logs = sorted(p.name for p in (cli.home / "runs" / status["id"] / "attempt-0").glob("console-node-*.log"))
+    assert node_logs == ["console-node-0.log", "console-node-1.log"]
+    ckpts = [p for p in (demo.parent / "checkpoints" / "demo").iterdir() if (p / "COMMITTED").exists()]
+    assert ckpts
+
+
+def test_a_hang_on_the_second_node_restarts_as_a_new_step_of_the_same_job(slurm_cluster, clean_run, cli, demo):
+    _, _, clean = clean_run
+    reference = result_of(clean_run[0], clean["id"])
+    status = submit_wait(cli, demo, "--set", "args=[--steps, 30]",
+                         "--set", "env.FSDP_ORCH_FAULT=hang:step=12:rank=1")
+    assert status["state"] == "SUCCEEDED", status
+    [failure] = status["failures"]
+    assert failure["category"] == "hang" and failure["action"] == "restart"
+    sid = slurm_id(cli, status["id"])
+    names = [r["JobName"] for r in slurm_cluster.sacct(sid, "JobID", "JobName")]
+    assert "fsdp-orch-attempt-0" in names and "fsdp-orch-attempt-1" in names  # one SLURM job, two steps
+    result = result_of(cli, status["id"])
+    assert result["resumed_from"] >= 5
+    assert result["final_loss"] == reference["final_loss"]
+    assert result["param_sha256"] == reference["param_sha256"]
+
+
+def test_scontrol_requeue_brings_the_job_back_and_it_resumes(slurm_cluster, cli, demo):
+    job_id = cli.run("submit", "--cluster", "slurm", str(demo), *TWO_NODES,
+                     "--set", "args=[--steps, 200]", check=True).stdout.strip()
+    cli.wait_until(job_id, lambda s: (s.get("last_checkpoint_step") or 0) >= 10, timeout=300,
+                   what="a checkpoint at step 10")
+    sid = slurm_id(cli, job_id)
+    slurm_cluster.run("scontrol", "requeue", sid)
+    final = cli.wait_until(job_id, lambda s: s["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"),
+                           timeout=600, what="the end")
+    assert final["state"] == "SUCCEEDED", final
+    assert final["attempts"] == 2
+    assert [f["action"] for f in final["failures"]] == ["requeue"]
+    assert final["failures"][0]["category"] == "preemption_or_node_lost"
+    assert result_of(cli, job_id)["resumed_from"] >= 10
+    runs = slurm_cluster.sacct(sid, "JobID", "State", duplicates=True)
+    assert any(r["JobID"] == sid and r["State"] == "REQUEUED" for r in runs), runs
+
+
+def test_cancel_ends_the_job_in_sacct_and_in_status_with_no_step_left(slurm_cluster, cli, demo):
+    job_id = cli.run("submit", "--cluster", "slurm", str(demo), *TWO_NODES,
+                     "--set", "args=[--steps, 100000]", check=True).stdout.strip()
+    cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=300,
+                   what="three steps")
+    assert "cancelled" in cli.run("cancel", job_id, check=True).stdout
+    sid = slurm_id(cli, job_id)
+    assert slurm_cluster.wait_done(sid, timeout=60) == "CANCELLED"
+    assert cli.status(job_id)["state"] == "CANCELLED"
+    steps = slurm_cluster.run("squeue", "-h", "-s", "-j", sid, check=False).stdout.strip()
+    assert steps == "", steps
+
+
+def test_one_status_refresh_is_one_scheduler_query_for_fifty_jobs(slurm_cluster, cli, tmp_path):
+    job = tmp_path / "sleeper.yaml"
+    job.write_text("name: sleeper\nlauncher: python\ncommand: [sleep, '600']\n")
+    ids = [cli.run("submit", "--cluster", "slurm", str(job), check=True).stdout.strip() for _ in range(50)]
+    try:
+        shims = tmp_path / "shims"
+        shims.mkdir()
+        log = tmp_path / "calls.log"
+        for tool in ("sacct", "squeue", "scontrol", "sinfo"):
+            real = next(Path(d) / tool for d in os.environ["PATH"].split(":") if (Path(d) / tool).exists())
+            shim = shims / tool
+            shim.write_text(f"#!/bin/sh\necho {tool} >> {log}\nexec {real} \"$@\"\n")
+            shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
+        env = {**cli.env, "PATH": f"{shims}:{os.environ['PATH']}"}
+        import subprocess
+        import sys
+
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "fsdp_orch", "status", "--json"], env=env,
+                              capture_output=True, text=True, check=True)
+        elapsed = time.perf_counter() - t0
+        listed = {j["id"] for j in json.loads(proc.stdout)}
+        assert set(ids) <= listed
+        assert log.read_text().split() == ["sacct"], log.read_text()
+        assert elapsed < 1.0, f"status took {elapsed:.2f}s"
+    finally:
+        slurm_cluster.run("scancel", "-n", ",".join(f"fsdp-orch-{i}" for i in ids), check=False)
