@@ -29,6 +29,9 @@ def wait_for(predicate, timeout: float, what: str):
 def test_hang_leaves_the_other_rank_stuck_in_a_collective(torchrun):
     run = torchrun.start(torchrun.prepare([*torchrun.small, "--steps", "50"],
                                           fault="hang:step=3:rank=1"))
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(run.proc.stderr), daemon=True)
+    reader.start()
     wait_for(lambda: all(b.step >= 3 for b in read_heartbeats(run.run_dir, 0).values())
              and len(read_heartbeats(run.run_dir, 0)) == 2, 120, "both ranks to finish step 3")
     time.sleep(4)  # long enough for dozens of steps, had rank 0 not been blocked
@@ -40,12 +43,12 @@ def test_hang_leaves_the_other_rank_stuck_in_a_collective(torchrun):
     # FSDP's all-gather of the next step.
     for beat in beats.values():
         os.kill(beat.pid, signal.SIGUSR1)
-    time.sleep(1)
+    wait_for(lambda: "in at_step_end" in "".join(err) and "in foreach_all_gather" in "".join(err),
+             30, "both ranks' stacks")
     run.kill()
-    out, err = run.proc.communicate()
+    out = run.proc.stdout.read()
     assert [line.split()[0] for line in out.splitlines()] == ["step=1", "step=2", "step=3"]
-    assert "rank 1: injected hang at step 3" in err
-    assert "in at_step_end" in err and "in foreach_all_gather" in err
+    assert "rank 1: injected hang at step 3" in "".join(err)
 
 
 def test_crash_exits_non_zero_with_a_traceback(torchrun):
