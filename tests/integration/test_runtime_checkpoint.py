@@ -22,6 +22,13 @@ def steps_printed(run) -> list[int]:
             if line.startswith("step=")]
 
 
+def assert_bit_exact(run, straight, resumed_from: int) -> None:
+    """The resumed run ended exactly where the uninterrupted one did."""
+    assert run.result["resumed_from"] == resumed_from
+    assert run.result["final_loss"] == straight.result["final_loss"]
+    assert run.result["param_sha256"] == straight.result["param_sha256"]
+
+
 def names(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir())
 
@@ -52,9 +59,7 @@ def test_stopped_then_resumed_run_is_bit_exact(torchrun, straight):
     assert names(first.checkpoint_dir) == ["step-00000004", "step-00000005"]  # final save at 5
     second = torchrun.run([*torchrun.small, "--steps", str(N)], checkpoint=CKPT, attempt=1).ok()
     assert steps_printed(second) == [6, 7, 8]
-    assert second.result["resumed_from"] == 5
-    assert second.result["final_loss"] == straight.result["final_loss"]
-    assert second.result["param_sha256"] == straight.result["param_sha256"]
+    assert_bit_exact(second, straight, resumed_from=5)
 
 
 @pytest.mark.slow
@@ -67,9 +72,7 @@ def test_killed_rank_then_restart_resumes_from_the_last_complete_checkpoint(torc
     # FSDP_ORCH_FAULT stays set, but faults apply to attempt 0 only: the restart runs clean.
     again = torchrun.run([*torchrun.small, "--steps", str(N)], checkpoint=CKPT, attempt=1,
                          fault="kill:step=5:rank=1").ok()
-    assert again.result["resumed_from"] == 4
-    assert again.result["final_loss"] == straight.result["final_loss"]
-    assert again.result["param_sha256"] == straight.result["param_sha256"]
+    assert_bit_exact(again, straight, resumed_from=4)
 
 
 @pytest.mark.slow
@@ -84,8 +87,7 @@ def test_crash_inside_a_save_leaves_a_partial_checkpoint_that_restore_skips(torc
     assert [(c.step, c.complete) for c in list_checkpoints(crashed.checkpoint_dir)] == [
         (2, True), (4, True), (6, False)]
     again = torchrun.run([*torchrun.small, "--steps", str(N)], checkpoint=CKPT, attempt=1).ok()
-    assert again.result["resumed_from"] == 4
-    assert again.result["param_sha256"] == straight.result["param_sha256"]
+    assert_bit_exact(again, straight, resumed_from=4)
     # The partial directory was replaced by a complete save of step 6, then pruned by keep_last.
     assert names(again.checkpoint_dir) == ["step-00000006", "step-00000008"]
     assert latest_complete(again.checkpoint_dir).step == 8
@@ -115,8 +117,7 @@ def test_corrupt_metadata_is_skipped_with_a_warning_and_superseded(torchrun, str
     finish(torchrun, run)
     assert f"skipping checkpoint {target}: unreadable .metadata" in run.stderr
     assert "superseded newer checkpoint(s) step-00000008" in run.stderr  # never offered again
-    assert run.result["resumed_from"] == 6
-    assert run.result["param_sha256"] == straight.result["param_sha256"]
+    assert_bit_exact(run, straight, resumed_from=6)
     assert latest_complete(run.checkpoint_dir).step == 8  # step 8 saved afresh
 
 
@@ -144,8 +145,7 @@ def test_async_save_saves_the_state_of_its_step(torchrun, straight):
     # resuming from that checkpoint (named explicitly) still reproduces the uninterrupted run.
     resumed = torchrun.run([*torchrun.small, "--steps", str(N)], name="async", checkpoint=CKPT,
                            attempt=1, resume=str(asyn.checkpoint_dir / step_dir_name(6))).ok()
-    assert resumed.result["resumed_from"] == 6
-    assert resumed.result["param_sha256"] == straight.result["param_sha256"]
+    assert_bit_exact(resumed, straight, resumed_from=6)
 
 
 BLOCKING = """
