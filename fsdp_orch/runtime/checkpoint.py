@@ -10,13 +10,15 @@ barrier) or when the async save's future completes. A crash in between leaves a 
 
 Async saves stage a copy of the state in CPU memory, then write it in a background thread over
 a dedicated gloo process group (gloo is not safe to share with the training thread's
-collectives); training continues meanwhile. At most one save is in flight: the next save, and
-:meth:`Checkpointer.finalize`, wait for it.
+collectives); training continues meanwhile. Rank 0 commits from the writer thread as soon as the
+write is done. At most one save is in flight: the next save, and :meth:`Checkpointer.finalize`,
+wait for it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import threading
 import time
@@ -30,7 +32,13 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.staging import AsyncStager
 
-from fsdp_orch.checkpoints import CheckpointInfo, checkpoint_info, list_checkpoints, step_dir_name
+from fsdp_orch.checkpoints import (
+    COMMIT_FILE,
+    CheckpointInfo,
+    checkpoint_info,
+    list_checkpoints,
+    step_dir_name,
+)
 from fsdp_orch.errors import FsdpOrchError
 from fsdp_orch.runtime import ckpt_files as files
 from fsdp_orch.runtime.dist import DistInfo
@@ -121,7 +129,7 @@ class Checkpointer:
         self.restored_from: Path | None = None
         self.block_seconds: list[float] = []  # how long each save held up training...
         self.wait_seconds: list[float] = []  # ...of which waiting for the previous async save
-        self._pending: tuple[int, Path, Future] | None = None
+        self._pending: tuple[int, Path, Future, threading.Event] | None = None
         self._stager = _CachingStager() if async_save else None
         self._pruner: threading.Thread | None = None
         # One group for every checkpoint collective: DCP's plans, the preflight, the restore choice.
@@ -182,7 +190,11 @@ class Checkpointer:
                 response = dcp.async_save(state, storage_writer=writer, process_group=self.group,
                                           async_stager=self._stager)
                 future = response if isinstance(response, Future) else response.upload_completion
-                self._pending = (step, path, future)
+                committed = threading.Event()
+                if self.info.rank == 0:  # commit as soon as the background write is done
+                    future.add_done_callback(functools.partial(
+                        self._commit_async, step=step, path=path, done=committed))
+                self._pending = (step, path, future, committed)
             else:
                 with _no_crc32():
                     dcp.save(state, storage_writer=writer, process_group=self.group)
@@ -219,12 +231,24 @@ class Checkpointer:
             raise CheckpointError(f"checkpoint save into {path} refused before writing (rank {rank}): "
                                   f"{error}")
 
-    def _commit(self, step: int, path: Path) -> None:
-        """Rank 0: write COMMITTED, then delete old checkpoints in the background (removing
-        gigabytes of shards takes long enough to show in the time a save blocks training)."""
+    def _commit_async(self, future: Future, step: int, path: Path, done: threading.Event) -> None:
+        """Rank 0, in the writer thread once its future completed: DCP's coordinator finished
+        only after gathering every rank's write results, so the save is whole."""
+        try:
+            if future.exception() is None:
+                files.write_commit(path, step, self.info.world_size, self.attempt, True)
+        except OSError as exc:
+            _warn(f"could not commit checkpoint {path}: {exc}")
+        finally:
+            done.set()
+
+    def _commit(self, step: int, path: Path, *, written: bool = False) -> None:
+        """Rank 0: write COMMITTED (unless ``written``), then delete old checkpoints in the
+        background (removing gigabytes of shards shows in the time a save blocks training)."""
         if self.info.rank != 0:
             return
-        files.write_commit(path, step, self.info.world_size, self.attempt, self.async_save)
+        if not written:
+            files.write_commit(path, step, self.info.world_size, self.attempt, self.async_save)
         self._join_pruner()
         self._pruner = threading.Thread(target=files.prune, name="fsdp-orch-prune", daemon=True,
                                         args=(self.directory, self.keep_last, {path}))
@@ -239,14 +263,18 @@ class Checkpointer:
         """Wait for an async save in flight and commit it. Raises CheckpointError if it failed."""
         if self._pending is None:
             return
-        step, path, future = self._pending
+        step, path, future, committed = self._pending
         self._pending = None
         try:
             future.result()
         except Exception as exc:
             raise CheckpointError(f"async checkpoint save of step {step} into {path} failed: "
                                   f"{type(exc).__name__}: {exc}") from exc
-        self._commit(step, path)
+        if self.info.rank == 0:
+            committed.wait()  # the done-callback may still be running
+            if not (path / COMMIT_FILE).exists():
+                raise CheckpointError(f"async checkpoint save of step {step}: {path} not committed")
+        self._commit(step, path, written=True)
 
     def finalize(self, step: int | None = None) -> None:
         """End of training: save ``step`` if not saved yet, wait for async saves, write the full

@@ -134,18 +134,19 @@ def test_resume_never_starts_fresh_and_supersedes_the_old_checkpoints(torchrun, 
 
 
 @pytest.mark.slow
-def test_async_save_saves_the_state_of_its_step(torchrun, straight):
-    asyn = torchrun.run([*torchrun.small, "--steps", str(N)], name="async",
-                        checkpoint={**CKPT, "async_save": True}).ok()
-    assert asyn.result["param_sha256"] == straight.result["param_sha256"]
-    assert names(asyn.checkpoint_dir) == ["step-00000006", "step-00000008"]
-    commit = json.loads((asyn.checkpoint_dir / step_dir_name(6) / "COMMITTED").read_text())
-    assert commit["async"] is True
-    # Training went on changing the parameters while step 6 was written in the background;
-    # resuming from that checkpoint (named explicitly) still reproduces the uninterrupted run.
-    resumed = torchrun.run([*torchrun.small, "--steps", str(N)], name="async", checkpoint=CKPT,
-                           attempt=1, resume=str(asyn.checkpoint_dir / step_dir_name(6))).ok()
-    assert_bit_exact(resumed, straight, resumed_from=6)
+def test_async_save_is_committed_in_the_background_and_resumes_bit_exact(torchrun, straight):
+    async_ckpt = {"interval": 4, "keep_last": 2, "async_save": True}
+    killed = torchrun.run([*torchrun.small, "--steps", str(N)], name="async", checkpoint=async_ckpt,
+                          fault="kill:step=7:rank=1")
+    assert killed.returncode != 0
+    # Step 4 was written while training went on, and committed when the write finished, not
+    # at the next save (step 8, never reached).
+    commit = json.loads((killed.checkpoint_dir / step_dir_name(4) / "COMMITTED").read_text())
+    assert commit["async"] is True and commit["step"] == 4
+    again = torchrun.run([*torchrun.small, "--steps", str(N)], name="async", checkpoint=async_ckpt,
+                         attempt=1).ok()
+    assert_bit_exact(again, straight, resumed_from=4)
+    assert latest_complete(again.checkpoint_dir).step == 8  # the final save, async, committed
 
 
 BLOCKING = """
