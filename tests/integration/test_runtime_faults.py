@@ -16,14 +16,14 @@ from fsdp_orch.heartbeats import read_heartbeats
 pytestmark = pytest.mark.slow
 
 
-def wait_for(predicate, timeout: float, what: str):
+def wait_for(predicate, timeout: float, what: str, show=lambda: ""):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{show()}")
 
 
 def test_hang_leaves_the_other_rank_stuck_in_a_collective(torchrun):
@@ -39,12 +39,12 @@ def test_hang_leaves_the_other_rank_stuck_in_a_collective(torchrun):
     assert run.proc.poll() is None, "the job ended instead of hanging"
     assert (beats[0].step, beats[1].step) == (3, 3)
     assert time.time() - beats[0].time > 3.5  # no heartbeat since: stuck, not slow
-    # SIGUSR1 makes each rank print its stacks: rank 1 sleeps in the fault, rank 0 waits in
-    # FSDP's all-gather of the next step.
-    for beat in beats.values():
-        os.kill(beat.pid, signal.SIGUSR1)
-    wait_for(lambda: "in at_step_end" in "".join(err) and "in foreach_all_gather" in "".join(err),
-             30, "both ranks' stacks")
+    # SIGUSR1 makes a rank print its stacks: rank 1 sleeps in the fault, rank 0 waits in FSDP's
+    # all-gather of the next step. One at a time, so the two dumps do not interleave.
+    for rank, where in ((1, "in at_step_end"), (0, "in foreach_all_gather")):
+        os.kill(beats[rank].pid, signal.SIGUSR1)
+        wait_for(lambda where=where: where in "".join(err), 30, f"rank {rank}'s stack",
+                 show=lambda: "".join(err)[-6000:])
     run.kill()
     out = run.proc.stdout.read()
     assert [line.split()[0] for line in out.splitlines()] == ["step=1", "step=2", "step=3"]
