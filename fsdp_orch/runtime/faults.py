@@ -5,7 +5,8 @@ defaults to 0, so the restarted attempt runs clean. Kinds:
 
 * ``hang``: the rank sleeps forever at the end of step N, so the others block in the next real
   collective (until the process group timeout).
-* ``crash``: the rank raises ``InjectedCrash`` (a RuntimeError: traceback, exit code 1), like a bug.
+* ``crash``: the rank exits with code 1 at once, with no Python traceback (like a segfault or an
+  abort). A traceback would read as a bug in the user's code, which is not retried; a crash is.
 * ``kill``: the rank sends itself SIGKILL.
 * ``collective_timeout``: the rank skips the next collective: it sleeps past the process group
   timeout, so the others fail with a real gloo/NCCL timeout, then it exits with code 1.
@@ -27,10 +28,6 @@ from dataclasses import dataclass
 
 KINDS = ("hang", "crash", "kill", "collective_timeout", "slow", "checkpoint_crash")
 _KEYS = ("step", "rank", "attempt", "seconds")
-
-
-class InjectedCrash(RuntimeError):
-    """Raised by a ``crash`` fault."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +119,8 @@ class FaultInjector:
             if fault.step != step:
                 continue
             if fault.kind == "crash":
-                raise InjectedCrash(f"fsdp-orch injected crash on rank {self.rank} at step {step}")
+                self._say(f"injected crash at step {step}: exiting with code 1")
+                self._exit_now(1)
             elif fault.kind == "kill":
                 self._say(f"injected SIGKILL at step {step}")
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -156,4 +154,4 @@ class FaultInjector:
         self._exit(code)
 
 
-__all__ = ["Fault", "FaultInjector", "InjectedCrash", "KINDS", "parse_faults"]
+__all__ = ["Fault", "FaultInjector", "KINDS", "parse_faults"]

@@ -51,10 +51,14 @@ def test_hang_leaves_the_other_rank_stuck_in_a_collective(torchrun):
     assert "rank 1: injected hang at step 3" in "".join(err)
 
 
-def test_crash_exits_non_zero_with_a_traceback(torchrun):
+def test_crash_exits_non_zero_without_a_traceback(torchrun):
     run = torchrun.run([*torchrun.small, "--steps", "50"], fault="crash:step=2:rank=0")
     assert run.returncode == 1
-    assert "InjectedCrash: fsdp-orch injected crash on rank 0 at step 2" in run.stderr
+    assert "rank 0: injected crash at step 2: exiting with code 1" in run.stderr
+    # No traceback from the rank: the supervisor must not read an injected crash as a bug (not retried).
+    from fsdp_orch.supervise.diagnose import diagnose_text
+
+    assert diagnose_text(run.stderr).category != "user_code_error"
     assert "step=3" not in run.stdout
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fsdp_orch.runtime.faults import KINDS, Fault, FaultInjector, InjectedCrash, parse_faults
+from fsdp_orch.runtime.faults import KINDS, Fault, FaultInjector, parse_faults
 
 
 def test_parse_one_fault_with_defaults():
@@ -92,11 +92,13 @@ def test_faults_apply_only_to_their_rank_and_attempt():
     injector("crash:step=1:rank=1", rank=0).at_step_end(1)  # nothing happens
 
 
-def test_crash_raises_at_its_step_only():
-    inj = injector("crash:step=3:rank=0")
+def test_crash_exits_with_code_1_at_its_step_only():
+    rec = Recorder()
+    inj = injector("crash:step=3:rank=0", rec=rec)
     inj.at_step_end(2)
-    with pytest.raises(InjectedCrash, match="rank 0 at step 3"):
-        inj.at_step_end(3)
+    assert rec.exits == []
+    inj.at_step_end(3)
+    assert rec.exits == [1]
 
 
 def test_slow_sleeps_every_step_from_its_step_on():
