@@ -84,27 +84,27 @@ def test_accelerate_example_reads_an_accelerate_config_and_runs_two_cpu_processe
     assert config["num_processes"] == 2
     # ...and, without GPUs, rendered a CPU config (Accelerate runs FSDP only on GPUs).
     assert config["distributed_type"] == "MULTI_CPU" and config["use_cpu"] is True
-    env = {}  # the FSDP_ORCH_* environment the launch script exports
+    exports = {}  # the FSDP_ORCH_* environment the launch script exports
     for line in (attempt / "launch.sh").read_text().splitlines():
         if line.startswith("export FSDP_ORCH_") and "$" not in line:
             name, value = line.removeprefix("export ").split("=", 1)
-            env[name] = shlex.split(value)[0]
-    # accelerate 1.15 starts a MULTI_CPU config as ONE process unless it goes through MPI; several
-    # CPU processes need its torchrun path (--multi_gpu) plus ACCELERATE_USE_CPU.
-    argv = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-            str(attempt / "accelerate_config.yaml"), "--multi_gpu", "--num_machines", "1",
-            "--num_processes", "2", "--main_process_port", "0", "--max_restarts", "0",
-            "train.py", "--steps", "4", "--save-every", "2"]
-    env.update({"ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"})
+            exports[name] = shlex.split(value)[0]
+    # The rendered launch script itself: on CPU it takes Accelerate's torchrun path (--multi_gpu
+    # with ACCELERATE_USE_CPU), so two CPU processes run distributed.
+    launch = (attempt / "launch.sh").read_text()
+    assert "export ACCELERATE_USE_CPU=1" in launch and "--multi_gpu" in launch
+    argv = ["bash", str(attempt / "launch.sh")]
+    env = {"OMP_NUM_THREADS": "1"}
     out = run(argv, cwd=example, env=env).stdout
     assert "distributed_type=MULTI_CPU num_processes=2" in out
     beats = read_heartbeats(home / "runs" / job_id, 0)
     assert sorted(beats) == [0, 1] and all(b.state == "done" and b.step == 4 for b in beats.values())
-    ckpt_dir = Path(env["FSDP_ORCH_CHECKPOINT_DIR"])
+    ckpt_dir = Path(exports["FSDP_ORCH_CHECKPOINT_DIR"])
     assert [(c.step, c.complete, c.layout) for c in list_checkpoints(ckpt_dir)] == [
         (2, True, "hf"), (4, True, "hf")]
     assert json.loads((ckpt_dir / "checkpoint-4" / "trainer_state.json").read_text()) == {"global_step": 4}
-    again = run([*argv[:-4], "--steps", "6", "--save-every", "2"], cwd=example, env=env).stdout
+    attempt = render(example, home, job_id, 1, "args=[--steps, 6, --save-every, 2]")
+    again = run(["bash", str(attempt / "launch.sh")], cwd=example, env=env).stdout
     assert f"resumed from {ckpt_dir / 'checkpoint-4'} (step 4)" in again
     assert "step=5 " in again and "step=1 " not in again
     assert [c.step for c in list_checkpoints(ckpt_dir)] == [4, 6]  # keep_last 2

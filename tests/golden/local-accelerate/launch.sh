@@ -21,8 +21,12 @@ mkdir -p -- "$NODE_LOG_DIR"
 export FSDP_ORCH_NODE_RANK="$NODE_RANK"
 cd -- /srv/jobs/demo
 # accelerate launch with the generated config; restarts belong to the fsdp-orch supervisor.
+# On CPU, Accelerate starts a MULTI_CPU config as one process unless it goes through MPI; its
+# torchrun path (--multi_gpu) with ACCELERATE_USE_CPU starts one process per rank.
+export ACCELERATE_USE_CPU=1
 exec /opt/fsdp/venv/bin/python -m accelerate.commands.launch \
   --config_file /srv/fsdp-orch/runs/j0123456789a/attempt-1/accelerate_config.yaml \
+  --multi_gpu \
   --num_machines 1 \
   --num_processes 2 \
   --machine_rank "$NODE_RANK" \
