@@ -79,6 +79,13 @@ def main() -> int:
         time_command([sys.executable, "-c", "pass"], env, 3)  # warm the page cache
         baseline = time_command([sys.executable, "-c", "pass"], env, args.repeat)
         status = time_command([str(cli), "status", "--json"], env, args.repeat)
+        # The first status after any change rebuilds the cached list inside SQLite.
+        rebuild = []
+        store = Store(default_path(home))
+        for i in range(args.repeat):
+            store.update(f"{i:012x}", progress_step=10_000 + i)
+            rebuild += time_command([str(cli), "status", "--json"], env, 1)
+        store.close()
     base_ms = statistics.median(baseline) * 1000
     status_ms = statistics.median(status) * 1000
     ratio = status_ms / base_ms
@@ -86,6 +93,8 @@ def main() -> int:
     print(f"python -c pass (median of {args.repeat}):   {base_ms:7.1f} ms")
     print(f"fsdp-orch status --json (median): {status_ms:7.1f} ms   ({len(out) / 1e6:.1f} MB of JSON)")
     print(f"ratio status / python:          {ratio:7.2f}   (target < 4)")
+    print(f"status --json right after a change (rebuilds the cached list): "
+          f"{statistics.median(rebuild) * 1000:.1f} ms (median of {args.repeat})")
     print(f"status under 300 ms:            {'yes' if status_ms < 300 else 'NO'}")
     return 0 if ratio < 4 and status_ms < 300 else 1
 

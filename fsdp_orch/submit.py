@@ -46,7 +46,21 @@ def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None
     except InputError as exc:
         line = doc.line_of((exc.field,)) if exc.field else None
         raise InputError(exc.detail, file=str(job_file), field=exc.field, line=line) from None
-    return PlannedJob(job, profile, ref, plan, render_plan(plan, profile_template=template), job_file)
+    artifacts = render_plan(plan, profile_template=template)
+    if profile.kind == "slurm":
+        artifacts.append(_submitit_artifact(job, profile, ref, ctx))
+    return PlannedJob(job, profile, ref, plan, artifacts, job_file)
+
+
+def _submitit_artifact(job: JobSpec, profile: Profile, ref: ProfileRef, ctx: PlanContext) -> Artifact:
+    """SLURM submissions go through submitit: its batch script runs the fsdp-orch supervisor on the
+    first node, which runs node.sh as one job step per attempt."""
+    from fsdp_orch.backends.base import Submission
+    from fsdp_orch.backends.slurm import SUBMITIT_DIR, batch_script
+
+    sub = Submission(job_id=ctx.job_id, cluster=ref.name, job=job, profile=profile, job_dir=ctx.job_dir,
+                     home=ctx.home)
+    return Artifact(str(sub.run_dir / SUBMITIT_DIR / "sbatch-submitit.sh"), batch_script(sub), True)
 
 
 def spec_hash(plan: LaunchPlan) -> str:

@@ -71,6 +71,20 @@ def executor_parameters(submission: Submission) -> dict[str, Any]:
     return params
 
 
+def make_executor(submission: Submission):  # type: ignore[no-untyped-def]
+    import submitit
+
+    executor = submitit.SlurmExecutor(folder=submission.run_dir / SUBMITIT_DIR, max_num_timeout=100)
+    executor.update_parameters(**executor_parameters(submission))
+    return executor
+
+
+def batch_script(submission: Submission) -> str:
+    """The batch script submitit submits for this job (what ``render`` shows; nothing is submitted)."""
+    executor = make_executor(submission)
+    return executor._make_submission_file_text(executor._submitit_command_str, "render")
+
+
 def run_command(argv: list[str], timeout: float = 60) -> str:
     """The one place this backend runs scheduler commands."""
     try:
@@ -170,13 +184,9 @@ class SlurmBackend:
         raise NotImplementedError("a SLURM attempt is never adopted: a requeued job starts the next attempt")
 
     def start(self, store: Any, submission: Submission) -> None:
-        import submitit
-
         from fsdp_orch.backends.slurm_task import SlurmSupervisorTask
 
-        executor = submitit.SlurmExecutor(folder=submission.run_dir / SUBMITIT_DIR, max_num_timeout=100)
-        executor.update_parameters(**executor_parameters(submission))
-        job = executor.submit(SlurmSupervisorTask(submission.job_id, submission.home))
+        job = make_executor(submission).submit(SlurmSupervisorTask(submission.job_id, submission.home))
         store.update(submission.job_id, backend_ref=f"slurm:{job.job_id}")
 
     def cancel(self, store: Any, row: dict[str, Any]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from fsdp_orch.backends.slurm import executor_parameters, time_minutes
@@ -82,3 +83,21 @@ def test_executor_parameters_come_from_the_profile_and_the_plan(tmp_path):
     assert params["partition"] == "gpu" and params["account"] == "ml"
     assert params["setup"] == ["module load cuda"]
     assert params["additional_parameters"] == {"exclusive": "", "mail-type": "END"}
+
+
+def test_render_shows_the_batch_script_submitit_will_submit(tmp_path):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-m", "fsdp_orch", "render", "--cluster", "slurm",
+                          str(repo / "examples" / "demo" / "job.yaml"), "--set", "nodes=2",
+                          "--job-id", "abc123"], capture_output=True, text=True, check=True, cwd=repo,
+                         env={**os.environ, "FSDP_ORCH_HOME": str(tmp_path)}).stdout
+    header = f"==> {tmp_path}/runs/abc123/submitit/sbatch-submitit.sh <=="
+    assert header in out
+    batch = out.split(header, 1)[1]
+    assert "#SBATCH --job-name=fsdp-orch-abc123" in batch and "#SBATCH --nodes=2" in batch
+    assert "#SBATCH --ntasks-per-node=1" in batch and "#SBATCH --signal=USR2@120" in batch
+    assert "-m submitit.core._submit" in batch
+    assert f"==> {tmp_path}/runs/abc123/attempt-0/node.sh <==" in out  # run once per node, per attempt
