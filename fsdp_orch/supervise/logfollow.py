@@ -32,9 +32,9 @@ class LogFollower:
         return sorted(found)
 
     def poll(self, final: bool = False) -> Diagnosis | None:
-        """The first root cause seen so far (strong signatures only unless ``final``)."""
-        if self.cause is not None:
-            return self.cause[1]
+        """The first root cause seen so far (strong signatures only unless ``final``). New lines are
+        read on every poll, also after a cause was found: torchrun's summary of which rank failed
+        first comes later and can outrank a lost peer."""
         fresh: list[tuple[Path, Diagnosis, str]] = []
         for path in self.files():
             scanner = self.scanners.setdefault(path, LineScanner())
@@ -46,12 +46,13 @@ class LogFollower:
                 if not had_cause and scanner.feed(line) is not None:
                     fresh.append((path, scanner.first, line))
                     had_cause = True
-        if fresh:
+        if self.cause is None and fresh:
             fresh.sort(key=lambda item: item[1].category in COMMUNICATION)
             path, diagnosis, line = fresh[0]
             self.cause = (path, diagnosis)
             self.cause_line = line
-            return diagnosis
+        if self.cause is not None:
+            return self.cause[1]
         if final:
             weak = [(p, s.weak) for p, s in self.scanners.items() if s.weak is not None]
             if weak:

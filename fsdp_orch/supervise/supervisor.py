@@ -30,7 +30,7 @@ from fsdp_orch.supervise.watchdog import StepClock, check_hang
 STOP_GRACE_S = 5.0
 # A lost peer is usually the symptom of a rank that died first: after a communication error the
 # supervisor gives torchrun this long to report which rank failed first.
-SETTLE_S = 3.0
+SETTLE_S = 5.0
 
 
 class AttemptFailed(Exception):
