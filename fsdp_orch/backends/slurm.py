@@ -12,6 +12,7 @@ import socket
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fsdp_orch.backends.base import Submission
@@ -221,13 +222,18 @@ def query(slurm_ids: list[str]):  # type: ignore[no-untyped-def]
     return latest_by_job(parse_sacct(out))
 
 
-def refresh(store: Any, rows: list[dict[str, Any]]) -> None:
+# An allocation lost this way never reaches the supervisor's own restart logic.
+LOST_ALLOCATION = frozenset({"NODE_FAIL", "BOOT_FAIL"})
+
+
+def refresh(store: Any, rows: list[dict[str, Any]], *, query_fn=None, resubmit_fn=None) -> None:  # type: ignore[no-untyped-def]
     """Settle active SLURM jobs whose allocation ended without the supervisor settling them (cancelled
-    or failed while pending, node failure): one scheduler query for all of them."""
+    or failed while pending, node failure): one scheduler query for all of them. An allocation lost
+    to a node failure is resubmitted while the restart budget allows."""
     by_slurm = {sid: row for row in rows if (sid := slurm_job_id(row.get("backend_ref")))}
     if not by_slurm:
         return
-    records = query(list(by_slurm))
+    records = (query_fn or query)(list(by_slurm))
     for sid, row in by_slurm.items():
         rec = records.get(sid)
         if rec is None or rec.ours != row["id"]:
@@ -240,9 +246,28 @@ def refresh(store: Any, rows: list[dict[str, Any]]) -> None:
         if mapped is None or not mapped.is_terminal():
             continue
         fresh = store.job(row["id"])
-        if fresh and fresh["state"] == row["state"]:
-            store.set_state(row["id"], mapped, reason=f"SLURM job {sid} ended {rec.state} "
-                                                      f"(exit {rec.exit_code})")
+        if not fresh or fresh["state"] != row["state"]:
+            continue
+        if rec.state in LOST_ALLOCATION and _resubmit(store, fresh, sid, rec.state, resubmit_fn):
+            continue
+        store.set_state(row["id"], mapped, reason=f"SLURM job {sid} ended {rec.state} (exit {rec.exit_code})")
+
+
+def _resubmit(store: Any, row: dict[str, Any], sid: str, slurm_state: str, resubmit_fn) -> bool:  # type: ignore[no-untyped-def]
+    from fsdp_orch.backends.base import Submission
+
+    submission = Submission.load(Path(row["run_dir"]))
+    policy = submission.job.restart
+    attempt = max(0, int(row["attempts"]) - 1)
+    allowed = ("preemption_or_node_lost" in policy.retry_on and int(row["restarts"]) < policy.max_restarts)
+    store.add_failure(row["id"], attempt=attempt, category="preemption_or_node_lost",
+                      evidence=f"SLURM job {sid} ended {slurm_state}", action="resubmit" if allowed else "give_up")
+    if not allowed:
+        return False
+    store.end_attempt(row["id"], attempt, None)
+    store.set_state(row["id"], JobState.RESTARTING, reason=f"SLURM job {sid} ended {slurm_state}: resubmitted")
+    (resubmit_fn or BACKEND.start)(store, submission)
+    return True
 
 
 BACKEND = SlurmBackend()

@@ -101,3 +101,36 @@ def test_render_shows_the_batch_script_submitit_will_submit(tmp_path):
     assert "#SBATCH --ntasks-per-node=1" in batch and "#SBATCH --signal=USR2@120" in batch
     assert "-m submitit.core._submit" in batch
     assert f"==> {tmp_path}/runs/abc123/attempt-0/node.sh <==" in out  # run once per node, per attempt
+
+
+def test_a_node_failure_is_recorded_and_resubmitted_while_the_budget_allows(tmp_path):
+    """The refresh logic with a stand-in for sacct (a NODE_FAIL takes minutes to provoke on the
+    real cluster: slurmctld waits SlurmdTimeout before it declares a node dead)."""
+    import json
+
+    from fsdp_orch.backends.slurm import refresh
+    from fsdp_orch.backends.slurm_parse import SlurmJob
+    from fsdp_orch.store import Store
+    from fsdp_orch.submit import record_submission
+
+    job = tmp_path / "job.yaml"
+    job.write_text("name: n\nlauncher: python\ncommand: ['true']\nrestart: {max_restarts: 1}\n")
+    store = Store(tmp_path / "home" / "jobs.db")
+    job_id, _, _ = record_submission(store, job, "slurm", home_dir=tmp_path / "home")
+    store.update(job_id, backend_ref="slurm:41")
+    store.start_attempt(job_id, 0, resume_from=None)
+    resubmitted = []
+
+    def lost(ids):
+        return {"41": SlurmJob("41", f"fsdp-orch-{job_id}", "NODE_FAIL", "0:0", "", "", "", "node2")}
+
+    refresh(store, store.active_jobs(), query_fn=lost, resubmit_fn=lambda st, sub: resubmitted.append(sub.job_id))
+    status = json.loads(store.status_json(job_id))
+    assert resubmitted == [job_id] and status["state"] == "RESTARTING"
+    assert [(f["category"], f["action"]) for f in status["failures"]] == [("preemption_or_node_lost", "resubmit")]
+
+    store.start_attempt(job_id, 1, resume_from=None)  # the resubmitted job ran, and lost a node again
+    refresh(store, store.active_jobs(), query_fn=lost, resubmit_fn=lambda st, sub: resubmitted.append(sub.job_id))
+    status = json.loads(store.status_json(job_id))
+    assert resubmitted == [job_id] and status["state"] == "FAILED"
+    assert status["failures"][-1]["action"] == "give_up" and "NODE_FAIL" in status["reason"]
