@@ -15,7 +15,8 @@ from fsdp_orch.errors import InputError
 from fsdp_orch.profiles import LocalProfile, Profile, SlurmProfile, SshProfile, TpuVmProfile
 from fsdp_orch.spec import JobSpec
 
-RDZV_PORT_RANGE = (29500, 39500)
+# Below Linux's ephemeral range (32768-60999), where outgoing connections would hold ports.
+RDZV_PORT_RANGE = (20000, 32000)
 # The variables of ``LaunchPlan.env`` that hold paths: a leading ``~/`` in them means the home
 # directory of the node that runs the script (a remote_workdir of ~/work), so the scripts
 # export them with ``~`` expanded. Every other value reaches the program exactly as written.

@@ -148,6 +148,18 @@ class Store:
     # --- schema ---------------------------------------------------------------------------
 
     def _migrate(self) -> None:
+        # Switching to WAL takes an exclusive lock and does not wait on the busy timeout: many
+        # processes opening a new store at once retry here instead of failing "database is locked".
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                return self._migrate_once()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+
+    def _migrate_once(self) -> None:
         version = self.conn.execute("PRAGMA user_version").fetchone()[0]
         if version == SCHEMA_VERSION:
             return

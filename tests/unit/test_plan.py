@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.plan import PlanContext, make_plan, rendezvous_port, slug, spec_json
+from fsdp_orch.plan import RDZV_PORT_RANGE, PlanContext, make_plan, rendezvous_port, slug, spec_json
 from fsdp_orch.profiles import parse_profile
 from fsdp_orch.render import render_plan
 from fsdp_orch.resources import builtin_dir
@@ -64,7 +64,8 @@ def test_procs_per_node_sources() -> None:
 def test_rendezvous() -> None:
     p = plan("slurm")
     assert p.rdzv_port == rendezvous_port("j1", 2)
-    assert 29500 <= p.rdzv_port < 39500
+    low, high = RDZV_PORT_RANGE
+    assert low <= p.rdzv_port < high < 32768  # never in Linux's ephemeral port range
     assert p.rdzv_id == "j1-a2" and p.rdzv_host is None
     assert plan("ssh").rdzv_port == 29400 and plan("ssh").rdzv_host == "node1.example.internal"
     ctx = PlanContext(job_id="j1", attempt=2, home="/h", job_dir="/j", rdzv_port=31000)

@@ -29,7 +29,7 @@ exec /opt/fsdp/venv/bin/python -m accelerate.commands.launch \
   --num_processes 2 \
   --machine_rank "$NODE_RANK" \
   --main_process_ip "$RDZV_HOST" \
-  --main_process_port 37209 \
+  --main_process_port 21709 \
   --rdzv_backend static \
   --max_restarts 0 \
   --module \

@@ -20,7 +20,7 @@ export FSDP_ORCH_NODE_RANK="$NODE_RANK"
 cd -- /srv/jobs/demo
 # python: one process per node; the script spawns its own workers (e.g. mp.spawn).
 export MASTER_ADDR="$RDZV_HOST"
-export MASTER_PORT=37209
+export MASTER_PORT=21709
 export NNODES=1
 export NODE_RANK
 export NPROC_PER_NODE=2

@@ -26,7 +26,7 @@ exec /shared/venvs/train/bin/python -m accelerate.commands.launch \
   --num_processes 8 \
   --machine_rank "$NODE_RANK" \
   --main_process_ip "$RDZV_HOST" \
-  --main_process_port 37209 \
+  --main_process_port 21709 \
   --rdzv_backend static \
   --max_restarts 0 \
   train.py --steps 300 --lr 3e-4 --tag 'it'"'"'s a test'

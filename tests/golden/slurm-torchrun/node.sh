@@ -24,7 +24,7 @@ exec /shared/venvs/train/bin/python -m torch.distributed.run \
   --nnodes 2 \
   --nproc-per-node 4 \
   --rdzv-backend c10d \
-  --rdzv-endpoint "$RDZV_HOST:37209" \
+  --rdzv-endpoint "$RDZV_HOST:21709" \
   --rdzv-id j0123456789a-a1 \
   --max-restarts 0 \
   --log-dir "$NODE_LOG_DIR" \
