@@ -95,7 +95,12 @@ CONSEQUENCE = re.compile(
 
 _PREFIX = re.compile(r"^(?:\[(?:default|rank)\d+\]:\s?|\[stderr\]\s?|\[stdout\]\s?|\S+:\s(?=Traceback|\w+Error))")
 _TRACEBACK = "Traceback (most recent call last):"
-_ORDINARY_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?::|$)")
+# The last line of a traceback: "KeyError: 'x'", "pkg.mod.MyError", "MyThing: message". A bare
+# "Word:" (torchrun's "Failures:") is not one.
+_ORDINARY_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_][\w.]*\.[A-Za-z_]\w*(?::|$)"
+    r"|[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Iteration|Warning)(?::|$)"
+    r"|[A-Za-z_]\w*: \S)")
 
 
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
@@ -136,6 +141,8 @@ class LineScanner:
         # What only reports another failure is cut out; what is left of the line may still be a cause.
         line = CONSEQUENCE.sub(" ", line).strip()
         if len(line) < 3:
+            if not body[:1].isspace():
+                self._in_traceback = False  # e.g. torchrun's own traceback ends in ChildFailedError
             return None
         category = _match(STRONG, line)
         if category is not None:

@@ -120,3 +120,31 @@ def test_cli_diagnose_prints_one_object_per_file_and_a_list_for_several(tmp_path
     missing = subprocess.run([sys.executable, "-m", "fsdp_orch", "diagnose", str(tmp_path / "nope.log")],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and "nope.log" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_torchruns_own_traceback_and_failure_summary_are_not_a_user_error():
+    log = "\n".join([
+        "[fsdp-orch fault] rank 0: injected crash at step 2: exiting with code 1",
+        "E1121 14:49:00 1 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) "
+        "local_rank: 0 (pid: 9) of binary: /venv/bin/python",
+        "Traceback (most recent call last):",
+        '  File "<frozen runpy>", line 198, in _run_module_as_main',
+        '  File "/venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1032, in <module>',
+        "    main()",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "============================================================",
+        "train.py FAILED",
+        "------------------------------------------------------------",
+        "Failures:",
+        "  <NO_OTHER_FAILURES>",
+        "------------------------------------------------------------",
+        "Root Cause (first observed failure):",
+    ])
+    assert diagnose_text(log).category == "unknown"
+
+
+def test_exception_lines_of_every_usual_shape_are_user_errors():
+    for last in ("KeyError: 'tokens'", "ValueError", "mypkg.errors.BadBatch: shape (3, 4)",
+                 "InjectedThing: something broke", "StopIteration", "AssertionError"):
+        log = f'Traceback (most recent call last):\n  File "t.py", line 1, in <module>\n{last}\n'
+        assert diagnose_text(log).category == "user_code_error", last
