@@ -110,7 +110,7 @@ def test_cancel_ends_the_job_in_sacct_and_in_status_with_no_step_left(slurm_clus
 
 def test_one_status_refresh_is_one_scheduler_query_for_fifty_jobs(slurm_cluster, cli, tmp_path):
     job = tmp_path / "sleeper.yaml"
-    job.write_text("name: sleeper\nlauncher: python\ncommand: [sleep, '600']\n")
+    job.write_text("name: sleeper\nlauncher: python\ncommand: [sleep, '30']\n")
     ids = [cli.run("submit", "--cluster", "slurm", str(job), check=True).stdout.strip() for _ in range(50)]
     try:
         shims = tmp_path / "shims"
@@ -134,4 +134,8 @@ def test_one_status_refresh_is_one_scheduler_query_for_fifty_jobs(slurm_cluster,
         assert log.read_text().split() == ["sacct"], log.read_text()
         assert elapsed < 1.0, f"status took {elapsed:.2f}s"
     finally:
-        slurm_cluster.run("scancel", "-n", ",".join(f"fsdp-orch-{i}" for i in ids), check=False)
+        store = Store(cli.home / "jobs.db")
+        sids = [sid for i in ids if (sid := slurm_job_id(store.job(i)["backend_ref"]))]
+        slurm_cluster.run("scancel", *sids, check=False)
+        for sid in sids:  # the next tests need the nodes
+            slurm_cluster.wait_done(sid, timeout=120)
