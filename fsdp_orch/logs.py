@@ -50,8 +50,7 @@ def show_logs(store: Any, job_id: str, *, rank: int | None = None, attempt: int 
     chosen = max(attempts) if attempt is None else attempt
     if chosen not in attempts:
         raise InputError(f"job {job_id} has attempts {sorted(attempts)}, not {chosen}", field="--attempt")
-    spec = store.job(job_id)
-    nproc = _nproc(spec)
+    nproc = _nproc(row)
     logs = node_logs(attempts[chosen])
     if rank is not None:
         node, local = divmod(rank, nproc)

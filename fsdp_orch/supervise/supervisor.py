@@ -93,7 +93,6 @@ class Supervisor:
         self.local_has_gpu = local_has_gpu
         self.job_id = submission.job_id
         self.history: list[FailureRecord] = []
-        self.delays: list[float] = []
         self._last_step: int | None = None
         self._last_ckpt: int | None = None
         self._decision: Decision | None = None
@@ -133,9 +132,7 @@ class Supervisor:
             return self._decision.restart
 
         def wait(state: RetryCallState) -> float:
-            delay = backoff_delay(restart_policy, state.attempt_number, self.rng)
-            self.delays.append(delay)
-            return delay
+            return backoff_delay(restart_policy, state.attempt_number, self.rng)
 
         def before_sleep(state: RetryCallState) -> None:
             self.store.set_state(self.job_id, JobState.RESTARTING, reason=self._decision.reason
