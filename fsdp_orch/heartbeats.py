@@ -1,9 +1,12 @@
 """Heartbeat files: one JSON file per rank and attempt, replaced atomically after every step. Torch-free.
 
 Layout: ``<run_dir>/heartbeats/attempt-<A>/rank-<R>.json`` holding
-``{"rank", "attempt", "step", "loss", "time", "state", "pid", "metrics"}``. ``state`` is one of
-``starting`` (process group up, no step done yet), ``training``, ``saving`` (inside a checkpoint
-save: slow, not hung) and ``done``. The runtime writes them (``fsdp_orch.runtime.heartbeat``); the
+``{"rank", "attempt", "step", "loss", "time", "state", "pid", "metrics", "progress_at", "python_at"}``.
+``state`` is one of ``starting`` (process group up, no step done yet), ``training``, ``saving``
+(inside a checkpoint save: slow, not hung) and ``done``. ``time`` is when the file was written;
+``progress_at`` when the step or state last changed (absent: the same as ``time``); ``python_at``
+when the rank's main thread last ran Python bytecode (absent: not probed). The bootstrap on every
+rank writes them (``fsdp_orch.bootstrap.agent``), fed by the runtime where a script uses it; the
 supervisor reads them with :func:`read_heartbeats`.
 """
 
@@ -31,11 +34,24 @@ class Heartbeat:
     state: str
     pid: int
     metrics: dict[str, Any] = field(default_factory=dict)
+    progress_at: float | None = None  # the step or state last changed; None: at ``time``
+    python_at: float | None = None  # the main thread last ran Python; None: not probed
+    host: str | None = None  # where ``pid`` lives (a supervisor inspects only its own host's)
+
+    @property
+    def progress_time(self) -> float:
+        return self.time if self.progress_at is None else self.progress_at
 
     def to_json(self) -> str:
-        return json.dumps({"rank": self.rank, "attempt": self.attempt, "step": self.step,
-                           "loss": self.loss, "time": self.time, "state": self.state,
-                           "pid": self.pid, "metrics": self.metrics}, separators=(",", ":"))
+        data = {"rank": self.rank, "attempt": self.attempt, "step": self.step, "loss": self.loss,
+                "time": self.time, "state": self.state, "pid": self.pid, "metrics": self.metrics}
+        if self.progress_at is not None:
+            data["progress_at"] = self.progress_at
+        if self.python_at is not None:
+            data["python_at"] = self.python_at
+        if self.host is not None:
+            data["host"] = self.host
+        return json.dumps(data, separators=(",", ":"))
 
 
 def heartbeat_dir(run_dir: str | os.PathLike[str], attempt: int) -> Path:
@@ -66,9 +82,19 @@ def parse_heartbeat(text: str) -> Heartbeat:
     metrics = data.get("metrics") or {}
     if not isinstance(metrics, dict):
         raise ValueError(f"metrics: expected an object, got {metrics!r}")
+    times = {}
+    for key in ("progress_at", "python_at"):
+        value = data.get(key)
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
+                                  or not math.isfinite(value)):
+            raise ValueError(f"{key}: expected a unix time or null, got {value!r}")
+        times[key] = None if value is None else float(value)
+    host = data.get("host")
+    if host is not None and not isinstance(host, str):
+        raise ValueError(f"host: expected a string or null, got {host!r}")
     return Heartbeat(rank=data["rank"], attempt=data["attempt"], step=data["step"],
                      loss=None if loss is None else float(loss), time=float(when), state=state,
-                     pid=data["pid"], metrics=metrics)
+                     pid=data["pid"], metrics=metrics, host=host, **times)
 
 
 def read_heartbeats(run_dir: str | os.PathLike[str], attempt: int) -> dict[int, Heartbeat]:

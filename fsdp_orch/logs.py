@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from fsdp_orch.attempt_files import STACKS_DIR
 from fsdp_orch.errors import InputError
 from fsdp_orch.states import TERMINAL_NAMES
 
@@ -72,10 +73,10 @@ def show_logs(store: Any, job_id: str, *, rank: int | None = None, attempt: int 
                 out.write(prefix + line)
         out.flush()
         if not follow:
-            return 0
+            return _point_to_stacks(attempts[chosen], out)
         current = store.job(job_id)
         if current["state"] in TERMINAL_NAMES and attempt_dirs(run_dir).keys() == attempts.keys():
-            return 0
+            return _point_to_stacks(attempts[chosen], out)
         if attempt is None:
             newest = max(attempt_dirs(run_dir))
             if newest != chosen:
@@ -87,6 +88,16 @@ def show_logs(store: Any, job_id: str, *, rank: int | None = None, attempt: int 
         else:
             logs = node_logs(attempts[chosen]) if not logs else logs
         time.sleep(0.5)
+
+
+def _point_to_stacks(attempt_dir: Path, out: Any) -> int:
+    """After a hang the supervisor dumped every rank's stack: say where (they are not in the logs)."""
+    stacks = attempt_dir / STACKS_DIR
+    dumps = sorted(p.name for p in stacks.glob("rank-*.txt") if p.stat().st_size) if stacks.is_dir() else []
+    if dumps:
+        out.write(f"[fsdp-orch] stack dumps of this attempt's ranks ({', '.join(dumps)}): {stacks}\n")
+        out.flush()
+    return 0
 
 
 def _nproc(row: dict[str, Any]) -> int:

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from fsdp_orch.errors import InputError
+from fsdp_orch.nccl_env import missing_defaults, nccl_env_defaults
 from fsdp_orch.profiles import LocalProfile, Profile, SlurmProfile, SshProfile, TpuVmProfile
 from fsdp_orch.spec import JobSpec
 
@@ -21,7 +22,8 @@ RDZV_PORT_RANGE = (20000, 32000)
 # directory of the node that runs the script (a remote_workdir of ~/work), so the scripts
 # export them with ``~`` expanded. Every other value reaches the program exactly as written.
 PATH_ENV = frozenset({"FSDP_ORCH_RUN_DIR", "FSDP_ORCH_ATTEMPT_DIR", "FSDP_ORCH_SPEC",
-                      "FSDP_ORCH_CHECKPOINT_DIR", "FSDP_ORCH_RESUME"})
+                      "FSDP_ORCH_CHECKPOINT_DIR", "FSDP_ORCH_RESUME", "FSDP_ORCH_RESUME_FROM",
+                      "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE"})
 
 
 @dataclass(frozen=True)
@@ -33,8 +35,10 @@ class PlanContext:
     home: str  # $FSDP_ORCH_HOME as seen by the nodes
     job_dir: str  # directory of job.yaml: relative paths in the spec start here
     resume_from: str | None = None
+    resume_step: int | None = None  # the step of resume_from, when its layout tells it
     rdzv_port: int | None = None  # None: derived from job id and attempt
     local_has_gpu: bool = False  # resolves a local profile's device: auto
+    bootstrap_dir: str | None = None  # fsdp_orch/bootstrap/site on the nodes; None: no bootstrap
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class LaunchPlan:
     env: list[tuple[str, str]] = field(default_factory=list)
     nodes: list[NodeTarget] = field(default_factory=list)
     accelerate_config_path: str | None = None
+    bootstrap_dir: str | None = None  # put first on every rank's PYTHONPATH
 
     @property
     def entry_kind(self) -> str:
@@ -160,6 +165,7 @@ def make_plan(job: JobSpec, profile: Profile, cluster: str, ctx: PlanContext) ->
         program = [job.module or "", *job.args]
     else:
         program = [*(job.command or []), *job.args]
+    program += resume_arguments(job, ctx)
     spec_path = posixpath.join(run_dir, "job.json")
     accel_path = posixpath.join(attempt_dir, "accelerate_config.yaml") if job.launcher == "accelerate" else None
     env = [
@@ -173,7 +179,14 @@ def make_plan(job: JobSpec, profile: Profile, cluster: str, ctx: PlanContext) ->
         ("FSDP_ORCH_SPEC", spec_path),
         ("FSDP_ORCH_CHECKPOINT_DIR", checkpoint_dir),
         ("FSDP_ORCH_RESUME", ctx.resume_from or job.checkpoint.resume),
+        ("FSDP_ORCH_COLLECTIVE_TIMEOUT", f"{job.watch.collective_timeout:g}"),
     ]
+    if ctx.resume_from:
+        env.append(("FSDP_ORCH_RESUME_FROM", ctx.resume_from))
+        if ctx.resume_step is not None:
+            env.append(("FSDP_ORCH_RESUME_STEP", str(ctx.resume_step)))
+    if device == "cuda":
+        env += missing_defaults(nccl_env_defaults(attempt_dir), dict(env)).items()
     if job.launcher == "xla":
         env.append(("PJRT_DEVICE", "TPU"))
     return LaunchPlan(
@@ -183,7 +196,17 @@ def make_plan(job: JobSpec, profile: Profile, cluster: str, ctx: PlanContext) ->
         python=profile.python, workdir=workdir, run_dir=run_dir, attempt_dir=attempt_dir,
         checkpoint_dir=checkpoint_dir, spec_path=spec_path, resume_from=ctx.resume_from,
         program=program, env=env, nodes=nodes, accelerate_config_path=accel_path,
+        bootstrap_dir=ctx.bootstrap_dir,
     )
+
+
+def resume_arguments(job: JobSpec, ctx: PlanContext) -> list[str]:
+    """``checkpoint.resume_args`` with the checkpoint filled in; none when there is nothing to resume."""
+    if not ctx.resume_from or not job.checkpoint.resume_args:
+        return []
+    step = "" if ctx.resume_step is None else str(ctx.resume_step)
+    return [arg.replace("{checkpoint}", ctx.resume_from).replace("{step}", step)
+            for arg in job.checkpoint.resume_args]
 
 
 def spec_json(plan: LaunchPlan) -> str:
@@ -197,4 +220,4 @@ def spec_json(plan: LaunchPlan) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-__all__ = ["LaunchPlan", "PlanContext", "make_plan", "slug", "rendezvous_port"]
+__all__ = ["LaunchPlan", "PlanContext", "make_plan", "resume_arguments", "slug", "rendezvous_port"]

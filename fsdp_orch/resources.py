@@ -19,3 +19,8 @@ def builtin_dir(name: str) -> Path:
 def home() -> Path:
     """``$FSDP_ORCH_HOME``, default ``~/.fsdp-orch``."""
     return Path(os.environ.get("FSDP_ORCH_HOME") or Path.home() / ".fsdp-orch").expanduser()
+
+
+def bootstrap_site_dir() -> Path:
+    """The folder whose ``sitecustomize`` loads the bootstrap; the launch scripts put it on PYTHONPATH."""
+    return _PACKAGE / "bootstrap" / "site"

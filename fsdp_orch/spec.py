@@ -8,6 +8,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
+from fsdp_orch.bootstrap.faults import parse_faults
 from fsdp_orch.durations import parse_duration
 from fsdp_orch.errors import InputError
 from fsdp_orch.validation import FieldOrigin, StrictModel, reattribute, validate_doc
@@ -23,6 +24,8 @@ DEFAULT_RETRY_ON = (
     "hardware_fault", "preemption_or_node_lost", "cuda_oom", "unknown",
 )
 LAUNCHERS = ("torchrun", "accelerate", "xla", "python")
+RESUME_PLACEHOLDERS = ("checkpoint", "step")
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 PositiveDuration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
@@ -175,6 +178,19 @@ class CheckpointPolicy(StrictModel):
     resume: ShellStr = "auto"
     async_save: bool = False
     save_full_at_end: bool = False
+    # Appended to the script's arguments when a complete checkpoint exists, with {checkpoint} (its
+    # path) and {step} filled in: how an unmodified script is told to resume.
+    resume_args: list[ArgStr] = Field(default_factory=list)
+
+    @field_validator("resume_args")
+    @classmethod
+    def _placeholders(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            for name in _PLACEHOLDER.findall(arg):
+                if name not in RESUME_PLACEHOLDERS:
+                    raise ValueError(f"unknown placeholder {{{name}}} in {arg!r}; expected "
+                                     + " or ".join(f"{{{p}}}" for p in RESUME_PLACEHOLDERS))
+        return value
 
     @field_validator("resume")
     @classmethod
@@ -224,6 +240,8 @@ class JobSpec(StrictModel):
         for key in value:
             if not _ENV_NAME.fullmatch(key):
                 raise ValueError(f"environment variable name {key!r} is not a valid shell name")
+        if value.get("FSDP_ORCH_FAULT"):
+            parse_faults(value["FSDP_ORCH_FAULT"])  # a chaos test that injects nothing is a lie
         return value
 
     @field_validator("name")

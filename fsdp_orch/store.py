@@ -17,12 +17,12 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000
 
 # Each entry migrates from version i to i+1; never edit a shipped one, append a new one.
 _ISO = "strftime('%Y-%m-%dT%H:%M:%fZ', {col}, 'unixepoch')"
-_JOB_JSON = f"""json_object(
+_JOB_JSON_V1 = f"""json_object(
     'id', j.id, 'name', j.name, 'cluster', j.cluster, 'state', j.state,
     'attempts', j.attempts, 'restarts', j.restarts,
     'created_at', {_ISO.format(col='j.created_at')}, 'ended_at', {_ISO.format(col='j.ended_at')},
@@ -36,15 +36,26 @@ _JOB_JSON = f"""json_object(
         'action', f.action)) FROM (SELECT * FROM failures WHERE job_id = j.id
                                    ORDER BY detected_at) AS f),
     'reason', j.reason, 'run_dir', j.run_dir)"""
+# v2: whether hang detection is on (and why not), and the job's events (checkpoints moved aside,
+# stack dumps taken).
+_JOB_JSON = _JOB_JSON_V1[:-len(")")] + f""",
+    'hang_detection', json_object('enabled', json(CASE WHEN j.hang_detection_off IS NULL
+                                                       THEN 'true' ELSE 'false' END),
+                                  'reason', j.hang_detection_off),
+    'events', (SELECT json_group_array(json_object(
+        'attempt', e.attempt, 'at', {_ISO.format(col='e.at')}, 'kind', e.kind,
+        'message', e.message)) FROM (SELECT * FROM events WHERE job_id = j.id
+                                     ORDER BY at) AS e))"""
 
 
-_DOC_COLUMNS = ("name, cluster, state, attempts, restarts, created_at, ended_at, last_checkpoint_step,"
-                " progress_step, progress_loss, progress_at, reason, run_dir")
+_DOC_COLUMNS_V1 = ("name, cluster, state, attempts, restarts, created_at, ended_at, last_checkpoint_step,"
+                   " progress_step, progress_loss, progress_at, reason, run_dir")
+_DOC_COLUMNS = _DOC_COLUMNS_V1 + ", hang_detection_off"
 
 
-def _refresh_doc(id_expr: str) -> str:
+def _refresh_doc(id_expr: str, doc: str = _JOB_JSON) -> str:
     return (f"INSERT OR REPLACE INTO job_docs (job_id, created_at, doc) SELECT j.id, j.created_at,"
-            f" {_JOB_JSON} FROM jobs j WHERE j.id = {id_expr};")
+            f" {doc} FROM jobs j WHERE j.id = {id_expr};")
 
 
 MIGRATIONS: list[list[str]] = [
@@ -110,10 +121,32 @@ MIGRATIONS: list[list[str]] = [
         "INSERT INTO meta (key, value) VALUES ('generation', 0)",
         "CREATE TRIGGER job_docs_generation AFTER INSERT ON job_docs BEGIN"
         " UPDATE meta SET value = value + 1 WHERE key = 'generation'; END",
+        f"CREATE TRIGGER jobs_doc_insert AFTER INSERT ON jobs BEGIN {_refresh_doc('NEW.id', _JOB_JSON_V1)} END",
+        f"CREATE TRIGGER jobs_doc_update AFTER UPDATE OF {_DOC_COLUMNS_V1} ON jobs BEGIN"
+        f" {_refresh_doc('NEW.id', _JOB_JSON_V1)} END",
+        f"CREATE TRIGGER failures_doc AFTER INSERT ON failures BEGIN"
+        f" {_refresh_doc('NEW.job_id', _JOB_JSON_V1)} END",
+    ],
+    [
+        "ALTER TABLE jobs ADD COLUMN hang_detection_off TEXT",
+        """CREATE TABLE events (
+            job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+            attempt INTEGER,
+            at REAL NOT NULL,
+            kind TEXT NOT NULL,
+            message TEXT NOT NULL
+        )""",
+        "CREATE INDEX events_job ON events(job_id, at)",
+        "DROP TRIGGER jobs_doc_insert",
+        "DROP TRIGGER jobs_doc_update",
+        "DROP TRIGGER failures_doc",
         f"CREATE TRIGGER jobs_doc_insert AFTER INSERT ON jobs BEGIN {_refresh_doc('NEW.id')} END",
         f"CREATE TRIGGER jobs_doc_update AFTER UPDATE OF {_DOC_COLUMNS} ON jobs BEGIN"
         f" {_refresh_doc('NEW.id')} END",
         f"CREATE TRIGGER failures_doc AFTER INSERT ON failures BEGIN {_refresh_doc('NEW.job_id')} END",
+        f"CREATE TRIGGER events_doc AFTER INSERT ON events BEGIN {_refresh_doc('NEW.job_id')} END",
+        "INSERT OR REPLACE INTO job_docs (job_id, created_at, doc) SELECT j.id, j.created_at,"
+        f" {_JOB_JSON} FROM jobs j",
     ],
 ]
 
@@ -223,7 +256,7 @@ class Store:
 
     _UPDATABLE = frozenset({"state", "attempts", "restarts", "ended_at", "last_checkpoint_step",
                             "progress_step", "progress_loss", "progress_at", "reason",
-                            "supervisor_pid", "backend_ref"})
+                            "supervisor_pid", "backend_ref", "hang_detection_off"})
 
     def update(self, job_id: str, **fields: Any) -> None:
         bad = set(fields) - self._UPDATABLE
@@ -261,6 +294,12 @@ class Store:
                     " stalled_for_s, action) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (job_id, attempt, category, evidence, now if now is not None else time.time(),
                      stalled_for_s, action))
+
+    def add_event(self, job_id: str, *, attempt: int | None, kind: str, message: str,
+                  now: float | None = None) -> None:
+        """Something the supervisor did or saw that is not a failure (a checkpoint moved aside)."""
+        self._write("INSERT INTO events (job_id, attempt, at, kind, message) VALUES (?, ?, ?, ?, ?)",
+                    (job_id, attempt, now if now is not None else time.time(), kind, message))
 
     def start_attempt(self, job_id: str, attempt: int, *, resume_from: str | None,
                       now: float | None = None) -> None:

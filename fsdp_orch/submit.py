@@ -10,7 +10,7 @@ from fsdp_orch.errors import InputError
 from fsdp_orch.plan import LaunchPlan, PlanContext, make_plan, spec_json
 from fsdp_orch.profiles import Profile, ProfileRef, load_profile
 from fsdp_orch.render import Artifact, render_plan
-from fsdp_orch.resources import home
+from fsdp_orch.resources import bootstrap_site_dir, home
 from fsdp_orch.spec import JobSpec, load_job
 
 
@@ -40,7 +40,8 @@ def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None
         template = (ref.path.parent / profile.template).expanduser()
     ctx = PlanContext(job_id=job_id, attempt=attempt, home=str(home_dir or home()),
                       job_dir=str(job_file.resolve().parent), resume_from=resume_from,
-                      rdzv_port=rdzv_port, local_has_gpu=local_has_gpu())
+                      rdzv_port=rdzv_port, local_has_gpu=local_has_gpu(),
+                      bootstrap_dir=str(bootstrap_site_dir()))
     try:
         plan = make_plan(job, profile, ref.name, ctx)
     except InputError as exc:

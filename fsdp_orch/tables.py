@@ -39,6 +39,11 @@ def format_jobs(jobs: list[dict[str, Any]], detail: bool = False) -> str:
         for f in j.get("failures") or []:
             stalled = f" (stalled {f['stalled_for_s']:.1f}s)" if f.get("stalled_for_s") is not None else ""
             lines.append(f"attempt {f['attempt']}: {f['category']}{stalled} -> {f['action']}: {f.get('evidence') or ''}")
+        hang = j.get("hang_detection") or {}
+        if hang.get("enabled") is False:
+            lines.append(f"hang detection: off: {hang.get('reason') or ''}")
+        for e in j.get("events") or []:
+            lines.append(f"attempt {e.get('attempt')}: {e.get('kind')}: {e.get('message')}")
         if j.get("run_dir"):
             lines.append(f"run dir: {j['run_dir']}")
     return "\n".join(lines)

@@ -9,5 +9,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet "torch==2.13.0" numpy
-.venv/bin/python -m pip install --quiet -e ".[test,accelerate]"
+.venv/bin/python -m pip install --quiet -e ".[test,accelerate,hf]"
 echo "fsdp-orch is set up in $(pwd)/.venv"

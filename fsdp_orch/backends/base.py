@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from fsdp_orch.plan import LaunchPlan, PlanContext, make_plan
 from fsdp_orch.profiles import PROFILE_MODELS, Profile
 from fsdp_orch.render import Artifact, render_plan
+from fsdp_orch.resources import bootstrap_site_dir
 from fsdp_orch.spec import JobSpec
 
 SUBMISSION_FILE = "submission.json"
@@ -59,16 +60,17 @@ class Submission:
     def load(cls, run_dir: Path) -> Submission:
         return cls.from_json((run_dir / SUBMISSION_FILE).read_text())
 
-    def plan_only(self, attempt: int, *, resume_from: str | None = None, rdzv_port: int | None = None,
-                  local_has_gpu: bool = False) -> LaunchPlan:
+    def plan_only(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
+                  rdzv_port: int | None = None, local_has_gpu: bool = False) -> LaunchPlan:
         ctx = PlanContext(job_id=self.job_id, attempt=attempt, home=self.home, job_dir=self.job_dir,
-                          resume_from=resume_from, rdzv_port=rdzv_port, local_has_gpu=local_has_gpu)
+                          resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
+                          local_has_gpu=local_has_gpu, bootstrap_dir=str(bootstrap_site_dir()))
         return make_plan(self.job, self.profile, self.cluster, ctx)
 
-    def plan(self, attempt: int, *, resume_from: str | None = None, rdzv_port: int | None = None,
-             local_has_gpu: bool = False) -> tuple[LaunchPlan, list[Artifact]]:
-        plan = self.plan_only(attempt, resume_from=resume_from, rdzv_port=rdzv_port,
-                              local_has_gpu=local_has_gpu)
+    def plan(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
+             rdzv_port: int | None = None, local_has_gpu: bool = False) -> tuple[LaunchPlan, list[Artifact]]:
+        plan = self.plan_only(attempt, resume_from=resume_from, resume_step=resume_step,
+                              rdzv_port=rdzv_port, local_has_gpu=local_has_gpu)
         template = Path(self.profile_template) if self.profile_template else None
         return plan, render_plan(plan, profile_template=template)
 

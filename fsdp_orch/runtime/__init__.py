@@ -19,7 +19,7 @@ the model's ``_no_split_modules``, checkpoint every 100 steps, keep 3), checkpoi
 ``./checkpoints``, resume ``auto``, attempt 0, no fault injection and no heartbeat files (there is
 no run directory for them). ``kill -USR1 <pid>`` prints every thread's stack of a rank.
 
-Names are loaded lazily, so importing this package (e.g. for :mod:`fsdp_orch.runtime.faults`)
+Names are loaded lazily, so importing this package (e.g. for :mod:`fsdp_orch.runtime.settings`)
 does not import torch.
 """
 

@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.staging import AsyncStager
 
+from fsdp_orch.bootstrap.faults import FaultInjector
 from fsdp_orch.checkpoints import (
     COMMIT_FILE,
     CheckpointInfo,
@@ -42,7 +43,6 @@ from fsdp_orch.checkpoints import (
 from fsdp_orch.errors import FsdpOrchError
 from fsdp_orch.runtime import ckpt_files as files
 from fsdp_orch.runtime.dist import DistInfo
-from fsdp_orch.runtime.faults import FaultInjector
 from fsdp_orch.runtime.heartbeat import HeartbeatWriter
 
 FULL_MODEL_DIR = "full"

@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from fsdp_orch.nccl_env import apply_env_defaults, nccl_env_defaults
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -34,35 +36,6 @@ class DistInfo:
         return self.rank == 0
 
 
-def nccl_env_defaults(attempt_dir: Path | None) -> dict[str, str]:
-    """NCCL settings for debuggable hangs (flight recorder dumps on timeout). Both the current
-    (``TORCH_FR_*``) and the older (``TORCH_NCCL_*``) names, so either torch reads them."""
-    out = {
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
-        "TORCH_FR_BUFFER_SIZE": "2000",
-        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-    }
-    if attempt_dir is not None:
-        prefix = str(attempt_dir / "nccl_trace_rank_")
-        out["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = prefix
-        out["TORCH_FR_DUMP_TEMP_FILE"] = prefix
-    return out
-
-
-_ALIASES = (("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE"),
-            ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE"))
-
-
-def apply_env_defaults(defaults: dict[str, str], env: dict[str, str] | os._Environ[str]) -> None:
-    """Set each default that the user has set under neither of its names."""
-    given = set(env)
-    for name, value in defaults.items():
-        names = next((pair for pair in _ALIASES if name in pair), (name,))
-        if not given.intersection(names):
-            env[name] = value
-
-
 def init_distributed(timeout_s: float, attempt_dir: Path | None = None) -> DistInfo:
     """Initialise the default process group (or reuse one the caller made) and the device."""
     if "RANK" not in os.environ:  # plain `python train.py`: a world of one
@@ -80,7 +53,7 @@ def init_distributed(timeout_s: float, attempt_dir: Path | None = None) -> DistI
         backend = "cpu:gloo,cuda:nccl"
         if attempt_dir is not None:
             attempt_dir.mkdir(parents=True, exist_ok=True)
-        apply_env_defaults(nccl_env_defaults(attempt_dir), os.environ)
+        apply_env_defaults(nccl_env_defaults(str(attempt_dir) if attempt_dir else None), os.environ)
     else:
         device = torch.device("cpu")
         backend = "gloo"
@@ -103,4 +76,4 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-__all__ = ["DistInfo", "apply_env_defaults", "init_distributed", "nccl_env_defaults", "shutdown"]
+__all__ = ["DistInfo", "init_distributed", "shutdown"]

@@ -1,6 +1,7 @@
 """The heartbeat writer: after each step, atomically replace this rank's heartbeat file.
 
-See ``fsdp_orch.heartbeats`` for the layout and the reader. Without a run directory (not under
+See ``fsdp_orch.heartbeats`` for the layout and the reader. Where the bootstrap runs in this process
+(every job fsdp-orch launches), the writer hands each beat to its agent, which owns the file. Without a run directory (not under
 fsdp-orch) the writer is a no-op. ``job.step_done`` beats for you; a script that does not use
 ``runtime.setup()`` (e.g. an Accelerate script) calls :func:`heartbeat` after each step.
 """
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fsdp_orch.bootstrap.agent import current as bootstrap_agent
 from fsdp_orch.heartbeats import STATES, Heartbeat, heartbeat_path, write_heartbeat
 
 
@@ -45,6 +47,10 @@ class HeartbeatWriter:
         if metrics:
             self.metrics = {k: _plain(v) for k, v in metrics.items()}
         if self.path is None:
+            return
+        agent = bootstrap_agent()
+        if agent is not None:  # one writer per heartbeat file: the bootstrap's, fed from here
+            agent.report(self.rank, self.step, self.loss, self.state, self.metrics)
             return
         write_heartbeat(self.path, Heartbeat(
             rank=self.rank, attempt=self.attempt, step=self.step, loss=self.loss, time=time.time(),

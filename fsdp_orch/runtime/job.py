@@ -12,9 +12,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from fsdp_orch.bootstrap.faults import FaultInjector, parse_faults
 from fsdp_orch.runtime.checkpoint import Checkpointer
 from fsdp_orch.runtime.dist import DistInfo, init_distributed, shutdown
-from fsdp_orch.runtime.faults import FaultInjector, parse_faults
 from fsdp_orch.runtime.fsdp import ShardPlan, shard_model
 from fsdp_orch.runtime.heartbeat import HeartbeatWriter, set_default_writer
 from fsdp_orch.runtime.settings import Settings, from_env

@@ -15,17 +15,20 @@ from pathlib import Path
 
 from tenacity import RetryCallState, Retrying, retry_if_exception
 
+from fsdp_orch.attempt_files import STACKS_DIR
 from fsdp_orch.backends.base import Submission
-from fsdp_orch.checkpoints import latest_complete
+from fsdp_orch.checkpoints import latest_complete, move_aside, partial_newer_than_latest
 from fsdp_orch.heartbeats import read_heartbeats
 from fsdp_orch.render import write_artifacts
+from fsdp_orch.spec import Watch
 from fsdp_orch.states import JobState
 from fsdp_orch.store import Store
 from fsdp_orch.supervise.attempt import AttemptHandle, AttemptLauncher
 from fsdp_orch.supervise.diagnose import Diagnosis, diagnose_exit
+from fsdp_orch.supervise.hang_evidence import stuck_ranks_evidence, with_flight_recorder
 from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower, attempt_log_patterns
 from fsdp_orch.supervise.policy import Decision, FailureRecord, backoff_delay, decide
-from fsdp_orch.supervise.watchdog import StepClock, check_hang
+from fsdp_orch.supervise.watchdog import StepClock, check_hang, no_signal
 
 STOP_GRACE_S = 5.0
 # A lost peer is usually the symptom of a rank that died first: after a communication error the
@@ -96,6 +99,7 @@ class Supervisor:
         self._last_step: int | None = None
         self._last_ckpt: int | None = None
         self._decision: Decision | None = None
+        self._hang_detection_off: str | None = None
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -185,9 +189,8 @@ class Supervisor:
             plan_dir = Path(self.sub.attempt_dir(attempt))
             started = self._attempt_start_time(attempt)
         else:
-            info = latest_complete(checkpoint_dir)
-            resume_from = str(info.path) if (attempt > 0 and info is not None) else None
-            plan, artifacts = self.sub.plan(attempt, resume_from=resume_from,
+            resume_from, resume_step = self._resume_point(attempt, checkpoint_dir)
+            plan, artifacts = self.sub.plan(attempt, resume_from=resume_from, resume_step=resume_step,
                                             rdzv_port=self.port_for_attempt(attempt),
                                             local_has_gpu=self.local_has_gpu)
             write_artifacts(artifacts)
@@ -203,11 +206,12 @@ class Supervisor:
         world = self.sub.world_size()
         watch = self.sub.job.watch
 
-        def fail(diagnosis: Diagnosis, stalled: float | None) -> AttemptFailed:
-            now = self.clock()
+        def fail(diagnosis: Diagnosis, stalled: float | None, detected_at: float | None = None) -> AttemptFailed:
+            now = self.clock() if detected_at is None else detected_at
             handle.stop(STOP_GRACE_S)
             self.store.end_attempt(self.job_id, attempt, handle.poll(), now=self.clock())
-            return AttemptFailed(diagnosis, now, stalled, before, self._checkpoint_step(checkpoint_dir))
+            return AttemptFailed(with_flight_recorder(diagnosis, plan_dir), now, stalled, before,
+                                 self._checkpoint_step(checkpoint_dir))
 
         comm_seen: float | None = None
         first_step_seen = False
@@ -219,15 +223,16 @@ class Supervisor:
                     clock.observe(beat)
             if not first_step_seen and any(b.state != "starting" for b in beats.values()):
                 first_step_seen = True
-                self.store.first_step(self.job_id, attempt, min(b.time for b in beats.values()
+                self.store.first_step(self.job_id, attempt, min(b.progress_time for b in beats.values()
                                                                 if b.state != "starting"))
             self._record_progress(beats)
             self._record_checkpoint(checkpoint_dir)
+            self._record_hang_detection(beats, started, watch)
             if code is not None:
                 self.store.end_attempt(self.job_id, attempt, code, now=self.clock())
                 if code == 0:
                     return
-                cause = self._cause_at_exit(code, follower)
+                cause = with_flight_recorder(self._cause_at_exit(code, follower), plan_dir)
                 raise AttemptFailed(cause, self.clock(), None, before, self._checkpoint_step(checkpoint_dir))
             cause = follower.poll()
             if cause is not None:
@@ -238,15 +243,44 @@ class Supervisor:
                     raise fail(cause, None)
                 self.sleep(min(watch.poll_interval, 0.5))
                 continue
-            verdict = check_hang(beats, world_size=world, attempt_started=started, now=self.clock(),
+            detected_at = self.clock()
+            verdict = check_hang(beats, world_size=world, attempt_started=started, now=detected_at,
                                  watch=watch, clock=clock)
             if verdict is not None:
-                raise fail(Diagnosis("hang", True, verdict.evidence), verdict.stalled_for_s)
+                evidence = verdict.evidence + stuck_ranks_evidence(verdict, beats, plan_dir)
+                self.store.add_event(self.job_id, attempt=attempt, kind="stacks",
+                                     message=f"stacks of the hung attempt: {plan_dir / STACKS_DIR}")
+                raise fail(Diagnosis("hang", True, evidence), verdict.stalled_for_s, detected_at)
             if self._cancel_requested():
                 handle.stop(STOP_GRACE_S)
                 self.store.end_attempt(self.job_id, attempt, handle.poll(), now=self.clock())
                 raise Cancelled()
             self.sleep(watch.poll_interval)
+
+    def _resume_point(self, attempt: int, checkpoint_dir: Path) -> tuple[str | None, int | None]:
+        """The checkpoint the attempt starts from (the latest complete one), after moving aside the
+        partial ones newer than it: a script's own "latest" logic would take them (HF's
+        ``get_last_checkpoint`` takes the highest number, complete or not)."""
+        # The runtime's own step-N folders are left to it: it skips and prunes partial ones.
+        partial = [c for c in partial_newer_than_latest(checkpoint_dir) if c.layout != "dcp"]
+        for src, dst in move_aside(partial, checkpoint_dir, f"attempt-{attempt}") if partial else []:
+            self.store.add_event(self.job_id, attempt=attempt, kind="checkpoint_moved_aside",
+                                 message=f"{src} is incomplete and newer than the latest complete "
+                                         f"checkpoint: moved to {dst}")
+        if attempt == 0 and self.sub.job.checkpoint.resume != "auto":
+            return None, None  # never, or an explicit path the runtime reads from FSDP_ORCH_RESUME
+        info = latest_complete(checkpoint_dir)
+        return (str(info.path), info.step) if info is not None else (None, None)
+
+    def _record_hang_detection(self, beats: dict, started: float, watch: Watch) -> None:  # type: ignore[type-arg]
+        """``status`` says when hang detection is off for lack of any signal, and why."""
+        why = no_signal(beats, attempt_started=started, now=self.clock(), watch=watch)
+        if why is not None and self._hang_detection_off != why:
+            self._hang_detection_off = why
+            self.store.update(self.job_id, hang_detection_off=why)
+        elif beats and self._hang_detection_off is not None:
+            self._hang_detection_off = None
+            self.store.update(self.job_id, hang_detection_off=None)
 
     @staticmethod
     def _cause_at_exit(code: int, follower: LogFollower) -> Diagnosis:
@@ -284,7 +318,7 @@ class Supervisor:
             return
         self._last_step = lead.step
         self.store.update(self.job_id, progress_step=lead.step, progress_loss=lead.loss,
-                          progress_at=lead.time)
+                          progress_at=lead.progress_time)
 
     @staticmethod
     def _checkpoint_step(checkpoint_dir: Path) -> int | None:

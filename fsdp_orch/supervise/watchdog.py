@@ -16,6 +16,7 @@ class HangVerdict:
     stalled_for_s: float  # since the attempt's last progress of any rank
     ranks: list[int]  # ranks past their window
     evidence: str
+    suspects: list[int] = field(default_factory=list)  # the same ranks, the first to stop first
 
 
 @dataclass
@@ -29,11 +30,11 @@ class StepClock:
         if beat.state != "training":
             return
         if self._last is not None and beat.step > self._last[0]:
-            per_step = (beat.time - self._last[1]) / (beat.step - self._last[0])
+            per_step = (beat.progress_time - self._last[1]) / (beat.step - self._last[0])
             if per_step > 0:
                 self.samples = [*self.samples[-99:], per_step]
         if self._last is None or beat.step != self._last[0]:
-            self._last = (beat.step, beat.time)
+            self._last = (beat.step, beat.progress_time)
 
     def median(self) -> float | None:
         return statistics.median(self.samples) if len(self.samples) >= MIN_SAMPLES_FOR_ADAPTIVE else None
@@ -49,35 +50,77 @@ def progress_window(watch: Watch, clock: StepClock) -> float:
 
 def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started: float, now: float,
                watch: Watch, clock: StepClock | None = None) -> HangVerdict | None:
-    """A hang: no rank has finished a step within ``startup_timeout`` of the attempt's start, or some
-    rank has made no progress for the progress window since. A rank inside a checkpoint save gets
-    the startup window (a save is slow, not hung); a rank that is done is never late."""
-    started = [b for b in beats.values() if b.state != "starting"]
-    if not started:
-        stalled = now - attempt_started
-        if stalled > watch.startup_timeout:
-            return HangVerdict(stalled, sorted(set(range(world_size)) - set(beats)) or sorted(beats),
-                               f"no rank finished a step within startup_timeout "
-                               f"({watch.startup_timeout:g}s) of the attempt's start")
+    """A hang: some rank has made no progress within its window and sits in one native call (or,
+    with no liveness probe in its heartbeat, simply made no progress), while no rank is busy in
+    Python. Windows: ``startup_timeout`` from the attempt's start until a rank's first step and
+    inside a checkpoint save, else the progress window. A rank that is done is never late, a rank
+    busy in Python past its window (a long evaluation) vetoes the verdict: its peers are waiting for
+    it. With no heartbeat from any rank there is no signal, and no verdict (see :func:`no_signal`)."""
+    if not beats:
         return None
+    started = [b for b in beats.values() if b.state != "starting"]
     window = progress_window(watch, clock or StepClock())
-    last_progress = max(b.time for b in started)
     late: list[tuple[int, float, str]] = []
     for rank in range(world_size):
         beat = beats.get(rank)
         if beat is not None and beat.state == "done":
             continue
-        since = beat.time if beat is not None and beat.state != "starting" else attempt_started
-        allowed = watch.startup_timeout if beat is not None and beat.state == "saving" else window
-        if now - since > allowed:
-            what = (f"rank {rank} last reported step {beat.step}" if beat is not None and beat.state != "starting"
-                    else f"rank {rank} never finished a step")
-            late.append((rank, now - since, what))
+        if beat is None or beat.state == "starting":
+            since = attempt_started
+            allowed = window if (beat is None and started) else watch.startup_timeout
+        else:
+            since = beat.progress_time
+            allowed = watch.startup_timeout if beat.state == "saving" else window
+        if now - since <= allowed:
+            continue
+        if beat is not None and beat.python_at is not None:
+            native_for = now - beat.python_at
+            if native_for <= allowed:
+                return None  # busy in Python: not hung, and its peers wait for it
+            what = _last_report(rank, beat) + f", main thread in one native call for {native_for:.1f}s"
+        else:
+            what = _last_report(rank, beat)
+        late.append((rank, now - since, what))
     if not late:
         return None
-    worst = max(late, key=lambda r: r[1])
-    stalled = now - last_progress
     ranks = [r for r, _, _ in late]
+    suspects = sorted(ranks, key=lambda r: _stop_order(beats.get(r)))
+    if not started:
+        stalled = now - attempt_started
+        return HangVerdict(stalled, ranks, f"no rank finished a step within startup_timeout "
+                                           f"({watch.startup_timeout:g}s) of the attempt's start; "
+                           + "; ".join(w for _, _, w in late), suspects)
+    worst = max(late, key=lambda r: r[1])
+    stalled = now - max(b.progress_time for b in started)
     return HangVerdict(stalled, ranks,
-                       f"no progress for {stalled:.1f}s (window {window:g}s): {worst[2]} "
-                       f"{worst[1]:.1f}s ago; ranks past the window: {', '.join(map(str, ranks))}")
+                       f"no progress for {stalled:.1f}s (window {window:g}s): {worst[2]}, "
+                       f"{worst[1]:.1f}s ago; ranks past the window: {', '.join(map(str, ranks))}",
+                       suspects)
+
+
+def _last_report(rank: int, beat: Heartbeat | None) -> str:
+    if beat is not None and beat.state not in ("starting",):
+        return f"rank {rank} last reported step {beat.step}"
+    return f"rank {rank} never finished a step"
+
+
+def _stop_order(beat: Heartbeat | None) -> tuple[float, float]:
+    """Which rank stopped first: the lowest step, then the earliest last sign of Python."""
+    if beat is None:
+        return (-1.0, 0.0)
+    last_python = beat.python_at if beat.python_at is not None else beat.progress_time
+    return (float(beat.step), last_python)
+
+
+def no_signal(beats: dict[int, Heartbeat], *, attempt_started: float, now: float,
+              watch: Watch) -> str | None:
+    """Why hang detection is off for this attempt, once ``startup_timeout`` has passed with no
+    heartbeat from any rank: the program never ran Python with a process group or an optimizer
+    step that the bootstrap could see (a non-Python program, or Python started without the launch
+    script's environment). Only logs and exit statuses are watched then; never a verdict."""
+    if beats or now - attempt_started <= watch.startup_timeout:
+        return None
+    return (f"no rank reported a heartbeat within startup_timeout ({watch.startup_timeout:g}s): the "
+            "program did not start a torch process group or optimizer in a Python process that "
+            "fsdp-orch's bootstrap runs in (e.g. not a Python program), so hung ranks cannot be told "
+            "from slow ones; only logs and exit statuses are watched")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.runtime.dist import apply_env_defaults, nccl_env_defaults
+from fsdp_orch.nccl_env import apply_env_defaults, nccl_env_defaults
 from fsdp_orch.runtime.settings import from_env
 
 
@@ -58,7 +58,7 @@ def test_bad_inputs_name_what_is_wrong(tmp_path):
 
 def test_nccl_defaults_fill_only_what_the_user_left_unset(tmp_path):
     env = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "50", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}
-    apply_env_defaults(nccl_env_defaults(tmp_path), env)
+    apply_env_defaults(nccl_env_defaults(str(tmp_path)), env)
     assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"
     assert env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "50" and "TORCH_FR_BUFFER_SIZE" not in env
     assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fsdp_orch.runtime.faults import KINDS, Fault, FaultInjector, parse_faults
+from fsdp_orch.bootstrap.faults import KINDS, Fault, FaultInjector, parse_faults
 
 
 def test_parse_one_fault_with_defaults():

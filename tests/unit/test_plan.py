@@ -109,3 +109,35 @@ def test_planning_is_pure() -> None:
 ])
 def test_slug(name: str, expected: str) -> None:
     assert slug(name) == expected
+
+
+def test_resume_args_are_appended_only_when_there_is_a_checkpoint() -> None:
+    extra = 'args: [--x]\ncheckpoint: {resume_args: ["--resume_from_checkpoint", "{checkpoint}", "--at={step}"]}\n'
+    assert plan("local", extra).program == ["train.py", "--x"]
+    assert "FSDP_ORCH_RESUME_FROM" not in dict(plan("local", extra).env)
+    ctx = PlanContext(job_id="j1", attempt=1, home="/h", job_dir="/j", resume_from="/out/checkpoint-40",
+                      resume_step=40)
+    p = plan("local", extra, ctx=ctx)
+    assert p.program == ["train.py", "--x", "--resume_from_checkpoint", "/out/checkpoint-40", "--at=40"]
+    env = dict(p.env)
+    assert env["FSDP_ORCH_RESUME_FROM"] == "/out/checkpoint-40" and env["FSDP_ORCH_RESUME_STEP"] == "40"
+    assert "--resume_from_checkpoint /out/checkpoint-40" in texts(p)["launch.sh"]
+
+
+def test_every_kind_exports_the_collective_timeout_and_the_bootstrap_path() -> None:
+    ctx = PlanContext(job_id="j1", attempt=0, home="/h", job_dir="/j", bootstrap_dir="/pkg/boot site")
+    for kind, extra in (("local", ""), ("slurm", ""), ("ssh", ""), ("tpu-vm", "launcher: xla\n")):
+        p = plan(kind, extra + "watch: {collective_timeout: 90s}\n", ctx=ctx)
+        assert dict(p.env)["FSDP_ORCH_COLLECTIVE_TIMEOUT"] == "90"
+        main = [t for name, t in texts(p).items() if name.endswith(".sh") and "NODE_RANK=" in t]
+        assert main and all("export PYTHONPATH='/pkg/boot site'${PYTHONPATH:+:\"$PYTHONPATH\"}" in t
+                            for t in main), kind
+
+
+def test_nccl_flight_recorder_on_gpus_with_the_users_values_winning() -> None:
+    env = dict(plan("slurm").env)  # the fixture profile has gpus_per_node
+    assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/h/runs/j1/attempt-2/nccl_trace_rank_"
+    mine = dict(plan("slurm", "env: {TORCH_FR_BUFFER_SIZE: '50'}\n").env)
+    assert mine["TORCH_FR_BUFFER_SIZE"] == "50" and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in mine
+    assert "TORCH_NCCL_DUMP_ON_TIMEOUT" not in dict(plan("local").env)  # CPU: gloo, no NCCL

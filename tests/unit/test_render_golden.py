@@ -57,7 +57,8 @@ def render_case(kind: str, launcher: str, entry: str) -> tuple[Artifact, ...]:
                       [f"launcher={launcher}", f"nodes={NODES[kind]}"])
     profile = parse_profile(FIXTURES / "clusters" / f"{kind}.yaml")
     ctx = PlanContext(job_id="j0123456789a", attempt=1, home="/srv/fsdp-orch",
-                      job_dir="/srv/jobs/demo", local_has_gpu=False)
+                      job_dir="/srv/jobs/demo", local_has_gpu=False,
+                      bootstrap_dir="/opt/fsdp-orch/fsdp_orch/bootstrap/site")
     plan = make_plan(job, profile, kind, ctx)
     return tuple(render_plan(plan, search=[builtin_dir("templates")]))
 

@@ -186,3 +186,17 @@ def test_errors_in_the_file_still_name_the_file(tmp_path: Path) -> None:
 def test_odd_keys_keep_messages_on_one_line() -> None:
     err = error('"a\\nb": 1\n')  # a key with a real line break in it
     assert "\n" not in str(err) and "'a\\nb'" in str(err)
+
+
+def test_resume_args_placeholders_are_checked() -> None:
+    assert spec('checkpoint: {resume_args: ["--resume", "{checkpoint}", "{step}"]}\n').checkpoint.resume_args == [
+        "--resume", "{checkpoint}", "{step}"]
+    exc = error('checkpoint: {resume_args: ["--resume", "{ckpt}"]}\n')
+    assert exc.field == "checkpoint.resume_args.1" or "resume_args" in str(exc)
+    assert "{ckpt}" in str(exc) and "{checkpoint}" in str(exc)
+
+
+def test_a_bad_fault_spec_is_an_input_error_not_a_silent_no_op() -> None:
+    assert spec("env: {FSDP_ORCH_FAULT: 'hang:step=3:rank=1'}\n").env["FSDP_ORCH_FAULT"]
+    exc = error("env: {FSDP_ORCH_FAULT: 'hang:step=3'}\n")
+    assert "env" in str(exc) and "rank=N is required" in str(exc)

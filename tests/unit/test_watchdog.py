@@ -5,7 +5,7 @@ from __future__ import annotations
 from fsdp_orch.heartbeats import Heartbeat
 from fsdp_orch.spec import Watch
 from fsdp_orch.supervise.diagnose import torchrun_root_cause
-from fsdp_orch.supervise.watchdog import StepClock, check_hang
+from fsdp_orch.supervise.watchdog import StepClock, check_hang, no_signal
 
 WATCH = Watch.model_validate({"heartbeat_timeout": "10s", "startup_timeout": "60s"})
 
@@ -79,3 +79,51 @@ Root Cause (first observed failure):
 ======================================================="""
     assert torchrun_root_cause(summary.splitlines()) == (3, 1, -9)
     assert torchrun_root_cause(["nothing here"]) is None
+
+
+def probed(rank: int, step: int, progress: float, python: float, state: str = "training") -> Heartbeat:
+    """A heartbeat from the bootstrap: written recently, with the main-thread probe's time."""
+    return Heartbeat(rank=rank, attempt=0, step=step, loss=None, time=python + 0.5, state=state, pid=1,
+                     progress_at=progress, python_at=python)
+
+
+def test_ranks_stuck_in_native_calls_past_the_window_are_hung_first_stopper_first():
+    beats = {0: probed(0, 30, 100.0, 100.4), 1: probed(1, 30, 100.0, 100.1)}
+    assert check_hang(beats, world_size=2, attempt_started=0.0, now=110.0, watch=WATCH) is None
+    verdict = check_hang(beats, world_size=2, attempt_started=0.0, now=110.5, watch=WATCH)
+    assert verdict is not None and verdict.ranks == [0, 1]
+    assert verdict.suspects == [1, 0]  # rank 1 stopped running Python first
+    assert "main thread in one native call" in verdict.evidence
+
+
+def test_a_rank_busy_in_python_is_not_hung_and_its_waiting_peers_are_not_either():
+    # rank 0 evaluates in Python for 3x the window; rank 1 waits for it in a collective.
+    beats = {0: probed(0, 30, 100.0, 129.8), 1: probed(1, 30, 100.0, 100.0)}
+    assert check_hang(beats, world_size=2, attempt_started=0.0, now=130.0, watch=WATCH) is None
+    beats[0] = probed(0, 30, 100.0, 131.0)  # evaluation done, both in the next collective
+    assert check_hang(beats, world_size=2, attempt_started=0.0, now=141.5, watch=WATCH) is not None
+
+
+def test_startup_busy_in_python_is_not_hung_but_stuck_natively_is():
+    loading = {0: probed(0, 0, 5.0, 70.0, "starting"), 1: probed(1, 0, 5.0, 5.0, "starting")}
+    assert check_hang(loading, world_size=2, attempt_started=0.0, now=70.5, watch=WATCH) is None
+    stuck = {0: probed(0, 0, 5.0, 6.0, "starting"), 1: probed(1, 0, 5.0, 5.0, "starting")}
+    assert check_hang(stuck, world_size=2, attempt_started=0.0, now=61.0, watch=WATCH) is None
+    verdict = check_hang(stuck, world_size=2, attempt_started=0.0, now=66.5, watch=WATCH)
+    assert verdict is not None and "startup_timeout" in verdict.evidence
+
+
+def test_no_heartbeat_at_all_is_no_signal_never_a_hang():
+    assert check_hang({}, world_size=2, attempt_started=0.0, now=10_000.0, watch=WATCH) is None
+    assert no_signal({}, attempt_started=0.0, now=59.0, watch=WATCH) is None
+    why = no_signal({}, attempt_started=0.0, now=61.0, watch=WATCH)
+    assert why is not None and "startup_timeout (60s)" in why
+    assert no_signal({0: beat(0, 1, 50.0)}, attempt_started=0.0, now=61.0, watch=WATCH) is None
+
+
+def test_adaptive_steps_are_timed_by_progress_not_by_file_writes():
+    clock = StepClock()
+    for step in range(1, 12):  # the bootstrap rewrites the file every half second between steps
+        clock.observe(probed(0, step, step * 2.0, step * 2.0 + 1.0))
+        clock.observe(probed(0, step, step * 2.0, step * 2.0 + 1.5))
+    assert clock.median() == 2.0

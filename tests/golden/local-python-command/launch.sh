@@ -12,11 +12,14 @@ export FSDP_ORCH_ATTEMPT_DIR=/srv/fsdp-orch/runs/j0123456789a/attempt-1
 export FSDP_ORCH_SPEC=/srv/fsdp-orch/runs/j0123456789a/job.json
 export FSDP_ORCH_CHECKPOINT_DIR=/scratch/ckpt/golden-command
 export FSDP_ORCH_RESUME=auto
+export FSDP_ORCH_COLLECTIVE_TIMEOUT=600
 NODE_RANK=0
 RDZV_HOST=127.0.0.1
 NODE_LOG_DIR=/srv/fsdp-orch/runs/j0123456789a/attempt-1/node-"$NODE_RANK"
 mkdir -p -- "$NODE_LOG_DIR"
 export FSDP_ORCH_NODE_RANK="$NODE_RANK"
+# fsdp-orch's bootstrap in every Python process: step progress, liveness probe, injected faults.
+export PYTHONPATH=/opt/fsdp-orch/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
 cd -- /srv/jobs/demo
 # python: one process per node; the script spawns its own workers (e.g. mp.spawn).
 export MASTER_ADDR="$RDZV_HOST"

@@ -13,11 +13,20 @@ export FSDP_ORCH_ATTEMPT_DIR=/srv/fsdp-orch/runs/j0123456789a/attempt-1
 export FSDP_ORCH_SPEC=/srv/fsdp-orch/runs/j0123456789a/job.json
 export FSDP_ORCH_CHECKPOINT_DIR=/shared/work/checkpoints/golden-demo
 export FSDP_ORCH_RESUME=auto
+export FSDP_ORCH_COLLECTIVE_TIMEOUT=600
+export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
+export TORCH_NCCL_TRACE_BUFFER_SIZE=2000
+export TORCH_FR_BUFFER_SIZE=2000
+export TORCH_NCCL_DUMP_ON_TIMEOUT=1
+export TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/srv/fsdp-orch/runs/j0123456789a/attempt-1/nccl_trace_rank_
+export TORCH_FR_DUMP_TEMP_FILE=/srv/fsdp-orch/runs/j0123456789a/attempt-1/nccl_trace_rank_
 NODE_RANK=0
 RDZV_HOST=node1.example.internal
 NODE_LOG_DIR=/srv/fsdp-orch/runs/j0123456789a/attempt-1/node-"$NODE_RANK"
 mkdir -p -- "$NODE_LOG_DIR"
 export FSDP_ORCH_NODE_RANK="$NODE_RANK"
+# fsdp-orch's bootstrap in every Python process: step progress, liveness probe, injected faults.
+export PYTHONPATH=/opt/fsdp-orch/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
 cd -- /shared/work
 # accelerate launch with the generated config; restarts belong to the fsdp-orch supervisor.
 exec /shared/venvs/train/bin/python -m accelerate.commands.launch \

@@ -13,12 +13,15 @@ export FSDP_ORCH_ATTEMPT_DIR=/srv/fsdp-orch/runs/j0123456789a/attempt-1
 export FSDP_ORCH_SPEC=/srv/fsdp-orch/runs/j0123456789a/job.json
 export FSDP_ORCH_CHECKPOINT_DIR="$HOME"/work/checkpoints/golden-demo
 export FSDP_ORCH_RESUME=auto
+export FSDP_ORCH_COLLECTIVE_TIMEOUT=600
 export PJRT_DEVICE=TPU
 export XLA_USE_SPMD=0
 NODE_RANK="${TPU_WORKER_ID:-0}"
 NODE_LOG_DIR=/srv/fsdp-orch/runs/j0123456789a/attempt-1/node-"$NODE_RANK"
 mkdir -p -- "$NODE_LOG_DIR"
 export FSDP_ORCH_NODE_RANK="$NODE_RANK"
+# fsdp-orch's bootstrap in every Python process: step progress, liveness probe, injected faults.
+export PYTHONPATH=/opt/fsdp-orch/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
 cd -- "$HOME"/work
 # XLA on TPU VM: one process per worker; PJRT_DEVICE=TPU selects the runtime.
 exec /usr/bin/python3 -u train.py --steps 300 --lr 3e-4 --tag 'it'"'"'s a test'

@@ -1,0 +1,287 @@
+"""The agent the bootstrap installs in every Python process of a job: step progress, main-thread
+liveness and injected faults for scripts that never import fsdp_orch.
+
+Passive until the process starts a process group (``init_process_group``, wrapped when
+``torch.distributed`` is imported) or takes an optimizer step (torch's global optimizer-step post
+hook, registered when ``torch.optim.optimizer`` is imported). Then it writes the rank's heartbeat
+file (``fsdp_orch.heartbeats``) after steps and every ``TICK_S`` from a watcher thread that also
+keeps the main-thread probe asking. A script that uses ``fsdp_orch.runtime`` reports its own steps,
+loss and saves through :meth:`Agent.report`; from then on optimizer steps are not counted twice and
+the runtime applies the faults.
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+import sys
+import time
+
+from fsdp_orch.bootstrap.importhook import when_imported
+
+TYPE_CHECKING = False  # typing and threading cost milliseconds in every Python process of the job
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from types import ModuleType
+    from typing import Any
+
+TICK_S = 0.5  # the watcher's period: heartbeat file refresh and probe
+STEP_WRITE_MIN_S = 0.2  # after a step, write at once unless the last write is younger than this
+
+
+class Agent:
+    def __init__(self, env: Mapping[str, str], clock: Callable[[], float] = time.time):
+        self.run_dir = os.path.expanduser(env["FSDP_ORCH_RUN_DIR"])
+        self.attempt = _int(env.get("FSDP_ORCH_ATTEMPT"), 0)
+        self.attempt_dir = env.get("FSDP_ORCH_ATTEMPT_DIR") or None
+        self.fault_text = env.get("FSDP_ORCH_FAULT") or None
+        self.collective_timeout = _float(env.get("FSDP_ORCH_COLLECTIVE_TIMEOUT"))
+        self.base_step = _int(env.get("FSDP_ORCH_RESUME_STEP"), 0)
+        self.env_rank = _int(env.get("RANK"), -1)
+        self.clock = clock
+        self.rank: int | None = None
+        self.active = False
+        self.passive = False  # a forked child of an active rank: never writes
+        self.runtime_owned = False
+        self.step = self.base_step
+        self.loss: float | None = None
+        self.state = "starting"
+        self.metrics: dict[str, Any] = {}
+        self.progress_at = clock()
+        self._optimizer_steps: dict[int, int] = {}
+        self._lock = _thread.allocate_lock()
+        self._last_write = 0.0
+        self._path: str | None = None
+        self._probe: Any = None
+        self._injector: Any = None
+        self._stack_file: Any = None
+        self._host: str | None = None
+
+    # --- hooks -------------------------------------------------------------------------------
+
+    def install(self) -> None:
+        when_imported("torch.optim.optimizer", self._on_optimizer_module)
+        when_imported("torch.distributed", self._on_distributed_module)
+        os.register_at_fork(after_in_child=self._after_fork_in_child)
+
+    def _on_optimizer_module(self, module: ModuleType) -> None:
+        module.register_optimizer_step_post_hook(self._after_optimizer_step)
+
+    def _on_distributed_module(self, module: ModuleType) -> None:
+        original = getattr(module, "init_process_group", None)
+        if original is None:  # torch built without distributed support
+            return
+        wrapped = self._wrap_init_process_group(original)
+        for name, loaded in list(sys.modules.items()):
+            if (name == "torch.distributed" or name.startswith("torch.distributed.")) and \
+                    getattr(loaded, "init_process_group", None) is original:
+                loaded.init_process_group = wrapped  # type: ignore[attr-defined]
+
+    def _wrap_init_process_group(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        import functools
+
+        @functools.wraps(original)
+        def init_process_group(*args: Any, **kwargs: Any) -> Any:
+            if self.collective_timeout and "timeout" not in kwargs and len(args) < 3:
+                import datetime
+
+                kwargs["timeout"] = datetime.timedelta(seconds=self.collective_timeout)
+            rank = kwargs.get("rank", args[4] if len(args) > 4 else -1)
+            rank = rank if isinstance(rank, int) and rank >= 0 else self.env_rank
+            if rank >= 0:
+                self.activate(rank)  # before: a rank stuck inside the rendezvous is visible
+            result = original(*args, **kwargs)
+            if not self.active:
+                self.activate(_distributed_rank())
+            return result
+
+        return init_process_group
+
+    def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not self.active:
+            self.activate(_distributed_rank())
+        if not self.active:
+            return
+        now = self.clock()
+        if self._probe is not None:
+            self._probe.mark()
+        if self.runtime_owned:
+            return
+        key = id(optimizer)
+        self._optimizer_steps[key] = self._optimizer_steps.get(key, 0) + 1
+        step = self.base_step + max(self._optimizer_steps.values())
+        if step == self.step and self.state == "training":
+            return
+        with self._lock:
+            self.step, self.state, self.progress_at = step, "training", now
+            if now - self._last_write >= STEP_WRITE_MIN_S:
+                self._write_locked(now)
+        if self._injector:
+            self._injector.at_step_end(step)
+
+    def _after_fork_in_child(self) -> None:
+        if self.active:
+            self.active = False
+            self.passive = True
+
+    # --- what the runtime reports ------------------------------------------------------------
+
+    def report(self, rank: int, step: int, loss: float | None, state: str,
+               metrics: dict[str, Any]) -> None:
+        """A step, loss or state from ``fsdp_orch.runtime``: it owns progress from now on."""
+        self.runtime_owned = True
+        if not self.active:
+            self.activate(rank)
+        if not self.active:
+            return
+        now = self.clock()
+        with self._lock:
+            if step != self.step or state != self.state:
+                self.progress_at = now
+            self.step, self.loss, self.state, self.metrics = step, loss, state, metrics
+            self._write_locked(now)
+
+    # --- activation and writing --------------------------------------------------------------
+
+    def activate(self, rank: int) -> None:
+        if self.active or self.passive or rank < 0:
+            return
+        import socket
+
+        from fsdp_orch.bootstrap.probe import MainThreadProbe
+        from fsdp_orch.heartbeats import heartbeat_path
+
+        self._host = socket.gethostname()
+        self.rank = rank
+        path = heartbeat_path(self.run_dir, self.attempt, rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._path = str(path)
+        self._probe = MainThreadProbe(self.clock)
+        self._injector = self._make_injector(rank)
+        self._register_stack_dump(rank)
+        self.active = True
+        self.progress_at = self.clock()
+        with self._lock:
+            self._write_locked(self.progress_at)
+        import threading
+
+        # "done" as soon as the main module returns: before the interpreter joins other threads
+        # and tears down process groups, which can take a while and is not a hang.
+        try:
+            threading._register_atexit(self._at_exit)  # type: ignore[attr-defined]
+        except (AttributeError, RuntimeError):
+            import atexit
+
+            atexit.register(self._at_exit)
+        threading.Thread(target=self._watch, name="fsdp-orch-heartbeat", daemon=True).start()
+
+    def _make_injector(self, rank: int) -> Any:
+        if not self.fault_text:
+            return None
+        from fsdp_orch.bootstrap.faults import FaultInjector, parse_faults
+
+        try:
+            faults = parse_faults(self.fault_text)
+        except ValueError as exc:  # submit validates it; a hand-made environment may not
+            print(f"[fsdp-orch] FSDP_ORCH_FAULT ignored: {exc}", file=sys.stderr, flush=True)
+            return None
+        injector = FaultInjector(faults, rank, self.attempt, self.collective_timeout or 600.0)
+        return injector if injector else None
+
+    def _register_stack_dump(self, rank: int) -> None:
+        """``kill -USR1`` writes every thread's stack to the attempt's stacks folder: the
+        supervisor's fallback where py-spy cannot attach. Left alone if the script uses USR1."""
+        import signal
+
+        if self.attempt_dir is None or signal.getsignal(signal.SIGUSR1) != signal.SIG_DFL:
+            return
+        import faulthandler
+
+        from fsdp_orch.attempt_files import STACKS_DIR, faulthandler_dump_name
+
+        try:
+            folder = os.path.join(os.path.expanduser(self.attempt_dir), STACKS_DIR)
+            os.makedirs(folder, exist_ok=True)
+            self._stack_file = open(os.path.join(folder, faulthandler_dump_name(rank)), "w")  # noqa: SIM115
+            faulthandler.register(signal.SIGUSR1, file=self._stack_file, all_threads=True)
+        except (OSError, RuntimeError, ValueError):
+            self._stack_file = None
+
+    def _watch(self) -> None:
+        while self.active:
+            time.sleep(TICK_S)
+            if not self.active:
+                return
+            self._probe.ask()
+            with self._lock:
+                self._write_locked(self.clock())
+
+    def _at_exit(self) -> None:
+        if not self.active:
+            return
+        with self._lock:
+            self.state = "done"
+            self.progress_at = self.clock()
+            self._write_locked(self.progress_at)
+        self.active = False
+
+    def _write_locked(self, now: float) -> None:
+        from fsdp_orch.heartbeats import Heartbeat, write_heartbeat
+
+        if self._path is None or self.rank is None:
+            return
+        try:
+            write_heartbeat(self._path, Heartbeat(
+                rank=self.rank, attempt=self.attempt, step=self.step, loss=self.loss, time=now,
+                state=self.state, pid=os.getpid(), metrics=self.metrics,
+                progress_at=self.progress_at, host=self._host,
+                python_at=self._probe.python_at if self._probe is not None else None))
+            self._last_write = now
+        except OSError:
+            pass  # a full or vanished run directory must not break training
+
+
+def _distributed_rank() -> int:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:
+        pass
+    return _int(os.environ.get("RANK"), 0)
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text not in (None, "") else default  # type: ignore[arg-type]
+    except ValueError:
+        return default
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
+_agent: Agent | None = None
+
+
+def install(env: Mapping[str, str] | None = None) -> Agent | None:
+    """Install this process's agent (from ``sitecustomize``); None outside an fsdp-orch job."""
+    global _agent
+    env = os.environ if env is None else env
+    if _agent is None and env.get("FSDP_ORCH_RUN_DIR"):
+        _agent = Agent(env)
+        _agent.install()
+    return _agent
+
+
+def current() -> Agent | None:
+    """The installed agent, if the bootstrap runs in this process and it may write."""
+    return _agent if _agent is not None and not _agent.passive else None
+
+
+__all__ = ["Agent", "current", "install"]

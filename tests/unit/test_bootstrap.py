@@ -1,0 +1,139 @@
+"""The bootstrap every rank's Python loads: cheap, torch-free at start-up, counts optimizer steps,
+probes the main thread, chains to the sitecustomize it shadows. Real interpreters, no torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from fsdp_orch.bootstrap.importhook import when_imported
+from fsdp_orch.bootstrap.probe import MainThreadProbe
+from fsdp_orch.resources import bootstrap_site_dir
+
+
+def run_python(code: str, tmp_path: Path, *, extra_path: str | None = None, **env: str) -> str:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}
+    full.update({"FSDP_ORCH_RUN_DIR": str(tmp_path / "run"), "FSDP_ORCH_ATTEMPT": "0",
+                 "FSDP_ORCH_ATTEMPT_DIR": str(tmp_path / "run" / "attempt-0"), "OMP_NUM_THREADS": "1",
+                 "PYTHONPATH": os.pathsep.join(p for p in (str(bootstrap_site_dir()), extra_path) if p)})
+    full.update(env)
+    proc = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def heartbeat(tmp_path: Path, rank: int = 0) -> dict:
+    return json.loads((tmp_path / "run" / "heartbeats" / "attempt-0" / f"rank-{rank}.json").read_text())
+
+
+def test_start_up_imports_no_torch_and_starts_no_thread(tmp_path):
+    out = run_python("import sys, threading; print('torch' in sys.modules, threading.active_count(),"
+                     " sys.modules['sitecustomize'].__file__)", tmp_path)
+    torch_loaded, threads, site = out.split()
+    assert torch_loaded == "False" and threads == "1"
+    assert site.startswith(str(bootstrap_site_dir()))
+    assert not (tmp_path / "run" / "heartbeats").exists()  # passive until a step or a process group
+
+
+def test_optimizer_steps_become_heartbeats_with_the_resume_step_as_base(tmp_path):
+    code = ("import torch\nm = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+            "for _ in range(7):\n    o.zero_grad(); m(torch.ones(1, 2)).sum().backward(); o.step()\n")
+    run_python(code, tmp_path, FSDP_ORCH_RESUME_STEP="40")
+    beat = heartbeat(tmp_path)
+    assert beat["step"] == 47 and beat["state"] == "done" and beat["rank"] == 0
+    assert beat["python_at"] <= beat["time"] and beat["host"]
+
+
+def test_fault_hang_stops_the_main_thread_in_a_native_call(tmp_path):
+    code = ("import subprocess, sys, time, json, torch\n"
+            "m = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+            "for _ in range(5):\n    o.step()\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}
+    env.update({"FSDP_ORCH_RUN_DIR": str(tmp_path / "run"), "FSDP_ORCH_ATTEMPT": "0",
+                "FSDP_ORCH_FAULT": "hang:step=3:rank=0", "PYTHONPATH": str(bootstrap_site_dir()),
+                "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                beat = heartbeat(tmp_path)
+                if beat["step"] == 3 and beat["time"] - beat["python_at"] > 2.0:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"no stuck heartbeat: {heartbeat(tmp_path)}")
+        assert proc.poll() is None and beat["state"] == "training"
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+    assert "injected hang at step 3" in err
+
+
+def test_the_runtime_reports_through_the_agent_and_steps_are_not_counted_twice(tmp_path):
+    code = ("import torch\nfrom fsdp_orch.runtime.heartbeat import heartbeat\n"
+            "m = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+            "import torch.distributed as dist\n"
+            "dist.init_process_group('gloo', init_method='tcp://127.0.0.1:29517', rank=0, world_size=1)\n"
+            "for step in range(1, 4):\n    o.step()\n    o.step()\n    heartbeat(step, loss=0.5)\n"
+            "dist.destroy_process_group()\n")
+    run_python(code, tmp_path)
+    beat = heartbeat(tmp_path)
+    assert beat["step"] == 3 and beat["loss"] == 0.5  # the runtime's steps, not 6 optimizer steps
+
+
+def test_our_sitecustomize_hands_over_to_the_one_it_shadows(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text("import builtins\nbuiltins.THEIRS_RAN = True\n")
+    out = run_python("import builtins; print(getattr(builtins, 'THEIRS_RAN', False))", tmp_path,
+                     extra_path=str(theirs))
+    assert out.strip() == "True"
+
+
+def test_post_import_hook_runs_after_the_module_executes_and_not_before(tmp_path, monkeypatch):
+    (tmp_path / "watched_mod.py").write_text("VALUE = 41\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    when_imported("watched_mod", lambda module: seen.append(module.VALUE))
+    assert seen == [] and "watched_mod" not in sys.modules
+    import watched_mod  # noqa: F401
+
+    assert seen == [41]
+    assert sys.modules["watched_mod"].__loader__.__class__.__name__ != "_CallbackLoader"
+
+
+def test_probe_tells_a_native_wait_from_python_work():
+    probe = MainThreadProbe()
+    stop = threading.Event()
+    ages: list[float] = []  # seen from the watcher thread, as the supervisor sees the heartbeat
+
+    def ask() -> None:
+        while not stop.is_set():
+            probe.ask()
+            time.sleep(0.05)
+            ages.append(time.time() - probe.python_at)
+
+    watcher = threading.Thread(target=ask, daemon=True)
+    watcher.start()
+    try:
+        time.sleep(1.0)  # one native call
+        during_sleep = max(ages)
+        ages.clear()
+        end = time.time() + 0.5
+        while time.time() < end:  # Python bytecode
+            sum(range(100))
+        during_python = max(ages)
+    finally:
+        stop.set()
+        watcher.join()
+    assert during_sleep >= 0.8
+    assert during_python < 0.3
