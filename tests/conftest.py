@@ -218,3 +218,28 @@ def module_cli_and_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Cli, 
     """For a reference run shared by a module's tests."""
     base = tmp_path_factory.mktemp("shared")
     return make_cli(base), copy_demo(base)
+
+
+# --- the unchanged third-party scripts of examples/unchanged ------------------------------------
+
+def copy_unchanged(base: Path, name: str) -> Path:
+    """A private copy of examples/unchanged/<name> under ``base`` (outputs land beside it); its job.yaml."""
+    target = base / name
+    shutil.copytree(REPO / "examples" / "unchanged" / name, target,
+                    ignore=shutil.ignore_patterns("out", "ckpt", "__pycache__", "*.pt"))
+    return target / "job.yaml"
+
+
+@pytest.fixture
+def unchanged(tmp_path: Path):
+    """``unchanged(name)``: a CLI with its own home and a copy of examples/unchanged/<name>."""
+    return lambda name: (make_cli(tmp_path), copy_unchanged(tmp_path, name))
+
+
+@pytest.fixture(scope="module")
+def module_unchanged(tmp_path_factory: pytest.TempPathFactory):
+    """Like ``unchanged``, shared by a module's tests (one run that several tests read)."""
+    def make(name: str) -> tuple[Cli, Path]:
+        base = tmp_path_factory.mktemp(name)
+        return make_cli(base), copy_unchanged(base, name)
+    return make

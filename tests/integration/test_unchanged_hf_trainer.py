@@ -1,0 +1,107 @@
+"""A Hugging Face Trainer script that never imports fsdp_orch (examples/unchanged/hf_trainer), under
+fsdp-orch with real torchrun, 2 CPU ranks (DDP over gloo), a GPT-2 built from a config and synthetic
+tokens. Nothing is fetched from a hub. Acceptance of "any training script, unchanged"."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+STARTUP_TIMEOUT = 6.0
+HEARTBEAT_TIMEOUT = 6.0
+FAST = ["--set", f"watch.startup_timeout={STARTUP_TIMEOUT:g}s",
+        "--set", f"watch.heartbeat_timeout={HEARTBEAT_TIMEOUT:g}s",
+        "--set", "restart.backoff.initial=1s", "--set", "restart.backoff.jitter=0"]
+
+
+def args_with(job: Path, **changes: str) -> list[str]:
+    """The example's args with some values replaced (``max_steps="60"``), as a --set."""
+    import yaml
+
+    args = [str(a) for a in yaml.safe_load(job.read_text())["args"]]
+    for key, value in changes.items():
+        flag = f"--{key}"
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    return ["--set", "args=" + json.dumps(args)]
+
+
+def submit(cli, job: Path, *extra: str) -> dict:  # type: ignore[no-untyped-def]
+    proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(job), *FAST, *extra)
+    assert proc.stdout.strip(), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def seconds(status: dict) -> float:
+    parse = datetime.fromisoformat
+    return (parse(status["ended_at"].replace("Z", "+00:00"))
+            - parse(status["created_at"].replace("Z", "+00:00"))).total_seconds()
+
+
+def attempt_logs(cli, job_id: str, attempt: int) -> str:  # type: ignore[no-untyped-def]
+    return cli.run("logs", job_id, "--attempt", str(attempt), check=True).stdout
+
+
+@pytest.fixture(scope="module")
+def healthy(module_unchanged):
+    """A healthy run more than three times longer than startup_timeout."""
+    cli, job = module_unchanged("hf_trainer")
+    return cli, job, submit(cli, job, *args_with(job, max_steps="300"))
+
+
+def test_a_healthy_unmodified_trainer_run_longer_than_startup_timeout_succeeds(healthy):
+    _, job, status = healthy
+    assert status["state"] == "SUCCEEDED", status
+    assert status["failures"] == [] and status["attempts"] == 1
+    assert seconds(status) > 3 * STARTUP_TIMEOUT, "the run must outlast startup_timeout three times"
+    assert status["progress"]["step"] == 300  # optimizer steps, counted with no code change
+    assert status["hang_detection"] == {"enabled": True, "reason": None}
+    assert json.loads((job.parent / "out" / "trainer_state.json").read_text())["global_step"] == 300
+
+
+def test_a_hang_is_detected_with_the_stuck_frame_and_the_trainer_resumes_from_its_checkpoint(unchanged):
+    cli, job = unchanged("hf_trainer")
+    status = submit(cli, job, *args_with(job, max_steps="140", save_steps="40"),
+                    "--set", "env.FSDP_ORCH_FAULT=hang:step=90:rank=1")
+    assert status["state"] == "SUCCEEDED", status
+    [failure] = status["failures"]
+    assert failure["category"] == "hang" and failure["action"] == "restart"
+    assert failure["stalled_for_s"] <= HEARTBEAT_TIMEOUT + 2, failure
+    evidence = failure["evidence"]
+    assert "rank 1 stuck at train.py:" in evidence, evidence  # the stuck rank's frame of user code
+    stacks = Path(evidence.rsplit("stacks: ", 1)[1])
+    assert "train.py" in (stacks / "rank-1.txt").read_text()
+    assert str(stacks) in cli.run("logs", status["id"], "--attempt", "0", check=True).stdout
+    launch = (Path(status["run_dir"]) / "attempt-1" / "launch.sh").read_text()
+    checkpoint = job.parent / "out" / "checkpoint-80"
+    assert f"--resume_from_checkpoint {checkpoint}" in launch
+    assert "global step 80" in attempt_logs(cli, status["id"], 1)  # the Trainer went on from M
+    assert json.loads((job.parent / "out" / "trainer_state.json").read_text())["global_step"] == 140
+    assert status["progress"]["step"] == 140  # the resumed attempt counts on from the checkpoint
+
+
+def test_a_partial_checkpoint_newer_than_the_latest_complete_is_moved_aside_not_passed(healthy):
+    cli, job, _ = healthy
+    out = job.parent / "out"
+    partial = out / "checkpoint-350"
+    shutil.copytree(out / "checkpoint-300", partial)
+    (partial / "trainer_state.json").unlink()  # the save died before the Trainer's last file
+    status = submit(cli, job, *args_with(job, max_steps="320"))
+    assert status["state"] == "SUCCEEDED", status
+    launch = (Path(status["run_dir"]) / "attempt-0" / "launch.sh").read_text()
+    assert f"--resume_from_checkpoint {out / 'checkpoint-300'}" in launch
+    assert "checkpoint-350" not in launch
+    assert not partial.exists()
+    aside = out / ".fsdp-orch-incomplete" / "checkpoint-350.attempt-0"
+    assert (aside / "config.json").exists()  # moved, never deleted
+    [event] = [e for e in status["events"] if e["kind"] == "checkpoint_moved_aside"]
+    assert "checkpoint-350" in event["message"] and str(aside) in event["message"]
+    assert "global step 300" in attempt_logs(cli, status["id"], 0)
