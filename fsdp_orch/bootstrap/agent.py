@@ -105,7 +105,7 @@ class Agent:
         now = self.clock()
         if self._probe is not None:
             self._probe.mark()
-        if self.runtime_owned:
+        if self.runtime_owned or _initialising_optimizer_state():
             return
         key = id(optimizer)
         self._optimizer_steps[key] = self._optimizer_steps.get(key, 0) + 1
@@ -239,6 +239,22 @@ class Agent:
             self._last_write = now
         except OSError:
             pass  # a full or vanished run directory must not break training
+
+
+# Frames that call optimizer.step() to create optimizer state, not to train: DCP's
+# set_state_dict/get_state_dict step once with zero gradients and lr 0 before loading a checkpoint.
+_STATE_INIT_FUNCTIONS = frozenset({"_init_optim_state"})
+
+
+def _initialising_optimizer_state() -> bool:
+    frame = sys._getframe(2)
+    for _ in range(6):
+        if frame is None:
+            return False
+        if frame.f_code.co_name in _STATE_INIT_FUNCTIONS:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _distributed_rank() -> int:

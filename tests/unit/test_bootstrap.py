@@ -137,3 +137,12 @@ def test_probe_tells_a_native_wait_from_python_work():
         watcher.join()
     assert during_sleep >= 0.8
     assert during_python < 0.3
+
+
+def test_the_state_initialising_step_of_a_dcp_load_is_not_a_training_step(tmp_path):
+    code = ("import torch\nfrom torch.distributed.checkpoint.state_dict import get_state_dict\n"
+            "m = torch.nn.Linear(2, 1)\no = torch.optim.AdamW(m.parameters(), lr=0.1)\n"
+            "get_state_dict(m, o)\n"  # steps once with zero grads and lr 0 to create AdamW's state
+            "for _ in range(4):\n    o.zero_grad(); m(torch.ones(1, 2)).sum().backward(); o.step()\n")
+    run_python(code, tmp_path, FSDP_ORCH_RESUME_STEP="40")
+    assert heartbeat(tmp_path)["step"] == 44
