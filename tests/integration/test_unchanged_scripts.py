@@ -1,0 +1,92 @@
+"""Scripts in the shapes users bring, none importing fsdp_orch (examples/unchanged): the PyTorch FSDP
+tutorials' mp.spawn + FSDP1 and torchrun + FSDP2 loops, a rank-0 evaluation loop, an Accelerate
+script and a program that is not Python. Real launchers, 2 CPU ranks, gloo."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+FAST = ["--set", "restart.backoff.initial=1s", "--set", "restart.backoff.jitter=0"]
+
+
+def submit(cli, job: Path, *extra: str) -> dict:  # type: ignore[no-untyped-def]
+    proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(job), *FAST, *extra)
+    assert proc.stdout.strip(), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def watch(heartbeat: float, startup: float) -> list[str]:
+    return ["--set", f"watch.heartbeat_timeout={heartbeat:g}s", "--set", f"watch.startup_timeout={startup:g}s"]
+
+
+TUTORIALS = {
+    # name: (args of a healthy run of about 15-20 s, args of a run to hang, the step to hang at)
+    "spawn_fsdp1": (["--epochs", "3", "--batches-per-epoch", "30", "--sleep-per-step", "0.15"],
+                    ["--epochs", "3", "--batches-per-epoch", "30"], 40),
+    "torchrun_fsdp2": (["--steps", "120", "--sleep-per-step", "0.1"],
+                       ["--steps", "120", "--save-every", "20"], 50),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TUTORIALS))
+def test_tutorial_shapes_survive_a_healthy_run_past_the_startup_timeout(unchanged, name):
+    cli, job = unchanged(name)
+    healthy_args, _, _ = TUTORIALS[name]
+    status = submit(cli, job, *watch(5, 4), "--set", "args=" + json.dumps(healthy_args))
+    assert status["state"] == "SUCCEEDED", status
+    assert status["failures"] == [] and status["attempts"] == 1
+    assert status["progress"]["step"] > 0
+
+
+@pytest.mark.parametrize("name", sorted(TUTORIALS))
+def test_tutorial_shapes_are_hang_detected_with_the_stuck_frame(unchanged, name):
+    cli, job = unchanged(name)
+    _, args, step = TUTORIALS[name]
+    status = submit(cli, job, *watch(5, 60), "--set", "args=" + json.dumps(args),
+                    "--set", f"env.FSDP_ORCH_FAULT=hang:step={step}:rank=1")
+    assert status["state"] == "SUCCEEDED", status
+    [failure] = status["failures"]
+    assert failure["category"] == "hang" and failure["stalled_for_s"] <= 5 + 2, failure
+    assert "rank 1 stuck at train.py:" in failure["evidence"], failure["evidence"]
+
+
+def test_torchrun_script_resumes_from_its_own_dcp_checkpoint(unchanged):
+    cli, job = unchanged("torchrun_fsdp2")
+    status = submit(cli, job, *watch(5, 60), "--set", 'args=["--steps", "60", "--save-every", "20"]',
+                    "--set", "env.FSDP_ORCH_FAULT=crash:step=50:rank=0")
+    assert status["state"] == "SUCCEEDED", status
+    launch = (Path(status["run_dir"]) / "attempt-1" / "launch.sh").read_text()
+    assert f"--resume {job.parent / 'ckpt' / 'step-40'}" in launch
+    assert status["progress"]["step"] == 60
+
+
+def test_an_evaluation_loop_three_times_the_heartbeat_timeout_is_not_a_hang(unchanged):
+    cli, job = unchanged("eval_loop")
+    status = submit(cli, job, *watch(4, 60),
+                    "--set", 'args=["--steps", "30", "--eval-every", "10", "--eval-seconds", "12"]')
+    assert status["state"] == "SUCCEEDED", status
+    assert status["failures"] == [] and status["attempts"] == 1
+    assert status["progress"]["step"] == 30
+
+
+def test_a_program_that_is_not_python_runs_past_startup_timeout_with_hang_detection_off(unchanged):
+    cli, job = unchanged("not_python")
+    status = submit(cli, job, *watch(2, 3), "--set", "env.WORK_SECONDS=10")
+    assert status["state"] == "SUCCEEDED", status
+    assert status["failures"] == []
+    assert status["hang_detection"]["enabled"] is False
+    assert "startup_timeout (3s)" in status["hang_detection"]["reason"]
+    table = cli.run("status", status["id"], check=True).stdout
+    assert "hang detection: off" in table
+
+
+def test_an_unmodified_accelerate_script_reports_step_progress(unchanged):
+    cli, job = unchanged("accelerate")
+    status = submit(cli, job, *watch(30, 120), "--set", 'args=["--steps", "25"]')
+    assert status["state"] == "SUCCEEDED", status
+    assert status["progress"]["step"] == 25
