@@ -72,17 +72,25 @@ def executor_parameters(submission: Submission) -> dict[str, Any]:
     return params
 
 
-def make_executor(submission: Submission):  # type: ignore[no-untyped-def]
+def make_executor(submission: Submission, *, render_only: bool = False):  # type: ignore[no-untyped-def]
     import submitit
 
-    executor = submitit.SlurmExecutor(folder=submission.run_dir / SUBMITIT_DIR, max_num_timeout=100)
+    executor_class = submitit.SlurmExecutor
+    if render_only:  # submitit refuses to exist where srun is missing; rendering needs no SLURM
+        class RenderingExecutor(submitit.SlurmExecutor):
+            @classmethod
+            def affinity(cls) -> int:
+                return 1
+
+        executor_class = RenderingExecutor
+    executor = executor_class(folder=submission.run_dir / SUBMITIT_DIR, max_num_timeout=100)
     executor.update_parameters(**executor_parameters(submission))
     return executor
 
 
 def batch_script(submission: Submission) -> str:
     """The batch script submitit submits for this job (what ``render`` shows; nothing is submitted)."""
-    executor = make_executor(submission)
+    executor = make_executor(submission, render_only=True)
     return executor._make_submission_file_text(executor._submitit_command_str, "render")
 
 
