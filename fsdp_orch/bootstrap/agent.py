@@ -219,6 +219,9 @@ class Agent:
     def _at_exit(self) -> None:
         if not self.active:
             return
+        if getattr(sys, "last_value", None) is not None:  # the script ended in an exception
+            self.active = False
+            return
         with self._lock:
             self.state = "done"
             self.progress_at = self.clock()

@@ -28,7 +28,7 @@ from fsdp_orch.supervise.diagnose import Diagnosis, diagnose_exit
 from fsdp_orch.supervise.hang_evidence import stuck_ranks_evidence, with_flight_recorder
 from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower, attempt_log_patterns
 from fsdp_orch.supervise.policy import Decision, FailureRecord, backoff_delay, decide
-from fsdp_orch.supervise.watchdog import StepClock, check_hang, no_signal
+from fsdp_orch.supervise.watchdog import StepClock, check_hang, no_signal, scripts_finished_at
 
 STOP_GRACE_S = 5.0
 # A lost peer is usually the symptom of a rank that died first: after a communication error the
@@ -228,9 +228,15 @@ class Supervisor:
             self._record_progress(beats)
             self._record_checkpoint(checkpoint_dir)
             self._record_hang_detection(beats, started, watch)
+            finished_at = scripts_finished_at(beats, world)
             if code is not None:
                 self.store.end_attempt(self.job_id, attempt, code, now=self.clock())
                 if code == 0:
+                    return
+                if finished_at is not None and self._killed_by_a_signal(code, follower):
+                    self.store.add_event(self.job_id, attempt=attempt, kind="teardown_crash", message=(
+                        f"every rank finished its script, then the attempt ended with exit code {code} "
+                        "while the processes shut down (gloo/NCCL teardown): counted as done"))
                     return
                 cause = with_flight_recorder(self._cause_at_exit(code, follower), plan_dir)
                 raise AttemptFailed(cause, self.clock(), None, before, self._checkpoint_step(checkpoint_dir))
@@ -243,6 +249,14 @@ class Supervisor:
                     raise fail(cause, None)
                 self.sleep(min(watch.poll_interval, 0.5))
                 continue
+            if finished_at is not None and self.clock() - finished_at > watch.startup_timeout:
+                handle.stop(STOP_GRACE_S)
+                self.store.end_attempt(self.job_id, attempt, handle.poll(), now=self.clock())
+                self.store.add_event(self.job_id, attempt=attempt, kind="teardown_hang", message=(
+                    f"every rank finished its script {self.clock() - finished_at:.0f}s ago but the "
+                    f"processes did not exit within startup_timeout ({watch.startup_timeout:g}s); "
+                    "stopped them and counted the attempt as done"))
+                return
             detected_at = self.clock()
             verdict = check_hang(beats, world_size=world, attempt_started=started, now=detected_at,
                                  watch=watch, clock=clock)
@@ -281,6 +295,16 @@ class Supervisor:
         elif beats and self._hang_detection_off is not None:
             self._hang_detection_off = None
             self.store.update(self.job_id, hang_detection_off=None)
+
+    @staticmethod
+    def _killed_by_a_signal(code: int, follower: LogFollower) -> bool:
+        """The attempt (or, under torchrun, its first failed rank) died of a signal (SIGABRT,
+        SIGSEGV), with no error in the logs beyond a lost peer: how a gloo teardown crash looks."""
+        cause = follower.poll(final=True)
+        if cause is not None and cause.category not in COMMUNICATION and cause.category != "unknown":
+            return False
+        root = follower.root_cause_rank()
+        return code < 0 or (root is not None and root[2] < 0)
 
     @staticmethod
     def _cause_at_exit(code: int, follower: LogFollower) -> Diagnosis:

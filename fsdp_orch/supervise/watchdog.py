@@ -55,7 +55,9 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
     Python. Windows: ``startup_timeout`` from the attempt's start until a rank's first step and
     inside a checkpoint save, else the progress window. A rank that is done is never late, a rank
     busy in Python past its window (a long evaluation) vetoes the verdict: its peers are waiting for
-    it. With no heartbeat from any rank there is no signal, and no verdict (see :func:`no_signal`)."""
+    it, and so does a rank with no heartbeat yet while no rank has finished a step (it may still be
+    importing, while the others wait for it in the rendezvous). With no heartbeat from any rank there
+    is no signal, and no verdict (see :func:`no_signal`)."""
     if not beats:
         return None
     started = [b for b in beats.values() if b.state != "starting"]
@@ -65,6 +67,8 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
         beat = beats.get(rank)
         if beat is not None and beat.state == "done":
             continue
+        if beat is None and not started:
+            return None  # no signal from this rank yet (still importing?): nothing to judge by
         if beat is None or beat.state == "starting":
             since = attempt_started
             allowed = window if (beat is None and started) else watch.startup_timeout
@@ -110,6 +114,16 @@ def _stop_order(beat: Heartbeat | None) -> tuple[float, float]:
         return (-1.0, 0.0)
     last_python = beat.python_at if beat.python_at is not None else beat.progress_time
     return (float(beat.step), last_python)
+
+
+def scripts_finished_at(beats: dict[int, Heartbeat], world_size: int) -> float | None:
+    """When the last rank's script returned, once every rank has said so (state ``done``: the
+    bootstrap writes it as the main module returns without an exception, the runtime in
+    ``job.finish()``); None while any rank has not. What comes after is process teardown."""
+    done = [beats.get(rank) for rank in range(world_size)]
+    if not done or any(b is None or b.state != "done" for b in done):
+        return None
+    return max(b.progress_time for b in done if b is not None)
 
 
 def no_signal(beats: dict[int, Heartbeat], *, attempt_started: float, now: float,

@@ -146,3 +146,14 @@ def test_the_state_initialising_step_of_a_dcp_load_is_not_a_training_step(tmp_pa
             "for _ in range(4):\n    o.zero_grad(); m(torch.ones(1, 2)).sum().backward(); o.step()\n")
     run_python(code, tmp_path, FSDP_ORCH_RESUME_STEP="40")
     assert heartbeat(tmp_path)["step"] == 44
+
+
+def test_a_script_that_ends_in_an_exception_is_not_marked_done(tmp_path):
+    code = ("import torch\nm = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+            "o.step()\nraise KeyError('bug')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}
+    env.update({"FSDP_ORCH_RUN_DIR": str(tmp_path / "run"), "FSDP_ORCH_ATTEMPT": "0",
+                "PYTHONPATH": str(bootstrap_site_dir()), "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "KeyError" in proc.stderr
+    assert heartbeat(tmp_path)["state"] != "done"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fsdp_orch.heartbeats import Heartbeat
 from fsdp_orch.spec import Watch
 from fsdp_orch.supervise.diagnose import torchrun_root_cause
-from fsdp_orch.supervise.watchdog import StepClock, check_hang, no_signal
+from fsdp_orch.supervise.watchdog import StepClock, check_hang, no_signal, scripts_finished_at
 
 WATCH = Watch.model_validate({"heartbeat_timeout": "10s", "startup_timeout": "60s"})
 
@@ -127,3 +127,16 @@ def test_adaptive_steps_are_timed_by_progress_not_by_file_writes():
         clock.observe(probed(0, step, step * 2.0, step * 2.0 + 1.0))
         clock.observe(probed(0, step, step * 2.0, step * 2.0 + 1.5))
     assert clock.median() == 2.0
+
+
+def test_during_start_up_a_rank_with_no_heartbeat_yet_is_no_signal_not_a_hang():
+    # rank 0 waits in the rendezvous (a native call); rank 1 is still importing: nothing from it yet.
+    waiting = {0: probed(0, 0, 1.0, 1.0, "starting")}
+    assert check_hang(waiting, world_size=2, attempt_started=0.0, now=500.0, watch=WATCH) is None
+
+
+def test_scripts_are_finished_only_when_every_rank_said_done():
+    done = {0: beat(0, 30, 100.0, "done"), 1: beat(1, 30, 101.5, "done")}
+    assert scripts_finished_at(done, 2) == 101.5
+    assert scripts_finished_at({0: done[0]}, 2) is None  # rank 1 has not finished
+    assert scripts_finished_at({**done, 1: beat(1, 30, 101.5)}, 2) is None
