@@ -43,8 +43,8 @@ def synthetic_dataset(num: int, dim: int, seed: int) -> TensorDataset:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--dim", type=int, default=512)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--seed", type=int, default=42)
@@ -84,6 +84,10 @@ def main() -> None:
 
     accelerator.wait_for_everyone()
     accelerator.print("training done")
+    # torch 2.13 + gloo: a collective issued during backward holds a Python object that gloo's
+    # worker thread must release with the GIL. Give it the GIL before the interpreter exits, or
+    # the process can abort at exit ("terminate called without an active exception").
+    time.sleep(0.5)
     accelerator.end_training()
 
 

@@ -93,6 +93,10 @@ def main() -> None:
     if rank == 0:
         print("training done", flush=True)
     dist.barrier()
+    # torch 2.13 + gloo: a collective issued during backward holds a Python object that gloo's
+    # worker thread must release with the GIL. Give it the GIL before the interpreter exits, or
+    # the process can abort at exit ("terminate called without an active exception").
+    time.sleep(0.5)
     dist.destroy_process_group()
 
 

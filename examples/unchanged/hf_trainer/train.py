@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -107,9 +108,11 @@ def main() -> None:
     trainer.save_state()
 
     if dist.is_initialized():
-        # On gloo, a worker thread may still be releasing the last collective's tensors (it needs
-        # the GIL); a barrier lets it finish before the process group is torn down.
         dist.barrier()
+        # torch 2.13 + gloo: a collective issued during backward holds a Python object that gloo's
+        # worker thread must release with the GIL. Give it the GIL before the interpreter exits, or
+        # the process can abort at exit ("terminate called without an active exception").
+        time.sleep(0.5)
         dist.destroy_process_group()
 
 

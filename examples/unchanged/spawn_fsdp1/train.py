@@ -115,6 +115,10 @@ def fsdp_main(local_rank, world_size, args):
             print("saved mnist_cnn.pt", flush=True)
 
     dist.barrier()  # no rank tears down gloo while another still talks
+    # torch 2.13 + gloo: a collective issued during backward holds a Python object that gloo's
+    # worker thread must release with the GIL. Give it the GIL before the interpreter exits, or
+    # the process can abort at exit ("terminate called without an active exception").
+    time.sleep(0.5)
     dist.destroy_process_group()
 
 

@@ -115,8 +115,8 @@ def main() -> None:
     fully_shard(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     if rank == 0:
-        n = sum(p.numel() for p in model.parameters()) * world  # each rank holds a shard
-        print(f"world_size={world} params~{n:,} steps={args.steps}", flush=True)
+        n = sum(p.numel() for p in model.parameters())  # DTensor numel: the full size
+        print(f"world_size={world} params={n:,} steps={args.steps}", flush=True)
 
     start = 0
     if args.resume:
@@ -156,6 +156,10 @@ def main() -> None:
     if rank == 0:
         print("training done", flush=True)
     dist.barrier()  # no rank tears down gloo while another still talks
+    # torch 2.13 + gloo: a collective issued during backward holds a Python object that gloo's
+    # worker thread must release with the GIL. Give it the GIL before the interpreter exits, or
+    # the process can abort at exit ("terminate called without an active exception").
+    time.sleep(0.5)
     dist.destroy_process_group()
 
 
