@@ -13,11 +13,10 @@ from pydantic import Field, field_validator, model_validator
 from fsdp_orch.errors import InputError
 from fsdp_orch.resources import builtin_dir, home
 from fsdp_orch.spec import ArgStr
-from fsdp_orch.validation import StrictModel, validate_doc
+from fsdp_orch.validation import StrictModel, check_env_names, validate_doc
 from fsdp_orch.yamlio import load_file
 
 KINDS = ("local", "slurm", "ssh", "tpu-vm")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d{1,2}){0,2}|\d+-\d+")
 
 
@@ -34,10 +33,7 @@ class ProfileBase(StrictModel):
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not _ENV_NAME.fullmatch(key):
-                raise ValueError(f"environment variable name {key!r} is not a valid shell name")
-        return value
+        return check_env_names(value)
 
     def default_procs_per_node(self) -> int:
         return 1

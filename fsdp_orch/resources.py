@@ -24,3 +24,8 @@ def home() -> Path:
 def bootstrap_site_dir() -> Path:
     """The folder whose ``sitecustomize`` loads the bootstrap; the launch scripts put it on PYTHONPATH."""
     return _PACKAGE / "bootstrap" / "site"
+
+
+def local_has_gpu() -> bool:
+    """Whether this machine has an NVIDIA GPU (resolves a local profile's ``device: auto``)."""
+    return Path("/dev/nvidia0").exists()

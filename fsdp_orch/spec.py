@@ -9,20 +9,18 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
 from fsdp_orch.bootstrap.faults import parse_faults
+from fsdp_orch.categories import DEFAULT_RETRY_ON, FAILURE_CATEGORIES
 from fsdp_orch.durations import parse_duration
 from fsdp_orch.errors import InputError
-from fsdp_orch.validation import FieldOrigin, StrictModel, reattribute, validate_doc
+from fsdp_orch.validation import (
+    FieldOrigin,
+    StrictModel,
+    check_env_names,
+    reattribute,
+    validate_doc,
+)
 from fsdp_orch.yamlio import YamlDoc, load_file, load_mapping
 
-FAILURE_CATEGORIES = (
-    "hang", "nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost", "rendezvous_failure",
-    "cuda_oom", "hardware_fault", "preemption_or_node_lost", "user_code_error",
-    "checkpoint_error", "xla_error", "unknown",
-)
-DEFAULT_RETRY_ON = (
-    "hang", "nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost", "rendezvous_failure",
-    "hardware_fault", "preemption_or_node_lost", "cuda_oom", "unknown",
-)
 LAUNCHERS = ("torchrun", "accelerate", "xla", "python")
 RESUME_PLACEHOLDERS = ("checkpoint", "step")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
@@ -33,7 +31,6 @@ PositiveDuration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)
 # accelerate's numeric sharding strategies (FullyShardedDataParallelPlugin).
 SHARDING_BY_NUMBER = {1: "FULL_SHARD", 2: "SHARD_GRAD_OP", 3: "NO_SHARD", 4: "HYBRID_SHARD",
                       5: "HYBRID_SHARD_ZERO2"}
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def fsdp_name(key: str) -> str:
@@ -237,9 +234,7 @@ class JobSpec(StrictModel):
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not _ENV_NAME.fullmatch(key):
-                raise ValueError(f"environment variable name {key!r} is not a valid shell name")
+        check_env_names(value)
         if value.get("FSDP_ORCH_FAULT"):
             parse_faults(value["FSDP_ORCH_FAULT"])  # a chaos test that injects nothing is a lie
         return value

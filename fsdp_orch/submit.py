@@ -10,7 +10,7 @@ from fsdp_orch.errors import InputError
 from fsdp_orch.plan import LaunchPlan, PlanContext, make_plan, spec_json
 from fsdp_orch.profiles import Profile, ProfileRef, load_profile
 from fsdp_orch.render import Artifact, render_plan
-from fsdp_orch.resources import bootstrap_site_dir, home
+from fsdp_orch.resources import bootstrap_site_dir, home, local_has_gpu
 from fsdp_orch.spec import JobSpec, load_job
 
 
@@ -22,10 +22,6 @@ class PlannedJob:
     plan: LaunchPlan
     artifacts: list[Artifact]
     job_file: Path
-
-
-def local_has_gpu() -> bool:
-    return Path("/dev/nvidia0").exists()
 
 
 def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None,

@@ -157,3 +157,14 @@ def _models_in(tp: Any) -> list[type[BaseModel]]:
     if typing.get_origin(tp) in (list, tuple, set, frozenset, dict):
         return []
     return [m for arg in typing.get_args(tp) for m in _models_in(arg)]
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_env_names(env: dict[str, str]) -> dict[str, str]:
+    """Every key must be a shell variable name (the launch scripts ``export`` them)."""
+    for key in env:
+        if not _ENV_NAME.fullmatch(key):
+            raise ValueError(f"environment variable name {key!r} is not a valid shell name")
+    return env

@@ -42,13 +42,13 @@ class SlurmSupervisorTask(submitit.helpers.Checkpointable):
         """USR2 before the time limit, or preemption: the checkpoints on disk are what the next
         allocation resumes from; record why, and let submitit requeue."""
         from fsdp_orch.resources import home
-        from fsdp_orch.states import JobState
+        from fsdp_orch.states import TERMINAL_NAMES, JobState
         from fsdp_orch.store import Store, default_path
 
         os.environ["FSDP_ORCH_HOME"] = self.home
         store = Store(default_path(home()))
         row = store.job(self.job_id)
-        if row is not None and row["state"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        if row is not None and row["state"] not in TERMINAL_NAMES:
             attempt = max(0, int(row["attempts"]) - 1)
             store.add_failure(self.job_id, attempt=attempt, category="preemption_or_node_lost",
                               evidence="SLURM signalled the job (time limit or preemption): requeued",

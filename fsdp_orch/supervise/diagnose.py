@@ -12,12 +12,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-CATEGORIES = (
-    "hang", "nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost", "rendezvous_failure",
-    "cuda_oom", "hardware_fault", "preemption_or_node_lost", "user_code_error",
-    "checkpoint_error", "xla_error", "unknown",
-)
-NOT_RETRYABLE = frozenset({"user_code_error", "checkpoint_error"})
+from fsdp_orch.categories import FAILURE_CATEGORIES, NOT_RETRYABLE
+
+CATEGORIES = FAILURE_CATEGORIES
 
 
 @dataclass(frozen=True)

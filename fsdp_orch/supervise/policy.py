@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from tenacity import RetryCallState, wait_exponential
 
+from fsdp_orch.categories import NOT_RETRYABLE
 from fsdp_orch.spec import RestartPolicy
-from fsdp_orch.supervise.diagnose import NOT_RETRYABLE
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from fsdp_orch.checkpoints import latest_complete, move_aside, partial_newer_tha
 from fsdp_orch.heartbeats import read_heartbeats
 from fsdp_orch.render import write_artifacts
 from fsdp_orch.spec import Watch
-from fsdp_orch.states import JobState
+from fsdp_orch.states import TERMINAL_NAMES, JobState
 from fsdp_orch.store import Store
 from fsdp_orch.supervise.attempt import AttemptHandle, AttemptLauncher
 from fsdp_orch.supervise.diagnose import Diagnosis, diagnose_exit
@@ -364,7 +364,7 @@ def run_supervisor(job_id: str, reattach: bool = False, in_allocation: bool = Fa
     import os
 
     from fsdp_orch.backends import backend_for_kind
-    from fsdp_orch.resources import home
+    from fsdp_orch.resources import home, local_has_gpu
     from fsdp_orch.store import default_path
 
     store = Store(default_path(home()))
@@ -388,11 +388,11 @@ def run_supervisor(job_id: str, reattach: bool = False, in_allocation: bool = Fa
     backend = backend_for_kind(row["kind"])
     supervisor = Supervisor(store, submission, backend.attempt_launcher(submission),
                             stop_flag=stop_flag, port_for_attempt=backend.port_for_attempt,
-                            local_has_gpu=Path("/dev/nvidia0").exists())
+                            local_has_gpu=local_has_gpu())
     adopt = None
     first_attempt = 0
     if in_allocation:
-        if store.job(job_id)["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        if store.job(job_id)["state"] in TERMINAL_NAMES:
             return 0
         attempts_done = store.attempts(job_id)
         first_attempt = max(a["attempt"] for a in attempts_done) + 1 if attempts_done else 0
@@ -409,7 +409,7 @@ def run_supervisor(job_id: str, reattach: bool = False, in_allocation: bool = Fa
               f"attempt {first_attempt}", flush=True)
     elif reattach:
         fresh = store.job(job_id)
-        if fresh is None or fresh["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        if fresh is None or fresh["state"] in TERMINAL_NAMES:
             return 0
         attempts = {a["attempt"]: a for a in store.attempts(job_id)}
         if fresh["state"] == "RUNNING" and attempts:
