@@ -18,13 +18,14 @@ NAMED_RANKS = 3  # the evidence names this many stuck ranks, the first to stop f
 
 
 def stuck_ranks_evidence(verdict: HangVerdict, beats: dict[int, Heartbeat], attempt_dir: Path,
-                         host: str | None = None) -> str:
+                         host: str | None = None) -> tuple[str, Path | None]:
     """Dump every rank's stack that runs on this host (py-spy; the bootstrap's faulthandler as the
-    fallback) into the attempt's stacks folder; the text to append to the hang's evidence."""
+    fallback) into the attempt's stacks folder. Returns the text to append to the hang's evidence
+    and the folder, None when no stack could be taken."""
     here = host or socket.gethostname()
     pids = {rank: beat.pid for rank, beat in beats.items() if beat.host in (None, here)}
     if not pids:
-        return "; no rank runs on the supervisor's host, so no stacks were taken"
+        return "; no rank runs on the supervisor's host, so no stacks were taken", None
     out_dir = attempt_dir / STACKS_DIR
     dumps = capture_stacks(pids, out_dir)
     roots = default_library_roots()
@@ -37,8 +38,8 @@ def stuck_ranks_evidence(verdict: HangVerdict, beats: dict[int, Heartbeat], atte
             break
     if not named:
         errors = sorted({d.error for d in dumps.values() if d.error})
-        return f"; no stacks could be taken ({'; '.join(errors) or 'no dump'})"
-    return "; " + "; ".join(named) + f"; stacks: {out_dir}"
+        return f"; no stacks could be taken ({'; '.join(errors) or 'no dump'})", None
+    return "; " + "; ".join(named) + f"; stacks: {out_dir}", out_dir
 
 
 def with_flight_recorder(diagnosis: Diagnosis, attempt_dir: Path) -> Diagnosis:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from tenacity import RetryCallState, Retrying, retry_if_exception
 
-from fsdp_orch.attempt_files import STACKS_DIR
 from fsdp_orch.backends.base import Submission
 from fsdp_orch.checkpoints import latest_complete, move_aside, partial_newer_than_latest
 from fsdp_orch.heartbeats import read_heartbeats
@@ -206,10 +205,13 @@ class Supervisor:
         world = self.sub.world_size()
         watch = self.sub.job.watch
 
-        def fail(diagnosis: Diagnosis, stalled: float | None, detected_at: float | None = None) -> AttemptFailed:
-            now = self.clock() if detected_at is None else detected_at
+        def stop() -> None:
             handle.stop(STOP_GRACE_S)
             self.store.end_attempt(self.job_id, attempt, handle.poll(), now=self.clock())
+
+        def fail(diagnosis: Diagnosis, stalled: float | None, detected_at: float | None = None) -> AttemptFailed:
+            now = self.clock() if detected_at is None else detected_at
+            stop()
             return AttemptFailed(with_flight_recorder(diagnosis, plan_dir), now, stalled, before,
                                  self._checkpoint_step(checkpoint_dir))
 
@@ -250,8 +252,7 @@ class Supervisor:
                 self.sleep(min(watch.poll_interval, 0.5))
                 continue
             if finished_at is not None and self.clock() - finished_at > watch.startup_timeout:
-                handle.stop(STOP_GRACE_S)
-                self.store.end_attempt(self.job_id, attempt, handle.poll(), now=self.clock())
+                stop()
                 self.store.add_event(self.job_id, attempt=attempt, kind="teardown_hang", message=(
                     f"every rank finished its script {self.clock() - finished_at:.0f}s ago but the "
                     f"processes did not exit within startup_timeout ({watch.startup_timeout:g}s); "
@@ -261,13 +262,14 @@ class Supervisor:
             verdict = check_hang(beats, world_size=world, attempt_started=started, now=detected_at,
                                  watch=watch, clock=clock)
             if verdict is not None:
-                evidence = verdict.evidence + stuck_ranks_evidence(verdict, beats, plan_dir)
-                self.store.add_event(self.job_id, attempt=attempt, kind="stacks",
-                                     message=f"stacks of the hung attempt: {plan_dir / STACKS_DIR}")
+                where, stacks = stuck_ranks_evidence(verdict, beats, plan_dir)
+                if stacks is not None:
+                    self.store.add_event(self.job_id, attempt=attempt, kind="stacks",
+                                         message=f"stacks of the hung attempt: {stacks}")
+                evidence = verdict.evidence + where
                 raise fail(Diagnosis("hang", True, evidence), verdict.stalled_for_s, detected_at)
             if self._cancel_requested():
-                handle.stop(STOP_GRACE_S)
-                self.store.end_attempt(self.job_id, attempt, handle.poll(), now=self.clock())
+                stop()
                 raise Cancelled()
             self.sleep(watch.poll_interval)
 
@@ -277,7 +279,7 @@ class Supervisor:
         ``get_last_checkpoint`` takes the highest number, complete or not)."""
         # The runtime's own step-N folders are left to it: it skips and prunes partial ones.
         partial = [c for c in partial_newer_than_latest(checkpoint_dir) if c.layout != "dcp"]
-        for src, dst in move_aside(partial, checkpoint_dir, f"attempt-{attempt}") if partial else []:
+        for src, dst in move_aside(partial, checkpoint_dir, f"attempt-{attempt}"):
             self.store.add_event(self.job_id, attempt=attempt, kind="checkpoint_moved_aside",
                                  message=f"{src} is incomplete and newer than the latest complete "
                                          f"checkpoint: moved to {dst}")

@@ -69,9 +69,10 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
             continue
         if beat is None and not started:
             return None  # no signal from this rank yet (still importing?): nothing to judge by
-        if beat is None or beat.state == "starting":
-            since = attempt_started
-            allowed = window if (beat is None and started) else watch.startup_timeout
+        if beat is None:  # silent while others have stepped: it never got going
+            since, allowed = attempt_started, window
+        elif beat.state == "starting":
+            since, allowed = attempt_started, watch.startup_timeout
         else:
             since = beat.progress_time
             allowed = watch.startup_timeout if beat.state == "saving" else window
@@ -103,7 +104,7 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
 
 
 def _last_report(rank: int, beat: Heartbeat | None) -> str:
-    if beat is not None and beat.state not in ("starting",):
+    if beat is not None and beat.state != "starting":
         return f"rank {rank} last reported step {beat.step}"
     return f"rank {rank} never finished a step"
 
