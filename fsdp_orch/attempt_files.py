@@ -10,3 +10,6 @@ def pyspy_dump_name(rank: int) -> str:
 def faulthandler_dump_name(rank: int) -> str:
     """Where a rank's bootstrap makes ``kill -USR1`` write its stacks (py-spy's fallback)."""
     return f"rank-{rank}.faulthandler.txt"
+
+# torchrun's per-rank files and the per-node console logs, relative to the attempt's folder.
+LOG_PATTERNS = ("node-*/*/attempt_*/*/stderr.log", "node-*/*/attempt_*/*/stdout.log", "console-node-*.log")

@@ -91,6 +91,10 @@ class Storage(Protocol):
         """The file's last ``nbytes`` bytes (all of it when shorter), or None."""
         ...
 
+    def move(self, src: str, dst: str) -> None:
+        """Rename ``src`` to ``dst`` (which must not exist), making ``dst``'s folder first."""
+        ...
+
 
 class LocalStorage:
     def list_dir(self, path: str) -> list[str]:
@@ -103,7 +107,7 @@ class LocalStorage:
         return os.path.isdir(path)
 
     def exists(self, path: str) -> bool:
-        return os.path.exists(path)
+        return os.path.lexists(path)
 
     def read_text(self, path: str) -> str | None:
         try:
@@ -126,6 +130,10 @@ class LocalStorage:
                 return f.read(nbytes)
         except OSError:
             return None
+
+    def move(self, src: str, dst: str) -> None:
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        os.rename(src, dst)
 
 
 LOCAL = LocalStorage()
@@ -348,7 +356,7 @@ def partial_newer_than_latest(directory: str | os.PathLike[str],
 
 
 def move_aside(infos: Iterable[CheckpointInfo], directory: str | os.PathLike[str],
-               tag: str) -> list[tuple[Path, Path]]:
+               tag: str, storage: Storage = LOCAL) -> list[tuple[Path, Path]]:
     """Rename each checkpoint to ``<directory>/.fsdp-orch-incomplete/<name>.<tag>`` (``-1``,
     ``-2``... when taken); returns (from, to) pairs. Nothing is deleted. A dot-folder, because a
     sibling like ``checkpoint-30.partial`` still matches HF's rotation glob ``checkpoint-*``."""
@@ -357,13 +365,12 @@ def move_aside(infos: Iterable[CheckpointInfo], directory: str | os.PathLike[str
     target_dir = Path(os.path.expanduser(os.fspath(directory))) / INCOMPLETE_DIR
     moved = []
     for info in infos:
-        target_dir.mkdir(exist_ok=True)
         target = target_dir / f"{info.path.name}.{tag}"
         n = 0
-        while target.exists() or target.is_symlink():
+        while storage.exists(str(target)):
             n += 1
             target = target_dir / f"{info.path.name}.{tag}-{n}"
-        os.rename(info.path, target)
+        storage.move(str(info.path), str(target))
         moved.append((info.path, target))
     return moved
 

@@ -173,7 +173,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 def cmd_clusters(args: argparse.Namespace) -> int:
     import json
 
-    from fsdp_orch.profiles import discover, parse_profile
+    from fsdp_orch.backends.registry import parse_profile
+    from fsdp_orch.profiles import discover
 
     refs = discover()
     rows = []

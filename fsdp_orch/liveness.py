@@ -1,38 +1,27 @@
-"""Noticing, at status time, jobs whose supervisor is gone, and re-attaching a new one.
+"""At status time, each cluster kind settles its active jobs: what its scheduler knows that a dead
+supervisor cannot report, and a new supervisor for a job whose supervisor died.
 
-Cheap: only active local jobs with a recorded supervisor are looked at. A re-attached supervisor
-adopts the attempt that is still running (it never starts a second copy: a lock in the run
-directory admits one supervisor per job).
+Cheap: only active jobs are looked at, and a kind is imported only when it has one.
 """
 
 from __future__ import annotations
 
+from fsdp_orch.store import Store
 
-def refresh(store, job_ids: list[str] | None) -> list[str]:  # type: ignore[no-untyped-def]
-    """Re-attach a supervisor to every active local job whose supervisor died; returns their ids."""
+
+def refresh(store: Store, job_ids: list[str] | None) -> list[str]:
+    """Returns the ids of the jobs a kind changed or re-attached a supervisor to."""
     active = store.active_jobs()
     if job_ids is not None:
         active = [r for r in active if r["id"] in job_ids]
-    slurm_rows = [r for r in active if r["kind"] == "slurm"]
-    if slurm_rows:
-        from fsdp_orch.backends import slurm
-
-        slurm.refresh(store, slurm_rows)
-    rows = [r for r in active if r["kind"] == "local" and r["supervisor_pid"]]
-    if not rows:
+    by_kind: dict[str, list[dict]] = {}  # type: ignore[type-arg]
+    for row in active:
+        by_kind.setdefault(row["kind"], []).append(row)
+    if not by_kind:
         return []
-    from fsdp_orch.proctree import pid_alive
+    from fsdp_orch.backends.registry import cluster_kind
 
-    reattached = []
-    for row in rows:
-        if pid_alive(row["supervisor_pid"], must_contain=row["id"]):
-            continue
-        from pathlib import Path
-
-        from fsdp_orch.backends.local import BACKEND
-        from fsdp_orch.resources import home
-
-        # The new supervisor records its own pid once it holds the job's lock.
-        BACKEND.spawn_supervisor(str(home()), row["id"], Path(row["run_dir"]), reattach=True)
-        reattached.append(row["id"])
-    return reattached
+    changed: list[str] = []
+    for name, rows in by_kind.items():
+        changed += cluster_kind(name).refresh(store, rows)
+    return changed

@@ -10,11 +10,12 @@ import hashlib
 import posixpath
 import re
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from fsdp_orch.errors import InputError
+from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.nccl_env import missing_defaults, nccl_env_defaults
-from fsdp_orch.profiles import LocalProfile, Profile, SlurmProfile, SshProfile, TpuVmProfile
-from fsdp_orch.spec import JobSpec
+from fsdp_orch.profiles import ProfileBase
 
 # Below Linux's ephemeral range (32768-60999), where outgoing connections would hold ports.
 RDZV_PORT_RANGE = (20000, 32000)
@@ -39,6 +40,7 @@ class PlanContext:
     rdzv_port: int | None = None  # None: derived from job id and attempt
     local_has_gpu: bool = False  # resolves a local profile's device: auto
     bootstrap_dir: str | None = None  # fsdp_orch/bootstrap/site on the nodes; None: no bootstrap
+    supervisor_command: tuple[str, ...] | None = None  # the supervisor's argv, less the job id
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class NodeTarget:
 @dataclass(frozen=True)
 class LaunchPlan:
     job: JobSpec
-    profile: Profile
+    profile: ProfileBase
     cluster: str
     job_id: str
     attempt: int
@@ -76,9 +78,11 @@ class LaunchPlan:
     resume_from: str | None
     program: list[str]  # what the launcher runs on each rank: script/module/command + args
     env: list[tuple[str, str]] = field(default_factory=list)
-    nodes: list[NodeTarget] = field(default_factory=list)
+    nodes: tuple[NodeTarget, ...] = ()
     accelerate_config_path: str | None = None
     bootstrap_dir: str | None = None  # put first on every rank's PYTHONPATH
+    home: str = ""  # $FSDP_ORCH_HOME as the nodes see it
+    supervisor_command: tuple[str, ...] | None = None  # where a kind runs the supervisor on a node
 
     @property
     def entry_kind(self) -> str:
@@ -105,63 +109,52 @@ def _join(base: str, path: str) -> str:
     return posixpath.normpath(posixpath.join(base, expanded))
 
 
-def check_compatible(job: JobSpec, profile: Profile, cluster: str) -> None:
+@dataclass(frozen=True)
+class Placement:
+    """What a cluster kind decides for planning: how many nodes and ranks, on what device, where the
+    rendezvous runs and where the job's relative paths start on the nodes."""
+
+    nnodes: int
+    nproc_per_node: int
+    device: str  # cpu, cuda or tpu
+    rdzv_host: str | None  # None: the first node of the allocation, known only at run time
+    rdzv_port: int | None = None  # None: derived from the job id and attempt
+    workdir_base: str | None = None  # None or empty: the directory of job.yaml
+    nodes: tuple[NodeTarget, ...] = ()
+
+
+class KindPlanning(Protocol):
+    """The planning hook of a cluster kind (its node-count rules, device, rendezvous and workdir)."""
+
+    def place(self, job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext) -> Placement:
+        """Raises InputError (with ``field``) when the job cannot run on this cluster."""
+        ...
+
+
+def attempt_dir_of(run_dir: str, attempt: int) -> str:
+    return posixpath.join(run_dir, f"attempt-{attempt}")
+
+
+def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext,
+              kind: KindPlanning) -> LaunchPlan:
     if job.launcher not in profile.launchers:
         raise InputError(
             f"launcher {job.launcher!r} cannot run on cluster {cluster!r} (kind {profile.kind}); "
             f"expected one of: {', '.join(profile.launchers)}", field="launcher")
-    if isinstance(profile, LocalProfile) and job.nodes != 1:
-        raise InputError(f"cluster {cluster!r} is this one machine; expected nodes: 1, got {job.nodes}",
-                         field="nodes")
-    if isinstance(profile, SshProfile) and job.nodes > len(profile.hosts):
-        raise InputError(f"the job asks for {job.nodes} nodes but cluster {cluster!r} lists "
-                         f"{len(profile.hosts)} host(s)", field="nodes")
-    if isinstance(profile, TpuVmProfile) and job.nodes not in (1, profile.num_workers):
-        raise InputError(f"a TPU VM job runs on all {profile.num_workers} workers; "
-                         f"expected nodes: 1 or {profile.num_workers}, got {job.nodes}", field="nodes")
-    if job.launcher == "xla" and not isinstance(profile, TpuVmProfile):
-        raise InputError("launcher 'xla' needs a tpu-vm cluster", field="launcher")
-
-
-def make_plan(job: JobSpec, profile: Profile, cluster: str, ctx: PlanContext) -> LaunchPlan:
-    check_compatible(job, profile, cluster)
-    if isinstance(profile, TpuVmProfile):
-        nnodes = profile.num_workers
-        nproc = 1
-    else:
-        nnodes = job.nodes
-        nproc = job.procs_per_node or profile.default_procs_per_node()
-    if isinstance(profile, (SshProfile, TpuVmProfile)) and profile.remote_workdir:
-        workdir = _join(profile.remote_workdir, job.workdir) if job.workdir != "." else profile.remote_workdir
+    place = kind.place(job, profile, cluster, ctx)
+    if place.workdir_base:
+        workdir = _join(place.workdir_base, job.workdir) if job.workdir != "." else place.workdir_base
     else:
         workdir = _join(ctx.job_dir, job.workdir)
     run_dir = posixpath.join(ctx.home, "runs", ctx.job_id)
-    attempt_dir = posixpath.join(run_dir, f"attempt-{ctx.attempt}")
+    attempt_dir = attempt_dir_of(run_dir, ctx.attempt)
     checkpoint_dir = _join(workdir, job.checkpoint.dir or posixpath.join("checkpoints", slug(job.name)))
-    rdzv_port = ctx.rdzv_port or (profile.rdzv_port if isinstance(profile, SshProfile) and profile.rdzv_port
-                                  else rendezvous_port(ctx.job_id, ctx.attempt))
-    if isinstance(profile, LocalProfile):
-        rdzv_host: str | None = profile.rdzv_host
-    elif isinstance(profile, SshProfile):
-        rdzv_host = profile.hosts[0].address
-    else:
-        rdzv_host = None
-    nodes = []
-    if isinstance(profile, SshProfile):
-        nodes = [NodeTarget(i, h.address, h.port, h.user, h.identity_file)
-                 for i, h in enumerate(profile.hosts[:nnodes])]
-    if isinstance(profile, LocalProfile):
-        device = profile.device if profile.device != "auto" else ("cuda" if ctx.local_has_gpu else "cpu")
-    elif isinstance(profile, SlurmProfile):
-        device = "cuda" if profile.gpus_per_node else "cpu"
-    elif isinstance(profile, SshProfile):
-        device = profile.device
-    else:
-        device = "tpu"
-    kind, _ = job.entry
-    if kind == "script":
+    rdzv_port = ctx.rdzv_port or place.rdzv_port or rendezvous_port(ctx.job_id, ctx.attempt)
+    nnodes, nproc, device = place.nnodes, place.nproc_per_node, place.device
+    entry_form, _ = job.entry
+    if entry_form == "script":
         program = [job.script or "", *job.args]
-    elif kind == "module":
+    elif entry_form == "module":
         program = [job.module or "", *job.args]
     else:
         program = [*(job.command or []), *job.args]
@@ -192,11 +185,11 @@ def make_plan(job: JobSpec, profile: Profile, cluster: str, ctx: PlanContext) ->
     return LaunchPlan(
         job=job, profile=profile, cluster=cluster, job_id=ctx.job_id, attempt=ctx.attempt,
         launcher=job.launcher, device=device, nnodes=nnodes, nproc_per_node=nproc, world_size=nnodes * nproc,
-        rdzv_id=f"{ctx.job_id}-a{ctx.attempt}", rdzv_host=rdzv_host, rdzv_port=rdzv_port,
+        rdzv_id=f"{ctx.job_id}-a{ctx.attempt}", rdzv_host=place.rdzv_host, rdzv_port=rdzv_port,
         python=profile.python, workdir=workdir, run_dir=run_dir, attempt_dir=attempt_dir,
         checkpoint_dir=checkpoint_dir, spec_path=spec_path, resume_from=ctx.resume_from,
-        program=program, env=env, nodes=nodes, accelerate_config_path=accel_path,
-        bootstrap_dir=ctx.bootstrap_dir,
+        program=program, env=env, nodes=place.nodes, accelerate_config_path=accel_path,
+        bootstrap_dir=ctx.bootstrap_dir, home=ctx.home, supervisor_command=ctx.supervisor_command,
     )
 
 
@@ -220,4 +213,4 @@ def spec_json(plan: LaunchPlan) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-__all__ = ["LaunchPlan", "PlanContext", "make_plan", "resume_arguments", "slug", "rendezvous_port"]
+__all__ = ["KindPlanning", "LaunchPlan", "PlanContext", "Placement", "attempt_dir_of", "make_plan", "resume_arguments", "slug", "rendezvous_port"]

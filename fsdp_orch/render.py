@@ -6,8 +6,10 @@ import json
 import posixpath
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import jinja2
 
@@ -15,10 +17,6 @@ from fsdp_orch import __version__
 from fsdp_orch.errors import InputError
 from fsdp_orch.plan import PATH_ENV, LaunchPlan, slug, spec_json
 from fsdp_orch.resources import builtin_dir, home
-
-# The main template of each cluster kind; a profile's ``template:`` replaces it.
-MAIN_TEMPLATE = {"local": "local.sh.j2", "slurm": "slurm-node.sh.j2", "ssh": "ssh-node.sh.j2",
-                 "tpu-vm": "tpu-vm-node.sh.j2"}
 
 
 @dataclass(frozen=True)
@@ -100,11 +98,37 @@ def make_environment(search: list[Path]) -> jinja2.Environment:
     return env
 
 
-def render_plan(plan: LaunchPlan, *, profile_template: Path | None = None,
+class Templates(Protocol):
+    """Renders one template with the plan (and ``extra``); ``main`` names the kind's main template,
+    or the profile's ``template:`` that replaces it."""
+
+    main: str
+
+    def __call__(self, name: str, **extra: object) -> str: ...
+
+
+class KindArtifacts(Protocol):
+    """What a cluster kind adds to the artifacts every plan has (job.json, the accelerate config)."""
+
+    main_template: str  # the built-in template each node runs
+
+    def artifacts(self, plan: LaunchPlan, templates: Templates) -> list[Artifact]: ...
+
+
+@dataclass(frozen=True)
+class _TemplateSet:
+    main: str
+    render: Callable[..., str]
+
+    def __call__(self, name: str, **extra: object) -> str:
+        return self.render(name, **extra)
+
+
+def render_plan(plan: LaunchPlan, kind: KindArtifacts, *, profile_template: Path | None = None,
                 search: list[Path] | None = None) -> list[Artifact]:
     """Every artifact for ``plan``, in the order submit writes them."""
     dirs = list(search if search is not None else template_dirs())
-    main_name = MAIN_TEMPLATE[plan.profile.kind]
+    main_name = kind.main_template
     if profile_template is not None:
         if not profile_template.is_file():
             raise InputError("template file not found", file=str(profile_template), field="template")
@@ -130,22 +154,7 @@ def render_plan(plan: LaunchPlan, *, profile_template: Path | None = None,
         out.append(Artifact(plan.accelerate_config_path,
                             render("accelerate_config.yaml.j2", fsdp=plan.job.fsdp,
                                    reshard_after_forward=reshard)))
-    a = plan.attempt_dir
-    kind = plan.profile.kind
-    if kind == "local":
-        out.append(Artifact(f"{a}/launch.sh", render(main_name), True))
-    elif kind == "slurm":
-        out.append(Artifact(f"{a}/sbatch.sh", render("slurm.sbatch.j2"), True))
-        out.append(Artifact(f"{a}/node.sh", render(main_name), True))
-    elif kind == "ssh":
-        out.append(Artifact(f"{a}/hosts.txt", render("ssh-hosts.txt.j2")))
-        for node in plan.nodes:
-            out.append(Artifact(f"{a}/node-{node.rank}.sh", render(main_name, node=node), True))
-    elif kind == "tpu-vm":
-        out.append(Artifact(f"{a}/tpu-create.sh", render("tpu-vm-create.sh.j2"), True))
-        out.append(Artifact(f"{a}/tpu-launch.sh", render("tpu-vm-launch.sh.j2"), True))
-        out.append(Artifact(f"{a}/node.sh", render(main_name), True))
-    return out
+    return out + kind.artifacts(plan, _TemplateSet(main_name, render))
 
 
 def write_artifacts(artifacts: list[Artifact], out_dir: Path | None = None) -> list[Path]:

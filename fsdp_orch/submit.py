@@ -1,4 +1,5 @@
-"""From a job file and a cluster name to a plan (pure) and to a submitted job (doing)."""
+"""From a job file and a cluster name to a submission and its artifacts (pure but for reading
+files), and to a recorded, started job (doing)."""
 
 from __future__ import annotations
 
@@ -6,18 +7,22 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from fsdp_orch.errors import InputError
-from fsdp_orch.plan import LaunchPlan, PlanContext, make_plan, spec_json
-from fsdp_orch.profiles import Profile, ProfileRef, load_profile
-from fsdp_orch.render import Artifact, render_plan
-from fsdp_orch.resources import bootstrap_site_dir, home, local_has_gpu
-from fsdp_orch.spec import JobSpec, load_job
+from fsdp_orch.backends.registry import cluster_kind, load_profile
+from fsdp_orch.errors import InputError, JobNotFound
+from fsdp_orch.jobspec.loading import load_job
+from fsdp_orch.plan import LaunchPlan, spec_json
+from fsdp_orch.profiles import ProfileRef
+from fsdp_orch.render import Artifact
+from fsdp_orch.resources import home, local_has_gpu
+from fsdp_orch.states import JobState
+from fsdp_orch.store import Store
+from fsdp_orch.submission import Submission
+from fsdp_orch.supervise import supervisor_command
 
 
 @dataclass(frozen=True)
 class PlannedJob:
-    job: JobSpec
-    profile: Profile
+    submission: Submission
     profile_ref: ProfileRef
     plan: LaunchPlan
     artifacts: list[Artifact]
@@ -31,89 +36,66 @@ def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None
     """Load and validate everything, then plan and render. Raises InputError; writes nothing."""
     job, doc = load_job(job_file, overrides, Path(accelerate_config) if accelerate_config else None)
     profile, ref = load_profile(cluster)
-    template = None
-    if profile.template:
-        template = (ref.path.parent / profile.template).expanduser()
-    ctx = PlanContext(job_id=job_id, attempt=attempt, home=str(home_dir or home()),
-                      job_dir=str(job_file.resolve().parent), resume_from=resume_from,
-                      rdzv_port=rdzv_port, local_has_gpu=local_has_gpu(),
-                      bootstrap_dir=str(bootstrap_site_dir()))
+    template = (ref.path.parent / profile.template).expanduser() if profile.template else None
+    submission = Submission(
+        job_id=job_id, cluster=ref.name, job=job, profile=profile, job_dir=str(job_file.resolve().parent),
+        home=str(home_dir or home()), kind=cluster_kind(profile.kind), supervisor_command=supervisor_command(),
+        profile_template=str(template) if template else None)
     try:
-        plan = make_plan(job, profile, ref.name, ctx)
+        plan, artifacts = submission.plan(attempt, resume_from=resume_from, rdzv_port=rdzv_port,
+                                          local_has_gpu=local_has_gpu())
     except InputError as exc:
+        if exc.file is not None:
+            raise
         line = doc.line_of((exc.field,)) if exc.field else None
         raise InputError(exc.detail, file=str(job_file), field=exc.field, line=line) from None
-    artifacts = render_plan(plan, profile_template=template)
-    if profile.kind == "slurm":
-        artifacts.append(_submitit_artifact(job, profile, ref, ctx))
-    return PlannedJob(job, profile, ref, plan, artifacts, job_file)
-
-
-def _submitit_artifact(job: JobSpec, profile: Profile, ref: ProfileRef, ctx: PlanContext) -> Artifact:
-    """SLURM submissions go through submitit: its batch script runs the fsdp-orch supervisor on the
-    first node, which runs node.sh as one job step per attempt."""
-    from fsdp_orch.backends.base import Submission
-    from fsdp_orch.backends.slurm import SUBMITIT_DIR, batch_script
-
-    sub = Submission(job_id=ctx.job_id, cluster=ref.name, job=job, profile=profile, job_dir=ctx.job_dir,
-                     home=ctx.home)
-    return Artifact(str(sub.run_dir / SUBMITIT_DIR / "sbatch-submitit.sh"), batch_script(sub), True)
+    return PlannedJob(submission, ref, plan, artifacts, job_file)
 
 
 def spec_hash(plan: LaunchPlan) -> str:
     return hashlib.sha256(spec_json(plan).encode()).hexdigest()[:16]
 
 
-def record_submission(store, job_file: Path, cluster: str, *, overrides: list[str] | None = None,  # type: ignore[no-untyped-def]
+def record_submission(store: Store, job_file: Path, cluster: str, *, overrides: list[str] | None = None,
                       accelerate_config: str | None = None, idempotency_key: str | None = None,
-                      home_dir: Path | None = None):
+                      home_dir: Path | None = None) -> tuple[str, bool, Submission | None]:
     """Validate and plan, record the job in the store and freeze its submission in the run dir.
     Returns (job id, created, submission); nothing is started."""
-    from fsdp_orch.backends.base import Submission
+    import dataclasses
 
     planned = plan_job(job_file, cluster, overrides=overrides, accelerate_config=accelerate_config,
                        home_dir=home_dir)
     root = home_dir or home()
     job_id, created = store.create_job(
-        name=planned.job.name, cluster=planned.profile_ref.name, kind=planned.profile.kind,
-        spec_json=spec_json(planned.plan), run_dir_root=root / "runs", job_file=str(job_file.resolve()),
-        spec_hash=spec_hash(planned.plan), idempotency_key=idempotency_key)
+        name=planned.submission.job.name, cluster=planned.profile_ref.name,
+        kind=planned.submission.profile.kind, spec_json=spec_json(planned.plan), run_dir_root=root / "runs",
+        job_file=str(job_file.resolve()), spec_hash=spec_hash(planned.plan), idempotency_key=idempotency_key)
     if not created:
         return job_id, False, None
-    template = planned.profile.template
-    submission = Submission(
-        job_id=job_id, cluster=planned.profile_ref.name, job=planned.job, profile=planned.profile,
-        job_dir=str(job_file.resolve().parent), home=str(root),
-        profile_template=str((planned.profile_ref.path.parent / template).expanduser()) if template else None)
+    submission = dataclasses.replace(planned.submission, job_id=job_id)
     submission.save()
     return job_id, True, submission
 
 
-def submit(store, job_file: Path, cluster: str, *, overrides: list[str] | None = None,  # type: ignore[no-untyped-def]
+def submit(store: Store, job_file: Path, cluster: str, *, overrides: list[str] | None = None,
            accelerate_config: str | None = None, idempotency_key: str | None = None,
            home_dir: Path | None = None) -> tuple[str, bool]:
-    """Validate, record the job, hand it to its backend. Returns (job id, created)."""
-    from fsdp_orch.backends import backend_for_kind
-    from fsdp_orch.states import JobState
-
+    """Validate, record the job, hand it to its cluster kind. Returns (job id, created)."""
     job_id, created, submission = record_submission(
         store, job_file, cluster, overrides=overrides, accelerate_config=accelerate_config,
         idempotency_key=idempotency_key, home_dir=home_dir)
-    if not created:
-        return job_id, False
+    if submission is None:
+        return job_id, created
     try:
-        backend_for_kind(submission.profile.kind).start(store, submission)
+        cluster_kind(submission.profile.kind).start(store, submission)
     except BaseException as exc:
         store.set_state(job_id, JobState.FAILED, reason=f"could not start: {exc}")
         raise
     return job_id, True
 
 
-def cancel(store, job_id: str) -> str:  # type: ignore[no-untyped-def]
-    from fsdp_orch.backends import backend_for_kind
-    from fsdp_orch.errors import JobNotFound
-
+def cancel(store: Store, job_id: str) -> str:
     row = store.job(job_id)
     if row is None:
         raise JobNotFound(job_id)
-    return backend_for_kind(row["kind"]).cancel(store, row)
+    return cluster_kind(row["kind"]).cancel(store, row)

@@ -94,15 +94,15 @@ class Torchrun:
                 name: str = "t", env: dict[str, str] | None = None, **spec: Any) -> TorchrunRun:
         """Plan a local job (``spec``: job.yaml fields such as ``fsdp={...}``) like fsdp-orch does,
         write its job.json, and return the attempt ready to start."""
+        from fsdp_orch.backends.local import KIND, LocalProfile
+        from fsdp_orch.jobspec.schema import JobSpec
         from fsdp_orch.plan import PlanContext, make_plan, spec_json
-        from fsdp_orch.profiles import LocalProfile
-        from fsdp_orch.spec import JobSpec
 
         job = JobSpec.model_validate({"name": name, "script": str(script), "procs_per_node": nproc,
                                       **spec})
         ctx = PlanContext(job_id=name, attempt=attempt, home=str(self.tmp / "home"),
                           job_dir=str(self.tmp), resume_from=resume)
-        plan = make_plan(job, LocalProfile(kind="local", device="cpu"), "local", ctx)
+        plan = make_plan(job, LocalProfile(kind="local", device="cpu"), "local", ctx, KIND)
         Path(plan.attempt_dir).mkdir(parents=True, exist_ok=True)
         Path(plan.spec_path).write_text(spec_json(plan))
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}

@@ -1,101 +1,125 @@
-"""The small interface every cluster backend implements, and the frozen submission it works from."""
+"""What a cluster kind provides, and what the supervisor sees of an attempt. Protocols only.
+
+A kind (one module under ``backends/``, found through ``registry``) owns its profile model, its
+planning hook (``place``), its artifacts, and the doing: ``start``, ``cancel``, ``refresh``, an
+optional ``provision``/``teardown``, and the attempt launcher the supervisor runs attempts with.
+The supervisor talks only to that launcher and the attempt handles it returns.
+"""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
-from fsdp_orch.plan import LaunchPlan, PlanContext, make_plan
-from fsdp_orch.profiles import PROFILE_MODELS, Profile
-from fsdp_orch.render import Artifact, render_plan
-from fsdp_orch.resources import bootstrap_site_dir
-from fsdp_orch.spec import JobSpec
+from fsdp_orch.checkpoints import Storage
+from fsdp_orch.heartbeats import Heartbeat
+from fsdp_orch.plan import LaunchPlan
+from fsdp_orch.render import Artifact
+from fsdp_orch.stacks import StackCapture
+from fsdp_orch.store import Store
+from fsdp_orch.submission import PlanningKind, Submission
 
-SUBMISSION_FILE = "submission.json"
+# (where the text came from, e.g. "console-node-0.log"; the bytes appended since the last call)
+LogChunk = tuple[str, bytes]
 
 
-@dataclass(frozen=True)
-class Submission:
-    """Everything needed to plan any attempt, frozen at submit time (job.yaml may change later)."""
-
-    job_id: str
-    cluster: str
-    job: JobSpec
-    profile: Profile
-    job_dir: str
-    home: str
-    profile_template: str | None = None
-
-    def to_json(self) -> str:
-        return json.dumps({
-            "job_id": self.job_id, "cluster": self.cluster, "job_dir": self.job_dir, "home": self.home,
-            "profile_template": self.profile_template,
-            "job": self.job.model_dump(mode="json"), "profile": self.profile.model_dump(mode="json"),
-        }, indent=2, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> Submission:
-        data = json.loads(text)
-        profile_data = data["profile"]
-        profile = PROFILE_MODELS[profile_data["kind"]].model_validate(profile_data)
-        return cls(job_id=data["job_id"], cluster=data["cluster"], job=JobSpec.model_validate(data["job"]),
-                   profile=profile, job_dir=data["job_dir"], home=data["home"],
-                   profile_template=data.get("profile_template"))
+class AttemptObservation(Protocol):
+    """How the supervisor sees a running attempt, wherever its nodes are."""
 
     @property
-    def run_dir(self) -> Path:
-        return Path(self.home) / "runs" / self.job_id
+    def checkpoints(self) -> Storage:
+        """The filesystem the job's checkpoints are on, as the supervisor can read it."""
+        ...
 
-    def save(self) -> Path:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        path = self.run_dir / SUBMISSION_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(self.to_json())
-        tmp.replace(path)
-        return path
+    def heartbeats(self) -> dict[int, Heartbeat]:
+        """The latest heartbeat of every rank that wrote one."""
+        ...
 
-    @classmethod
-    def load(cls, run_dir: Path) -> Submission:
-        return cls.from_json((run_dir / SUBMISSION_FILE).read_text())
+    def log_chunks(self) -> list[LogChunk]:
+        """What every log of the attempt gained since the last call (console and per-rank logs)."""
+        ...
 
-    def plan_only(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
-                  rdzv_port: int | None = None, local_has_gpu: bool = False) -> LaunchPlan:
-        ctx = PlanContext(job_id=self.job_id, attempt=attempt, home=self.home, job_dir=self.job_dir,
-                          resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
-                          local_has_gpu=local_has_gpu, bootstrap_dir=str(bootstrap_site_dir()))
-        return make_plan(self.job, self.profile, self.cluster, ctx)
+    def capture_stacks(self, beats: dict[int, Heartbeat]) -> StackCapture:
+        """Every reachable rank's Python stacks, kept with the attempt's files."""
+        ...
 
-    def plan(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
-             rdzv_port: int | None = None, local_has_gpu: bool = False) -> tuple[LaunchPlan, list[Artifact]]:
-        plan = self.plan_only(attempt, resume_from=resume_from, resume_step=resume_step,
-                              rdzv_port=rdzv_port, local_has_gpu=local_has_gpu)
-        template = Path(self.profile_template) if self.profile_template else None
-        return plan, render_plan(plan, profile_template=template)
-
-    def job_checkpoint_dir(self) -> str:
-        return self.plan_only(0).checkpoint_dir
-
-    def attempt_dir(self, attempt: int) -> str:
-        return self.plan_only(attempt).attempt_dir
-
-    def world_size(self) -> int:
-        return self.plan_only(0).world_size
+    def flight_recorder_dumps(self) -> list[str]:
+        """The NCCL flight recorder's dump files the ranks wrote."""
+        ...
 
 
-class Backend(Protocol):
-    """Start a submitted job's supervision, and cancel it. Attempts are run by the supervisor,
-    through the launcher the backend gives it; ``adopt`` re-attaches to a running attempt."""
+class AttemptHandle(AttemptObservation, Protocol):
+    ref: str  # what identifies the attempt to its engine (a process group, a SLURM step)
 
-    kind: str
+    def poll(self) -> int | None:
+        """The exit code once every node's launcher has ended, else None."""
+        ...
 
-    def start(self, store: Any, submission: Submission) -> None: ...
+    def stop(self, grace: float) -> None:
+        """End every process of the attempt on every node: politely, then by force after ``grace``."""
+        ...
 
-    def cancel(self, store: Any, row: dict[str, Any]) -> str: ...
 
-    def attempt_launcher(self, submission: Submission) -> Any: ...
+class AttemptLauncher(Protocol):
+    """One submission's attempts on one cluster kind."""
 
-    def adopt(self, submission: Submission, attempt: int, ref: str | None) -> Any: ...
+    @property
+    def checkpoints(self) -> Storage:
+        """Where the resume point is looked for before an attempt starts."""
+        ...
 
-    def port_for_attempt(self, attempt: int) -> int | None: ...
+    def launch(self, plan: LaunchPlan, artifacts: list[Artifact]) -> AttemptHandle:
+        """Put the artifacts where the nodes read them and start the attempt."""
+        ...
+
+    def adopt(self, attempt: int, ref: str | None) -> AttemptHandle:
+        """The attempt a supervisor that died had started (re-attach)."""
+        ...
+
+    def port_for_attempt(self, attempt: int) -> int | None:
+        """The rendezvous port, where the kind picks one at launch; None: the plan's."""
+        ...
+
+
+class ClusterKind(PlanningKind, Protocol):
+    """Everything fsdp-orch knows about one kind of cluster. Subclass it explicitly to inherit the
+    defaults (no provisioning, an allocation that never ends early)."""
+
+    def attempt_launcher(self, submission: Submission) -> AttemptLauncher:
+        ...
+
+    def start(self, store: Store, submission: Submission) -> None:
+        """Begin supervising a recorded job (in the background)."""
+        ...
+
+    def cancel(self, store: Store, row: dict[str, Any]) -> str:
+        """End the job everywhere; returns the line to print."""
+        ...
+
+    def refresh(self, store: Store, rows: list[dict[str, Any]]) -> list[str]:
+        """Settle this kind's active jobs (``rows``) at status time: what the scheduler knows and a
+        dead supervisor cannot report. Returns the ids it changed or re-attached."""
+        ...
+
+    def provision(self, submission: Submission) -> None:
+        """Create what the job runs on, where the kind makes machines (a TPU VM)."""
+        return None
+
+    def teardown(self, submission: Submission) -> None:
+        """Delete what ``provision`` made."""
+        return None
+
+    def allocation_ending(self) -> bool:
+        """Is the scheduler taking the allocation this process runs in away (requeue, preemption)?"""
+        return False
+
+
+class AllocationEnding(Exception):
+    """The scheduler is taking the allocation away (requeue, preemption, time limit): the next
+    allocation goes on with the next attempt; restarting inside this one would be lost work.
+    ``requeue``, when given, asks the scheduler for that next allocation (after it was warned ahead,
+    as SLURM's signal before the time limit does)."""
+
+    def __init__(self, evidence: str, requeue: Any = None):
+        super().__init__(evidence)
+        self.evidence = evidence
+        self.requeue = requeue

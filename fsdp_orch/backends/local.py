@@ -1,4 +1,4 @@
-"""The local backend: this machine. A detached supervisor process runs each attempt's launch script
+"""The local kind: this machine. A detached supervisor process runs each attempt's launch script
 as its own process tree."""
 
 from __future__ import annotations
@@ -8,17 +8,37 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-from fsdp_orch.backends.base import Submission
-from fsdp_orch.plan import LaunchPlan
+from pydantic import Field
+
+from fsdp_orch.backends.base import ClusterKind
+from fsdp_orch.backends.files import FileObservation
+from fsdp_orch.checkpoints import LOCAL, Storage
+from fsdp_orch.errors import InputError
+from fsdp_orch.jobspec.schema import JobSpec
+from fsdp_orch.plan import LaunchPlan, Placement, PlanContext
 from fsdp_orch.proctree import job_processes, pid_alive, stop_job_processes
-from fsdp_orch.render import Artifact
+from fsdp_orch.profiles import ProfileBase
+from fsdp_orch.render import Artifact, Templates, write_artifacts
 from fsdp_orch.states import JobState
+from fsdp_orch.store import Store
+from fsdp_orch.submission import Submission
 
 CANCEL_WAIT_S = 15.0
+
+
+class LocalProfile(ProfileBase):
+    kind: Literal["local"]
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    python: str = Field(default_factory=lambda: sys.executable or "python3")
+    procs_per_node: int | None = Field(default=None, gt=0)
+    rdzv_host: str = "127.0.0.1"
+    launchers: ClassVar[tuple[str, ...]] = ("torchrun", "accelerate", "python")
+
+    def default_procs_per_node(self) -> int:
+        return self.procs_per_node or 1
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -31,15 +51,18 @@ def free_port(host: str = "127.0.0.1") -> int:
 # supervisor re-attaching after the first one died (it is not the parent) still learns the outcome.
 _WRAPPER = 'bash "$1"; code=$?; echo "$code" > "$2.tmp" && mv -f "$2.tmp" "$2"; exit "$code"'
 LOST = -1000  # exit status of an attempt whose processes vanished without an exit record
+EXIT_FILE = "exit-node-0"
 
 
-@dataclass
-class LocalAttempt:
-    job_id: str
-    attempt: int
-    pgid: int
-    exit_file: Path
-    proc: subprocess.Popen | None = None  # None when adopted by a re-attached supervisor
+class LocalAttempt(FileObservation):
+    def __init__(self, submission: Submission, attempt: int, pgid: int,
+                 proc: subprocess.Popen | None = None):  # type: ignore[type-arg]
+        attempt_dir = Path(submission.attempt_dir(attempt))
+        super().__init__(submission.run_dir, attempt, attempt_dir)
+        self.job_id = submission.job_id
+        self.pgid = pgid
+        self.exit_file = attempt_dir / EXIT_FILE
+        self.proc = proc  # None when adopted by a re-attached supervisor
 
     @property
     def ref(self) -> str:
@@ -98,50 +121,86 @@ class LocalLauncher:
     def __init__(self, submission: Submission):
         self.submission = submission
 
-    def launch(self, plan: LaunchPlan, artifacts: list[Artifact]) -> LocalAttempt:
-        script = next(a.path for a in artifacts if a.name == "launch.sh")
-        console = Path(plan.attempt_dir) / "console-node-0.log"
-        console.parent.mkdir(parents=True, exist_ok=True)
-        exit_file = Path(plan.attempt_dir) / "exit-node-0"
-        with open(console, "ab") as out:
-            proc = subprocess.Popen(["bash", "-c", _WRAPPER, "fsdp-orch-attempt", script, str(exit_file)],
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, cwd=plan.attempt_dir)
-        return LocalAttempt(plan.job_id, plan.attempt, proc.pid, exit_file, proc)
-
-
-class LocalBackend:
-    kind = "local"
-
-    def attempt_launcher(self, submission: Submission) -> LocalLauncher:
-        return LocalLauncher(submission)
+    @property
+    def checkpoints(self) -> Storage:
+        return LOCAL
 
     def port_for_attempt(self, attempt: int) -> int:
         return free_port()
 
-    def adopt(self, submission: Submission, attempt: int, ref: str | None) -> LocalAttempt:
+    def launch(self, plan: LaunchPlan, artifacts: list[Artifact]) -> LocalAttempt:
+        write_artifacts(artifacts)
+        script = next(a.path for a in artifacts if a.name == LAUNCH_SCRIPT)
+        console = Path(plan.attempt_dir) / "console-node-0.log"
+        console.parent.mkdir(parents=True, exist_ok=True)
+        exit_file = Path(plan.attempt_dir) / EXIT_FILE
+        with open(console, "ab") as out:
+            proc = subprocess.Popen(["bash", "-c", _WRAPPER, "fsdp-orch-attempt", script, str(exit_file)],
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True, cwd=plan.attempt_dir)
+        return LocalAttempt(self.submission, plan.attempt, proc.pid, proc)
+
+    def adopt(self, attempt: int, ref: str | None) -> LocalAttempt:
         pgid = int(ref.split(":", 1)[1]) if ref and ref.startswith("pgid:") else 0
-        exit_file = Path(submission.attempt_dir(attempt)) / "exit-node-0"
-        return LocalAttempt(submission.job_id, attempt, pgid, exit_file)
+        return LocalAttempt(self.submission, attempt, pgid)
 
-    def spawn_supervisor(self, submission_home: str, job_id: str, run_dir: Path, reattach: bool) -> int:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}
-        env["FSDP_ORCH_HOME"] = submission_home
-        argv = [sys.executable, "-m", "fsdp_orch.supervise.supervisor", job_id]
-        if reattach:
-            argv.append("--reattach")
-        with open(run_dir / "supervisor.log", "ab") as log:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, close_fds=True, env=env, cwd=run_dir)
-        return proc.pid
 
-    def start(self, store: Any, submission: Submission) -> None:
-        run_dir = submission.run_dir
-        run_dir.mkdir(parents=True, exist_ok=True)
-        pid = self.spawn_supervisor(submission.home, submission.job_id, run_dir, reattach=False)
-        store.update(submission.job_id, supervisor_pid=pid)
+LAUNCH_SCRIPT = "launch.sh"
 
-    def cancel(self, store: Any, row: dict[str, Any]) -> str:
+
+def spawn_supervisor(submission: Submission, reattach: bool) -> int:
+    """The submission's supervisor command for its job, detached, logging to the run dir."""
+    if not submission.supervisor_command:
+        raise InputError("this submission names no supervisor to run", file=str(submission.run_dir))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}
+    env["FSDP_ORCH_HOME"] = submission.home
+    argv = [*submission.supervisor_command, submission.job_id]
+    if reattach:
+        argv.append("--reattach")
+    run_dir = submission.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "supervisor.log", "ab") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True, env=env, cwd=run_dir)
+    return proc.pid
+
+
+class LocalKind(ClusterKind):
+    name = "local"
+    profile_model = LocalProfile
+    main_template = "local.sh.j2"
+
+    def place(self, job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext) -> Placement:
+        assert isinstance(profile, LocalProfile)
+        if job.nodes != 1:
+            raise InputError(f"cluster {cluster!r} is this one machine; expected nodes: 1, got {job.nodes}",
+                             field="nodes")
+        device = profile.device if profile.device != "auto" else ("cuda" if ctx.local_has_gpu else "cpu")
+        return Placement(nnodes=1, nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
+                         device=device, rdzv_host=profile.rdzv_host)
+
+    def artifacts(self, plan: LaunchPlan, templates: Templates) -> list[Artifact]:
+        return [Artifact(f"{plan.attempt_dir}/{LAUNCH_SCRIPT}", templates(templates.main), True)]
+
+    def attempt_launcher(self, submission: Submission) -> LocalLauncher:
+        return LocalLauncher(submission)
+
+    def start(self, store: Store, submission: Submission) -> None:
+        store.update(submission.job_id, supervisor_pid=spawn_supervisor(submission, reattach=False))
+
+    def refresh(self, store: Store, rows: list[dict[str, Any]]) -> list[str]:
+        """Re-attach a supervisor to every job whose supervisor died; it adopts the attempt still
+        running (a lock in the run directory admits one supervisor per job)."""
+        reattached = []
+        for row in rows:
+            if not row["supervisor_pid"] or pid_alive(row["supervisor_pid"], must_contain=row["id"]):
+                continue
+            # The new supervisor records its own pid once it holds the job's lock.
+            spawn_supervisor(Submission.load(Path(row["run_dir"]), self), reattach=True)
+            reattached.append(row["id"])
+        return reattached
+
+    def cancel(self, store: Store, row: dict[str, Any]) -> str:
         job_id = row["id"]
         if not store.set_state(job_id, JobState.CANCELLED, reason="cancelled by user"):
             return f"{job_id} already ended ({store.job(job_id)['state']})"
@@ -157,4 +216,4 @@ class LocalBackend:
         return f"{job_id} cancelled"
 
 
-BACKEND = LocalBackend()
+KIND = LocalKind()

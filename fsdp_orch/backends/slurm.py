@@ -1,204 +1,74 @@
-"""The SLURM backend: submission through submitit; inside the allocation the supervisor runs once (on
-the first node) and launches each attempt as a job step across all nodes (``srun``, one task per
-node). A hang or crash ends the step and starts a new one in the same allocation; a time limit or
-preemption checkpoints and requeues through submitit (USR2 -> ``checkpoint()`` -> requeue)."""
+"""The SLURM kind. ``submit`` hands the rendered batch script (``sbatch.sh`` in the run directory) to
+``sbatch``; in the allocation it runs the fsdp-orch supervisor on the first node, which runs each
+attempt as a job step across all nodes (``slurm_allocation``). A hang or crash ends the step and
+starts a new one in the same allocation; the signal before the time limit (or a preemption) requeues
+the job, and the next allocation resumes from the latest complete checkpoint."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import socket
-import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.backends.base import Submission
+from fsdp_orch import command
+from fsdp_orch.backends import slurm_allocation
+from fsdp_orch.backends.base import ClusterKind
 from fsdp_orch.backends.slurm_parse import JOB_NAME_PREFIX, SACCT_FIELDS, latest_by_job, parse_sacct
-from fsdp_orch.errors import CommandError
-from fsdp_orch.plan import LaunchPlan
-from fsdp_orch.profiles import SlurmProfile
-from fsdp_orch.render import Artifact
+from fsdp_orch.backends.slurm_profile import SlurmProfile
+from fsdp_orch.command import run_command
+from fsdp_orch.errors import InputError
+from fsdp_orch.jobspec.schema import JobSpec
+from fsdp_orch.plan import LaunchPlan, Placement, PlanContext
+from fsdp_orch.profiles import ProfileBase
+from fsdp_orch.render import Artifact, Templates, write_artifacts
 from fsdp_orch.states import JobState
+from fsdp_orch.store import Store
+from fsdp_orch.submission import Submission
 
-SUBMITIT_DIR = "submitit"
-
-
-def time_minutes(limit: str) -> int:
-    """SLURM time syntax (minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]) to whole minutes (at least 1)."""
-    days = 0
-    if "-" in limit:
-        d, limit = limit.split("-", 1)
-        days = int(d)
-    parts = [int(p) for p in limit.split(":")]
-    if days:
-        parts += [0] * (3 - len(parts))
-        hours, minutes, seconds = parts
-    elif len(parts) == 1:
-        hours, minutes, seconds = 0, parts[0], 0
-    elif len(parts) == 2:
-        hours, minutes, seconds = 0, parts[0], parts[1]
-    else:
-        hours, minutes, seconds = parts
-    return max(1, days * 1440 + hours * 60 + minutes + (1 if seconds else 0))
+BATCH_SCRIPT = "sbatch.sh"
 
 
-def executor_parameters(submission: Submission) -> dict[str, Any]:
-    """submitit SlurmExecutor parameters from the profile and the plan; derived once, here."""
-    profile = submission.profile
-    assert isinstance(profile, SlurmProfile)
-    plan = submission.plan_only(0)
-    params: dict[str, Any] = {
-        "job_name": JOB_NAME_PREFIX + submission.job_id,
-        "nodes": plan.nnodes,
-        "ntasks_per_node": 1,
-        "time": time_minutes(profile.time),
-        "signal_delay_s": profile.signal_delay,
-        "stderr_to_stdout": True,
-        "setup": list(profile.setup),
-    }
-    for ours, theirs in (("partition", "partition"), ("account", "account"), ("qos", "qos"),
-                         ("constraint", "constraint"), ("mem", "mem"), ("cpus_per_task", "cpus_per_task")):
-        value = getattr(profile, ours)
-        if value:
-            params[theirs] = value
-    if profile.gpus_per_node:
-        params["gpus_per_node"] = profile.gpus_per_node
-    extra = {k: v for k, v in profile.sbatch_extra.items() if v is not False}
-    if extra:
-        params["additional_parameters"] = {k: ("" if v is True else v) for k, v in extra.items()}
-    return params
+def batch_script_path(plan: LaunchPlan) -> str:
+    return f"{plan.run_dir}/{BATCH_SCRIPT}"
 
 
-def make_executor(submission: Submission, *, render_only: bool = False):  # type: ignore[no-untyped-def]
-    import submitit
+class SlurmKind(ClusterKind):
+    name = "slurm"
+    profile_model = SlurmProfile
+    main_template = "slurm-node.sh.j2"
 
-    executor_class = submitit.SlurmExecutor
-    if render_only:  # submitit refuses to exist where srun is missing; rendering needs no SLURM
-        class RenderingExecutor(submitit.SlurmExecutor):
-            @classmethod
-            def affinity(cls) -> int:
-                return 1
+    def place(self, job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext) -> Placement:
+        assert isinstance(profile, SlurmProfile)
+        return Placement(nnodes=job.nodes, nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
+                         device="cuda" if profile.gpus_per_node else "cpu", rdzv_host=None)
 
-        executor_class = RenderingExecutor
-    executor = executor_class(folder=submission.run_dir / SUBMITIT_DIR, max_num_timeout=100)
-    executor.update_parameters(**executor_parameters(submission))
-    return executor
+    def artifacts(self, plan: LaunchPlan, templates: Templates) -> list[Artifact]:
+        """The batch script sbatch is given (one per job: the supervisor in the allocation), and the
+        script every node runs for an attempt."""
+        if not plan.supervisor_command:
+            raise InputError("a SLURM job needs the supervisor's command for its batch script")
+        return [Artifact(batch_script_path(plan), templates("slurm.sbatch.j2",
+                                                             job_name=JOB_NAME_PREFIX + plan.job_id), True),
+                Artifact(f"{plan.attempt_dir}/{slurm_allocation.NODE_SCRIPT}", templates(templates.main), True)]
 
-
-def batch_script(submission: Submission) -> str:
-    """The batch script submitit submits for this job (what ``render`` shows; nothing is submitted)."""
-    executor = make_executor(submission, render_only=True)
-    return executor._make_submission_file_text(executor._submitit_command_str, "render")
-
-
-def run_command(argv: list[str], timeout: float = 60) -> str:
-    """The one place this backend runs scheduler commands."""
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except FileNotFoundError:
-        raise CommandError(argv, 127, f"{argv[0]} not found on PATH") from None
-    if proc.returncode != 0:
-        raise CommandError(argv, proc.returncode, proc.stderr or proc.stdout)
-    return proc.stdout
-
-
-# --- inside the allocation ----------------------------------------------------------------------
-
-@dataclass
-class SlurmStep:
-    """One attempt: an ``srun`` job step over every node of the allocation."""
-
-    proc: subprocess.Popen
-    slurm_job: str
-    step_name: str
-
-    @property
-    def ref(self) -> str:
-        return f"slurm:{self.slurm_job}:{self.step_name}"
-
-    def poll(self) -> int | None:
-        return self.proc.poll()
-
-    def stop(self, grace: float) -> None:
-        step = self._step_id()
-        if step is not None:
-            subprocess.run(["scancel", f"{self.slurm_job}.{step}"], capture_output=True, check=False)
-        try:
-            self.proc.wait(timeout=grace + 5)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-    def _step_id(self) -> str | None:
-        out = subprocess.run(["squeue", "-h", "-s", "-j", self.slurm_job, "-o", "%i %j"],
-                             capture_output=True, text=True, check=False).stdout
-        for line in out.splitlines():
-            parts = line.split()
-            if len(parts) == 2 and parts[1] == self.step_name:
-                return parts[0].rsplit(".", 1)[-1]
-        return None
-
-
-def node_address() -> str:
-    """This node's address as the other nodes reach it (the rendezvous runs here, on node 0)."""
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
-
-
-class SlurmStepLauncher:
-    def __init__(self, submission: Submission):
-        self.submission = submission
+    def attempt_launcher(self, submission: Submission) -> slurm_allocation.SlurmStepLauncher:
+        return slurm_allocation.SlurmStepLauncher(submission)
 
     def allocation_ending(self) -> bool:
-        """Is SLURM taking this allocation away (requeue, preemption, time limit, cancel)?"""
-        job = os.environ.get("SLURM_JOB_ID")
-        if not job:
-            return False
-        out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True,
-                             check=False).stdout.strip()
-        return out != "RUNNING"
+        return slurm_allocation.allocation_ending()
 
-    def launch(self, plan: LaunchPlan, artifacts: list[Artifact]) -> SlurmStep:
-        script = next(a.path for a in artifacts if a.name == "node.sh")
-        slurm_job = os.environ["SLURM_JOB_ID"]
-        step_name = f"fsdp-orch-attempt-{plan.attempt}"
-        env = dict(os.environ)
-        env["RDZV_HOST"] = node_address()
-        argv = ["srun", "--overlap", f"--nodes={plan.nnodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-                f"--job-name={step_name}", f"--output={plan.attempt_dir}/console-node-%n.log", "bash", script]
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
-        return SlurmStep(proc, slurm_job, step_name)
+    def start(self, store: Store, submission: Submission) -> None:
+        plan, artifacts = submission.plan(0)
+        batch = [a for a in artifacts if a.path == batch_script_path(plan)]
+        write_artifacts(batch)
+        out = run_command(["sbatch", "--parsable", batch[0].path])
+        store.update(submission.job_id, backend_ref=f"slurm:{out.strip().split(';')[0]}")
 
+    def refresh(self, store: Store, rows: list[dict[str, Any]]) -> list[str]:
+        return refresh(store, rows)
 
-# --- the login node ------------------------------------------------------------------------------
-
-class SlurmBackend:
-    kind = "slurm"
-
-    def attempt_launcher(self, submission: Submission) -> SlurmStepLauncher:
-        return SlurmStepLauncher(submission)
-
-    def port_for_attempt(self, attempt: int) -> int:
-        from fsdp_orch.backends.local import free_port
-
-        return free_port("0.0.0.0")
-
-    def adopt(self, submission: Submission, attempt: int, ref: str | None) -> Any:
-        raise NotImplementedError("a SLURM attempt is never adopted: a requeued job starts the next attempt")
-
-    def start(self, store: Any, submission: Submission) -> None:
-        from fsdp_orch.backends.slurm_task import SlurmSupervisorTask
-
-        job = make_executor(submission).submit(SlurmSupervisorTask(submission.job_id, submission.home))
-        store.update(submission.job_id, backend_ref=f"slurm:{job.job_id}")
-
-    def cancel(self, store: Any, row: dict[str, Any]) -> str:
+    def cancel(self, store: Store, row: dict[str, Any]) -> str:
         job_id = row["id"]
         if not store.set_state(job_id, JobState.CANCELLED, reason="cancelled by user"):
             return f"{job_id} already ended ({store.job(job_id)['state']})"
@@ -208,8 +78,7 @@ class SlurmBackend:
             # SLURM marks the job CANCELLED at once; its steps take up to KillWait to go away.
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                left = subprocess.run(["squeue", "-h", "-s", "-j", slurm_id], capture_output=True,
-                                      text=True, check=False).stdout.strip()
+                left = command.run(["squeue", "-h", "-s", "-j", slurm_id]).stdout.strip()
                 if not left:
                     break
                 time.sleep(0.5)
@@ -234,13 +103,14 @@ def query(slurm_ids: list[str]):  # type: ignore[no-untyped-def]
 LOST_ALLOCATION = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 
 
-def refresh(store: Any, rows: list[dict[str, Any]], *, query_fn=None, resubmit_fn=None) -> None:  # type: ignore[no-untyped-def]
+def refresh(store: Any, rows: list[dict[str, Any]], *, query_fn=None, resubmit_fn=None) -> list[str]:  # type: ignore[no-untyped-def]
     """Settle active SLURM jobs whose allocation ended without the supervisor settling them (cancelled
     or failed while pending, node failure): one scheduler query for all of them. An allocation lost
-    to a node failure is resubmitted while the restart budget allows."""
+    to a node failure is resubmitted while the restart budget allows. Returns the ids it changed."""
     by_slurm = {sid: row for row in rows if (sid := slurm_job_id(row.get("backend_ref")))}
+    changed: list[str] = []
     if not by_slurm:
-        return
+        return changed
     records = (query_fn or query)(list(by_slurm))
     for sid, row in by_slurm.items():
         rec = records.get(sid)
@@ -250,21 +120,22 @@ def refresh(store: Any, rows: list[dict[str, Any]], *, query_fn=None, resubmit_f
         if mapped in (JobState.PENDING, JobState.RESTARTING) and row["state"] == JobState.RUNNING.value:
             # back in the queue (requeued, preempted): the next allocation resumes from a checkpoint
             store.set_state(row["id"], JobState.RESTARTING, reason=f"SLURM job {sid} is {rec.state} again")
+            changed.append(row["id"])
             continue
         if mapped is None or not mapped.is_terminal():
             continue
         fresh = store.job(row["id"])
         if not fresh or fresh["state"] != row["state"]:
             continue
+        changed.append(row["id"])
         if rec.state in LOST_ALLOCATION and _resubmit(store, fresh, sid, rec.state, resubmit_fn):
             continue
         store.set_state(row["id"], mapped, reason=f"SLURM job {sid} ended {rec.state} (exit {rec.exit_code})")
+    return changed
 
 
 def _resubmit(store: Any, row: dict[str, Any], sid: str, slurm_state: str, resubmit_fn) -> bool:  # type: ignore[no-untyped-def]
-    from fsdp_orch.backends.base import Submission
-
-    submission = Submission.load(Path(row["run_dir"]))
+    submission = Submission.load(Path(row["run_dir"]), KIND)
     policy = submission.job.restart
     attempt = max(0, int(row["attempts"]) - 1)
     allowed = ("preemption_or_node_lost" in policy.retry_on and int(row["restarts"]) < policy.max_restarts)
@@ -274,8 +145,8 @@ def _resubmit(store: Any, row: dict[str, Any], sid: str, slurm_state: str, resub
         return False
     store.end_attempt(row["id"], attempt, None)
     store.set_state(row["id"], JobState.RESTARTING, reason=f"SLURM job {sid} ended {slurm_state}: resubmitted")
-    (resubmit_fn or BACKEND.start)(store, submission)
+    (resubmit_fn or KIND.start)(store, submission)
     return True
 
 
-BACKEND = SlurmBackend()
+KIND = SlurmKind()

@@ -41,8 +41,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from fsdp_orch.jobspec.schema import FsdpOptions
 from fsdp_orch.runtime.dist import DistInfo
-from fsdp_orch.spec import FsdpOptions
 
 _RESHARD = {"FULL_SHARD": True, "SHARD_GRAD_OP": False, "HYBRID_SHARD": True,
             "HYBRID_SHARD_ZERO2": False, "NO_SHARD": False}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.spec import CheckpointPolicy, FsdpOptions, Watch
+from fsdp_orch.jobspec.schema import CheckpointPolicy, FsdpOptions, Watch
 
 DEFAULT_CHECKPOINT_DIR = "checkpoints"
 

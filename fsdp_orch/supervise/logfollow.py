@@ -1,9 +1,11 @@
-"""Following an attempt's log files as they are written, feeding each to its own LineScanner."""
+"""Following an attempt's logs as they are written (in chunks from its handle), feeding each log to
+its own LineScanner."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from collections.abc import Callable
+from pathlib import PurePosixPath
 
 from fsdp_orch.supervise.diagnose import Diagnosis, LineScanner, torchrun_root_cause
 
@@ -13,33 +15,30 @@ COMMUNICATION = frozenset({"nccl_timeout", "nccl_error", "gloo_timeout_or_peer_l
 
 
 class LogFollower:
-    """Reads only what was appended since the last poll. ``patterns`` are globs under ``root``."""
+    """``read_chunks`` gives what each log (named by its path in the attempt's folder) gained since
+    the last call; lines are scanned once they are whole."""
 
-    def __init__(self, root: Path, patterns: tuple[str, ...]):
-        self.root = root
-        self.patterns = patterns
-        self.offsets: dict[Path, int] = {}
-        self.partial: dict[Path, str] = {}
-        self.scanners: dict[Path, LineScanner] = {}
-        self.cause: tuple[Path, Diagnosis] | None = None
+    def __init__(self, read_chunks: Callable[[], list[tuple[str, bytes]]]):
+        self.read_chunks = read_chunks
+        self.partial: dict[str, str] = {}
+        self.scanners: dict[str, LineScanner] = {}
+        self.cause: tuple[str, Diagnosis] | None = None
         self.cause_line = ""
-        self.tail: dict[Path, list[str]] = {}
-
-    def files(self) -> list[Path]:
-        found: set[Path] = set()
-        for pattern in self.patterns:
-            found.update(self.root.glob(pattern))
-        return sorted(found)
+        self.tail: dict[str, list[str]] = {}
 
     def poll(self, final: bool = False) -> Diagnosis | None:
         """The first root cause seen so far (strong signatures only unless ``final``). New lines are
         read on every poll, also after a cause was found: torchrun's summary of which rank failed
         first comes later and can outrank a lost peer."""
-        fresh: list[tuple[Path, Diagnosis, str]] = []
-        for path in self.files():
+        fresh: list[tuple[str, Diagnosis, str]] = []
+        appended: dict[str, bytes] = {}
+        for source, data in self.read_chunks():
+            appended[source] = appended.get(source, b"") + data
+        sources = sorted(set(appended) | (set(self.partial) if final else set()))
+        for path in sources:
             scanner = self.scanners.setdefault(path, LineScanner())
             had_cause = scanner.first is not None
-            for line in self._new_lines(path, final):
+            for line in self._new_lines(path, appended.get(path, b""), final):
                 tail = self.tail.setdefault(path, [])
                 tail.append(line)
                 del tail[:-200]
@@ -59,14 +58,7 @@ class LogFollower:
                 return weak[0][1]
         return None
 
-    def _new_lines(self, path: Path, final: bool) -> list[str]:
-        try:
-            with open(path, "rb") as f:
-                f.seek(self.offsets.get(path, 0))
-                data = f.read()
-                self.offsets[path] = f.tell()
-        except OSError:
-            return []
+    def _new_lines(self, path: str, data: bytes, final: bool) -> list[str]:
         text = self.partial.pop(path, "") + data.decode("utf-8", errors="replace")
         lines = text.split("\n")
         if not final and lines and lines[-1]:
@@ -87,13 +79,8 @@ class LogFollower:
         """The local rank whose output held the cause, when the file or line prefix tells."""
         if self.cause is None:
             return None
-        path = self.cause[0]
+        path = PurePosixPath(self.cause[0])
         if path.parent.name.isdigit() and path.parent.parent.name.startswith("attempt_"):
             return int(path.parent.name)
         m = re.match(r"\[default(\d+)\]:", self.cause_line)
         return int(m.group(1)) if m else None
-
-
-def attempt_log_patterns() -> tuple[str, ...]:
-    """torchrun's per-rank files and the per-node console logs of an attempt directory."""
-    return ("node-*/*/attempt_*/*/stderr.log", "node-*/*/attempt_*/*/stdout.log", "console-node-*.log")

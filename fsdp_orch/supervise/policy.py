@@ -1,7 +1,9 @@
 """Restart policy: what to do after a failure, and how long to wait. Pure: no clock, no sleep.
 
-The delay is tenacity's exponential wait (``initial * multiplier**(n-1)``, capped at ``max``) plus a
-uniform jitter drawn from an injected random generator.
+The delay is exponential (``initial * multiplier**(n-1)``, capped at ``max``) plus a uniform jitter
+drawn from an injected random generator. It is written out rather than taken from tenacity: the
+restart loop is not a retried call (each failure is classified, recorded and decided on before the
+wait), and tenacity's wait strategies want the state of its own retry loop.
 """
 
 from __future__ import annotations
@@ -9,10 +11,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from tenacity import RetryCallState, wait_exponential
-
 from fsdp_orch.categories import NOT_RETRYABLE
-from fsdp_orch.spec import RestartPolicy
+from fsdp_orch.jobspec.schema import RestartPolicy
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,8 @@ def decide(policy: RestartPolicy, history: list[FailureRecord], restarts_done: i
 def backoff_delay(policy: RestartPolicy, restart_number: int, rng: random.Random) -> float:
     """Seconds to wait before restart number ``restart_number`` (1 for the first restart)."""
     b = policy.backoff
-    state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
-    state.attempt_number = restart_number
-    exponential = wait_exponential(multiplier=b.initial, exp_base=b.multiplier, max=b.max)(state)
+    try:
+        exponential = min(b.initial * b.multiplier ** (restart_number - 1), b.max)
+    except OverflowError:
+        exponential = b.max
     return float(exponential) + (rng.uniform(0.0, b.jitter) if b.jitter > 0 else 0.0)

@@ -1,7 +1,8 @@
 """The supervisor: runs attempts, watches heartbeats and logs, classifies failures, restarts from the
-latest complete checkpoint with backoff (tenacity; clock, sleep and randomness injected).
+latest complete checkpoint with backoff (clock, sleep and randomness injected).
 
-Backend-agnostic: a backend supplies an AttemptLauncher (launch / adopt an attempt).
+Kind-agnostic: it sees the cluster only through the attempt launcher and the attempt handles its
+kind gives it (``backends.base``).
 """
 
 from __future__ import annotations
@@ -13,19 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tenacity import RetryCallState, Retrying, retry_if_exception
-
-from fsdp_orch.backends.base import Submission
+from fsdp_orch.backends.base import AllocationEnding, AttemptHandle, AttemptLauncher
 from fsdp_orch.checkpoints import latest_complete, move_aside, partial_newer_than_latest
-from fsdp_orch.heartbeats import read_heartbeats
-from fsdp_orch.render import write_artifacts
-from fsdp_orch.spec import Watch
+from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.states import TERMINAL_NAMES, JobState
 from fsdp_orch.store import Store
-from fsdp_orch.supervise.attempt import AttemptHandle, AttemptLauncher
+from fsdp_orch.submission import Submission
 from fsdp_orch.supervise.diagnose import Diagnosis, diagnose_exit
 from fsdp_orch.supervise.hang_evidence import stuck_ranks_evidence, with_flight_recorder
-from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower, attempt_log_patterns
+from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower
 from fsdp_orch.supervise.policy import Decision, FailureRecord, backoff_delay, decide
 from fsdp_orch.supervise.watchdog import StepClock, check_hang, no_signal, scripts_finished_at
 
@@ -49,11 +46,6 @@ class Cancelled(Exception):
     pass
 
 
-class AllocationEnding(Exception):
-    """The scheduler is taking the allocation away (requeue, preemption, time limit): the next
-    allocation goes on with the next attempt; restarting inside this one would be lost work."""
-
-
 class StopFlag:
     """Set by SIGTERM/SIGINT to the supervisor: treated as a cancel."""
 
@@ -74,7 +66,6 @@ class Adopt:
 
     attempt: int
     handle: AttemptHandle
-    resume_from: str | None
 
 
 class Supervisor:
@@ -82,7 +73,7 @@ class Supervisor:
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
                  rng: random.Random | None = None, stop_flag: StopFlag | None = None,
                  backoff_sleep: Callable[[float], None] | None = None,
-                 port_for_attempt: Callable[[int], int | None] | None = None, local_has_gpu: bool = False):
+                 allocation_ending: Callable[[], bool] = lambda: False, local_has_gpu: bool = False):
         self.store = store
         self.sub = submission
         self.launcher = launcher
@@ -91,82 +82,81 @@ class Supervisor:
         self.backoff_sleep = backoff_sleep or self._sleep_unless_cancelled
         self.rng = rng or random.Random()
         self.stop_flag = stop_flag or StopFlag()
-        self.port_for_attempt = port_for_attempt or (lambda attempt: None)
+        self.allocation_ending = allocation_ending
         self.local_has_gpu = local_has_gpu
         self.job_id = submission.job_id
         self.history: list[FailureRecord] = []
         self._last_step: int | None = None
         self._last_ckpt: int | None = None
-        self._decision: Decision | None = None
         self._hang_detection_off: str | None = None
 
     # --- the loop ---------------------------------------------------------------------------
 
     def run(self, adopt: Adopt | None = None, first_attempt: int = 0) -> JobState:
-        restart_policy = self.sub.job.restart
-        next_attempt = [adopt.attempt if adopt else first_attempt]
-        pending_adopt = [adopt]
-
-        def attempt_once() -> None:
-            attempt = next_attempt[0]
-            next_attempt[0] += 1
-            current, pending_adopt[0] = pending_adopt[0], None
-            self._run_attempt(attempt, current)
-
-        def should_restart(exc: BaseException) -> bool:
-            if not isinstance(exc, AttemptFailed):
-                return False
-            attempt = next_attempt[0] - 1
-            record = FailureRecord(attempt, exc.record.category, exc.record.checkpoint_before,
-                                   exc.record.checkpoint_after)
-            self.history.append(record)
-            if exc.diagnosis.category == "preemption_or_node_lost" and self._allocation_ending():
-                self.store.add_failure(self.job_id, attempt=attempt, category=exc.diagnosis.category,
-                                       evidence=exc.diagnosis.evidence, action="requeue",
-                                       stalled_for_s=exc.stalled_for_s, now=exc.detected_at)
-                self.store.set_state(self.job_id, JobState.RESTARTING, reason="the scheduler requeued the job",
-                                     now=self.clock())
-                raise AllocationEnding()
-            self._decision = decide(restart_policy, self.history, restarts_done=attempt)
-            self.store.add_failure(self.job_id, attempt=attempt, category=exc.diagnosis.category,
-                                   evidence=exc.diagnosis.evidence,
-                                   action="restart" if self._decision.restart else "give_up",
-                                   stalled_for_s=exc.stalled_for_s, now=exc.detected_at)
-            return self._decision.restart
-
-        def wait(state: RetryCallState) -> float:
-            return backoff_delay(restart_policy, state.attempt_number, self.rng)
-
-        def before_sleep(state: RetryCallState) -> None:
-            self.store.set_state(self.job_id, JobState.RESTARTING, reason=self._decision.reason
-                                 if self._decision else None, now=self.clock())
-
-        def sleep_then_check(seconds: float) -> None:
-            self.backoff_sleep(seconds)
-            if self._cancel_requested():
-                raise Cancelled()
-
-        retrying = Retrying(sleep=sleep_then_check, wait=wait,
-                            retry=retry_if_exception(should_restart), before_sleep=before_sleep,
-                            reraise=True)
+        """Attempt, decide, back off, attempt again, until an attempt succeeds or the policy gives up."""
+        attempt = adopt.attempt if adopt else first_attempt
+        restarts = 0  # in this run of the supervisor: the exponent of the backoff
         try:
-            retrying(attempt_once)
+            while True:
+                try:
+                    self._run_attempt(attempt, adopt)
+                except AttemptFailed as failed:
+                    decision = self._decide(attempt, failed)
+                    if not decision.restart:
+                        reason = (f"{failed.diagnosis.category}: {failed.diagnosis.evidence or 'no evidence'}; "
+                                  f"{decision.reason}")
+                        self.store.set_state(self.job_id, JobState.FAILED, reason=reason, now=self.clock())
+                        return JobState.FAILED
+                    restarts += 1
+                    self.store.set_state(self.job_id, JobState.RESTARTING, reason=decision.reason,
+                                         now=self.clock())
+                    self.backoff_sleep(backoff_delay(self.sub.job.restart, restarts, self.rng))
+                    if self._cancel_requested():
+                        raise Cancelled() from None
+                    attempt, adopt = attempt + 1, None
+                    continue
+                self.store.set_state(self.job_id, JobState.SUCCEEDED, reason=None, now=self.clock())
+                return JobState.SUCCEEDED
         except Cancelled:
             self.store.set_state(self.job_id, JobState.CANCELLED, reason="cancelled", now=self.clock())
             return JobState.CANCELLED
-        except AllocationEnding:
+        except AllocationEnding as ending:
+            self._requeued(attempt, ending.evidence)
+            if ending.requeue is not None:
+                ending.requeue()
             return JobState.RESTARTING
-        except AttemptFailed as exc:
-            reason = (f"{exc.diagnosis.category}: {exc.diagnosis.evidence or 'no evidence'}; "
-                      f"{self._decision.reason if self._decision else 'not restarted'}")
-            self.store.set_state(self.job_id, JobState.FAILED, reason=reason, now=self.clock())
-            return JobState.FAILED
-        self.store.set_state(self.job_id, JobState.SUCCEEDED, reason=None, now=self.clock())
-        return JobState.SUCCEEDED
 
-    def _allocation_ending(self) -> bool:
-        ending = getattr(self.launcher, "allocation_ending", None)
-        return bool(ending and ending())
+    def _decide(self, attempt: int, failed: AttemptFailed) -> Decision:
+        """Record the failure and what is done about it."""
+        record = FailureRecord(attempt, failed.record.category, failed.record.checkpoint_before,
+                               failed.record.checkpoint_after)
+        self.history.append(record)
+        if failed.diagnosis.category == "preemption_or_node_lost" and self.allocation_ending():
+            self.store.add_failure(self.job_id, attempt=attempt, category=failed.diagnosis.category,
+                                   evidence=failed.diagnosis.evidence, action="requeue",
+                                   stalled_for_s=failed.stalled_for_s, now=failed.detected_at)
+            self.store.set_state(self.job_id, JobState.RESTARTING, reason="the scheduler requeued the job",
+                                 now=self.clock())
+            raise AllocationEnding("") from None
+        decision = decide(self.sub.job.restart, self.history, restarts_done=attempt)
+        self.store.add_failure(self.job_id, attempt=attempt, category=failed.diagnosis.category,
+                               evidence=failed.diagnosis.evidence,
+                               action="restart" if decision.restart else "give_up",
+                               stalled_for_s=failed.stalled_for_s, now=failed.detected_at)
+        return decision
+
+    def _requeued(self, attempt: int, evidence: str) -> None:
+        """The scheduler warned that the allocation ends (its signal before the time limit): record
+        it; the next allocation resumes from the latest complete checkpoint."""
+        if not evidence:
+            return  # recorded by _decide already
+        row = self.store.job(self.job_id)
+        if row is None or row["state"] in TERMINAL_NAMES:
+            return
+        self.store.add_failure(self.job_id, attempt=attempt, category="preemption_or_node_lost",
+                               evidence=evidence, action="requeue", now=self.clock())
+        self.store.set_state(self.job_id, JobState.RESTARTING, reason="requeued by the scheduler",
+                             now=self.clock())
 
     def _sleep_unless_cancelled(self, seconds: float) -> None:
         """Backoff, cut short by a cancel (recorded through the injected sleep)."""
@@ -181,28 +171,25 @@ class Supervisor:
     # --- one attempt ------------------------------------------------------------------------
 
     def _run_attempt(self, attempt: int, adopt: Adopt | None) -> None:
-        checkpoint_dir = Path(self.sub.job_checkpoint_dir()).expanduser()
+        checkpoint_dir = Path(self.sub.checkpoint_dir).expanduser()
         before = self._checkpoint_step(checkpoint_dir)
         if adopt is not None:
-            handle, resume_from = adopt.handle, adopt.resume_from
-            plan_dir = Path(self.sub.attempt_dir(attempt))
+            handle = adopt.handle
             started = self._attempt_start_time(attempt)
         else:
             resume_from, resume_step = self._resume_point(attempt, checkpoint_dir)
             plan, artifacts = self.sub.plan(attempt, resume_from=resume_from, resume_step=resume_step,
-                                            rdzv_port=self.port_for_attempt(attempt),
+                                            rdzv_port=self.launcher.port_for_attempt(attempt),
                                             local_has_gpu=self.local_has_gpu)
-            write_artifacts(artifacts)
             started = self.clock()
             self.store.start_attempt(self.job_id, attempt, resume_from=resume_from, now=started)
             if self._cancel_requested():
                 raise Cancelled()
             handle = self.launcher.launch(plan, artifacts)
-            plan_dir = Path(plan.attempt_dir)
             self.store.update(self.job_id, backend_ref=handle.ref)
-        follower = LogFollower(plan_dir, attempt_log_patterns())
+        follower = LogFollower(handle.log_chunks)
         clock = StepClock()
-        world = self.sub.world_size()
+        world = self.sub.world_size
         watch = self.sub.job.watch
 
         def stop() -> None:
@@ -212,14 +199,14 @@ class Supervisor:
         def fail(diagnosis: Diagnosis, stalled: float | None, detected_at: float | None = None) -> AttemptFailed:
             now = self.clock() if detected_at is None else detected_at
             stop()
-            return AttemptFailed(with_flight_recorder(diagnosis, plan_dir), now, stalled, before,
-                                 self._checkpoint_step(checkpoint_dir))
+            return AttemptFailed(with_flight_recorder(diagnosis, handle.flight_recorder_dumps()), now, stalled,
+                                 before, self._checkpoint_step(checkpoint_dir))
 
         comm_seen: float | None = None
         first_step_seen = False
         while True:
             code = handle.poll()
-            beats = read_heartbeats(self.sub.run_dir, attempt)
+            beats = handle.heartbeats()
             for beat in beats.values():
                 if beat.rank == 0:
                     clock.observe(beat)
@@ -240,7 +227,7 @@ class Supervisor:
                         f"every rank finished its script, then the attempt ended with exit code {code} "
                         "while the processes shut down (gloo/NCCL teardown): counted as done"))
                     return
-                cause = with_flight_recorder(self._cause_at_exit(code, follower), plan_dir)
+                cause = with_flight_recorder(self._cause_at_exit(code, follower), handle.flight_recorder_dumps())
                 raise AttemptFailed(cause, self.clock(), None, before, self._checkpoint_step(checkpoint_dir))
             cause = follower.poll()
             if cause is not None:
@@ -262,7 +249,7 @@ class Supervisor:
             verdict = check_hang(beats, world_size=world, attempt_started=started, now=detected_at,
                                  watch=watch, clock=clock)
             if verdict is not None:
-                where, stacks = stuck_ranks_evidence(verdict, beats, plan_dir)
+                where, stacks = stuck_ranks_evidence(verdict, handle.capture_stacks(beats))
                 if stacks is not None:
                     self.store.add_event(self.job_id, attempt=attempt, kind="stacks",
                                          message=f"stacks of the hung attempt: {stacks}")
@@ -278,14 +265,15 @@ class Supervisor:
         partial ones newer than it: a script's own "latest" logic would take them (HF's
         ``get_last_checkpoint`` takes the highest number, complete or not)."""
         # The runtime's own step-N folders are left to it: it skips and prunes partial ones.
-        partial = [c for c in partial_newer_than_latest(checkpoint_dir) if c.layout != "dcp"]
-        for src, dst in move_aside(partial, checkpoint_dir, f"attempt-{attempt}"):
+        storage = self.launcher.checkpoints
+        partial = [c for c in partial_newer_than_latest(checkpoint_dir, storage) if c.layout != "dcp"]
+        for src, dst in move_aside(partial, checkpoint_dir, f"attempt-{attempt}", storage):
             self.store.add_event(self.job_id, attempt=attempt, kind="checkpoint_moved_aside",
                                  message=f"{src} is incomplete and newer than the latest complete "
                                          f"checkpoint: moved to {dst}")
         if attempt == 0 and self.sub.job.checkpoint.resume != "auto":
             return None, None  # never, or an explicit path the runtime reads from FSDP_ORCH_RESUME
-        info = latest_complete(checkpoint_dir)
+        info = latest_complete(checkpoint_dir, storage)
         return (str(info.path), info.step) if info is not None else (None, None)
 
     def _record_hang_detection(self, beats: dict, started: float, watch: Watch) -> None:  # type: ignore[type-arg]
@@ -346,9 +334,8 @@ class Supervisor:
         self.store.update(self.job_id, progress_step=lead.step, progress_loss=lead.loss,
                           progress_at=lead.progress_time)
 
-    @staticmethod
-    def _checkpoint_step(checkpoint_dir: Path) -> int | None:
-        info = latest_complete(checkpoint_dir)
+    def _checkpoint_step(self, checkpoint_dir: Path) -> int | None:
+        info = latest_complete(checkpoint_dir, self.launcher.checkpoints)
         return info.step if info else None
 
     def _record_checkpoint(self, checkpoint_dir: Path) -> None:
@@ -359,13 +346,13 @@ class Supervisor:
 
 
 def run_supervisor(job_id: str, reattach: bool = False, in_allocation: bool = False) -> int:
-    """Entry point of ``python -m fsdp_orch.supervise.supervisor JOB_ID [--reattach]``, and of the
-    SLURM task inside the allocation (``in_allocation``: submitit owns the signals, and a requeued job
-    goes on with its next attempt)."""
+    """Entry point of ``python -m fsdp_orch.supervise.supervisor JOB_ID [--reattach | --in-allocation]``.
+    ``in_allocation``: run by a scheduler's batch script (SLURM), which owns the signals; a requeued
+    job goes on with its next attempt."""
     import fcntl
     import os
 
-    from fsdp_orch.backends import backend_for_kind
+    from fsdp_orch.backends.registry import cluster_kind
     from fsdp_orch.resources import home, local_has_gpu
     from fsdp_orch.store import default_path
 
@@ -382,15 +369,15 @@ def run_supervisor(job_id: str, reattach: bool = False, in_allocation: bool = Fa
     except BlockingIOError:
         print(f"fsdp-orch supervisor: job {job_id} already has a supervisor", flush=True)
         return 0
-    submission = Submission.load(run_dir)
+    kind = cluster_kind(row["kind"])
+    submission = Submission.load(run_dir, kind)
     store.update(job_id, supervisor_pid=os.getpid())
     stop_flag = StopFlag()
     if not in_allocation:
         stop_flag.install()
-    backend = backend_for_kind(row["kind"])
-    supervisor = Supervisor(store, submission, backend.attempt_launcher(submission),
-                            stop_flag=stop_flag, port_for_attempt=backend.port_for_attempt,
-                            local_has_gpu=local_has_gpu())
+    launcher = kind.attempt_launcher(submission)
+    supervisor = Supervisor(store, submission, launcher, stop_flag=stop_flag,
+                            allocation_ending=kind.allocation_ending, local_has_gpu=local_has_gpu())
     adopt = None
     first_attempt = 0
     if in_allocation:
@@ -404,11 +391,10 @@ def run_supervisor(job_id: str, reattach: bool = False, in_allocation: bool = Fa
             already = {(f["attempt"], f["action"]) for f in _failures(store, job_id)}
             if (last, "requeue") not in already:
                 store.add_failure(job_id, attempt=last, category="preemption_or_node_lost",
-                                  evidence="the SLURM allocation ended during the attempt (requeued)",
+                                  evidence="the allocation ended during the attempt (requeued)",
                                   action="requeue")
             store.end_attempt(job_id, last, None)
-        print(f"fsdp-orch supervisor: job {job_id} in SLURM job {os.environ.get('SLURM_JOB_ID')}, "
-              f"attempt {first_attempt}", flush=True)
+        print(f"fsdp-orch supervisor: job {job_id} in its allocation, attempt {first_attempt}", flush=True)
     elif reattach:
         fresh = store.job(job_id)
         if fresh is None or fresh["state"] in TERMINAL_NAMES:
@@ -416,8 +402,7 @@ def run_supervisor(job_id: str, reattach: bool = False, in_allocation: bool = Fa
         attempts = {a["attempt"]: a for a in store.attempts(job_id)}
         if fresh["state"] == "RUNNING" and attempts:
             attempt = max(attempts)
-            handle = backend.adopt(submission, attempt, fresh["backend_ref"])
-            adopt = Adopt(attempt, handle, attempts[attempt].get("resume_from"))
+            adopt = Adopt(attempt, launcher.adopt(attempt, fresh["backend_ref"]))
             print(f"fsdp-orch supervisor: re-attached to job {job_id} attempt {attempt}", flush=True)
         else:  # died before launching, or while backing off: the next attempt starts now
             first_attempt = max(attempts) + 1 if attempts else 0
@@ -425,8 +410,6 @@ def run_supervisor(job_id: str, reattach: bool = False, in_allocation: bool = Fa
     try:
         state = supervisor.run(adopt, first_attempt)
     except SystemExit:
-        if in_allocation:  # submitit checkpointed and requeued the job (time limit or preemption)
-            raise
         store.set_state(job_id, JobState.FAILED, reason="supervisor exited")
         raise
     except BaseException as exc:
@@ -445,4 +428,5 @@ def _failures(store: Store, job_id: str) -> list[dict]:  # type: ignore[type-arg
 if __name__ == "__main__":
     import sys
 
-    raise SystemExit(run_supervisor(sys.argv[1], reattach="--reattach" in sys.argv[2:]))
+    raise SystemExit(run_supervisor(sys.argv[1], reattach="--reattach" in sys.argv[2:],
+                                    in_allocation="--in-allocation" in sys.argv[2:]))

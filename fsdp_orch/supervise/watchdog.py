@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from fsdp_orch.heartbeats import Heartbeat
-from fsdp_orch.spec import Watch
+from fsdp_orch.jobspec.schema import Watch
 
 MIN_SAMPLES_FOR_ADAPTIVE = 5
 

@@ -18,12 +18,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from planning import plan_on
+from planning import render as render_plan
 
-from fsdp_orch.plan import PlanContext, make_plan
-from fsdp_orch.profiles import parse_profile
-from fsdp_orch.render import Artifact, render_plan, write_artifacts
+from fsdp_orch.backends.registry import parse_profile
+from fsdp_orch.jobspec.loading import load_job
+from fsdp_orch.jobspec.schema import JobSpec
+from fsdp_orch.plan import PlanContext
+from fsdp_orch.render import Artifact, write_artifacts
 from fsdp_orch.resources import builtin_dir
-from fsdp_orch.spec import JobSpec, load_job
+from fsdp_orch.supervise import SUPERVISOR_MODULE
 
 PAYLOADS = [
     "$(touch PWNED)", "`touch PWNED`", "it's", 'say "hi"', "a;touch PWNED", "a && touch PWNED",
@@ -93,9 +97,9 @@ def render(box: dict[str, Path], job_file: Path, profile_file: Path,
            overrides: list[str] | None = None) -> tuple[JobSpec, list[Artifact]]:
     job, _ = load_job(job_file, overrides)
     profile = parse_profile(profile_file)
-    ctx = PlanContext(job_id="jinj", attempt=0, home=str(box["home"]), job_dir=str(box["tmp"]))
-    artifacts = render_plan(make_plan(job, profile, profile.kind, ctx),
-                            search=[builtin_dir("templates")])
+    ctx = PlanContext(job_id="jinj", attempt=0, home=str(box["home"]), job_dir=str(box["tmp"]),
+                      supervisor_command=(str(box["stub"]), "-m", SUPERVISOR_MODULE))
+    artifacts = render_plan(plan_on(job, profile, profile.kind, ctx), search=[builtin_dir("templates")])
     write_artifacts(artifacts)
     return job, artifacts
 
@@ -210,22 +214,16 @@ def test_slurm_node_script_refuses_to_run_outside_a_job_step(box: dict[str, Path
     assert not box["record"].exists()
 
 
-def test_slurm_batch_script_through_fake_srun(box: dict[str, Path]) -> None:
-    """sbatch.sh end to end, with scontrol and srun stand-ins that run the step on this machine."""
-    fake = box["tmp"] / "fake-slurm"
-    fake.mkdir()
-    (fake / "scontrol").write_text("#!/bin/bash\necho node-a\necho node-b\n")
-    (fake / "srun").write_text('#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\n'
-                               'SLURM_NODEID=0 exec "$@"\n')
-    for tool in fake.iterdir():
-        tool.chmod(0o755)
-    job, artifacts = render(box, write_job(box, nodes=2), write_profile(box, "slurm"))
+def test_slurm_batch_script_runs_the_supervisor_with_literal_values(box: dict[str, Path]) -> None:
+    """sbatch.sh as SLURM would run it: the hostile job name stays in its comments, and the
+    supervisor gets the job id and a home with shell syntax in it, literally."""
+    _, artifacts = render(box, write_job(box, nodes=2), write_profile(box, "slurm", setup=["true"]))
     (batch,) = [a for a in artifacts if a.name == "sbatch.sh"]
     comment_lines_hold(batch)
-    run_script(box, batch, {"SLURM_JOB_NODELIST": "node-[a-b]"}, path_prefix=fake)
+    run_script(box, batch, {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node-[a-b]"})
     (record,) = records(box)
-    assert_literal(job, record, [job.script or "", *PAYLOADS])
-    assert record["env"]["RDZV_HOST"] == "node-a"
+    assert record["argv"] == ["-m", SUPERVISOR_MODULE, "jinj", "--in-allocation"]
+    assert record["env"]["FSDP_ORCH_HOME"] == str(box["home"])
     assert_nothing_ran(box)
 
 

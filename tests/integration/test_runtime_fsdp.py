@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from fsdp_orch.jobspec.schema import FsdpOptions
 from fsdp_orch.runtime.fsdp import wrap_targets
-from fsdp_orch.spec import FsdpOptions
 
 STEPS = ["--steps", "6"]
 REPO = Path(__file__).resolve().parents[2]

@@ -7,13 +7,15 @@ import json
 import os
 import random
 import signal
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from fsdp_orch.backends.local import LocalLauncher, free_port
-from fsdp_orch.proctree import job_processes, pid_alive
+from fsdp_orch.backends.local import LocalLauncher
+from fsdp_orch.backends.slurm_allocation import on_time_limit_warning
+from fsdp_orch.proctree import job_processes, pid_alive, stop_job_processes
 from fsdp_orch.states import JobState
 from fsdp_orch.store import Store
 from fsdp_orch.submit import record_submission
@@ -38,7 +40,7 @@ def supervise_in_process(tmp_path: Path, job: Path) -> tuple[Supervisor, Store, 
     job_id, _, submission = record_submission(store, job, "local", home_dir=home)
     slept: list[float] = []
     sup = Supervisor(store, submission, LocalLauncher(submission), backoff_sleep=slept.append,
-                     rng=random.Random(0), port_for_attempt=lambda attempt: free_port())
+                     rng=random.Random(0))
     return sup, store, job_id, slept
 
 
@@ -94,3 +96,29 @@ def test_killing_the_supervisor_and_reattaching_keeps_one_attempt_and_succeeds(c
     assert final["state"] == "SUCCEEDED", final
     assert final["attempts"] == 1 and final["failures"] == []
     assert final["progress"]["step"] == 60
+
+
+def test_the_warning_before_a_time_limit_records_a_requeue_and_asks_for_it(tmp_path):
+    """SLURM's signal before the time limit (USR2 to the batch shell, which is the supervisor),
+    through the handler the SLURM kind installs; the requeue itself is SLURM's `scontrol requeue`,
+    recorded here instead. The attempt is left to the scheduler, which ends it with the allocation."""
+    job = tmp_path / "sleepy.yaml"
+    job.write_text("name: sleepy\nlauncher: python\ncommand: [sleep, '60']\n")
+    sup, store, job_id, slept = supervise_in_process(tmp_path, job)
+    asked: list[str] = []
+    previous = signal.getsignal(signal.SIGUSR2)
+    on_time_limit_warning(requeue=lambda: asked.append(store.job(job_id)["state"]))
+    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGUSR2))
+    timer.start()
+    try:
+        assert sup.run() is JobState.RESTARTING
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR2, previous)
+        stop_job_processes(job_id, grace=2.0)
+    assert asked == ["RESTARTING"]  # recorded before the scheduler is asked to requeue
+    status = json.loads(store.status_json(job_id))
+    assert status["state"] == "RESTARTING" and slept == []
+    [failure] = status["failures"]
+    assert failure["action"] == "requeue" and failure["category"] == "preemption_or_node_lost"
+    assert "time limit or preemption" in failure["evidence"]

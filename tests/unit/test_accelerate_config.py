@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from planning import CONTEXT, plan_on, render
 
-from fsdp_orch.accelerate_config import accelerate_to_spec
+from fsdp_orch.backends.registry import parse_profile
 from fsdp_orch.errors import InputError
-from fsdp_orch.plan import PlanContext, make_plan
-from fsdp_orch.profiles import parse_profile
-from fsdp_orch.render import render_plan
+from fsdp_orch.jobspec.accelerate import accelerate_to_spec
+from fsdp_orch.jobspec.loading import load_job
 from fsdp_orch.resources import builtin_dir
-from fsdp_orch.spec import load_job
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BERT = FIXTURES / "accelerate" / "fsdp_bert.yaml"
@@ -124,8 +123,8 @@ def test_rendered_accelerate_config_reads_back_the_same(tmp_path: Path) -> None:
     """The accelerate_config.yaml we write, fed back in, gives the same FSDP options."""
     job, _ = load_job(job_file(tmp_path), ["launcher=accelerate"], accelerate_config=BERT)
     profile = parse_profile(FIXTURES / "clusters" / "slurm.yaml")
-    plan = make_plan(job, profile, "slurm", PlanContext(job_id="j", attempt=0, home="/h", job_dir="/j"))
-    (art,) = [a for a in render_plan(plan, search=[builtin_dir("templates")])
+    plan = plan_on(job, profile, "slurm", CONTEXT)
+    (art,) = [a for a in render(plan, search=[builtin_dir("templates")])
               if a.name == "accelerate_config.yaml"]
     rendered = yaml.safe_load(art.text)
     assert rendered["distributed_type"] == "FSDP"

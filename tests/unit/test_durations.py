@@ -6,7 +6,7 @@ import pytest
 
 from fsdp_orch.durations import format_duration, parse_duration
 from fsdp_orch.errors import InputError
-from fsdp_orch.spec import load_job_text
+from fsdp_orch.jobspec.loading import load_job_text
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

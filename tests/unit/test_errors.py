@@ -105,8 +105,6 @@ def test_render_out_writes_every_artifact(sandbox: Path, capsys: pytest.CaptureF
     materialize(sandbox, {"job.yaml": OK_JOB})
     code, out, _ = run_cli(capsys, "render", "job.yaml", "--cluster", "slurm", "--out", "out")
     assert code == 0
-    assert sorted(p.name for p in (sandbox / "out").iterdir()) == [
-        "job.json", "node.sh", "sbatch-submitit.sh", "sbatch.sh"]
-    assert out.split() == [str(Path("out") / n) for n in ("job.json", "sbatch.sh", "node.sh",
-                                                          "sbatch-submitit.sh")]
+    assert sorted(p.name for p in (sandbox / "out").iterdir()) == ["job.json", "node.sh", "sbatch.sh"]
+    assert out.split() == [str(Path("out") / n) for n in ("job.json", "sbatch.sh", "node.sh")]
     assert ((sandbox / "out" / "node.sh").stat().st_mode & 0o777) == 0o755

@@ -16,21 +16,22 @@ from typing import Any
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from planning import SUPERVISOR, plan_on, render
 from pydantic import BaseModel
 
+from fsdp_orch.backends.registry import parse_profile, profile_models
 from fsdp_orch.errors import InputError
-from fsdp_orch.plan import PlanContext, make_plan
-from fsdp_orch.profiles import PROFILE_MODELS, parse_profile
-from fsdp_orch.render import render_plan
+from fsdp_orch.jobspec.loading import load_job, load_job_text
+from fsdp_orch.jobspec.schema import JobSpec
+from fsdp_orch.plan import PlanContext
 from fsdp_orch.resources import builtin_dir
-from fsdp_orch.spec import JobSpec, load_job, load_job_text
 
 # FSDP_ORCH_FUZZ_EXAMPLES=5000 for a longer hunt; the default keeps the unit suite fast.
 FUZZ = settings(max_examples=int(os.environ.get("FSDP_ORCH_FUZZ_EXAMPLES", "200")), deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 TMP = Path(tempfile.mkdtemp(prefix="fsdp-orch-fuzz-"))
 BUILTIN_PROFILES = {kind: parse_profile(builtin_dir("clusters") / f"{kind}.yaml")
-                    for kind in PROFILE_MODELS}
+                    for kind in profile_models()}
 
 
 def loads_or_input_error(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -109,11 +110,11 @@ def test_whatever_loads_plans_and_renders(doc: dict[str, Any], kind: str) -> Non
     job = loads_or_input_error(load_job_text, _dump(doc))
     if job is None:
         return
-    ctx = PlanContext(job_id="fuzz", attempt=0, home="/h", job_dir="/j")
-    plan = loads_or_input_error(make_plan, job, BUILTIN_PROFILES[kind], kind, ctx)
+    ctx = PlanContext(job_id="fuzz", attempt=0, home="/h", job_dir="/j", supervisor_command=SUPERVISOR)
+    plan = loads_or_input_error(plan_on, job, BUILTIN_PROFILES[kind], kind, ctx)
     if plan is None:
         return
-    artifacts = loads_or_input_error(render_plan, plan, search=[builtin_dir("templates")])
+    artifacts = loads_or_input_error(render, plan, search=[builtin_dir("templates")])
     assert artifacts is None or all(a.text for a in artifacts)
 
 
@@ -127,13 +128,13 @@ def test_set_overrides(items: list[tuple[str, str, str]]) -> None:
     assert result is None or isinstance(result[0], JobSpec)
 
 
-PROFILE_NAMES = sorted({n for m in PROFILE_MODELS.values() for n in m.model_fields} | {"address", "port"})
+PROFILE_NAMES = sorted({n for m in profile_models().values() for n in m.model_fields} | {"address", "port"})
 profiles = st.dictionaries(st.sampled_from(PROFILE_NAMES), values, max_size=6).map(
     lambda d: {"kind": d.pop("kind", None) or "slurm", **d})
 
 
 @FUZZ
-@given(profiles | st.fixed_dictionaries({"kind": st.sampled_from(sorted(PROFILE_MODELS))}))
+@given(profiles | st.fixed_dictionaries({"kind": st.sampled_from(sorted(profile_models()))}))
 def test_profiles(doc: dict[str, Any]) -> None:
     path = TMP / "profile.yaml"
     path.write_text(_dump(doc))

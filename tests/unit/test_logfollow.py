@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fsdp_orch.supervise.logfollow import LogFollower, attempt_log_patterns
+from fsdp_orch.backends.files import FileTail
+from fsdp_orch.supervise.logfollow import LogFollower
 
 GLOO = ("[default0]:[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:537] "
         "Read error [127.0.0.1]:10401: Connection reset by peer.\n")
@@ -19,7 +20,7 @@ SUMMARY = """Root Cause (first observed failure):
 def test_a_lost_peer_is_seen_and_the_later_summary_still_read(tmp_path: Path):
     console = tmp_path / "console-node-0.log"
     console.write_text("[default0]:step=11 loss=2.0\n" + GLOO)
-    follower = LogFollower(tmp_path, attempt_log_patterns())
+    follower = LogFollower(FileTail(tmp_path).chunks)
     cause = follower.poll()
     assert cause is not None and cause.category == "gloo_timeout_or_peer_lost"
     assert follower.cause_rank() == 0
@@ -32,7 +33,7 @@ def test_a_lost_peer_is_seen_and_the_later_summary_still_read(tmp_path: Path):
 def test_a_half_written_line_waits_for_its_end(tmp_path: Path):
     log = tmp_path / "console-node-0.log"
     log.write_text("torch.OutOfMemoryError: CUDA out of mem")
-    follower = LogFollower(tmp_path, attempt_log_patterns())
+    follower = LogFollower(FileTail(tmp_path).chunks)
     assert follower.poll() is None
     with log.open("a") as f:
         f.write("ory. Tried to allocate 2.00 GiB\n")
@@ -46,6 +47,6 @@ def test_per_rank_files_name_their_rank(tmp_path: Path):
     rank_dir.mkdir(parents=True)
     (rank_dir / "stderr.log").write_text("Traceback (most recent call last):\n  File \"t.py\", line 1\n"
                                          "KeyError: 'tokens'\n")
-    follower = LogFollower(tmp_path, attempt_log_patterns())
+    follower = LogFollower(FileTail(tmp_path).chunks)
     cause = follower.poll()
     assert cause is not None and cause.category == "user_code_error" and follower.cause_rank() == 1

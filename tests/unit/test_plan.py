@@ -7,24 +7,25 @@ import re
 from pathlib import Path
 
 import pytest
+from planning import SUPERVISOR, plan_on, render
 
-from fsdp_orch.plan import RDZV_PORT_RANGE, PlanContext, make_plan, rendezvous_port, slug, spec_json
-from fsdp_orch.profiles import parse_profile
-from fsdp_orch.render import render_plan
+from fsdp_orch.backends.registry import parse_profile
+from fsdp_orch.backends.slurm_allocation import step_argv
+from fsdp_orch.jobspec.loading import load_job_text
+from fsdp_orch.plan import RDZV_PORT_RANGE, PlanContext, rendezvous_port, slug, spec_json
 from fsdp_orch.resources import builtin_dir
-from fsdp_orch.spec import load_job_text
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-CTX = PlanContext(job_id="j1", attempt=2, home="/h", job_dir="/jobs/demo")
+CTX = PlanContext(job_id="j1", attempt=2, home="/h", job_dir="/jobs/demo", supervisor_command=SUPERVISOR)
 
 
 def plan(kind: str, extra: str = "", ctx: PlanContext = CTX):  # type: ignore[no-untyped-def]
     job = load_job_text("name: demo run\nscript: train.py\n" + extra)
-    return make_plan(job, parse_profile(FIXTURES / "clusters" / f"{kind}.yaml"), kind, ctx)
+    return plan_on(job, parse_profile(FIXTURES / "clusters" / f"{kind}.yaml"), kind, ctx)
 
 
 def texts(p) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    return {a.name: a.text for a in render_plan(p, search=[builtin_dir("templates")])}
+    return {a.name: a.text for a in render(p, search=[builtin_dir("templates")])}
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "accelerate", "python"])
@@ -38,7 +39,8 @@ def test_node_count_and_world_size_come_from_one_place(launcher: str) -> None:
     lines = {b for _, _, b in changed}
     # slurm fixture: 4 GPUs per node -> world size 8 vs 12
     assert "#SBATCH --nodes=3" in lines
-    assert any(line.startswith("srun --nodes=3 ") for line in lines)
+    step = step_argv(plan("slurm", f"launcher: {launcher}\nnodes: 3\n"), "node.sh")
+    assert "--nodes=3" in step and "--ntasks-per-node=1" in step  # the attempt's job step
     assert "# 3 node(s) x 4 process(es) = world size 12; launcher " + launcher in lines
     expected_launch = {"torchrun": "  --nnodes 3 \\", "accelerate": "  --num_machines 3 \\",
                        "python": "export NNODES=3"}[launcher]
@@ -68,7 +70,7 @@ def test_rendezvous() -> None:
     assert low <= p.rdzv_port < high < 32768  # never in Linux's ephemeral port range
     assert p.rdzv_id == "j1-a2" and p.rdzv_host is None
     assert plan("ssh").rdzv_port == 29400 and plan("ssh").rdzv_host == "node1.example.internal"
-    ctx = PlanContext(job_id="j1", attempt=2, home="/h", job_dir="/j", rdzv_port=31000)
+    ctx = PlanContext(job_id="j1", attempt=2, home="/h", job_dir="/j", supervisor_command=SUPERVISOR, rdzv_port=31000)
     assert plan("local", ctx=ctx).rdzv_port == 31000
 
 
@@ -84,7 +86,7 @@ def test_paths() -> None:
 
 
 def test_resume_and_env() -> None:
-    ctx = PlanContext(job_id="j1", attempt=1, home="/h", job_dir="/j", resume_from="/ck/step-5")
+    ctx = PlanContext(job_id="j1", attempt=1, home="/h", job_dir="/j", supervisor_command=SUPERVISOR, resume_from="/ck/step-5")
     env = dict(plan("local", ctx=ctx).env)
     assert env["FSDP_ORCH_RESUME"] == "/ck/step-5" and env["FSDP_ORCH_ATTEMPT"] == "1"
     assert dict(plan("tpu-vm", "launcher: xla\n").env)["PJRT_DEVICE"] == "TPU"
@@ -93,7 +95,7 @@ def test_resume_and_env() -> None:
 def test_entry_points_to_program() -> None:
     assert plan("local", "args: [a, b]\n").program == ["train.py", "a", "b"]
     job = load_job_text("name: x\ncommand: [./run, -v]\nargs: [a]\n")
-    p = make_plan(job, parse_profile(FIXTURES / "clusters" / "local.yaml"), "local", CTX)
+    p = plan_on(job, parse_profile(FIXTURES / "clusters" / "local.yaml"), "local", CTX)
     assert p.program == ["./run", "-v", "a"] and p.entry_kind == "command"
 
 
@@ -115,7 +117,7 @@ def test_resume_args_are_appended_only_when_there_is_a_checkpoint() -> None:
     extra = 'args: [--x]\ncheckpoint: {resume_args: ["--resume_from_checkpoint", "{checkpoint}", "--at={step}"]}\n'
     assert plan("local", extra).program == ["train.py", "--x"]
     assert "FSDP_ORCH_RESUME_FROM" not in dict(plan("local", extra).env)
-    ctx = PlanContext(job_id="j1", attempt=1, home="/h", job_dir="/j", resume_from="/out/checkpoint-40",
+    ctx = PlanContext(job_id="j1", attempt=1, home="/h", job_dir="/j", supervisor_command=SUPERVISOR, resume_from="/out/checkpoint-40",
                       resume_step=40)
     p = plan("local", extra, ctx=ctx)
     assert p.program == ["train.py", "--x", "--resume_from_checkpoint", "/out/checkpoint-40", "--at=40"]
@@ -125,7 +127,7 @@ def test_resume_args_are_appended_only_when_there_is_a_checkpoint() -> None:
 
 
 def test_every_kind_exports_the_collective_timeout_and_the_bootstrap_path() -> None:
-    ctx = PlanContext(job_id="j1", attempt=0, home="/h", job_dir="/j", bootstrap_dir="/pkg/boot site")
+    ctx = PlanContext(job_id="j1", attempt=0, home="/h", job_dir="/j", supervisor_command=SUPERVISOR, bootstrap_dir="/pkg/boot site")
     for kind, extra in (("local", ""), ("slurm", ""), ("ssh", ""), ("tpu-vm", "launcher: xla\n")):
         p = plan(kind, extra + "watch: {collective_timeout: 90s}\n", ctx=ctx)
         assert dict(p.env)["FSDP_ORCH_COLLECTIVE_TIMEOUT"] == "90"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from fsdp_orch.spec import RestartPolicy
+from fsdp_orch.jobspec.schema import RestartPolicy
 from fsdp_orch.supervise.policy import FailureRecord, backoff_delay, decide
 
 

@@ -7,20 +7,19 @@ import json
 from pathlib import Path
 
 import pytest
+from planning import plan_on
 
 from fsdp_orch import cli
+from fsdp_orch.backends.registry import KINDS, load_profile, parse_profile, profile_models
 from fsdp_orch.errors import InputError
-from fsdp_orch.plan import PlanContext, check_compatible, make_plan
+from fsdp_orch.jobspec.loading import load_job_text
+from fsdp_orch.jobspec.schema import LAUNCHERS
+from fsdp_orch.plan import PlanContext
 from fsdp_orch.profiles import (
-    KINDS,
-    PROFILE_MODELS,
     discover,
-    load_profile,
-    parse_profile,
 )
 from fsdp_orch.render import template_dirs
 from fsdp_orch.resources import builtin_dir
-from fsdp_orch.spec import LAUNCHERS, load_job_text
 from fsdp_orch.submit import plan_job
 
 JOB = "name: demo\nscript: train.py\n"
@@ -146,12 +145,12 @@ COMPATIBLE = {
 def test_launcher_kind_compatibility(kind: str, launcher: str) -> None:
     profile = parse_profile(builtin_dir("clusters") / f"{kind}.yaml")
     job = load_job_text(JOB + f"launcher: {launcher}\n")
-    assert set(PROFILE_MODELS[kind].launchers) == COMPATIBLE[kind]
+    assert set(profile_models()[kind].launchers) == COMPATIBLE[kind]
     if launcher in COMPATIBLE[kind]:
-        check_compatible(job, profile, kind)
+        plan_on(job, profile, kind)
     else:
         with pytest.raises(InputError) as info:
-            check_compatible(job, profile, kind)
+            plan_on(job, profile, kind)
         assert info.value.field == "launcher"
         assert f"launcher {launcher!r} cannot run on cluster {kind!r}" in info.value.detail
 
@@ -159,12 +158,12 @@ def test_launcher_kind_compatibility(kind: str, launcher: str) -> None:
 def test_node_counts_per_kind() -> None:
     ssh = parse_profile(builtin_dir("clusters") / "ssh.yaml")  # two hosts
     with pytest.raises(InputError, match="lists 2 host"):
-        check_compatible(load_job_text(JOB + "nodes: 3\n"), ssh, "ssh")
+        plan_on(load_job_text(JOB + "nodes: 3\n"), ssh, "ssh")
     tpu = parse_profile(builtin_dir("clusters") / "tpu-vm.yaml")  # four workers
     for nodes in (1, 4):
-        check_compatible(load_job_text(JOB + f"nodes: {nodes}\nlauncher: xla\n"), tpu, "tpu-vm")
+        plan_on(load_job_text(JOB + f"nodes: {nodes}\nlauncher: xla\n"), tpu, "tpu-vm")
     with pytest.raises(InputError, match="expected nodes: 1 or 4"):
-        check_compatible(load_job_text(JOB + "nodes: 2\nlauncher: xla\n"), tpu, "tpu-vm")
+        plan_on(load_job_text(JOB + "nodes: 2\nlauncher: xla\n"), tpu, "tpu-vm")
 
 
 # --- profile fields ---------------------------------------------------------------------------
@@ -230,6 +229,6 @@ def test_local_python_defaults_to_this_interpreter(tmp_path: Path) -> None:
 def test_profile_env_is_exported_before_the_job_env(tmp_path: Path) -> None:
     p = profile(tmp_path, "kind: local\nenv: {A: profile, B: profile}\npython: /py\n")
     job = load_job_text(JOB + "env: {B: job}\n")
-    plan = make_plan(job, p, "x", PlanContext(job_id="j", attempt=0, home="/h", job_dir="/j"))
+    plan = plan_on(job, p, "x", PlanContext(job_id="j", attempt=0, home="/h", job_dir="/j"))
     env = plan.env
     assert env.index(("A", "profile")) < env.index(("B", "profile")) < env.index(("B", "job"))

@@ -21,12 +21,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from planning import SUPERVISOR, plan_on, render
 
-from fsdp_orch.plan import PlanContext, make_plan
-from fsdp_orch.profiles import PROFILE_MODELS, parse_profile
-from fsdp_orch.render import Artifact, render_plan
+from fsdp_orch.backends.registry import parse_profile, profile_models
+from fsdp_orch.jobspec.loading import load_job
+from fsdp_orch.plan import PlanContext
+from fsdp_orch.render import Artifact
 from fsdp_orch.resources import builtin_dir
-from fsdp_orch.spec import load_job
 
 TESTS = Path(__file__).resolve().parents[1]
 FIXTURES = TESTS / "fixtures"
@@ -40,7 +41,7 @@ ENTRY_POINTS = ("script", "module", "command")
 # (kind, launcher, entry point): every supported pair with a script, then the module and command
 # forms of every launcher (they change the launch line).
 CASES = [
-    *[(kind, launcher, "script") for kind, model in PROFILE_MODELS.items() for launcher in model.launchers],
+    *[(kind, launcher, "script") for kind, model in profile_models().items() for launcher in model.launchers],
     *[("local", launcher, entry) for launcher in ("torchrun", "accelerate", "python")
       for entry in ("module", "command")],
     *[("tpu-vm", "xla", entry) for entry in ("module", "command")],
@@ -58,9 +59,9 @@ def render_case(kind: str, launcher: str, entry: str) -> tuple[Artifact, ...]:
     profile = parse_profile(FIXTURES / "clusters" / f"{kind}.yaml")
     ctx = PlanContext(job_id="j0123456789a", attempt=1, home="/srv/fsdp-orch",
                       job_dir="/srv/jobs/demo", local_has_gpu=False,
-                      bootstrap_dir="/opt/fsdp-orch/fsdp_orch/bootstrap/site")
-    plan = make_plan(job, profile, kind, ctx)
-    return tuple(render_plan(plan, search=[builtin_dir("templates")]))
+                      bootstrap_dir="/opt/fsdp-orch/fsdp_orch/bootstrap/site", supervisor_command=SUPERVISOR)
+    plan = plan_on(job, profile, kind, ctx)
+    return tuple(render(plan, search=[builtin_dir("templates")]))
 
 
 IDS = [case_name(*c) for c in CASES]
@@ -68,7 +69,7 @@ IDS = [case_name(*c) for c in CASES]
 
 def test_cases_cover_every_supported_pair() -> None:
     pairs = {(kind, launcher) for kind, launcher, _ in CASES}
-    assert pairs == {(kind, launcher) for kind, model in PROFILE_MODELS.items()
+    assert pairs == {(kind, launcher) for kind, model in profile_models().items()
                      for launcher in model.launchers}
     assert len(pairs) == 11  # local, slurm, ssh x {torchrun, accelerate, python}; tpu-vm x {xla, python}
     assert {entry for _, _, entry in CASES} == set(ENTRY_POINTS)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fsdp_orch.backends.slurm import executor_parameters, time_minutes
 from fsdp_orch.backends.slurm_parse import latest_by_job, parse_sacct, steps_of
 from fsdp_orch.states import JobState
 
@@ -59,33 +58,35 @@ def test_garbage_lines_are_skipped_not_fatal():
     assert parse_sacct("sacct: error: something\n\n|||\n") == []
 
 
-def test_time_limits_in_minutes():
-    assert [time_minutes(t) for t in ("30", "45:30", "01:00:00", "1-00", "2-12:30:00", "0:10")] == \
-        [30, 46, 60, 1440, 3630, 1]
+def test_the_batch_script_carries_the_profile_and_runs_the_supervisor(tmp_path):
+    """What sbatch is given: every scheduler option from the profile, the job name the status
+    refresh recognises, the signal before the time limit sent to the batch shell, and the supervisor."""
+    from planning import SUPERVISOR, plan_on, render
 
-
-def test_executor_parameters_come_from_the_profile_and_the_plan(tmp_path):
-    from fsdp_orch.backends.base import Submission
-    from fsdp_orch.profiles import SlurmProfile
-    from fsdp_orch.spec import JobSpec
+    from fsdp_orch.backends.slurm import SlurmProfile
+    from fsdp_orch.jobspec.schema import JobSpec
+    from fsdp_orch.plan import PlanContext
 
     profile = SlurmProfile.model_validate({
         "kind": "slurm", "partition": "gpu", "account": "ml", "time": "02:00:00", "gpus_per_node": 4,
         "cpus_per_task": 16, "setup": ["module load cuda"], "sbatch_extra": {"exclusive": True,
                                                                               "mail-type": "END"}})
     job = JobSpec.model_validate({"name": "x y", "script": "train.py", "nodes": 3})
-    sub = Submission(job_id="abc", cluster="slurm", job=job, profile=profile, job_dir=str(tmp_path),
-                     home=str(tmp_path))
-    params = executor_parameters(sub)
-    assert params["job_name"] == "fsdp-orch-abc"
-    assert params["nodes"] == 3 and params["ntasks_per_node"] == 1
-    assert params["time"] == 120 and params["gpus_per_node"] == 4 and params["cpus_per_task"] == 16
-    assert params["partition"] == "gpu" and params["account"] == "ml"
-    assert params["setup"] == ["module load cuda"]
-    assert params["additional_parameters"] == {"exclusive": "", "mail-type": "END"}
+    ctx = PlanContext(job_id="abc", attempt=0, home=str(tmp_path), job_dir=str(tmp_path),
+                      supervisor_command=SUPERVISOR)
+    artifacts = {a.path: a.text for a in render(plan_on(job, profile, "slurm", ctx))}
+    batch = artifacts[f"{tmp_path}/runs/abc/sbatch.sh"]
+    for line in ("#SBATCH --job-name=fsdp-orch-abc", "#SBATCH --nodes=3", "#SBATCH --ntasks-per-node=1",
+                 "#SBATCH --time=02:00:00", "#SBATCH --gpus-per-node=4", "#SBATCH --cpus-per-task=16",
+                 "#SBATCH --partition=gpu", "#SBATCH --account=ml", "#SBATCH --exclusive",
+                 "#SBATCH --mail-type=END", "#SBATCH --signal=B:USR2@120", "module load cuda",
+                 f"export FSDP_ORCH_HOME={tmp_path}",
+                 "exec python3 -m fsdp_orch.supervise.supervisor abc --in-allocation"):
+        assert line in batch.splitlines(), line
+    assert f"{tmp_path}/runs/abc/attempt-0/node.sh" in artifacts
 
 
-def test_render_shows_the_batch_script_submitit_will_submit(tmp_path):
+def test_render_shows_the_batch_script_sbatch_is_given(tmp_path):
     import subprocess
     import sys
 
@@ -94,12 +95,12 @@ def test_render_shows_the_batch_script_submitit_will_submit(tmp_path):
                           str(repo / "examples" / "demo" / "job.yaml"), "--set", "nodes=2",
                           "--job-id", "abc123"], capture_output=True, text=True, check=True, cwd=repo,
                          env={**os.environ, "FSDP_ORCH_HOME": str(tmp_path)}).stdout
-    header = f"==> {tmp_path}/runs/abc123/submitit/sbatch-submitit.sh <=="
+    header = f"==> {tmp_path}/runs/abc123/sbatch.sh <=="
     assert header in out
-    batch = out.split(header, 1)[1]
+    batch = out.split(header, 1)[1].split("==> ", 1)[0]
     assert "#SBATCH --job-name=fsdp-orch-abc123" in batch and "#SBATCH --nodes=2" in batch
-    assert "#SBATCH --ntasks-per-node=1" in batch and "#SBATCH --signal=USR2@120" in batch
-    assert "-m submitit.core._submit" in batch
+    assert "#SBATCH --ntasks-per-node=1" in batch and "#SBATCH --signal=B:USR2@120" in batch
+    assert f"exec {sys.executable} -m fsdp_orch.supervise.supervisor abc123 --in-allocation" in batch
     assert f"==> {tmp_path}/runs/abc123/attempt-0/node.sh <==" in out  # run once per node, per attempt
 
 

@@ -8,7 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from fsdp_orch.errors import InputError
-from fsdp_orch.spec import JobSpec, apply_override, load_job, load_job_text
+from fsdp_orch.jobspec.loading import apply_override, load_job, load_job_text
+from fsdp_orch.jobspec.schema import JobSpec
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = "name: demo\nscript: train.py\n"

@@ -1,4 +1,4 @@
-"""Stacks of hung ranks (fsdp_orch.supervise.stacks): parsers on real py-spy and faulthandler
+"""Stacks of hung ranks (fsdp_orch.stacks): parsers on real py-spy and faulthandler
 output, the innermost frame of user code, and capture with py-spy or the faulthandler fallback.
 
 The fixtures in tests/fixtures/stacks/ are real output captured on this machine: py-spy dumps of
@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 import fsdp_orch
-from fsdp_orch.supervise.stacks import (
+from fsdp_orch import command
+from fsdp_orch.stacks import (
     Frame,
     ThreadStack,
     capture_stacks,
@@ -35,7 +36,6 @@ from fsdp_orch.supervise.stacks import (
     parse_pyspy_dump,
     pyspy_binary,
     pyspy_error,
-    run_command,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stacks"
@@ -376,12 +376,12 @@ def test_pyspy_error_keeps_the_first_paragraph_and_cause():
     assert pyspy_error(3, "") == "py-spy: exit status 3"
 
 
-def test_run_command_reports_a_missing_binary_and_a_timeout():
-    code, _, err = run_command(["/nonexistent/py-spy", "dump"], 5.0)
+def test_the_command_runner_reports_a_missing_binary_and_a_timeout():
+    code, _, err = command.run(["/nonexistent/py-spy", "dump"], 5.0)
     assert code == 127 and "No such file" in err
-    assert run_command([sys.executable, "-c", "import time; time.sleep(5)"], 0.3) == (
+    assert command.run([sys.executable, "-c", "import time; time.sleep(5)"], 0.3) == (
         124, "", "timed out after 0.3s")
-    assert run_command([sys.executable, "-c", "print('hi')"], 5.0) == (0, "hi\n", "")
+    assert command.run([sys.executable, "-c", "print('hi')"], 5.0) == (0, "hi\n", "")
 
 
 # --- the real thing -------------------------------------------------------------------------------

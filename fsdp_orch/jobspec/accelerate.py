@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_orch.errors import InputError
-from fsdp_orch.spec import fsdp_name
+from fsdp_orch.jobspec.schema import fsdp_name
 from fsdp_orch.validation import FieldOrigin
 from fsdp_orch.yamlio import YamlDoc, load_file
 

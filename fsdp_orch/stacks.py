@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import sysconfig
 import time
@@ -22,13 +21,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from fsdp_orch import command
 from fsdp_orch.attempt_files import faulthandler_dump_name, pyspy_dump_name
+from fsdp_orch.command import Runner
 
 # Full paths: py-spy's default short names ("threading.py", "train.py") do not tell library
 # code from the user's.
 PYSPY_DUMP = ("dump", "--full-filenames")
 
-Runner = Callable[[list[str], float], tuple[int, str, str]]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _PYSPY_THREAD = re.compile(r'Thread (0[xX][0-9a-fA-F]+|\d+) \(([a-z+]+)\)(?:: "(.*)")?')
@@ -129,7 +129,7 @@ def default_library_roots() -> tuple[str, ...]:
     """This Python's standard library and package folders, and fsdp-orch's own package."""
     paths = sysconfig.get_paths()
     roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
-    roots.add(str(Path(__file__).absolute().parent.parent))
+    roots.add(str(Path(__file__).absolute().parent))
     return tuple(sorted(os.path.normpath(root) for root in roots))
 
 
@@ -222,18 +222,6 @@ def pyspy_binary() -> str:
     return shutil.which("py-spy") or "py-spy"
 
 
-def run_command(argv: list[str], timeout: float) -> tuple[int, str, str]:
-    """Run ``argv``; (returncode, stdout, stderr), with 127 for a missing binary, 124 for a timeout."""
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace",
-                              timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return 124, "", f"timed out after {timeout:g}s"
-    except OSError as exc:
-        return 127 if isinstance(exc, FileNotFoundError) else 126, "", str(exc)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
 def pyspy_error(returncode: int, stderr: str) -> str:
     """py-spy's complaint in one line: its first paragraph and first cause, without the Rust
     backtrace (RUST_BACKTRACE) that follows."""
@@ -324,6 +312,16 @@ def _capture_rank(rank: int, pid: int, out_dir: Path, run: Runner, timeout: floa
     return StackDump(rank, pid, (), "", None, f"{error}; {fallback}")
 
 
+@dataclass(frozen=True)
+class StackCapture:
+    """What an attempt's handle could dump: stacks by rank, the folder they were kept in, and why
+    ranks are missing (``note``: no rank on a host it can reach)."""
+
+    dumps: dict[int, StackDump]
+    folder: str | None
+    note: str = ""
+
+
 def capture_stacks(pids: dict[int, int], out_dir: Path, *, run: Runner | None = None,
                    timeout: float = 10.0, send: Callable[[int, int], None] = os.kill,
                    sleep: Callable[[float], None] = time.sleep,
@@ -333,7 +331,7 @@ def capture_stacks(pids: dict[int, int], out_dir: Path, *, run: Runner | None = 
     where py-spy fails, send SIGUSR1 to a rank that registered faulthandler on its
     ``rank-<R>.faulthandler.txt`` there and read that. Ranks in parallel, ``timeout`` per command."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    one = functools.partial(_capture_rank, out_dir=out_dir, run=run or run_command, timeout=timeout,
+    one = functools.partial(_capture_rank, out_dir=out_dir, run=run or command.run, timeout=timeout,
                             send=send, sleep=sleep, clock=clock,
                             faulthandler_wait=faulthandler_wait)
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(pids)))) as pool:
@@ -341,7 +339,7 @@ def capture_stacks(pids: dict[int, int], out_dir: Path, *, run: Runner | None = 
     return {rank: futures[rank].result() for rank in sorted(futures)}
 
 
-__all__ = ["Frame", "StackDump", "ThreadStack", "capture_stacks", "default_library_roots",
+__all__ = ["Frame", "StackCapture", "StackDump", "ThreadStack", "capture_stacks", "default_library_roots",
            "describe_stuck", "display_path", "innermost_user_frame", "is_library_file",
            "main_thread", "parse_faulthandler", "parse_pyspy_dump", "pyspy_argv", "pyspy_binary",
-           "pyspy_error", "run_command"]
+           "pyspy_error"]

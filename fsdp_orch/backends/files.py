@@ -1,0 +1,72 @@
+"""Observing an attempt through files the supervisor can read: the kinds whose nodes share a
+filesystem with it (this machine; a SLURM cluster's shared run directory)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from fsdp_orch.attempt_files import LOG_PATTERNS, STACKS_DIR
+from fsdp_orch.backends.base import LogChunk
+from fsdp_orch.checkpoints import LOCAL, Storage
+from fsdp_orch.heartbeats import Heartbeat, read_heartbeats
+from fsdp_orch.nccl_env import FLIGHT_RECORDER_PREFIX
+from fsdp_orch.stacks import StackCapture, capture_stacks
+
+
+class FileTail:
+    """What files matching ``patterns`` under ``root`` gained since the last call, by byte offset."""
+
+    def __init__(self, root: Path, patterns: tuple[str, ...] = LOG_PATTERNS):
+        self.root = root
+        self.patterns = patterns
+        self.offsets: dict[Path, int] = {}
+
+    def chunks(self) -> list[LogChunk]:
+        found: set[Path] = set()
+        for pattern in self.patterns:
+            found.update(self.root.glob(pattern))
+        out = []
+        for path in sorted(found):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.offsets.get(path, 0))
+                    data = f.read()
+                    self.offsets[path] = f.tell()
+            except OSError:
+                continue
+            if data:
+                out.append((path.relative_to(self.root).as_posix(), data))
+        return out
+
+
+class FileObservation:
+    """Heartbeats, logs, checkpoints, stacks and flight-recorder dumps read from local paths."""
+
+    def __init__(self, run_dir: Path, attempt: int, attempt_dir: Path):
+        self.run_dir = run_dir
+        self.attempt = attempt
+        self.attempt_dir = attempt_dir
+        self._tail = FileTail(attempt_dir)
+
+    @property
+    def checkpoints(self) -> Storage:
+        return LOCAL
+
+    def heartbeats(self) -> dict[int, Heartbeat]:
+        return read_heartbeats(self.run_dir, self.attempt)
+
+    def log_chunks(self) -> list[LogChunk]:
+        return self._tail.chunks()
+
+    def capture_stacks(self, beats: dict[int, Heartbeat]) -> StackCapture:
+        """py-spy (the bootstrap's faulthandler as the fallback) on the ranks of this host."""
+        here = socket.gethostname()
+        pids = {rank: beat.pid for rank, beat in beats.items() if beat.host in (None, here)}
+        if not pids:
+            return StackCapture({}, None, "no rank runs on the supervisor's host, so no stacks were taken")
+        folder = self.attempt_dir / STACKS_DIR
+        return StackCapture(capture_stacks(pids, folder), str(folder))
+
+    def flight_recorder_dumps(self) -> list[str]:
+        return [str(p) for p in sorted(self.attempt_dir.glob(f"{FLIGHT_RECORDER_PREFIX}*"))]

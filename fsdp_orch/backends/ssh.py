@@ -1,0 +1,83 @@
+"""The SSH kind: a list of hosts reached over SSH, no scheduler. Planning and rendering only so far:
+``render --cluster ssh`` shows the per-host scripts; ``submit`` says it is not implemented."""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from fsdp_orch.backends.render_only import RenderOnly
+from fsdp_orch.errors import InputError
+from fsdp_orch.jobspec.schema import JobSpec
+from fsdp_orch.plan import LaunchPlan, NodeTarget, Placement, PlanContext
+from fsdp_orch.profiles import ProfileBase
+from fsdp_orch.render import Artifact, Templates
+from fsdp_orch.validation import StrictModel
+
+
+class SshHost(StrictModel):
+    address: str = Field(min_length=1)
+    port: int = Field(default=22, gt=0, lt=65536)
+    user: str | None = None
+    identity_file: str | None = None
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.:\-\[\]]+", value):
+            raise ValueError("expected a host name or IP address")
+        return value
+
+
+class SshProfile(ProfileBase):
+    kind: Literal["ssh"]
+    device: Literal["cpu", "cuda"] = "cuda"
+    hosts: list[SshHost] = Field(min_length=1)
+    venv: str | None = None
+    remote_workdir: str | None = None
+    shared_filesystem: bool = True
+    host_key_policy: Literal["strict", "accept-new", "warn"] = "strict"
+    known_hosts: str = "~/.ssh/known_hosts"
+    procs_per_node: int = Field(default=1, gt=0)
+    rdzv_port: int | None = Field(default=None, gt=1024, lt=65536)
+    connect_timeout: int = Field(default=10, gt=0)
+    launchers: ClassVar[tuple[str, ...]] = ("torchrun", "accelerate", "python")
+
+    @model_validator(mode="after")
+    def _venv_python(self) -> SshProfile:
+        if self.venv:
+            object.__setattr__(self, "python", self.venv.rstrip("/") + "/bin/python")
+        return self
+
+    def default_procs_per_node(self) -> int:
+        return self.procs_per_node
+
+
+
+class SshKind(RenderOnly):
+    name = "ssh"
+    profile_model = SshProfile
+    main_template = "ssh-node.sh.j2"
+
+    def place(self, job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext) -> Placement:
+        assert isinstance(profile, SshProfile)
+        if job.nodes > len(profile.hosts):
+            raise InputError(f"the job asks for {job.nodes} nodes but cluster {cluster!r} lists "
+                             f"{len(profile.hosts)} host(s)", field="nodes")
+        nodes = tuple(NodeTarget(i, h.address, h.port, h.user, h.identity_file)
+                      for i, h in enumerate(profile.hosts[:job.nodes]))
+        return Placement(nnodes=job.nodes, nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
+                         device=profile.device, rdzv_host=profile.hosts[0].address,
+                         rdzv_port=profile.rdzv_port, workdir_base=profile.remote_workdir, nodes=nodes)
+
+    def artifacts(self, plan: LaunchPlan, templates: Templates) -> list[Artifact]:
+        out = [Artifact(f"{plan.attempt_dir}/hosts.txt", templates("ssh-hosts.txt.j2"))]
+        for node in plan.nodes:
+            out.append(Artifact(f"{plan.attempt_dir}/node-{node.rank}.sh", templates(templates.main, node=node),
+                                True))
+        return out
+
+
+KIND = SshKind()

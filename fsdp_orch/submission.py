@@ -1,0 +1,105 @@
+"""The frozen submission: everything needed to plan any attempt of a job, fixed at submit time
+(job.yaml may change later). Its base plan (attempt 0, nothing to resume) is computed once."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Protocol
+
+from fsdp_orch.jobspec.schema import JobSpec
+from fsdp_orch.plan import KindPlanning, LaunchPlan, PlanContext, attempt_dir_of, make_plan
+from fsdp_orch.profiles import ProfileBase
+from fsdp_orch.render import Artifact, KindArtifacts, render_plan
+from fsdp_orch.resources import bootstrap_site_dir
+
+SUBMISSION_FILE = "submission.json"
+
+
+class PlanningKind(KindPlanning, KindArtifacts, Protocol):
+    """What a submission needs of its cluster kind: the profile model, planning and artifacts."""
+
+    name: str
+    profile_model: type[ProfileBase]
+
+
+@dataclass(frozen=True)
+class Submission:
+    job_id: str
+    cluster: str
+    job: JobSpec
+    profile: ProfileBase
+    job_dir: str
+    home: str
+    kind: PlanningKind
+    supervisor_command: tuple[str, ...] | None = None  # the supervisor's argv, less the job id
+    profile_template: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "job_id": self.job_id, "cluster": self.cluster, "job_dir": self.job_dir, "home": self.home,
+            "profile_template": self.profile_template, "supervisor_command": self.supervisor_command,
+            "job": self.job.model_dump(mode="json"), "profile": self.profile.model_dump(mode="json"),
+        }, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, kind: PlanningKind) -> Submission:
+        """``kind`` is the cluster kind the job was recorded with (the store's ``kind`` column)."""
+        data = json.loads(text)
+        profile = kind.profile_model.model_validate(data["profile"])
+        return cls(job_id=data["job_id"], cluster=data["cluster"], job=JobSpec.model_validate(data["job"]),
+                   profile=profile, job_dir=data["job_dir"], home=data["home"], kind=kind,
+                   supervisor_command=tuple(data.get("supervisor_command") or ()) or None,
+                   profile_template=data.get("profile_template"))
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.home) / "runs" / self.job_id
+
+    def save(self) -> Path:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        path = self.run_dir / SUBMISSION_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(self.to_json())
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, run_dir: Path, kind: PlanningKind) -> Submission:
+        return cls.from_json((run_dir / SUBMISSION_FILE).read_text(), kind)
+
+    def context(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
+                rdzv_port: int | None = None, local_has_gpu: bool = False) -> PlanContext:
+        return PlanContext(job_id=self.job_id, attempt=attempt, home=self.home, job_dir=self.job_dir,
+                           resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
+                           local_has_gpu=local_has_gpu, bootstrap_dir=str(bootstrap_site_dir()),
+                           supervisor_command=self.supervisor_command)
+
+    def plan(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
+             rdzv_port: int | None = None, local_has_gpu: bool = False) -> tuple[LaunchPlan, list[Artifact]]:
+        ctx = self.context(attempt, resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
+                           local_has_gpu=local_has_gpu)
+        plan = make_plan(self.job, self.profile, self.cluster, ctx, self.kind)
+        return plan, self.render(plan)
+
+    def render(self, plan: LaunchPlan) -> list[Artifact]:
+        template = Path(self.profile_template) if self.profile_template else None
+        return render_plan(plan, self.kind, profile_template=template)
+
+    @cached_property
+    def base_plan(self) -> LaunchPlan:
+        """Attempt 0 with nothing to resume: what every attempt shares (checkpoint dir, world size)."""
+        return make_plan(self.job, self.profile, self.cluster, self.context(0), self.kind)
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return self.base_plan.checkpoint_dir
+
+    @property
+    def world_size(self) -> int:
+        return self.base_plan.world_size
+
+    def attempt_dir(self, attempt: int) -> str:
+        return attempt_dir_of(self.base_plan.run_dir, attempt)
