@@ -167,6 +167,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         print(f"{r['file']}: {r['category']} ({retry}){where}")
         if r["evidence"]:
             print(f"  {r['evidence']}")
+        print(f"  hint: {r['hint']}")
     return EXIT_OK
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 30_000
 
 # Each entry migrates from version i to i+1; never edit a shipped one, append a new one.
@@ -38,7 +38,7 @@ _JOB_JSON_V1 = f"""json_object(
     'reason', j.reason, 'run_dir', j.run_dir)"""
 # v2: whether hang detection is on (and why not), and the job's events (checkpoints moved aside,
 # stack dumps taken).
-_JOB_JSON = _JOB_JSON_V1[:-len(")")] + f""",
+_JOB_JSON_V2 = _JOB_JSON_V1[:-len(")")] + f""",
     'hang_detection', json_object('enabled', json(CASE WHEN j.hang_detection_off IS NULL
                                                        THEN 'true' ELSE 'false' END),
                                   'reason', j.hang_detection_off),
@@ -46,6 +46,9 @@ _JOB_JSON = _JOB_JSON_V1[:-len(")")] + f""",
         'attempt', e.attempt, 'at', {_ISO.format(col='e.at')}, 'kind', e.kind,
         'message', e.message)) FROM (SELECT * FROM events WHERE job_id = j.id
                                      ORDER BY at) AS e))"""
+# v3: each failure carries a hint (what the user can do about it).
+_JOB_JSON = _JOB_JSON_V2.replace("'action', f.action)", "'action', f.action, 'hint', f.hint)")
+assert _JOB_JSON != _JOB_JSON_V2
 
 
 _DOC_COLUMNS_V1 = ("name, cluster, state, attempts, restarts, created_at, ended_at, last_checkpoint_step,"
@@ -140,6 +143,20 @@ MIGRATIONS: list[list[str]] = [
         "DROP TRIGGER jobs_doc_insert",
         "DROP TRIGGER jobs_doc_update",
         "DROP TRIGGER failures_doc",
+        f"CREATE TRIGGER jobs_doc_insert AFTER INSERT ON jobs BEGIN {_refresh_doc('NEW.id', _JOB_JSON_V2)} END",
+        f"CREATE TRIGGER jobs_doc_update AFTER UPDATE OF {_DOC_COLUMNS} ON jobs BEGIN"
+        f" {_refresh_doc('NEW.id', _JOB_JSON_V2)} END",
+        f"CREATE TRIGGER failures_doc AFTER INSERT ON failures BEGIN {_refresh_doc('NEW.job_id', _JOB_JSON_V2)} END",
+        f"CREATE TRIGGER events_doc AFTER INSERT ON events BEGIN {_refresh_doc('NEW.job_id', _JOB_JSON_V2)} END",
+        "INSERT OR REPLACE INTO job_docs (job_id, created_at, doc) SELECT j.id, j.created_at,"
+        f" {_JOB_JSON_V2} FROM jobs j",
+    ],
+    [
+        "ALTER TABLE failures ADD COLUMN hint TEXT",
+        "DROP TRIGGER jobs_doc_insert",
+        "DROP TRIGGER jobs_doc_update",
+        "DROP TRIGGER failures_doc",
+        "DROP TRIGGER events_doc",
         f"CREATE TRIGGER jobs_doc_insert AFTER INSERT ON jobs BEGIN {_refresh_doc('NEW.id')} END",
         f"CREATE TRIGGER jobs_doc_update AFTER UPDATE OF {_DOC_COLUMNS} ON jobs BEGIN"
         f" {_refresh_doc('NEW.id')} END",
@@ -291,10 +308,12 @@ class Store:
 
     def add_failure(self, job_id: str, *, attempt: int, category: str, evidence: str | None,
                     action: str, stalled_for_s: float | None = None, now: float | None = None) -> None:
+        from fsdp_orch.hints import hint_for
+
         self._write("INSERT INTO failures (job_id, attempt, category, evidence, detected_at,"
-                    " stalled_for_s, action) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    " stalled_for_s, action, hint) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (job_id, attempt, category, evidence, now if now is not None else time.time(),
-                     stalled_for_s, action))
+                     stalled_for_s, action, hint_for(category, evidence)))
 
     def add_event(self, job_id: str, *, attempt: int | None, kind: str, message: str,
                   now: float | None = None) -> None:

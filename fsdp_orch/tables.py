@@ -39,6 +39,8 @@ def format_jobs(jobs: list[dict[str, Any]], detail: bool = False) -> str:
         for f in j.get("failures") or []:
             stalled = f" (stalled {f['stalled_for_s']:.1f}s)" if f.get("stalled_for_s") is not None else ""
             lines.append(f"attempt {f['attempt']}: {f['category']}{stalled} -> {f['action']}: {f.get('evidence') or ''}")
+            if f.get("hint"):
+                lines.append(f"  hint: {f['hint']}")
         hang = j.get("hang_detection") or {}
         if hang.get("enabled") is False:
             lines.append(f"hang detection: off: {hang.get('reason') or ''}")

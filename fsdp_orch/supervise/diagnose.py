@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fsdp_orch.categories import FAILURE_CATEGORIES, NOT_RETRYABLE
+from fsdp_orch.hints import hint_for
 
 CATEGORIES = FAILURE_CATEGORIES
 
@@ -24,9 +25,14 @@ class Diagnosis:
     evidence: str | None  # the line that decided it
     line: int | None = None  # 1-based line number in the text it came from
 
+    @property
+    def hint(self) -> str:
+        """What the user can do about it."""
+        return hint_for(self.category, self.evidence)
+
     def to_json(self) -> dict[str, object]:
         return {"category": self.category, "retryable": self.retryable, "evidence": self.evidence,
-                "line": self.line}
+                "line": self.line, "hint": self.hint}
 
 
 def _rule(category: str, *patterns: str) -> list[tuple[str, re.Pattern[str]]]:
@@ -35,45 +41,68 @@ def _rule(category: str, *patterns: str) -> list[tuple[str, re.Pattern[str]]]:
 
 # Strong signatures, most specific first (a line is given the first category that matches).
 STRONG = [
+    # The process group's own watchdog is stuck (not a collective that timed out): a hang.
+    *_rule("hang", r"watchdog got stuck for \d+ seconds", r"due to ProcessGroupNCCL watchdog hang"),
     *_rule("cuda_oom", r"CUDA out of memory", r"OutOfMemoryError", r"CUBLAS_STATUS_ALLOC_FAILED",
            r"cudaErrorMemoryAllocation", r"NCCL WARN Cuda failure 2 'out of memory'",
-           r"HIP out of memory"),
+           r"HIP out of memory", r"CUDA error: out of memory", r"CUDA_ERROR_OUT_OF_MEMORY",
+           r"failed to allocate .* from device: hipError_t\(1002\)"),
     *_rule("hardware_fault", r"\bXid\b", r"NVRM:", r"uncorrectable ECC error", r"ECC_UNCORRECTABLE",
            r"cudaErrorECCUncorrectable", r"fallen off the bus", r"illegal memory access",
            r"unspecified launch failure", r"GPU is lost", r"CUDA error: an illegal instruction",
            r"NVLink (?:error|fatal)", r"\bGPU \S+ has fallen\b", r"cudaErrorDevicesUnavailable",
-           r"Machine check events logged", r"cuda runtime error \(39\)"),
+           r"Machine check events logged", r"cuda runtime error \(39\)",
+           r"Unable to determine the device handle for GPU", r"uncorrectable hardware error",
+           r"hardware errors detected in", r"amdgpu: GPU reset begin",
+           r"Uncorrectable Error\s*:\s*[1-9]"),
     *_rule("nccl_timeout", r"Watchdog caught collective operation timeout",
            r"Heartbeat monitor timed out", r"failure detected by watchdog at work sequence id",
            r"Timeout\(ms\)=\d+\) ran for \d+ milliseconds", r"NCCL (?:work|communicator).*timed? ?out",
-           r"ProcessGroupNCCL.*Timeout at NCCL work"),
+           r"ProcessGroupNCCL.*Timeout at NCCL work", r"WorkNCCL::checkTimeout"),
     *_rule("nccl_error", r"NCCL error in:", r"\bnccl(?:Internal|System|Remote|UnhandledCuda|InvalidUsage|InvalidArgument)Error\b",
            r"NCCL error: ", r"DistBackendError: NCCL", r"NCCL communicator was aborted",
-           r"ncclCommInitRank failed"),
+           r"ncclCommInitRank failed", r"NCCL Error \d+:", r"NCCL failure .*'unhandled"),
     *_rule("gloo_timeout_or_peer_lost", r"gloo/transport/tcp/\S+\] Timed out waiting",
            r"gloo/transport/tcp/\S+\] (?:Read|Write) error", r"gloo/transport/tcp/\S+\] Connection closed by peer",
            r"gloo.*Connection reset by peer", r"Application timeout caused pair closure",
            r"Gloo connectFullMesh failed", r"ProcessGroupGloo.*(?:[Tt]imeout|timed out)",
-           r"\[enforce fail at \S*gloo"),
+           r"\[enforce fail at \S*gloo", r"gloo/transport/\S+\]", r"gloo::IoException",
+           r"monitoredBarrier", r"Timed out waiting \d+ms for (?:recv|send)"),
     *_rule("rendezvous_failure", r"RendezvousClosedError", r"RendezvousTimeoutError",
            r"RendezvousConnectionError", r"RendezvousError", r"DistStoreError",
            r"TCP client failed to connect", r"The client socket has timed out after \d+ms while trying to connect",
            r"Timed out after \d+ seconds waiting for clients", r"The server socket has failed to listen",
            r"failed to bind to", r"EADDRINUSE", r"[Aa]ddress already in use",
            r"Connection refused.*(?:TCPStore|c10d|rendezvous)", r"torch\.distributed\.elastic\.rendezvous"
-           r".*(?:Error|failed)"),
+           r".*(?:Error|failed)", r"store based barrier", r"c10d key-value store", r"store->get\(",
+           r"TCPStore", r"\[c10d\] The client socket has failed to connect", r"_create_c10d_store",
+           r"rendezvous_(?:iterator|handler)", r"EtcdKey\w*: .*torch/elastic", r"RuntimeError: Socket Timeout"),
     *_rule("preemption_or_node_lost", r"DUE TO PREEMPTION", r"DUE TO TIME LIMIT", r"DUE TO NODE FAIL",
-           r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT", r"srun: error: Node failure",
+           r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT", r"(?:srun|salloc|sbatch): error: Node failure",
            r"Received (?:15|SIGTERM) death signal", r"SignalException: Process \d+ got signal: (?:15|1)\b",
            r"NODE_FAIL", r"slurmstepd: error: \*\*\* JOB \S+ STEPD TERMINATED", r"[Pp]reempted",
-           r"spot (?:instance|VM).*(?:interrupt|terminat|reclaim)", r"Maintenance event"),
+           r"spot (?:instance|VM).*(?:interrupt|terminat|reclaim)", r"Maintenance event",
+           r"actor is dead because its (?:node|owner) has died", r"node has crashed",
+           r"has been marked dead because the detector has missed", r"\bEvicted\b",
+           r"The node (?:was low on resource|had condition)", r"termination is imminent"),
     *_rule("checkpoint_error", r"CheckpointException", r"PytorchStreamReader failed",
            r"failed finding central directory", r"Error\(s\) in loading state_dict",
            r"Missing key\(s\) in state_dict", r"Unexpected key\(s\) in state_dict",
-           r"size mismatch for \S+: copying a param", r"fsdp-orch: checkpoint error"),
+           r"size mismatch for \S+: copying a param", r"fsdp-orch: checkpoint error",
+           r"PytorchStreamWriter failed", r"SafetensorError", r"invalid load key",
+           r"Missing key in checkpoint state_dict", r"from checkpoint, the shape in current model is",
+           r"Can't find a valid checkpoint", r"RuntimeError: File \S+ cannot be opened",
+           r"No space left on device"),
     *_rule("xla_error", r"client mesh master", r"Unable to initialize backend 'tpu'", r"TPU is already in use",
            r"libtpu", r"PJRT.*(?:[Ee]rror|failed)", r"torch_xla.*Error", r"XlaRuntimeError",
-           r"RESOURCE_EXHAUSTED.*(?:TPU|HBM)"),
+           r"RESOURCE_EXHAUSTED", r"[Rr]esource exhausted: .*(?:reserve|allocate|(?i:hbm))",
+           r"tensorflow::tpu::", r"tensorflow/core/tpu/\S+\].*(?:failed|[Ee]rror)",
+           r"Failed to connect to remote server at address: grpc://",
+           r"compiler/xla/", r"xla_client/", r"\bXRT(?:Compile|Execute)\b", r"Exception in device=TPU",
+           r"TPU system has not been initialized", r"tpu_driver", r"/job:(?:c_)?tpu_worker",
+           r"torch_xla/csrc/", r"[Uu]nsupported XLA type", r"backend XLA", r"TPU_SYSTEM"),
+    # A device-side assert is an indexing bug in the program (labels out of range), not the GPU.
+    *_rule("user_code_error", r"device-side assert triggered", r"Assertion `.*` failed"),
 ]
 
 WEAK = [
@@ -88,9 +117,10 @@ CONSEQUENCE = re.compile(
     r"To avoid data inconsistency|failed \(exitcode|torch\.distributed\.elastic\.multiprocessing\.errors|"
     r"Stack trace of the failed collective not found|preparing to dump debug info|"
     r"CUDA kernel errors might be asynchronously reported|For debugging consider passing|"
-    r"Compile with `TORCH_USE_CUDA_DSA`")
+    r"Compile with `TORCH_USE_CUDA_DSA`|subprocess\.CalledProcessError")
 
-_PREFIX = re.compile(r"^(?:\[(?:default|rank)\d+\]:\s?|\[stderr\]\s?|\[stdout\]\s?|\S+:\s(?=Traceback|\w+Error))")
+_PREFIX = re.compile(r"^(?:\[(?:default|rank)\d+\]:\s?|\[stderr\]\s?|\[stdout\]\s?|\(\w+ pid=\d+(?:, ip=[\d.]+)?\) ?"
+                     r"|\S+:\s(?=Traceback|\w+Error))")
 _TRACEBACK = "Traceback (most recent call last):"
 # The last line of a traceback: "KeyError: 'x'", "pkg.mod.MyError", "MyThing: message". A bare
 # "Word:" (torchrun's "Failures:") is not one.
@@ -101,6 +131,22 @@ _ORDINARY_EXCEPTION = re.compile(
 
 
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
+# A traceback through checkpoint I/O ends in a checkpoint error, whatever the exception's type.
+_CHECKPOINT_IO = re.compile(r"torch/distributed/(?:_shard/)?checkpoint/|torch/serialization\.py|safetensors|"
+                            r"\bcheckpoint(?:_utils|ing)?\.py|"
+                            r"\b(?:load|save)_(?:checkpoint|state_dict|sharded_optimizer_state_dict)\b|"
+                            r"_load_from_state_dict|\bdcp\.(?:load|save)\b|torch\.load\(|load_state_dict\(|"
+                            r"resume_from_checkpoint|_load_from_checkpoint|state_dict_type")
+# An exception line of Python's own error types, also where the excerpt lost its "Traceback" header.
+_BUILTIN_EXCEPTION = re.compile(
+    r"^(?:KeyError|ValueError|TypeError|AttributeError|IndexError|NameError|FileNotFoundError|"
+    r"ModuleNotFoundError|ImportError|AssertionError|NotImplementedError|ZeroDivisionError|"
+    r"UnboundLocalError)(?::|$)")
+# A stack dump (py-spy, gdb, faulthandler) is taken of a process that stopped moving.
+_STACK_DUMP = re.compile(r"^Thread \d+ \((?:idle|active)\)|^Thread 0x[0-9a-f]+ .*\(most recent call first\):|"
+                         r"^#\d+\s+0x[0-9a-f]+ in |^Process \d+: .*python")
+# After a crash, the stacks the crash handler prints are not a hang's.
+_CRASH = re.compile(r"Fatal Python error|Segmentation fault|core dumped|SIGSEGV|SIGABRT")
 
 
 def _match(rules: list[tuple[str, re.Pattern[str]]], line: str) -> str | None:
@@ -120,6 +166,9 @@ class LineScanner:
         self.first: Diagnosis | None = None
         self.weak: Diagnosis | None = None
         self._in_traceback = False
+        self._through_checkpoint_io = False
+        self._checkpoint_frame: tuple[str, int] | None = None
+        self._crashed = False
         self._count = 0
 
     def feed(self, raw: str) -> Diagnosis | None:
@@ -131,9 +180,21 @@ class LineScanner:
         line = body.strip()
         if not line:
             return None
-        if line.endswith(_TRACEBACK) or line.startswith("Exception in thread") or _FRAME.match(body):
+        frame = _FRAME.match(body)
+        if _TRACEBACK in line or line.startswith("Exception in thread") or frame:
+            if not self._in_traceback:
+                self._through_checkpoint_io = False
             self._in_traceback = True
-            return None
+            self._note_checkpoint_io(line)
+            rest = body[frame.end():] if frame else ""
+            category = _match(STRONG, rest) if len(rest) > 80 else None  # a log collapsed onto one line
+            if category is not None:
+                self.first = Diagnosis(category, category not in NOT_RETRYABLE, line, self._count)
+            return self.first
+        if self._in_traceback and body[:1].isspace():
+            self._note_checkpoint_io(line)
+        if _CRASH.search(line):
+            self._crashed = True
         evidence = line
         # What only reports another failure is cut out; what is left of the line may still be a cause.
         line = CONSEQUENCE.sub(" ", line).strip()
@@ -148,15 +209,33 @@ class LineScanner:
         if self._in_traceback and not body[:1].isspace() and not line.startswith(("File ", "^", "~")):
             if _ORDINARY_EXCEPTION.match(line) and not line.startswith(("During handling", "The above")):
                 self._in_traceback = False
-                self.first = Diagnosis("user_code_error", False, evidence, self._count)
+                if line.startswith("KeyboardInterrupt"):  # someone stopped a process that sat still
+                    self.weak = self.weak or Diagnosis("hang", True, evidence, self._count)
+                    return None
+                category = "checkpoint_error" if self._through_checkpoint_io else "user_code_error"
+                self.first = Diagnosis(category, False, evidence, self._count)
                 return self.first
         if self.weak is None:
             weak = _match(WEAK, line)
+            if weak is None and _BUILTIN_EXCEPTION.match(line) and not body[:1].isspace():
+                weak = "user_code_error"
+            if weak is None and not self._crashed and _STACK_DUMP.match(line):
+                weak = "hang"
             if weak is not None:
                 self.weak = Diagnosis(weak, weak not in NOT_RETRYABLE, evidence, self._count)
         return None
 
+    def _note_checkpoint_io(self, line: str) -> None:
+        if _CHECKPOINT_IO.search(line):
+            self._through_checkpoint_io = True
+            self._checkpoint_frame = self._checkpoint_frame or (line, self._count)
+
     def result(self) -> Diagnosis | None:
+        """The root cause, else a traceback through checkpoint I/O cut off before its exception line,
+        else the first weak sign."""
+        if self.first is None and self._in_traceback and self._checkpoint_frame is not None:
+            line, number = self._checkpoint_frame
+            return Diagnosis("checkpoint_error", False, line, number)
         return self.first or self.weak
 
 

@@ -53,7 +53,10 @@ class LogFollower:
         if self.cause is not None:
             return self.cause[1]
         if final:
-            weak = [(p, s.weak) for p, s in self.scanners.items() if s.weak is not None]
+            # A bare exception line with no traceback around it is a hint for a reader, too weak to
+            # stop a job's restarts on (the user's own errors are not retried).
+            weak = [(p, s.weak) for p, s in self.scanners.items()
+                    if s.weak is not None and s.weak.retryable]
             if weak:
                 return weak[0][1]
         return None

@@ -113,10 +113,12 @@ def test_cli_diagnose_prints_one_object_per_file_and_a_list_for_several(tmp_path
                          capture_output=True, text=True, check=True)
     obj = json.loads(one.stdout)
     assert obj["category"] == "cuda_oom" and obj["retryable"] is True and "CUDA out of memory" in obj["evidence"]
+    assert "batch size" in obj["hint"] and "offload_params" in obj["hint"]
     two = subprocess.run([sys.executable, "-m", "fsdp_orch", "diagnose", str(a), str(b), "--json"],
                          capture_output=True, text=True, check=True)
     listed = json.loads(two.stdout)
     assert [r["category"] for r in listed] == ["cuda_oom", "unknown"]
+    assert "fsdp-orch logs" in listed[1]["hint"]
     missing = subprocess.run([sys.executable, "-m", "fsdp_orch", "diagnose", str(tmp_path / "nope.log")],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and "nope.log" in missing.stderr and "Traceback" not in missing.stderr
@@ -148,3 +150,15 @@ def test_exception_lines_of_every_usual_shape_are_user_errors():
                  "InjectedThing: something broke", "StopIteration", "AssertionError"):
         log = f'Traceback (most recent call last):\n  File "t.py", line 1, in <module>\n{last}\n'
         assert diagnose_text(log).category == "user_code_error", last
+
+
+@pytest.mark.parametrize(("evidence", "category", "says"), [
+    ("torch.distributed.DistStoreError: ... Address already in use", "rendezvous_failure", "port is taken"),
+    ("RendezvousTimeoutError", "rendezvous_failure", "rdzv_endpoint"),
+    ("OSError: [Errno 28] No space left on device", "checkpoint_error", "disk is full"),
+    ("size mismatch for lm_head.weight: copying a param", "checkpoint_error", "different model"),
+])
+def test_a_hint_follows_the_line_that_decided_it(evidence, category, says):
+    from fsdp_orch.hints import hint_for
+
+    assert says in hint_for(category, evidence)

@@ -50,3 +50,12 @@ def test_per_rank_files_name_their_rank(tmp_path: Path):
     follower = LogFollower(FileTail(tmp_path).chunks)
     cause = follower.poll()
     assert cause is not None and cause.category == "user_code_error" and follower.cause_rank() == 1
+
+
+def test_a_bare_exception_line_never_stops_the_restarts(tmp_path: Path):
+    """`diagnose` reads a lone "ValueError: ..." as the user's (a cut excerpt); the supervisor does
+    not: a handled error a library logged must not make a crash look like a bug that is not retried."""
+    (tmp_path / "console-node-0.log").write_text("[default0]:ValueError: bad value, using the default\n"
+                                                  "[default0]:step=3 loss=2.0\n")
+    follower = LogFollower(FileTail(tmp_path).chunks)
+    assert follower.poll(final=True) is None

@@ -115,6 +115,7 @@ def test_status_json_shape(store: Store, tmp_path: Path) -> None:
     assert (failure["attempt"], failure["category"], failure["action"], failure["stalled_for_s"]) == (
         0, "nccl_timeout", "restart", 12.5)
     assert failure["evidence"] == "Watchdog caught collective"
+    assert "collective timed out" in failure["hint"]  # what the user can do about it
 
     assert store.set_state(job_id, JobState.SUCCEEDED, now=1_700_000_100.0)
     doc = json.loads(store.status_json(job_id) or "null")
@@ -234,3 +235,25 @@ def test_many_processes_lose_nothing(tmp_path: Path, fresh: bool) -> None:
         listed = json.loads(store.status_json() or "[]")
         assert sorted(j["id"] for j in listed) == created
         assert all(j["progress"] is not None for j in listed)
+
+
+def test_a_version_2_store_migrates_and_keeps_its_failures(tmp_path: Path) -> None:
+    """Failures recorded before hints existed keep a null hint; new ones get theirs."""
+    from fsdp_orch.store import MIGRATIONS
+
+    path = tmp_path / "jobs.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    for statement in [s for step in MIGRATIONS[:2] for s in step]:
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 2")
+    conn.execute("INSERT INTO jobs (id, name, cluster, kind, state, created_at, spec_json, run_dir)"
+                 " VALUES ('old', 'demo', 'local', 'local', 'RUNNING', 1.0, '{}', '/r/old')")
+    conn.execute("INSERT INTO failures (job_id, attempt, category, evidence, detected_at, action)"
+                 " VALUES ('old', 0, 'cuda_oom', 'CUDA out of memory', 2.0, 'restart')")
+    conn.close()
+    with Store(path) as store:
+        store.add_failure("old", attempt=1, category="cuda_oom", evidence="CUDA out of memory",
+                          action="give_up", now=3.0)
+        old, new = json.loads(store.status_json("old") or "null")["failures"]
+    assert (old["action"], old["hint"]) == ("restart", None)
+    assert new["action"] == "give_up" and "offload_params" in new["hint"]
