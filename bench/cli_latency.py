@@ -20,14 +20,15 @@ import time
 from pathlib import Path
 
 from fsdp_orch.states import JobState
-from fsdp_orch.store import Store, default_path
+from fsdp_orch.store import Store
+from fsdp_orch.store_path import store_path
 
 CATEGORIES = ["hang", "nccl_timeout", "gloo_timeout_or_peer_lost", "preemption_or_node_lost"]
 
 
 def fill_store(home: Path, jobs: int, seed: int = 0) -> None:
     rng = random.Random(seed)
-    store = Store(default_path(home))
+    store = Store(store_path(str(home)))
     now = time.time() - jobs * 60
     conn = store.conn
     conn.execute("BEGIN IMMEDIATE")
@@ -81,7 +82,7 @@ def main() -> int:
         status = time_command([str(cli), "status", "--json"], env, args.repeat)
         # The first status after any change rebuilds the cached list inside SQLite.
         rebuild = []
-        store = Store(default_path(home))
+        store = Store(store_path(str(home)))
         for i in range(args.repeat):
             store.update(f"{i:012x}", progress_step=10_000 + i)
             rebuild += time_command([str(cli), "status", "--json"], env, 1)

@@ -16,18 +16,21 @@ from fsdp_orch.errors import FsdpOrchError, InputError, JobNotFound
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def _open_store():  # type: ignore[no-untyped-def]
-    # os.path rather than pathlib: this is on the path of `status`, which must start fast.
-    from fsdp_orch.store import Store
+def _open_index():  # type: ignore[no-untyped-def]
+    """The index of the event logs under $FSDP_ORCH_HOME (os.path, not pathlib: `status` starts fast)."""
+    from fsdp_orch.index import open_index
 
-    home = os.environ.get("FSDP_ORCH_HOME") or os.path.join(os.path.expanduser("~"), ".fsdp-orch")
-    return Store(os.path.join(os.path.expanduser(home), "jobs.db"))
+    return open_index()
 
 
-def _resolve_id(store, job_id: str) -> str:  # type: ignore[no-untyped-def]
-    found = store.find_job_id(job_id)
+def _resolve_id(index, job_id: str) -> str:  # type: ignore[no-untyped-def]
+    found = index.store.find_job_id(job_id)
+    if found is None:
+        index.ingest()  # submitted from another login node since the last look
+        found = index.store.find_job_id(job_id)
     if found is None:
         raise JobNotFound(job_id)
+    index.ingest([found])
     return found
 
 
@@ -63,8 +66,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     from fsdp_orch.submit import submit
 
-    with _open_store() as store:
-        job_id, created = submit(store, Path(args.job), args.cluster, overrides=args.set,
+    with _open_index() as index:
+        store = index.store
+        job_id, created = submit(index, Path(args.job), args.cluster, overrides=args.set,
                                  accelerate_config=args.accelerate_config,
                                  idempotency_key=args.idempotency_key)
         if not args.wait:
@@ -75,7 +79,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
                   flush=True)
         from fsdp_orch.follow import wait_for
 
-        state = wait_for(store, job_id, show_progress=not args.json and sys.stderr.isatty(),
+        state = wait_for(index, job_id, show_progress=not args.json and sys.stderr.isatty(),
                          quiet=args.json)
         if args.json:
             print(store.status_json(job_id))
@@ -94,12 +98,13 @@ def _print_submitted(args: argparse.Namespace, job_id: str, created: bool, store
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with _open_store() as store:
+    with _open_index() as index:
+        store = index.store
         if args.job_id:
-            job_id = _resolve_id(store, args.job_id)
+            job_id = _resolve_id(index, args.job_id)
             from fsdp_orch.liveness import refresh
 
-            refresh(store, [job_id])
+            refresh(index, [job_id])
             text = store.status_json(job_id)
             import json
 
@@ -110,7 +115,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             return EXIT_OK
         from fsdp_orch.liveness import refresh
 
-        refresh(store, None)
+        index.ingest()
+        refresh(index, None)
         if args.json:
             sys.stdout.flush()
             sys.stdout.buffer.write(store.status_json_bytes() + b"\n")
@@ -131,17 +137,35 @@ def _print_table(store, jobs: list[dict], detail: bool = False) -> None:  # type
 def cmd_logs(args: argparse.Namespace) -> int:
     from fsdp_orch.logs import show_logs
 
-    with _open_store() as store:
-        job_id = _resolve_id(store, args.job_id)
-        return show_logs(store, job_id, rank=args.rank, attempt=args.attempt, follow=args.follow)
+    with _open_index() as index:
+        job_id = _resolve_id(index, args.job_id)
+        return show_logs(index, job_id, rank=args.rank, attempt=args.attempt, follow=args.follow)
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    from fsdp_orch.event_lines import show_events
+
+    with _open_index() as index:
+        job_id = _resolve_id(index, args.job_id)
+        run_dir = index.store.job(job_id)["run_dir"]
+    show_events(run_dir, as_json=args.json, follow=args.follow)
+    return EXIT_OK
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from fsdp_orch.doctor import run_doctor
+
+    text, ok = run_doctor(args.cluster, args.json)
+    print(text)
+    return EXIT_OK if ok else EXIT_JOB_FAILED
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     from fsdp_orch.submit import cancel
 
-    with _open_store() as store:
-        job_id = _resolve_id(store, args.job_id)
-        print(cancel(store, job_id))
+    with _open_index() as index:
+        job_id = _resolve_id(index, args.job_id)
+        print(cancel(index, job_id))
     return EXIT_OK
 
 
@@ -198,7 +222,7 @@ def cmd_clusters(args: argparse.Namespace) -> int:
 
 # --- parser ---------------------------------------------------------------------------------
 
-_COMMANDS = ("render", "submit", "status", "logs", "cancel", "diagnose", "clusters")
+_COMMANDS = ("render", "submit", "status", "logs", "events", "cancel", "diagnose", "clusters", "doctor")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -254,6 +278,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--attempt", type=int, help="this attempt (default: the latest)")
     p.set_defaults(func=cmd_logs)
 
+    p = sub.add_parser("events", help="a job's event log: submitted, attempts, failures, restarts, the end")
+    p.add_argument("job_id", metavar="JOB_ID")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new events until the job ends")
+    p.add_argument("--json", action="store_true", help="one JSON object per line, as written")
+    p.set_defaults(func=cmd_events)
+
     p = sub.add_parser("cancel", help="stop a job and every process it started")
     p.add_argument("job_id", metavar="JOB_ID")
     p.set_defaults(func=cmd_cancel)
@@ -262,6 +292,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--json", action="store_true", help="one JSON object per file (a list for several files)")
     p.set_defaults(func=cmd_diagnose)
+
+    p = sub.add_parser("doctor", help="check what a job needs here (and on --cluster NAME), each with a fix")
+    p.add_argument("--cluster", help="also check this cluster profile's machines")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("clusters", help="list cluster profiles and where each came from")
     p.add_argument("--json", action="store_true")

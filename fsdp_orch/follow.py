@@ -22,7 +22,7 @@ def progress_line(row: dict[str, Any]) -> str:
     return "  ".join(parts)
 
 
-def wait_for(store: Any, job_id: str, *, show_progress: bool = True, quiet: bool = False,
+def wait_for(index: Any, job_id: str, *, show_progress: bool = True, quiet: bool = False,
              interval: float = 0.5, timeout: float | None = None) -> str:
     """Block until the job ends; returns its final state. Progress goes to stderr."""
     from fsdp_orch.liveness import refresh
@@ -32,7 +32,8 @@ def wait_for(store: Any, job_id: str, *, show_progress: bool = True, quiet: bool
     started = time.monotonic()
     tty = sys.stderr.isatty()
     while True:
-        row = store.job(job_id)
+        index.ingest([job_id])
+        row = index.store.job(job_id)
         if row is None:
             return "FAILED"
         line = progress_line(row)
@@ -48,7 +49,7 @@ def wait_for(store: Any, job_id: str, *, show_progress: bool = True, quiet: bool
             if tty and show_progress and not quiet:
                 sys.stderr.write("\n")
             return str(row["state"])
-        refresh(store, [job_id])
+        refresh(index, [job_id])
         if timeout is not None and now - started > timeout:
             return str(row["state"])
         time.sleep(interval)

@@ -40,10 +40,10 @@ def filter_rank(lines: Iterator[str], local_rank: int) -> Iterator[str]:
             yield line[m.end():]
 
 
-def show_logs(store: Any, job_id: str, *, rank: int | None = None, attempt: int | None = None,
+def show_logs(index: Any, job_id: str, *, rank: int | None = None, attempt: int | None = None,
               follow: bool = False, out: Any = None) -> int:
     out = out or sys.stdout
-    row = store.job(job_id)
+    row = index.store.job(job_id)
     run_dir = Path(row["run_dir"])
     attempts = attempt_dirs(run_dir)
     if not attempts:
@@ -74,7 +74,8 @@ def show_logs(store: Any, job_id: str, *, rank: int | None = None, attempt: int 
         out.flush()
         if not follow:
             return _point_to_stacks(attempts[chosen], out)
-        current = store.job(job_id)
+        index.ingest([job_id])
+        current = index.store.job(job_id)
         if current["state"] in TERMINAL_NAMES and attempt_dirs(run_dir).keys() == attempts.keys():
             return _point_to_stacks(attempts[chosen], out)
         if attempt is None:

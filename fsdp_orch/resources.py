@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -18,7 +17,9 @@ def builtin_dir(name: str) -> Path:
 
 def home() -> Path:
     """``$FSDP_ORCH_HOME``, default ``~/.fsdp-orch``."""
-    return Path(os.environ.get("FSDP_ORCH_HOME") or Path.home() / ".fsdp-orch").expanduser()
+    from fsdp_orch.store_path import home_dir
+
+    return Path(home_dir())
 
 
 def bootstrap_site_dir() -> Path:

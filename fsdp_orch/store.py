@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_MS = 30_000
 
 # Each entry migrates from version i to i+1; never edit a shipped one, append a new one.
@@ -165,6 +165,10 @@ MIGRATIONS: list[list[str]] = [
         "INSERT OR REPLACE INTO job_docs (job_id, created_at, doc) SELECT j.id, j.created_at,"
         f" {_JOB_JSON} FROM jobs j",
     ],
+    [
+        # How far each event log has been read into this index (byte offset, whole lines).
+        "CREATE TABLE ingested (path TEXT PRIMARY KEY, offset INTEGER NOT NULL, line INTEGER NOT NULL)",
+    ],
 ]
 
 class _Transaction:
@@ -179,10 +183,6 @@ class _Transaction:
 
     def __exit__(self, kind: object, value: object, tb: object) -> None:
         self.conn.execute("ROLLBACK" if kind is not None else "COMMIT")
-
-
-def default_path(home: Path) -> Path:
-    return home / "jobs.db"
 
 
 class Store:
@@ -343,7 +343,30 @@ class Store:
         self._write("UPDATE attempts SET ended_at = ?, exit_code = ? WHERE job_id = ? AND attempt = ?",
                     (now if now is not None else time.time(), exit_code, job_id, attempt))
 
+    def set_ingested(self, path: str, offset: int, line: int) -> None:
+        self._write("INSERT OR REPLACE INTO ingested (path, offset, line) VALUES (?, ?, ?)", (path, offset, line))
+
+    def set_meta(self, key: str, value: int) -> None:
+        self._write("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
     # --- reads ----------------------------------------------------------------------------
+
+    def ingested(self, path: str) -> tuple[int, int]:
+        """(byte offset, lines) up to which the event log at ``path`` is in the index."""
+        row = self.conn.execute("SELECT offset, line FROM ingested WHERE path = ?", (path,)).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    def meta(self, key: str) -> int | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return int(row[0]) if row else None
+
+    def job_for_key(self, idempotency_key: str) -> str | None:
+        row = self.conn.execute("SELECT id FROM jobs WHERE idempotency_key = ?", (idempotency_key,)).fetchone()
+        return row[0] if row else None
+
+    def job_ids(self) -> set[str]:
+        return {row[0] for row in self.conn.execute("SELECT id FROM jobs")}
+
 
     def status_json(self, job_id: str | None = None, limit: int | None = None) -> str | None:
         """``status --json`` text: a list of all jobs (oldest first), or one object; None if unknown."""

@@ -66,6 +66,11 @@ class Submission:
         tmp.replace(path)
         return path
 
+    @staticmethod
+    def kind_name(run_dir: Path) -> str:
+        """The cluster kind a saved submission was made for."""
+        return str(json.loads((run_dir / SUBMISSION_FILE).read_text())["profile"]["kind"])
+
     @classmethod
     def load(cls, run_dir: Path, kind: PlanningKind) -> Submission:
         return cls.from_json((run_dir / SUBMISSION_FILE).read_text(), kind)

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from fsdp_orch.backends.registry import cluster_kind, load_profile
 from fsdp_orch.errors import InputError, JobNotFound
+from fsdp_orch.index import JobIndex
 from fsdp_orch.jobspec.loading import load_job
 from fsdp_orch.plan import LaunchPlan, spec_json
 from fsdp_orch.profiles import ProfileRef
 from fsdp_orch.render import Artifact
 from fsdp_orch.resources import home, local_has_gpu
 from fsdp_orch.states import JobState
-from fsdp_orch.store import Store
 from fsdp_orch.submission import Submission
 from fsdp_orch.supervise import supervisor_command
 
@@ -56,46 +56,53 @@ def spec_hash(plan: LaunchPlan) -> str:
     return hashlib.sha256(spec_json(plan).encode()).hexdigest()[:16]
 
 
-def record_submission(store: Store, job_file: Path, cluster: str, *, overrides: list[str] | None = None,
+def record_submission(index: JobIndex, job_file: Path, cluster: str, *, overrides: list[str] | None = None,
                       accelerate_config: str | None = None, idempotency_key: str | None = None,
                       home_dir: Path | None = None) -> tuple[str, bool, Submission | None]:
-    """Validate and plan, record the job in the store and freeze its submission in the run dir.
-    Returns (job id, created, submission); nothing is started."""
+    """Validate and plan, freeze the submission in its run folder and record it as the job's first
+    event (which puts it in the index). Returns (job id, created, submission); nothing is started."""
     import dataclasses
+    import os
+    import shutil
 
     planned = plan_job(job_file, cluster, overrides=overrides, accelerate_config=accelerate_config,
                        home_dir=home_dir)
-    root = home_dir or home()
-    job_id, created = store.create_job(
-        name=planned.submission.job.name, cluster=planned.profile_ref.name,
-        kind=planned.submission.profile.kind, spec_json=spec_json(planned.plan), run_dir_root=root / "runs",
-        job_file=str(job_file.resolve()), spec_hash=spec_hash(planned.plan), idempotency_key=idempotency_key)
-    if not created:
-        return job_id, False, None
+    if idempotency_key:
+        existing = index.store.job_for_key(idempotency_key)
+        if existing is not None:
+            return existing, False, None
+    job_id = os.urandom(6).hex()
     submission = dataclasses.replace(planned.submission, job_id=job_id)
     submission.save()
+    index.journal(job_id, role="submit").submitted(
+        name=submission.job.name, cluster=planned.profile_ref.name, kind=submission.profile.kind,
+        spec_json=spec_json(planned.plan), run_dir=str(submission.run_dir), job_file=str(job_file.resolve()),
+        spec_hash=spec_hash(planned.plan), idempotency_key=idempotency_key)
+    if index.store.job(job_id) is None:  # another submit with the same key got there first
+        shutil.rmtree(submission.run_dir, ignore_errors=True)
+        return str(index.store.job_for_key(idempotency_key or "")), False, None
     return job_id, True, submission
 
 
-def submit(store: Store, job_file: Path, cluster: str, *, overrides: list[str] | None = None,
+def submit(index: JobIndex, job_file: Path, cluster: str, *, overrides: list[str] | None = None,
            accelerate_config: str | None = None, idempotency_key: str | None = None,
            home_dir: Path | None = None) -> tuple[str, bool]:
     """Validate, record the job, hand it to its cluster kind. Returns (job id, created)."""
     job_id, created, submission = record_submission(
-        store, job_file, cluster, overrides=overrides, accelerate_config=accelerate_config,
+        index, job_file, cluster, overrides=overrides, accelerate_config=accelerate_config,
         idempotency_key=idempotency_key, home_dir=home_dir)
     if submission is None:
         return job_id, created
     try:
-        cluster_kind(submission.profile.kind).start(store, submission)
+        cluster_kind(submission.profile.kind).start(index, submission)
     except BaseException as exc:
-        store.set_state(job_id, JobState.FAILED, reason=f"could not start: {exc}")
+        index.journal(job_id).set_state(JobState.FAILED, reason=f"could not start: {exc}")
         raise
     return job_id, True
 
 
-def cancel(store: Store, job_id: str) -> str:
-    row = store.job(job_id)
+def cancel(index: JobIndex, job_id: str) -> str:
+    row = index.store.job(job_id)
     if row is None:
         raise JobNotFound(job_id)
-    return cluster_kind(row["kind"]).cancel(store, row)
+    return cluster_kind(row["kind"]).cancel(index, row)

@@ -11,11 +11,13 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from fsdp_orch.checkpoints import Storage
+from fsdp_orch.checks import Check
+from fsdp_orch.command import Runner
 from fsdp_orch.heartbeats import Heartbeat
+from fsdp_orch.index import JobIndex
 from fsdp_orch.plan import LaunchPlan
 from fsdp_orch.render import Artifact
 from fsdp_orch.stacks import StackCapture
-from fsdp_orch.store import Store
 from fsdp_orch.submission import PlanningKind, Submission
 
 # (where the text came from, e.g. "console-node-0.log"; the bytes appended since the last call)
@@ -87,15 +89,15 @@ class ClusterKind(PlanningKind, Protocol):
     def attempt_launcher(self, submission: Submission) -> AttemptLauncher:
         ...
 
-    def start(self, store: Store, submission: Submission) -> None:
+    def start(self, index: JobIndex, submission: Submission) -> None:
         """Begin supervising a recorded job (in the background)."""
         ...
 
-    def cancel(self, store: Store, row: dict[str, Any]) -> str:
+    def cancel(self, index: JobIndex, row: dict[str, Any]) -> str:
         """End the job everywhere; returns the line to print."""
         ...
 
-    def refresh(self, store: Store, rows: list[dict[str, Any]]) -> list[str]:
+    def refresh(self, index: JobIndex, rows: list[dict[str, Any]]) -> list[str]:
         """Settle this kind's active jobs (``rows``) at status time: what the scheduler knows and a
         dead supervisor cannot report. Returns the ids it changed or re-attached."""
         ...
@@ -107,6 +109,11 @@ class ClusterKind(PlanningKind, Protocol):
     def teardown(self, submission: Submission) -> None:
         """Delete what ``provision`` made."""
         return None
+
+    def doctor(self, profile: Any, torch_version: str | None, run: Runner) -> list[Check]:
+        """What a job on a cluster of this kind needs, checked (``fsdp-orch doctor --cluster``);
+        ``torch_version``: the submit host's."""
+        return []
 
     def allocation_ending(self) -> bool:
         """Is the scheduler taking the allocation this process runs in away (requeue, preemption)?"""

@@ -17,13 +17,12 @@ from fsdp_orch.backends.base import ClusterKind
 from fsdp_orch.backends.files import FileObservation
 from fsdp_orch.checkpoints import LOCAL, Storage
 from fsdp_orch.errors import InputError
+from fsdp_orch.index import JobIndex
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.plan import LaunchPlan, Placement, PlanContext
 from fsdp_orch.proctree import job_processes, pid_alive, stop_job_processes
 from fsdp_orch.profiles import ProfileBase
 from fsdp_orch.render import Artifact, Templates, write_artifacts
-from fsdp_orch.states import JobState
-from fsdp_orch.store import Store
 from fsdp_orch.submission import Submission
 
 CANCEL_WAIT_S = 15.0
@@ -185,10 +184,11 @@ class LocalKind(ClusterKind):
     def attempt_launcher(self, submission: Submission) -> LocalLauncher:
         return LocalLauncher(submission)
 
-    def start(self, store: Store, submission: Submission) -> None:
-        store.update(submission.job_id, supervisor_pid=spawn_supervisor(submission, reattach=False))
+    def start(self, index: JobIndex, submission: Submission) -> None:
+        pid = spawn_supervisor(submission, reattach=False)
+        index.journal(submission.job_id).supervisor_started(pid=pid)
 
-    def refresh(self, store: Store, rows: list[dict[str, Any]]) -> list[str]:
+    def refresh(self, index: JobIndex, rows: list[dict[str, Any]]) -> list[str]:
         """Re-attach a supervisor to every job whose supervisor died; it adopts the attempt still
         running (a lock in the run directory admits one supervisor per job)."""
         reattached = []
@@ -200,10 +200,11 @@ class LocalKind(ClusterKind):
             reattached.append(row["id"])
         return reattached
 
-    def cancel(self, store: Store, row: dict[str, Any]) -> str:
+    def cancel(self, index: JobIndex, row: dict[str, Any]) -> str:
         job_id = row["id"]
-        if not store.set_state(job_id, JobState.CANCELLED, reason="cancelled by user"):
-            return f"{job_id} already ended ({store.job(job_id)['state']})"
+        ended = index.request_cancel(job_id)
+        if ended:
+            return f"{job_id} already ended ({ended})"
         pid = row.get("supervisor_pid")
         if pid_alive(pid, must_contain=job_id):
             os.kill(pid, 15)

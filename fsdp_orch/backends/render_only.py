@@ -7,7 +7,7 @@ from typing import Any
 
 from fsdp_orch.backends.base import AttemptLauncher, ClusterKind
 from fsdp_orch.errors import InputError
-from fsdp_orch.store import Store
+from fsdp_orch.index import JobIndex
 from fsdp_orch.submission import Submission
 
 
@@ -20,11 +20,11 @@ class RenderOnly(ClusterKind):
     def attempt_launcher(self, submission: Submission) -> AttemptLauncher:
         raise not_implemented(self.name)
 
-    def start(self, store: Store, submission: Submission) -> None:
+    def start(self, index: JobIndex, submission: Submission) -> None:
         raise not_implemented(self.name)
 
-    def cancel(self, store: Store, row: dict[str, Any]) -> str:
+    def cancel(self, index: JobIndex, row: dict[str, Any]) -> str:
         raise not_implemented(self.name)
 
-    def refresh(self, store: Store, rows: list[dict[str, Any]]) -> list[str]:
+    def refresh(self, index: JobIndex, rows: list[dict[str, Any]]) -> list[str]:
         return []

@@ -14,16 +14,18 @@ from typing import Any
 from fsdp_orch import command
 from fsdp_orch.backends import slurm_allocation
 from fsdp_orch.backends.base import ClusterKind
+from fsdp_orch.backends.slurm_doctor import slurm_checks
 from fsdp_orch.backends.slurm_parse import JOB_NAME_PREFIX, SACCT_FIELDS, latest_by_job, parse_sacct
 from fsdp_orch.backends.slurm_profile import SlurmProfile
-from fsdp_orch.command import run_command
+from fsdp_orch.checks import Check
+from fsdp_orch.command import Runner, run_command
 from fsdp_orch.errors import InputError
+from fsdp_orch.index import JobIndex
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.plan import LaunchPlan, Placement, PlanContext
 from fsdp_orch.profiles import ProfileBase
 from fsdp_orch.render import Artifact, Templates, write_artifacts
 from fsdp_orch.states import JobState
-from fsdp_orch.store import Store
 from fsdp_orch.submission import Submission
 
 BATCH_SCRIPT = "sbatch.sh"
@@ -58,20 +60,25 @@ class SlurmKind(ClusterKind):
     def allocation_ending(self) -> bool:
         return slurm_allocation.allocation_ending()
 
-    def start(self, store: Store, submission: Submission) -> None:
+    def doctor(self, profile: ProfileBase, torch_version: str | None, run: Runner) -> list[Check]:
+        assert isinstance(profile, SlurmProfile)
+        return slurm_checks(profile, torch_version, run)
+
+    def start(self, index: JobIndex, submission: Submission) -> None:
         plan, artifacts = submission.plan(0)
         batch = [a for a in artifacts if a.path == batch_script_path(plan)]
         write_artifacts(batch)
         out = run_command(["sbatch", "--parsable", batch[0].path])
-        store.update(submission.job_id, backend_ref=f"slurm:{out.strip().split(';')[0]}")
+        index.journal(submission.job_id).scheduled(f"slurm:{out.strip().split(';')[0]}")
 
-    def refresh(self, store: Store, rows: list[dict[str, Any]]) -> list[str]:
-        return refresh(store, rows)
+    def refresh(self, index: JobIndex, rows: list[dict[str, Any]]) -> list[str]:
+        return refresh(index, rows)
 
-    def cancel(self, store: Store, row: dict[str, Any]) -> str:
+    def cancel(self, index: JobIndex, row: dict[str, Any]) -> str:
         job_id = row["id"]
-        if not store.set_state(job_id, JobState.CANCELLED, reason="cancelled by user"):
-            return f"{job_id} already ended ({store.job(job_id)['state']})"
+        ended = index.request_cancel(job_id)
+        if ended:
+            return f"{job_id} already ended ({ended})"
         slurm_id = slurm_job_id(row.get("backend_ref"))
         if slurm_id:
             run_command(["scancel", slurm_id])
@@ -103,7 +110,7 @@ def query(slurm_ids: list[str]):  # type: ignore[no-untyped-def]
 LOST_ALLOCATION = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 
 
-def refresh(store: Any, rows: list[dict[str, Any]], *, query_fn=None, resubmit_fn=None) -> list[str]:  # type: ignore[no-untyped-def]
+def refresh(index: JobIndex, rows: list[dict[str, Any]], *, query_fn=None, resubmit_fn=None) -> list[str]:  # type: ignore[no-untyped-def]
     """Settle active SLURM jobs whose allocation ended without the supervisor settling them (cancelled
     or failed while pending, node failure): one scheduler query for all of them. An allocation lost
     to a node failure is resubmitted while the restart budget allows. Returns the ids it changed."""
@@ -119,33 +126,34 @@ def refresh(store: Any, rows: list[dict[str, Any]], *, query_fn=None, resubmit_f
         mapped = rec.mapped_state
         if mapped in (JobState.PENDING, JobState.RESTARTING) and row["state"] == JobState.RUNNING.value:
             # back in the queue (requeued, preempted): the next allocation resumes from a checkpoint
-            store.set_state(row["id"], JobState.RESTARTING, reason=f"SLURM job {sid} is {rec.state} again")
+            index.journal(row["id"]).requeued(f"SLURM job {sid} is {rec.state} again")
             changed.append(row["id"])
             continue
         if mapped is None or not mapped.is_terminal():
             continue
-        fresh = store.job(row["id"])
+        fresh = index.store.job(row["id"])
         if not fresh or fresh["state"] != row["state"]:
             continue
         changed.append(row["id"])
-        if rec.state in LOST_ALLOCATION and _resubmit(store, fresh, sid, rec.state, resubmit_fn):
+        if rec.state in LOST_ALLOCATION and _resubmit(index, fresh, sid, rec.state, resubmit_fn):
             continue
-        store.set_state(row["id"], mapped, reason=f"SLURM job {sid} ended {rec.state} (exit {rec.exit_code})")
+        index.journal(row["id"]).set_state(mapped, reason=f"SLURM job {sid} ended {rec.state} (exit {rec.exit_code})")
     return changed
 
 
-def _resubmit(store: Any, row: dict[str, Any], sid: str, slurm_state: str, resubmit_fn) -> bool:  # type: ignore[no-untyped-def]
+def _resubmit(index: JobIndex, row: dict[str, Any], sid: str, slurm_state: str, resubmit_fn) -> bool:  # type: ignore[no-untyped-def]
     submission = Submission.load(Path(row["run_dir"]), KIND)
     policy = submission.job.restart
     attempt = max(0, int(row["attempts"]) - 1)
     allowed = ("preemption_or_node_lost" in policy.retry_on and int(row["restarts"]) < policy.max_restarts)
-    store.add_failure(row["id"], attempt=attempt, category="preemption_or_node_lost",
-                      evidence=f"SLURM job {sid} ended {slurm_state}", action="resubmit" if allowed else "give_up")
+    journal = index.journal(row["id"])
+    journal.add_failure(attempt=attempt, category="preemption_or_node_lost",
+                        evidence=f"SLURM job {sid} ended {slurm_state}", action="resubmit" if allowed else "give_up")
     if not allowed:
         return False
-    store.end_attempt(row["id"], attempt, None)
-    store.set_state(row["id"], JobState.RESTARTING, reason=f"SLURM job {sid} ended {slurm_state}: resubmitted")
-    (resubmit_fn or KIND.start)(store, submission)
+    journal.end_attempt(attempt, None)
+    journal.requeued(f"SLURM job {sid} ended {slurm_state}: resubmitted")
+    (resubmit_fn or KIND.start)(index, submission)
     return True
 
 

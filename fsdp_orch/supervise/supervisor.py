@@ -16,10 +16,11 @@ from pathlib import Path
 
 from fsdp_orch.backends.base import AllocationEnding, AttemptHandle, AttemptLauncher
 from fsdp_orch.checkpoints import latest_complete, move_aside, partial_newer_than_latest
+from fsdp_orch.events import CANCEL_MARKER, read_job
 from fsdp_orch.jobspec.schema import Watch
-from fsdp_orch.states import TERMINAL_NAMES, JobState
-from fsdp_orch.store import Store
-from fsdp_orch.submission import Submission
+from fsdp_orch.journal import JobView, Journal
+from fsdp_orch.states import JobState
+from fsdp_orch.submission import SUBMISSION_FILE, Submission
 from fsdp_orch.supervise.diagnose import Diagnosis, diagnose_exit
 from fsdp_orch.supervise.hang_evidence import stuck_ranks_evidence, with_flight_recorder
 from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower
@@ -69,12 +70,12 @@ class Adopt:
 
 
 class Supervisor:
-    def __init__(self, store: Store, submission: Submission, launcher: AttemptLauncher, *,
+    def __init__(self, journal: Journal, submission: Submission, launcher: AttemptLauncher, *,
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
                  rng: random.Random | None = None, stop_flag: StopFlag | None = None,
                  backoff_sleep: Callable[[float], None] | None = None,
                  allocation_ending: Callable[[], bool] = lambda: False, local_has_gpu: bool = False):
-        self.store = store
+        self.journal = journal
         self.sub = submission
         self.launcher = launcher
         self.clock = clock
@@ -105,20 +106,20 @@ class Supervisor:
                     if not decision.restart:
                         reason = (f"{failed.diagnosis.category}: {failed.diagnosis.evidence or 'no evidence'}; "
                                   f"{decision.reason}")
-                        self.store.set_state(self.job_id, JobState.FAILED, reason=reason, now=self.clock())
+                        self.journal.set_state(JobState.FAILED, reason=reason, now=self.clock())
                         return JobState.FAILED
                     restarts += 1
-                    self.store.set_state(self.job_id, JobState.RESTARTING, reason=decision.reason,
-                                         now=self.clock())
-                    self.backoff_sleep(backoff_delay(self.sub.job.restart, restarts, self.rng))
+                    delay = backoff_delay(self.sub.job.restart, restarts, self.rng)
+                    self.journal.restart_scheduled(decision.reason, delay, now=self.clock())
+                    self.backoff_sleep(delay)
                     if self._cancel_requested():
                         raise Cancelled() from None
                     attempt, adopt = attempt + 1, None
                     continue
-                self.store.set_state(self.job_id, JobState.SUCCEEDED, reason=None, now=self.clock())
+                self.journal.set_state(JobState.SUCCEEDED, reason=None, now=self.clock())
                 return JobState.SUCCEEDED
         except Cancelled:
-            self.store.set_state(self.job_id, JobState.CANCELLED, reason="cancelled", now=self.clock())
+            self.journal.set_state(JobState.CANCELLED, reason="cancelled", now=self.clock())
             return JobState.CANCELLED
         except AllocationEnding as ending:
             self._requeued(attempt, ending.evidence)
@@ -132,14 +133,13 @@ class Supervisor:
                                failed.record.checkpoint_after)
         self.history.append(record)
         if failed.diagnosis.category == "preemption_or_node_lost" and self.allocation_ending():
-            self.store.add_failure(self.job_id, attempt=attempt, category=failed.diagnosis.category,
+            self.journal.add_failure(attempt=attempt, category=failed.diagnosis.category,
                                    evidence=failed.diagnosis.evidence, action="requeue",
                                    stalled_for_s=failed.stalled_for_s, now=failed.detected_at)
-            self.store.set_state(self.job_id, JobState.RESTARTING, reason="the scheduler requeued the job",
-                                 now=self.clock())
+            self.journal.requeued("the scheduler requeued the job", now=self.clock())
             raise AllocationEnding("") from None
         decision = decide(self.sub.job.restart, self.history, restarts_done=attempt)
-        self.store.add_failure(self.job_id, attempt=attempt, category=failed.diagnosis.category,
+        self.journal.add_failure(attempt=attempt, category=failed.diagnosis.category,
                                evidence=failed.diagnosis.evidence,
                                action="restart" if decision.restart else "give_up",
                                stalled_for_s=failed.stalled_for_s, now=failed.detected_at)
@@ -150,13 +150,11 @@ class Supervisor:
         it; the next allocation resumes from the latest complete checkpoint."""
         if not evidence:
             return  # recorded by _decide already
-        row = self.store.job(self.job_id)
-        if row is None or row["state"] in TERMINAL_NAMES:
+        if self._cancel_requested():
             return
-        self.store.add_failure(self.job_id, attempt=attempt, category="preemption_or_node_lost",
+        self.journal.add_failure(attempt=attempt, category="preemption_or_node_lost",
                                evidence=evidence, action="requeue", now=self.clock())
-        self.store.set_state(self.job_id, JobState.RESTARTING, reason="requeued by the scheduler",
-                             now=self.clock())
+        self.journal.requeued("requeued by the scheduler", now=self.clock())
 
     def _sleep_unless_cancelled(self, seconds: float) -> None:
         """Backoff, cut short by a cancel (recorded through the injected sleep)."""
@@ -182,11 +180,11 @@ class Supervisor:
                                             rdzv_port=self.launcher.port_for_attempt(attempt),
                                             local_has_gpu=self.local_has_gpu)
             started = self.clock()
-            self.store.start_attempt(self.job_id, attempt, resume_from=resume_from, now=started)
+            self.journal.start_attempt(attempt, resume_from=resume_from, now=started)
             if self._cancel_requested():
                 raise Cancelled()
             handle = self.launcher.launch(plan, artifacts)
-            self.store.update(self.job_id, backend_ref=handle.ref)
+            self.journal.launched(attempt, handle.ref)
         follower = LogFollower(handle.log_chunks)
         clock = StepClock()
         world = self.sub.world_size
@@ -194,7 +192,7 @@ class Supervisor:
 
         def stop() -> None:
             handle.stop(STOP_GRACE_S)
-            self.store.end_attempt(self.job_id, attempt, handle.poll(), now=self.clock())
+            self.journal.end_attempt(attempt, handle.poll(), now=self.clock())
 
         def fail(diagnosis: Diagnosis, stalled: float | None, detected_at: float | None = None) -> AttemptFailed:
             now = self.clock() if detected_at is None else detected_at
@@ -212,18 +210,18 @@ class Supervisor:
                     clock.observe(beat)
             if not first_step_seen and any(b.state != "starting" for b in beats.values()):
                 first_step_seen = True
-                self.store.first_step(self.job_id, attempt, min(b.progress_time for b in beats.values()
+                self.journal.first_step(attempt, min(b.progress_time for b in beats.values()
                                                                 if b.state != "starting"))
             self._record_progress(beats)
             self._record_checkpoint(checkpoint_dir)
             self._record_hang_detection(beats, started, watch)
             finished_at = scripts_finished_at(beats, world)
             if code is not None:
-                self.store.end_attempt(self.job_id, attempt, code, now=self.clock())
+                self.journal.end_attempt(attempt, code, now=self.clock())
                 if code == 0:
                     return
                 if finished_at is not None and self._killed_by_a_signal(code, follower):
-                    self.store.add_event(self.job_id, attempt=attempt, kind="teardown_crash", message=(
+                    self.journal.add_event(attempt=attempt, kind="teardown_crash", message=(
                         f"every rank finished its script, then the attempt ended with exit code {code} "
                         "while the processes shut down (gloo/NCCL teardown): counted as done"))
                     return
@@ -240,7 +238,7 @@ class Supervisor:
                 continue
             if finished_at is not None and self.clock() - finished_at > watch.startup_timeout:
                 stop()
-                self.store.add_event(self.job_id, attempt=attempt, kind="teardown_hang", message=(
+                self.journal.add_event(attempt=attempt, kind="teardown_hang", message=(
                     f"every rank finished its script {self.clock() - finished_at:.0f}s ago but the "
                     f"processes did not exit within startup_timeout ({watch.startup_timeout:g}s); "
                     "stopped them and counted the attempt as done"))
@@ -251,7 +249,7 @@ class Supervisor:
             if verdict is not None:
                 where, stacks = stuck_ranks_evidence(verdict, handle.capture_stacks(beats))
                 if stacks is not None:
-                    self.store.add_event(self.job_id, attempt=attempt, kind="stacks",
+                    self.journal.add_event(attempt=attempt, kind="stacks",
                                          message=f"stacks of the hung attempt: {stacks}")
                 evidence = verdict.evidence + where
                 raise fail(Diagnosis("hang", True, evidence), verdict.stalled_for_s, detected_at)
@@ -268,7 +266,7 @@ class Supervisor:
         storage = self.launcher.checkpoints
         partial = [c for c in partial_newer_than_latest(checkpoint_dir, storage) if c.layout != "dcp"]
         for src, dst in move_aside(partial, checkpoint_dir, f"attempt-{attempt}", storage):
-            self.store.add_event(self.job_id, attempt=attempt, kind="checkpoint_moved_aside",
+            self.journal.add_event(attempt=attempt, kind="checkpoint_moved_aside",
                                  message=f"{src} is incomplete and newer than the latest complete "
                                          f"checkpoint: moved to {dst}")
         if attempt == 0 and self.sub.job.checkpoint.resume != "auto":
@@ -281,10 +279,10 @@ class Supervisor:
         why = no_signal(beats, attempt_started=started, now=self.clock(), watch=watch)
         if why is not None and self._hang_detection_off != why:
             self._hang_detection_off = why
-            self.store.update(self.job_id, hang_detection_off=why)
+            self.journal.hang_detection(why)
         elif beats and self._hang_detection_off is not None:
             self._hang_detection_off = None
-            self.store.update(self.job_id, hang_detection_off=None)
+            self.journal.hang_detection(None)
 
     @staticmethod
     def _killed_by_a_signal(code: int, follower: LogFollower) -> bool:
@@ -313,16 +311,13 @@ class Supervisor:
     # --- bookkeeping ------------------------------------------------------------------------
 
     def _attempt_start_time(self, attempt: int) -> float:
-        for row in self.store.attempts(self.job_id):
-            if row["attempt"] == attempt:
-                return float(row["started_at"])
-        return self.clock()
+        started = JobView(read_job(self.sub.run_dir)[0]).attempts.get(attempt)
+        return float(started["started_at"]) if started else self.clock()
 
     def _cancel_requested(self) -> bool:
         if self.stop_flag.set:
             return True
-        row = self.store.job(self.job_id)
-        return row is not None and row["state"] == JobState.CANCELLED.value
+        return (self.sub.run_dir / CANCEL_MARKER).exists()
 
     def _record_progress(self, beats: dict) -> None:  # type: ignore[type-arg]
         if not beats:
@@ -331,8 +326,7 @@ class Supervisor:
         if lead.state == "starting" or lead.step == self._last_step:
             return
         self._last_step = lead.step
-        self.store.update(self.job_id, progress_step=lead.step, progress_loss=lead.loss,
-                          progress_at=lead.progress_time)
+        self.journal.progress(lead.step, lead.loss, lead.progress_time)
 
     def _checkpoint_step(self, checkpoint_dir: Path) -> int | None:
         info = latest_complete(checkpoint_dir, self.launcher.checkpoints)
@@ -342,26 +336,24 @@ class Supervisor:
         step = self._checkpoint_step(checkpoint_dir)
         if step is not None and step != self._last_ckpt:
             self._last_ckpt = step
-            self.store.update(self.job_id, last_checkpoint_step=step)
+            self.journal.checkpoint(step)
 
 
 def run_supervisor(job_id: str, reattach: bool = False, in_allocation: bool = False) -> int:
     """Entry point of ``python -m fsdp_orch.supervise.supervisor JOB_ID [--reattach | --in-allocation]``.
     ``in_allocation``: run by a scheduler's batch script (SLURM), which owns the signals; a requeued
-    job goes on with its next attempt."""
+    job goes on with its next attempt. It reads and writes only the job's run folder (events,
+    heartbeats, logs), never the index database."""
     import fcntl
-    import os
 
     from fsdp_orch.backends.registry import cluster_kind
+    from fsdp_orch.events import EventWriter
     from fsdp_orch.resources import home, local_has_gpu
-    from fsdp_orch.store import default_path
 
-    store = Store(default_path(home()))
-    row = store.job(job_id)
-    if row is None:
-        print(f"fsdp-orch supervisor: no job {job_id}", flush=True)
+    run_dir = home() / "runs" / job_id
+    if not (run_dir / SUBMISSION_FILE).is_file():
+        print(f"fsdp-orch supervisor: no job {job_id} in {run_dir.parent}", flush=True)
         return 2
-    run_dir = Path(row["run_dir"])
     # One supervisor per job: the lock lives as long as this process.
     lock = open(run_dir / "supervisor.lock", "a")  # noqa: SIM115
     try:
@@ -369,60 +361,50 @@ def run_supervisor(job_id: str, reattach: bool = False, in_allocation: bool = Fa
     except BlockingIOError:
         print(f"fsdp-orch supervisor: job {job_id} already has a supervisor", flush=True)
         return 0
-    kind = cluster_kind(row["kind"])
+    kind = cluster_kind(Submission.kind_name(run_dir))
     submission = Submission.load(run_dir, kind)
-    store.update(job_id, supervisor_pid=os.getpid())
+    view = JobView(read_job(run_dir)[0])
+    if view.ended:
+        return 0
+    journal = Journal(EventWriter(run_dir, "supervisor"), job_id)
+    journal.supervisor_started()
     stop_flag = StopFlag()
     if not in_allocation:
         stop_flag.install()
     launcher = kind.attempt_launcher(submission)
-    supervisor = Supervisor(store, submission, launcher, stop_flag=stop_flag,
+    supervisor = Supervisor(journal, submission, launcher, stop_flag=stop_flag,
                             allocation_ending=kind.allocation_ending, local_has_gpu=local_has_gpu())
     adopt = None
-    first_attempt = 0
+    first_attempt = max(view.attempts) + 1 if view.attempts else 0
     if in_allocation:
-        if store.job(job_id)["state"] in TERMINAL_NAMES:
-            return 0
-        attempts_done = store.attempts(job_id)
-        first_attempt = max(a["attempt"] for a in attempts_done) + 1 if attempts_done else 0
-        unfinished = [a for a in attempts_done if a["ended_at"] is None]
+        unfinished = [n for n, a in view.attempts.items() if a["ended_at"] is None]
         if unfinished:  # the previous allocation ended under it: requeued (time limit, preemption)
-            last = unfinished[-1]["attempt"]
-            already = {(f["attempt"], f["action"]) for f in _failures(store, job_id)}
-            if (last, "requeue") not in already:
-                store.add_failure(job_id, attempt=last, category="preemption_or_node_lost",
-                                  evidence="the allocation ended during the attempt (requeued)",
-                                  action="requeue")
-            store.end_attempt(job_id, last, None)
+            last = max(unfinished)
+            if (last, "requeue") not in view.failures:
+                journal.add_failure(attempt=last, category="preemption_or_node_lost",
+                                    evidence="the allocation ended during the attempt (requeued)",
+                                    action="requeue")
+            journal.end_attempt(last, None)
         print(f"fsdp-orch supervisor: job {job_id} in its allocation, attempt {first_attempt}", flush=True)
     elif reattach:
-        fresh = store.job(job_id)
-        if fresh is None or fresh["state"] in TERMINAL_NAMES:
-            return 0
-        attempts = {a["attempt"]: a for a in store.attempts(job_id)}
-        if fresh["state"] == "RUNNING" and attempts:
-            attempt = max(attempts)
-            adopt = Adopt(attempt, launcher.adopt(attempt, fresh["backend_ref"]))
+        if view.state == JobState.RUNNING.value and view.attempts:
+            attempt = max(view.attempts)
+            adopt = Adopt(attempt, launcher.adopt(attempt, view.backend_ref))
             print(f"fsdp-orch supervisor: re-attached to job {job_id} attempt {attempt}", flush=True)
         else:  # died before launching, or while backing off: the next attempt starts now
-            first_attempt = max(attempts) + 1 if attempts else 0
             print(f"fsdp-orch supervisor: resuming job {job_id} at attempt {first_attempt}", flush=True)
+    else:
+        first_attempt = 0
     try:
         state = supervisor.run(adopt, first_attempt)
     except SystemExit:
-        store.set_state(job_id, JobState.FAILED, reason="supervisor exited")
+        journal.set_state(JobState.FAILED, reason="supervisor exited")
         raise
     except BaseException as exc:
-        store.set_state(job_id, JobState.FAILED, reason=f"supervisor error: {exc!r}")
+        journal.set_state(JobState.FAILED, reason=f"supervisor error: {exc!r}")
         raise
     print(f"fsdp-orch supervisor: job {job_id} ended {state.value}", flush=True)
     return 0
-
-
-def _failures(store: Store, job_id: str) -> list[dict]:  # type: ignore[type-arg]
-    import json
-
-    return json.loads(store.status_json(job_id) or "{}").get("failures") or []
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ import pytest
 
 from fsdp_orch.backends.local import LocalLauncher
 from fsdp_orch.backends.slurm_allocation import on_time_limit_warning
+from fsdp_orch.events import EventWriter
+from fsdp_orch.index import JobIndex
+from fsdp_orch.journal import Journal
 from fsdp_orch.proctree import job_processes, pid_alive, stop_job_processes
 from fsdp_orch.states import JobState
 from fsdp_orch.store import Store
@@ -34,22 +37,29 @@ def crashing_job(tmp_path: Path, **restart) -> Path:
     return job
 
 
-def supervise_in_process(tmp_path: Path, job: Path) -> tuple[Supervisor, Store, str, list[float]]:
+def supervise_in_process(tmp_path: Path, job: Path) -> tuple[Supervisor, JobIndex, str, list[float]]:
+    """The supervisor writes the job's events; the test reads them through the index, as the CLI does."""
     home = tmp_path / "home"
-    store = Store(home / "jobs.db")
-    job_id, _, submission = record_submission(store, job, "local", home_dir=home)
+    index = JobIndex(Store(home / "jobs.db"), str(home / "runs"))
+    job_id, _, submission = record_submission(index, job, "local", home_dir=home)
     slept: list[float] = []
-    sup = Supervisor(store, submission, LocalLauncher(submission), backoff_sleep=slept.append,
+    journal = Journal(EventWriter(submission.run_dir, "supervisor"), job_id)
+    sup = Supervisor(journal, submission, LocalLauncher(submission), backoff_sleep=slept.append,
                      rng=random.Random(0))
-    return sup, store, job_id, slept
+    return sup, index, job_id, slept
+
+
+def status_of(index: JobIndex, job_id: str) -> dict:
+    index.ingest([job_id])
+    return json.loads(index.store.status_json(job_id) or "null")
 
 
 def test_a_job_that_crashes_every_attempt_stops_at_the_budget_with_growing_delays(tmp_path):
-    sup, store, job_id, slept = supervise_in_process(
+    sup, index, job_id, slept = supervise_in_process(
         tmp_path, crashing_job(tmp_path, max_restarts=3, crash_loop_attempts=10))
     assert sup.run() is JobState.FAILED
     assert slept == [1.0, 2.0, 4.0]  # initial 1s, multiplier 2, no jitter
-    status = json.loads(store.status_json(job_id))
+    status = status_of(index, job_id)
     assert status["state"] == "FAILED"
     assert status["attempts"] == 4 and status["restarts"] == 3
     assert [f["action"] for f in status["failures"]] == ["restart", "restart", "restart", "give_up"]
@@ -58,11 +68,11 @@ def test_a_job_that_crashes_every_attempt_stops_at_the_budget_with_growing_delay
 
 
 def test_a_crash_loop_gives_up_before_the_budget(tmp_path):
-    sup, store, job_id, slept = supervise_in_process(
+    sup, index, job_id, slept = supervise_in_process(
         tmp_path, crashing_job(tmp_path, max_restarts=10, crash_loop_attempts=3))
     assert sup.run() is JobState.FAILED
     assert slept == [1.0, 2.0]
-    status = json.loads(store.status_json(job_id))
+    status = status_of(index, job_id)
     assert status["attempts"] == 3
     assert "crash loop: 3 attempts in a row made no progress" in status["reason"]
 
@@ -104,10 +114,10 @@ def test_the_warning_before_a_time_limit_records_a_requeue_and_asks_for_it(tmp_p
     recorded here instead. The attempt is left to the scheduler, which ends it with the allocation."""
     job = tmp_path / "sleepy.yaml"
     job.write_text("name: sleepy\nlauncher: python\ncommand: [sleep, '60']\n")
-    sup, store, job_id, slept = supervise_in_process(tmp_path, job)
+    sup, index, job_id, slept = supervise_in_process(tmp_path, job)
     asked: list[str] = []
     previous = signal.getsignal(signal.SIGUSR2)
-    on_time_limit_warning(requeue=lambda: asked.append(store.job(job_id)["state"]))
+    on_time_limit_warning(requeue=lambda: asked.append(status_of(index, job_id)["state"]))
     timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGUSR2))
     timer.start()
     try:
@@ -117,7 +127,7 @@ def test_the_warning_before_a_time_limit_records_a_requeue_and_asks_for_it(tmp_p
         signal.signal(signal.SIGUSR2, previous)
         stop_job_processes(job_id, grace=2.0)
     assert asked == ["RESTARTING"]  # recorded before the scheduler is asked to requeue
-    status = json.loads(store.status_json(job_id))
+    status = status_of(index, job_id)
     assert status["state"] == "RESTARTING" and slept == []
     [failure] = status["failures"]
     assert failure["action"] == "requeue" and failure["category"] == "preemption_or_node_lost"

@@ -111,27 +111,45 @@ def test_a_node_failure_is_recorded_and_resubmitted_while_the_budget_allows(tmp_
 
     from fsdp_orch.backends.slurm import refresh
     from fsdp_orch.backends.slurm_parse import SlurmJob
+    from fsdp_orch.index import JobIndex
     from fsdp_orch.store import Store
     from fsdp_orch.submit import record_submission
 
     job = tmp_path / "job.yaml"
     job.write_text("name: n\nlauncher: python\ncommand: ['true']\nrestart: {max_restarts: 1}\n")
-    store = Store(tmp_path / "home" / "jobs.db")
-    job_id, _, _ = record_submission(store, job, "slurm", home_dir=tmp_path / "home")
-    store.update(job_id, backend_ref="slurm:41")
-    store.start_attempt(job_id, 0, resume_from=None)
+    index = JobIndex(Store(tmp_path / "home" / "jobs.db"), str(tmp_path / "home" / "runs"))
+    store = index.store
+    job_id, _, _ = record_submission(index, job, "slurm", home_dir=tmp_path / "home")
+    index.journal(job_id).scheduled("slurm:41")
+    index.journal(job_id).start_attempt(0, resume_from=None)
     resubmitted = []
 
     def lost(ids):
         return {"41": SlurmJob("41", f"fsdp-orch-{job_id}", "NODE_FAIL", "0:0", "", "", "", "node2")}
 
-    refresh(store, store.active_jobs(), query_fn=lost, resubmit_fn=lambda st, sub: resubmitted.append(sub.job_id))
+    refresh(index, store.active_jobs(), query_fn=lost, resubmit_fn=lambda st, sub: resubmitted.append(sub.job_id))
     status = json.loads(store.status_json(job_id))
     assert resubmitted == [job_id] and status["state"] == "RESTARTING"
     assert [(f["category"], f["action"]) for f in status["failures"]] == [("preemption_or_node_lost", "resubmit")]
 
-    store.start_attempt(job_id, 1, resume_from=None)  # the resubmitted job ran, and lost a node again
-    refresh(store, store.active_jobs(), query_fn=lost, resubmit_fn=lambda st, sub: resubmitted.append(sub.job_id))
+    index.journal(job_id).start_attempt(1, resume_from=None)  # the resubmitted job ran, and lost a node again
+    refresh(index, store.active_jobs(), query_fn=lost, resubmit_fn=lambda st, sub: resubmitted.append(sub.job_id))
     status = json.loads(store.status_json(job_id))
     assert resubmitted == [job_id] and status["state"] == "FAILED"
     assert status["failures"][-1]["action"] == "give_up" and "NODE_FAIL" in status["reason"]
+
+
+def test_render_needs_no_slurm_on_the_path(tmp_path):
+    """A laptop or a CI runner: no sbatch, srun or sacct anywhere. The same artifacts come out."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    argv = [sys.executable, "-m", "fsdp_orch", "render", "--cluster", "slurm",
+            str(repo / "examples" / "demo" / "job.yaml"), "--set", "nodes=2", "--job-id", "abc123"]
+    env = {**os.environ, "FSDP_ORCH_HOME": str(tmp_path)}
+    with_slurm = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=repo, env=env)
+    bare = subprocess.run(argv, capture_output=True, text=True, cwd=repo,
+                          env={**env, "PATH": str(tmp_path / "empty")})
+    assert bare.returncode == 0, bare.stderr
+    assert bare.stdout == with_slurm.stdout and "sbatch.sh <==" in bare.stdout

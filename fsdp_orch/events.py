@@ -1,0 +1,136 @@
+"""The per-job event log: append-only JSON lines in ``runs/<id>/events/``, one file per writer (the
+CLI process that submitted, each supervisor process, each CLI that settled or cancelled the job), so
+no two processes ever append to the same file, on any filesystem.
+
+Readers go by byte offset and take whole lines only. A line without its newline is not read yet (its
+writer may still be writing it, or died mid-write: then it is never completed and never read); a
+whole line that is not an event is skipped with a warning naming the file and the line. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+EVENTS_DIR = "events"
+CANCEL_MARKER = "cancel-requested"
+
+
+def events_dir(run_dir: str | os.PathLike[str]) -> str:
+    return os.path.join(os.fspath(run_dir), EVENTS_DIR)
+
+
+def writer_name(role: str) -> str:
+    """A file name no other process uses: the role, the host, the pid and a random part."""
+    import socket
+
+    host = socket.gethostname().split(".")[0] or "host"
+    return f"{role}-{host}-{os.getpid()}-{os.urandom(3).hex()}.jsonl"
+
+
+class EventWriter:
+    """Appends events to one file of its own; each event is one ``write`` of one whole line."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], role: str, clock=time.time):  # type: ignore[no-untyped-def]
+        directory = events_dir(run_dir)
+        os.makedirs(directory, exist_ok=True)
+        self.path = os.path.join(directory, writer_name(role))
+        self.clock = clock
+        self._seq = 0
+        self._fd: int | None = None
+
+    def append(self, kind: str, at: float | None = None, **fields: object) -> dict[str, object]:
+        import json
+
+        self._seq += 1
+        event = {"at": self.clock() if at is None else at, "kind": kind, "seq": self._seq, **fields}
+        line = (json.dumps(event, separators=(",", ":"), allow_nan=False, default=str) + "\n").encode()
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(self._fd, line)
+        return event
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class ReadResult:
+    """What a read found: the events, where the next read starts (after the last whole line), how
+    many whole lines are behind that point, and the warnings. (No dataclass: ``status`` starts here.)"""
+
+    def __init__(self, events: list[dict] | None = None, offset: int = 0, line: int = 0,  # type: ignore[type-arg]
+                 warnings: list[str] | None = None):
+        self.events = events or []
+        self.offset = offset
+        self.line = line
+        self.warnings = warnings or []
+
+
+def parse_lines(data: bytes, path: str, first_line: int) -> tuple[list[dict], int, int, list[str]]:  # type: ignore[type-arg]
+    """The events in ``data`` (read from ``path`` at line ``first_line``): (events, bytes consumed,
+    whole lines consumed, warnings). Pure."""
+    import json
+
+    events, warnings = [], []
+    consumed = 0
+    lines = 0
+    while True:
+        end = data.find(b"\n", consumed)
+        if end < 0:
+            break
+        raw = data[consumed:end]
+        consumed = end + 1
+        lines += 1
+        if not raw.strip():
+            continue
+        try:
+            event = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            event = None
+        if not isinstance(event, dict) or not isinstance(event.get("kind"), str) \
+                or not isinstance(event.get("at"), (int, float)):
+            warnings.append(f"{path}:{first_line + lines}: skipped a line that is not an event")
+            continue
+        events.append(event)
+    return events, consumed, lines, warnings
+
+
+def read_from(path: str, offset: int = 0, line: int = 0) -> ReadResult:
+    """The whole lines appended to ``path`` since ``offset`` (``line`` whole lines before it)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return ReadResult(offset=offset, line=line)
+    events, consumed, lines, warnings = parse_lines(data, path, line)
+    return ReadResult(events, offset + consumed, line + lines, warnings)
+
+
+def event_files(run_dir: str | os.PathLike[str]) -> list[str]:
+    """The job's event files, the submitting CLI's first (it creates the job)."""
+    directory = events_dir(run_dir)
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    names = sorted(n for n in names if n.endswith(".jsonl"))
+    names.sort(key=lambda n: not n.startswith("submit-"))
+    return [os.path.join(directory, n) for n in names]
+
+
+def read_job(run_dir: str | os.PathLike[str]) -> tuple[list[dict], list[str]]:  # type: ignore[type-arg]
+    """Every event of the job in time order (ties: file, then sequence), and the warnings."""
+    events, warnings = [], []
+    for order, path in enumerate(event_files(run_dir)):
+        result = read_from(path)
+        warnings += result.warnings
+        events += [(e["at"], order, e.get("seq", 0), e) for e in result.events]
+    events.sort(key=lambda item: item[:3])
+    return [e for *_, e in events], warnings
+
+
+__all__ = ["CANCEL_MARKER", "EVENTS_DIR", "EventWriter", "ReadResult", "event_files", "events_dir",
+           "parse_lines", "read_from", "read_job", "writer_name"]

@@ -1,0 +1,59 @@
+"""Where the index database lives: beside the runs under ``$FSDP_ORCH_HOME``, unless that is on a
+network filesystem (NFS, Lustre, GPFS...), where SQLite's locking and WAL are unsafe: then on a
+local path of this user and this machine. ``FSDP_ORCH_DB`` names the file outright. Stdlib only:
+``status`` starts here."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+NETWORK_FILESYSTEMS = frozenset({
+    "nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "ceph", "fuse.ceph", "glusterfs",
+    "fuse.glusterfs", "beegfs", "fuse.sshfs", "9p", "fuse.juicefs", "wekafs", "panfs", "afs",
+})
+
+
+def home_dir() -> str:
+    return os.path.expanduser(os.environ.get("FSDP_ORCH_HOME") or os.path.join("~", ".fsdp-orch"))
+
+
+def filesystem_of(path: str, mounts: str | None = None) -> str | None:
+    """The filesystem type of the mount that holds ``path`` (``mounts``: /proc/self/mounts' text)."""
+    if mounts is None:
+        try:
+            with open("/proc/self/mounts", encoding="utf-8") as f:
+                mounts = f.read()
+        except OSError:
+            return None
+    target = os.path.realpath(path)
+    best, kind = "", None
+    for line in mounts.splitlines():
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = parts[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, parts[2]
+    return kind
+
+
+def on_network_filesystem(path: str, mounts: str | None = None) -> bool:
+    return filesystem_of(path, mounts) in NETWORK_FILESYSTEMS
+
+
+def local_store_dir(home: str) -> str:
+    """A folder of this user on this machine, one per ``$FSDP_ORCH_HOME``."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or os.path.join("/tmp", f"fsdp-orch-{os.getuid()}")
+    digest = hashlib.sha256(os.path.realpath(home).encode()).hexdigest()[:12]
+    return os.path.join(base, "fsdp-orch", digest)
+
+
+def store_path(home: str, mounts: str | None = None) -> str:
+    explicit = os.environ.get("FSDP_ORCH_DB")
+    if explicit:
+        return os.path.expanduser(explicit)
+    if on_network_filesystem(home, mounts):
+        return os.path.join(local_store_dir(home), "jobs.db")
+    return os.path.join(home, "jobs.db")

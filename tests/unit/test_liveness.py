@@ -1,0 +1,26 @@
+"""Which active jobs `status` hands to their cluster kind (importing a kind costs `status` time)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from fsdp_orch.liveness import needs_settling
+
+
+def row(**fields: object) -> dict:
+    return {"id": "job42abc", "supervisor_pid": None, "backend_ref": None, **fields}
+
+
+def test_only_jobs_with_something_started_and_no_live_supervisor_here_are_looked_at() -> None:
+    assert not needs_settling(row())  # nothing was ever started for it
+    assert needs_settling(row(backend_ref="slurm:7"))  # the scheduler knows more
+    assert needs_settling(row(supervisor_pid=os.getpid()))  # alive, but not this job's supervisor
+    supervisor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "job42abc"])
+    try:
+        assert not needs_settling(row(supervisor_pid=supervisor.pid, backend_ref="slurm:7"))
+    finally:
+        supervisor.kill()
+        supervisor.wait()
+    assert needs_settling(row(supervisor_pid=supervisor.pid))  # died: a kind re-attaches or settles
