@@ -1,5 +1,5 @@
 """`fsdp-orch doctor`'s shared checks and its report (the SLURM checks run on the real cluster:
-tests/slurm/test_doctor.py)."""
+tests/slurm/test_slurm_doctor.py)."""
 
 from __future__ import annotations
 
