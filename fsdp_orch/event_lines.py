@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from fsdp_orch.events import event_files, read_from
+from fsdp_orch.events import read_new
 
 _SHOWN = ("state", "attempt", "category", "action", "step", "loss", "delay", "backend_ref", "exit_code",
           "resume_from", "pid", "host", "off_because", "reason", "notice", "message", "evidence")
@@ -27,15 +27,10 @@ def show_events(run_dir: str, *, as_json: bool, follow: bool, interval: float = 
     offsets: dict[str, tuple[int, int]] = {}
     finished = False
     while True:
-        batch = []
-        for order, path in enumerate(event_files(run_dir)):
-            offset, line = offsets.get(path, (0, 0))
-            result = read_from(path, offset, line)
-            offsets[path] = (result.offset, result.line)
-            for text in result.warnings:
-                print(f"fsdp-orch: warning: {text}", file=err)
-            batch += [(e["at"], order, e.get("seq", 0), e) for e in result.events]
-        for *_, event in sorted(batch, key=lambda item: item[:3]):
+        events, warnings = read_new(run_dir, offsets)
+        for text in warnings:
+            print(f"fsdp-orch: warning: {text}", file=err)
+        for event in events:
             out.write((json.dumps(event) if as_json else format_event(event)) + "\n")
             finished = finished or event["kind"] == "finished"
         out.flush()

@@ -121,16 +121,24 @@ def event_files(run_dir: str | os.PathLike[str]) -> list[str]:
     return [os.path.join(directory, n) for n in names]
 
 
-def read_job(run_dir: str | os.PathLike[str]) -> tuple[list[dict], list[str]]:  # type: ignore[type-arg]
-    """Every event of the job in time order (ties: file, then sequence), and the warnings."""
+def read_new(run_dir: str | os.PathLike[str],
+             offsets: dict[str, tuple[int, int]]) -> tuple[list[dict], list[str]]:  # type: ignore[type-arg]
+    """The job's events appended since ``offsets`` (file -> (byte offset, lines); updated), in time
+    order (ties: file, then sequence), and the warnings."""
     events, warnings = [], []
     for order, path in enumerate(event_files(run_dir)):
-        result = read_from(path)
+        result = read_from(path, *offsets.get(path, (0, 0)))
+        offsets[path] = (result.offset, result.line)
         warnings += result.warnings
         events += [(e["at"], order, e.get("seq", 0), e) for e in result.events]
     events.sort(key=lambda item: item[:3])
     return [e for *_, e in events], warnings
 
 
+def read_job(run_dir: str | os.PathLike[str]) -> tuple[list[dict], list[str]]:  # type: ignore[type-arg]
+    """Every event of the job in time order, and the warnings."""
+    return read_new(run_dir, {})
+
+
 __all__ = ["CANCEL_MARKER", "EVENTS_DIR", "EventWriter", "ReadResult", "event_files", "events_dir",
-           "parse_lines", "read_from", "read_job", "writer_name"]
+           "parse_lines", "read_from", "read_job", "read_new", "writer_name"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from fsdp_orch.backends.registry import cluster_kind
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.plan import LaunchPlan, PlanContext, make_plan
@@ -24,4 +22,4 @@ def render(plan: LaunchPlan, **options: object) -> list[Artifact]:
     return render_plan(plan, cluster_kind(plan.profile.kind), **options)  # type: ignore[arg-type]
 
 
-__all__ = ["CONTEXT", "SUPERVISOR", "Path", "plan_on", "render"]
+__all__ = ["CONTEXT", "SUPERVISOR", "plan_on", "render"]

@@ -98,8 +98,9 @@ class ClusterKind(PlanningKind, Protocol):
         ...
 
     def refresh(self, index: JobIndex, rows: list[dict[str, Any]]) -> list[str]:
-        """Settle this kind's active jobs (``rows``) at status time: what the scheduler knows and a
-        dead supervisor cannot report. Returns the ids it changed or re-attached."""
+        """Settle this kind's active jobs at status time: what the scheduler knows and a dead
+        supervisor cannot report. ``rows``: the jobs something was started for whose supervisor is
+        not alive on this machine (``liveness.needs_settling``). Returns the ids it changed."""
         ...
 
     def provision(self, submission: Submission) -> None:

@@ -189,11 +189,12 @@ class LocalKind(ClusterKind):
         index.journal(submission.job_id).supervisor_started(pid=pid)
 
     def refresh(self, index: JobIndex, rows: list[dict[str, Any]]) -> list[str]:
-        """Re-attach a supervisor to every job whose supervisor died; it adopts the attempt still
-        running (a lock in the run directory admits one supervisor per job)."""
+        """Re-attach a supervisor to every job whose supervisor died (``rows`` hold only those, and
+        jobs the scheduler knows of: none here); it adopts the attempt still running (a lock in the
+        run directory admits one supervisor per job)."""
         reattached = []
         for row in rows:
-            if not row["supervisor_pid"] or pid_alive(row["supervisor_pid"], must_contain=row["id"]):
+            if not row["supervisor_pid"]:
                 continue
             # The new supervisor records its own pid once it holds the job's lock.
             spawn_supervisor(Submission.load(Path(row["run_dir"]), self), reattach=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 from fsdp_orch import command
 from fsdp_orch.backends.base import AllocationEnding
 from fsdp_orch.backends.files import FileObservation
+from fsdp_orch.backends.local import free_port
 from fsdp_orch.backends.slurm_profile import SlurmProfile
 from fsdp_orch.checkpoints import LOCAL, Storage
 from fsdp_orch.command import run_command
@@ -126,16 +127,13 @@ class SlurmStepLauncher:
         return LOCAL
 
     def port_for_attempt(self, attempt: int) -> int:
-        from fsdp_orch.backends.local import free_port
-
         return free_port("0.0.0.0")
 
     def adopt(self, attempt: int, ref: str | None) -> SlurmStep:
         raise NotImplementedError("a SLURM attempt is never adopted: a requeued job starts the next attempt")
 
     def launch(self, plan: LaunchPlan, artifacts: list[Artifact]) -> SlurmStep:
-        write_artifacts([a for a in artifacts if a.path.startswith(plan.attempt_dir + "/")
-                         or a.path == plan.spec_path])
+        write_artifacts(artifacts)
         script = next(a.path for a in artifacts if a.name == NODE_SCRIPT)
         slurm_job = os.environ["SLURM_JOB_ID"]
         env = dict(os.environ)

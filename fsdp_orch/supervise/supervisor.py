@@ -67,6 +67,7 @@ class Adopt:
 
     attempt: int
     handle: AttemptHandle
+    started_at: float  # when the first supervisor started it (from the job's events)
 
 
 class Supervisor:
@@ -173,7 +174,7 @@ class Supervisor:
         before = self._checkpoint_step(checkpoint_dir)
         if adopt is not None:
             handle = adopt.handle
-            started = self._attempt_start_time(attempt)
+            started = adopt.started_at
         else:
             resume_from, resume_step = self._resume_point(attempt, checkpoint_dir)
             plan, artifacts = self.sub.plan(attempt, resume_from=resume_from, resume_step=resume_step,
@@ -310,10 +311,6 @@ class Supervisor:
 
     # --- bookkeeping ------------------------------------------------------------------------
 
-    def _attempt_start_time(self, attempt: int) -> float:
-        started = JobView(read_job(self.sub.run_dir)[0]).attempts.get(attempt)
-        return float(started["started_at"]) if started else self.clock()
-
     def _cancel_requested(self) -> bool:
         if self.stop_flag.set:
             return True
@@ -389,7 +386,8 @@ def run_supervisor(job_id: str, reattach: bool = False, in_allocation: bool = Fa
     elif reattach:
         if view.state == JobState.RUNNING.value and view.attempts:
             attempt = max(view.attempts)
-            adopt = Adopt(attempt, launcher.adopt(attempt, view.backend_ref))
+            adopt = Adopt(attempt, launcher.adopt(attempt, view.backend_ref),
+                          float(view.attempts[attempt]["started_at"]))
             print(f"fsdp-orch supervisor: re-attached to job {job_id} attempt {attempt}", flush=True)
         else:  # died before launching, or while backing off: the next attempt starts now
             print(f"fsdp-orch supervisor: resuming job {job_id} at attempt {first_attempt}", flush=True)

@@ -136,3 +136,16 @@ def test_the_database_moves_to_a_local_path_when_home_is_on_nfs(tmp_path: Path, 
     assert store_path("/var/tmp/x", mounts) == "/var/tmp/x/jobs.db"
     monkeypatch.setenv("FSDP_ORCH_DB", str(tmp_path / "mine.db"))
     assert store_path("/shared/home/alice/.fsdp-orch", mounts) == str(tmp_path / "mine.db")
+
+
+def test_fsdp_orch_events_prints_in_time_order_and_follow_stops_at_the_end(tmp_path: Path) -> None:
+    import io
+
+    from fsdp_orch.event_lines import show_events
+
+    a_job(tmp_path / "runs")
+    out, naps = io.StringIO(), []
+    show_events(str(tmp_path / "runs" / "abc123"), as_json=True, follow=True, out=out, sleep=naps.append)
+    kinds = [json.loads(line)["kind"] for line in out.getvalue().splitlines()]
+    assert kinds[0] == "submitted" and kinds[-1] == "finished" and len(kinds) == 14
+    assert naps == []  # the job had already finished: nothing to wait for
