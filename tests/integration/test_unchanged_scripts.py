@@ -20,6 +20,13 @@ def submit(cli, job: Path, *extra: str) -> dict:  # type: ignore[no-untyped-def]
     return json.loads(proc.stdout)
 
 
+def why(status: dict) -> str:
+    """What a job that did not succeed left behind: its reason, failures and supervisor log."""
+    log = Path(status["run_dir"]) / "supervisor.log"
+    tail = log.read_text(errors="replace")[-3000:] if log.is_file() else "(no supervisor log)"
+    return f"{status['state']}: {status.get('reason')}\nfailures: {status['failures']}\n{tail}"
+
+
 def watch(heartbeat: float, startup: float) -> list[str]:
     return ["--set", f"watch.heartbeat_timeout={heartbeat:g}s", "--set", f"watch.startup_timeout={startup:g}s"]
 
@@ -38,7 +45,7 @@ def test_tutorial_shapes_survive_a_healthy_run_past_the_startup_timeout(unchange
     cli, job = unchanged(name)
     healthy_args, _, _ = TUTORIALS[name]
     status = submit(cli, job, *watch(5, 4), "--set", "args=" + json.dumps(healthy_args))
-    assert status["state"] == "SUCCEEDED", status
+    assert status["state"] == "SUCCEEDED", why(status)
     assert status["failures"] == [] and status["attempts"] == 1
     assert status["progress"]["step"] > 0
 
@@ -49,7 +56,7 @@ def test_tutorial_shapes_are_hang_detected_with_the_stuck_frame(unchanged, name)
     _, args, step = TUTORIALS[name]
     status = submit(cli, job, *watch(5, 60), "--set", "args=" + json.dumps(args),
                     "--set", f"env.FSDP_ORCH_FAULT=hang:step={step}:rank=1")
-    assert status["state"] == "SUCCEEDED", status
+    assert status["state"] == "SUCCEEDED", why(status)
     [failure] = status["failures"]
     assert failure["category"] == "hang" and failure["stalled_for_s"] <= 5 + 2, failure
     assert "rank 1 stuck at train.py:" in failure["evidence"], failure["evidence"]
@@ -59,7 +66,7 @@ def test_torchrun_script_resumes_from_its_own_dcp_checkpoint(unchanged):
     cli, job = unchanged("torchrun_fsdp2")
     status = submit(cli, job, *watch(5, 60), "--set", 'args=["--steps", "60", "--save-every", "20"]',
                     "--set", "env.FSDP_ORCH_FAULT=crash:step=50:rank=0")
-    assert status["state"] == "SUCCEEDED", status
+    assert status["state"] == "SUCCEEDED", why(status)
     launch = (Path(status["run_dir"]) / "attempt-1" / "launch.sh").read_text()
     assert f"--resume {job.parent / 'ckpt' / 'step-40'}" in launch
     assert status["progress"]["step"] == 60
@@ -69,7 +76,7 @@ def test_an_evaluation_loop_three_times_the_heartbeat_timeout_is_not_a_hang(unch
     cli, job = unchanged("eval_loop")
     status = submit(cli, job, *watch(4, 60),
                     "--set", 'args=["--steps", "30", "--eval-every", "10", "--eval-seconds", "12"]')
-    assert status["state"] == "SUCCEEDED", status
+    assert status["state"] == "SUCCEEDED", why(status)
     assert status["failures"] == [] and status["attempts"] == 1
     assert status["progress"]["step"] == 30
 
@@ -77,7 +84,7 @@ def test_an_evaluation_loop_three_times_the_heartbeat_timeout_is_not_a_hang(unch
 def test_a_program_that_is_not_python_runs_past_startup_timeout_with_hang_detection_off(unchanged):
     cli, job = unchanged("not_python")
     status = submit(cli, job, *watch(2, 3), "--set", "env.WORK_SECONDS=10")
-    assert status["state"] == "SUCCEEDED", status
+    assert status["state"] == "SUCCEEDED", why(status)
     assert status["failures"] == []
     assert status["hang_detection"]["enabled"] is False
     assert "startup_timeout (3s)" in status["hang_detection"]["reason"]
@@ -88,5 +95,5 @@ def test_a_program_that_is_not_python_runs_past_startup_timeout_with_hang_detect
 def test_an_unmodified_accelerate_script_reports_step_progress(unchanged):
     cli, job = unchanged("accelerate")
     status = submit(cli, job, *watch(30, 120), "--set", 'args=["--steps", "25"]')
-    assert status["state"] == "SUCCEEDED", status
+    assert status["state"] == "SUCCEEDED", why(status)
     assert status["progress"]["step"] == 25

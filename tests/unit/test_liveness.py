@@ -17,8 +17,11 @@ def test_only_jobs_with_something_started_and_no_live_supervisor_here_are_looked
     assert not needs_settling(row())  # nothing was ever started for it
     assert needs_settling(row(backend_ref="slurm:7"))  # the scheduler knows more
     assert needs_settling(row(supervisor_pid=os.getpid()))  # alive, but not this job's supervisor
-    supervisor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "job42abc"])
+    # Popen can return before the child's exec (when our stdin is closed, as in CI): wait for its line.
+    supervisor = subprocess.Popen([sys.executable, "-c", "import time; print(flush=True); time.sleep(30)",
+                                   "job42abc"], stdout=subprocess.PIPE)
     try:
+        supervisor.stdout.readline()  # type: ignore[union-attr]
         assert not needs_settling(row(supervisor_pid=supervisor.pid, backend_ref="slurm:7"))
     finally:
         supervisor.kill()
