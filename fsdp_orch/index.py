@@ -38,9 +38,11 @@ class _IngestingWriter(EventWriter):
 
 
 class JobIndex:
-    def __init__(self, store: Store, runs_root: str, warn=None):  # type: ignore[no-untyped-def]
+    def __init__(self, store: Store, runs_roots: list[str], warn=None):  # type: ignore[no-untyped-def]
+        """``runs_roots``: the folders whose job folders this index reads, the first one this
+        home's own (see fsdp_orch.run_roots)."""
         self.store = store
-        self.runs_root = runs_root
+        self.runs_roots = runs_roots
         self.warn = warn or (lambda text: print(f"fsdp-orch: warning: {text}", file=sys.stderr))
         self._journals: dict[str, Journal] = {}
 
@@ -51,16 +53,24 @@ class JobIndex:
         self.store.close()
 
     def run_dir(self, job_id: str) -> str:
-        return os.path.join(self.runs_root, job_id)
+        row = self.store.job(job_id)
+        if row is not None:
+            return str(row["run_dir"])
+        for root in self.runs_roots:
+            if os.path.isdir(os.path.join(root, job_id)):
+                return os.path.join(root, job_id)
+        return os.path.join(self.runs_roots[0], job_id)
 
-    def journal(self, job_id: str, role: str = "cli") -> Journal:
+    def journal(self, job_id: str, role: str = "cli", run_dir: str | None = None) -> Journal:
         """Where this CLI process records what it does to ``job_id`` (one file per process and job;
-        ``submit`` for the submission, which readers take first)."""
+        ``submit`` for the submission, which readers take first). ``run_dir`` for a job not yet
+        in the index."""
         from fsdp_orch.journal import Journal
 
         key = f"{role}/{job_id}"
         if key not in self._journals:
-            self._journals[key] = Journal(_IngestingWriter(self, self.run_dir(job_id), job_id, role), job_id)
+            writer = _IngestingWriter(self, run_dir or self.run_dir(job_id), job_id, role)
+            self._journals[key] = Journal(writer, job_id)
         return self._journals[key]
 
     def request_cancel(self, job_id: str) -> str | None:
@@ -79,25 +89,31 @@ class JobIndex:
         """Bring the index up to date with the event logs of ``job_ids`` (None: every job that can
         have changed)."""
         if job_ids is not None:
-            candidates = set(job_ids)
+            folders = {job_id: self.run_dir(job_id) for job_id in job_ids}
         else:
-            candidates = {row["id"] for row in self.store.active_jobs()}
-            candidates |= self._new_job_folders()
-        for job_id in sorted(candidates):
-            self.ingest_files(job_id, event_files(self.run_dir(job_id)))
+            folders = {row["id"]: row["run_dir"] for row in self.store.active_jobs()}
+            folders.update(self._new_job_folders())
+        for job_id in sorted(folders):
+            self.ingest_files(job_id, event_files(folders[job_id]))
 
-    def _new_job_folders(self) -> set[str]:
-        """Job folders the index does not know, looked for only when the runs folder changed."""
-        try:
-            mtime = os.stat(self.runs_root).st_mtime_ns
-        except OSError:
-            return set()
-        if self.store.meta("runs_mtime_ns") == mtime:
-            return set()
-        known = self.store.job_ids()
-        found = {name for name in os.listdir(self.runs_root) if name not in known
-                 and os.path.isdir(os.path.join(self.runs_root, name, "events"))}
-        self.store.set_meta("runs_mtime_ns", mtime)
+    def _new_job_folders(self) -> dict[str, str]:
+        """Job folders the index does not know, looked for only in runs folders that changed."""
+        known: set[str] | None = None
+        found: dict[str, str] = {}
+        for root in self.runs_roots:
+            try:
+                mtime = os.stat(root).st_mtime_ns
+            except OSError:
+                continue
+            key = f"runs_mtime_ns:{root}"
+            if self.store.meta(key) == mtime:
+                continue
+            if known is None:
+                known = self.store.job_ids()
+            for name in os.listdir(root):
+                if name not in known and name not in found and os.path.isdir(os.path.join(root, name, "events")):
+                    found[name] = os.path.join(root, name)
+            self.store.set_meta(key, mtime)
         return found
 
     def ingest_files(self, job_id: str, paths: list[str]) -> None:
@@ -159,9 +175,12 @@ def apply_event(store: Store, job_id: str, event: dict[str, Any]) -> None:
 
 
 def open_index(home: str | None = None) -> JobIndex:
-    """The index of ``$FSDP_ORCH_HOME`` (its runs folder), opened where the database belongs."""
+    """The index of ``$FSDP_ORCH_HOME``'s runs folder and the profiles' shared run roots, opened
+    where the database belongs."""
+    from fsdp_orch.run_roots import runs_roots
     from fsdp_orch.store_path import home_dir, store_path
 
     root = home or home_dir()
-    return JobIndex(Store(store_path(root)), os.path.join(root, "runs"))
+    store = Store(store_path(root))
+    return JobIndex(store, runs_roots(store, root))
 

@@ -33,7 +33,7 @@ class PlanContext:
 
     job_id: str
     attempt: int
-    home: str  # $FSDP_ORCH_HOME as seen by the nodes
+    run_root: str  # the folder whose runs/ holds the job's run folder, as the nodes see it
     job_dir: str  # directory of job.yaml: relative paths in the spec start here
     resume_from: str | None = None
     resume_step: int | None = None  # the step of resume_from, when its layout tells it
@@ -81,7 +81,7 @@ class LaunchPlan:
     nodes: tuple[NodeTarget, ...] = ()
     accelerate_config_path: str | None = None
     bootstrap_dir: str | None = None  # put first on every rank's PYTHONPATH
-    home: str = ""  # $FSDP_ORCH_HOME as the nodes see it
+    run_root: str = ""  # $FSDP_ORCH_HOME, or the profile's shared_dir
     supervisor_command: tuple[str, ...] | None = None  # where a kind runs the supervisor on a node
 
     @property
@@ -146,7 +146,7 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
         workdir = _join(place.workdir_base, job.workdir) if job.workdir != "." else place.workdir_base
     else:
         workdir = _join(ctx.job_dir, job.workdir)
-    run_dir = posixpath.join(ctx.home, "runs", ctx.job_id)
+    run_dir = posixpath.join(ctx.run_root, "runs", ctx.job_id)
     attempt_dir = attempt_dir_of(run_dir, ctx.attempt)
     checkpoint_dir = _join(workdir, job.checkpoint.dir or posixpath.join("checkpoints", slug(job.name)))
     rdzv_port = ctx.rdzv_port or place.rdzv_port or rendezvous_port(ctx.job_id, ctx.attempt)
@@ -189,7 +189,7 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
         python=profile.python, workdir=workdir, run_dir=run_dir, attempt_dir=attempt_dir,
         checkpoint_dir=checkpoint_dir, spec_path=spec_path, resume_from=ctx.resume_from,
         program=program, env=env, nodes=place.nodes, accelerate_config_path=accel_path,
-        bootstrap_dir=ctx.bootstrap_dir, home=ctx.home, supervisor_command=ctx.supervisor_command,
+        bootstrap_dir=ctx.bootstrap_dir, run_root=ctx.run_root, supervisor_command=ctx.supervisor_command,
     )
 
 

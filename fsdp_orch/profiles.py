@@ -24,6 +24,9 @@ class ProfileBase(StrictModel):
     template: str | None = None  # a template file that replaces the built-in one for this kind
     python: str = "python3"
     env: dict[str, ArgStr] = Field(default_factory=dict)
+    # The run root the submit host and the nodes share (NFS, Lustre, GPFS): job run folders go to
+    # <shared_dir>/runs/<id>. None: $FSDP_ORCH_HOME/runs, which then must be shared for multi-host kinds.
+    shared_dir: str | None = None
 
     # Which launchers this kind of cluster can run.
     launchers: ClassVar[tuple[str, ...]] = ()
@@ -32,6 +35,18 @@ class ProfileBase(StrictModel):
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         return check_env_names(value)
+
+    @field_validator("shared_dir")
+    @classmethod
+    def _shared_dir(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        import os
+
+        expanded = os.path.expanduser(value)
+        if not os.path.isabs(expanded):
+            raise ValueError(f"expected an absolute path on the filesystem the nodes share; got {value!r}")
+        return os.path.normpath(expanded)
 
     def default_procs_per_node(self) -> int:
         return 1

@@ -349,6 +349,10 @@ class Store:
     def set_meta(self, key: str, value: int) -> None:
         self._write("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 
+    def set_meta_text(self, key: str, value: str) -> None:
+        """Text in the meta table (its INTEGER column keeps text that is not a number as text)."""
+        self._write("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
     # --- reads ----------------------------------------------------------------------------
 
     def ingested(self, path: str) -> tuple[int, int]:
@@ -359,6 +363,10 @@ class Store:
     def meta(self, key: str) -> int | None:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return int(row[0]) if row else None
+
+    def meta_text(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return str(row[0]) if row else None
 
     def job_for_key(self, idempotency_key: str) -> str | None:
         row = self.conn.execute("SELECT id FROM jobs WHERE idempotency_key = ?", (idempotency_key,)).fetchone()

@@ -32,14 +32,14 @@ class Submission:
     job: JobSpec
     profile: ProfileBase
     job_dir: str
-    home: str
+    run_root: str  # $FSDP_ORCH_HOME, or the profile's shared_dir: runs/<job id> is under it
     kind: PlanningKind
     supervisor_command: tuple[str, ...] | None = None  # the supervisor's argv, less the job id
     profile_template: str | None = None
 
     def to_json(self) -> str:
         return json.dumps({
-            "job_id": self.job_id, "cluster": self.cluster, "job_dir": self.job_dir, "home": self.home,
+            "job_id": self.job_id, "cluster": self.cluster, "job_dir": self.job_dir, "run_root": self.run_root,
             "profile_template": self.profile_template, "supervisor_command": self.supervisor_command,
             "job": self.job.model_dump(mode="json"), "profile": self.profile.model_dump(mode="json"),
         }, indent=2, sort_keys=True)
@@ -50,13 +50,13 @@ class Submission:
         data = json.loads(text)
         profile = kind.profile_model.model_validate(data["profile"])
         return cls(job_id=data["job_id"], cluster=data["cluster"], job=JobSpec.model_validate(data["job"]),
-                   profile=profile, job_dir=data["job_dir"], home=data["home"], kind=kind,
+                   profile=profile, job_dir=data["job_dir"], run_root=data["run_root"], kind=kind,
                    supervisor_command=tuple(data.get("supervisor_command") or ()) or None,
                    profile_template=data.get("profile_template"))
 
     @property
     def run_dir(self) -> Path:
-        return Path(self.home) / "runs" / self.job_id
+        return Path(self.run_root) / "runs" / self.job_id
 
     def save(self) -> Path:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -77,7 +77,7 @@ class Submission:
 
     def context(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
                 rdzv_port: int | None = None, local_has_gpu: bool = False) -> PlanContext:
-        return PlanContext(job_id=self.job_id, attempt=attempt, home=self.home, job_dir=self.job_dir,
+        return PlanContext(job_id=self.job_id, attempt=attempt, run_root=self.run_root, job_dir=self.job_dir,
                            resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
                            local_has_gpu=local_has_gpu, bootstrap_dir=str(bootstrap_site_dir()),
                            supervisor_command=self.supervisor_command)

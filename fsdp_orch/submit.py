@@ -39,7 +39,7 @@ def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None
     template = (ref.path.parent / profile.template).expanduser() if profile.template else None
     submission = Submission(
         job_id=job_id, cluster=ref.name, job=job, profile=profile, job_dir=str(job_file.resolve().parent),
-        home=str(home_dir or home()), kind=cluster_kind(profile.kind), supervisor_command=supervisor_command(),
+        run_root=profile.shared_dir or str(home_dir or home()), kind=cluster_kind(profile.kind), supervisor_command=supervisor_command(),
         profile_template=str(template) if template else None)
     try:
         plan, artifacts = submission.plan(attempt, resume_from=resume_from, rdzv_port=rdzv_port,
@@ -74,7 +74,7 @@ def record_submission(index: JobIndex, job_file: Path, cluster: str, *, override
     job_id = os.urandom(6).hex()
     submission = dataclasses.replace(planned.submission, job_id=job_id)
     submission.save()
-    index.journal(job_id, role="submit").submitted(
+    index.journal(job_id, role="submit", run_dir=str(submission.run_dir)).submitted(
         name=submission.job.name, cluster=planned.profile_ref.name, kind=submission.profile.kind,
         spec_json=spec_json(planned.plan), run_dir=str(submission.run_dir), job_file=str(job_file.resolve()),
         spec_hash=spec_hash(planned.plan), idempotency_key=idempotency_key)

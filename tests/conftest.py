@@ -100,7 +100,7 @@ class Torchrun:
 
         job = JobSpec.model_validate({"name": name, "script": str(script), "procs_per_node": nproc,
                                       **spec})
-        ctx = PlanContext(job_id=name, attempt=attempt, home=str(self.tmp / "home"),
+        ctx = PlanContext(job_id=name, attempt=attempt, run_root=str(self.tmp / "home"),
                           job_dir=str(self.tmp), resume_from=resume)
         plan = make_plan(job, LocalProfile(kind="local", device="cpu"), "local", ctx, KIND)
         Path(plan.attempt_dir).mkdir(parents=True, exist_ok=True)

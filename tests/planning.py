@@ -11,7 +11,7 @@ from fsdp_orch.supervise import SUPERVISOR_MODULE
 
 # What golden files show as the supervisor's command (the real one names this machine's Python).
 SUPERVISOR = ("python3", "-m", SUPERVISOR_MODULE)
-CONTEXT = PlanContext(job_id="j", attempt=0, home="/h", job_dir="/j", supervisor_command=SUPERVISOR)
+CONTEXT = PlanContext(job_id="j", attempt=0, run_root="/h", job_dir="/j", supervisor_command=SUPERVISOR)
 
 
 def plan_on(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext = CONTEXT) -> LaunchPlan:

@@ -151,9 +151,8 @@ def spawn_supervisor(submission: Submission, reattach: bool) -> int:
     """The submission's supervisor command for its job, detached, logging to the run dir."""
     if not submission.supervisor_command:
         raise InputError("this submission names no supervisor to run", file=str(submission.run_dir))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}
-    env["FSDP_ORCH_HOME"] = submission.home
-    argv = [*submission.supervisor_command, submission.job_id]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_") or k == "FSDP_ORCH_HOME"}
+    argv = [*submission.supervisor_command, submission.job_id, "--run-dir", str(submission.run_dir)]
     if reattach:
         argv.append("--reattach")
     run_dir = submission.run_dir

@@ -49,8 +49,14 @@ def slurm_checks(profile: SlurmProfile, torch_version: str | None, run: Runner) 
                             "use the same environment on both (python: in the profile)"))
     else:
         checks.append(Check("torch on the nodes", True, f"{profile.python}: torch {version}"))
-    runs = os.path.join(home_dir(), "runs")
-    os.makedirs(runs, exist_ok=True)
+    runs = os.path.join(profile.shared_dir or home_dir(), "runs")
+    where = "shared_dir in the profile" if profile.shared_dir else "FSDP_ORCH_HOME"
+    try:
+        os.makedirs(runs, exist_ok=True)
+    except OSError as exc:
+        checks.append(Check("run folder shared", False, f"cannot create {runs}: {exc.strerror}",
+                            f"set {where} to a folder you can write on the filesystem the nodes share"))
+        return checks
     marker = os.path.join(runs, f".doctor-{os.getpid()}-{os.urandom(3).hex()}")
     open(marker, "w").close()
     try:
@@ -58,10 +64,10 @@ def slurm_checks(profile: SlurmProfile, torch_version: str | None, run: Runner) 
     finally:
         os.unlink(marker)
     if seen.returncode == 0:
-        checks.append(Check("run folder shared", True, f"a node sees {runs}"))
+        checks.append(Check("run folder shared", True, f"a node sees {runs} ({where})"))
     else:
-        checks.append(Check("run folder shared", False, f"a node does not see {runs}",
-                            "set FSDP_ORCH_HOME to a folder on the filesystem the nodes share"))
+        checks.append(Check("run folder shared", False, f"a node does not see {runs} ({where})",
+                            "set shared_dir: in the profile to a folder on the filesystem the nodes share"))
     return checks
 
 

@@ -336,8 +336,10 @@ class Supervisor:
             self.journal.checkpoint(step)
 
 
-def run_supervisor(job_id: str, reattach: bool = False, in_allocation: bool = False) -> int:
-    """Entry point of ``python -m fsdp_orch.supervise.supervisor JOB_ID [--reattach | --in-allocation]``.
+def run_supervisor(job_id: str, run_dir: str | None = None, reattach: bool = False,
+                   in_allocation: bool = False) -> int:
+    """Entry point of ``python -m fsdp_orch.supervise.supervisor JOB_ID [--run-dir DIR]
+    [--reattach | --in-allocation]``.
     ``in_allocation``: run by a scheduler's batch script (SLURM), which owns the signals; a requeued
     job goes on with its next attempt. It reads and writes only the job's run folder (events,
     heartbeats, logs), never the index database."""
@@ -347,7 +349,7 @@ def run_supervisor(job_id: str, reattach: bool = False, in_allocation: bool = Fa
     from fsdp_orch.events import EventWriter
     from fsdp_orch.resources import home, local_has_gpu
 
-    run_dir = home() / "runs" / job_id
+    run_dir = Path(run_dir) if run_dir else home() / "runs" / job_id
     if not (run_dir / SUBMISSION_FILE).is_file():
         print(f"fsdp-orch supervisor: no job {job_id} in {run_dir.parent}", flush=True)
         return 2
@@ -406,7 +408,14 @@ def run_supervisor(job_id: str, reattach: bool = False, in_allocation: bool = Fa
 
 
 if __name__ == "__main__":
-    import sys
 
-    raise SystemExit(run_supervisor(sys.argv[1], reattach="--reattach" in sys.argv[2:],
-                                    in_allocation="--in-allocation" in sys.argv[2:]))
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name if __spec__ else 'supervisor'}")
+    parser.add_argument("job_id")
+    parser.add_argument("--run-dir", help="the job's run folder (default: $FSDP_ORCH_HOME/runs/JOB_ID)")
+    parser.add_argument("--reattach", action="store_true")
+    parser.add_argument("--in-allocation", action="store_true")
+    args = parser.parse_args()
+    raise SystemExit(run_supervisor(args.job_id, run_dir=args.run_dir, reattach=args.reattach,
+                                    in_allocation=args.in_allocation))

@@ -97,7 +97,7 @@ def render(box: dict[str, Path], job_file: Path, profile_file: Path,
            overrides: list[str] | None = None) -> tuple[JobSpec, list[Artifact]]:
     job, _ = load_job(job_file, overrides)
     profile = parse_profile(profile_file)
-    ctx = PlanContext(job_id="jinj", attempt=0, home=str(box["home"]), job_dir=str(box["tmp"]),
+    ctx = PlanContext(job_id="jinj", attempt=0, run_root=str(box["home"]), job_dir=str(box["tmp"]),
                       supervisor_command=(str(box["stub"]), "-m", SUPERVISOR_MODULE))
     artifacts = render_plan(plan_on(job, profile, profile.kind, ctx), search=[builtin_dir("templates")])
     write_artifacts(artifacts)

@@ -40,7 +40,7 @@ def crashing_job(tmp_path: Path, **restart) -> Path:
 def supervise_in_process(tmp_path: Path, job: Path) -> tuple[Supervisor, JobIndex, str, list[float]]:
     """The supervisor writes the job's events; the test reads them through the index, as the CLI does."""
     home = tmp_path / "home"
-    index = JobIndex(Store(home / "jobs.db"), str(home / "runs"))
+    index = JobIndex(Store(home / "jobs.db"), [str(home / "runs")])
     job_id, _, submission = record_submission(index, job, "local", home_dir=home)
     slept: list[float] = []
     journal = Journal(EventWriter(submission.run_dir, "supervisor"), job_id)

@@ -50,7 +50,7 @@ def a_job(runs: Path, job_id: str = "abc123", clock: Clock | None = None) -> tup
 
 
 def index_of(tmp_path: Path, db: str = "jobs.db") -> JobIndex:
-    return JobIndex(Store(tmp_path / db), str(tmp_path / "runs"), warn=lambda text: None)
+    return JobIndex(Store(tmp_path / db), [str(tmp_path / "runs")], warn=lambda text: None)
 
 
 def test_each_writer_has_its_own_file_and_the_submission_is_read_first(tmp_path: Path) -> None:

@@ -110,7 +110,7 @@ def test_whatever_loads_plans_and_renders(doc: dict[str, Any], kind: str) -> Non
     job = loads_or_input_error(load_job_text, _dump(doc))
     if job is None:
         return
-    ctx = PlanContext(job_id="fuzz", attempt=0, home="/h", job_dir="/j", supervisor_command=SUPERVISOR)
+    ctx = PlanContext(job_id="fuzz", attempt=0, run_root="/h", job_dir="/j", supervisor_command=SUPERVISOR)
     plan = loads_or_input_error(plan_on, job, BUILTIN_PROFILES[kind], kind, ctx)
     if plan is None:
         return

@@ -16,7 +16,7 @@ from fsdp_orch.plan import RDZV_PORT_RANGE, PlanContext, rendezvous_port, slug, 
 from fsdp_orch.resources import builtin_dir
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-CTX = PlanContext(job_id="j1", attempt=2, home="/h", job_dir="/jobs/demo", supervisor_command=SUPERVISOR)
+CTX = PlanContext(job_id="j1", attempt=2, run_root="/h", job_dir="/jobs/demo", supervisor_command=SUPERVISOR)
 
 
 def plan(kind: str, extra: str = "", ctx: PlanContext = CTX):  # type: ignore[no-untyped-def]
@@ -70,7 +70,7 @@ def test_rendezvous() -> None:
     assert low <= p.rdzv_port < high < 32768  # never in Linux's ephemeral port range
     assert p.rdzv_id == "j1-a2" and p.rdzv_host is None
     assert plan("ssh").rdzv_port == 29400 and plan("ssh").rdzv_host == "node1.example.internal"
-    ctx = PlanContext(job_id="j1", attempt=2, home="/h", job_dir="/j", supervisor_command=SUPERVISOR, rdzv_port=31000)
+    ctx = PlanContext(job_id="j1", attempt=2, run_root="/h", job_dir="/j", supervisor_command=SUPERVISOR, rdzv_port=31000)
     assert plan("local", ctx=ctx).rdzv_port == 31000
 
 
@@ -86,7 +86,7 @@ def test_paths() -> None:
 
 
 def test_resume_and_env() -> None:
-    ctx = PlanContext(job_id="j1", attempt=1, home="/h", job_dir="/j", supervisor_command=SUPERVISOR, resume_from="/ck/step-5")
+    ctx = PlanContext(job_id="j1", attempt=1, run_root="/h", job_dir="/j", supervisor_command=SUPERVISOR, resume_from="/ck/step-5")
     env = dict(plan("local", ctx=ctx).env)
     assert env["FSDP_ORCH_RESUME"] == "/ck/step-5" and env["FSDP_ORCH_ATTEMPT"] == "1"
     assert dict(plan("tpu-vm", "launcher: xla\n").env)["PJRT_DEVICE"] == "TPU"
@@ -117,7 +117,7 @@ def test_resume_args_are_appended_only_when_there_is_a_checkpoint() -> None:
     extra = 'args: [--x]\ncheckpoint: {resume_args: ["--resume_from_checkpoint", "{checkpoint}", "--at={step}"]}\n'
     assert plan("local", extra).program == ["train.py", "--x"]
     assert "FSDP_ORCH_RESUME_FROM" not in dict(plan("local", extra).env)
-    ctx = PlanContext(job_id="j1", attempt=1, home="/h", job_dir="/j", supervisor_command=SUPERVISOR, resume_from="/out/checkpoint-40",
+    ctx = PlanContext(job_id="j1", attempt=1, run_root="/h", job_dir="/j", supervisor_command=SUPERVISOR, resume_from="/out/checkpoint-40",
                       resume_step=40)
     p = plan("local", extra, ctx=ctx)
     assert p.program == ["train.py", "--x", "--resume_from_checkpoint", "/out/checkpoint-40", "--at=40"]
@@ -127,7 +127,7 @@ def test_resume_args_are_appended_only_when_there_is_a_checkpoint() -> None:
 
 
 def test_every_kind_exports_the_collective_timeout_and_the_bootstrap_path() -> None:
-    ctx = PlanContext(job_id="j1", attempt=0, home="/h", job_dir="/j", supervisor_command=SUPERVISOR, bootstrap_dir="/pkg/boot site")
+    ctx = PlanContext(job_id="j1", attempt=0, run_root="/h", job_dir="/j", supervisor_command=SUPERVISOR, bootstrap_dir="/pkg/boot site")
     for kind, extra in (("local", ""), ("slurm", ""), ("ssh", ""), ("tpu-vm", "launcher: xla\n")):
         p = plan(kind, extra + "watch: {collective_timeout: 90s}\n", ctx=ctx)
         assert dict(p.env)["FSDP_ORCH_COLLECTIVE_TIMEOUT"] == "90"

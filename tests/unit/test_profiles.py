@@ -229,6 +229,6 @@ def test_local_python_defaults_to_this_interpreter(tmp_path: Path) -> None:
 def test_profile_env_is_exported_before_the_job_env(tmp_path: Path) -> None:
     p = profile(tmp_path, "kind: local\nenv: {A: profile, B: profile}\npython: /py\n")
     job = load_job_text(JOB + "env: {B: job}\n")
-    plan = plan_on(job, p, "x", PlanContext(job_id="j", attempt=0, home="/h", job_dir="/j"))
+    plan = plan_on(job, p, "x", PlanContext(job_id="j", attempt=0, run_root="/h", job_dir="/j"))
     env = plan.env
     assert env.index(("A", "profile")) < env.index(("B", "profile")) < env.index(("B", "job"))

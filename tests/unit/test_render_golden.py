@@ -57,7 +57,7 @@ def render_case(kind: str, launcher: str, entry: str) -> tuple[Artifact, ...]:
     job, _ = load_job(FIXTURES / "jobs" / f"{entry}.yaml",
                       [f"launcher={launcher}", f"nodes={NODES[kind]}"])
     profile = parse_profile(FIXTURES / "clusters" / f"{kind}.yaml")
-    ctx = PlanContext(job_id="j0123456789a", attempt=1, home="/srv/fsdp-orch",
+    ctx = PlanContext(job_id="j0123456789a", attempt=1, run_root="/srv/fsdp-orch",
                       job_dir="/srv/jobs/demo", local_has_gpu=False,
                       bootstrap_dir="/opt/fsdp-orch/fsdp_orch/bootstrap/site", supervisor_command=SUPERVISOR)
     plan = plan_on(job, profile, kind, ctx)

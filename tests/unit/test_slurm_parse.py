@@ -72,7 +72,7 @@ def test_the_batch_script_carries_the_profile_and_runs_the_supervisor(tmp_path):
         "cpus_per_task": 16, "setup": ["module load cuda"], "sbatch_extra": {"exclusive": True,
                                                                               "mail-type": "END"}})
     job = JobSpec.model_validate({"name": "x y", "script": "train.py", "nodes": 3})
-    ctx = PlanContext(job_id="abc", attempt=0, home=str(tmp_path), job_dir=str(tmp_path),
+    ctx = PlanContext(job_id="abc", attempt=0, run_root=str(tmp_path), job_dir=str(tmp_path),
                       supervisor_command=SUPERVISOR)
     artifacts = {a.path: a.text for a in render(plan_on(job, profile, "slurm", ctx))}
     batch = artifacts[f"{tmp_path}/runs/abc/sbatch.sh"]
@@ -80,8 +80,9 @@ def test_the_batch_script_carries_the_profile_and_runs_the_supervisor(tmp_path):
                  "#SBATCH --time=02:00:00", "#SBATCH --gpus-per-node=4", "#SBATCH --cpus-per-task=16",
                  "#SBATCH --partition=gpu", "#SBATCH --account=ml", "#SBATCH --exclusive",
                  "#SBATCH --mail-type=END", "#SBATCH --signal=B:USR2@120", "module load cuda",
-                 f"export FSDP_ORCH_HOME={tmp_path}",
-                 "exec python3 -m fsdp_orch.supervise.supervisor abc --in-allocation"):
+                 f"#SBATCH --chdir={tmp_path}/runs/abc",
+                 f"exec python3 -m fsdp_orch.supervise.supervisor abc --run-dir {tmp_path}/runs/abc "
+                 "--in-allocation"):
         assert line in batch.splitlines(), line
     assert f"{tmp_path}/runs/abc/attempt-0/node.sh" in artifacts
 
@@ -100,8 +101,27 @@ def test_render_shows_the_batch_script_sbatch_is_given(tmp_path):
     batch = out.split(header, 1)[1].split("==> ", 1)[0]
     assert "#SBATCH --job-name=fsdp-orch-abc123" in batch and "#SBATCH --nodes=2" in batch
     assert "#SBATCH --ntasks-per-node=1" in batch and "#SBATCH --signal=B:USR2@120" in batch
-    assert f"exec {sys.executable} -m fsdp_orch.supervise.supervisor abc123 --in-allocation" in batch
+    assert (f"exec {sys.executable} -m fsdp_orch.supervise.supervisor abc123 --run-dir {tmp_path}/runs/abc123 "
+            "--in-allocation") in batch
     assert f"==> {tmp_path}/runs/abc123/attempt-0/node.sh <==" in out  # run once per node, per attempt
+
+
+def test_a_profile_with_a_shared_dir_puts_the_run_folder_there_not_in_the_private_home(tmp_path):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    profile = tmp_path / "clusters" / "hpc.yaml"
+    profile.parent.mkdir()
+    profile.write_text((repo / "clusters" / "slurm.yaml").read_text() + "shared_dir: /lustre/me/fsdp-orch\n")
+    out = subprocess.run([sys.executable, "-m", "fsdp_orch", "render", "--cluster", "hpc",
+                          str(repo / "examples" / "demo" / "job.yaml"), "--job-id", "abc123"],
+                         capture_output=True, text=True, check=True, cwd=tmp_path,
+                         env={**os.environ, "FSDP_ORCH_HOME": str(tmp_path / "private")}).stdout
+    assert "==> /lustre/me/fsdp-orch/runs/abc123/sbatch.sh <==" in out
+    assert "#SBATCH --chdir=/lustre/me/fsdp-orch/runs/abc123" in out
+    assert "--run-dir /lustre/me/fsdp-orch/runs/abc123 --in-allocation" in out
+    assert str(tmp_path / "private") not in out
 
 
 def test_a_node_failure_is_recorded_and_resubmitted_while_the_budget_allows(tmp_path):
@@ -117,7 +137,7 @@ def test_a_node_failure_is_recorded_and_resubmitted_while_the_budget_allows(tmp_
 
     job = tmp_path / "job.yaml"
     job.write_text("name: n\nlauncher: python\ncommand: ['true']\nrestart: {max_restarts: 1}\n")
-    index = JobIndex(Store(tmp_path / "home" / "jobs.db"), str(tmp_path / "home" / "runs"))
+    index = JobIndex(Store(tmp_path / "home" / "jobs.db"), [str(tmp_path / "home" / "runs")])
     store = index.store
     job_id, _, _ = record_submission(index, job, "slurm", home_dir=tmp_path / "home")
     index.journal(job_id).scheduled("slurm:41")

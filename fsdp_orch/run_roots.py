@@ -1,0 +1,76 @@
+"""Which folders hold job run folders: ``$FSDP_ORCH_HOME/runs``, and ``<shared_dir>/runs`` of every
+cluster profile that names a ``shared_dir`` (the run root the login nodes and compute nodes share).
+
+A second login node finds the jobs of the first through these. The profiles' YAML is read only when
+a profile file changed since the last look (its names and mtimes are the cache key in the index's
+meta table), so ``status`` stays cheap. Stdlib only until then.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from fsdp_orch.store import Store
+
+CACHE_KEY = "shared_run_roots"
+
+
+def profile_dirs(home: str, cwd: str | None = None) -> list[str]:
+    """Where profiles are found (fsdp_orch.profiles.search_dirs), as plain paths."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    packaged = os.path.join(package, "_data", "clusters")  # fsdp_orch.resources.builtin_dir
+    builtin = packaged if os.path.isdir(packaged) else os.path.join(os.path.dirname(package), "clusters")
+    return [os.path.join(cwd or os.getcwd(), "clusters"), os.path.join(home, "clusters"), builtin]
+
+
+def _profile_files(dirs: list[str]) -> list[tuple[str, int]]:
+    found = []
+    for directory in dirs:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.endswith((".yaml", ".yml")):
+                try:
+                    found.append((entry.path, entry.stat().st_mtime_ns))
+                except OSError:
+                    continue
+    return sorted(found)
+
+
+def shared_dir_of(path: str) -> str | None:
+    """The ``shared_dir`` a profile file names (expanded), or None; an unreadable profile names none
+    (``submit`` and ``doctor`` report its errors)."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError):
+        return None
+    value = data.get("shared_dir") if isinstance(data, dict) else None
+    if not isinstance(value, str) or not value:
+        return None
+    expanded = os.path.expanduser(value)
+    return os.path.normpath(expanded) if os.path.isabs(expanded) else None
+
+
+def runs_roots(store: Store, home: str, cwd: str | None = None) -> list[str]:
+    """``$FSDP_ORCH_HOME/runs`` first, then each profile's ``<shared_dir>/runs``."""
+    files = _profile_files(profile_dirs(home, cwd))
+    key = json.dumps(files)
+    cached = store.meta_text(CACHE_KEY)
+    shared: list[str] | None = None
+    if cached:
+        entry = json.loads(cached)
+        if entry.get("files") == key:
+            shared = entry["roots"]
+    if shared is None:
+        shared = sorted({d for path, _ in files if (d := shared_dir_of(path))})
+        store.set_meta_text(CACHE_KEY, json.dumps({"files": key, "roots": shared}))
+    own = os.path.join(home, "runs")
+    return [own, *(r for d in shared if (r := os.path.join(d, "runs")) != own)]

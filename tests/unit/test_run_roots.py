@@ -1,0 +1,66 @@
+"""Run folders under a profile's shared_dir: where they go, and how a second login node (another
+private home, the same profiles) finds the jobs of the first one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fsdp_orch.backends.registry import parse_profile
+from fsdp_orch.errors import InputError
+from fsdp_orch.index import open_index
+from fsdp_orch.run_roots import runs_roots, shared_dir_of
+from fsdp_orch.states import JobState
+from fsdp_orch.store import Store
+from fsdp_orch.submit import record_submission
+
+
+@pytest.fixture
+def login(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project folder with a profile whose runs go to a shared folder; the CLI runs from it."""
+    project = tmp_path / "project"
+    (project / "clusters").mkdir(parents=True)
+    (project / "clusters" / "shared.yaml").write_text(f"kind: local\nshared_dir: {tmp_path / 'nfs'}\n")
+    (project / "job.yaml").write_text("name: sleeper\nlauncher: python\ncommand: [sleep, '1']\n")
+    monkeypatch.chdir(project)
+    return tmp_path
+
+
+def test_a_submission_on_one_login_node_is_listed_by_another_with_its_own_home(login: Path) -> None:
+    with open_index(str(login / "home-a")) as a:
+        job_id, created, submission = record_submission(a, Path("job.yaml"), "shared")
+        assert created and submission is not None
+        assert submission.run_dir == login / "nfs" / "runs" / job_id
+        assert not (login / "home-a" / "runs").exists()
+        a.journal(job_id).set_state(JobState.CANCELLED, reason="cancelled by user")
+    with open_index(str(login / "home-b")) as b:
+        b.ingest()
+        row = b.store.job(job_id)
+    assert row is not None and row["state"] == "CANCELLED" and row["run_dir"] == str(submission.run_dir)
+    assert (login / "home-a" / "jobs.db").exists() and (login / "home-b" / "jobs.db").exists()
+
+
+def test_the_roots_follow_the_profiles_and_are_cached_until_a_profile_changes(login: Path) -> None:
+    store = Store(login / "cache.db")
+    home = str(login / "home")
+    assert runs_roots(store, home) == [f"{home}/runs", str(login / "nfs" / "runs")]
+    assert json.loads(store.meta_text("shared_run_roots") or "{}")["roots"] == [str(login / "nfs")]
+    profile = Path("clusters") / "shared.yaml"
+    profile.write_text(f"kind: local\nshared_dir: {login / 'lustre'}\n")
+    import os
+
+    os.utime(profile, ns=(1, 1))  # another mtime than before: the cache key changes
+    assert runs_roots(store, home) == [f"{home}/runs", str(login / "lustre" / "runs")]
+
+
+def test_shared_dir_must_be_absolute_and_a_broken_profile_names_none(tmp_path: Path) -> None:
+    relative = tmp_path / "hpc.yaml"
+    relative.write_text("kind: slurm\nshared_dir: relative/runs\n")
+    with pytest.raises(InputError) as err:
+        parse_profile(relative)
+    assert "shared_dir" in str(err.value) and "absolute" in str(err.value) and str(relative) in str(err.value)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: [unclosed\n")
+    assert shared_dir_of(str(broken)) is None
