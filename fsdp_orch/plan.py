@@ -22,7 +22,8 @@ RDZV_PORT_RANGE = (20000, 32000)
 # The variables of ``LaunchPlan.env`` that hold paths: a leading ``~/`` in them means the home
 # directory of the node that runs the script (a remote_workdir of ~/work), so the scripts
 # export them with ``~`` expanded. Every other value reaches the program exactly as written.
-PATH_ENV = frozenset({"FSDP_ORCH_RUN_DIR", "FSDP_ORCH_ATTEMPT_DIR", "FSDP_ORCH_SPEC",
+CHECKPOINT_REQUEST_FILE = "checkpoint-request"
+PATH_ENV = frozenset({"FSDP_ORCH_RUN_DIR", "FSDP_ORCH_ATTEMPT_DIR", "FSDP_ORCH_SPEC", "FSDP_ORCH_CHECKPOINT_REQUEST",
                       "FSDP_ORCH_CHECKPOINT_DIR", "FSDP_ORCH_RESUME", "FSDP_ORCH_RESUME_FROM",
                       "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE"})
 
@@ -121,6 +122,9 @@ class Placement:
     rdzv_port: int | None = None  # None: derived from the job id and attempt
     workdir_base: str | None = None  # None or empty: the directory of job.yaml
     nodes: tuple[NodeTarget, ...] = ()
+    # The kind warns before it takes the nodes away (SLURM's signal before the time limit): the
+    # runtime saves a checkpoint when the supervisor asks (FSDP_ORCH_CHECKPOINT_REQUEST).
+    checkpoint_on_request: bool = False
 
 
 class KindPlanning(Protocol):
@@ -174,6 +178,8 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
         ("FSDP_ORCH_RESUME", ctx.resume_from or job.checkpoint.resume),
         ("FSDP_ORCH_COLLECTIVE_TIMEOUT", f"{job.watch.collective_timeout:g}"),
     ]
+    if place.checkpoint_on_request:
+        env.append(("FSDP_ORCH_CHECKPOINT_REQUEST", posixpath.join(attempt_dir, CHECKPOINT_REQUEST_FILE)))
     if ctx.resume_from:
         env.append(("FSDP_ORCH_RESUME_FROM", ctx.resume_from))
         if ctx.resume_step is not None:

@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -105,6 +106,7 @@ def main() -> None:
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--sleep-per-step", type=float, default=0.0, help="stand-in for a slower model")
     args = p.parse_args()
 
     job = runtime.setup()
@@ -128,6 +130,8 @@ def main() -> None:
         if job.is_main:
             print(f"step={step} loss={progress['loss']:.6f}", flush=True)
         job.step_done(step, progress["loss"])
+        if args.sleep_per_step:
+            time.sleep(args.sleep_per_step)
 
     digest = param_sha256(model)
     job.finish(args.steps)

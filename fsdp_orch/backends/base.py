@@ -125,9 +125,11 @@ class AllocationEnding(Exception):
     """The scheduler is taking the allocation away (requeue, preemption, time limit): the next
     allocation goes on with the next attempt; restarting inside this one would be lost work.
     ``requeue``, when given, asks the scheduler for that next allocation (after it was warned ahead,
-    as SLURM's signal before the time limit does)."""
+    as SLURM's signal before the time limit does). ``checkpoint_within``: seconds the running attempt
+    may take to save a checkpoint first (0: no time for one)."""
 
-    def __init__(self, evidence: str, requeue: Any = None):
+    def __init__(self, evidence: str, requeue: Any = None, checkpoint_within: float = 0.0):
         super().__init__(evidence)
         self.evidence = evidence
         self.requeue = requeue
+        self.checkpoint_within = checkpoint_within

@@ -43,7 +43,8 @@ class SlurmKind(ClusterKind):
     def place(self, job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext) -> Placement:
         assert isinstance(profile, SlurmProfile)
         return Placement(nnodes=job.nodes, nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
-                         device="cuda" if profile.gpus_per_node else "cpu", rdzv_host=None)
+                         device="cuda" if profile.gpus_per_node else "cpu", rdzv_host=None,
+                         checkpoint_on_request=True)
 
     def artifacts(self, plan: LaunchPlan, templates: Templates) -> list[Artifact]:
         """The batch script sbatch is given (one per job: the supervisor in the allocation), and the

@@ -108,11 +108,13 @@ def requeue_this_job() -> None:
     run_command(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]])
 
 
-def on_time_limit_warning(requeue: Callable[[], None] = requeue_this_job) -> None:
+def on_time_limit_warning(requeue: Callable[[], None] = requeue_this_job, signal_delay: float = 0.0) -> None:
     """``--signal=B:USR2@N``: the time limit (or a preemption) is N seconds away. The supervisor
-    records it and asks for the requeue; the next allocation resumes from the latest checkpoint."""
+    asks the running attempt for a checkpoint (within half of N), records the warning and asks for
+    the requeue; the next allocation resumes from the latest complete checkpoint."""
     def warned(signum: int, frame: object) -> None:
-        raise AllocationEnding("SLURM signalled the job (time limit or preemption): requeued", requeue=requeue)
+        raise AllocationEnding("SLURM signalled the job (time limit or preemption): requeued", requeue=requeue,
+                               checkpoint_within=signal_delay / 2)
 
     signal.signal(signal.SIGUSR2, warned)
 
@@ -120,7 +122,8 @@ def on_time_limit_warning(requeue: Callable[[], None] = requeue_this_job) -> Non
 class SlurmStepLauncher:
     def __init__(self, submission: Submission):
         self.submission = submission
-        on_time_limit_warning()
+        assert isinstance(submission.profile, SlurmProfile)
+        on_time_limit_warning(signal_delay=submission.profile.signal_delay)
 
     @property
     def checkpoints(self) -> Storage:

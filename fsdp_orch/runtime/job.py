@@ -34,6 +34,7 @@ class Job:
         self.last_step = 0
         self._last_time: float | None = None
         self._finished = False
+        self._request_served = False
 
     @property
     def device(self) -> torch.device:
@@ -100,8 +101,29 @@ class Job:
         self.last_step = step
         self.heartbeat.beat(step=step, loss=loss, state="training", **metrics)
         self.faults.at_step_end(step)
-        if self.ckpt is not None:
+        if self.ckpt is None:
+            return
+        if self._checkpoint_requested(step):
+            self.log(f"checkpoint of step {step}: the supervisor asked for one (the allocation is ending)")
+            self.ckpt.save(step)
+        else:
             self.ckpt.maybe_save(step)
+
+    def _checkpoint_requested(self, step: int) -> bool:
+        """Has the supervisor asked for a checkpoint (SLURM's warning before the time limit)? The
+        request file appears first where the supervisor runs (node 0's view of the shared folder),
+        so the ranks agree by one all-reduce of a flag per step, and all save at the same step."""
+        path = self.settings.checkpoint_request
+        if path is None or self._request_served or self.ckpt is None:
+            return False
+        import torch.distributed as dist
+
+        flag = torch.tensor([1 if path.exists() else 0], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ckpt.group)
+        if not int(flag.item()):
+            return False
+        self._request_served = True
+        return step != self.ckpt.last_saved_step
 
     def finish(self, step: int | None = None) -> None:
         """Final checkpoint (if the last step is not saved yet), full model if asked, heartbeat

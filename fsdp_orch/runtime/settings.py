@@ -38,6 +38,7 @@ class Settings:
     watch: Watch
     resolved: dict[str, Any] = field(default_factory=dict)  # job.json's _resolved block
     fault: str | None = None
+    checkpoint_request: Path | None = None  # a file whose appearance asks for a checkpoint now
 
     @property
     def under_fsdp_orch(self) -> bool:
@@ -89,6 +90,7 @@ def from_env(env: dict[str, str] | None = None) -> Settings:
         node_rank=int(node_rank) if node_rank and node_rank.isdigit() else None,
         fsdp=fsdp, checkpoint=checkpoint, watch=watch, resolved=resolved,
         fault=env.get("FSDP_ORCH_FAULT") or None,
+        checkpoint_request=_path(env.get("FSDP_ORCH_CHECKPOINT_REQUEST")),
     )
 
 

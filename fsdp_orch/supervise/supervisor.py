@@ -19,6 +19,7 @@ from fsdp_orch.checkpoints import latest_complete, move_aside, partial_newer_tha
 from fsdp_orch.events import CANCEL_MARKER, read_job
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.journal import JobView, Journal
+from fsdp_orch.plan import CHECKPOINT_REQUEST_FILE
 from fsdp_orch.states import JobState
 from fsdp_orch.submission import SUBMISSION_FILE, Submission
 from fsdp_orch.supervise.diagnose import Diagnosis, diagnose_exit
@@ -187,9 +188,6 @@ class Supervisor:
             handle = self.launcher.launch(plan, artifacts)
             self.journal.launched(attempt, handle.ref)
         follower = LogFollower(handle.log_chunks)
-        clock = StepClock()
-        world = self.sub.world_size
-        watch = self.sub.job.watch
 
         def stop() -> None:
             handle.stop(STOP_GRACE_S)
@@ -201,6 +199,44 @@ class Supervisor:
             return AttemptFailed(with_flight_recorder(diagnosis, handle.flight_recorder_dumps()), now, stalled,
                                  before, self._checkpoint_step(checkpoint_dir))
 
+        try:
+            self._watch_attempt(attempt, handle, started, checkpoint_dir, before, follower, stop, fail)
+        except AllocationEnding as ending:
+            if ending.checkpoint_within > 0:
+                self._checkpoint_before_the_end(attempt, handle, checkpoint_dir, ending.checkpoint_within)
+            raise
+
+    def _checkpoint_before_the_end(self, attempt: int, handle: AttemptHandle, checkpoint_dir: Path,
+                                   within: float) -> None:
+        """The scheduler warned that the nodes go away: ask the attempt for a checkpoint (a file the
+        runtime looks for at each step; FSDP_ORCH_CHECKPOINT_REQUEST) and wait up to ``within``
+        seconds for one newer than what is committed now. Scripts without the fsdp-orch runtime
+        do not answer; they resume from their own latest checkpoint."""
+        if not any(name == "FSDP_ORCH_CHECKPOINT_REQUEST" for name, _ in self.sub.base_plan.env):
+            return
+        before = self._checkpoint_step(checkpoint_dir)
+        asked = self.clock()
+        request = Path(self.sub.attempt_dir(attempt)) / CHECKPOINT_REQUEST_FILE
+        request.write_text(f"{asked}\n")
+        while self.clock() - asked < within and handle.poll() is None:
+            step = self._checkpoint_step(checkpoint_dir)
+            if step is not None and (before is None or step > before):
+                self._record_checkpoint(checkpoint_dir)
+                self.journal.add_event(attempt=attempt, kind="checkpoint_on_warning", message=(
+                    f"checkpoint of step {step} saved {self.clock() - asked:.1f}s after the scheduler's "
+                    "warning, before the requeue"))
+                return
+            self.sleep(0.5)
+        self.journal.add_event(attempt=attempt, kind="checkpoint_on_warning", message=(
+            f"no new checkpoint within {within:g}s of the scheduler's warning: the next allocation "
+            f"resumes from step {before if before is not None else 0}"))
+
+    def _watch_attempt(self, attempt: int, handle: AttemptHandle, started: float, checkpoint_dir: Path,
+                       before: int | None, follower: LogFollower, stop: Callable[[], None],
+                       fail: Callable[..., AttemptFailed]) -> None:
+        clock = StepClock()
+        world = self.sub.world_size
+        watch = self.sub.job.watch
         comm_seen: float | None = None
         first_step_seen = False
         while True:

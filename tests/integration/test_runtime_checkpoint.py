@@ -240,3 +240,28 @@ def test_preflight_refuses_a_save_that_cannot_fit(tmp_path):
     assert error is not None and "not enough free space" in error
     assert preflight(tmp_path, tmp_path / step_dir_name(1), 0, True, need_bytes=1) is None
     assert names(tmp_path / step_dir_name(1)) == []  # the probe file is gone
+
+
+@pytest.mark.slow
+def test_a_checkpoint_request_mid_run_is_saved_by_every_rank_at_one_step(torchrun, straight):
+    """The supervisor's request before a SLURM time limit (FSDP_ORCH_CHECKPOINT_REQUEST): both
+    ranks save the same step, off the interval, and training goes on unchanged."""
+    request = torchrun.tmp / "checkpoint-request"
+    run = torchrun.start(torchrun.prepare([*torchrun.small, "--steps", str(N), "--sleep-per-step", "0.4"],
+                                          checkpoint={"interval": 100, "keep_last": 3},
+                                          env={"FSDP_ORCH_CHECKPOINT_REQUEST": str(request)}))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        beats = read_heartbeats(run.run_dir, 0)
+        if beats and min(b.step for b in beats.values()) >= 3:
+            break
+        time.sleep(0.1)
+    request.write_text("asked\n")
+    assert run.proc is not None
+    run.stdout, run.stderr = run.proc.communicate(timeout=180)
+    assert run.proc.returncode == 0, run.stderr[-3000:]
+    saved = [info.step for info in list_checkpoints(run.checkpoint_dir) if info.complete]
+    assert len(saved) == 2 and 3 <= saved[0] < N and saved[1] == N, (saved, run.stderr[-2000:])
+    assert "the supervisor asked for one" in run.stderr
+    assert run.result["final_loss"] == straight.result["final_loss"]
+    assert run.result["param_sha256"] == straight.result["param_sha256"]

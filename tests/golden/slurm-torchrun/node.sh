@@ -14,6 +14,7 @@ export FSDP_ORCH_SPEC=/srv/fsdp-orch/runs/j0123456789a/job.json
 export FSDP_ORCH_CHECKPOINT_DIR=/srv/jobs/demo/checkpoints/golden-demo
 export FSDP_ORCH_RESUME=auto
 export FSDP_ORCH_COLLECTIVE_TIMEOUT=600
+export FSDP_ORCH_CHECKPOINT_REQUEST=/srv/fsdp-orch/runs/j0123456789a/attempt-1/checkpoint-request
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 export TORCH_NCCL_TRACE_BUFFER_SIZE=2000
 export TORCH_FR_BUFFER_SIZE=2000
