@@ -9,12 +9,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_harness import Cli, copy_demo, make_cli
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "demo" / "train.py"
@@ -153,55 +153,7 @@ def module_torchrun(tmp_path_factory: pytest.TempPathFactory):
         run.kill()
 
 
-# --- the fsdp-orch CLI as a user runs it (a subprocess with its own FSDP_ORCH_HOME) ----------------
-
-@dataclass
-class Cli:
-    home: Path
-    cwd: Path
-
-    @property
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}
-        env["FSDP_ORCH_HOME"] = str(self.home)
-        env["PYTHONUNBUFFERED"] = "1"
-        return env
-
-    def run(self, *args: str, timeout: float = 600, check: bool = False) -> subprocess.CompletedProcess:
-        proc = subprocess.run([sys.executable, "-m", "fsdp_orch", *args], cwd=self.cwd, env=self.env,
-                              capture_output=True, text=True, timeout=timeout)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"fsdp-orch {' '.join(args)} exited {proc.returncode}\n"
-                                 f"stdout: {proc.stdout}\nstderr: {proc.stderr}")
-        return proc
-
-    def status(self, job_id: str) -> dict:
-        return json.loads(self.run("status", job_id, "--json", check=True).stdout)
-
-    def wait_until(self, job_id: str, predicate, timeout: float = 300, what: str = "") -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            status = self.status(job_id)
-            if predicate(status):
-                return status
-            time.sleep(0.5)
-        raise AssertionError(f"timed out waiting for {what or predicate}: {self.status(job_id)}")
-
-
-def make_cli(base: Path) -> Cli:
-    """A CLI with its own FSDP_ORCH_HOME under ``base``."""
-    work = base / "work"
-    work.mkdir(parents=True, exist_ok=True)
-    return Cli(home=base / "home", cwd=work)
-
-
-def copy_demo(base: Path) -> Path:
-    """A private copy of examples/demo under ``base`` (its checkpoints land beside it); its job.yaml."""
-    target = base / "demo"
-    shutil.copytree(REPO / "examples" / "demo", target,
-                    ignore=shutil.ignore_patterns("checkpoints", "__pycache__", "result.json"))
-    return target / "job.yaml"
-
+# --- the fsdp-orch CLI as a user runs it: tests/cli_harness.py ---------------------------------
 
 @pytest.fixture
 def cli(tmp_path: Path) -> Cli:

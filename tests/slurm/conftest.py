@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_harness import Cli, copy_demo
 
 CLUSTER_SH = Path(__file__).resolve().with_name("cluster.sh")
 # A 2-core machine, a loaded CI runner: slow enough never to be the flaky part, bounded still.
@@ -142,3 +143,68 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     if not was_running:
         stop = _cluster("stop", timeout=180)
         assert stop.returncode == 0, f"cluster.sh stop exited {stop.returncode}\n{stop.stderr}"
+
+
+# --- login nodes kept apart ------------------------------------------------------------------------
+
+class LoginNode:
+    """A login node: a process holding its own mount namespace, with a private tmpfs mounted on
+    ``home`` that nothing outside it (slurmd and the job steps it starts) can see. The CLI runs in
+    it through ``nsenter``; only ``shared`` (the profile's ``shared_dir``) is seen by both sides."""
+
+    def __init__(self, base: Path, shared: Path):
+        self.home = base / "private-home"
+        self.work = base / "work"
+        for folder in (self.home, self.work / "clusters", shared):
+            folder.mkdir(parents=True, exist_ok=True)
+        builtin = Path(__file__).resolve().parents[2] / "clusters" / "slurm.yaml"
+        (self.work / "clusters" / "slurm.yaml").write_text(builtin.read_text() + f"shared_dir: {shared}\n")
+        self.holder = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "--", "bash", "-c",
+             f"mount -t tmpfs -o mode=700 tmpfs {shlex.quote(str(self.home))} && echo ready && exec sleep infinity"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+        assert self.holder.stdout is not None
+        ready = self.holder.stdout.readline().strip()
+        assert ready == "ready", f"the login node's namespace did not start: {ready!r}"
+        self.cli = Cli(home=self.home, cwd=self.work,
+                       prefix=("nsenter", f"--target={self.holder.pid}", "--mount", "--"))
+
+    def inside(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        """A command run on this login node (its view of the filesystem)."""
+        return subprocess.run(["nsenter", f"--target={self.holder.pid}", "--mount", "--", *argv],
+                              capture_output=True, text=True, timeout=60)
+
+    def close(self) -> None:
+        self.holder.kill()
+        self.holder.wait()
+
+
+@pytest.fixture
+def login_nodes(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """``login_nodes(n)``: n login nodes apart from each other and from the compute side, sharing
+    one run root (``tmp_path/shared``)."""
+    made: list[LoginNode] = []
+
+    def make(count: int = 1) -> list[LoginNode]:
+        for i in range(count):
+            made.append(LoginNode(tmp_path / f"login{len(made) + i}", tmp_path / "shared"))
+        return made[-count:]
+
+    yield make
+    for node in made:
+        node.close()
+
+
+@pytest.fixture
+def cli(login_nodes):  # type: ignore[no-untyped-def]
+    """The CLI on a login node kept apart (overrides the top-level ``cli`` for the SLURM tests)."""
+    [node] = login_nodes(1)
+    return node.cli
+
+
+@pytest.fixture(scope="module")
+def module_cli_and_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cli, Path]]:
+    base = tmp_path_factory.mktemp("login")
+    node = LoginNode(base, base / "shared")
+    yield node.cli, copy_demo(base)
+    node.close()

@@ -1,5 +1,8 @@
 """`fsdp-orch submit --cluster slurm` against the real test cluster: two nodes, one rank each (gloo,
-CPU), through submitit; attempts are job steps of one allocation; requeue; cancel; cheap status."""
+CPU); attempts are job steps of one allocation; requeue; cancel; cheap status.
+
+Every CLI here runs on a login node kept apart (tests/slurm/conftest.py: its own mount namespace,
+a private tmpfs as FSDP_ORCH_HOME); the compute side sees only the profile's shared_dir."""
 
 from __future__ import annotations
 
@@ -12,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from fsdp_orch.backends.slurm import slurm_job_id
-from fsdp_orch.store import Store
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -22,13 +24,19 @@ TWO_NODES = ["--set", "nodes=2", "--set", "procs_per_node=1", "--set", "checkpoi
 
 
 def slurm_id(cli, job_id: str) -> str:
-    sid = slurm_job_id(Store(cli.home / "jobs.db").job(job_id)["backend_ref"])
+    """The SLURM job id, from the job's events (``fsdp-orch events --json``)."""
+    events = [json.loads(line) for line in cli.run("events", job_id, "--json", check=True).stdout.splitlines()]
+    sid = next((slurm_job_id(e["backend_ref"]) for e in events if e["kind"] == "scheduled"), None)
     assert sid, "no SLURM job id recorded"
     return sid
 
 
+def run_dir(cli, job_id: str) -> Path:
+    return Path(cli.status(job_id)["run_dir"])
+
+
 def result_of(cli, job_id: str) -> dict:
-    return json.loads((cli.home / "runs" / job_id / "result.json").read_text())
+    return json.loads((run_dir(cli, job_id) / "result.json").read_text())
 
 
 def submit_wait(cli, demo: Path, *extra: str, timeout: float = 400) -> dict:
@@ -54,8 +62,12 @@ def test_the_demo_runs_on_both_nodes_and_writes_checkpoints(slurm_cluster, clean
     attempt_steps = [r for r in rows if r["JobName"] == "fsdp-orch-attempt-0"]
     assert len(attempt_steps) == 1 and attempt_steps[0]["State"] == "COMPLETED"
     assert attempt_steps[0]["NodeList"] == "node[1-2]", rows
-    node_logs = sorted(p.name for p in (cli.home / "runs" / status["id"] / "attempt-0").glob("console-node-*.log"))
+    shared_run = Path(status["run_dir"])
+    node_logs = sorted(p.name for p in (shared_run / "attempt-0").glob("console-node-*.log"))
     assert node_logs == ["console-node-0.log", "console-node-1.log"]
+    assert list(shared_run.glob("slurm-*.out")) and shared_run.parent.parent != cli.home
+    # The login node kept its database in its private home: nothing of it is visible out here.
+    assert list(cli.home.iterdir()) == []
     ckpts = [p for p in (demo.parent / "checkpoints" / "demo").iterdir() if (p / "COMMITTED").exists()]
     assert ckpts
 
@@ -122,20 +134,15 @@ def test_one_status_refresh_is_one_scheduler_query_for_fifty_jobs(slurm_cluster,
             shim.write_text(f"#!/bin/sh\necho {tool} >> {log}\nexec {real} \"$@\"\n")
             shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
         env = {**cli.env, "PATH": f"{shims}:{os.environ['PATH']}"}
-        import subprocess
-        import sys
-
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "fsdp_orch", "status", "--json"], env=env,
-                              capture_output=True, text=True, check=True)
+        proc = cli.run("status", "--json", env=env, check=True)
         elapsed = time.perf_counter() - t0
         listed = {j["id"] for j in json.loads(proc.stdout)}
         assert set(ids) <= listed
         assert log.read_text().split() == ["sacct"], log.read_text()
         assert elapsed < 1.0, f"status took {elapsed:.2f}s"
     finally:
-        store = Store(cli.home / "jobs.db")
-        sids = [sid for i in ids if (sid := slurm_job_id(store.job(i)["backend_ref"]))]
+        sids = [slurm_id(cli, i) for i in ids]
         slurm_cluster.run("scancel", *sids, check=False)
         for sid in sids:  # the next tests need the nodes
             slurm_cluster.wait_done(sid, timeout=120)

@@ -14,11 +14,8 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
 def doctor(cli, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
-    import subprocess
-    import sys
-
-    return subprocess.run([sys.executable, "-m", "fsdp_orch", "doctor", "--cluster", "slurm", "--json"],
-                          cwd=cli.cwd, env=env or cli.env, capture_output=True, text=True, timeout=600)
+    """On the login node (tests/slurm/conftest.py), whose profile names the shared run root."""
+    return cli.run("doctor", "--cluster", "slurm", "--json", env=env)
 
 
 def test_doctor_is_green_on_the_test_cluster(slurm_cluster, cli):
@@ -28,6 +25,8 @@ def test_doctor_is_green_on_the_test_cluster(slurm_cluster, cli):
     names = {c["name"] for c in report["checks"]}
     assert {"SLURM commands", "sacct answers", "torch on the nodes", "run folder shared",
             "torch on this host", "FSDP_ORCH_HOME"} <= names
+    [shared] = [c for c in report["checks"] if c["name"] == "run folder shared"]
+    assert "shared_dir" in shared["detail"], shared
 
 
 def test_doctor_is_red_with_a_fix_when_sacct_is_missing(slurm_cluster, cli, tmp_path: Path):

@@ -1,0 +1,67 @@
+"""The fsdp-orch CLI as a user runs it: a subprocess with its own FSDP_ORCH_HOME (optionally inside
+another mount namespace), and private copies of the examples. Shared by every conftest."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Cli:
+    home: Path
+    cwd: Path
+    prefix: tuple[str, ...] = ()  # e.g. nsenter into a login node's mount namespace
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}
+        env["FSDP_ORCH_HOME"] = str(self.home)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def run(self, *args: str, timeout: float = 600, check: bool = False,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        proc = subprocess.run([*self.prefix, sys.executable, "-m", "fsdp_orch", *args], cwd=self.cwd,
+                              env=env or self.env, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"fsdp-orch {' '.join(args)} exited {proc.returncode}\n"
+                                 f"stdout: {proc.stdout}\nstderr: {proc.stderr}")
+        return proc
+
+    def status(self, job_id: str) -> dict:
+        return json.loads(self.run("status", job_id, "--json", check=True).stdout)
+
+    def wait_until(self, job_id: str, predicate, timeout: float = 300, what: str = "") -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.status(job_id)
+            if predicate(status):
+                return status
+            time.sleep(0.5)
+        raise AssertionError(f"timed out waiting for {what or predicate}: {self.status(job_id)}")
+
+
+def make_cli(base: Path) -> Cli:
+    """A CLI with its own FSDP_ORCH_HOME under ``base``."""
+    work = base / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    return Cli(home=base / "home", cwd=work)
+
+
+def copy_demo(base: Path) -> Path:
+    """A private copy of examples/demo under ``base`` (its checkpoints land beside it); its job.yaml."""
+    target = base / "demo"
+    shutil.copytree(REPO / "examples" / "demo", target,
+                    ignore=shutil.ignore_patterns("checkpoints", "__pycache__", "result.json"))
+    return target / "job.yaml"
+
+
