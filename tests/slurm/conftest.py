@@ -159,6 +159,7 @@ class LoginNode:
             folder.mkdir(parents=True, exist_ok=True)
         builtin = Path(__file__).resolve().parents[2] / "clusters" / "slurm.yaml"
         (self.work / "clusters" / "slurm.yaml").write_text(builtin.read_text() + f"shared_dir: {shared}\n")
+        self.nsenter = shutil.which("nsenter") or "nsenter"  # absolute: tests run the CLI with a bare PATH
         self.holder = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "--", "bash", "-c",
              f"mount -t tmpfs -o mode=700 tmpfs {shlex.quote(str(self.home))} && echo ready && exec sleep infinity"],
@@ -167,11 +168,12 @@ class LoginNode:
         ready = self.holder.stdout.readline().strip()
         assert ready == "ready", f"the login node's namespace did not start: {ready!r}"
         self.cli = Cli(home=self.home, cwd=self.work,
-                       prefix=("nsenter", f"--target={self.holder.pid}", "--mount", "--"))
+                       # entering a mount namespace moves to its root: --wd keeps the working folder
+                       prefix=(self.nsenter, f"--target={self.holder.pid}", "--mount", f"--wd={self.work}", "--"))
 
     def inside(self, *argv: str) -> subprocess.CompletedProcess[str]:
         """A command run on this login node (its view of the filesystem)."""
-        return subprocess.run(["nsenter", f"--target={self.holder.pid}", "--mount", "--", *argv],
+        return subprocess.run([self.nsenter, f"--target={self.holder.pid}", "--mount", "--", *argv],
                               capture_output=True, text=True, timeout=60)
 
     def close(self) -> None:
