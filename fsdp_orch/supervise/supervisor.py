@@ -89,6 +89,7 @@ class Supervisor:
         self.local_has_gpu = local_has_gpu
         self.job_id = submission.job_id
         self.history: list[FailureRecord] = []
+        self.requeued_attempts = 0  # attempts the scheduler took away: they use no restart budget
         self._last_step: int | None = None
         self._last_ckpt: int | None = None
         self._hang_detection_off: str | None = None
@@ -140,7 +141,7 @@ class Supervisor:
                                    stalled_for_s=failed.stalled_for_s, now=failed.detected_at)
             self.journal.requeued("the scheduler requeued the job", now=self.clock())
             raise AllocationEnding("") from None
-        decision = decide(self.sub.job.restart, self.history, restarts_done=attempt)
+        decision = decide(self.sub.job.restart, self.history, restarts_done=attempt - self.requeued_attempts)
         self.journal.add_failure(attempt=attempt, category=failed.diagnosis.category,
                                evidence=failed.diagnosis.evidence,
                                action="restart" if decision.restart else "give_up",
@@ -412,14 +413,17 @@ def run_supervisor(job_id: str, run_dir: str | None = None, reattach: bool = Fal
     adopt = None
     first_attempt = max(view.attempts) + 1 if view.attempts else 0
     if in_allocation:
+        requeued = {n for n, action in view.failures if action == "requeue"}
         unfinished = [n for n, a in view.attempts.items() if a["ended_at"] is None]
         if unfinished:  # the previous allocation ended under it: requeued (time limit, preemption)
             last = max(unfinished)
-            if (last, "requeue") not in view.failures:
+            if last not in requeued:
                 journal.add_failure(attempt=last, category="preemption_or_node_lost",
                                     evidence="the allocation ended during the attempt (requeued)",
                                     action="requeue")
+                requeued.add(last)
             journal.end_attempt(last, None)
+        supervisor.requeued_attempts = len(requeued)
         print(f"fsdp-orch supervisor: job {job_id} in its allocation, attempt {first_attempt}", flush=True)
     elif reattach:
         if view.state == JobState.RUNNING.value and view.attempts:

@@ -77,6 +77,18 @@ def test_a_crash_loop_gives_up_before_the_budget(tmp_path):
     assert "crash loop: 3 attempts in a row made no progress" in status["reason"]
 
 
+def test_attempts_the_scheduler_took_away_use_no_restart_budget(tmp_path):
+    """After three requeues (SLURM's time limit), the job still has its whole budget of restarts."""
+    sup, index, job_id, slept = supervise_in_process(
+        tmp_path, crashing_job(tmp_path, max_restarts=2, crash_loop_attempts=10))
+    sup.requeued_attempts = 3  # attempts 0-2 ended in requeues, as run_supervisor counts them
+    assert sup.run(first_attempt=3) is JobState.FAILED
+    assert slept == [1.0, 2.0]
+    status = status_of(index, job_id)
+    assert [f["action"] for f in status["failures"]] == ["restart", "restart", "give_up"]
+    assert "2 of restart.max_restarts=2" in status["reason"]
+
+
 def test_killing_the_supervisor_and_reattaching_keeps_one_attempt_and_succeeds(cli, demo):
     job_id = cli.run("submit", "--cluster", "local", str(demo), "--set", "args=[--steps, 60]",
                      "--set", "checkpoint.interval=10", check=True).stdout.strip()
