@@ -9,6 +9,8 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from fsdp_orch.backends.render_only import RenderOnly
+from fsdp_orch.checks import Check
+from fsdp_orch.command import Runner
 from fsdp_orch.errors import InputError
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.plan import LaunchPlan, NodeTarget, Placement, PlanContext
@@ -71,6 +73,11 @@ class SshKind(RenderOnly):
         return Placement(nnodes=job.nodes, nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
                          device=profile.device, rdzv_host=profile.hosts[0].address,
                          rdzv_port=profile.rdzv_port, workdir_base=profile.remote_workdir, nodes=nodes)
+
+    def doctor(self, profile: ProfileBase, torch_version: str | None, run: Runner) -> list[Check]:
+        from fsdp_orch.backends.remote_doctor import ssh_checks
+
+        return ssh_checks(profile, torch_version, run)
 
     def artifacts(self, plan: LaunchPlan, templates: Templates) -> list[Artifact]:
         out = [Artifact(f"{plan.attempt_dir}/hosts.txt", templates("ssh-hosts.txt.j2"))]

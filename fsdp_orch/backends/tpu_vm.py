@@ -9,6 +9,8 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from fsdp_orch.backends.render_only import RenderOnly
+from fsdp_orch.checks import Check
+from fsdp_orch.command import Runner
 from fsdp_orch.errors import InputError
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.plan import LaunchPlan, Placement, PlanContext
@@ -42,6 +44,11 @@ class TpuVmKind(RenderOnly):
                              f"expected nodes: 1 or {profile.num_workers}, got {job.nodes}", field="nodes")
         return Placement(nnodes=profile.num_workers, nproc_per_node=1, device="tpu", rdzv_host=None,
                          workdir_base=profile.remote_workdir)
+
+    def doctor(self, profile: ProfileBase, torch_version: str | None, run: Runner) -> list[Check]:
+        from fsdp_orch.backends.remote_doctor import tpu_checks
+
+        return tpu_checks(profile, run)
 
     def artifacts(self, plan: LaunchPlan, templates: Templates) -> list[Artifact]:
         a = plan.attempt_dir
