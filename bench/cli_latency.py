@@ -77,6 +77,13 @@ def main() -> int:
                              check=True).stdout
         listed = json.loads(out)
         assert len(listed) == args.jobs, f"status listed {len(listed)} jobs, expected {args.jobs}"
+        # An installed wheel has its bytecode compiled by pip; a checkout may run with
+        # PYTHONDONTWRITEBYTECODE set (and compile fsdp_orch on every start): compile it once here.
+        import compileall
+
+        import fsdp_orch
+
+        compileall.compile_dir(str(Path(fsdp_orch.__file__).parent), quiet=1)
         time_command([sys.executable, "-c", "pass"], env, 3)  # warm the page cache
         baseline = time_command([sys.executable, "-c", "pass"], env, args.repeat)
         status = time_command([str(cli), "status", "--json"], env, args.repeat)

@@ -8,14 +8,15 @@ meta table), so ``status`` stays cheap. Stdlib only until then.
 
 from __future__ import annotations
 
-import json
 import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from fsdp_orch.store import Store
 
-CACHE_KEY = "shared_run_roots"
+# The cache: the profile files' names and mtimes, and the shared dirs they named (plain text:
+# ``json`` would cost ``status`` its import).
+FILES_KEY, ROOTS_KEY = "profiles_seen", "shared_dirs"
 
 
 def profile_dirs(home: str, cwd: str | None = None) -> list[str]:
@@ -61,16 +62,12 @@ def shared_dir_of(path: str) -> str | None:
 
 def runs_roots(store: Store, home: str, cwd: str | None = None) -> list[str]:
     """``$FSDP_ORCH_HOME/runs`` first, then each profile's ``<shared_dir>/runs``."""
-    files = _profile_files(profile_dirs(home, cwd))
-    key = json.dumps(files)
-    cached = store.meta_text(CACHE_KEY)
-    shared: list[str] | None = None
-    if cached:
-        entry = json.loads(cached)
-        if entry.get("files") == key:
-            shared = entry["roots"]
-    if shared is None:
-        shared = sorted({d for path, _ in files if (d := shared_dir_of(path))})
-        store.set_meta_text(CACHE_KEY, json.dumps({"files": key, "roots": shared}))
+    files = "\n".join(f"{path}\t{mtime}" for path, mtime in _profile_files(profile_dirs(home, cwd)))
+    if store.meta_text(FILES_KEY) == files:
+        shared = [d for d in (store.meta_text(ROOTS_KEY) or "").split("\n") if d]
+    else:
+        shared = sorted({d for line in files.splitlines() if (d := shared_dir_of(line.split("\t")[0]))})
+        store.set_meta_text(ROOTS_KEY, "\n".join(shared))
+        store.set_meta_text(FILES_KEY, files)
     own = os.path.join(home, "runs")
     return [own, *(r for d in shared if (r := os.path.join(d, "runs")) != own)]

@@ -5,7 +5,6 @@ local path of this user and this machine. ``FSDP_ORCH_DB`` names the file outrig
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 NETWORK_FILESYSTEMS = frozenset({
@@ -46,6 +45,8 @@ def on_network_filesystem(path: str, mounts: str | None = None) -> bool:
 def local_store_dir(home: str) -> str:
     """A folder of this user on this machine, one per ``$FSDP_ORCH_HOME``."""
     base = os.environ.get("XDG_RUNTIME_DIR") or os.path.join("/tmp", f"fsdp-orch-{os.getuid()}")
+    import hashlib
+
     digest = hashlib.sha256(os.path.realpath(home).encode()).hexdigest()[:12]
     return os.path.join(base, "fsdp-orch", digest)
 

@@ -3,7 +3,6 @@ private home, the same profiles) finds the jobs of the first one."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -46,7 +45,7 @@ def test_the_roots_follow_the_profiles_and_are_cached_until_a_profile_changes(lo
     store = Store(login / "cache.db")
     home = str(login / "home")
     assert runs_roots(store, home) == [f"{home}/runs", str(login / "nfs" / "runs")]
-    assert json.loads(store.meta_text("shared_run_roots") or "{}")["roots"] == [str(login / "nfs")]
+    assert store.meta_text("shared_dirs") == str(login / "nfs")
     profile = Path("clusters") / "shared.yaml"
     profile.write_text(f"kind: local\nshared_dir: {login / 'lustre'}\n")
     import os
@@ -64,3 +63,4 @@ def test_shared_dir_must_be_absolute_and_a_broken_profile_names_none(tmp_path: P
     broken = tmp_path / "broken.yaml"
     broken.write_text("kind: [unclosed\n")
     assert shared_dir_of(str(broken)) is None
+
