@@ -7,25 +7,21 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from fsdp_orch.backends.base import ClusterKind
 from fsdp_orch.backends.files import FileObservation
+from fsdp_orch.backends.supervised_here import SupervisedHere
 from fsdp_orch.checkpoints import LOCAL, Storage
 from fsdp_orch.errors import InputError
-from fsdp_orch.index import JobIndex
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.plan import LaunchPlan, Placement, PlanContext
-from fsdp_orch.proctree import job_processes, pid_alive, stop_job_processes
+from fsdp_orch.proctree import job_processes, stop_job_processes
 from fsdp_orch.profiles import ProfileBase
 from fsdp_orch.render import Artifact, Templates, write_artifacts
 from fsdp_orch.submission import Submission
-
-CANCEL_WAIT_S = 15.0
 
 
 class LocalProfile(ProfileBase):
@@ -147,23 +143,7 @@ class LocalLauncher:
 LAUNCH_SCRIPT = "launch.sh"
 
 
-def spawn_supervisor(submission: Submission, reattach: bool) -> int:
-    """The submission's supervisor command for its job, detached, logging to the run dir."""
-    if not submission.supervisor_command:
-        raise InputError("this submission names no supervisor to run", file=str(submission.run_dir))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_") or k == "FSDP_ORCH_HOME"}
-    argv = [*submission.supervisor_command, submission.job_id, "--run-dir", str(submission.run_dir)]
-    if reattach:
-        argv.append("--reattach")
-    run_dir = submission.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / "supervisor.log", "ab") as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True, env=env, cwd=run_dir)
-    return proc.pid
-
-
-class LocalKind(ClusterKind):
+class LocalKind(SupervisedHere):
     name = "local"
     profile_model = LocalProfile
     main_template = "local.sh.j2"
@@ -183,38 +163,11 @@ class LocalKind(ClusterKind):
     def attempt_launcher(self, submission: Submission) -> LocalLauncher:
         return LocalLauncher(submission)
 
-    def start(self, index: JobIndex, submission: Submission) -> None:
-        pid = spawn_supervisor(submission, reattach=False)
-        index.journal(submission.job_id).supervisor_started(pid=pid)
+    def stop_leftovers(self, job_id: str, row: dict[str, Any]) -> None:
+        stop_job_processes(job_id, grace=2.0)
 
-    def refresh(self, index: JobIndex, rows: list[dict[str, Any]]) -> list[str]:
-        """Re-attach a supervisor to every job whose supervisor died (``rows`` hold only those, and
-        jobs the scheduler knows of: none here); it adopts the attempt still running (a lock in the
-        run directory admits one supervisor per job)."""
-        reattached = []
-        for row in rows:
-            if not row["supervisor_pid"]:
-                continue
-            # The new supervisor records its own pid once it holds the job's lock.
-            spawn_supervisor(Submission.load(Path(row["run_dir"]), self), reattach=True)
-            reattached.append(row["id"])
-        return reattached
-
-    def cancel(self, index: JobIndex, row: dict[str, Any]) -> str:
-        job_id = row["id"]
-        ended = index.request_cancel(job_id)
-        if ended:
-            return f"{job_id} already ended ({ended})"
-        pid = row.get("supervisor_pid")
-        if pid_alive(pid, must_contain=job_id):
-            os.kill(pid, 15)
-        deadline = time.monotonic() + CANCEL_WAIT_S
-        while time.monotonic() < deadline:
-            if not pid_alive(pid, must_contain=job_id) and not job_processes(job_id):
-                break
-            time.sleep(0.1)
-        stop_job_processes(job_id, grace=2.0)  # whatever the supervisor did not get to
-        return f"{job_id} cancelled"
+    def leftovers(self, job_id: str, row: dict[str, Any]) -> bool:
+        return bool(job_processes(job_id))
 
 
 KIND = LocalKind()

@@ -1,0 +1,85 @@
+"""The kinds with no scheduler (this machine, SSH hosts): the supervisor runs detached on the
+submitting machine, ``status`` re-attaches a new one when it died, and ``cancel`` stops it and then
+whatever the job left on its nodes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from fsdp_orch.backends.base import ClusterKind
+from fsdp_orch.errors import InputError
+from fsdp_orch.index import JobIndex
+from fsdp_orch.proctree import pid_alive
+from fsdp_orch.submission import Submission
+
+CANCEL_WAIT_S = 15.0
+
+
+def spawn_supervisor(submission: Submission, reattach: bool) -> int:
+    """The submission's supervisor command for its job, detached, logging to the run dir."""
+    if not submission.supervisor_command:
+        raise InputError("this submission names no supervisor to run", file=str(submission.run_dir))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_") or k == "FSDP_ORCH_HOME"}
+    argv = [*submission.supervisor_command, submission.job_id, "--run-dir", str(submission.run_dir)]
+    if reattach:
+        argv.append("--reattach")
+    run_dir = submission.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "supervisor.log", "ab") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True, env=env, cwd=run_dir)
+    return proc.pid
+
+
+class SupervisedHere(ClusterKind):
+    """``start``, ``refresh`` and ``cancel`` of a kind whose supervisor runs on the submitting
+    machine. A kind adds how to check the nodes before a start (``preflight``) and how to find and
+    stop what a job left on them (``leftovers``, ``stop_leftovers``)."""
+
+    def preflight(self, submission: Submission) -> None:
+        """Raise a FsdpOrchError when the job cannot start (a node that does not answer)."""
+        return None
+
+    def leftovers(self, job_id: str, row: dict[str, Any]) -> bool:
+        raise NotImplementedError
+
+    def stop_leftovers(self, job_id: str, row: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def start(self, index: JobIndex, submission: Submission) -> None:
+        self.preflight(submission)
+        pid = spawn_supervisor(submission, reattach=False)
+        index.journal(submission.job_id).supervisor_started(pid=pid)
+
+    def refresh(self, index: JobIndex, rows: list[dict[str, Any]]) -> list[str]:
+        """Re-attach a supervisor to every job whose supervisor died (``rows`` hold only those, and
+        jobs the scheduler knows of: none here); it adopts the attempt still running (a lock in the
+        run directory admits one supervisor per job)."""
+        reattached = []
+        for row in rows:
+            if not row["supervisor_pid"]:
+                continue
+            # The new supervisor records its own pid once it holds the job's lock.
+            spawn_supervisor(Submission.load(Path(row["run_dir"]), self), reattach=True)
+            reattached.append(row["id"])
+        return reattached
+
+    def cancel(self, index: JobIndex, row: dict[str, Any]) -> str:
+        job_id = row["id"]
+        ended = index.request_cancel(job_id)
+        if ended:
+            return f"{job_id} already ended ({ended})"
+        pid = row.get("supervisor_pid")
+        if pid_alive(pid, must_contain=job_id):
+            os.kill(pid, 15)
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while time.monotonic() < deadline:
+            if not pid_alive(pid, must_contain=job_id) and not self.leftovers(job_id, row):
+                break
+            time.sleep(0.1)
+        self.stop_leftovers(job_id, row)  # whatever the supervisor did not get to
+        return f"{job_id} cancelled"
