@@ -216,14 +216,14 @@ def test_slurm_node_script_refuses_to_run_outside_a_job_step(box: dict[str, Path
 
 def test_slurm_batch_script_runs_the_supervisor_with_literal_values(box: dict[str, Path]) -> None:
     """sbatch.sh as SLURM would run it: the hostile job name stays in its comments, and the
-    supervisor gets the job id and a home with shell syntax in it, literally."""
+    supervisor gets the job id and a run folder with shell syntax in it, literally."""
     _, artifacts = render(box, write_job(box, nodes=2), write_profile(box, "slurm", setup=["true"]))
     (batch,) = [a for a in artifacts if a.name == "sbatch.sh"]
     comment_lines_hold(batch)
     run_script(box, batch, {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node-[a-b]"})
     (record,) = records(box)
-    assert record["argv"] == ["-m", SUPERVISOR_MODULE, "jinj", "--in-allocation"]
-    assert record["env"]["FSDP_ORCH_HOME"] == str(box["home"])
+    assert record["argv"] == ["-m", SUPERVISOR_MODULE, "jinj", "--run-dir", f"{box['home']}/runs/jinj",
+                              "--in-allocation"]
     assert_nothing_ran(box)
 
 
