@@ -11,3 +11,6 @@ DEFAULT_RETRY_ON = (
     "hang", "nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost", "rendezvous_failure",
     "hardware_fault", "preemption_or_node_lost", "cuda_oom", "unknown",
 )
+# The exit status a kind's attempt handle reports when a node stopped answering (an SSH host lost
+# mid-run): outside the range of real exit statuses and signals.
+NODE_LOST_EXIT = -1001

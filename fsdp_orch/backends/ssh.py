@@ -1,14 +1,16 @@
-"""The SSH kind: a list of hosts reached over SSH, no scheduler. Planning and rendering only so far:
-``render --cluster ssh`` shows the per-host scripts; ``submit`` says it is not implemented."""
+"""The SSH kind: a list of hosts reached over SSH (fabric), no scheduler. The supervisor runs
+detached on the submitting machine, as on the local kind, and starts each attempt on every host at
+once (``ssh_attempt``). The hosts share the run folder with it (``shared_filesystem: true``)."""
 
 from __future__ import annotations
 
 import re
-from typing import ClassVar, Literal
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from fsdp_orch.backends.render_only import RenderOnly
+from fsdp_orch.backends.supervised_here import SupervisedHere
 from fsdp_orch.checks import Check
 from fsdp_orch.command import Runner
 from fsdp_orch.errors import InputError
@@ -16,6 +18,7 @@ from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.plan import LaunchPlan, NodeTarget, Placement, PlanContext
 from fsdp_orch.profiles import ProfileBase
 from fsdp_orch.render import Artifact, Templates
+from fsdp_orch.submission import Submission
 from fsdp_orch.validation import StrictModel
 
 
@@ -58,7 +61,7 @@ class SshProfile(ProfileBase):
 
 
 
-class SshKind(RenderOnly):
+class SshKind(SupervisedHere):
     name = "ssh"
     profile_model = SshProfile
     main_template = "ssh-node.sh.j2"
@@ -73,6 +76,44 @@ class SshKind(RenderOnly):
         return Placement(nnodes=job.nodes, nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
                          device=profile.device, rdzv_host=profile.hosts[0].address,
                          rdzv_port=profile.rdzv_port, workdir_base=profile.remote_workdir, nodes=nodes)
+
+    def attempt_launcher(self, submission: Submission) -> Any:
+        from fsdp_orch.backends.ssh_attempt import SshLauncher
+
+        return SshLauncher(submission)
+
+    def preflight(self, submission: Submission) -> None:
+        """Every host answers, with a known key, before anything is recorded as started."""
+        from fsdp_orch.backends.ssh_connect import connect, on_every_host
+
+        profile: Any = submission.profile
+        if not profile.shared_filesystem:
+            raise InputError("shared_filesystem: false is not implemented yet: the hosts must see the run "
+                             f"folder {submission.run_dir} (set shared_dir: to a folder they share)",
+                             field="shared_filesystem")
+        on_every_host(list(profile.hosts[:submission.job.nodes]), lambda i, host: connect(host, profile).close())
+
+    def leftovers(self, job_id: str, row: dict[str, Any]) -> bool:
+        return False  # the supervisor stops every host's processes itself; stop_leftovers sweeps after it
+
+    def stop_leftovers(self, job_id: str, row: dict[str, Any]) -> None:
+        """Every process of the job on every host, whatever attempt (the supervisor may have died)."""
+        from fsdp_orch.backends.ssh_attempt import stop_command
+        from fsdp_orch.backends.ssh_connect import connect, on_every_host
+
+        profile: Any = Submission.load(Path(row["run_dir"]), self).profile
+
+        def sweep(i: int, host: Any) -> None:
+            try:
+                conn = connect(host, profile)
+            except Exception:  # noqa: BLE001 - nothing to stop where we cannot reach
+                return
+            try:
+                conn.run(stop_command(profile.python, job_id, None, None, 2.0), hide=True, warn=True, in_stream=False, timeout=60)
+            finally:
+                conn.close()
+
+        on_every_host(list(profile.hosts), sweep)
 
     def doctor(self, profile: ProfileBase, torch_version: str | None, run: Runner) -> list[Check]:
         from fsdp_orch.backends.remote_doctor import ssh_checks

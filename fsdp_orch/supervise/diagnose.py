@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from fsdp_orch.categories import FAILURE_CATEGORIES, NOT_RETRYABLE
+from fsdp_orch.categories import FAILURE_CATEGORIES, NODE_LOST_EXIT, NOT_RETRYABLE
 from fsdp_orch.hints import hint_for
 
 CATEGORIES = FAILURE_CATEGORIES
@@ -256,6 +256,9 @@ def diagnose_exit(code: int | None) -> Diagnosis:
     """When the logs say nothing: what the exit status alone tells (negative = killed by a signal)."""
     if code is None:
         return Diagnosis("preemption_or_node_lost", True, "the attempt's processes disappeared", None)
+    if code == NODE_LOST_EXIT:
+        return Diagnosis("preemption_or_node_lost", True, "a node stopped answering (its host is named in "
+                                                          "the supervisor's log)", None)
     if code in (-9, 137):
         return Diagnosis("unknown", True, f"killed by SIGKILL (exit {code}): the kernel OOM killer or an "
                                           "external kill", None)

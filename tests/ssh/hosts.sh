@@ -20,6 +20,8 @@ BRIDGE=fo-br0
 SUBNET=10.77.0
 SSHD=/usr/sbin/sshd
 WAIT_S=${FSDP_ORCH_SSH_WAIT_S:-30}
+# The file by which `down` knows that it may delete the state directory.
+MARKER=made-by-hosts.sh
 
 export PATH=$PATH:/usr/sbin:/sbin
 
@@ -185,8 +187,12 @@ up() {
   fi
   [ "$(id -u)" = 0 ] || die "must run as root (it installs packages, makes namespaces, runs sshd)"
   [[ "$PYTHON" = /* ]] || die "FSDP_ORCH_SSH_PYTHON must be an absolute path, not '$PYTHON'"
+  if [ -e "$DIR" ] && [ ! -e "$DIR/$MARKER" ]; then
+    die "$DIR exists and was not made by hosts.sh (no $MARKER in it); set FSDP_ORCH_SSH_DIR to a new path"
+  fi
   down
   install -d -m 700 "$DIR"
+  touch "$DIR/$MARKER"
   for ((i = 1; i <= n; i++)); do install -d -m 700 "$DIR/h$i"; done
   install_sshd
   mkdir -p /run/sshd
@@ -249,7 +255,10 @@ down() {
   if command -v iptables >/dev/null 2>&1; then
     while iptables -D FORWARD -i "$BRIDGE" -o "$BRIDGE" -m comment --comment fsdp-orch-ssh -j ACCEPT 2>/dev/null; do :; done
   fi
-  rm -rf "$DIR"
+  # Only a directory that `up` made: FSDP_ORCH_SSH_DIR=/tmp must not delete /tmp.
+  if [ -e "$DIR/$MARKER" ]; then
+    rm -rf "$DIR"
+  fi
 }
 
 status() {
@@ -273,6 +282,8 @@ main() {
     down | status) ;;
     *) echo "usage: $0 up N|down|status  (state in \$FSDP_ORCH_SSH_DIR, default /tmp/fsdp-orch-ssh)" >&2; exit 2 ;;
   esac
+  # ssh and sshd split UserKnownHostsFile and such on blanks.
+  [[ "$DIR" = /* && "$DIR" != *[[:space:]]* ]] || die "FSDP_ORCH_SSH_DIR must be an absolute path without blanks, not '$DIR'"
   if [ "$cmd" = status ]; then
     status
     return

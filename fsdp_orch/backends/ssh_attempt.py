@@ -1,0 +1,157 @@
+"""An attempt on an SSH cluster: every host's ``node-N.sh`` started at once over SSH, each in a session
+of its own (so its whole tree can be stopped), with its exit status written beside its console log.
+The hosts share the run folder with the supervisor (``shared_filesystem: true``), so the attempt is
+observed through its files; starting and stopping go over SSH."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+from fsdp_orch.backends.files import FileObservation
+from fsdp_orch.backends.ssh_connect import connect, on_every_host, where
+from fsdp_orch.categories import NODE_LOST_EXIT
+from fsdp_orch.checkpoints import LOCAL, Storage
+from fsdp_orch.plan import LaunchPlan
+from fsdp_orch.render import Artifact, write_artifacts
+from fsdp_orch.submission import Submission
+
+# Runs a node's script and writes its exit status (also for a supervisor that re-attached).
+NODE_WRAPPER = 'bash "$1"; code=$?; echo "$code" > "$2.tmp" && mv -f "$2.tmp" "$2"; exit "$code"'
+LIVENESS_EVERY_S = 5.0  # how often the hosts are asked whether the node scripts still run
+
+
+def exit_file(attempt_dir: str, rank: int) -> str:
+    return f"{attempt_dir}/exit-node-{rank}"
+
+
+def start_command(attempt_dir: str, rank: int) -> str:
+    """The shell line that starts host ``rank``'s script detached (``setsid``: its own session, not
+    ended with the SSH session) and prints its pid, which is also its process group."""
+    script = f"{attempt_dir}/node-{rank}.sh"
+    console = f"{attempt_dir}/console-node-{rank}.log"
+    # `cd` is its own command: `cd && setsid ... &` would background a subshell, and $! be its pid
+    return (f"cd {shlex.quote(attempt_dir)} || exit 1; setsid bash -c {shlex.quote(NODE_WRAPPER)} fsdp-orch-node "
+            f"{shlex.quote(script)} {shlex.quote(exit_file(attempt_dir, rank))} "
+            f">> {shlex.quote(console)} 2>&1 < /dev/null & echo $!")
+
+
+def stop_command(python: str, job_id: str, attempt: int | None, pgid: int | None, grace: float) -> str:
+    """Stops the attempt's processes on one host: its node script's group, then every process that
+    carries the job's id and attempt (torchrun starts its workers in sessions of their own)."""
+    code = ("import sys; from fsdp_orch.proctree import stop_job_processes; "
+            "stop_job_processes(sys.argv[1], int(sys.argv[2]) if sys.argv[2] else None, "
+            "grace=float(sys.argv[3]), pgid=int(sys.argv[4]) or None)")
+    return " ".join(shlex.quote(w) for w in (python, "-c", code, job_id, "" if attempt is None else str(attempt),
+                                             f"{grace:g}", str(pgid or 0)))
+
+
+class SshAttempt(FileObservation):
+    def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int]):
+        attempt_dir = Path(submission.attempt_dir(attempt))
+        super().__init__(submission.run_dir, attempt, attempt_dir)
+        self.submission = submission
+        self.profile: Any = submission.profile
+        self.hosts = list(self.profile.hosts[:len(pgids)])
+        self.pgids = pgids
+        self._checked_at = time.monotonic()
+        self.lost: str | None = None
+
+    @property
+    def ref(self) -> str:
+        return "ssh:" + ",".join(f"{rank}={pgid}" for rank, pgid in sorted(self.pgids.items()))
+
+    def poll(self) -> int | None:
+        codes = {}
+        for rank in self.pgids:
+            try:
+                codes[rank] = int(Path(exit_file(str(self.attempt_dir), rank)).read_text().strip())
+            except (OSError, ValueError):
+                continue
+        failed = [code for code in codes.values() if code != 0]
+        if failed:
+            return failed[0]
+        if len(codes) == len(self.pgids):
+            return 0
+        if time.monotonic() - self._checked_at >= LIVENESS_EVERY_S:
+            self._checked_at = time.monotonic()
+            return self._check_hosts([rank for rank in self.pgids if rank not in codes])
+        return None
+
+    def _check_hosts(self, ranks: list[int]) -> int | None:
+        """Whether the hosts still running a node script answer; NODE_LOST_EXIT when one does not."""
+        def alive(i: int, rank: int) -> bool:
+            host = self.hosts[rank]
+            try:
+                conn = connect(host, self.profile)
+                try:
+                    return conn.run(f"kill -0 -- -{self.pgids[rank]}", hide=True, warn=True, in_stream=False,
+                                    timeout=self.profile.connect_timeout).ok
+                finally:
+                    conn.close()
+            except Exception as exc:  # noqa: BLE001 - any failure to reach the host is the answer
+                self.lost = f"host {where(host)} (node {rank}) stopped answering: {exc}"
+                return False
+        answers = on_every_host(ranks, alive)
+        if self.lost is not None:
+            print(f"fsdp-orch supervisor: {self.lost}", flush=True)
+            return NODE_LOST_EXIT
+        if not all(answers):  # a node script ended without writing its status
+            return None if self._exit_written_since(ranks) else NODE_LOST_EXIT
+        return None
+
+    def _exit_written_since(self, ranks: list[int]) -> bool:
+        return any(Path(exit_file(str(self.attempt_dir), r)).exists() for r in ranks)
+
+    def stop(self, grace: float) -> None:
+        def stop_on(i: int, rank: int) -> None:
+            host = self.hosts[rank]
+            try:
+                conn = connect(host, self.profile)
+            except Exception:  # noqa: BLE001 - a lost host has nothing left to stop that we can reach
+                return
+            try:
+                conn.run(stop_command(self.profile.python, self.submission.job_id, self.attempt,
+                                      self.pgids[rank], grace), hide=True, warn=True, in_stream=False, timeout=grace + 60)
+            finally:
+                conn.close()
+        on_every_host(list(self.pgids), stop_on)
+
+
+class SshLauncher:
+    def __init__(self, submission: Submission):
+        self.submission = submission
+
+    @property
+    def checkpoints(self) -> Storage:
+        return LOCAL
+
+    def port_for_attempt(self, attempt: int) -> int | None:
+        return None  # the profile's rdzv_port, else one derived from the job and attempt (plan.py)
+
+    def adopt(self, attempt: int, ref: str | None) -> SshAttempt:
+        pgids = {}
+        for item in (ref or "").removeprefix("ssh:").split(","):
+            if "=" in item:
+                rank, pgid = item.split("=", 1)
+                pgids[int(rank)] = int(pgid)
+        return SshAttempt(self.submission, attempt, pgids)
+
+    def launch(self, plan: LaunchPlan, artifacts: list[Artifact]) -> SshAttempt:
+        write_artifacts(artifacts)  # the hosts see the run folder (shared_filesystem: true)
+        profile: Any = plan.profile
+        hosts = list(profile.hosts[:plan.nnodes])
+
+        def start_on(rank: int, host: Any) -> int:
+            conn = connect(host, profile)
+            try:
+                out = conn.run(start_command(plan.attempt_dir, rank), hide=True, in_stream=False,
+                               timeout=profile.connect_timeout + 30).stdout
+            finally:
+                conn.close()
+            return int(out.strip().splitlines()[-1])
+
+        pgids = on_every_host(hosts, start_on)
+        return SshAttempt(self.submission, plan.attempt, dict(enumerate(pgids)))

@@ -1,0 +1,148 @@
+"""Real SSH hosts (``tests/ssh/hosts.sh``) as a session fixture.
+
+``ssh_hosts`` installs openssh-server the first time (root + apt-get), builds three hosts, each a
+network namespace with its own sshd on a bridge (10.77.0.2, .3, .4), and deletes them at the end
+unless they were already up when the session began (then they are rebuilt, and left up). It skips
+only where the machine cannot run them (not Linux, not root, no ``ip``, neither sshd nor apt-get);
+with ``CI`` set it fails instead, so CI never skips these tests silently.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+HOSTS_SH = Path(__file__).resolve().with_name("hosts.sh")
+HOST_COUNT = 3
+# The first run installs openssh-server on a 2-core machine that may be busy with other tests.
+UP_TIMEOUT_S = 900
+SBIN_PATH = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+IP = shutil.which("ip", path=SBIN_PATH) or "ip"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def why_it_cannot_run() -> str | None:
+    """Why this machine cannot run the test SSH hosts, or None when it can."""
+    if not sys.platform.startswith("linux"):
+        return f"the test SSH hosts need Linux network namespaces (this is {sys.platform})"
+    if os.geteuid() != 0:
+        return "the test SSH hosts need root (they install packages, make namespaces, run sshd)"
+    if shutil.which("ip", path=SBIN_PATH) is None:
+        return "the test SSH hosts need the ip command (iproute2)"
+    if not Path("/usr/sbin/sshd").exists() and shutil.which("apt-get") is None:
+        return "openssh-server is not installed and there is no apt-get to install it"
+    return None
+
+
+def parse_exports(text: str) -> dict[str, str]:
+    """``export NAME=value`` lines (shell-quoted values) as a dict."""
+    env = {}
+    for line in text.splitlines():
+        words = shlex.split(line)
+        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
+            name, value = words[1].split("=", 1)
+            env[name] = value
+    return env
+
+
+def run(argv: list[str], check: bool, timeout: float) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{shlex.join(argv)} exited {proc.returncode}\n"
+                             f"stdout: {proc.stdout}\nstderr: {proc.stderr}")
+    return proc
+
+
+@dataclass(frozen=True)
+class SshHosts:
+    """The running test hosts (host ``i`` is 0-based: address ``addresses[i]``, network namespace
+    ``namespaces[i]``), the files fsdp-orch needs to reach them, and helpers that look inside."""
+
+    dir: Path
+    addresses: tuple[str, ...]
+    profile: Path
+    key: Path
+    known_hosts: Path
+    namespaces: tuple[str, ...]
+
+    def inside(self, i: int, *argv: str, check: bool = True,
+               timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` in host ``i``'s network namespace (its network; the filesystem is shared)."""
+        return run([IP, "netns", "exec", self.namespaces[i], *argv], check, timeout)
+
+    def pids(self, i: int) -> list[int]:
+        """Every process in host ``i``'s network namespace: its sshd and what runs through it."""
+        out = run([IP, "netns", "pids", self.namespaces[i]], check=True, timeout=30).stdout
+        return [int(pid) for pid in out.split()]
+
+    def job_processes(self, i: int, job_id: str) -> list[int]:
+        """The processes on host ``i`` whose environment has ``FSDP_ORCH_JOB_ID=<job_id>``."""
+        wanted = f"FSDP_ORCH_JOB_ID={job_id}".encode()
+        found = []
+        for pid in self.pids(i):
+            proc = Path(f"/proc/{pid}")
+            try:
+                if proc.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+                environ = proc.joinpath("environ").read_bytes()
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # ended since ip netns pids listed it
+            if wanted in environ.split(b"\0"):
+                found.append(pid)
+        return found
+
+    def ssh(self, i: int, *command: str, check: bool = True, timeout: float = 60,
+            known_hosts: Path | None = None) -> subprocess.CompletedProcess[str]:
+        """Run ``command`` (an argv, quoted here once for the remote shell) as root on host ``i``
+        with the OpenSSH client, the generated key, and host keys checked against ``known_hosts``
+        (default: the generated one)."""
+        argv = ["ssh", "-F", "/dev/null", "-i", str(self.key), "-o", "IdentitiesOnly=yes",
+                "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                "-o", f"UserKnownHostsFile={known_hosts or self.known_hosts}",
+                "-o", "GlobalKnownHostsFile=/dev/null", "-o", "ConnectTimeout=5",
+                "-l", "root", self.addresses[i], "--", shlex.join(command)]
+        return run(argv, check, timeout)
+
+
+def _hosts(*args: str, timeout: float = UP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(HOSTS_SH), *args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="session")
+def ssh_hosts() -> Iterator[SshHosts]:
+    """Build the test hosts for the session; see the module docstring."""
+    reason = why_it_cannot_run()
+    if reason is not None:
+        if in_ci():
+            pytest.fail(f"CI is set, so this machine must run the test SSH hosts: {reason}")
+        pytest.skip(reason)
+    was_running = _hosts("status", timeout=60).returncode == 0
+    started = time.monotonic()
+    proc = _hosts("up", str(HOST_COUNT))
+    if proc.returncode != 0:
+        pytest.fail(f"tests/ssh/hosts.sh up {HOST_COUNT} exited {proc.returncode} after "
+                    f"{time.monotonic() - started:.0f}s\n{proc.stderr[-8000:]}")
+    env = parse_exports(proc.stdout)
+    assert "FSDP_ORCH_SSH_DIR" in env, f"hosts.sh up printed no FSDP_ORCH_SSH_DIR:\n{proc.stdout}"
+    addresses = tuple(env["FSDP_ORCH_SSH_HOSTS"].split())
+    yield SshHosts(dir=Path(env["FSDP_ORCH_SSH_DIR"]), addresses=addresses,
+                   profile=Path(env["FSDP_ORCH_SSH_PROFILE"]), key=Path(env["FSDP_ORCH_SSH_KEY"]),
+                   known_hosts=Path(env["FSDP_ORCH_SSH_KNOWN_HOSTS"]),
+                   namespaces=tuple(f"fo-h{i + 1}" for i in range(len(addresses))))
+    if not was_running:
+        down = _hosts("down", timeout=120)
+        assert down.returncode == 0, f"hosts.sh down exited {down.returncode}\n{down.stderr}"

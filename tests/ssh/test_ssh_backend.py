@@ -1,0 +1,136 @@
+"""`fsdp-orch submit --cluster ssh` on real sshd hosts (tests/ssh/hosts.sh: network namespaces on a
+bridge, one sshd each, one shared filesystem): the demo on 2 hosts x 1 rank over the namespace
+network (gloo), a hang on the second host, cancel, an unreachable host and a changed host key."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cli_harness import Cli, copy_demo, make_cli
+
+pytestmark = [pytest.mark.slow, pytest.mark.root]
+
+TWO_HOSTS = ["--set", "nodes=2", "--set", "procs_per_node=1", "--set", "checkpoint.interval=5",
+             "--set", "restart.backoff.initial=1s", "--set", "restart.backoff.jitter=0",
+             "--set", "watch.heartbeat_timeout=10s", "--set", "watch.startup_timeout=120s"]
+
+
+def write_profile(cli: Cli, hosts, addresses: tuple[str, ...] | None = None,  # type: ignore[no-untyped-def]
+                  known_hosts: Path | None = None, name: str = "ssh") -> None:
+    """The cluster profile for the namespace hosts, with this interpreter (fsdp-orch and torch)."""
+    lines = ["kind: ssh", "device: cpu", "hosts:"]
+    for address in addresses or hosts.addresses:
+        lines.append(f"  - {{address: {address}, port: 22, user: root, identity_file: {hosts.key}}}")
+    lines += [f"python: {sys.executable}", f"known_hosts: {known_hosts or hosts.known_hosts}",
+              "host_key_policy: strict", "shared_filesystem: true", "connect_timeout: 3",
+              'env: {GLOO_SOCKET_IFNAME: eth0, OMP_NUM_THREADS: "1"}']
+    (cli.cwd / "clusters").mkdir(parents=True, exist_ok=True)
+    (cli.cwd / "clusters" / f"{name}.yaml").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def on_hosts(ssh_hosts, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A CLI whose `ssh` profile names the namespace hosts, and a private copy of the demo; after
+    the test, no process of any of its jobs is left on any host."""
+    cli = make_cli(tmp_path)
+    write_profile(cli, ssh_hosts)
+    yield cli, copy_demo(tmp_path)
+    runs = cli.home / "runs"
+    for job_id in (p.name for p in runs.iterdir()) if runs.is_dir() else []:
+        left = {ns: ssh_hosts.job_processes(i, job_id) for i, ns in enumerate(ssh_hosts.namespaces)}
+        assert not any(left.values()), f"job {job_id} left processes behind: {left}"
+
+
+def submit_wait(cli: Cli, demo: Path, *extra: str, timeout: float = 400) -> dict:
+    proc = cli.run("submit", "--cluster", "ssh", "--wait", "--json", str(demo), *TWO_HOSTS, *extra,
+                   timeout=timeout)
+    assert proc.stdout.strip(), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def result_of(status: dict) -> dict:
+    return json.loads((Path(status["run_dir"]) / "result.json").read_text())
+
+
+def test_the_demo_runs_one_rank_inside_each_host(ssh_hosts, on_hosts):
+    cli, demo = on_hosts
+    job_id = cli.run("submit", "--cluster", "ssh", str(demo), *TWO_HOSTS,
+                     "--set", "args=[--steps, 30, --sleep-per-step, 0.3]", check=True).stdout.strip()
+    seen: dict[int, set[str]] = {0: set(), 1: set()}
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not all(seen.values()):
+        for host in (0, 1):
+            for pid in ssh_hosts.job_processes(host, job_id):
+                try:
+                    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                seen[host] |= {e.decode() for e in env if e.startswith((b"RANK=", b"FSDP_ORCH_NODE_RANK="))}
+        time.sleep(0.5)
+    assert {"RANK=0", "FSDP_ORCH_NODE_RANK=0"} <= seen[0], seen
+    assert {"RANK=1", "FSDP_ORCH_NODE_RANK=1"} <= seen[1], seen
+    final = cli.wait_until(job_id, lambda s: s["state"] in ("SUCCEEDED", "FAILED"), timeout=300, what="the end")
+    assert final["state"] == "SUCCEEDED", final
+    assert final["failures"] == [] and final["progress"]["step"] == 30
+    assert result_of(final)["world_size"] == 2
+
+
+def test_a_hang_on_the_second_host_stops_every_host_and_resumes_to_the_same_loss(ssh_hosts, on_hosts, tmp_path):
+    cli, demo = on_hosts
+    clean = submit_wait(cli, copy_demo(tmp_path / "clean"), "--set", "args=[--steps, 30]")
+    assert clean["state"] == "SUCCEEDED", clean
+    hung = submit_wait(cli, demo, "--set", "args=[--steps, 30]", "--set", "env.FSDP_ORCH_FAULT=hang:step=12:rank=1")
+    assert hung["state"] == "SUCCEEDED", hung
+    [failure] = hung["failures"]
+    assert failure["category"] == "hang" and failure["action"] == "restart", failure
+    assert "rank 1" in failure["evidence"]
+    result = result_of(hung)
+    assert result["resumed_from"] >= 5
+    assert result["final_loss"] == result_of(clean)["final_loss"]
+    assert result["param_sha256"] == result_of(clean)["param_sha256"]
+
+
+def test_cancel_leaves_no_process_on_any_host(ssh_hosts, on_hosts):
+    cli, demo = on_hosts
+    job_id = cli.run("submit", "--cluster", "ssh", str(demo), *TWO_HOSTS,
+                     "--set", "args=[--steps, 100000]", check=True).stdout.strip()
+    cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=180,
+                   what="three steps")
+    assert all(ssh_hosts.job_processes(i, job_id) for i in (0, 1))
+    assert "cancelled" in cli.run("cancel", job_id, check=True).stdout
+    assert cli.status(job_id)["state"] == "CANCELLED"
+    for i in (0, 1):
+        assert ssh_hosts.job_processes(i, job_id) == [], f"host {i} still runs the job"
+
+
+def test_an_unreachable_host_fails_submit_within_the_connect_timeout_naming_it(ssh_hosts, on_hosts):
+    cli, demo = on_hosts
+    write_profile(cli, ssh_hosts, addresses=(ssh_hosts.addresses[0], "10.77.0.250"), name="gone")
+    t0 = time.monotonic()
+    proc = cli.run("submit", "--cluster", "gone", str(demo), *TWO_HOSTS, timeout=60)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 1 and "10.77.0.250:22" in proc.stderr, proc.stderr
+    assert "connect_timeout (3s)" in proc.stderr or "unreachable" in proc.stderr, proc.stderr
+    assert elapsed < 3 + 10, f"submit took {elapsed:.1f}s"
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_changed_host_key_refuses_to_connect(ssh_hosts, on_hosts, tmp_path: Path):
+    cli, demo = on_hosts
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    lines = ssh_hosts.known_hosts.read_text().splitlines()
+    first = ssh_hosts.addresses[0]
+    forged = [f"{first} {other.with_suffix('.pub').read_text().strip()}" if line.startswith(first + " ") else line
+              for line in lines]
+    (tmp_path / "known_hosts").write_text("\n".join(forged) + "\n")
+    write_profile(cli, ssh_hosts, known_hosts=tmp_path / "known_hosts", name="forged")
+    proc = cli.run("submit", "--cluster", "forged", str(demo), *TWO_HOSTS, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert f"host root@{first}:22: its key does not match" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,46 @@
+"""The shell lines the SSH kind sends to a host, run here by bash as sshd would run them: a node
+script started detached in a session of its own with its exit status recorded, and the sweep that
+stops a job's processes. Paths with shell syntax in them stay literal."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fsdp_orch.backends.ssh_attempt import exit_file, start_command, stop_command
+
+
+def test_a_node_script_starts_detached_in_its_own_session_and_records_its_exit(tmp_path: Path) -> None:
+    attempt_dir = tmp_path / "run $(touch PWNED) 'q'" / "attempt-0"
+    attempt_dir.mkdir(parents=True)
+    (attempt_dir / "node-1.sh").write_text("echo from node 1; sleep 0.5; exit 3\n")
+    out = subprocess.run(["bash", "-c", start_command(str(attempt_dir), 1)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=30)
+    pid = int(out.stdout.strip())
+    assert os.getsid(pid) == pid  # its own session: the whole tree can be stopped, SSH's end does not
+    deadline = time.monotonic() + 10
+    while not Path(exit_file(str(attempt_dir), 1)).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert Path(exit_file(str(attempt_dir), 1)).read_text().strip() == "3"
+    assert (attempt_dir / "console-node-1.log").read_text() == "from node 1\n"
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_the_stop_sweep_ends_every_process_of_the_job_and_attempt(tmp_path: Path) -> None:
+    env = {**os.environ, "FSDP_ORCH_JOB_ID": "job'x", "FSDP_ORCH_ATTEMPT": "2"}
+    worker = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+    other_attempt = subprocess.Popen(["sleep", "60"], env={**env, "FSDP_ORCH_ATTEMPT": "1"})
+    try:
+        subprocess.run(["bash", "-c", stop_command(sys.executable, "job'x", 2, None, 1.0)], check=True, timeout=60)
+        assert worker.wait(timeout=10) is not None
+        assert other_attempt.poll() is None  # another attempt's process is not this sweep's
+        subprocess.run(["bash", "-c", stop_command(sys.executable, "job'x", None, None, 1.0)], check=True,
+                       timeout=60)
+        assert other_attempt.wait(timeout=10) is not None  # no attempt given: the whole job
+    finally:
+        for proc in (worker, other_attempt):
+            proc.kill()
+            proc.wait()
