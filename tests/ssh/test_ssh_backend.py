@@ -42,6 +42,8 @@ def on_hosts(ssh_hosts, tmp_path: Path):  # type: ignore[no-untyped-def]
     yield cli, copy_demo(tmp_path)
     runs = cli.home / "runs"
     for job_id in (p.name for p in runs.iterdir()) if runs.is_dir() else []:
+        if cli.status(job_id)["state"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            cli.run("cancel", job_id)  # a test that failed half-way: what cancel leaves is checked below
         left = {ns: ssh_hosts.job_processes(i, job_id) for i, ns in enumerate(ssh_hosts.namespaces)}
         assert not any(left.values()), f"job {job_id} left processes behind: {left}"
 
@@ -62,8 +64,9 @@ def test_the_demo_runs_one_rank_inside_each_host(ssh_hosts, on_hosts):
     job_id = cli.run("submit", "--cluster", "ssh", str(demo), *TWO_HOSTS,
                      "--set", "args=[--steps, 30, --sleep-per-step, 0.3]", check=True).stdout.strip()
     seen: dict[int, set[str]] = {0: set(), 1: set()}
+    expected = {0: {"RANK=0", "FSDP_ORCH_NODE_RANK=0"}, 1: {"RANK=1", "FSDP_ORCH_NODE_RANK=1"}}
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and not all(seen.values()):
+    while time.monotonic() < deadline and not all(expected[h] <= seen[h] for h in (0, 1)):
         for host in (0, 1):
             for pid in ssh_hosts.job_processes(host, job_id):
                 try:

@@ -30,11 +30,15 @@ export FSDP_ORCH_NODE_RANK="$NODE_RANK"
 export PYTHONPATH=/opt/fsdp-orch/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
 cd -- /srv/jobs/demo
 # torchrun: c10d rendezvous on the first node; restarts belong to the fsdp-orch supervisor.
+# The first node hosts the rendezvous store, said outright: torchrun's own guess compares this
+# host's addresses with RDZV_HOST and misses hosts with several interfaces.
 exec /shared/venvs/train/bin/python -m torch.distributed.run \
   --nnodes 2 \
   --nproc-per-node 4 \
   --rdzv-backend c10d \
   --rdzv-endpoint "$RDZV_HOST:21709" \
+  --rdzv-conf "is_host=$([ "$NODE_RANK" = 0 ] && echo true || echo false)" \
+  ${NODE_ADDR:+"--local-addr=$NODE_ADDR"} \
   --rdzv-id j0123456789a-a1 \
   --max-restarts 0 \
   --log-dir "$NODE_LOG_DIR" \

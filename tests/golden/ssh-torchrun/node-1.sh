@@ -22,6 +22,8 @@ export TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/srv/fsdp-orch/runs/j0123456789a/attempt-
 export TORCH_FR_DUMP_TEMP_FILE=/srv/fsdp-orch/runs/j0123456789a/attempt-1/nccl_trace_rank_
 NODE_RANK=1
 RDZV_HOST=node1.example.internal
+# The address the other hosts reach this one at (torchrun would guess it from the hostname).
+NODE_ADDR=10.0.0.12
 NODE_LOG_DIR=/srv/fsdp-orch/runs/j0123456789a/attempt-1/node-"$NODE_RANK"
 mkdir -p -- "$NODE_LOG_DIR"
 export FSDP_ORCH_NODE_RANK="$NODE_RANK"
@@ -29,11 +31,15 @@ export FSDP_ORCH_NODE_RANK="$NODE_RANK"
 export PYTHONPATH=/opt/fsdp-orch/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
 cd -- /shared/work
 # torchrun: c10d rendezvous on the first node; restarts belong to the fsdp-orch supervisor.
+# The first node hosts the rendezvous store, said outright: torchrun's own guess compares this
+# host's addresses with RDZV_HOST and misses hosts with several interfaces.
 exec /shared/venvs/train/bin/python -m torch.distributed.run \
   --nnodes 2 \
   --nproc-per-node 8 \
   --rdzv-backend c10d \
   --rdzv-endpoint "$RDZV_HOST:29400" \
+  --rdzv-conf "is_host=$([ "$NODE_RANK" = 0 ] && echo true || echo false)" \
+  ${NODE_ADDR:+"--local-addr=$NODE_ADDR"} \
   --rdzv-id j0123456789a-a1 \
   --max-restarts 0 \
   --log-dir "$NODE_LOG_DIR" \
