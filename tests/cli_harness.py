@@ -65,3 +65,9 @@ def copy_demo(base: Path) -> Path:
     return target / "job.yaml"
 
 
+def copy_unchanged(base: Path, name: str) -> Path:
+    """A private copy of examples/unchanged/<name> under ``base`` (outputs land beside it); its job.yaml."""
+    target = base / name
+    shutil.copytree(REPO / "examples" / "unchanged" / name, target,
+                    ignore=shutil.ignore_patterns("out", "ckpt", "__pycache__", "*.pt"))
+    return target / "job.yaml"

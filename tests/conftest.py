@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_harness import Cli, copy_demo, make_cli
+from cli_harness import Cli, copy_demo, copy_unchanged, make_cli
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "demo" / "train.py"
@@ -173,14 +172,6 @@ def module_cli_and_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Cli, 
 
 
 # --- the unchanged third-party scripts of examples/unchanged ------------------------------------
-
-def copy_unchanged(base: Path, name: str) -> Path:
-    """A private copy of examples/unchanged/<name> under ``base`` (outputs land beside it); its job.yaml."""
-    target = base / name
-    shutil.copytree(REPO / "examples" / "unchanged" / name, target,
-                    ignore=shutil.ignore_patterns("out", "ckpt", "__pycache__", "*.pt"))
-    return target / "job.yaml"
-
 
 @pytest.fixture
 def unchanged(tmp_path: Path):

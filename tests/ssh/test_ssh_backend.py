@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_harness import Cli, copy_demo, make_cli
+from cli_harness import Cli, copy_demo, copy_unchanged, make_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
@@ -137,3 +137,31 @@ def test_a_changed_host_key_refuses_to_connect(ssh_hosts, on_hosts, tmp_path: Pa
     assert proc.returncode == 1, proc.stderr
     assert f"host root@{first}:22: its key does not match" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_an_unmodified_hf_trainer_spans_two_hosts_and_survives_a_hang(ssh_hosts, tmp_path):
+    """examples/unchanged/hf_trainer (transformers' Trainer, a GPT-2 built from a config, never
+    importing fsdp_orch) with one rank on each host; rank 1 hangs at step 90."""
+    cli = make_cli(tmp_path)
+    write_profile(cli, ssh_hosts)
+    job = copy_unchanged(tmp_path, "hf_trainer")
+    import yaml
+
+    args = [str(a) for a in yaml.safe_load(job.read_text())["args"]]
+    for flag, value in (("--max_steps", "140"), ("--save_steps", "40")):
+        args[args.index(flag) + 1] = value
+    proc = cli.run("submit", "--cluster", "ssh", "--wait", "--json", str(job), "--set", "nodes=2",
+                   "--set", "procs_per_node=1", "--set", "args=" + json.dumps(args),
+                   "--set", "watch.heartbeat_timeout=8s", "--set", "watch.startup_timeout=120s",
+                   "--set", "restart.backoff.initial=1s", "--set", "env.FSDP_ORCH_FAULT=hang:step=90:rank=1",
+                   timeout=600)
+    status = json.loads(proc.stdout)
+    assert status["state"] == "SUCCEEDED", status
+    [failure] = status["failures"]
+    assert failure["category"] == "hang" and failure["action"] == "restart", failure
+    assert "rank 1 stuck at train.py:" in failure["evidence"], failure["evidence"]
+    node0 = (Path(status["run_dir"]) / "attempt-1" / "node-0.sh").read_text()
+    assert f"--resume_from_checkpoint {job.parent / 'out' / 'checkpoint-80'}" in node0
+    assert json.loads((job.parent / "out" / "trainer_state.json").read_text())["global_step"] == 140
+    for i in (0, 1):
+        assert ssh_hosts.job_processes(i, status["id"]) == []
