@@ -5,6 +5,10 @@ bench brings them up when they are not). A launch is what the supervisor does fo
 the scripts, connect to every host and start its node script (the scripts here exit at once). Hosts
 are started in parallel, so 3 hosts should cost little more than 1. Target: ratio under 1.5.
 
+The baseline, timed in the same run: plain OpenSSH running ``true`` on 1 host, and on 3 hosts at
+once. On one machine the three "hosts" share its cores, and each remote command starts the user's
+shell (which reads ~/.bashrc), so the baseline shows what the machine allows.
+
     .venv/bin/python bench/ssh_fanout.py [--repeat 7]
 """
 
@@ -71,6 +75,21 @@ def launch_seconds(work: Path, hosts: dict[str, str], count: int, repeat: int) -
     return samples
 
 
+def openssh_seconds(hosts: dict[str, str], count: int, repeat: int) -> list[float]:
+    """``ssh host true`` on ``count`` hosts at once."""
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        procs = [subprocess.Popen(["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                                   "-o", f"UserKnownHostsFile={hosts['FSDP_ORCH_SSH_KNOWN_HOSTS']}",
+                                   "-i", hosts["FSDP_ORCH_SSH_KEY"], f"root@{address}", "true"])
+                 for address in hosts["FSDP_ORCH_SSH_HOSTS"].split()[:count]]
+        for proc in procs:
+            proc.wait()
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
@@ -81,10 +100,15 @@ def main() -> int:
         launch_seconds(work, hosts, 1, 1)  # warm: imports, page cache, sshd's first fork
         one = launch_seconds(work, hosts, 1, args.repeat)
         three = launch_seconds(work, hosts, 3, args.repeat)
+        base1 = openssh_seconds(hosts, 1, args.repeat)
+        base3 = openssh_seconds(hosts, 3, args.repeat)
     m1, m3 = statistics.median(one), statistics.median(three)
+    b1, b3 = statistics.median(base1), statistics.median(base3)
     print(f"launch on 1 host  (median of {args.repeat}): {m1 * 1000:7.1f} ms")
     print(f"launch on 3 hosts (median of {args.repeat}): {m3 * 1000:7.1f} ms")
     print(f"ratio 3 hosts / 1 host:            {m3 / m1:7.2f}   (target < 1.5)")
+    print(f"baseline, OpenSSH `true` on 1 host / 3 at once: {b1 * 1000:.1f} ms / {b3 * 1000:.1f} ms, "
+          f"ratio {b3 / b1:.2f}")
     return 0
 
 
