@@ -48,6 +48,11 @@ class AttemptObservation(Protocol):
         """The NCCL flight recorder's dump files the ranks wrote."""
         ...
 
+    def lost_node(self) -> str | None:
+        """Which node stopped answering, asked now (a peer-lost error may mean its host died);
+        None when all answer or the kind cannot tell."""
+        ...
+
 
 class AttemptHandle(AttemptObservation, Protocol):
     ref: str  # what identifies the attempt to its engine (a process group, a SLURM step)

@@ -68,5 +68,8 @@ class FileObservation:
         folder = self.attempt_dir / STACKS_DIR
         return StackCapture(capture_stacks(pids, folder), str(folder))
 
+    def lost_node(self) -> str | None:
+        return None  # the nodes share this filesystem: their loss shows in the scheduler's records
+
     def flight_recorder_dumps(self) -> list[str]:
         return [str(p) for p in sorted(self.attempt_dir.glob(f"{FLIGHT_RECORDER_PREFIX}*"))]

@@ -102,6 +102,10 @@ class SshAttempt(FileObservation):
             return None if self._exit_written_since(ranks) else NODE_LOST_EXIT
         return None
 
+    def lost_node(self) -> str | None:
+        self._check_hosts(list(self.pgids))
+        return self.lost
+
     def _exit_written_since(self, ranks: list[int]) -> bool:
         return any(Path(exit_file(str(self.attempt_dir), r)).exists() for r in ranks)
 
@@ -153,5 +157,20 @@ class SshLauncher:
                 conn.close()
             return int(out.strip().splitlines()[-1])
 
-        pgids = on_every_host(hosts, start_on)
-        return SshAttempt(self.submission, plan.attempt, dict(enumerate(pgids)))
+        started: dict[int, int] = {}
+
+        def start_or_none(rank: int, host: Any) -> Exception | None:
+            try:
+                started[rank] = start_on(rank, host)
+                return None
+            except Exception as exc:  # noqa: BLE001 - reported below, after the others are stopped
+                return exc
+
+        errors = [e for e in on_every_host(hosts, start_or_none) if e is not None]
+        attempt = SshAttempt(self.submission, plan.attempt, started)
+        if errors:  # a host that did not start: the ones that did must not run alone
+            attempt.hosts = [hosts[r] for r in sorted(started)]
+            attempt.pgids = {i: started[r] for i, r in enumerate(sorted(started))}
+            attempt.stop(grace=2.0)
+            raise errors[0]
+        return attempt

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from fsdp_orch.backends.base import AllocationEnding, AttemptHandle, AttemptLauncher
 from fsdp_orch.checkpoints import latest_complete, move_aside, partial_newer_than_latest
+from fsdp_orch.errors import FsdpOrchError
 from fsdp_orch.events import CANCEL_MARKER, read_job
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.journal import JobView, Journal
@@ -46,6 +47,17 @@ class AttemptFailed(Exception):
 
 class Cancelled(Exception):
     pass
+
+
+def node_lost_instead(diagnosis: Diagnosis, handle: AttemptHandle) -> Diagnosis:
+    """A peer lost or a process killed may be a node that died: when the kind finds one that stopped
+    answering, that is the failure (the survivors' errors only echo it)."""
+    if diagnosis.category not in (*COMMUNICATION, "hang", "unknown", "preemption_or_node_lost"):
+        return diagnosis
+    lost = handle.lost_node()
+    if lost is None:
+        return diagnosis
+    return Diagnosis("preemption_or_node_lost", True, lost)
 
 
 class StopFlag:
@@ -186,7 +198,12 @@ class Supervisor:
             self.journal.start_attempt(attempt, resume_from=resume_from, now=started)
             if self._cancel_requested():
                 raise Cancelled()
-            handle = self.launcher.launch(plan, artifacts)
+            try:
+                handle = self.launcher.launch(plan, artifacts)
+            except FsdpOrchError as exc:  # a node the attempt needs cannot be reached (an SSH host)
+                self.journal.end_attempt(attempt, None, now=self.clock())
+                raise AttemptFailed(Diagnosis("preemption_or_node_lost", True, f"could not launch: {exc}"),
+                                    self.clock(), None, before, before) from None
             self.journal.launched(attempt, handle.ref)
         follower = LogFollower(handle.log_chunks)
 
@@ -196,6 +213,7 @@ class Supervisor:
 
         def fail(diagnosis: Diagnosis, stalled: float | None, detected_at: float | None = None) -> AttemptFailed:
             now = self.clock() if detected_at is None else detected_at
+            diagnosis = node_lost_instead(diagnosis, handle)
             stop()
             return AttemptFailed(with_flight_recorder(diagnosis, handle.flight_recorder_dumps()), now, stalled,
                                  before, self._checkpoint_step(checkpoint_dir))
@@ -264,6 +282,7 @@ class Supervisor:
                         "while the processes shut down (gloo/NCCL teardown): counted as done"))
                     return
                 cause = with_flight_recorder(self._cause_at_exit(code, follower), handle.flight_recorder_dumps())
+                cause = node_lost_instead(cause, handle)
                 raise AttemptFailed(cause, self.clock(), None, before, self._checkpoint_step(checkpoint_dir))
             cause = follower.poll()
             if cause is not None:

@@ -165,3 +165,30 @@ def test_an_unmodified_hf_trainer_spans_two_hosts_and_survives_a_hang(ssh_hosts,
     assert json.loads((job.parent / "out" / "trainer_state.json").read_text())["global_step"] == 140
     for i in (0, 1):
         assert ssh_hosts.job_processes(i, status["id"]) == []
+
+
+def test_a_host_lost_mid_run_is_node_lost_and_the_job_fails_naming_it(ssh_hosts, on_hosts):
+    """Host 2's sshd and every process in it are killed mid-run (a crashed machine). The job needs
+    both hosts (nodes: 2), so after its restarts it fails, naming the lost host."""
+    cli, demo = on_hosts
+    job_id = cli.run("submit", "--cluster", "ssh", str(demo), *TWO_HOSTS, "--set", "restart.max_restarts=1",
+                     "--set", "watch.heartbeat_timeout=60s", "--set", "args=[--steps, 100000]",
+                     check=True).stdout.strip()
+    cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=180,
+                   what="three steps")
+    lost = ssh_hosts.addresses[1]
+    try:
+        for pid in ssh_hosts.pids(1):  # sshd and the job's processes there: the host is gone
+            subprocess.run(["kill", "-9", str(pid)], check=False)
+        final = cli.wait_until(job_id, lambda s: s["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"),
+                               timeout=180, what="the end")
+    finally:
+        sshd = ssh_hosts.dir / "h2"
+        ssh_hosts.inside(1, "/usr/sbin/sshd", "-f", str(sshd / "sshd_config"), "-E", str(sshd / "sshd.log"))
+    assert final["state"] == "FAILED", final
+    categories = [f["category"] for f in final["failures"]]
+    assert categories == ["preemption_or_node_lost", "preemption_or_node_lost"], final["failures"]
+    assert f"{lost}:22" in final["failures"][1]["evidence"] and f"{lost}:22" in final["reason"], final
+    supervisor_log = (Path(final["run_dir"]) / "supervisor.log").read_text()
+    assert f"host root@{lost}:22 (node 1) stopped answering" in supervisor_log
+    assert ssh_hosts.job_processes(0, job_id) == []  # the host that was left is stopped too
