@@ -16,12 +16,14 @@ from fsdp_orch.backends.ssh_attempt import exit_file, start_command, stop_comman
 def test_a_node_script_starts_detached_in_its_own_session_and_records_its_exit(tmp_path: Path) -> None:
     attempt_dir = tmp_path / "run $(touch PWNED) 'q'" / "attempt-0"
     attempt_dir.mkdir(parents=True)
-    (attempt_dir / "node-1.sh").write_text("echo from node 1; sleep 0.5; exit 3\n")
+    (attempt_dir / "node-1.sh").write_text("echo from node 1; sleep 2; exit 3\n")
     out = subprocess.run(["bash", "-c", start_command(str(attempt_dir), 1)], cwd=tmp_path,
                          capture_output=True, text=True, timeout=30)
     pid = int(out.stdout.strip())
-    assert os.getsid(pid) == pid  # its own session: the whole tree can be stopped, SSH's end does not
     deadline = time.monotonic() + 10
+    while os.getsid(pid) != pid and time.monotonic() < deadline:  # `setsid` runs just after the echo
+        time.sleep(0.01)
+    assert os.getsid(pid) == pid  # its own session: the whole tree can be stopped, SSH's end does not
     while not Path(exit_file(str(attempt_dir), 1)).exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert Path(exit_file(str(attempt_dir), 1)).read_text().strip() == "3"
