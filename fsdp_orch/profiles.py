@@ -14,7 +14,8 @@ from pydantic import Field, field_validator
 
 from fsdp_orch.errors import InputError
 from fsdp_orch.jobspec.schema import ArgStr
-from fsdp_orch.resources import builtin_dir, home
+from fsdp_orch.resources import home
+from fsdp_orch.run_roots import PROFILE_ORIGINS, profile_dirs
 from fsdp_orch.validation import StrictModel, check_env_names
 
 
@@ -62,8 +63,8 @@ class ProfileRef:
 
 
 def search_dirs(cwd: Path | None = None) -> list[tuple[str, Path]]:
-    return [("project", (cwd or Path.cwd()) / "clusters"), ("home", home() / "clusters"),
-            ("built-in", builtin_dir("clusters"))]
+    dirs = profile_dirs(str(home()), str(cwd) if cwd is not None else None)
+    return [(origin, Path(directory)) for origin, directory in zip(PROFILE_ORIGINS, dirs, strict=True)]
 
 
 def discover(cwd: Path | None = None) -> dict[str, ProfileRef]:

@@ -19,12 +19,15 @@ if TYPE_CHECKING:
 FILES_KEY, ROOTS_KEY = "profiles_seen", "shared_dirs"
 
 
+PROFILE_ORIGINS = ("project", "home", "built-in")
+
+
 def profile_dirs(home: str, cwd: str | None = None) -> list[str]:
-    """Where profiles are found (fsdp_orch.profiles.search_dirs), as plain paths."""
-    package = os.path.dirname(os.path.abspath(__file__))
-    packaged = os.path.join(package, "_data", "clusters")  # fsdp_orch.resources.builtin_dir
-    builtin = packaged if os.path.isdir(packaged) else os.path.join(os.path.dirname(package), "clusters")
-    return [os.path.join(cwd or os.getcwd(), "clusters"), os.path.join(home, "clusters"), builtin]
+    """Where profiles are found, in search order (one per PROFILE_ORIGINS): ``./clusters``,
+    ``$FSDP_ORCH_HOME/clusters``, the built-in ones."""
+    from fsdp_orch.resources import builtin_path
+
+    return [os.path.join(cwd or os.getcwd(), "clusters"), os.path.join(home, "clusters"), builtin_path("clusters")]
 
 
 def _profile_files(dirs: list[str]) -> list[tuple[str, int]]:

@@ -98,22 +98,12 @@ class SshKind(SupervisedHere):
 
     def stop_leftovers(self, job_id: str, row: dict[str, Any]) -> None:
         """Every process of the job on every host, whatever attempt (the supervisor may have died)."""
-        from fsdp_orch.backends.ssh_attempt import stop_command
-        from fsdp_orch.backends.ssh_connect import connect, on_every_host
+        from fsdp_orch.backends.ssh_attempt import stop_on_host
+        from fsdp_orch.backends.ssh_connect import on_every_host
 
         profile: Any = Submission.load(Path(row["run_dir"]), self).profile
-
-        def sweep(i: int, host: Any) -> None:
-            try:
-                conn = connect(host, profile)
-            except Exception:  # noqa: BLE001 - nothing to stop where we cannot reach
-                return
-            try:
-                conn.run(stop_command(profile.python, job_id, None, None, 2.0), hide=True, warn=True, in_stream=False, timeout=60)
-            finally:
-                conn.close()
-
-        on_every_host(list(profile.hosts), sweep)
+        on_every_host(list(profile.hosts),
+                      lambda i, host: stop_on_host(host, profile, job_id, None, None, 2.0, timeout=60))
 
     def doctor(self, profile: ProfileBase, torch_version: str | None, run: Runner) -> list[Check]:
         from fsdp_orch.backends.remote_doctor import ssh_checks

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_orch.backends.files import FileObservation
-from fsdp_orch.backends.ssh_connect import connect, on_every_host, where
+from fsdp_orch.backends.ssh_connect import on_every_host, run_on, where
 from fsdp_orch.categories import NODE_LOST_EXIT
 from fsdp_orch.checkpoints import LOCAL, Storage
 from fsdp_orch.plan import LaunchPlan
@@ -48,14 +48,25 @@ def stop_command(python: str, job_id: str, attempt: int | None, pgid: int | None
                                              f"{grace:g}", str(pgid or 0)))
 
 
+def stop_on_host(host: Any, profile: Any, job_id: str, attempt: int | None, pgid: int | None,
+                 grace: float, timeout: float | None = None) -> None:
+    """``stop_command`` on one host (within ``timeout``, default ``grace`` + 60 s); a host that cannot
+    be reached has nothing we could stop."""
+    try:
+        run_on(host, profile, stop_command(profile.python, job_id, attempt, pgid, grace),
+               timeout=grace + 60 if timeout is None else timeout)
+    except Exception:  # noqa: BLE001 - lost or refusing: nothing to stop there from here
+        return
+
+
 class SshAttempt(FileObservation):
     def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int]):
         attempt_dir = Path(submission.attempt_dir(attempt))
         super().__init__(submission.run_dir, attempt, attempt_dir)
         self.submission = submission
         self.profile: Any = submission.profile
-        self.hosts = list(self.profile.hosts[:len(pgids)])
-        self.pgids = pgids
+        self.hosts = list(self.profile.hosts)  # by node rank
+        self.pgids = pgids  # node rank: the process group of its node script
         self._checked_at = time.monotonic()
         self.lost: str | None = None
 
@@ -85,12 +96,8 @@ class SshAttempt(FileObservation):
         def alive(i: int, rank: int) -> bool:
             host = self.hosts[rank]
             try:
-                conn = connect(host, self.profile)
-                try:
-                    return conn.run(f"kill -0 -- -{self.pgids[rank]}", hide=True, warn=True, in_stream=False,
-                                    timeout=self.profile.connect_timeout).ok
-                finally:
-                    conn.close()
+                return bool(run_on(host, self.profile, f"kill -0 -- -{self.pgids[rank]}",
+                                   timeout=self.profile.connect_timeout).ok)
             except Exception as exc:  # noqa: BLE001 - any failure to reach the host is the answer
                 self.lost = f"host {where(host)} (node {rank}) stopped answering: {exc}"
                 return False
@@ -99,29 +106,19 @@ class SshAttempt(FileObservation):
             print(f"fsdp-orch supervisor: {self.lost}", flush=True)
             return NODE_LOST_EXIT
         if not all(answers):  # a node script ended without writing its status
-            return None if self._exit_written_since(ranks) else NODE_LOST_EXIT
+            return None if self._any_exit_written(ranks) else NODE_LOST_EXIT
         return None
 
     def lost_node(self) -> str | None:
         self._check_hosts(list(self.pgids))
         return self.lost
 
-    def _exit_written_since(self, ranks: list[int]) -> bool:
+    def _any_exit_written(self, ranks: list[int]) -> bool:
         return any(Path(exit_file(str(self.attempt_dir), r)).exists() for r in ranks)
 
     def stop(self, grace: float) -> None:
-        def stop_on(i: int, rank: int) -> None:
-            host = self.hosts[rank]
-            try:
-                conn = connect(host, self.profile)
-            except Exception:  # noqa: BLE001 - a lost host has nothing left to stop that we can reach
-                return
-            try:
-                conn.run(stop_command(self.profile.python, self.submission.job_id, self.attempt,
-                                      self.pgids[rank], grace), hide=True, warn=True, in_stream=False, timeout=grace + 60)
-            finally:
-                conn.close()
-        on_every_host(list(self.pgids), stop_on)
+        on_every_host(list(self.pgids), lambda i, rank: stop_on_host(
+            self.hosts[rank], self.profile, self.submission.job_id, self.attempt, self.pgids[rank], grace))
 
 
 class SshLauncher:
@@ -148,29 +145,20 @@ class SshLauncher:
         profile: Any = plan.profile
         hosts = list(profile.hosts[:plan.nnodes])
 
-        def start_on(rank: int, host: Any) -> int:
-            conn = connect(host, profile)
-            try:
-                out = conn.run(start_command(plan.attempt_dir, rank), hide=True, in_stream=False,
-                               timeout=profile.connect_timeout + 30).stdout
-            finally:
-                conn.close()
-            return int(out.strip().splitlines()[-1])
-
         started: dict[int, int] = {}
 
-        def start_or_none(rank: int, host: Any) -> Exception | None:
+        def start_on(rank: int, host: Any) -> Exception | None:
             try:
-                started[rank] = start_on(rank, host)
+                out = run_on(host, profile, start_command(plan.attempt_dir, rank),
+                             timeout=profile.connect_timeout + 30, warn=False).stdout
+                started[rank] = int(out.strip().splitlines()[-1])
                 return None
             except Exception as exc:  # noqa: BLE001 - reported below, after the others are stopped
                 return exc
 
-        errors = [e for e in on_every_host(hosts, start_or_none) if e is not None]
+        errors = [e for e in on_every_host(hosts, start_on) if e is not None]
         attempt = SshAttempt(self.submission, plan.attempt, started)
         if errors:  # a host that did not start: the ones that did must not run alone
-            attempt.hosts = [hosts[r] for r in sorted(started)]
-            attempt.pgids = {i: started[r] for i, r in enumerate(sorted(started))}
             attempt.stop(grace=2.0)
             raise errors[0]
         return attempt

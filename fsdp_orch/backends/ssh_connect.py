@@ -66,6 +66,16 @@ def connect(host: Any, profile: Any) -> Any:
     return conn
 
 
+def run_on(host: Any, profile: Any, command: str, timeout: float, warn: bool = True) -> Any:
+    """``command`` on ``host`` over a connection of its own (fabric's Result; with ``warn``, a failed
+    command is a Result too, not an exception); the connection errors of ``connect``."""
+    conn = connect(host, profile)
+    try:
+        return conn.run(command, hide=True, warn=warn, in_stream=False, timeout=timeout)
+    finally:
+        conn.close()
+
+
 def on_every_host(hosts: list[Any], action: Callable[[int, Any], T]) -> list[T]:
     """``action(index, host)`` on all hosts at once; the first error (in host order) is raised
     after all have finished."""
