@@ -15,7 +15,6 @@ shell (which reads ~/.bashrc), so the baseline shows what the machine allows.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import statistics
 import subprocess
@@ -30,14 +29,9 @@ REPO = Path(__file__).resolve().parents[1]
 def hosts_up() -> dict[str, str]:
     """The test hosts' exports (brings them up with 3 hosts unless ``status`` says they are up)."""
     script = REPO / "tests" / "ssh" / "hosts.sh"
-    if subprocess.run(["bash", str(script), "status"], capture_output=True).returncode != 0:
-        out = subprocess.run(["bash", str(script), "up", "3"], capture_output=True, text=True, check=True).stdout
-    else:
-        state = Path(os.environ.get("FSDP_ORCH_SSH_DIR", "/tmp/fsdp-orch-ssh"))
-        out = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in {
-            "FSDP_ORCH_SSH_DIR": str(state), "FSDP_ORCH_SSH_KEY": str(state / "id_ed25519"),
-            "FSDP_ORCH_SSH_KNOWN_HOSTS": str(state / "known_hosts"),
-            "FSDP_ORCH_SSH_HOSTS": " ".join(f"10.77.0.{i + 2}" for i in range(3))}.items())
+    up = subprocess.run(["bash", str(script), "status"], capture_output=True).returncode == 0
+    out = subprocess.run(["bash", str(script), *(["exports"] if up else ["up", "3"])], capture_output=True,
+                         text=True, check=True).stdout
     env = {}
     for line in out.splitlines():
         words = shlex.split(line)

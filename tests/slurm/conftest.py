@@ -22,16 +22,13 @@ from pathlib import Path
 
 import pytest
 from cli_harness import Cli, copy_demo
+from machine_services import service
 
 CLUSTER_SH = Path(__file__).resolve().with_name("cluster.sh")
 # A 2-core machine, a loaded CI runner: slow enough never to be the flaky part, bounded still.
 START_TIMEOUT_S = 900
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def why_it_cannot_run() -> str | None:
@@ -43,17 +40,6 @@ def why_it_cannot_run() -> str | None:
     if shutil.which("apt-get") is None and shutil.which("slurmctld", path=os.environ.get("PATH", "") + ":/usr/sbin") is None:
         return "SLURM is not installed and there is no apt-get to install it"
     return None
-
-
-def parse_exports(text: str) -> dict[str, str]:
-    """``export NAME=value`` lines (shell-quoted values) as a dict."""
-    env = {}
-    for line in text.splitlines():
-        words = shlex.split(line)
-        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
-            name, value = words[1].split("=", 1)
-            env[name] = value
-    return env
 
 
 @dataclass(frozen=True)
@@ -114,35 +100,17 @@ class SlurmCluster:
         return self.wait_for(job_id, TERMINAL, timeout)
 
 
-def _cluster(*args: str, timeout: float = START_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(CLUSTER_SH), *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
-
-
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """Start (or reuse) the test cluster for the session; see the module docstring."""
-    reason = why_it_cannot_run()
-    if reason is not None:
-        if in_ci():
-            pytest.fail(f"CI is set, so this machine must run the test SLURM cluster: {reason}")
-        pytest.skip(reason)
-    was_running = _cluster("status", timeout=60).returncode == 0
-    started = time.monotonic()
-    proc = _cluster("start")
-    if proc.returncode != 0:
-        pytest.fail(f"tests/slurm/cluster.sh start exited {proc.returncode} after "
-                    f"{time.monotonic() - started:.0f}s\n{proc.stderr[-8000:]}")
-    env = parse_exports(proc.stdout)
-    assert "SLURM_CONF" in env, f"cluster.sh start printed no SLURM_CONF:\n{proc.stdout}"
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in env.items():
-            mp.setenv(name, value)
-        yield SlurmCluster(dir=Path(env.get("FSDP_ORCH_SLURM_DIR", Path(env["SLURM_CONF"]).parents[1])),
-                           env=env)
-    if not was_running:
-        stop = _cluster("stop", timeout=180)
-        assert stop.returncode == 0, f"cluster.sh stop exited {stop.returncode}\n{stop.stderr}"
+    with service(CLUSTER_SH, "the test SLURM cluster", why_it_cannot_run(), ("start",), ("stop",),
+                 START_TIMEOUT_S, 180) as env:
+        assert "SLURM_CONF" in env, f"cluster.sh start printed no SLURM_CONF: {env}"
+        with pytest.MonkeyPatch.context() as mp:
+            for name, value in env.items():
+                mp.setenv(name, value)
+            yield SlurmCluster(dir=Path(env.get("FSDP_ORCH_SLURM_DIR", Path(env["SLURM_CONF"]).parents[1])),
+                               env=env)
 
 
 # --- login nodes kept apart ------------------------------------------------------------------------

@@ -14,12 +14,12 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from machine_services import service
 
 HOSTS_SH = Path(__file__).resolve().with_name("hosts.sh")
 HOST_COUNT = 3
@@ -27,10 +27,6 @@ HOST_COUNT = 3
 UP_TIMEOUT_S = 900
 SBIN_PATH = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
 IP = shutil.which("ip", path=SBIN_PATH) or "ip"
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def why_it_cannot_run() -> str | None:
@@ -44,17 +40,6 @@ def why_it_cannot_run() -> str | None:
     if not Path("/usr/sbin/sshd").exists() and shutil.which("apt-get") is None:
         return "openssh-server is not installed and there is no apt-get to install it"
     return None
-
-
-def parse_exports(text: str) -> dict[str, str]:
-    """``export NAME=value`` lines (shell-quoted values) as a dict."""
-    env = {}
-    for line in text.splitlines():
-        words = shlex.split(line)
-        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
-            name, value = words[1].split("=", 1)
-            env[name] = value
-    return env
 
 
 def run(argv: list[str], check: bool, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -117,32 +102,14 @@ class SshHosts:
         return run(argv, check, timeout)
 
 
-def _hosts(*args: str, timeout: float = UP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(HOSTS_SH), *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
-
-
 @pytest.fixture(scope="session")
 def ssh_hosts() -> Iterator[SshHosts]:
     """Build the test hosts for the session; see the module docstring."""
-    reason = why_it_cannot_run()
-    if reason is not None:
-        if in_ci():
-            pytest.fail(f"CI is set, so this machine must run the test SSH hosts: {reason}")
-        pytest.skip(reason)
-    was_running = _hosts("status", timeout=60).returncode == 0
-    started = time.monotonic()
-    proc = _hosts("up", str(HOST_COUNT))
-    if proc.returncode != 0:
-        pytest.fail(f"tests/ssh/hosts.sh up {HOST_COUNT} exited {proc.returncode} after "
-                    f"{time.monotonic() - started:.0f}s\n{proc.stderr[-8000:]}")
-    env = parse_exports(proc.stdout)
-    assert "FSDP_ORCH_SSH_DIR" in env, f"hosts.sh up printed no FSDP_ORCH_SSH_DIR:\n{proc.stdout}"
-    addresses = tuple(env["FSDP_ORCH_SSH_HOSTS"].split())
-    yield SshHosts(dir=Path(env["FSDP_ORCH_SSH_DIR"]), addresses=addresses,
-                   profile=Path(env["FSDP_ORCH_SSH_PROFILE"]), key=Path(env["FSDP_ORCH_SSH_KEY"]),
-                   known_hosts=Path(env["FSDP_ORCH_SSH_KNOWN_HOSTS"]),
-                   namespaces=tuple(f"fo-h{i + 1}" for i in range(len(addresses))))
-    if not was_running:
-        down = _hosts("down", timeout=120)
-        assert down.returncode == 0, f"hosts.sh down exited {down.returncode}\n{down.stderr}"
+    with service(HOSTS_SH, "the test SSH hosts", why_it_cannot_run(), ("up", str(HOST_COUNT)), ("down",),
+                 UP_TIMEOUT_S, 120) as env:
+        assert "FSDP_ORCH_SSH_DIR" in env, f"hosts.sh up printed no FSDP_ORCH_SSH_DIR: {env}"
+        addresses = tuple(env["FSDP_ORCH_SSH_HOSTS"].split())
+        yield SshHosts(dir=Path(env["FSDP_ORCH_SSH_DIR"]), addresses=addresses,
+                       profile=Path(env["FSDP_ORCH_SSH_PROFILE"]), key=Path(env["FSDP_ORCH_SSH_KEY"]),
+                       known_hosts=Path(env["FSDP_ORCH_SSH_KNOWN_HOSTS"]),
+                       namespaces=tuple(f"fo-h{i + 1}" for i in range(len(addresses))))

@@ -4,6 +4,7 @@
 #
 #   eval "$(tests/ssh/hosts.sh up 3)"   # install sshd if needed, build 3 hosts, print the exports
 #   tests/ssh/hosts.sh status           # exit 0 when the hosts exist and every sshd answers
+#   eval "$(tests/ssh/hosts.sh exports)" # the exports of the hosts that are up
 #   tests/ssh/hosts.sh down             # end their processes, delete them and the state directory
 #
 # Host i (1-based) is the namespace fo-h<i>: eth0 = 10.77.0.<i+1>/24, its veth peer fo-v<i> on the
@@ -212,6 +213,16 @@ up() {
   done
   write_profile "$n"
   say "$n hosts up in $DIR (${SECONDS}s)"
+  exports "${addrs[@]}"
+}
+
+# exports [ADDRESS...]: the lines `up` prints; with no address, those of the hosts that exist.
+exports() {
+  local ns addrs=("$@")
+  if [ "${#addrs[@]}" -eq 0 ]; then
+    for ns in $(namespaces); do addrs+=("$(address "${ns#fo-h}")"); done
+    [ "${#addrs[@]}" -gt 0 ] || die "no hosts are up (run: $0 up N)"
+  fi
   printf 'export FSDP_ORCH_SSH_DIR=%q\n' "$DIR"
   printf 'export FSDP_ORCH_SSH_HOSTS=%q\n' "${addrs[*]}"
   printf 'export FSDP_ORCH_SSH_PROFILE=%q\n' "$DIR/ssh.yaml"
@@ -279,13 +290,13 @@ main() {
   local cmd=${1:-}
   case $cmd in
     up) [ "$#" -eq 2 ] || die "usage: $0 up N" ;;
-    down | status) ;;
-    *) echo "usage: $0 up N|down|status  (state in \$FSDP_ORCH_SSH_DIR, default /tmp/fsdp-orch-ssh)" >&2; exit 2 ;;
+    down | status | exports) ;;
+    *) echo "usage: $0 up N|down|status|exports  (state in \$FSDP_ORCH_SSH_DIR, default /tmp/fsdp-orch-ssh)" >&2; exit 2 ;;
   esac
   # ssh and sshd split UserKnownHostsFile and such on blanks.
   [[ "$DIR" = /* && "$DIR" != *[[:space:]]* ]] || die "FSDP_ORCH_SSH_DIR must be an absolute path without blanks, not '$DIR'"
-  if [ "$cmd" = status ]; then
-    status
+  if [ "$cmd" = status ] || [ "$cmd" = exports ]; then
+    "$cmd"
     return
   fi
   # The names (fo-h*, fo-br0) are machine-wide, so the lock is too: this script file, which
