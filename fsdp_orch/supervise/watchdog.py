@@ -55,7 +55,8 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
     Python. Windows: ``startup_timeout`` from the attempt's start until a rank's first step and
     inside a checkpoint save, else the progress window. A rank that is done is never late, a rank
     busy in Python past its window (a long evaluation) vetoes the verdict: its peers are waiting for
-    it, and so does a rank with no heartbeat yet while no rank has finished a step (it may still be
+    it, and so does a probed rank within its window that ran Python within it (it just stepped), and
+    a rank with no heartbeat yet while no rank has finished a step (it may still be
     importing, while the others wait for it in the rendezvous). With no heartbeat from any rank there
     is no signal, and no verdict (see :func:`no_signal`)."""
     if not beats:
@@ -77,6 +78,10 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
             since = beat.progress_time
             allowed = watch.startup_timeout if beat.state == "saving" else window
         if now - since <= allowed:
+            if beat is not None and beat.python_at is not None and now - beat.python_at <= allowed:
+                # Running: a late peer is waiting for it. Just back from a long evaluation, this rank
+                # has stepped while the peer's heartbeat still shows the wait (it lags by a tick).
+                return None
             continue
         if beat is not None and beat.python_at is not None:
             native_for = now - beat.python_at

@@ -104,6 +104,16 @@ def test_a_rank_busy_in_python_is_not_hung_and_its_waiting_peers_are_not_either(
     assert check_hang(beats, world_size=2, attempt_started=0.0, now=141.5, watch=WATCH) is not None
 
 
+def test_the_tick_after_a_long_evaluation_is_not_a_hang():
+    # Seen in CI: rank 0 has just finished a 12 s evaluation and stepped; rank 1, released from its
+    # wait in the same instant, has not rewritten its heartbeat yet (every 0.5 s).
+    beats = {0: probed(0, 11, 149.996, 150.0), 1: probed(1, 10, 137.9, 137.9)}
+    assert check_hang(beats, world_size=2, attempt_started=0.0, now=150.0, watch=WATCH) is None
+    # Had rank 0 stopped there too, both are past the window a window later: a hang.
+    verdict = check_hang(beats, world_size=2, attempt_started=0.0, now=160.5, watch=WATCH)
+    assert verdict is not None and verdict.ranks == [0, 1]
+
+
 def test_startup_busy_in_python_is_not_hung_but_stuck_natively_is():
     loading = {0: probed(0, 0, 5.0, 70.0, "starting"), 1: probed(1, 0, 5.0, 5.0, "starting")}
     assert check_hang(loading, world_size=2, attempt_started=0.0, now=70.5, watch=WATCH) is None
