@@ -42,7 +42,8 @@ def hosts_up() -> dict[str, str]:
 
 
 def launch_seconds(work: Path, hosts: dict[str, str], count: int, repeat: int) -> list[float]:
-    from fsdp_orch.backends.ssh_attempt import SshLauncher, exit_file
+    from fsdp_orch.backends.ssh_launcher import SshLauncher
+    from fsdp_orch.node_report import exit_file
     from fsdp_orch.submit import plan_job
 
     profile = work / f"ssh{count}.yaml"

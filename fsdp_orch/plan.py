@@ -23,6 +23,9 @@ RDZV_PORT_RANGE = (20000, 32000)
 # directory of the node that runs the script (a remote_workdir of ~/work), so the scripts
 # export them with ``~`` expanded. Every other value reaches the program exactly as written.
 CHECKPOINT_REQUEST_FILE = "checkpoint-request"
+# Inside the run folder of a node with its own disk: the copies of fsdp_orch and of the job's folder.
+OWN_DISK_PACKAGE = "lib"
+OWN_DISK_CODE = "code"
 PATH_ENV = frozenset({"FSDP_ORCH_RUN_DIR", "FSDP_ORCH_ATTEMPT_DIR", "FSDP_ORCH_SPEC", "FSDP_ORCH_CHECKPOINT_REQUEST",
                       "FSDP_ORCH_CHECKPOINT_DIR", "FSDP_ORCH_RESUME", "FSDP_ORCH_RESUME_FROM",
                       "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE"})
@@ -82,7 +85,8 @@ class LaunchPlan:
     nodes: tuple[NodeTarget, ...] = ()
     accelerate_config_path: str | None = None
     bootstrap_dir: str | None = None  # put first on every rank's PYTHONPATH
-    run_root: str = ""  # $FSDP_ORCH_HOME, or the profile's shared_dir
+    run_root: str = ""  # $FSDP_ORCH_HOME, or the profile's shared_dir; on own-disk hosts, their folder
+    package_dir: str | None = None  # a copy of fsdp_orch the nodes import (hosts with their own disks)
     supervisor_command: tuple[str, ...] | None = None  # where a kind runs the supervisor on a node
 
     @property
@@ -121,6 +125,10 @@ class Placement:
     rdzv_host: str | None  # None: the first node of the allocation, known only at run time
     rdzv_port: int | None = None  # None: derived from the job id and attempt
     workdir_base: str | None = None  # None or empty: the directory of job.yaml
+    # The nodes do not see the submitter's run folder (SSH hosts with their own disks): they keep the
+    # job's run folder under this folder of their own, with copies of fsdp_orch (lib/) and of the
+    # job's folder (code/, where the job's relative paths start).
+    own_run_root: str | None = None
     nodes: tuple[NodeTarget, ...] = ()
     # The kind warns before it takes the nodes away (SLURM's signal before the time limit): the
     # runtime saves a checkpoint when the supervisor asks (FSDP_ORCH_CHECKPOINT_REQUEST).
@@ -146,11 +154,17 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
             f"launcher {job.launcher!r} cannot run on cluster {cluster!r} (kind {profile.kind}); "
             f"expected one of: {', '.join(profile.launchers)}", field="launcher")
     place = kind.place(job, profile, cluster, ctx)
-    if place.workdir_base:
-        workdir = _join(place.workdir_base, job.workdir) if job.workdir != "." else place.workdir_base
+    run_root = place.own_run_root or ctx.run_root
+    run_dir = posixpath.join(run_root, "runs", ctx.job_id)
+    package_dir, bootstrap_dir, workdir_base = None, ctx.bootstrap_dir, place.workdir_base
+    if place.own_run_root:
+        package_dir = posixpath.join(run_dir, OWN_DISK_PACKAGE)
+        bootstrap_dir = posixpath.join(package_dir, "fsdp_orch", "bootstrap", "site") if ctx.bootstrap_dir else None
+        workdir_base = posixpath.join(run_dir, OWN_DISK_CODE)
+    if workdir_base:
+        workdir = _join(workdir_base, job.workdir) if job.workdir != "." else workdir_base
     else:
         workdir = _join(ctx.job_dir, job.workdir)
-    run_dir = posixpath.join(ctx.run_root, "runs", ctx.job_id)
     attempt_dir = attempt_dir_of(run_dir, ctx.attempt)
     checkpoint_dir = _join(workdir, job.checkpoint.dir or posixpath.join("checkpoints", slug(job.name)))
     rdzv_port = ctx.rdzv_port or place.rdzv_port or rendezvous_port(ctx.job_id, ctx.attempt)
@@ -195,7 +209,8 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
         python=profile.python, workdir=workdir, run_dir=run_dir, attempt_dir=attempt_dir,
         checkpoint_dir=checkpoint_dir, spec_path=spec_path, resume_from=ctx.resume_from,
         program=program, env=env, nodes=place.nodes, accelerate_config_path=accel_path,
-        bootstrap_dir=ctx.bootstrap_dir, run_root=ctx.run_root, supervisor_command=ctx.supervisor_command,
+        bootstrap_dir=bootstrap_dir, run_root=run_root, package_dir=package_dir,
+        supervisor_command=ctx.supervisor_command,
     )
 
 

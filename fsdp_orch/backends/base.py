@@ -13,15 +13,13 @@ from typing import Any, Protocol
 from fsdp_orch.checkpoints import Storage
 from fsdp_orch.checks import Check
 from fsdp_orch.command import Runner
+from fsdp_orch.file_tail import LogChunk
 from fsdp_orch.heartbeats import Heartbeat
 from fsdp_orch.index import JobIndex
 from fsdp_orch.plan import LaunchPlan
 from fsdp_orch.render import Artifact
 from fsdp_orch.stacks import StackCapture
 from fsdp_orch.submission import PlanningKind, Submission
-
-# (where the text came from, e.g. "console-node-0.log"; the bytes appended since the last call)
-LogChunk = tuple[str, bytes]
 
 
 class AttemptObservation(Protocol):

@@ -6,38 +6,12 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from fsdp_orch.attempt_files import LOG_PATTERNS, STACKS_DIR
-from fsdp_orch.backends.base import LogChunk
+from fsdp_orch.attempt_files import STACKS_DIR
 from fsdp_orch.checkpoints import LOCAL, Storage
+from fsdp_orch.file_tail import FileTail, LogChunk
 from fsdp_orch.heartbeats import Heartbeat, read_heartbeats
 from fsdp_orch.nccl_env import FLIGHT_RECORDER_PREFIX
 from fsdp_orch.stacks import StackCapture, capture_stacks
-
-
-class FileTail:
-    """What files matching ``patterns`` under ``root`` gained since the last call, by byte offset."""
-
-    def __init__(self, root: Path, patterns: tuple[str, ...] = LOG_PATTERNS):
-        self.root = root
-        self.patterns = patterns
-        self.offsets: dict[Path, int] = {}
-
-    def chunks(self) -> list[LogChunk]:
-        found: set[Path] = set()
-        for pattern in self.patterns:
-            found.update(self.root.glob(pattern))
-        out = []
-        for path in sorted(found):
-            try:
-                with open(path, "rb") as f:
-                    f.seek(self.offsets.get(path, 0))
-                    data = f.read()
-                    self.offsets[path] = f.tell()
-            except OSError:
-                continue
-            if data:
-                out.append((path.relative_to(self.root).as_posix(), data))
-        return out
 
 
 class FileObservation:

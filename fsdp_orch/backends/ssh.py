@@ -1,6 +1,8 @@
 """The SSH kind: a list of hosts reached over SSH (fabric), no scheduler. The supervisor runs
 detached on the submitting machine, as on the local kind, and starts each attempt on every host at
-once (``ssh_attempt``). The hosts share the run folder with it (``shared_filesystem: true``)."""
+once (``ssh_attempt``). Either the hosts share the run folder with it (``shared_filesystem: true``),
+or each keeps the job under its own ``remote_workdir`` (``false``): the job is copied there and the
+hosts report back over SSH (``ssh_own_disk``)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from fsdp_orch.backends.supervised_here import SupervisedHere
 from fsdp_orch.checks import Check
@@ -41,8 +43,8 @@ class SshProfile(ProfileBase):
     device: Literal["cpu", "cuda"] = "cuda"
     hosts: list[SshHost] = Field(min_length=1)
     venv: str | None = None
-    remote_workdir: str | None = None
     shared_filesystem: bool = True
+    remote_workdir: str | None = Field(default=None, validate_default=True)
     host_key_policy: Literal["strict", "accept-new", "warn"] = "strict"
     known_hosts: str = "~/.ssh/known_hosts"
     procs_per_node: int = Field(default=1, gt=0)
@@ -55,6 +57,14 @@ class SshProfile(ProfileBase):
         if self.venv:
             object.__setattr__(self, "python", self.venv.rstrip("/") + "/bin/python")
         return self
+
+    @field_validator("remote_workdir")
+    @classmethod
+    def _own_disks_need_a_workdir(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if info.data.get("shared_filesystem") is False and not (value or "").startswith("/"):
+            raise ValueError("with shared_filesystem: false, expected an absolute folder that every host has "
+                             "(fsdp-orch copies the job there and keeps its run folders in it)")
+        return value
 
     def default_procs_per_node(self) -> int:
         return self.procs_per_node
@@ -73,12 +83,14 @@ class SshKind(SupervisedHere):
                              f"{len(profile.hosts)} host(s)", field="nodes")
         nodes = tuple(NodeTarget(i, h.address, h.port, h.user, h.identity_file)
                       for i, h in enumerate(profile.hosts[:job.nodes]))
+        shared = profile.shared_filesystem
         return Placement(nnodes=job.nodes, nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
                          device=profile.device, rdzv_host=profile.hosts[0].address,
-                         rdzv_port=profile.rdzv_port, workdir_base=profile.remote_workdir, nodes=nodes)
+                         rdzv_port=profile.rdzv_port, workdir_base=profile.remote_workdir if shared else None,
+                         own_run_root=None if shared else profile.remote_workdir, nodes=nodes)
 
     def attempt_launcher(self, submission: Submission) -> Any:
-        from fsdp_orch.backends.ssh_attempt import SshLauncher
+        from fsdp_orch.backends.ssh_launcher import SshLauncher
 
         return SshLauncher(submission)
 
@@ -87,10 +99,6 @@ class SshKind(SupervisedHere):
         from fsdp_orch.backends.ssh_connect import connect, on_every_host
 
         profile: Any = submission.profile
-        if not profile.shared_filesystem:
-            raise InputError("shared_filesystem: false is not implemented yet: the hosts must see the run "
-                             f"folder {submission.run_dir} (set shared_dir: to a folder they share)",
-                             field="shared_filesystem")
         on_every_host(list(profile.hosts[:submission.job.nodes]), lambda i, host: connect(host, profile).close())
 
     def leftovers(self, job_id: str, row: dict[str, Any]) -> bool:

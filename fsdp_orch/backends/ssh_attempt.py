@@ -1,7 +1,8 @@
 """An attempt on an SSH cluster: every host's ``node-N.sh`` started at once over SSH, each in a session
 of its own (so its whole tree can be stopped), with its exit status written beside its console log.
-The hosts share the run folder with the supervisor (``shared_filesystem: true``), so the attempt is
-observed through its files; starting and stopping go over SSH."""
+Starting and stopping go over SSH. The attempt is observed through its files: those of the run
+folder the hosts share with the supervisor, or the local mirror that ``ssh_reports`` keeps of
+hosts with their own disks."""
 
 from __future__ import annotations
 
@@ -13,18 +14,12 @@ from typing import Any
 from fsdp_orch.backends.files import FileObservation
 from fsdp_orch.backends.ssh_connect import on_every_host, run_on, where
 from fsdp_orch.categories import NODE_LOST_EXIT
-from fsdp_orch.checkpoints import LOCAL, Storage
-from fsdp_orch.plan import LaunchPlan
-from fsdp_orch.render import Artifact, write_artifacts
+from fsdp_orch.node_report import exit_file
 from fsdp_orch.submission import Submission
 
 # Runs a node's script and writes its exit status (also for a supervisor that re-attached).
 NODE_WRAPPER = 'bash "$1"; code=$?; echo "$code" > "$2.tmp" && mv -f "$2.tmp" "$2"; exit "$code"'
 LIVENESS_EVERY_S = 5.0  # how often the hosts are asked whether the node scripts still run
-
-
-def exit_file(attempt_dir: str, rank: int) -> str:
-    return f"{attempt_dir}/exit-node-{rank}"
 
 
 def start_command(attempt_dir: str, rank: int) -> str:
@@ -38,14 +33,30 @@ def start_command(attempt_dir: str, rank: int) -> str:
             f">> {shlex.quote(console)} 2>&1 < /dev/null & echo $!")
 
 
+def own_disk_run_dir(profile: Any, job_id: str) -> str | None:
+    """The job's run folder on each host when the hosts have their own disks; None when shared."""
+    if profile.shared_filesystem:
+        return None
+    return f"{profile.remote_workdir.rstrip('/')}/runs/{job_id}"
+
+
+def host_python(profile: Any, job_id: str) -> str:
+    """The shell words that run the profile's python with fsdp_orch importable (on hosts with their
+    own disks, the copy sent with the job)."""
+    run_dir = own_disk_run_dir(profile, job_id)
+    python = shlex.quote(profile.python)
+    return python if run_dir is None else f"PYTHONPATH={shlex.quote(run_dir + '/lib')} {python}"
+
+
 def stop_command(python: str, job_id: str, attempt: int | None, pgid: int | None, grace: float) -> str:
     """Stops the attempt's processes on one host: its node script's group, then every process that
-    carries the job's id and attempt (torchrun starts its workers in sessions of their own)."""
+    carries the job's id and attempt (torchrun starts its workers in sessions of their own).
+    ``python``: shell words (``host_python``)."""
     code = ("import sys; from fsdp_orch.proctree import stop_job_processes; "
             "stop_job_processes(sys.argv[1], int(sys.argv[2]) if sys.argv[2] else None, "
             "grace=float(sys.argv[3]), pgid=int(sys.argv[4]) or None)")
-    return " ".join(shlex.quote(w) for w in (python, "-c", code, job_id, "" if attempt is None else str(attempt),
-                                             f"{grace:g}", str(pgid or 0)))
+    return python + " " + " ".join(shlex.quote(w) for w in ("-c", code, job_id, "" if attempt is None else str(attempt),
+                                                           f"{grace:g}", str(pgid or 0)))
 
 
 def stop_on_host(host: Any, profile: Any, job_id: str, attempt: int | None, pgid: int | None,
@@ -53,16 +64,17 @@ def stop_on_host(host: Any, profile: Any, job_id: str, attempt: int | None, pgid
     """``stop_command`` on one host (within ``timeout``, default ``grace`` + 60 s); a host that cannot
     be reached has nothing we could stop."""
     try:
-        run_on(host, profile, stop_command(profile.python, job_id, attempt, pgid, grace),
+        run_on(host, profile, stop_command(host_python(profile, job_id), job_id, attempt, pgid, grace),
                timeout=grace + 60 if timeout is None else timeout)
     except Exception:  # noqa: BLE001 - lost or refusing: nothing to stop there from here
         return
 
 
 class SshAttempt(FileObservation):
-    def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int]):
-        attempt_dir = Path(submission.attempt_dir(attempt))
-        super().__init__(submission.run_dir, attempt, attempt_dir)
+    def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int],
+                 attempt_dir: Path | None = None):
+        """``attempt_dir``: where the attempt's files are read (default: the run folder the hosts share)."""
+        super().__init__(submission.run_dir, attempt, attempt_dir or Path(submission.attempt_dir(attempt)))
         self.submission = submission
         self.profile: Any = submission.profile
         self.hosts = list(self.profile.hosts)  # by node rank
@@ -119,46 +131,3 @@ class SshAttempt(FileObservation):
     def stop(self, grace: float) -> None:
         on_every_host(list(self.pgids), lambda i, rank: stop_on_host(
             self.hosts[rank], self.profile, self.submission.job_id, self.attempt, self.pgids[rank], grace))
-
-
-class SshLauncher:
-    def __init__(self, submission: Submission):
-        self.submission = submission
-
-    @property
-    def checkpoints(self) -> Storage:
-        return LOCAL
-
-    def port_for_attempt(self, attempt: int) -> int | None:
-        return None  # the profile's rdzv_port, else one derived from the job and attempt (plan.py)
-
-    def adopt(self, attempt: int, ref: str | None) -> SshAttempt:
-        pgids = {}
-        for item in (ref or "").removeprefix("ssh:").split(","):
-            if "=" in item:
-                rank, pgid = item.split("=", 1)
-                pgids[int(rank)] = int(pgid)
-        return SshAttempt(self.submission, attempt, pgids)
-
-    def launch(self, plan: LaunchPlan, artifacts: list[Artifact]) -> SshAttempt:
-        write_artifacts(artifacts)  # the hosts see the run folder (shared_filesystem: true)
-        profile: Any = plan.profile
-        hosts = list(profile.hosts[:plan.nnodes])
-
-        started: dict[int, int] = {}
-
-        def start_on(rank: int, host: Any) -> Exception | None:
-            try:
-                out = run_on(host, profile, start_command(plan.attempt_dir, rank),
-                             timeout=profile.connect_timeout + 30, warn=False).stdout
-                started[rank] = int(out.strip().splitlines()[-1])
-                return None
-            except Exception as exc:  # noqa: BLE001 - reported below, after the others are stopped
-                return exc
-
-        errors = [e for e in on_every_host(hosts, start_on) if e is not None]
-        attempt = SshAttempt(self.submission, plan.attempt, started)
-        if errors:  # a host that did not start: the ones that did must not run alone
-            attempt.stop(grace=2.0)
-            raise errors[0]
-        return attempt

@@ -211,20 +211,36 @@ class Checkpointer:
         self.block_seconds.append(time.perf_counter() - started)
 
     def _preflight(self, path: Path, state: dict[str, Any]) -> None:
-        """Fail fast, on every rank, when any rank cannot write (no collective save is started)."""
+        """Fail fast, on every rank, when any rank cannot write (no collective save is started).
+
+        Rank 0 prepares the step folder. A host that does not see it (its own disk: an SSH host
+        with ``shared_filesystem: false``) has its first local rank prepare its own, and drop the
+        step folders rank 0 has pruned; the supervisor makes a checkpoint whole before a resume."""
         local = sum(_nbytes(v) for v in _leaves(state))
         sizes: list[Any] = [None] * self.info.world_size
         dist.all_gather_object(sizes, local, group=self.group)
         need = int(sum(sizes) * 1.05)
-        first = [files.preflight(self.directory, path, 0, True, need) if self.info.rank == 0 else None]
+        first: list[Any] = [None]
+        if self.info.rank == 0:
+            error = files.preflight(self.directory, path, 0, True, need)
+            if error is None:
+                files.mark_prepared(path)
+            first = [(error, files.step_dirs(self.directory))]
         dist.broadcast_object_list(first, src=0, group=self.group)
-        if first[0]:
-            raise CheckpointError(f"checkpoint save into {path} refused before writing (rank 0): "
-                                  f"{first[0]}")
-        mine = None if self.info.rank == 0 else files.preflight(self.directory, path, self.info.rank,
-                                                                False, 0)
+        error, kept = first[0]
+        if error:
+            raise CheckpointError(f"checkpoint save into {path} refused before writing (rank 0): {error}")
+        own_disk = self.info.rank != 0 and not files.is_prepared(path)
+        prepared = None
+        if own_disk and self.info.local_rank == 0:
+            prepared = files.preflight(self.directory, path, self.info.rank, True, 0)
+            files.drop_step_dirs_not_in(self.directory, kept, protect=path)
         errors: list[Any] = [None] * self.info.world_size
-        dist.all_gather_object(errors, mine, group=self.group)
+        dist.all_gather_object(errors, prepared, group=self.group)  # also: no probe before a host prepared
+        if not any(errors):
+            mine = None if self.info.rank == 0 else files.preflight(self.directory, path, self.info.rank,
+                                                                    False, 0)
+            dist.all_gather_object(errors, mine, group=self.group)
         failed = [(r, e) for r, e in enumerate(errors) if e]
         if failed:
             rank, error = failed[0]

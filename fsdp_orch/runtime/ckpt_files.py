@@ -130,6 +130,30 @@ def preflight(directory: Path, path: Path, rank: int, clear: bool, need_bytes: i
     return None
 
 
+# Rank 0 leaves it in a step folder it prepared: a rank that does not see it has a disk of its own.
+PREPARED_MARK = ".prepared-by-rank-0"
+
+
+def mark_prepared(path: Path) -> None:
+    (path / PREPARED_MARK).touch()
+
+
+def is_prepared(path: Path) -> bool:
+    return (path / PREPARED_MARK).exists()
+
+
+def step_dirs(directory: Path) -> list[str]:
+    """The names of the step folders in ``directory``."""
+    return sorted(c.path.name for c in list_checkpoints(directory) if c.layout == "dcp")
+
+
+def drop_step_dirs_not_in(directory: Path, kept: Collection[str], protect: Path) -> None:
+    """On a host with its own disk: delete the step folders that rank 0 no longer has."""
+    for info in list_checkpoints(directory):
+        if info.layout == "dcp" and info.path.name not in kept and info.path != protect:
+            shutil.rmtree(info.path, ignore_errors=True)
+
+
 SUPERSEDED = COMMIT_FILE + ".superseded"
 
 
@@ -166,5 +190,6 @@ def prune(directory: Path, keep_last: int, protect: Collection[Path] = ()) -> li
     return deleted
 
 
-__all__ = ["SUPERSEDED", "atomic_write", "check_metadata", "load_extras", "preflight", "prune",
+__all__ = ["PREPARED_MARK", "SUPERSEDED", "atomic_write", "check_metadata", "drop_step_dirs_not_in", "is_prepared",
+           "load_extras", "mark_prepared", "preflight", "prune", "step_dirs",
            "read_rank_state", "set_rng_state", "supersede", "write_commit", "write_rank_state"]

@@ -62,11 +62,18 @@ class SshHosts:
     key: Path
     known_hosts: Path
     namespaces: tuple[str, ...]
+    own_disks_profile: Path  # the same hosts with shared_filesystem: false
+    submit_host_dir: Path  # a folder the hosts cannot see (an empty tmpfs there)
 
     def inside(self, i: int, *argv: str, check: bool = True,
                timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` in host ``i``'s network namespace (its network; the filesystem is shared)."""
         return run([IP, "netns", "exec", self.namespaces[i], *argv], check, timeout)
+
+    def restart_sshd(self, i: int) -> None:
+        """Start host ``i``'s sshd again, in a fresh mount namespace (its own disk starts empty),
+        after a test killed every process of the host."""
+        run(["bash", str(HOSTS_SH), "restart", str(i + 1)], check=True, timeout=60)
 
     def pids(self, i: int) -> list[int]:
         """Every process in host ``i``'s network namespace: its sshd and what runs through it."""
@@ -112,4 +119,6 @@ def ssh_hosts() -> Iterator[SshHosts]:
         yield SshHosts(dir=Path(env["FSDP_ORCH_SSH_DIR"]), addresses=addresses,
                        profile=Path(env["FSDP_ORCH_SSH_PROFILE"]), key=Path(env["FSDP_ORCH_SSH_KEY"]),
                        known_hosts=Path(env["FSDP_ORCH_SSH_KNOWN_HOSTS"]),
-                       namespaces=tuple(f"fo-h{i + 1}" for i in range(len(addresses))))
+                       namespaces=tuple(f"fo-h{i + 1}" for i in range(len(addresses))),
+                       own_disks_profile=Path(env["FSDP_ORCH_SSH_OWN_DISKS_PROFILE"]),
+                       submit_host_dir=Path(env["FSDP_ORCH_SSH_SUBMIT_HOST_DIR"]))

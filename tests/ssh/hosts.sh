@@ -4,14 +4,22 @@
 #
 #   eval "$(tests/ssh/hosts.sh up 3)"   # install sshd if needed, build 3 hosts, print the exports
 #   tests/ssh/hosts.sh status           # exit 0 when the hosts exist and every sshd answers
+#   tests/ssh/hosts.sh restart I        # start host I's sshd again (a test killed the host), disk wiped
 #   eval "$(tests/ssh/hosts.sh exports)" # the exports of the hosts that are up
 #   tests/ssh/hosts.sh down             # end their processes, delete them and the state directory
 #
 # Host i (1-based) is the namespace fo-h<i>: eth0 = 10.77.0.<i+1>/24, its veth peer fo-v<i> on the
 # bridge fo-br0 (10.77.0.1/24, root namespace). Keys, known_hosts, sshd configs and the fsdp-orch
-# cluster profile (ssh.yaml) live in FSDP_ORCH_SSH_DIR (default /tmp/fsdp-orch-ssh). The namespaces
-# share the filesystem, like hosts on NFS. `up` always starts from scratch (it runs `down` first).
-# Only the export lines go to stdout; everything else goes to stderr.
+# cluster profiles live in FSDP_ORCH_SSH_DIR (default /tmp/fsdp-orch-ssh). `up` always starts from
+# scratch (it runs `down` first). Only the export lines go to stdout; everything else goes to stderr.
+#
+# Each sshd also runs in a mount namespace of its own, so a host sees this machine's files (like
+# hosts on NFS: ssh.yaml, shared_filesystem: true) except for:
+#   $DIR/host-disk    the host's own disk: a tmpfs per host, which no other host and not this
+#                     machine can see (ssh-own-disks.yaml, shared_filesystem: false, works there);
+#   $DIR/submit-host  a folder only this machine sees (an empty tmpfs on the hosts): tests that
+#                     keep the submitting side's files there prove that the hosts never read them;
+#   ~/.bashrc         a fresh account's, so a login does not run this machine's shell set-up.
 set -euo pipefail
 
 DIR=${FSDP_ORCH_SSH_DIR:-/tmp/fsdp-orch-ssh}
@@ -150,16 +158,27 @@ fail() {
   exit 1
 }
 
+# Run by `unshare --mount` in a host's namespace: its own disk, the hidden folder, a plain ~/.bashrc,
+# then sshd (which keeps the mount namespace alive).
+# shellcheck disable=SC2016 # expanded by the inner bash
+HOST_MOUNTS='set -e
+mount -t tmpfs -o mode=0755,size=2g "$0-disk" "$1"
+mount -t tmpfs -o mode=0700,size=1m "$0-hidden" "$2"
+if [ -f "$HOME/.bashrc" ]; then mount --bind "$3" "$HOME/.bashrc"; fi
+exec "$4" -f "$5" -E "$6"'
+
 start_sshd() {
   local i=$1 addr
   addr=$(address "$i")
-  ip netns exec "fo-h$i" "$SSHD" -f "$DIR/h$i/sshd_config" -E "$DIR/h$i/sshd.log" \
+  ip netns exec "fo-h$i" unshare --mount --propagation private -- bash -c "$HOST_MOUNTS" "fo-h$i" \
+    "$DIR/host-disk" "$DIR/submit-host" "$DIR/bashrc" "$SSHD" "$DIR/h$i/sshd_config" "$DIR/h$i/sshd.log" \
     || fail "sshd in fo-h$i did not start"
   wait_for answers "$addr" || fail "sshd on $addr did not answer within ${WAIT_S}s"
 }
 
+# write_profile N FILE SHARED: the cluster profile of the N hosts, with shared_filesystem: SHARED.
 write_profile() {
-  local n=$1 i
+  local n=$1 file=$2 shared=$3 i
   {
     echo "# Written by tests/ssh/hosts.sh up: the hosts in network namespaces fo-h1..fo-h$n."
     echo "kind: ssh"
@@ -171,11 +190,12 @@ write_profile() {
     echo "python: $(yaml "$PYTHON")"
     echo "known_hosts: $(yaml "$DIR/known_hosts")"
     echo "host_key_policy: strict"
-    echo "shared_filesystem: true"
+    echo "shared_filesystem: $shared"
+    [ "$shared" = true ] || echo "remote_workdir: $(yaml "$DIR/host-disk/fsdp-orch")"
     echo "connect_timeout: 5"
     # The namespaces share one hostname: gloo must not find its address through it.
     echo 'env: {GLOO_SOCKET_IFNAME: eth0, OMP_NUM_THREADS: "1"}'
-  } >"$DIR/ssh.yaml"
+  } >"$DIR/$file"
 }
 
 # A YAML single-quoted scalar.
@@ -195,6 +215,12 @@ up() {
   install -d -m 700 "$DIR"
   touch "$DIR/$MARKER"
   for ((i = 1; i <= n; i++)); do install -d -m 700 "$DIR/h$i"; done
+  install -d -m 755 "$DIR/host-disk"
+  install -d -m 700 "$DIR/submit-host"
+  cat >"$DIR/bashrc" <<'RC'
+# ~/.bashrc of the test hosts: a fresh account's, which returns at once when not interactive.
+[ -z "${PS1:-}" ] && return
+RC
   install_sshd
   mkdir -p /run/sshd
   make_network "$n"
@@ -211,7 +237,8 @@ up() {
     ssh_as_root "$(address "$i")" true </dev/null \
       || fail "ssh root@$(address "$i") with $DIR/id_ed25519 failed"
   done
-  write_profile "$n"
+  write_profile "$n" ssh.yaml true
+  write_profile "$n" ssh-own-disks.yaml false
   say "$n hosts up in $DIR (${SECONDS}s)"
   exports "${addrs[@]}"
 }
@@ -226,6 +253,8 @@ exports() {
   printf 'export FSDP_ORCH_SSH_DIR=%q\n' "$DIR"
   printf 'export FSDP_ORCH_SSH_HOSTS=%q\n' "${addrs[*]}"
   printf 'export FSDP_ORCH_SSH_PROFILE=%q\n' "$DIR/ssh.yaml"
+  printf 'export FSDP_ORCH_SSH_OWN_DISKS_PROFILE=%q\n' "$DIR/ssh-own-disks.yaml"
+  printf 'export FSDP_ORCH_SSH_SUBMIT_HOST_DIR=%q\n' "$DIR/submit-host"
   printf 'export FSDP_ORCH_SSH_KEY=%q\n' "$DIR/id_ed25519"
   printf 'export FSDP_ORCH_SSH_KNOWN_HOSTS=%q\n' "$DIR/known_hosts"
 }
@@ -290,11 +319,16 @@ main() {
   local cmd=${1:-}
   case $cmd in
     up) [ "$#" -eq 2 ] || die "usage: $0 up N" ;;
+    restart) if [ "$#" -ne 2 ] || ! namespaces | grep -qx "fo-h$2"; then die "usage: $0 restart I (a host that is up)"; fi ;;
     down | status | exports) ;;
-    *) echo "usage: $0 up N|down|status|exports  (state in \$FSDP_ORCH_SSH_DIR, default /tmp/fsdp-orch-ssh)" >&2; exit 2 ;;
+    *) echo "usage: $0 up N|down|status|exports|restart I  (state in \$FSDP_ORCH_SSH_DIR, default /tmp/fsdp-orch-ssh)" >&2; exit 2 ;;
   esac
   # ssh and sshd split UserKnownHostsFile and such on blanks.
   [[ "$DIR" = /* && "$DIR" != *[[:space:]]* ]] || die "FSDP_ORCH_SSH_DIR must be an absolute path without blanks, not '$DIR'"
+  if [ "$cmd" = restart ]; then
+    start_sshd "$2"
+    return
+  fi
   if [ "$cmd" = status ] || [ "$cmd" = exports ]; then
     "$cmd"
     return

@@ -183,8 +183,7 @@ def test_a_host_lost_mid_run_is_node_lost_and_the_job_fails_naming_it(ssh_hosts,
         final = cli.wait_until(job_id, lambda s: s["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"),
                                timeout=180, what="the end")
     finally:
-        sshd = ssh_hosts.dir / "h2"
-        ssh_hosts.inside(1, "/usr/sbin/sshd", "-f", str(sshd / "sshd_config"), "-E", str(sshd / "sshd.log"))
+        ssh_hosts.restart_sshd(1)
     assert final["state"] == "FAILED", final
     categories = [f["category"] for f in final["failures"]]
     assert categories == ["preemption_or_node_lost", "preemption_or_node_lost"], final["failures"]

@@ -46,6 +46,9 @@ CASES = [
       for entry in ("module", "command")],
     *[("tpu-vm", "xla", entry) for entry in ("module", "command")],
 ]
+# Profiles that change what a kind renders, named <kind>-<variant> (tests/fixtures/clusters/).
+VARIANTS = [("ssh-own-disks", "torchrun", "script")]
+ALL_CASES = CASES + VARIANTS
 
 
 def case_name(kind: str, launcher: str, entry: str) -> str:
@@ -55,16 +58,16 @@ def case_name(kind: str, launcher: str, entry: str) -> str:
 @functools.cache
 def render_case(kind: str, launcher: str, entry: str) -> tuple[Artifact, ...]:
     job, _ = load_job(FIXTURES / "jobs" / f"{entry}.yaml",
-                      [f"launcher={launcher}", f"nodes={NODES[kind]}"])
+                      [f"launcher={launcher}", f"nodes={NODES[kind.split('-own')[0]]}"])
     profile = parse_profile(FIXTURES / "clusters" / f"{kind}.yaml")
     ctx = PlanContext(job_id="j0123456789a", attempt=1, run_root="/srv/fsdp-orch",
                       job_dir="/srv/jobs/demo", local_has_gpu=False,
                       bootstrap_dir="/opt/fsdp-orch/fsdp_orch/bootstrap/site", supervisor_command=SUPERVISOR)
-    plan = plan_on(job, profile, kind, ctx)
+    plan = plan_on(job, profile, profile.kind, ctx)
     return tuple(render(plan, search=[builtin_dir("templates")]))
 
 
-IDS = [case_name(*c) for c in CASES]
+IDS = [case_name(*c) for c in ALL_CASES]
 
 
 def test_cases_cover_every_supported_pair() -> None:
@@ -75,7 +78,7 @@ def test_cases_cover_every_supported_pair() -> None:
     assert {entry for _, _, entry in CASES} == set(ENTRY_POINTS)
 
 
-@pytest.mark.parametrize(("kind", "launcher", "entry"), CASES, ids=IDS)
+@pytest.mark.parametrize(("kind", "launcher", "entry"), ALL_CASES, ids=IDS)
 def test_golden(kind: str, launcher: str, entry: str) -> None:
     artifacts = {a.name: a.text for a in render_case(kind, launcher, entry)}
     assert len(artifacts) == len(render_case(kind, launcher, entry)), "two artifacts share a name"
@@ -114,7 +117,7 @@ def test_rendering_is_deterministic() -> None:
 
 def _write_scripts(tmp_path: Path) -> list[Path]:
     scripts = []
-    for case in CASES:
+    for case in ALL_CASES:
         folder = tmp_path / case_name(*case)
         folder.mkdir()
         for art in render_case(*case):
@@ -127,7 +130,7 @@ def _write_scripts(tmp_path: Path) -> list[Path]:
 
 def test_every_script_passes_bash_n(tmp_path: Path) -> None:
     scripts = _write_scripts(tmp_path)
-    assert len(scripts) >= len(CASES)
+    assert len(scripts) >= len(ALL_CASES)
     for path in scripts:
         proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
         assert proc.returncode == 0, f"{path.relative_to(tmp_path)}: {proc.stderr}"
@@ -143,6 +146,6 @@ def test_every_script_passes_shellcheck(tmp_path: Path) -> None:
 
 
 def test_executable_flags() -> None:
-    for case in CASES:
+    for case in ALL_CASES:
         for art in render_case(*case):
             assert art.executable == art.name.endswith(".sh"), (case, art.name)

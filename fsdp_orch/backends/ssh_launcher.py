@@ -1,0 +1,73 @@
+"""The SSH kind's attempts: every host's node script started at once (``ssh_attempt``), on hosts that
+share the run folder or, with ``shared_filesystem: false``, after the job was put on each host's own
+disk (``ssh_staging``) and watched through the reports the hosts send back (``ssh_reports``)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+from fsdp_orch.backends.sftp_storage import SftpStorage
+from fsdp_orch.backends.ssh_attempt import SshAttempt, start_command
+from fsdp_orch.backends.ssh_connect import on_every_host, run_on
+from fsdp_orch.backends.ssh_reports import OwnDiskAttempt
+from fsdp_orch.backends.ssh_staging import plan_hosts, put_on_own_disks
+from fsdp_orch.checkpoints import LOCAL, Storage
+from fsdp_orch.plan import LaunchPlan
+from fsdp_orch.render import Artifact, write_artifacts
+from fsdp_orch.submission import Submission
+
+
+class SshLauncher:
+    def __init__(self, submission: Submission):
+        self.submission = submission
+
+    @cached_property
+    def checkpoints(self) -> Storage:
+        """The hosts' shared filesystem, or the first host's own disk over SFTP."""
+        profile: Any = self.submission.profile
+        if profile.shared_filesystem:
+            return LOCAL
+        return SftpStorage(profile.hosts[0], profile)
+
+    def _attempt(self, attempt: int, pgids: dict[int, int]) -> SshAttempt:
+        if self.submission.profile.shared_filesystem:  # type: ignore[attr-defined]
+            return SshAttempt(self.submission, attempt, pgids)
+        return OwnDiskAttempt(self.submission, attempt, pgids, self.checkpoints)
+
+    def port_for_attempt(self, attempt: int) -> int | None:
+        return None  # the profile's rdzv_port, else one derived from the job and attempt (plan.py)
+
+    def adopt(self, attempt: int, ref: str | None) -> SshAttempt:
+        pgids = {}
+        for item in (ref or "").removeprefix("ssh:").split(","):
+            if "=" in item:
+                rank, pgid = item.split("=", 1)
+                pgids[int(rank)] = int(pgid)
+        return self._attempt(attempt, pgids)
+
+    def launch(self, plan: LaunchPlan, artifacts: list[Artifact]) -> SshAttempt:
+        profile: Any = plan.profile
+        if profile.shared_filesystem:
+            write_artifacts(artifacts)
+        else:
+            put_on_own_disks(plan, artifacts, self.submission)
+        hosts = plan_hosts(plan)
+
+        started: dict[int, int] = {}
+
+        def start_on(rank: int, host: Any) -> Exception | None:
+            try:
+                out = run_on(host, profile, start_command(plan.attempt_dir, rank),
+                             timeout=profile.connect_timeout + 30, warn=False).stdout
+                started[rank] = int(out.strip().splitlines()[-1])
+                return None
+            except Exception as exc:  # noqa: BLE001 - reported below, after the others are stopped
+                return exc
+
+        errors = [e for e in on_every_host(hosts, start_on) if e is not None]
+        attempt = self._attempt(plan.attempt, started)
+        if errors:  # a host that did not start: the ones that did must not run alone
+            attempt.stop(grace=2.0)
+            raise errors[0]
+        return attempt

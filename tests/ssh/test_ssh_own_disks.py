@@ -1,0 +1,128 @@
+"""`shared_filesystem: false` on the real sshd hosts (tests/ssh/hosts.sh): each host keeps the job on
+a disk of its own (a tmpfs in its mount namespace that no other host and not this machine sees),
+and the submitting side (FSDP_ORCH_HOME, the job's folder) lives in a folder the hosts cannot see.
+So the job only runs if fsdp-orch copies it over, and the supervisor only sees it through the
+reports its hosts send back over SSH."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cli_harness import Cli, copy_demo, make_cli
+
+pytestmark = [pytest.mark.slow, pytest.mark.root]
+
+TWO_HOSTS = ["--set", "nodes=2", "--set", "procs_per_node=1", "--set", "checkpoint.interval=5",
+             "--set", "restart.backoff.initial=1s", "--set", "restart.backoff.jitter=0",
+             "--set", "watch.heartbeat_timeout=10s", "--set", "watch.startup_timeout=120s"]
+
+
+@pytest.fixture
+def apart(ssh_hosts) -> Iterator[tuple[Cli, Path]]:  # type: ignore[no-untyped-def]
+    """A CLI and a copy of the demo in the folder the hosts cannot see, with the own-disks profile
+    (this interpreter as the hosts' python); after the test, no process of its jobs on any host."""
+    base = ssh_hosts.submit_host_dir / uuid.uuid4().hex[:8]
+    cli = make_cli(base)
+    profile = ssh_hosts.own_disks_profile.read_text().replace(
+        "\npython: ", f"\npython: '{sys.executable}'\n# was: ")
+    (cli.cwd / "clusters").mkdir(parents=True, exist_ok=True)
+    (cli.cwd / "clusters" / "own.yaml").write_text(profile)
+    try:
+        yield cli, copy_demo(base)
+        runs = cli.home / "runs"
+        for job_id in (p.name for p in runs.iterdir()) if runs.is_dir() else []:
+            left = {ns: ssh_hosts.job_processes(i, job_id) for i, ns in enumerate(ssh_hosts.namespaces)}
+            assert not any(left.values()), f"job {job_id} left processes behind: {left}"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def on_host(ssh_hosts, i: int, job_id: str, path: str) -> str:  # type: ignore[no-untyped-def]
+    """A file of the job's run folder on host ``i``'s own disk, read over ssh."""
+    folder = f"{ssh_hosts.dir}/host-disk/fsdp-orch/runs/{job_id}"
+    return ssh_hosts.ssh(i, "cat", f"{folder}/{path}").stdout
+
+
+def submit_wait(cli: Cli, demo: Path, *extra: str) -> dict:
+    proc = cli.run("submit", "--cluster", "own", "--wait", "--json", str(demo), *TWO_HOSTS, *extra, timeout=400)
+    assert proc.stdout.strip(), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_the_hosts_cannot_see_the_submitting_side(ssh_hosts, apart):
+    cli, demo = apart
+    for i in (0, 1):
+        seen = ssh_hosts.ssh(i, "ls", "-A", str(ssh_hosts.submit_host_dir)).stdout
+        assert seen == "", f"host {i} sees {seen!r}"
+        assert ssh_hosts.ssh(i, "test", "-e", str(demo), check=False).returncode == 1
+
+
+def test_the_demo_runs_from_copies_on_each_hosts_own_disk(ssh_hosts, apart):
+    cli, demo = apart
+    status = submit_wait(cli, demo, "--set", "args=[--steps, 20]")
+    assert status["state"] == "SUCCEEDED", status
+    job_id = status["id"]
+    assert status["failures"] == [] and status["progress"]["step"] == 20
+    # rank 0 wrote the result on host 1's disk; the other host has its own copy of the job
+    result = json.loads(on_host(ssh_hosts, 0, job_id, "result.json"))
+    assert result["world_size"] == 2 and result["final_step"] == 20, result
+    for i in (0, 1):
+        assert "train.py" in ssh_hosts.ssh(i, "ls", f"{ssh_hosts.dir}/host-disk/fsdp-orch/runs/{job_id}/code").stdout
+        script = on_host(ssh_hosts, i, job_id, f"attempt-0/node-{i}.sh")
+        assert f"NODE_RANK={i}" in script
+    assert ssh_hosts.ssh(1, "test", "-e", f"{ssh_hosts.dir}/host-disk/fsdp-orch/runs/{job_id}/result.json",
+                         check=False).returncode == 1, "host 2 sees host 1's disk"
+    # what the hosts reported came back: the console logs, per node, and the heartbeats
+    run_dir = Path(status["run_dir"])
+    assert run_dir.is_relative_to(ssh_hosts.submit_host_dir)
+    logs = cli.run("logs", job_id, check=True).stdout
+    assert "[node 0]" in logs and "[node 1]" in logs, logs[-2000:]
+    for i in (0, 1):
+        assert (run_dir / "attempt-0" / f"console-node-{i}.log").read_text() == \
+            on_host(ssh_hosts, i, job_id, f"attempt-0/console-node-{i}.log")
+    assert sorted(p.name for p in (run_dir / "heartbeats" / "attempt-0").iterdir()) == ["rank-0.json", "rank-1.json"]
+
+
+def test_a_hang_with_own_disks_restarts_from_the_copied_checkpoint_to_the_exact_loss(ssh_hosts, apart, tmp_path):
+    cli, demo = apart
+    clean = submit_wait(cli, copy_demo(demo.parent.parent / "clean"), "--set", "args=[--steps, 30]")
+    assert clean["state"] == "SUCCEEDED", clean
+    hung = submit_wait(cli, demo, "--set", "args=[--steps, 30]", "--set", "env.FSDP_ORCH_FAULT=hang:step=12:rank=1")
+    assert hung["state"] == "SUCCEEDED", hung
+    [failure] = hung["failures"]
+    assert failure["category"] == "hang" and failure["action"] == "restart", failure
+    assert "rank 1" in failure["evidence"]
+    supervisor_log = (Path(hung["run_dir"]) / "supervisor.log").read_text()
+    assert "between the hosts, so that each has all of it" in supervisor_log, supervisor_log[-3000:]
+    result = json.loads(on_host(ssh_hosts, 0, hung["id"], "result.json"))
+    reference = json.loads(on_host(ssh_hosts, 0, clean["id"], "result.json"))
+    assert result["resumed_from"] == 10, result
+    assert result["final_loss"] == reference["final_loss"]
+    assert result["param_sha256"] == reference["param_sha256"]
+
+
+def test_each_rank_runs_inside_its_host_and_cancel_stops_them_all(ssh_hosts, apart):
+    cli, demo = apart
+    job_id = cli.run("submit", "--cluster", "own", str(demo), *TWO_HOSTS, "--set", "args=[--steps, 100000]",
+                     check=True).stdout.strip()
+    cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=180,
+                   what="three steps")
+    for i in (0, 1):
+        ranks = set()
+        for pid in ssh_hosts.job_processes(i, job_id):
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            ranks |= {e.decode() for e in environ if e.startswith(b"RANK=")}
+        assert ranks == {f"RANK={i}"}, f"host {i} runs {ranks}"
+    assert "cancelled" in cli.run("cancel", job_id, check=True).stdout
+    assert cli.status(job_id)["state"] == "CANCELLED"
+    for i in (0, 1):
+        assert ssh_hosts.job_processes(i, job_id) == [], f"host {i} still runs the job"
