@@ -283,6 +283,7 @@ class Supervisor:
                     return
                 cause = with_flight_recorder(self._cause_at_exit(code, follower), handle.flight_recorder_dumps())
                 cause = node_lost_instead(cause, handle)
+                handle.stop(STOP_GRACE_S)  # one node's end: the others may still run (a rank cut off from a lost host)
                 raise AttemptFailed(cause, self.clock(), None, before, self._checkpoint_step(checkpoint_dir))
             cause = follower.poll()
             if cause is not None:

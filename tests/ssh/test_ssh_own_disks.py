@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -126,3 +129,40 @@ def test_each_rank_runs_inside_its_host_and_cancel_stops_them_all(ssh_hosts, apa
     assert cli.status(job_id)["state"] == "CANCELLED"
     for i in (0, 1):
         assert ssh_hosts.job_processes(i, job_id) == [], f"host {i} still runs the job"
+
+
+def test_a_host_whose_link_goes_down_is_lost_and_named(ssh_hosts, apart):
+    """Host 2's link to the bridge is taken down mid-run: its report stream falls silent, a new
+    connection times out, and the job (which needs both hosts) fails naming it."""
+    cli, demo = apart
+    profile = cli.cwd / "clusters" / "own.yaml"
+    third = f"  - {{address: {ssh_hosts.addresses[2]},"
+    profile.write_text("".join(line for line in profile.read_text().splitlines(True) if not line.startswith(third)))
+    job_id = cli.run("submit", "--cluster", "own", str(demo), *TWO_HOSTS, "--set", "restart.max_restarts=1",
+                     "--set", "watch.heartbeat_timeout=120s", "--set", "args=[--steps, 100000]",
+                     check=True).stdout.strip()
+    cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=180,
+                   what="three steps")
+    lost = ssh_hosts.addresses[1]
+    link = ["ip", "link", "set", "fo-v2"]
+    subprocess.run([*link, "down"], check=True)
+    try:
+        down_at = time.monotonic()
+        final = cli.wait_until(job_id, lambda s: s["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"),
+                               timeout=240, what="the end")
+        detected = (datetime.fromisoformat(final["failures"][0]["detected_at"].replace("Z", "+00:00")).timestamp()
+                    - (time.time() - (time.monotonic() - down_at)))
+    finally:
+        subprocess.run([*link, "up"], check=True)
+    assert final["state"] == "FAILED", final
+    assert final["failures"][0]["category"] == "preemption_or_node_lost", final["failures"]
+    assert f"{lost}:22" in final["failures"][0]["evidence"] and f"{lost}:22" in final["reason"], final
+    assert detected < 30, f"the lost host was noticed {detected:.0f}s after its link went down"
+    left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:200]
+            for pid in ssh_hosts.job_processes(0, job_id)}
+    assert left == {}, (left, (Path(final["run_dir"]) / "supervisor.log").read_text()[-3000:])
+    # the ranks cut off on host 2 end once their peers are found gone (the link is back)
+    deadline = time.monotonic() + 90
+    while ssh_hosts.job_processes(1, job_id) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert ssh_hosts.job_processes(1, job_id) == [], "the ranks cut off on host 2 still run"
