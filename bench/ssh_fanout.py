@@ -6,8 +6,8 @@ the scripts, connect to every host and start its node script (the scripts here e
 are started in parallel, so 3 hosts should cost little more than 1. Target: ratio under 1.5.
 
 The baseline, timed in the same run: plain OpenSSH running ``true`` on 1 host, and on 3 hosts at
-once. On one machine the three "hosts" share its cores, and each remote command starts the user's
-shell (which reads ~/.bashrc), so the baseline shows what the machine allows.
+once. On one machine the three "hosts" share its cores (each login costs sshd, key exchange and the
+user's shell there), so the baseline shows what the machine allows.
 
     .venv/bin/python bench/ssh_fanout.py [--repeat 7]
 """
