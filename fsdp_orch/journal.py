@@ -12,6 +12,7 @@ from fsdp_orch.events import EventWriter
 from fsdp_orch.states import TERMINAL_NAMES, JobState
 
 TERMINAL = frozenset(TERMINAL_NAMES)
+HOST_EXCLUDED = "host_excluded"  # the notice of a host lost mid-run, left out of later attempts
 
 
 def _loss(value: float | None) -> float | None:
@@ -73,6 +74,11 @@ class Journal:
         """Something noticed that is not a failure (a checkpoint moved aside, stacks taken)."""
         self._append("notice", now, attempt=attempt, notice=kind, message=message)
 
+    def host_excluded(self, *, attempt: int, host: str, message: str, now: float | None = None) -> None:
+        """A host (``address:port``) lost in ``attempt``: later attempts are planned without it. A
+        notice to ``status``; ``JobView.excluded_hosts`` to a supervisor that re-attaches."""
+        self._append("notice", now, attempt=attempt, notice=HOST_EXCLUDED, message=message, host=host)
+
     def end_attempt(self, attempt: int, exit_code: int | None, now: float | None = None) -> None:
         self._append("attempt_ended", now, attempt=attempt, exit_code=exit_code)
 
@@ -99,6 +105,7 @@ class JobView:
         self.attempts: dict[int, dict[str, Any]] = {}
         self.failures: list[tuple[int, str]] = []  # (attempt, action)
         self.backend_ref: str | None = None
+        self.excluded_hosts: list[str] = []  # address:port, in the order they were lost
         for event in events:
             self._apply(event)
 
@@ -125,6 +132,9 @@ class JobView:
             self.failures.append((int(event["attempt"]), str(event["action"])))
         elif kind in ("scheduled", "attempt_launched"):
             self.backend_ref = event.get("backend_ref")
+        elif kind == "notice" and event.get("notice") == HOST_EXCLUDED and event.get("host") \
+                and event["host"] not in self.excluded_hosts:
+            self.excluded_hosts.append(str(event["host"]))
 
     @property
     def ended(self) -> bool:

@@ -45,6 +45,14 @@ class PlanContext:
     local_has_gpu: bool = False  # resolves a local profile's device: auto
     bootstrap_dir: str | None = None  # fsdp_orch/bootstrap/site on the nodes; None: no bootstrap
     supervisor_command: tuple[str, ...] | None = None  # the supervisor's argv, less the job id
+    # Hosts ("address:port") lost in earlier attempts: a kind that can plan around them does
+    # (the SSH kind takes the next listed host, or fewer nodes within ``nodes: MIN-MAX``).
+    excluded_hosts: tuple[str, ...] = ()
+
+
+def host_port(address: str, port: int) -> str:
+    """How a host is named in ``PlanContext.excluded_hosts`` (whatever user logs in to it)."""
+    return f"{address}:{port}"
 
 
 @dataclass(frozen=True)
@@ -143,6 +151,13 @@ class KindPlanning(Protocol):
         ...
 
 
+def fixed_node_count(job: JobSpec, why: str) -> None:
+    """For kinds that cannot go on with fewer nodes: refuse an elastic ``nodes: MIN-MAX``."""
+    if job.min_nodes < job.nodes:
+        raise InputError(f"{job.nodes_text} is an elastic range, but {why}; expected a node count "
+                         f"(nodes: {job.nodes})", field="nodes")
+
+
 def attempt_dir_of(run_dir: str, attempt: int) -> str:
     return posixpath.join(run_dir, f"attempt-{attempt}")
 
@@ -234,4 +249,4 @@ def spec_json(plan: LaunchPlan) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-__all__ = ["KindPlanning", "LaunchPlan", "PlanContext", "Placement", "attempt_dir_of", "make_plan", "resume_arguments", "slug", "rendezvous_port"]
+__all__ = ["KindPlanning", "LaunchPlan", "PlanContext", "Placement", "attempt_dir_of", "fixed_node_count", "host_port", "make_plan", "resume_arguments", "slug", "rendezvous_port"]

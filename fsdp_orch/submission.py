@@ -76,17 +76,27 @@ class Submission:
         return cls.from_json((run_dir / SUBMISSION_FILE).read_text(), kind)
 
     def context(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
-                rdzv_port: int | None = None, local_has_gpu: bool = False) -> PlanContext:
+                rdzv_port: int | None = None, local_has_gpu: bool = False,
+                excluded_hosts: tuple[str, ...] = ()) -> PlanContext:
         return PlanContext(job_id=self.job_id, attempt=attempt, run_root=self.run_root, job_dir=self.job_dir,
                            resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
                            local_has_gpu=local_has_gpu, bootstrap_dir=str(bootstrap_site_dir()),
-                           supervisor_command=self.supervisor_command)
+                           supervisor_command=self.supervisor_command, excluded_hosts=excluded_hosts)
+
+    def launch_plan(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
+                    rdzv_port: int | None = None, local_has_gpu: bool = False,
+                    excluded_hosts: tuple[str, ...] = ()) -> LaunchPlan:
+        """Attempt ``attempt``'s plan (no artifacts); InputError when it cannot be placed (too few hosts
+        left once ``excluded_hosts`` are left out)."""
+        ctx = self.context(attempt, resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
+                           local_has_gpu=local_has_gpu, excluded_hosts=excluded_hosts)
+        return make_plan(self.job, self.profile, self.cluster, ctx, self.kind)
 
     def plan(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
-             rdzv_port: int | None = None, local_has_gpu: bool = False) -> tuple[LaunchPlan, list[Artifact]]:
-        ctx = self.context(attempt, resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
-                           local_has_gpu=local_has_gpu)
-        plan = make_plan(self.job, self.profile, self.cluster, ctx, self.kind)
+             rdzv_port: int | None = None, local_has_gpu: bool = False,
+             excluded_hosts: tuple[str, ...] = ()) -> tuple[LaunchPlan, list[Artifact]]:
+        plan = self.launch_plan(attempt, resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
+                                local_has_gpu=local_has_gpu, excluded_hosts=excluded_hosts)
         return plan, self.render(plan)
 
     def render(self, plan: LaunchPlan) -> list[Artifact]:
@@ -104,6 +114,7 @@ class Submission:
 
     @property
     def world_size(self) -> int:
+        """At the job's full size (an attempt on fewer nodes has its own plan's)."""
         return self.base_plan.world_size
 
     def attempt_dir(self, attempt: int) -> str:

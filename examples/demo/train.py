@@ -4,6 +4,13 @@ Deterministic: the batch of step s on rank r is a pure function of (seed, s, r),
 hold the optimizer state and RNG states, so a run resumed from a checkpoint reaches the same
 final loss and weights, bit for bit, as a run that never stopped.
 
+On fewer ranks (an elastic job, ``nodes: 1-2``, that lost a node) the data keeps the layout the run
+started with, which the checkpoint carries: each step still trains on the blocks of all the
+original ranks (block b is the batch rank b had), a rank now taking several, and the loss is
+weighted so that the gradient stays the mean over the whole step's data. The resumed run sees the
+same sequences in the same steps as one that never shrank, and ends at the same loss up to the
+order of floating-point sums.
+
     torchrun --standalone --nproc-per-node 2 train.py --steps 300      # or: fsdp-orch submit job.yaml
 
 Rank 0 prints ``step=N loss=L`` per step and at the end writes result.json (final loss, final
@@ -113,14 +120,24 @@ def main() -> None:
     torch.manual_seed(args.seed)
     model = job.shard(lambda: TinyLM(args.vocab, args.dim, args.layers, args.heads, args.seq_len))
     optim = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    progress: dict[str, float | None] = {"loss": None}  # saved with each checkpoint, so a finished run can report it
+    # Saved with each checkpoint: the loss, so a finished run can report it, and the number of data
+    # blocks per step (the world size the run started with), so that a resume keeps the data order.
+    progress: dict[str, float | int | None] = {"loss": None, "data_ranks": job.world_size}
     ckpt = job.checkpointer(model, optim, extras=progress)
     start = ckpt.restore()
+    data_ranks = max(int(progress["data_ranks"] or 1), job.world_size)  # more ranks: laid out anew
+    progress["data_ranks"] = data_ranks
+    blocks = list(range(job.rank, data_ranks, job.world_size))
+    # FSDP averages the ranks' gradients: a rank with more than its share of the blocks weighs more.
+    weight = len(blocks) * job.world_size / data_ranks
 
     for step in range(start + 1, args.steps + 1):
-        tokens, targets = batch(args.seed, step, job.rank, args, job.device)
+        parts = [batch(args.seed, step, block, args, job.device) for block in blocks]
+        tokens, targets = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
         logits = model(tokens)
         loss = F.cross_entropy(logits.float().reshape(-1, args.vocab), targets.reshape(-1))
+        if weight != 1:
+            loss = loss * weight
         optim.zero_grad(set_to_none=True)
         loss.backward()
         optim.step()
@@ -139,7 +156,8 @@ def main() -> None:
         out = Path(os.environ.get("FSDP_ORCH_RUN_DIR") or ".").expanduser() / "result.json"
         out.write_text(json.dumps({
             "final_loss": progress["loss"], "final_step": args.steps, "param_sha256": digest,
-            "resumed_from": start, "world_size": job.world_size,
+            "resumed_from": start, "world_size": job.world_size, "data_ranks": data_ranks,
+            "saved_world_size": ckpt.saved_world_size,
             "plan": job.plan.as_dict() if job.plan else None,
             "save_block_seconds": ckpt.block_seconds,
         }, indent=2) + "\n")

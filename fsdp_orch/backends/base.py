@@ -51,6 +51,11 @@ class AttemptObservation(Protocol):
         None when all answer or the kind cannot tell."""
         ...
 
+    def lost_hosts(self) -> tuple[str, ...]:
+        """The hosts (``address:port``) of the nodes found lost so far: the supervisor plans later
+        attempts without them (``PlanContext.excluded_hosts``); () when the kind cannot tell."""
+        ...
+
 
 class AttemptHandle(AttemptObservation, Protocol):
     ref: str  # what identifies the attempt to its engine (a process group, a SLURM step)

@@ -45,5 +45,8 @@ class FileObservation:
     def lost_node(self) -> str | None:
         return None  # the nodes share this filesystem: their loss shows in the scheduler's records
 
+    def lost_hosts(self) -> tuple[str, ...]:
+        return ()
+
     def flight_recorder_dumps(self) -> list[str]:
         return [str(p) for p in sorted(self.attempt_dir.glob(f"{FLIGHT_RECORDER_PREFIX}*"))]

@@ -151,7 +151,7 @@ class LocalKind(SupervisedHere):
     def place(self, job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext) -> Placement:
         assert isinstance(profile, LocalProfile)
         if job.nodes != 1:
-            raise InputError(f"cluster {cluster!r} is this one machine; expected nodes: 1, got {job.nodes}",
+            raise InputError(f"cluster {cluster!r} is this one machine; expected nodes: 1, got {job.nodes_text}",
                              field="nodes")
         device = profile.device if profile.device != "auto" else ("cuda" if ctx.local_has_gpu else "cpu")
         return Placement(nnodes=1, nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),

@@ -22,7 +22,7 @@ from fsdp_orch.command import Runner, run_command
 from fsdp_orch.errors import InputError
 from fsdp_orch.index import JobIndex
 from fsdp_orch.jobspec.schema import JobSpec
-from fsdp_orch.plan import LaunchPlan, Placement, PlanContext
+from fsdp_orch.plan import LaunchPlan, Placement, PlanContext, fixed_node_count
 from fsdp_orch.profiles import ProfileBase
 from fsdp_orch.render import Artifact, Templates, write_artifacts
 from fsdp_orch.states import JobState
@@ -42,6 +42,8 @@ class SlurmKind(ClusterKind):
 
     def place(self, job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext) -> Placement:
         assert isinstance(profile, SlurmProfile)
+        fixed_node_count(job, "a SLURM allocation keeps its node count (a lost node ends it, and the job is "
+                              "requeued whole)")
         return Placement(nnodes=job.nodes, nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
                          device="cuda" if profile.gpus_per_node else "cpu", rdzv_host=None,
                          checkpoint_on_request=True)

@@ -17,7 +17,7 @@ from fsdp_orch.checks import Check
 from fsdp_orch.command import Runner
 from fsdp_orch.errors import InputError
 from fsdp_orch.jobspec.schema import JobSpec
-from fsdp_orch.plan import LaunchPlan, NodeTarget, Placement, PlanContext
+from fsdp_orch.plan import LaunchPlan, NodeTarget, Placement, PlanContext, host_port
 from fsdp_orch.profiles import ProfileBase
 from fsdp_orch.render import Artifact, Templates
 from fsdp_orch.submission import Submission
@@ -78,14 +78,21 @@ class SshKind(SupervisedHere):
 
     def place(self, job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext) -> Placement:
         assert isinstance(profile, SshProfile)
-        if job.nodes > len(profile.hosts):
-            raise InputError(f"the job asks for {job.nodes} nodes but cluster {cluster!r} lists "
+        if job.min_nodes > len(profile.hosts):
+            raise InputError(f"the job asks for {job.nodes_text} nodes but cluster {cluster!r} lists "
                              f"{len(profile.hosts)} host(s)", field="nodes")
+        # The first hosts listed that were not lost in an earlier attempt; with nodes: MIN-MAX, as
+        # many as there are up to MAX, and at least MIN.
+        left = [h for h in profile.hosts if host_port(h.address, h.port) not in ctx.excluded_hosts]
+        if len(left) < job.min_nodes:
+            raise InputError(f"cluster {cluster!r} has {len(left)} of its {len(profile.hosts)} hosts left "
+                             f"({', '.join(ctx.excluded_hosts)} lost); the job needs "
+                             f"{job.min_nodes} (nodes: {job.nodes_text})", field="nodes")
         nodes = tuple(NodeTarget(i, h.address, h.port, h.user, h.identity_file)
-                      for i, h in enumerate(profile.hosts[:job.nodes]))
+                      for i, h in enumerate(left[:job.nodes]))
         shared = profile.shared_filesystem
-        return Placement(nnodes=job.nodes, nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
-                         device=profile.device, rdzv_host=profile.hosts[0].address,
+        return Placement(nnodes=len(nodes), nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
+                         device=profile.device, rdzv_host=nodes[0].address,
                          rdzv_port=profile.rdzv_port, workdir_base=profile.remote_workdir if shared else None,
                          own_run_root=None if shared else profile.remote_workdir, nodes=nodes)
 

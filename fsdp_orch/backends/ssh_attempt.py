@@ -15,6 +15,7 @@ from fsdp_orch.backends.files import FileObservation
 from fsdp_orch.backends.ssh_connect import on_every_host, run_on, where
 from fsdp_orch.categories import NODE_LOST_EXIT
 from fsdp_orch.node_report import exit_file
+from fsdp_orch.plan import host_port
 from fsdp_orch.submission import Submission
 
 # Runs a node's script and writes its exit status (also for a supervisor that re-attached).
@@ -72,19 +73,28 @@ def stop_on_host(host: Any, profile: Any, job_id: str, attempt: int | None, pgid
 
 class SshAttempt(FileObservation):
     def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int],
-                 attempt_dir: Path | None = None):
-        """``attempt_dir``: where the attempt's files are read (default: the run folder the hosts share)."""
+                 attempt_dir: Path | None = None, hosts: list[Any] | None = None):
+        """``attempt_dir``: where the attempt's files are read (default: the run folder the hosts share).
+        ``hosts``: the profile's host of each node rank (default: the profile's first hosts; an attempt
+        planned around lost hosts has others)."""
         super().__init__(submission.run_dir, attempt, attempt_dir or Path(submission.attempt_dir(attempt)))
         self.submission = submission
         self.profile: Any = submission.profile
-        self.hosts = list(self.profile.hosts)  # by node rank
+        self.hosts = list(self.profile.hosts if hosts is None else hosts)  # by node rank
         self.pgids = pgids  # node rank: the process group of its node script
         self._checked_at = time.monotonic()
         self.lost: str | None = None
+        self.lost_ranks: set[int] = set()  # the node ranks whose hosts stopped answering
 
     @property
     def ref(self) -> str:
-        return "ssh:" + ",".join(f"{rank}={pgid}" for rank, pgid in sorted(self.pgids.items()))
+        """``ssh:RANK=PGID@ADDRESS:PORT,...``: what a re-attached supervisor needs to find each node."""
+        return "ssh:" + ",".join(f"{rank}={pgid}@{host_port(self.hosts[rank].address, self.hosts[rank].port)}"
+                                 for rank, pgid in sorted(self.pgids.items()))
+
+    def lost_hosts(self) -> tuple[str, ...]:
+        """The hosts (``address:port``) found lost, by node rank: later attempts are planned without them."""
+        return tuple(host_port(self.hosts[r].address, self.hosts[r].port) for r in sorted(self.lost_ranks))
 
     def poll(self) -> int | None:
         codes = {}
@@ -112,6 +122,7 @@ class SshAttempt(FileObservation):
                                    timeout=self.profile.connect_timeout).ok)
             except Exception as exc:  # noqa: BLE001 - any failure to reach the host is the answer
                 self.lost = f"host {where(host)} (node {rank}) stopped answering: {exc}"
+                self.lost_ranks.add(rank)
                 return False
         answers = on_every_host(ranks, alive)
         if self.lost is not None:

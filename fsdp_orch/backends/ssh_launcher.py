@@ -13,7 +13,7 @@ from fsdp_orch.backends.ssh_connect import on_every_host, run_on
 from fsdp_orch.backends.ssh_reports import OwnDiskAttempt
 from fsdp_orch.backends.ssh_staging import plan_hosts, put_on_own_disks
 from fsdp_orch.checkpoints import LOCAL, Storage
-from fsdp_orch.plan import LaunchPlan
+from fsdp_orch.plan import LaunchPlan, host_port
 from fsdp_orch.render import Artifact, write_artifacts
 from fsdp_orch.submission import Submission
 
@@ -30,21 +30,28 @@ class SshLauncher:
             return LOCAL
         return SftpStorage(profile.hosts[0], profile)
 
-    def _attempt(self, attempt: int, pgids: dict[int, int]) -> SshAttempt:
+    def _attempt(self, attempt: int, pgids: dict[int, int], hosts: list[Any]) -> SshAttempt:
         if self.submission.profile.shared_filesystem:  # type: ignore[attr-defined]
-            return SshAttempt(self.submission, attempt, pgids)
-        return OwnDiskAttempt(self.submission, attempt, pgids, self.checkpoints)
+            return SshAttempt(self.submission, attempt, pgids, hosts=hosts)
+        return OwnDiskAttempt(self.submission, attempt, pgids, self.checkpoints, hosts=hosts)
 
     def port_for_attempt(self, attempt: int) -> int | None:
         return None  # the profile's rdzv_port, else one derived from the job and attempt (plan.py)
 
     def adopt(self, attempt: int, ref: str | None) -> SshAttempt:
-        pgids = {}
+        """The attempt of ``SshAttempt.ref`` (``ssh:RANK=PGID@ADDRESS:PORT,...``; without ``@``, node
+        rank N is the profile's host N)."""
+        profile: Any = self.submission.profile
+        by_place = {host_port(host.address, host.port): host for host in profile.hosts}
+        pgids, hosts = {}, list(profile.hosts)
         for item in (ref or "").removeprefix("ssh:").split(","):
             if "=" in item:
-                rank, pgid = item.split("=", 1)
+                rank, _, rest = item.partition("=")
+                pgid, _, place = rest.partition("@")
                 pgids[int(rank)] = int(pgid)
-        return self._attempt(attempt, pgids)
+                if place in by_place:
+                    hosts[int(rank)] = by_place[place]
+        return self._attempt(attempt, pgids, hosts)
 
     def launch(self, plan: LaunchPlan, artifacts: list[Artifact]) -> SshAttempt:
         profile: Any = plan.profile
@@ -66,7 +73,7 @@ class SshLauncher:
                 return exc
 
         errors = [e for e in on_every_host(hosts, start_on) if e is not None]
-        attempt = self._attempt(plan.attempt, started)
+        attempt = self._attempt(plan.attempt, started, hosts)
         if errors:  # a host that did not start: the ones that did must not run alone
             attempt.stop(grace=2.0)
             raise errors[0]

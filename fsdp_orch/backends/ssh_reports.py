@@ -131,9 +131,10 @@ class HostReports(threading.Thread):
 class OwnDiskAttempt(SshAttempt):
     """An attempt on hosts with their own disks: read from the local mirror the reports keep."""
 
-    def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int], storage: Storage):
+    def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int], storage: Storage,
+                 hosts: list[Any] | None = None):
         local_attempt = submission.run_dir / f"attempt-{attempt}"
-        super().__init__(submission, attempt, pgids, attempt_dir=local_attempt)
+        super().__init__(submission, attempt, pgids, attempt_dir=local_attempt, hosts=hosts)
         self.storage = storage
         self.reports = {rank: HostReports(self.hosts[rank], self.profile, submission.job_id, attempt, rank, pgid,
                                           submission.run_dir)
@@ -150,6 +151,7 @@ class OwnDiskAttempt(SshAttempt):
             report = self.reports[rank]
             if report.lost:
                 self.lost = report.lost
+                self.lost_ranks.add(rank)
                 print(f"fsdp-orch supervisor: {self.lost}", flush=True)
                 return NODE_LOST_EXIT
             if report.gone and not self._any_exit_written(ranks):

@@ -13,7 +13,7 @@ from fsdp_orch.checks import Check
 from fsdp_orch.command import Runner
 from fsdp_orch.errors import InputError
 from fsdp_orch.jobspec.schema import JobSpec
-from fsdp_orch.plan import LaunchPlan, Placement, PlanContext
+from fsdp_orch.plan import LaunchPlan, Placement, PlanContext, fixed_node_count
 from fsdp_orch.profiles import ProfileBase
 from fsdp_orch.render import Artifact, Templates
 
@@ -39,6 +39,7 @@ class TpuVmKind(RenderOnly):
 
     def place(self, job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext) -> Placement:
         assert isinstance(profile, TpuVmProfile)
+        fixed_node_count(job, f"a TPU VM job runs on all {profile.num_workers} workers")
         if job.nodes not in (1, profile.num_workers):
             raise InputError(f"a TPU VM job runs on all {profile.num_workers} workers; "
                              f"expected nodes: 1 or {profile.num_workers}, got {job.nodes}", field="nodes")

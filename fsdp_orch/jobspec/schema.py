@@ -5,7 +5,16 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from fsdp_orch.bootstrap.faults import parse_faults
 from fsdp_orch.categories import DEFAULT_RETRY_ON, FAILURE_CATEGORIES
@@ -15,6 +24,7 @@ from fsdp_orch.validation import StrictModel, check_env_names
 LAUNCHERS = ("torchrun", "accelerate", "xla", "python")
 RESUME_PLACEHOLDERS = ("checkpoint", "step")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_NODE_RANGE = re.compile(r"\s*(\d+)\s*-\s*(\d+)\s*")
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 PositiveDuration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
@@ -55,6 +65,28 @@ def _no_nul(value: str) -> str:
 # unquoted become their text; NUL bytes, which no argv or environment can carry, are refused.
 ArgStr = Annotated[str, BeforeValidator(_scalar_to_str), AfterValidator(_no_nul)]
 ShellStr = Annotated[str, AfterValidator(_no_nul)]
+
+
+def node_range(value: Any) -> tuple[int, int] | None:
+    """``nodes:`` written as an elastic range ``"MIN-MAX"``: (MIN, MAX); None for anything else
+    (a count is validated as an int). ValueError for a range that makes no sense."""
+    if not isinstance(value, str):
+        return None
+    match = _NODE_RANGE.fullmatch(value)
+    if match is None:
+        if value.strip().isdigit():
+            return None
+        raise ValueError("expected a node count (2) or an elastic range MIN-MAX (1-2: up to MAX nodes, "
+                         "going on with MIN or more after losing some)")
+    low, high = int(match.group(1)), int(match.group(2))
+    if low < 1 or low > high:
+        raise ValueError("expected a range MIN-MAX with 1 <= MIN <= MAX (1-2)")
+    return low, high
+
+
+def _max_of_range(value: Any) -> Any:
+    found = node_range(value)
+    return value if found is None else found[1]
 
 
 class FsdpOptions(StrictModel):
@@ -195,7 +227,9 @@ class JobSpec(StrictModel):
     command: list[ArgStr] | None = None
     args: list[ArgStr] = Field(default_factory=list)
     launcher: Literal[LAUNCHERS] = "torchrun"  # type: ignore[valid-type]
-    nodes: int = Field(default=1, gt=0)
+    # A count, or an elastic range "MIN-MAX": ``nodes`` is the most the job runs on, ``min_nodes``
+    # the fewest it goes on with after losing nodes (written back as the range it came from).
+    nodes: Annotated[int, BeforeValidator(_max_of_range)] = Field(default=1, gt=0)
     procs_per_node: int | None = Field(default=None, gt=0)
     env: dict[str, ArgStr] = Field(default_factory=dict)
     workdir: ShellStr = "."
@@ -204,6 +238,30 @@ class JobSpec(StrictModel):
     checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
     restart: RestartPolicy = Field(default_factory=RestartPolicy)
     watch: Watch = Field(default_factory=Watch)
+    _min_nodes: int | None = PrivateAttr(default=None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _elastic_nodes(cls, data: Any, handler: ModelWrapValidatorHandler[JobSpec]) -> JobSpec:
+        job = handler(data)  # a bad range fails here, as an error of the field nodes
+        found = node_range(data.get("nodes")) if isinstance(data, dict) else None
+        if found is not None:
+            job._min_nodes = found[0]
+        return job
+
+    @field_serializer("nodes")
+    def _nodes_as_written(self, nodes: int) -> int | str:
+        return self.nodes_text if self.min_nodes < nodes else nodes
+
+    @property
+    def min_nodes(self) -> int:
+        """The fewest nodes the job goes on with (``nodes: MIN-MAX``); ``nodes`` when fixed."""
+        return self._min_nodes if self._min_nodes is not None else self.nodes
+
+    @property
+    def nodes_text(self) -> str:
+        """``nodes`` as the user wrote it: ``2`` or ``1-2``."""
+        return str(self.nodes) if self.min_nodes == self.nodes else f"{self.min_nodes}-{self.nodes}"
 
     @field_validator("launcher", mode="before")
     @classmethod

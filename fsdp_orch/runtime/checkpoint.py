@@ -127,6 +127,9 @@ class Checkpointer:
         self.extras: dict[str, Any] = extras if extras is not None else {}
         self.last_saved_step: int | None = None
         self.restored_from: Path | None = None
+        # The world size the restored checkpoint was saved with (None: nothing restored). A script
+        # whose data is laid out per rank reads it to keep its data order when the world changed.
+        self.saved_world_size: int | None = None
         self.block_seconds: list[float] = []  # how long each save held up training...
         self.wait_seconds: list[float] = []  # ...of which waiting for the previous async save
         self._pending: tuple[int, Path, Future, threading.Event] | None = None
@@ -415,9 +418,20 @@ class Checkpointer:
                   f"{', '.join(p.name for p in done)} (COMMITTED renamed to {files.SUPERSEDED})")
 
     def _restore_rank_state(self, path: Path) -> int:
+        """Rank R restores what rank R saved (RNG states, extras), whatever the world size now: on
+        fewer ranks, the state of the ranks beyond the new world is not restored on any rank; on more,
+        the new ranks have none (a warning each). DCP has resharded the model and optimizer."""
         info = checkpoint_info(path)
         commit = files.parse_commit_file(path)
         step = commit["step"] if commit else (info.step if info else 0)
+        self.saved_world_size = int(commit["world_size"]) if commit and commit.get("world_size") else None
+        saved_world, world = self.saved_world_size, self.info.world_size
+        if saved_world is not None and saved_world != world and self.info.is_main:
+            gone = ", ".join(str(r) for r in range(world, saved_world))
+            dropped = f"; the RNG states and extras of rank(s) {gone} are not restored" if gone else ""
+            print(f"[fsdp-orch] {path} was saved by {saved_world} ranks and is restored on {world}: model "
+                  f"and optimizer resharded by DCP, each rank's RNG states and extras taken from the rank "
+                  f"of its number{dropped}", file=sys.stderr, flush=True)
         saved = files.read_rank_state(path, self.info.rank)
         if saved is None:
             _warn(f"{path} has no state for rank {self.info.rank} (saved with a different world "

@@ -29,11 +29,15 @@ class Decision:
     reason: str
 
 
-def decide(policy: RestartPolicy, history: list[FailureRecord], restarts_done: int) -> Decision:
-    """``history`` holds every failure of the job so far, the current one last."""
+def decide(policy: RestartPolicy, history: list[FailureRecord], restarts_done: int,
+           cannot_place: str | None = None) -> Decision:
+    """``history`` holds every failure of the job so far, the current one last. ``cannot_place``: why
+    the next attempt has nowhere to run (too few hosts left after the lost ones), if it has not."""
     current = history[-1]
     if current.category in NOT_RETRYABLE or current.category not in policy.retry_on:
         return Decision(False, f"{current.category} is not retried (restart.retry_on)")
+    if cannot_place is not None:
+        return Decision(False, f"cannot restart: {cannot_place}")
     if restarts_done >= policy.max_restarts:
         return Decision(False, f"restart budget exhausted: {restarts_done} of restart.max_restarts="
                                f"{policy.max_restarts} restarts used")
@@ -49,6 +53,14 @@ def decide(policy: RestartPolicy, history: list[FailureRecord], restarts_done: i
             else "the start (no checkpoint was ever completed)"
         return Decision(False, f"crash loop: {streak} attempts in a row made no progress past {where}")
     return Decision(True, f"restart {restarts_done + 1} of {policy.max_restarts} after {current.category}")
+
+
+def hosts_to_exclude(category: str, lost: tuple[str, ...], excluded: list[str]) -> list[str]:
+    """The hosts a failure adds to those later attempts are planned without: the ones its attempt
+    found lost, when the failure is a lost node, and not left out already."""
+    if category != "preemption_or_node_lost":
+        return []
+    return [host for host in dict.fromkeys(lost) if host not in excluded]
 
 
 def backoff_delay(policy: RestartPolicy, restart_number: int, rng: random.Random) -> float:

@@ -16,17 +16,23 @@ from pathlib import Path
 
 from fsdp_orch.backends.base import AllocationEnding, AttemptHandle, AttemptLauncher
 from fsdp_orch.checkpoints import latest_complete, move_aside, partial_newer_than_latest
-from fsdp_orch.errors import FsdpOrchError
+from fsdp_orch.errors import FsdpOrchError, InputError
 from fsdp_orch.events import CANCEL_MARKER, read_job
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.journal import JobView, Journal
-from fsdp_orch.plan import CHECKPOINT_REQUEST_FILE
+from fsdp_orch.plan import CHECKPOINT_REQUEST_FILE, host_port
 from fsdp_orch.states import JobState
 from fsdp_orch.submission import SUBMISSION_FILE, Submission
 from fsdp_orch.supervise.diagnose import Diagnosis, diagnose_exit
 from fsdp_orch.supervise.hang_evidence import stuck_ranks_evidence, with_flight_recorder
 from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower
-from fsdp_orch.supervise.policy import Decision, FailureRecord, backoff_delay, decide
+from fsdp_orch.supervise.policy import (
+    Decision,
+    FailureRecord,
+    backoff_delay,
+    decide,
+    hosts_to_exclude,
+)
 from fsdp_orch.supervise.watchdog import StepClock, check_hang, no_signal, scripts_finished_at
 
 STOP_GRACE_S = 5.0
@@ -43,6 +49,7 @@ class AttemptFailed(Exception):
         self.detected_at = detected_at
         self.stalled_for_s = stalled_for_s
         self.record = FailureRecord(-1, diagnosis.category, checkpoint_before, checkpoint_after)
+        self.lost_hosts: tuple[str, ...] = ()  # what the attempt handle found lost (address:port)
 
 
 class Cancelled(Exception):
@@ -88,7 +95,9 @@ class Supervisor:
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
                  rng: random.Random | None = None, stop_flag: StopFlag | None = None,
                  backoff_sleep: Callable[[float], None] | None = None,
-                 allocation_ending: Callable[[], bool] = lambda: False, local_has_gpu: bool = False):
+                 allocation_ending: Callable[[], bool] = lambda: False, local_has_gpu: bool = False,
+                 excluded_hosts: list[str] | None = None):
+        """``excluded_hosts``: the hosts lost in earlier attempts (from the events, when re-attaching)."""
         self.journal = journal
         self.sub = submission
         self.launcher = launcher
@@ -102,6 +111,7 @@ class Supervisor:
         self.job_id = submission.job_id
         self.history: list[FailureRecord] = []
         self.requeued_attempts = 0  # attempts the scheduler took away: they use no restart budget
+        self.excluded_hosts = list(excluded_hosts or [])  # later attempts are planned without them
         self._last_step: int | None = None
         self._last_ckpt: int | None = None
         self._hang_detection_off: str | None = None
@@ -147,18 +157,34 @@ class Supervisor:
         record = FailureRecord(attempt, failed.record.category, failed.record.checkpoint_before,
                                failed.record.checkpoint_after)
         self.history.append(record)
+        category = failed.diagnosis.category
+        for host in hosts_to_exclude(category, failed.lost_hosts, self.excluded_hosts):
+            self.excluded_hosts.append(host)  # recorded before the decision: a re-attach finds it
+            self.journal.host_excluded(attempt=attempt, host=host, now=failed.detected_at, message=(
+                f"host {host} was lost in attempt {attempt}: the attempts after it are planned without it"))
         if failed.diagnosis.category == "preemption_or_node_lost" and self.allocation_ending():
             self.journal.add_failure(attempt=attempt, category=failed.diagnosis.category,
                                    evidence=failed.diagnosis.evidence, action="requeue",
                                    stalled_for_s=failed.stalled_for_s, now=failed.detected_at)
             self.journal.requeued("the scheduler requeued the job", now=self.clock())
             raise AllocationEnding("") from None
-        decision = decide(self.sub.job.restart, self.history, restarts_done=attempt - self.requeued_attempts)
+        cannot_place = self._cannot_place(attempt + 1) if category == "preemption_or_node_lost" else None
+        decision = decide(self.sub.job.restart, self.history, restarts_done=attempt - self.requeued_attempts,
+                          cannot_place=cannot_place)
         self.journal.add_failure(attempt=attempt, category=failed.diagnosis.category,
                                evidence=failed.diagnosis.evidence,
                                action="restart" if decision.restart else "give_up",
                                stalled_for_s=failed.stalled_for_s, now=failed.detected_at)
         return decision
+
+    def _cannot_place(self, attempt: int) -> str | None:
+        """Why ``attempt`` could not be planned on the hosts that are left; None when it can."""
+        try:
+            self.sub.launch_plan(attempt, local_has_gpu=self.local_has_gpu,
+                                 excluded_hosts=tuple(self.excluded_hosts))
+        except InputError as exc:
+            return exc.detail
+        return None
 
     def _requeued(self, attempt: int, evidence: str) -> None:
         """The scheduler warned that the allocation ends (its signal before the time limit): record
@@ -186,16 +212,25 @@ class Supervisor:
     def _run_attempt(self, attempt: int, adopt: Adopt | None) -> None:
         checkpoint_dir = Path(self.sub.checkpoint_dir).expanduser()
         before = self._checkpoint_step(checkpoint_dir)
+        excluded = tuple(self.excluded_hosts)
         if adopt is not None:
             handle = adopt.handle
             started = adopt.started_at
+            world = self.sub.launch_plan(attempt, local_has_gpu=self.local_has_gpu,
+                                         excluded_hosts=excluded).world_size
         else:
             resume_from, resume_step = self._resume_point(attempt, checkpoint_dir)
             plan, artifacts = self.sub.plan(attempt, resume_from=resume_from, resume_step=resume_step,
                                             rdzv_port=self.launcher.port_for_attempt(attempt),
-                                            local_has_gpu=self.local_has_gpu)
+                                            local_has_gpu=self.local_has_gpu, excluded_hosts=excluded)
+            world = plan.world_size
             started = self.clock()
             self.journal.start_attempt(attempt, resume_from=resume_from, now=started)
+            if excluded:
+                used = ", ".join(host_port(node.address, node.port) for node in plan.nodes)
+                self.journal.add_event(attempt=attempt, kind="fewer_hosts", message=(
+                    f"attempt {attempt} runs without {', '.join(excluded)}: on {plan.nnodes} node(s) ({used}; "
+                    f"nodes: {self.sub.job.nodes_text}), world size {world} of {self.sub.world_size}"))
             if self._cancel_requested():
                 raise Cancelled()
             try:
@@ -219,7 +254,10 @@ class Supervisor:
                                  before, self._checkpoint_step(checkpoint_dir))
 
         try:
-            self._watch_attempt(attempt, handle, started, checkpoint_dir, before, follower, stop, fail)
+            self._watch_attempt(attempt, handle, started, checkpoint_dir, before, follower, stop, fail, world)
+        except AttemptFailed as failed:
+            failed.lost_hosts = handle.lost_hosts()
+            raise
         except AllocationEnding as ending:
             if ending.checkpoint_within > 0:
                 self._checkpoint_before_the_end(attempt, handle, checkpoint_dir, ending.checkpoint_within)
@@ -252,9 +290,9 @@ class Supervisor:
 
     def _watch_attempt(self, attempt: int, handle: AttemptHandle, started: float, checkpoint_dir: Path,
                        before: int | None, follower: LogFollower, stop: Callable[[], None],
-                       fail: Callable[..., AttemptFailed]) -> None:
+                       fail: Callable[..., AttemptFailed], world: int) -> None:
+        """``world``: the attempt's world size (smaller than the job's when planned on fewer nodes)."""
         clock = StepClock()
-        world = self.sub.world_size
         watch = self.sub.job.watch
         comm_seen: float | None = None
         first_step_seen = False
@@ -429,7 +467,8 @@ def run_supervisor(job_id: str, run_dir: str | None = None, reattach: bool = Fal
         stop_flag.install()
     launcher = kind.attempt_launcher(submission)
     supervisor = Supervisor(journal, submission, launcher, stop_flag=stop_flag,
-                            allocation_ending=kind.allocation_ending, local_has_gpu=local_has_gpu())
+                            allocation_ending=kind.allocation_ending, local_has_gpu=local_has_gpu(),
+                            excluded_hosts=view.excluded_hosts)
     adopt = None
     first_attempt = max(view.attempts) + 1 if view.attempts else 0
     if in_allocation:

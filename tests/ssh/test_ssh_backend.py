@@ -169,8 +169,10 @@ def test_an_unmodified_hf_trainer_spans_two_hosts_and_survives_a_hang(ssh_hosts,
 
 def test_a_host_lost_mid_run_is_node_lost_and_the_job_fails_naming_it(ssh_hosts, on_hosts):
     """Host 2's sshd and every process in it are killed mid-run (a crashed machine). The job needs
-    both hosts (nodes: 2), so after its restarts it fails, naming the lost host."""
+    both hosts (nodes: 2) and the cluster lists no other, so it fails at once (no restart could be
+    placed), naming the lost host and what the job needs."""
     cli, demo = on_hosts
+    write_profile(cli, ssh_hosts, ssh_hosts.addresses[:2])  # no spare host to take the lost one's place
     job_id = cli.run("submit", "--cluster", "ssh", str(demo), *TWO_HOSTS, "--set", "restart.max_restarts=1",
                      "--set", "watch.heartbeat_timeout=60s", "--set", "args=[--steps, 100000]",
                      check=True).stdout.strip()
@@ -185,9 +187,14 @@ def test_a_host_lost_mid_run_is_node_lost_and_the_job_fails_naming_it(ssh_hosts,
     finally:
         ssh_hosts.restart_sshd(1)
     assert final["state"] == "FAILED", final
-    categories = [f["category"] for f in final["failures"]]
-    assert categories == ["preemption_or_node_lost", "preemption_or_node_lost"], final["failures"]
-    assert f"{lost}:22" in final["failures"][1]["evidence"] and f"{lost}:22" in final["reason"], final
+    [failure] = final["failures"]
+    assert failure["category"] == "preemption_or_node_lost" and failure["action"] == "give_up", failure
+    assert f"{lost}:22" in failure["evidence"], failure
+    assert (f"cannot restart: cluster 'ssh' has 1 of its 2 hosts left ({lost}:22 lost); the job needs 2 "
+            "(nodes: 2)") in final["reason"], final["reason"]
+    assert [e["message"] for e in final["events"] if e["kind"] == "host_excluded"] == [
+        f"host {lost}:22 was lost in attempt 0: the attempts after it are planned without it"]
+    assert final["attempts"] == 1
     supervisor_log = (Path(final["run_dir"]) / "supervisor.log").read_text()
     assert f"host root@{lost}:22 (node 1) stopped answering" in supervisor_log
     assert ssh_hosts.job_processes(0, job_id) == []  # the host that was left is stopped too

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from fsdp_orch.jobspec.schema import RestartPolicy
-from fsdp_orch.supervise.policy import FailureRecord, backoff_delay, decide
+from fsdp_orch.supervise.policy import FailureRecord, backoff_delay, decide, hosts_to_exclude
 
 
 def policy(**kw) -> RestartPolicy:
@@ -65,3 +65,21 @@ def test_jitter_is_bounded_and_reproducible_with_an_injected_rng():
     for n, delay in enumerate(first, start=1):
         base = min(60.0, 3.0 ** (n - 1))
         assert base <= delay <= base + 0.5
+
+
+def test_a_lost_host_is_excluded_once_and_only_for_a_lost_node():
+    assert hosts_to_exclude("preemption_or_node_lost", ("10.0.0.3:22",), []) == ["10.0.0.3:22"]
+    assert hosts_to_exclude("preemption_or_node_lost", ("a:22", "b:22", "a:22"), ["b:22"]) == ["a:22"]
+    assert hosts_to_exclude("hang", ("10.0.0.3:22",), []) == []
+    assert hosts_to_exclude("preemption_or_node_lost", (), []) == []
+
+
+def test_no_restart_when_the_next_attempt_has_too_few_hosts():
+    history = [rec(0, "preemption_or_node_lost")]
+    d = decide(policy(max_restarts=3), history, restarts_done=0,
+               cannot_place="cluster 'ssh' has 1 of its 2 hosts left (10.0.0.3:22 lost); the job needs 2")
+    assert not d.restart and d.reason.startswith("cannot restart: cluster 'ssh' has 1 of its 2 hosts left")
+    assert decide(policy(max_restarts=3), history, restarts_done=0, cannot_place=None).restart
+    # A failure the policy does not retry says so first.
+    d = decide(policy(retry_on=["hang"]), history, restarts_done=0, cannot_place="too few hosts")
+    assert not d.restart and "retry_on" in d.reason

@@ -201,3 +201,33 @@ def test_a_bad_fault_spec_is_an_input_error_not_a_silent_no_op() -> None:
     assert spec("env: {FSDP_ORCH_FAULT: 'hang:step=3:rank=1'}\n").env["FSDP_ORCH_FAULT"]
     exc = error("env: {FSDP_ORCH_FAULT: 'hang:step=3'}\n")
     assert "env" in str(exc) and "rank=N is required" in str(exc)
+
+
+@pytest.mark.parametrize(("written", "low", "high"), [
+    ("2", 2, 2), ("1-2", 1, 2), ("'2-3'", 2, 3), (" 1 - 4", 1, 4), ("'3-3'", 3, 3), ("'2'", 2, 2)])
+def test_nodes_is_a_count_or_an_elastic_range(written: str, low: int, high: int) -> None:
+    job = spec(f"nodes: {written}\n")
+    assert (job.min_nodes, job.nodes) == (low, high)  # nodes stays the (largest) count
+    assert job.nodes_text == (str(high) if low == high else f"{low}-{high}")
+    again = JobSpec.model_validate(job.model_dump(mode="json"))  # submission.json, job.json
+    assert (again.min_nodes, again.nodes) == (low, high)
+    assert job.model_dump(mode="json")["nodes"] == (high if low == high else f"{low}-{high}")
+
+
+@pytest.mark.parametrize(("written", "expected"), [
+    ("3-1", "1 <= MIN <= MAX"), ("0-2", "1 <= MIN <= MAX"), ("'1-'", "a node count (2) or an elastic range"),
+    ("a-b", "a node count (2) or an elastic range"), ("two", "a node count (2) or an elastic range"),
+    ("0", "greater than 0")])
+def test_a_bad_node_range_names_the_field_and_what_was_expected(written: str, expected: str) -> None:
+    exc = error(f"nodes: {written}\n")
+    assert exc.field == "nodes" and exc.line == 3 and expected in str(exc), str(exc)
+
+
+def test_set_nodes_takes_a_range_and_its_errors_name_the_set(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(BASE + "nodes: 2\n")
+    job, _ = load_job(path, ["nodes=1-2"])
+    assert (job.min_nodes, job.nodes) == (1, 2)
+    with pytest.raises(InputError) as info:
+        load_job(path, ["nodes=2-1"])
+    assert (info.value.file, info.value.field) == ("--set", "nodes") and "MIN <= MAX" in str(info.value)
