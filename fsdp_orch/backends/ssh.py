@@ -2,7 +2,7 @@
 detached on the submitting machine, as on the local kind, and starts each attempt on every host at
 once (``ssh_attempt``). Either the hosts share the run folder with it (``shared_filesystem: true``),
 or each keeps the job under its own ``remote_workdir`` (``false``): the job is copied there and the
-hosts report back over SSH (``ssh_own_disk``)."""
+hosts report back over SSH (``ssh_staging``, ``ssh_reports``)."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ hosts with their own disks."""
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from fsdp_orch.backends.files import FileObservation
 from fsdp_orch.backends.ssh_connect import on_every_host, run_on, where
 from fsdp_orch.categories import NODE_LOST_EXIT
 from fsdp_orch.node_report import exit_file
-from fsdp_orch.plan import host_port
+from fsdp_orch.plan import OWN_DISK_PACKAGE, host_port
 from fsdp_orch.submission import Submission
 
 # Runs a node's script and writes its exit status (also for a supervisor that re-attached).
@@ -38,7 +39,7 @@ def own_disk_run_dir(profile: Any, job_id: str) -> str | None:
     """The job's run folder on each host when the hosts have their own disks; None when shared."""
     if profile.shared_filesystem:
         return None
-    return f"{profile.remote_workdir.rstrip('/')}/runs/{job_id}"
+    return posixpath.join(profile.remote_workdir, "runs", job_id)  # as make_plan puts it
 
 
 def host_python(profile: Any, job_id: str) -> str:
@@ -46,7 +47,9 @@ def host_python(profile: Any, job_id: str) -> str:
     own disks, the copy sent with the job)."""
     run_dir = own_disk_run_dir(profile, job_id)
     python = shlex.quote(profile.python)
-    return python if run_dir is None else f"PYTHONPATH={shlex.quote(run_dir + '/lib')} {python}"
+    if run_dir is None:
+        return python
+    return f"PYTHONPATH={shlex.quote(posixpath.join(run_dir, OWN_DISK_PACKAGE))} {python}"
 
 
 def stop_command(python: str, job_id: str, attempt: int | None, pgid: int | None, grace: float) -> str:
