@@ -48,6 +48,9 @@ class PlanContext:
     # Hosts ("address:port") lost in earlier attempts: a kind that can plan around them does
     # (the SSH kind takes the next listed host, or fewer nodes within ``nodes: MIN-MAX``).
     excluded_hosts: tuple[str, ...] = ()
+    # The addresses of the machines the attempt runs on, where the kind finds them only at launch (a
+    # TPU VM's workers, from gcloud's describe), by worker index; () when unknown (render).
+    workers: tuple[str, ...] = ()
 
 
 def host_port(address: str, port: int) -> str:
@@ -216,7 +219,7 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
     if device == "cuda":
         env += missing_defaults(nccl_env_defaults(attempt_dir), dict(env)).items()
     if job.launcher == "xla":
-        env.append(("PJRT_DEVICE", "TPU"))
+        env.append(("PJRT_DEVICE", device.upper()))
     return LaunchPlan(
         job=job, profile=profile, cluster=cluster, job_id=ctx.job_id, attempt=ctx.attempt,
         launcher=job.launcher, device=device, nnodes=nnodes, nproc_per_node=nproc, world_size=nnodes * nproc,

@@ -77,26 +77,27 @@ class Submission:
 
     def context(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
                 rdzv_port: int | None = None, local_has_gpu: bool = False,
-                excluded_hosts: tuple[str, ...] = ()) -> PlanContext:
+                excluded_hosts: tuple[str, ...] = (), workers: tuple[str, ...] = ()) -> PlanContext:
         return PlanContext(job_id=self.job_id, attempt=attempt, run_root=self.run_root, job_dir=self.job_dir,
                            resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
                            local_has_gpu=local_has_gpu, bootstrap_dir=str(bootstrap_site_dir()),
-                           supervisor_command=self.supervisor_command, excluded_hosts=excluded_hosts)
+                           supervisor_command=self.supervisor_command, excluded_hosts=excluded_hosts,
+                           workers=workers)
 
     def launch_plan(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
                     rdzv_port: int | None = None, local_has_gpu: bool = False,
-                    excluded_hosts: tuple[str, ...] = ()) -> LaunchPlan:
+                    excluded_hosts: tuple[str, ...] = (), workers: tuple[str, ...] = ()) -> LaunchPlan:
         """Attempt ``attempt``'s plan (no artifacts); InputError when it cannot be placed (too few hosts
         left once ``excluded_hosts`` are left out)."""
         ctx = self.context(attempt, resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
-                           local_has_gpu=local_has_gpu, excluded_hosts=excluded_hosts)
+                           local_has_gpu=local_has_gpu, excluded_hosts=excluded_hosts, workers=workers)
         return make_plan(self.job, self.profile, self.cluster, ctx, self.kind)
 
     def plan(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
              rdzv_port: int | None = None, local_has_gpu: bool = False,
-             excluded_hosts: tuple[str, ...] = ()) -> tuple[LaunchPlan, list[Artifact]]:
+             excluded_hosts: tuple[str, ...] = (), workers: tuple[str, ...] = ()) -> tuple[LaunchPlan, list[Artifact]]:
         plan = self.launch_plan(attempt, resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
-                                local_has_gpu=local_has_gpu, excluded_hosts=excluded_hosts)
+                                local_has_gpu=local_has_gpu, excluded_hosts=excluded_hosts, workers=workers)
         return plan, self.render(plan)
 
     def render(self, plan: LaunchPlan) -> list[Artifact]:

@@ -1,13 +1,14 @@
 """What a cluster kind provides, and what the supervisor sees of an attempt. Protocols only.
 
 A kind (one module under ``backends/``, found through ``registry``) owns its profile model, its
-planning hook (``place``), its artifacts, and the doing: ``start``, ``cancel``, ``refresh``, an
-optional ``provision``/``teardown``, and the attempt launcher the supervisor runs attempts with.
+planning hook (``place``), its artifacts, and the doing: ``start``, ``cancel``, ``refresh``, and
+the attempt launcher the supervisor runs attempts with (which also readies the machines: a TPU VM).
 The supervisor talks only to that launcher and the attempt handles it returns.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from fsdp_orch.checkpoints import Storage
@@ -89,10 +90,17 @@ class AttemptLauncher(Protocol):
         """The rendezvous port, where the kind picks one at launch; None: the plan's."""
         ...
 
+    def machines(self, attempt: int, say: Callable[[str], None]) -> tuple[str, ...]:
+        """Have the machines for ``attempt`` ready (a preempted TPU VM deleted and created again), and
+        return their addresses where the kind finds them only now (``PlanContext.workers``); () where
+        the profile or the scheduler names them. ``say``: records what was done, as the job's events.
+        A FsdpOrchError when there are none to run on."""
+        ...
+
 
 class ClusterKind(PlanningKind, Protocol):
     """Everything fsdp-orch knows about one kind of cluster. Subclass it explicitly to inherit the
-    defaults (no provisioning, an allocation that never ends early)."""
+    defaults (an allocation that never ends early)."""
 
     def attempt_launcher(self, submission: Submission) -> AttemptLauncher:
         ...
@@ -110,14 +118,6 @@ class ClusterKind(PlanningKind, Protocol):
         supervisor cannot report. ``rows``: the jobs something was started for whose supervisor is
         not alive on this machine (``liveness.needs_settling``). Returns the ids it changed."""
         ...
-
-    def provision(self, submission: Submission) -> None:
-        """Create what the job runs on, where the kind makes machines (a TPU VM)."""
-        return None
-
-    def teardown(self, submission: Submission) -> None:
-        """Delete what ``provision`` made."""
-        return None
 
     def doctor(self, profile: Any, torch_version: str | None, run: Runner) -> list[Check]:
         """What a job on a cluster of this kind needs, checked (``fsdp-orch doctor --cluster``);

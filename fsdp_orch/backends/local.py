@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -122,6 +123,9 @@ class LocalLauncher:
 
     def port_for_attempt(self, attempt: int) -> int:
         return free_port()
+
+    def machines(self, attempt: int, say: Callable[[str], None]) -> tuple[str, ...]:
+        return ()  # this machine
 
     def launch(self, plan: LaunchPlan, artifacts: list[Artifact]) -> LocalAttempt:
         write_artifacts(artifacts)

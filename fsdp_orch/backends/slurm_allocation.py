@@ -132,6 +132,9 @@ class SlurmStepLauncher:
     def port_for_attempt(self, attempt: int) -> int:
         return free_port("0.0.0.0")
 
+    def machines(self, attempt: int, say: Callable[[str], None]) -> tuple[str, ...]:
+        return ()  # the allocation's nodes, known to SLURM
+
     def adopt(self, attempt: int, ref: str | None) -> SlurmStep:
         raise NotImplementedError("a SLURM attempt is never adopted: a requeued job starts the next attempt")
 

@@ -76,13 +76,14 @@ def stop_on_host(host: Any, profile: Any, job_id: str, attempt: int | None, pgid
 
 class SshAttempt(FileObservation):
     def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int],
-                 attempt_dir: Path | None = None, hosts: list[Any] | None = None):
+                 attempt_dir: Path | None = None, hosts: list[Any] | None = None, ssh: Any = None):
         """``attempt_dir``: where the attempt's files are read (default: the run folder the hosts share).
         ``hosts``: the profile's host of each node rank (default: the profile's first hosts; an attempt
-        planned around lost hosts has others)."""
+        planned around lost hosts has others). ``ssh``: the SSH settings and hosts (default: the
+        submission's ssh profile; a TPU VM's are found at launch)."""
         super().__init__(submission.run_dir, attempt, attempt_dir or Path(submission.attempt_dir(attempt)))
         self.submission = submission
-        self.profile: Any = submission.profile
+        self.profile: Any = ssh or submission.profile
         self.hosts = list(self.profile.hosts if hosts is None else hosts)  # by node rank
         self.pgids = pgids  # node rank: the process group of its node script
         self._checked_at = time.monotonic()

@@ -4,6 +4,7 @@ disk (``ssh_staging``) and watched through the reports the hosts send back (``ss
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
@@ -22,28 +23,35 @@ class SshLauncher:
     def __init__(self, submission: Submission):
         self.submission = submission
 
+    @property
+    def ssh(self) -> Any:
+        """The SSH settings and hosts (an ssh profile): the submission's own here; a TPU VM's launcher
+        makes them from the workers it finds."""
+        return self.submission.profile
+
     @cached_property
     def checkpoints(self) -> Storage:
         """The hosts' shared filesystem, or the first host's own disk over SFTP."""
-        profile: Any = self.submission.profile
-        if profile.shared_filesystem:
+        if self.ssh.shared_filesystem:
             return LOCAL
-        return SftpStorage(profile.hosts[0], profile)
+        return SftpStorage(self.ssh.hosts[0], self.ssh)
 
     def _attempt(self, attempt: int, pgids: dict[int, int], hosts: list[Any]) -> SshAttempt:
-        if self.submission.profile.shared_filesystem:  # type: ignore[attr-defined]
-            return SshAttempt(self.submission, attempt, pgids, hosts=hosts)
-        return OwnDiskAttempt(self.submission, attempt, pgids, self.checkpoints, hosts=hosts)
+        if self.ssh.shared_filesystem:
+            return SshAttempt(self.submission, attempt, pgids, hosts=hosts, ssh=self.ssh)
+        return OwnDiskAttempt(self.submission, attempt, pgids, self.checkpoints, hosts=hosts, ssh=self.ssh)
 
     def port_for_attempt(self, attempt: int) -> int | None:
         return None  # the profile's rdzv_port, else one derived from the job and attempt (plan.py)
 
+    def machines(self, attempt: int, say: Callable[[str], None]) -> tuple[str, ...]:
+        return ()  # the profile lists the hosts
+
     def adopt(self, attempt: int, ref: str | None) -> SshAttempt:
         """The attempt of ``SshAttempt.ref`` (``ssh:RANK=PGID@ADDRESS:PORT,...``; without ``@``, node
         rank N is the profile's host N)."""
-        profile: Any = self.submission.profile
-        by_place = {host_port(host.address, host.port): host for host in profile.hosts}
-        pgids, hosts = {}, list(profile.hosts)
+        by_place = {host_port(host.address, host.port): host for host in self.ssh.hosts}
+        pgids, hosts = {}, list(self.ssh.hosts)
         for item in (ref or "").removeprefix("ssh:").split(","):
             if "=" in item:
                 rank, _, rest = item.partition("=")
@@ -54,19 +62,19 @@ class SshLauncher:
         return self._attempt(attempt, pgids, hosts)
 
     def launch(self, plan: LaunchPlan, artifacts: list[Artifact]) -> SshAttempt:
-        profile: Any = plan.profile
-        if profile.shared_filesystem:
+        ssh = self.ssh
+        if ssh.shared_filesystem:
             write_artifacts(artifacts)
         else:
-            put_on_own_disks(plan, artifacts, self.submission)
-        hosts = plan_hosts(plan)
+            put_on_own_disks(plan, artifacts, self.submission, ssh)
+        hosts = plan_hosts(plan, ssh)
 
         started: dict[int, int] = {}
 
         def start_on(rank: int, host: Any) -> Exception | None:
             try:
-                out = run_on(host, profile, start_command(plan.attempt_dir, rank),
-                             timeout=profile.connect_timeout + 30, warn=False).stdout
+                out = run_on(host, ssh, start_command(plan.attempt_dir, rank),
+                             timeout=ssh.connect_timeout + 30, warn=False).stdout
                 started[rank] = int(out.strip().splitlines()[-1])
                 return None
             except Exception as exc:  # noqa: BLE001 - reported below, after the others are stopped

@@ -132,9 +132,9 @@ class OwnDiskAttempt(SshAttempt):
     """An attempt on hosts with their own disks: read from the local mirror the reports keep."""
 
     def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int], storage: Storage,
-                 hosts: list[Any] | None = None):
+                 hosts: list[Any] | None = None, ssh: Any = None):
         local_attempt = submission.run_dir / f"attempt-{attempt}"
-        super().__init__(submission, attempt, pgids, attempt_dir=local_attempt, hosts=hosts)
+        super().__init__(submission, attempt, pgids, attempt_dir=local_attempt, hosts=hosts, ssh=ssh)
         self.storage = storage
         self.reports = {rank: HostReports(self.hosts[rank], self.profile, submission.job_id, attempt, rank, pgid,
                                           submission.run_dir)

@@ -87,17 +87,16 @@ def send_stdin(host: Any, profile: Any, command: str, data: bytes, timeout: floa
         raise FsdpOrchError(f"host {where(host)}: `{command}` exited {code}: {errors.strip()[-500:]}")
 
 
-def unpack_on_every_host(plan: LaunchPlan, archive: bytes) -> None:
-    profile: Any = plan.profile
+def unpack_on_every_host(plan: LaunchPlan, archive: bytes, ssh: Any) -> None:
     command = f"mkdir -p {shlex.quote(plan.run_dir)} && tar -xzf - -C {shlex.quote(plan.run_dir)}"
-    on_every_host(plan_hosts(plan), lambda i, host: send_stdin(host, profile, command, archive,
-                                                               timeout=profile.connect_timeout + 120))
+    on_every_host(plan_hosts(plan, ssh), lambda i, host: send_stdin(host, ssh, command, archive,
+                                                                   timeout=ssh.connect_timeout + 120))
 
 
-def plan_hosts(plan: LaunchPlan) -> list[Any]:
-    """The profile's host entry of each node of the plan, by node rank."""
-    profile: Any = plan.profile
-    by_place = {(host.address, host.port): host for host in profile.hosts}
+def plan_hosts(plan: LaunchPlan, ssh: Any) -> list[Any]:
+    """The host entry (of ``ssh``, the SSH settings and hosts: an ssh profile) of each node of the
+    plan, by node rank."""
+    by_place = {(host.address, host.port): host for host in ssh.hosts}
     return [by_place[(node.address, node.port)] for node in plan.nodes]
 
 
@@ -144,15 +143,16 @@ def complete_on_every_host(hosts: list[Any], profile: Any, folder: str) -> tuple
             conn.close()
 
 
-def put_on_own_disks(plan: LaunchPlan, artifacts: list[Artifact], submission: Any) -> None:
-    """Everything the attempt needs, on every host of the plan; a copy of the rendered files in the
-    supervisor's run folder, for the record. When the attempt resumes, the checkpoint first."""
+def put_on_own_disks(plan: LaunchPlan, artifacts: list[Artifact], submission: Any, ssh: Any) -> None:
+    """Everything the attempt needs, on every host of the plan (reached with ``ssh``); a copy of the
+    rendered files in the supervisor's run folder, for the record. When the attempt resumes, the
+    checkpoint first."""
     local_run_dir = Path(submission.run_dir)
     write_artifacts([Artifact(str(local_run_dir / posixpath.relpath(a.path, plan.run_dir)), a.text, a.executable)
                      for a in artifacts])
-    unpack_on_every_host(plan, job_archive(plan, artifacts, submission.job_dir))
+    unpack_on_every_host(plan, job_archive(plan, artifacts, submission.job_dir), ssh)
     if plan.resume_from:
-        files, size = complete_on_every_host(plan_hosts(plan), plan.profile, plan.resume_from)
+        files, size = complete_on_every_host(plan_hosts(plan, ssh), ssh, plan.resume_from)
         if files:
             print(f"fsdp-orch supervisor: copied {files} file(s), {size / 2**20:.1f} MiB, of {plan.resume_from} "
                   "between the hosts, so that each has all of it", flush=True)

@@ -112,6 +112,7 @@ class Supervisor:
         self.history: list[FailureRecord] = []
         self.requeued_attempts = 0  # attempts the scheduler took away: they use no restart budget
         self.excluded_hosts = list(excluded_hosts or [])  # later attempts are planned without them
+        self.workers: tuple[str, ...] = ()  # the machines the kind found for the latest attempt
         self._last_step: int | None = None
         self._last_ckpt: int | None = None
         self._hang_detection_off: str | None = None
@@ -181,7 +182,7 @@ class Supervisor:
         """Why ``attempt`` could not be planned on the hosts that are left; None when it can."""
         try:
             self.sub.launch_plan(attempt, local_has_gpu=self.local_has_gpu,
-                                 excluded_hosts=tuple(self.excluded_hosts))
+                                 excluded_hosts=tuple(self.excluded_hosts), workers=self.workers)
         except InputError as exc:
             return exc.detail
         return None
@@ -211,6 +212,8 @@ class Supervisor:
 
     def _run_attempt(self, attempt: int, adopt: Adopt | None) -> None:
         checkpoint_dir = Path(self.sub.checkpoint_dir).expanduser()
+        if adopt is None:
+            self.workers = self._machines(attempt)
         before = self._checkpoint_step(checkpoint_dir)
         excluded = tuple(self.excluded_hosts)
         if adopt is not None:
@@ -222,7 +225,8 @@ class Supervisor:
             resume_from, resume_step = self._resume_point(attempt, checkpoint_dir)
             plan, artifacts = self.sub.plan(attempt, resume_from=resume_from, resume_step=resume_step,
                                             rdzv_port=self.launcher.port_for_attempt(attempt),
-                                            local_has_gpu=self.local_has_gpu, excluded_hosts=excluded)
+                                            local_has_gpu=self.local_has_gpu, excluded_hosts=excluded,
+                                            workers=self.workers)
             world = plan.world_size
             started = self.clock()
             self.journal.start_attempt(attempt, resume_from=resume_from, now=started)
@@ -262,6 +266,17 @@ class Supervisor:
             if ending.checkpoint_within > 0:
                 self._checkpoint_before_the_end(attempt, handle, checkpoint_dir, ending.checkpoint_within)
             raise
+
+    def _machines(self, attempt: int) -> tuple[str, ...]:
+        """The kind readies the attempt's machines (a preempted TPU VM made again), saying what it does."""
+        def say(message: str) -> None:
+            print(f"fsdp-orch supervisor: {message}", flush=True)
+            self.journal.add_event(attempt=attempt, kind="machines", message=message)
+        try:
+            return self.launcher.machines(attempt, say)
+        except FsdpOrchError as exc:
+            raise AttemptFailed(Diagnosis("preemption_or_node_lost", True, f"no machines to run on: {exc}"),
+                                self.clock(), None, self._last_ckpt, self._last_ckpt) from None
 
     def _checkpoint_before_the_end(self, attempt: int, handle: AttemptHandle, checkpoint_dir: Path,
                                    within: float) -> None:
@@ -421,7 +436,12 @@ class Supervisor:
         self.journal.progress(lead.step, lead.loss, lead.progress_time)
 
     def _checkpoint_step(self, checkpoint_dir: Path) -> int | None:
-        info = latest_complete(checkpoint_dir, self.launcher.checkpoints)
+        """The latest complete checkpoint's step; while the storage cannot be reached (the first host
+        of hosts with their own disks, lost or preempted), the latest one seen."""
+        try:
+            info = latest_complete(checkpoint_dir, self.launcher.checkpoints)
+        except FsdpOrchError:
+            return self._last_ckpt
         return info.step if info else None
 
     def _record_checkpoint(self, checkpoint_dir: Path) -> None:

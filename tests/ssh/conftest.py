@@ -96,6 +96,13 @@ class SshHosts:
                 found.append(pid)
         return found
 
+    def assert_nothing_left(self, home: Path) -> None:
+        """No process of any job run from the FSDP_ORCH_HOME ``home`` is left on any host."""
+        runs = home / "runs"
+        for job_id in (p.name for p in runs.iterdir()) if runs.is_dir() else []:
+            left = {ns: self.job_processes(i, job_id) for i, ns in enumerate(self.namespaces)}
+            assert not any(left.values()), f"job {job_id} left processes behind: {left}"
+
     def ssh(self, i: int, *command: str, check: bool = True, timeout: float = 60,
             known_hosts: Path | None = None) -> subprocess.CompletedProcess[str]:
         """Run ``command`` (an argv, quoted here once for the remote shell) as root on host ``i``

@@ -38,10 +38,7 @@ def apart(ssh_hosts) -> Iterator[tuple[Cli, Path]]:  # type: ignore[no-untyped-d
     (cli.cwd / "clusters" / "own.yaml").write_text(profile)
     try:
         yield cli, copy_demo(base)
-        runs = cli.home / "runs"
-        for job_id in (p.name for p in runs.iterdir()) if runs.is_dir() else []:
-            left = {ns: ssh_hosts.job_processes(i, job_id) for i, ns in enumerate(ssh_hosts.namespaces)}
-            assert not any(left.values()), f"job {job_id} left processes behind: {left}"
+        ssh_hosts.assert_nothing_left(cli.home)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
