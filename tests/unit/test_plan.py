@@ -82,7 +82,8 @@ def test_paths() -> None:
     assert plan("local", "workdir: sub/../w\ncheckpoint: {dir: ck}\n").checkpoint_dir == "/jobs/demo/w/ck"
     assert plan("ssh").workdir == "/shared/work"
     assert plan("ssh", "workdir: exp1\n").workdir == "/shared/work/exp1"
-    assert plan("tpu-vm", "launcher: xla\n").checkpoint_dir == "~/work/checkpoints/demo-run"
+    # a TPU VM worker keeps the job on its own disk
+    assert plan("tpu-vm", "launcher: xla\n").checkpoint_dir == "/var/tmp/fsdp-orch/runs/j1/code/checkpoints/demo-run"
 
 
 def test_resume_and_env() -> None:
@@ -132,8 +133,9 @@ def test_every_kind_exports_the_collective_timeout_and_the_bootstrap_path() -> N
         p = plan(kind, extra + "watch: {collective_timeout: 90s}\n", ctx=ctx)
         assert dict(p.env)["FSDP_ORCH_COLLECTIVE_TIMEOUT"] == "90"
         main = [t for name, t in texts(p).items() if name.endswith(".sh") and "NODE_RANK=" in t]
-        assert main and all("export PYTHONPATH='/pkg/boot site'${PYTHONPATH:+:\"$PYTHONPATH\"}" in t
-                            for t in main), kind
+        # a TPU VM's workers have their own disks: the bootstrap is that of the copy sent with the job
+        site = "/var/tmp/fsdp-orch/runs/j1/lib/fsdp_orch/bootstrap/site" if kind == "tpu-vm" else "'/pkg/boot site'"
+        assert main and all(f"export PYTHONPATH={site}${{PYTHONPATH:+:\"$PYTHONPATH\"}}" in t for t in main), kind
 
 
 def test_nccl_flight_recorder_on_gpus_with_the_users_values_winning() -> None:

@@ -1,0 +1,189 @@
+"""`--cluster tpu-vm` on a stand-in for Google Cloud: a FAKE gcloud (tests/fakes/fake_gcloud.py,
+first on PATH) answers describe/create/delete and runs `ssh --worker=all` for real; the TPU VM's
+workers are two of the real sshd hosts (tests/ssh/hosts.sh), each with its own disk, and run the
+CPU path (pjrt_device: CPU; no TPU, no torch_xla here). Everything but the cloud API is real: the
+launch on the workers over SSH, the supervisor, the restarts and the checkpoints. The checkpoints go
+to a folder every worker sees (as a gcsfuse bucket would be): a re-created VM has empty disks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from cli_harness import Cli, copy_demo, make_cli
+from fakes.fake_gcloud import calls, new_state, preempt
+
+pytestmark = [pytest.mark.slow, pytest.mark.root]
+
+FAKE_GCLOUD_BIN = Path(__file__).resolve().parents[1] / "fakes" / "bin"
+TPU = "fo-test-v4"
+ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
+STEPS = 30
+TWO_WORKERS = ["--set", "launcher=xla", "--set", "nodes=2", "--set", "checkpoint.interval=5", "--set", "restart.backoff.initial=1s",
+               "--set", "restart.backoff.jitter=0", "--set", "watch.heartbeat_timeout=10s",
+               "--set", "watch.startup_timeout=120s"]
+
+
+@dataclass
+class TpuCli(Cli):
+    """The CLI with the fake gcloud first on PATH, for it and the supervisors it starts."""
+
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**super().env, **self.extra_env}
+
+
+@dataclass
+class Stand:
+    cli: TpuCli
+    demo: Path
+    state: Path  # the fake gcloud's
+    bucket: Path  # what every worker mounts, for checkpoints
+    remote_workdir: str
+
+    def submit(self, *extra: str, wait: bool = True, demo: Path | None = None) -> dict | str:
+        job = str(demo or self.demo)
+        ckpt = self.bucket / uuid.uuid4().hex[:8]
+        args = ["submit", "--cluster", "tpu", *(["--wait", "--json"] if wait else []), job, *TWO_WORKERS,
+                "--set", f"checkpoint.dir={ckpt}", *extra]
+        proc = self.cli.run(*args, timeout=500)
+        assert proc.returncode in (0, 1) and proc.stdout.strip(), (proc.returncode, proc.stdout, proc.stderr)
+        return json.loads(proc.stdout) if wait else proc.stdout.strip()
+
+    def on_worker(self, ssh_hosts, i: int, job_id: str, path: str) -> str:  # type: ignore[no-untyped-def]
+        return ssh_hosts.ssh(i, "cat", f"{self.remote_workdir}/runs/{job_id}/{path}").stdout
+
+
+@pytest.fixture
+def stand(ssh_hosts) -> Iterator[Stand]:  # type: ignore[no-untyped-def]
+    """A CLI and a copy of the demo in the folder the workers cannot see, a tpu-vm profile that owns
+    a spot v4-16 (2 workers: hosts 1 and 2), and the fake gcloud's state (no TPU VM yet)."""
+    base = ssh_hosts.submit_host_dir / uuid.uuid4().hex[:8]
+    bucket = ssh_hosts.dir / "bucket" / base.name
+    bucket.mkdir(parents=True)
+    workers = [{"address": ssh_hosts.addresses[i], "host": i + 1, "namespace": ssh_hosts.namespaces[i]} for i in (0, 1)]
+    state = new_state(ssh_hosts.dir / f"gcloud-{base.name}.json", workers=workers, ssh_dir=str(ssh_hosts.dir),
+                      ssh={"user": "root", "key": str(ssh_hosts.key), "known_hosts": str(ssh_hosts.known_hosts)})
+    plain = make_cli(base)
+    cli = TpuCli(home=plain.home, cwd=plain.cwd, extra_env={
+        "PATH": f"{FAKE_GCLOUD_BIN}{os.pathsep}{os.environ['PATH']}", "FAKE_GCLOUD_STATE": str(state)})
+    remote_workdir = f"{ssh_hosts.dir}/host-disk/tpu"
+    (cli.cwd / "clusters").mkdir(parents=True, exist_ok=True)
+    (cli.cwd / "clusters" / "tpu.yaml").write_text(f"""kind: tpu-vm
+tpu_name: {TPU}
+zone: us-central2-b
+project: fake-project
+accelerator_type: v4-16
+runtime_version: tpu-ubuntu2204-base
+spot: true
+owns_vm: true
+num_workers: 2
+pjrt_device: CPU
+python: '{sys.executable}'
+remote_workdir: {remote_workdir}
+prepare:
+  - "test -d {remote_workdir} && echo prepared > {remote_workdir}/prepared"
+ssh_user: root
+ssh_key: {ssh_hosts.key}
+connect_timeout: 5
+ready_timeout: 120
+# The test hosts share one hostname: gloo must not find its address through it.
+env: {{GLOO_SOCKET_IFNAME: eth0, OMP_NUM_THREADS: "1"}}
+""")
+    try:
+        yield Stand(cli, copy_demo(base), state, bucket, remote_workdir)
+        ssh_hosts.assert_nothing_left(cli.home)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(bucket, ignore_errors=True)
+
+
+def explained(status: dict) -> str:
+    """What a failed assertion on ``status`` shows: the reason, the failures, the supervisor's log."""
+    log = Path(status["run_dir"]) / "supervisor.log"
+    return (f"{status['state']}: {status.get('reason')}\nfailures: {status.get('failures')}\n"
+            f"{log.read_text()[-4000:] if log.exists() else ''}")
+
+
+def verbs(state: Path) -> list[str]:
+    return [call["verb"] for call in calls(state)]
+
+
+def test_a_two_worker_job_creates_its_tpu_vm_and_succeeds(ssh_hosts, stand):
+    status = stand.submit("--set", f"args=[--steps, {STEPS}]")
+    assert status["state"] == "SUCCEEDED", explained(status)
+    assert status["failures"] == [] and status["progress"]["step"] == STEPS
+    job_id = status["id"]
+    # none existed: created (spot, the profile's type and version), waited for, prepared on each worker
+    made = verbs(stand.state)
+    assert made[:4] == ["describe", "describe", "create", "describe"], made
+    assert made.index("ssh") > made.index("create") and made.count("create") == 1, made
+    create = next(c for c in calls(stand.state) if c["verb"] == "create")
+    assert set(create["args"]) >= {"--zone=us-central2-b", "--project=fake-project", "--accelerator-type=v4-16",
+                                   "--version=tpu-ubuntu2204-base", "--spot"}, create
+    for i in (0, 1):
+        assert ssh_hosts.ssh(i, "cat", f"{stand.remote_workdir}/prepared").stdout == "prepared\n"
+    # one process per worker, with PJRT_DEVICE=CPU and the worker's index as its rank
+    result = json.loads(stand.on_worker(ssh_hosts, 0, job_id, "result.json"))
+    assert result["world_size"] == 2 and result["final_step"] == STEPS, result
+    for i in (0, 1):
+        script = stand.on_worker(ssh_hosts, i, job_id, f"attempt-0/node-{i}.sh")
+        assert f"NODE_RANK={i}" in script and "export PJRT_DEVICE=CPU" in script
+        assert f"MASTER_ADDR={ssh_hosts.addresses[0]}" in script
+    said = [e["message"] for e in status["events"] if e["kind"] == "machines"]
+    assert any("creating it" in m for m in said) and any("preparing them" in m for m in said), said
+
+
+def test_a_hung_worker_is_restarted_on_the_same_tpu_vm(ssh_hosts, stand):
+    status = stand.submit("--set", f"args=[--steps, {STEPS}]", "--set", "env.FSDP_ORCH_FAULT=hang:step=12:rank=1")
+    assert status["state"] == "SUCCEEDED", explained(status)
+    [failure] = status["failures"]
+    assert failure["category"] == "hang" and failure["action"] == "restart", failure
+    assert "rank 1" in failure["evidence"], failure
+    assert verbs(stand.state).count("create") == 1 and "delete" not in verbs(stand.state)
+    result = json.loads(stand.on_worker(ssh_hosts, 0, status["id"], "result.json"))
+    assert result["resumed_from"] == 10 and result["final_step"] == STEPS, result
+
+
+def test_a_preempted_tpu_vm_is_deleted_created_and_the_job_resumes(ssh_hosts, stand):
+    clean = stand.submit("--set", f"args=[--steps, {STEPS}]", demo=copy_demo(stand.demo.parent.parent / "clean"))
+    assert clean["state"] == "SUCCEEDED", explained(clean)
+    reference = json.loads(stand.on_worker(ssh_hosts, 0, clean["id"], "result.json"))
+    before = len(calls(stand.state))
+    job_id = stand.submit("--set", f"args=[--steps, {STEPS}, --sleep-per-step, 0.3]", wait=False)
+    assert isinstance(job_id, str)
+    try:
+        running = stand.cli.wait_until(job_id, lambda s: (s.get("last_checkpoint_step") or 0) >= 10, timeout=240,
+                                       what="a checkpoint of step 10")
+        assert running["state"] == "RUNNING", running
+        preempt(stand.state, TPU)
+        final = stand.cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=300, what="the end")
+    finally:
+        if stand.cli.status(job_id)["state"] not in ENDED:
+            stand.cli.run("cancel", job_id)
+    assert final["state"] == "SUCCEEDED", explained(final)
+    [failure] = final["failures"]
+    assert failure["category"] == "preemption_or_node_lost" and failure["action"] == "restart", failure
+    assert f"TPU VM {TPU} is PREEMPTED" in failure["evidence"], failure
+    # after the preemption: seen in describe, deleted, created, waited for, prepared, relaunched
+    # (the job's first attempt prepares the workers again: a new supervisor has not prepared them)
+    after = [c["verb"] for c in calls(stand.state)[before:]]
+    assert [v for v in after if v != "describe"] == ["ssh", "delete", "create", "ssh"], after
+    assert after[after.index("delete") - 1] == "describe", after
+    # resumed from the checkpoint in the bucket, on the new VM's empty disks, to the clean run's numbers
+    result = json.loads(stand.on_worker(ssh_hosts, 0, job_id, "result.json"))
+    assert result["resumed_from"] is not None and result["resumed_from"] >= 10, result
+    assert result["final_step"] == STEPS
+    assert result["final_loss"] == reference["final_loss"]
+    assert result["param_sha256"] == reference["param_sha256"]
+    assert ssh_hosts.ssh(0, "ls", f"{stand.remote_workdir}/runs", check=False).stdout.split() == [job_id], \
+        "the re-created VM's disk still has the earlier jobs"
