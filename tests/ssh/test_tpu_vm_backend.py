@@ -187,3 +187,16 @@ def test_a_preempted_tpu_vm_is_deleted_created_and_the_job_resumes(ssh_hosts, st
     assert result["param_sha256"] == reference["param_sha256"]
     assert ssh_hosts.ssh(0, "ls", f"{stand.remote_workdir}/runs", check=False).stdout.split() == [job_id], \
         "the re-created VM's disk still has the earlier jobs"
+
+
+def test_cancel_stops_the_job_on_every_worker(ssh_hosts, stand):
+    job_id = stand.submit("--set", "args=[--steps, 100000]", wait=False)
+    assert isinstance(job_id, str)
+    stand.cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=180,
+                         what="three steps")
+    assert all(ssh_hosts.job_processes(i, job_id) for i in (0, 1)), "a worker does not run the job"
+    assert "cancelled" in stand.cli.run("cancel", job_id, check=True).stdout
+    assert stand.cli.status(job_id)["state"] == "CANCELLED"
+    for i in (0, 1):
+        assert ssh_hosts.job_processes(i, job_id) == [], f"worker {i} still runs the job"
+    assert "delete" not in verbs(stand.state), "cancel must not delete a TPU VM"
