@@ -16,7 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
 
-EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_WAIT_TIMED_OUT = 0, 1, 2, 3
 
 
 def _open_index():  # type: ignore[no-untyped-def]
@@ -69,6 +69,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     from fsdp_orch.submit import submit
 
+    timeout = _wait_timeout(args)
     with _open_index() as index:
         store = index.store
         job_id, created = submit(index, Path(args.job), args.cluster, overrides=args.set,
@@ -81,14 +82,33 @@ def cmd_submit(args: argparse.Namespace) -> int:
             print(job_id if created else f"{job_id} (already submitted with this idempotency key)",
                   flush=True)
         from fsdp_orch.follow import wait_for
+        from fsdp_orch.states import TERMINAL_NAMES
 
         state = wait_for(index, job_id, show_progress=not args.json and sys.stderr.isatty(),
-                         quiet=args.json)
+                         quiet=args.json, timeout=timeout)
         if args.json:
             print(store.status_json(job_id))
         else:
             _print_table(store, [json.loads(store.status_json(job_id) or "{}")])
+        if state not in TERMINAL_NAMES:
+            print(f"fsdp-orch: stopped waiting after --timeout {args.timeout}; job {job_id} is {state} and "
+                  "goes on (fsdp-orch status / wait with the Python API)", file=sys.stderr)
+            return EXIT_WAIT_TIMED_OUT
         return EXIT_OK if state == "SUCCEEDED" else EXIT_JOB_FAILED
+
+
+def _wait_timeout(args: argparse.Namespace) -> float | None:
+    """Seconds ``submit --wait`` waits (``--timeout``); None: until the job ends."""
+    if args.timeout is None:
+        return None
+    if not args.wait:
+        raise InputError("only with --wait (how long to wait for the job to end)", field="--timeout")
+    from fsdp_orch.durations import parse_duration
+
+    try:
+        return parse_duration(args.timeout)
+    except ValueError as exc:
+        raise InputError(str(exc), field="--timeout") from None
 
 
 def _print_submitted(args: argparse.Namespace, job_id: str, created: bool, store) -> None:  # type: ignore[no-untyped-def]
@@ -265,6 +285,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("submit", help="submit a job; prints its id")
     job_options(p)
     p.add_argument("--wait", action="store_true", help="wait for the job to end; exit 1 if it failed or was cancelled")
+    p.add_argument("--timeout", metavar="D", help="with --wait: wait at most D (90s, 30m, 2h); then exit 3, the "
+                   "job goes on")
     p.add_argument("--json", action="store_true", help="print JSON ({\"id\": ...}; with --wait the final status)")
     p.add_argument("--idempotency-key", metavar="KEY",
                    help="submitting twice with the same key returns the first job instead of a new one")
