@@ -42,8 +42,8 @@ def _resolve_id(index, job_id: str) -> str:  # type: ignore[no-untyped-def]
 def cmd_render(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from fsdp_orch.job_control import plan_job
     from fsdp_orch.render import write_artifacts
-    from fsdp_orch.submit import plan_job
 
     planned = plan_job(Path(args.job), args.cluster, overrides=args.set,
                        accelerate_config=args.accelerate_config, job_id=args.job_id,
@@ -67,7 +67,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from fsdp_orch.submit import submit
+    from fsdp_orch.job_control import submit
 
     timeout = _wait_timeout(args)
     with _open_index() as index:
@@ -184,7 +184,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from fsdp_orch.submit import cancel
+    from fsdp_orch.job_control import cancel
 
     with _open_index() as index:
         job_id = _resolve_id(index, args.job_id)

@@ -10,10 +10,10 @@ import pytest
 from fsdp_orch.backends.registry import parse_profile
 from fsdp_orch.errors import InputError
 from fsdp_orch.index import open_index
+from fsdp_orch.job_control import record_submission
 from fsdp_orch.run_roots import runs_roots, shared_dir_of
 from fsdp_orch.states import JobState
 from fsdp_orch.store import Store
-from fsdp_orch.submit import record_submission
 
 
 @pytest.fixture

@@ -134,8 +134,8 @@ def test_a_node_failure_is_recorded_and_resubmitted_while_the_budget_allows(tmp_
     from fsdp_orch.backends.slurm import refresh
     from fsdp_orch.backends.slurm_parse import SlurmJob
     from fsdp_orch.index import JobIndex
+    from fsdp_orch.job_control import record_submission
     from fsdp_orch.store import Store
-    from fsdp_orch.submit import record_submission
 
     job = tmp_path / "job.yaml"
     job.write_text("name: n\nlauncher: python\ncommand: ['true']\nrestart: {max_restarts: 1}\n")
