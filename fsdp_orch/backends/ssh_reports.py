@@ -136,6 +136,8 @@ class OwnDiskAttempt(SshAttempt):
         local_attempt = submission.run_dir / f"attempt-{attempt}"
         super().__init__(submission, attempt, pgids, attempt_dir=local_attempt, hosts=hosts, ssh=ssh)
         self.storage = storage
+        import fabric  # noqa: F401 - here, in one thread: paramiko's circular imports fail in several at once
+
         self.reports = {rank: HostReports(self.hosts[rank], self.profile, submission.job_id, attempt, rank, pgid,
                                           submission.run_dir)
                         for rank, pgid in pgids.items()}

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,6 +21,9 @@ from pathlib import Path
 import pytest
 from cli_harness import Cli, copy_demo, make_cli
 from fakes.fake_gcloud import calls, new_state, preempt
+
+from fsdp_orch.proctree import pid_alive
+from fsdp_orch.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
@@ -200,3 +205,25 @@ def test_cancel_stops_the_job_on_every_worker(ssh_hosts, stand):
     for i in (0, 1):
         assert ssh_hosts.job_processes(i, job_id) == [], f"worker {i} still runs the job"
     assert "delete" not in verbs(stand.state), "cancel must not delete a TPU VM"
+
+
+def test_a_supervisor_killed_mid_run_is_reattached_to_the_running_workers(ssh_hosts, stand):
+    """`status` re-attaches a new supervisor, which adopts the attempt still running on the workers
+    (their addresses come from the attempt's record) instead of starting another."""
+    job_id = stand.submit("--set", f"args=[--steps, {STEPS}, --sleep-per-step, 0.3]", wait=False)
+    assert isinstance(job_id, str)
+    store = Store(stand.cli.home / "jobs.db")
+    stand.cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=180,
+                         what="three steps")
+    pid = store.job(job_id)["supervisor_pid"]
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stand.cli.status(job_id)  # notices the dead supervisor and re-attaches a new one
+    final = stand.cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=300, what="the end")
+    assert final["state"] == "SUCCEEDED", explained(final)
+    assert final["attempts"] == 1 and final["failures"] == [], final
+    assert store.job(job_id)["supervisor_pid"] != pid
+    log = (Path(final["run_dir"]) / "supervisor.log").read_text()
+    assert f"re-attached to job {job_id} attempt 0" in log, log[-3000:]
