@@ -124,6 +124,9 @@ class FsdpOptions(StrictModel):
     xla: bool = False
     xla_fsdp_settings: dict[str, Any] = Field(default_factory=dict)
     xla_fsdp_grad_ckpt: bool = False
+    # On an XLA device: FSDPv2 through SPMD when true, XlaFullyShardedDataParallel when false
+    # (Hugging Face's fsdp_config name; false by default there). See fsdp_orch.runtime.xla_plan.
+    xla_fsdp_v2: bool = True
 
     accepted_aliases: ClassVar[tuple[str, ...]] = ("backward_prefetch_policy",)
 

@@ -8,6 +8,10 @@ commit record ``COMMITTED``. A save goes straight into the final directory; it c
 barrier) or when the async save's future completes. A crash in between leaves a directory without
 ``COMMITTED``: restore skips it and a later save of the same step starts it afresh.
 
+What is saved of the model and optimizer, and how DCP plans it, is a
+:class:`~fsdp_orch.runtime.sharded_state.ShardedState`: FSDP2's unless the caller passes another
+(the XLA ones in :mod:`fsdp_orch.runtime.xla_fsdp`); the layout and the commit are the same.
+
 Async saves stage a copy of the state in CPU memory, then write it in a background thread over
 a dedicated gloo process group (gloo is not safe to share with the training thread's
 collectives); training continues meanwhile. Rank 0 commits from the writer thread as soon as the
@@ -44,6 +48,7 @@ from fsdp_orch.errors import FsdpOrchError
 from fsdp_orch.runtime import ckpt_files as files
 from fsdp_orch.runtime.dist import DistInfo
 from fsdp_orch.runtime.heartbeat import HeartbeatWriter
+from fsdp_orch.runtime.sharded_state import Fsdp2State, ShardedState
 
 FULL_MODEL_DIR = "full"
 
@@ -109,11 +114,12 @@ class Checkpointer:
                  async_save: bool = False, resume: str = "auto", full_at_end: bool = False,
                  attempt: int = 0, timeout_s: float = 600.0,
                  heartbeat: HeartbeatWriter | None = None, faults: FaultInjector | None = None,
-                 extras: dict[str, Any] | None = None):
+                 extras: dict[str, Any] | None = None, sharded_state: ShardedState | None = None):
         from datetime import timedelta
 
         self.model = model
         self.optimizer = optimizer
+        self.sharded_state = sharded_state or Fsdp2State(model, optimizer)
         self.directory = Path(directory).expanduser()
         self.info = info
         self.keep_last = keep_last
@@ -137,25 +143,6 @@ class Checkpointer:
         self._pruner: threading.Thread | None = None
         # One group for every checkpoint collective: DCP's plans, the preflight, the restore choice.
         self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
-
-    # --- state ---------------------------------------------------------------------------------
-
-    def _state(self) -> dict[str, Any]:
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
-
-        if self.optimizer is None:
-            return {"model": get_model_state_dict(self.model)}
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        return {"model": model_sd, "optim": optim_sd}
-
-    def _set_state(self, state: dict[str, Any]) -> None:
-        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
-
-        if self.optimizer is None:
-            set_model_state_dict(self.model, state["model"])
-        else:
-            set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
-                           optim_state_dict=state["optim"])
 
     def _beat(self, state: str) -> None:
         if self.heartbeat is not None:
@@ -181,7 +168,7 @@ class Checkpointer:
             self.wait()
             self.wait_seconds.append(time.perf_counter() - started)
             path = self.directory / step_dir_name(step)
-            state = self._state()
+            state = self.sharded_state.for_save()
             self._preflight(path, state)
             files.write_rank_state(path, self.info.rank, step, self.info.world_size,
                                    self.info.device, self.extras)
@@ -191,7 +178,8 @@ class Checkpointer:
                 writer = FileSystemWriter(str(path))
             if self.async_save:
                 response = dcp.async_save(state, storage_writer=writer, process_group=self.group,
-                                          async_stager=self._stager)
+                                          async_stager=self._stager,
+                                          planner=self.sharded_state.save_planner())
                 future = response if isinstance(response, Future) else response.upload_completion
                 committed = threading.Event()
                 if self.info.rank == 0:  # commit as soon as the background write is done
@@ -200,7 +188,8 @@ class Checkpointer:
                 self._pending = (step, path, future, committed)
             else:
                 with _no_crc32():
-                    dcp.save(state, storage_writer=writer, process_group=self.group)
+                    dcp.save(state, storage_writer=writer, process_group=self.group,
+                             planner=self.sharded_state.save_planner())
                 dist.barrier(group=self.group)
                 self._commit(step, path)
         except CheckpointError:
@@ -219,7 +208,7 @@ class Checkpointer:
         Rank 0 prepares the step folder. A host that does not see it (its own disk: an SSH host
         with ``shared_filesystem: false``) has its first local rank prepare its own, and drop the
         step folders rank 0 has pruned; the supervisor makes a checkpoint whole before a resume."""
-        local = sum(_nbytes(v) for v in _leaves(state))
+        local = self.sharded_state.nbytes(state)
         sizes: list[Any] = [None] * self.info.world_size
         dist.all_gather_object(sizes, local, group=self.group)
         need = int(sum(sizes) * 1.05)
@@ -369,6 +358,7 @@ class Checkpointer:
         neither restore nor the supervisor picks them again, and later saves replace them.
         """
         import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.api import CheckpointException
 
         choice: list[Any] = [None]
         if self.info.rank == 0:
@@ -389,14 +379,15 @@ class Checkpointer:
         failed = []
         for raw in choice[0]:
             path = Path(raw)
-            state = self._state()
+            state = self.sharded_state.for_load()
             try:
-                dcp.load(state, checkpoint_id=str(path), process_group=self.group)
-            except Exception as exc:
+                dcp.load(state, checkpoint_id=str(path), process_group=self.group,
+                         planner=self.sharded_state.load_planner())
+            except (Exception, CheckpointException) as exc:  # DCP's own is a BaseException
                 _warn(f"skipping checkpoint {path}: load failed ({type(exc).__name__}: {exc})")
                 failed.append(str(path))
                 continue
-            self._set_state(state)
+            self.sharded_state.apply(state)
             step = self._restore_rank_state(path)
             self.last_saved_step = step
             self.restored_from = path
@@ -453,24 +444,6 @@ def _no_crc32() -> Iterator[None]:
         yield
     finally:
         torch.serialization.set_crc32_options(previous)
-
-
-def _leaves(state: Any):
-    if isinstance(state, dict):
-        for value in state.values():
-            yield from _leaves(value)
-    elif isinstance(state, (list, tuple)):
-        for value in state:
-            yield from _leaves(value)
-    else:
-        yield state
-
-
-def _nbytes(value: Any) -> int:
-    if isinstance(value, torch.Tensor):
-        local = value.to_local() if hasattr(value, "to_local") else value
-        return local.numel() * local.element_size()
-    return 0
 
 
 __all__ = ["Checkpointer", "CheckpointError", "FULL_MODEL_DIR"]

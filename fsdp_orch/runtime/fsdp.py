@@ -124,6 +124,13 @@ def _outermost(names: list[str]) -> list[str]:
     return [n for n in names if not any(n.startswith(o + ".") for o in names if o != n)]
 
 
+def layers_to_checkpoint(model: nn.Module, classes: list[str], targets: list[str]) -> list[str]:
+    """The modules activation checkpointing wraps: the outermost of the layer classes, else of the
+    wrap targets (a checkpoint inside a checkpoint would recompute twice)."""
+    by_class = [n for n, m in model.named_modules() if n and type(m).__name__ in classes]
+    return _outermost(by_class or targets)
+
+
 def _replace(model: nn.Module, name: str, new: nn.Module) -> None:
     parent_name, _, attr = name.rpartition(".")
     setattr(_resolve(model, parent_name), attr, new)
@@ -154,7 +161,8 @@ def _notes(options: FsdpOptions) -> list[str]:
     if options.version == 1:
         notes.append("version 1 requested; this runtime shards with FSDP2 (fully_shard)")
     if options.xla:
-        notes.append("xla: XLA FSDP is not implemented by this runtime; sharding with FSDP2")
+        notes.append("xla: true, but this process has no XLA device (PJRT_DEVICE and torch_xla); "
+                     "sharding with FSDP2")
     if options.backward_prefetch == "BACKWARD_POST":
         notes.append("backward_prefetch BACKWARD_POST has no FSDP2 counterpart; "
                      "using FSDP2's default (prefetch the previous layer, as BACKWARD_PRE)")
@@ -198,8 +206,7 @@ def shard_model(model_or_factory: nn.Module | Callable[[], nn.Module], options: 
     if options.activation_checkpointing:
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-        by_class = [n for n, m in model.named_modules() if n and type(m).__name__ in classes]
-        ac_targets = _outermost(by_class or targets)
+        ac_targets = layers_to_checkpoint(model, classes, targets)
         if not ac_targets:
             notes.append("activation_checkpointing: no layer to checkpoint (no layer classes and "
                          "no wrapped submodules)")
@@ -298,4 +305,4 @@ def _rank0_flag(flag: bool, info: DistInfo) -> bool:
     return bool(t.item())
 
 
-__all__ = ["ShardPlan", "layer_classes", "shard_model", "wrap_targets"]
+__all__ = ["ShardPlan", "layer_classes", "layers_to_checkpoint", "shard_model", "wrap_targets"]

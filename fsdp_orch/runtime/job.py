@@ -18,6 +18,7 @@ from fsdp_orch.runtime.dist import DistInfo, init_distributed, shutdown
 from fsdp_orch.runtime.fsdp import ShardPlan, shard_model
 from fsdp_orch.runtime.heartbeat import HeartbeatWriter, set_default_writer
 from fsdp_orch.runtime.settings import Settings, from_env
+from fsdp_orch.runtime.xla_fsdp import XlaSharded, checkpoint_state, shard_on_xla
 
 
 class Job:
@@ -29,7 +30,7 @@ class Job:
         self.info = info
         self.heartbeat = heartbeat
         self.faults = faults
-        self.plan: ShardPlan | None = None
+        self.plan: ShardPlan | XlaSharded | None = None
         self.ckpt: Checkpointer | None = None
         self.last_step = 0
         self._last_time: float | None = None
@@ -61,10 +62,18 @@ class Job:
         """Shard ``model`` (or the model a zero-argument factory builds) per the job's ``fsdp:``.
 
         Pass a factory to let ``cpu_ram_efficient_loading`` build the model on the meta device on
-        every rank but 0. The plan is kept in ``self.plan``.
+        every rank but 0. The plan is kept in ``self.plan``. On an XLA device: torch_xla's FSDP
+        (:mod:`fsdp_orch.runtime.xla_plan`).
         """
-        sharded, self.plan = shard_model(model, self.settings.fsdp, self.info)
-        plan = self.plan
+        if self.info.device.type == "xla":
+            sharded, xla = shard_on_xla(model, self.settings.fsdp, self.info)
+            self.plan = xla
+            mesh = f" mesh {xla.plan.mesh_shape} {xla.plan.mesh_axis_names}" if xla.plan.spmd else ""
+            self.log(f"sharded on XLA: {xla.plan.wrapper}{mesh}, {len(xla.wrapped) - 1} layer(s) + "
+                     f"root, init {xla.init}" + "".join(f"; {note}" for note in xla.notes))
+            return sharded
+        sharded, plan = shard_model(model, self.settings.fsdp, self.info)
+        self.plan = plan
         self.log(f"sharded: {plan.sharding_strategy} mesh {plan.mesh_shape}, "
                  f"{len(plan.wrapped) - 1} layer(s) + root, init {plan.init}"
                  + "".join(f"; {note}" for note in plan.notes))
@@ -79,13 +88,21 @@ class Job:
         loaded in place; other values are replaced in the dict.
         """
         policy = self.settings.checkpoint
+        async_save = policy.async_save
+        full_at_end = policy.save_full_at_end or self.settings.fsdp.state_dict_type == "FULL_STATE_DICT"
+        state = None
+        if self.info.device.type == "xla":
+            state = checkpoint_state(model, optimizer, self.info)
+            if async_save or full_at_end:
+                self.log("on XLA checkpoints are saved synchronously and sharded only: async_save "
+                         "and the full model at the end are not done")
+            async_save = full_at_end = False
         self.ckpt = Checkpointer(
             model, optimizer, directory=self.settings.checkpoint_dir, info=self.info,
-            keep_last=policy.keep_last, interval=policy.interval, async_save=policy.async_save,
-            resume=self.settings.resume, attempt=self.settings.attempt,
-            full_at_end=policy.save_full_at_end or self.settings.fsdp.state_dict_type == "FULL_STATE_DICT",
+            keep_last=policy.keep_last, interval=policy.interval, async_save=async_save,
+            resume=self.settings.resume, attempt=self.settings.attempt, full_at_end=full_at_end,
             timeout_s=self.settings.watch.collective_timeout, heartbeat=self.heartbeat,
-            faults=self.faults, extras=extras)
+            faults=self.faults, extras=extras, sharded_state=state)
         return self.ckpt
 
     def step_done(self, step: int, loss: Any = None, **metrics: Any) -> None:
@@ -154,7 +171,8 @@ def setup() -> Job:
     if signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     faults = parse_faults(settings.fault)  # a bad FSDP_ORCH_FAULT fails before any collective
-    info = init_distributed(settings.watch.collective_timeout, settings.attempt_dir)
+    info = init_distributed(settings.watch.collective_timeout, settings.attempt_dir,
+                            xla_spmd=settings.fsdp.xla_fsdp_v2)
     heartbeat = HeartbeatWriter(settings.run_dir, settings.attempt, info.rank)
     heartbeat.beat(step=0, state="starting")
     set_default_writer(heartbeat)  # so heartbeat() from anywhere in the script writes the same file
