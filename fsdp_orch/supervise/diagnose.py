@@ -84,7 +84,8 @@ STRONG = [
            r"spot (?:instance|VM).*(?:interrupt|terminat|reclaim)", r"Maintenance event",
            r"actor is dead because its (?:node|owner) has died", r"node has crashed",
            r"has been marked dead because the detector has missed", r"\bEvicted\b",
-           r"The node (?:was low on resource|had condition)", r"termination is imminent"),
+           r"The node (?:was low on resource|had condition)", r"termination is imminent",
+           r"due to a preemption", r"lame workers found", r"\bpreemptions=[1-9]"),
     *_rule("checkpoint_error", r"CheckpointException", r"PytorchStreamReader failed",
            r"failed finding central directory", r"Error\(s\) in loading state_dict",
            r"Missing key\(s\) in state_dict", r"Unexpected key\(s\) in state_dict",
@@ -100,7 +101,9 @@ STRONG = [
            r"Failed to connect to remote server at address: grpc://",
            r"compiler/xla/", r"xla_client/", r"\bXRT(?:Compile|Execute)\b", r"Exception in device=TPU",
            r"TPU system has not been initialized", r"tpu_driver", r"/job:(?:c_)?tpu_worker",
-           r"torch_xla/csrc/", r"[Uu]nsupported XLA type", r"backend XLA", r"TPU_SYSTEM"),
+           r"torch_xla/csrc/", r"[Uu]nsupported XLA type", r"backend XLA", r"TPU_SYSTEM",
+           r"TPU initialization failed", r"Bad StatusOr access", r"mesh_service\.cc", r"MeshClient",
+           r"Do not use the XLA device"),
     # A device-side assert is an indexing bug in the program (labels out of range), not the GPU.
     *_rule("user_code_error", r"device-side assert triggered", r"Assertion `.*` failed"),
 ]
