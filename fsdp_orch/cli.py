@@ -243,10 +243,73 @@ def cmd_clusters(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_schedule(args: argparse.Namespace) -> int:
+    import json
+
+    from fsdp_orch.schedule import commands
+
+    action = args.schedule_command
+    if action == "add":
+        schedule = commands.add_schedule(
+            args.name, cron=args.cron, tz=args.tz, cluster=args.cluster, job_file=args.job,
+            overrides=args.set, concurrency=args.concurrency, init_from_previous=args.init_from_previous,
+            max_catch_up=args.max_catch_up, accelerate_config=args.accelerate_config)
+        row = next(r for r in commands.schedule_rows() if r["name"] == schedule.name)
+        print(json.dumps(row) if args.json else f"{schedule.name}: next tick {row['next_tick']}")
+    elif action == "list":
+        rows = commands.schedule_rows()
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            from fsdp_orch.tables import format_rows
+
+            print(format_rows(["name", "cron", "tz", "cluster", "concurrency", "state", "last_tick",
+                               "last_job", "next_tick"], rows))
+    elif action == "remove":
+        commands.book().remove(args.name)
+        print(f"removed schedule {args.name} (its jobs are kept)")
+    elif action in ("pause", "resume"):
+        commands.set_paused(args.name, paused=action == "pause")
+        print(f"{args.name}: {'paused' if action == 'pause' else 'active'}")
+    elif action == "events":
+        from fsdp_orch.event_lines import SCHEDULE_SHOWN, format_event
+
+        for event in commands.book().events(args.name):
+            print(json.dumps(event) if args.json else format_event(event, SCHEDULE_SHOWN))
+    return EXIT_OK
+
+
+def cmd_scheduler(args: argparse.Namespace) -> int:
+    import signal
+
+    from fsdp_orch.index import open_index
+    from fsdp_orch.schedule.clock import scheduler_clock
+    from fsdp_orch.schedule.commands import book
+    from fsdp_orch.schedule.jobs import IndexJobs, pause_after_submit_hook
+    from fsdp_orch.schedule.scheduler import Scheduler
+
+    clock, sleep = scheduler_clock()
+    schedules = book()
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # systemd's stop
+    with schedules.lock(), open_index() as index:
+        scheduler = Scheduler(schedules, IndexJobs(index, pause_after_submit_hook()), clock, sleep, say)
+        if args.once:
+            scheduler.run_due()
+            return EXIT_OK
+        say(f"scheduler: {len(schedules.all())} schedule(s) in {schedules.root}")
+        scheduler.run_forever()
+    return EXIT_OK
+
+
 # --- parser ---------------------------------------------------------------------------------
 
 STATUS_LIMIT = 30  # rows of the status table without --all
-_COMMANDS = ("render", "submit", "status", "logs", "events", "cancel", "diagnose", "clusters", "doctor")
+_COMMANDS = ("render", "submit", "status", "logs", "events", "cancel", "diagnose", "clusters", "doctor",
+             "schedule", "scheduler")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -330,6 +393,43 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("clusters", help="list cluster profiles and where each came from")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_clusters)
+
+    p = sub.add_parser("schedule", help="recurring jobs: add, list, remove, pause, resume, events")
+    actions = p.add_subparsers(dest="schedule_command", metavar="ACTION")
+    actions.required = True
+    a = actions.add_parser("add", help="submit JOB_YAML at each tick of a cron expression")
+    a.add_argument("name", metavar="NAME")
+    job_options(a)
+    a.add_argument("--cron", required=True, metavar="EXPR", help="five cron fields, e.g. '0 3 * * *'")
+    a.add_argument("--tz", default="UTC", metavar="ZONE",
+                   help="the time zone the cron's hours are in (IANA name; default UTC)")
+    a.add_argument("--concurrency", default="forbid", metavar="forbid|replace|allow",
+                   help="a tick while the previous run is active: skip it (forbid, default), cancel "
+                        "the previous run (replace), or run both (allow)")
+    a.add_argument("--init-from-previous", action="store_true",
+                   help="each run starts from the latest checkpoint of the last successful run")
+    a.add_argument("--max-catch-up", type=int, default=1, metavar="N",
+                   help="ticks missed while no scheduler ran: run at most N of them, the newest "
+                        "(default 1; 0: none)")
+    a.add_argument("--json", action="store_true")
+    a = actions.add_parser("list", help="the schedules, their last and next ticks")
+    a.add_argument("--json", action="store_true")
+    for action, text in (("remove", "delete a schedule (its jobs are kept)"),
+                         ("pause", "stop submitting ticks"),
+                         ("resume", "submit ticks again, from now on (paused ticks are not run)")):
+        actions.add_parser(action, help=text).add_argument("name", metavar="NAME")
+    a = actions.add_parser("events", help="what a schedule did: ticks submitted, skipped, missed")
+    a.add_argument("name", metavar="NAME")
+    a.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_schedule)
+
+    p = sub.add_parser("scheduler", help="run the schedules' ticks (a foreground loop for systemd)")
+    actions = p.add_subparsers(dest="scheduler_command", metavar="ACTION")
+    actions.required = True
+    a = actions.add_parser("run", help="submit each due tick; loop until stopped")
+    a.add_argument("--once", action="store_true",
+                   help="handle the ticks due now and exit (for a system cron entry every minute)")
+    p.set_defaults(func=cmd_scheduler)
 
     return parser
 

@@ -13,10 +13,15 @@ _SHOWN = ("state", "attempt", "category", "action", "step", "loss", "delay", "ba
           "resume_from", "pid", "host", "off_because", "reason", "notice", "message", "evidence")
 
 
-def format_event(event: dict[str, Any]) -> str:
+# A schedule's events (``fsdp-orch schedule events``).
+SCHEDULE_SHOWN = ("tick", "job", "init_from", "cancelled", "replaced", "reason", "count", "first", "last",
+                  "error", "cron", "tz", "cluster")
+
+
+def format_event(event: dict[str, Any], shown: tuple[str, ...] = _SHOWN) -> str:
     """``2026-11-23T14:05:20Z  failure_detected  attempt=0 category=hang ...`` (pure)."""
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(event["at"])))
-    fields = " ".join(f"{key}={event[key]}" for key in _SHOWN if event.get(key) is not None)
+    fields = " ".join(f"{key}={event[key]}" for key in shown if event.get(key) not in (None, []))
     return f"{when}  {event['kind']:<20}  {fields}".rstrip()
 
 

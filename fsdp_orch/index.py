@@ -140,7 +140,8 @@ def apply_event(store: Store, job_id: str, event: dict[str, Any]) -> None:
             store.create_job(name=event["name"], cluster=event["cluster"], kind=event["cluster_kind"],
                              spec_json=event["spec_json"], run_dir_root=os.path.dirname(event["run_dir"]),
                              job_file=event.get("job_file"), spec_hash=event.get("spec_hash"),
-                             idempotency_key=event.get("idempotency_key"), job_id=job_id, now=at)
+                             idempotency_key=event.get("idempotency_key"), job_id=job_id,
+                             origin=event.get("origin"), now=at)
         return
     if store.job(job_id) is None:
         return  # the job's submission is not readable (yet): its other events wait for a rebuild

@@ -58,7 +58,8 @@ def spec_hash(plan: LaunchPlan) -> str:
 
 def record_submission(index: JobIndex, job_file: Path, cluster: str, *, overrides: list[str] | None = None,
                       accelerate_config: str | None = None, idempotency_key: str | None = None,
-                      home_dir: Path | None = None) -> tuple[str, bool, Submission | None]:
+                      home_dir: Path | None = None, origin: dict | None = None,
+                      ) -> tuple[str, bool, Submission | None]:
     """Validate and plan, freeze the submission in its run folder and record it as the job's first
     event (which puts it in the index). Returns (job id, created, submission); nothing is started."""
     import dataclasses
@@ -77,7 +78,7 @@ def record_submission(index: JobIndex, job_file: Path, cluster: str, *, override
     index.journal(job_id, role="submit", run_dir=str(submission.run_dir)).submitted(
         name=submission.job.name, cluster=planned.profile_ref.name, kind=submission.profile.kind,
         spec_json=spec_json(planned.plan), run_dir=str(submission.run_dir), job_file=str(job_file.resolve()),
-        spec_hash=spec_hash(planned.plan), idempotency_key=idempotency_key)
+        spec_hash=spec_hash(planned.plan), idempotency_key=idempotency_key, origin=origin)
     if index.store.job(job_id) is None:  # another submit with the same key got there first
         shutil.rmtree(submission.run_dir, ignore_errors=True)
         return str(index.store.job_for_key(idempotency_key or "")), False, None
@@ -86,11 +87,11 @@ def record_submission(index: JobIndex, job_file: Path, cluster: str, *, override
 
 def submit(index: JobIndex, job_file: Path, cluster: str, *, overrides: list[str] | None = None,
            accelerate_config: str | None = None, idempotency_key: str | None = None,
-           home_dir: Path | None = None) -> tuple[str, bool]:
+           home_dir: Path | None = None, origin: dict | None = None) -> tuple[str, bool]:
     """Validate, record the job, hand it to its cluster kind. Returns (job id, created)."""
     job_id, created, submission = record_submission(
         index, job_file, cluster, overrides=overrides, accelerate_config=accelerate_config,
-        idempotency_key=idempotency_key, home_dir=home_dir)
+        idempotency_key=idempotency_key, home_dir=home_dir, origin=origin)
     if submission is None:
         return job_id, created
     try:

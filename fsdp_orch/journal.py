@@ -35,9 +35,11 @@ class Journal:
 
     def submitted(self, *, name: str, cluster: str, kind: str, spec_json: str, run_dir: str,
                   job_file: str | None, spec_hash: str | None, idempotency_key: str | None,
-                  now: float | None = None) -> None:
+                  origin: dict[str, Any] | None = None, now: float | None = None) -> None:
+        """``origin``: where the job came from (``schedule``/``tick``, ``init_from``), shown by status."""
         self._append("submitted", now, name=name, cluster=cluster, cluster_kind=kind, spec_json=spec_json,
-                     run_dir=run_dir, job_file=job_file, spec_hash=spec_hash, idempotency_key=idempotency_key)
+                     run_dir=run_dir, job_file=job_file, spec_hash=spec_hash, idempotency_key=idempotency_key,
+                     origin=origin or None)
 
     def supervisor_started(self, pid: int | None = None, now: float | None = None) -> None:
         self._append("supervisor_started", now, pid=os.getpid() if pid is None else pid,

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 30_000
 
 # Each entry migrates from version i to i+1; never edit a shipped one, append a new one.
@@ -47,8 +47,12 @@ _JOB_JSON_V2 = _JOB_JSON_V1[:-len(")")] + f""",
         'message', e.message)) FROM (SELECT * FROM events WHERE job_id = j.id
                                      ORDER BY at) AS e))"""
 # v3: each failure carries a hint (what the user can do about it).
-_JOB_JSON = _JOB_JSON_V2.replace("'action', f.action)", "'action', f.action, 'hint', f.hint)")
-assert _JOB_JSON != _JOB_JSON_V2
+_JOB_JSON_V3 = _JOB_JSON_V2.replace("'action', f.action)", "'action', f.action, 'hint', f.hint)")
+assert _JOB_JSON_V3 != _JOB_JSON_V2
+# v5: where the job came from, fixed at submit (the schedule and tick that submitted it, the
+# checkpoint it was initialised from): a JSON object, or null.
+_JOB_JSON = _JOB_JSON_V3[:-len(")")] + """,
+    'origin', json(j.origin))"""
 
 
 _DOC_COLUMNS_V1 = ("name, cluster, state, attempts, restarts, created_at, ended_at, last_checkpoint_step,"
@@ -157,6 +161,24 @@ MIGRATIONS: list[list[str]] = [
         "DROP TRIGGER jobs_doc_update",
         "DROP TRIGGER failures_doc",
         "DROP TRIGGER events_doc",
+        f"CREATE TRIGGER jobs_doc_insert AFTER INSERT ON jobs BEGIN {_refresh_doc('NEW.id', _JOB_JSON_V3)} END",
+        f"CREATE TRIGGER jobs_doc_update AFTER UPDATE OF {_DOC_COLUMNS} ON jobs BEGIN"
+        f" {_refresh_doc('NEW.id', _JOB_JSON_V3)} END",
+        f"CREATE TRIGGER failures_doc AFTER INSERT ON failures BEGIN {_refresh_doc('NEW.job_id', _JOB_JSON_V3)} END",
+        f"CREATE TRIGGER events_doc AFTER INSERT ON events BEGIN {_refresh_doc('NEW.job_id', _JOB_JSON_V3)} END",
+        "INSERT OR REPLACE INTO job_docs (job_id, created_at, doc) SELECT j.id, j.created_at,"
+        f" {_JOB_JSON_V3} FROM jobs j",
+    ],
+    [
+        # How far each event log has been read into this index (byte offset, whole lines).
+        "CREATE TABLE ingested (path TEXT PRIMARY KEY, offset INTEGER NOT NULL, line INTEGER NOT NULL)",
+    ],
+    [
+        "ALTER TABLE jobs ADD COLUMN origin TEXT",
+        "DROP TRIGGER jobs_doc_insert",
+        "DROP TRIGGER jobs_doc_update",
+        "DROP TRIGGER failures_doc",
+        "DROP TRIGGER events_doc",
         f"CREATE TRIGGER jobs_doc_insert AFTER INSERT ON jobs BEGIN {_refresh_doc('NEW.id')} END",
         f"CREATE TRIGGER jobs_doc_update AFTER UPDATE OF {_DOC_COLUMNS} ON jobs BEGIN"
         f" {_refresh_doc('NEW.id')} END",
@@ -165,11 +187,13 @@ MIGRATIONS: list[list[str]] = [
         "INSERT OR REPLACE INTO job_docs (job_id, created_at, doc) SELECT j.id, j.created_at,"
         f" {_JOB_JSON} FROM jobs j",
     ],
-    [
-        # How far each event log has been read into this index (byte offset, whole lines).
-        "CREATE TABLE ingested (path TEXT PRIMARY KEY, offset INTEGER NOT NULL, line INTEGER NOT NULL)",
-    ],
 ]
+
+def _json_or_none(value: dict[str, Any] | None) -> str | None:
+    import json
+
+    return None if not value else json.dumps(value, sort_keys=True)
+
 
 class _Transaction:
     """``with``: BEGIN IMMEDIATE, then COMMIT, or ROLLBACK on any exception (contextlib costs the
@@ -256,7 +280,7 @@ class Store:
                    kind: str = "local",
                    job_file: str | None = None, spec_hash: str | None = None,
                    idempotency_key: str | None = None, job_id: str | None = None,
-                   now: float | None = None) -> tuple[str, bool]:
+                   origin: dict[str, Any] | None = None, now: float | None = None) -> tuple[str, bool]:
         """Insert a PENDING job. Returns (id, created); with an idempotency key already used, (that id, False)."""
         with self._transaction():
             if idempotency_key:
@@ -267,9 +291,10 @@ class Store:
             new_id = job_id or os.urandom(6).hex()
             self.conn.execute(
                 "INSERT INTO jobs (id, name, cluster, kind, state, created_at, spec_json, job_file,"
-                " spec_hash, idempotency_key, run_dir) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " spec_hash, idempotency_key, run_dir, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (new_id, name, cluster, kind, JobState.PENDING.value, now if now is not None else time.time(),
-                 spec_json, job_file, spec_hash, idempotency_key, os.path.join(run_dir_root, new_id)))
+                 spec_json, job_file, spec_hash, idempotency_key, os.path.join(run_dir_root, new_id),
+                 _json_or_none(origin)))
             return new_id, True
 
     _UPDATABLE = frozenset({"state", "attempts", "restarts", "ended_at", "last_checkpoint_step",

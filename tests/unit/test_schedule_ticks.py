@@ -1,0 +1,116 @@
+"""Which ticks of a schedule run, are skipped or missed: the pure rules, at fixed times."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from fsdp_orch.errors import InputError
+from fsdp_orch.schedule.decide import decide, tick_key
+from fsdp_orch.schedule.spec import Schedule, check_cron, check_tz
+from fsdp_orch.schedule.ticks import local_iso, next_tick, plan_ticks, utc_iso
+
+
+def at(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp() if "+" not in text \
+        else datetime.fromisoformat(text).timestamp()
+
+
+MINUTELY = "* * * * *"
+
+
+def test_the_tick_just_reached_runs_and_nothing_else():
+    plan = plan_ticks(MINUTELY, "UTC", after=at("2026-11-24T03:00:00"), now=at("2026-11-24T03:01:00.5"),
+                      max_catch_up=1)
+    assert plan.run == (at("2026-11-24T03:01:00"),)
+    assert plan.missed == 0
+
+
+def test_nothing_is_due_before_the_next_tick():
+    plan = plan_ticks(MINUTELY, "UTC", after=at("2026-11-24T03:01:00"), now=at("2026-11-24T03:01:59"),
+                      max_catch_up=1)
+    assert plan.run == () and plan.missed == 0
+
+
+def test_a_tick_exactly_now_is_due():
+    plan = plan_ticks(MINUTELY, "UTC", after=at("2026-11-24T03:00:30"), now=at("2026-11-24T03:01:00"),
+                      max_catch_up=1)
+    assert plan.run == (at("2026-11-24T03:01:00"),)
+
+
+def test_after_a_long_downtime_one_catch_up_runs_and_the_rest_are_missed():
+    # down from 03:00 to 05:00:30: 120 ticks due; 05:00 is on time, 04:59 is the one catch-up
+    plan = plan_ticks(MINUTELY, "UTC", after=at("2026-11-24T03:00:00"), now=at("2026-11-24T05:00:30"),
+                      max_catch_up=1)
+    assert plan.run == (at("2026-11-24T04:59:00"), at("2026-11-24T05:00:00"))
+    assert plan.missed == 118
+    assert (plan.missed_first, plan.missed_last) == (at("2026-11-24T03:01:00"), at("2026-11-24T04:58:00"))
+    assert plan.last_handled == at("2026-11-24T05:00:00")
+
+
+def test_a_nightly_schedule_down_for_days_runs_only_the_last_missed_night():
+    plan = plan_ticks("0 3 * * *", "UTC", after=at("2026-11-20T03:00:00"), now=at("2026-11-24T12:00:00"),
+                      max_catch_up=1)
+    assert plan.run == (at("2026-11-24T03:00:00"),)  # nine hours late: a catch-up, not on time
+    assert plan.missed == 3 and plan.missed_last == at("2026-11-23T03:00:00")
+
+
+def test_no_catch_up_when_it_is_zero():
+    plan = plan_ticks("0 3 * * *", "UTC", after=at("2026-11-20T03:00:00"), now=at("2026-11-24T12:00:00"),
+                      max_catch_up=0)
+    assert plan.run == () and plan.missed == 4 and plan.last_handled == at("2026-11-24T03:00:00")
+
+
+def test_more_catch_up_when_configured():
+    plan = plan_ticks("0 3 * * *", "UTC", after=at("2026-11-20T03:00:00"), now=at("2026-11-24T12:00:00"),
+                      max_catch_up=3)
+    assert plan.run == (at("2026-11-22T03:00:00"), at("2026-11-23T03:00:00"), at("2026-11-24T03:00:00"))
+    assert plan.missed == 1
+
+
+def test_the_hours_are_the_time_zones():
+    # 03:00 in Paris is 02:00 UTC in winter and 01:00 UTC in summer
+    winter = next_tick("0 3 * * *", "Europe/Paris", at("2026-11-24T00:00:00"))
+    summer = next_tick("0 3 * * *", "Europe/Paris", at("2026-07-01T00:00:00"))
+    assert utc_iso(winter) == "2026-11-24T02:00:00Z"
+    assert utc_iso(summer) == "2026-07-01T01:00:00Z"
+    assert local_iso(winter, "Europe/Paris") == "2026-11-24T03:00:00+01:00"
+
+
+def test_the_idempotency_key_is_the_schedule_and_the_instant():
+    assert tick_key("nightly", utc_iso(at("2026-11-24T03:00:00"))) == "schedule:nightly@2026-11-24T03:00:00Z"
+
+
+@pytest.mark.parametrize(("concurrency", "active", "submit", "cancel"), [
+    ("forbid", [], True, ()),
+    ("forbid", ["a"], False, ()),
+    ("replace", ["a", "b"], True, ("a", "b")),
+    ("replace", [], True, ()),
+    ("allow", ["a"], True, ()),
+])
+def test_concurrency(concurrency, active, submit, cancel):
+    action = decide(concurrency, active)
+    assert (action.submit, action.cancel) == (submit, cancel)
+    if not submit:
+        assert "a" in (action.reason or "") and "forbid" in (action.reason or "")
+
+
+@pytest.mark.parametrize("cron", ["61 * * * *", "* * * *", "0 3 * * * *", "every day", ""])
+def test_bad_cron_names_the_flag(cron):
+    with pytest.raises(InputError) as err:
+        check_cron(cron)
+    assert err.value.field == "--cron" and "five-field" in str(err.value)
+
+
+def test_bad_time_zone_names_the_flag():
+    with pytest.raises(InputError) as err:
+        check_tz("Europe/Pariss")
+    assert err.value.field == "--tz"
+
+
+def test_a_schedule_round_trips_through_its_file():
+    schedule = Schedule(name="n", cron="0 3 * * *", tz="UTC", cluster="local", job_file="/j.yaml",
+                        overrides=("nodes=2",), concurrency="replace", init_from_previous=True,
+                        created_at=1.0, active_since=2.0)
+    assert Schedule.from_json(schedule.to_json()) == schedule
