@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from fsdp_orch.errors import InputError
 
@@ -29,7 +29,6 @@ class Schedule:
     # Ticks at or before this time are never run: the schedule's creation, or its last resume.
     active_since: float = 0.0
     accelerate_config: str | None = None
-    extra: dict[str, object] = field(default_factory=dict)
 
     def to_json(self) -> str:
         data = asdict(self)
