@@ -111,16 +111,18 @@ class Job:
 
 def submit(job: str | os.PathLike[str], cluster: str = "local", *, overrides: Overrides | None = None,
            wait: bool = False, timeout: float | None = None, idempotency_key: str | None = None,
-           accelerate_config: str | None = None) -> Job:
+           accelerate_config: str | None = None, init_from: str | None = None,
+           init_optimizer: bool = False) -> Job:
     """Submit ``job`` (a job.yaml) to ``cluster``; with ``wait``, return once it ended (``timeout``:
     ``WaitTimedOut``). ``overrides``: ``{"args": [...], "restart.max_restarts": 5}`` or
-    ``["k=v", ...]``, as ``--set``."""
+    ``["k=v", ...]``, as ``--set``. ``init_from``: a job id or checkpoint to start from (``--init-from``)."""
     from fsdp_orch.index import open_index
     from fsdp_orch.job_control import submit as submit_job
 
     with open_index() as index:
         job_id, created = submit_job(index, Path(job), cluster, overrides=_override_lines(overrides),
-                                     accelerate_config=accelerate_config, idempotency_key=idempotency_key)
+                                     accelerate_config=accelerate_config, idempotency_key=idempotency_key,
+                                     init_from=init_from, init_optimizer=init_optimizer)
     handle = Job(job_id, created)
     if wait:
         handle.wait(timeout)

@@ -70,11 +70,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from fsdp_orch.job_control import submit
 
     timeout = _wait_timeout(args)
+    if args.init_optimizer and not args.init_from:
+        raise InputError("only with --init-from (the checkpoint whose optimizer state to take)",
+                         field="--init-optimizer")
     with _open_index() as index:
         store = index.store
         job_id, created = submit(index, Path(args.job), args.cluster, overrides=args.set,
                                  accelerate_config=args.accelerate_config,
-                                 idempotency_key=args.idempotency_key)
+                                 idempotency_key=args.idempotency_key, init_from=args.init_from,
+                                 init_optimizer=args.init_optimizer)
         if not args.wait:
             _print_submitted(args, job_id, created, store)
             return EXIT_OK
@@ -353,6 +357,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON ({\"id\": ...}; with --wait the final status)")
     p.add_argument("--idempotency-key", metavar="KEY",
                    help="submitting twice with the same key returns the first job instead of a new one")
+    p.add_argument("--init-from", metavar="JOB_ID|PATH",
+                   help="a warm start: begin at step 0 from the weights of that job's latest complete "
+                        "checkpoint (or of that checkpoint, or the latest one in that folder)")
+    p.add_argument("--init-optimizer", action="store_true",
+                   help="with --init-from: take the optimizer state too (default: weights only)")
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("status", help="show jobs (a table, or --json)")

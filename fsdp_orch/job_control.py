@@ -18,6 +18,7 @@ from fsdp_orch.resources import home, local_has_gpu
 from fsdp_orch.states import JobState
 from fsdp_orch.submission import Submission
 from fsdp_orch.supervise import supervisor_command
+from fsdp_orch.warm_start import InitSource, resolve_init_from
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,8 @@ class PlannedJob:
 def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None,
              accelerate_config: str | None = None, job_id: str = "JOBID", attempt: int = 0,
              resume_from: str | None = None, rdzv_port: int | None = None,
-             home_dir: Path | None = None) -> PlannedJob:
+             home_dir: Path | None = None, init: InitSource | None = None, init_optimizer: bool = False,
+             checkpoint_per_job: bool = False) -> PlannedJob:
     """Load and validate everything, then plan and render. Raises InputError; writes nothing."""
     job, doc = load_job(job_file, overrides, Path(accelerate_config) if accelerate_config else None)
     profile, ref = load_profile(cluster)
@@ -40,7 +42,9 @@ def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None
     submission = Submission(
         job_id=job_id, cluster=ref.name, job=job, profile=profile, job_dir=str(job_file.resolve().parent),
         run_root=profile.shared_dir or str(home_dir or home()), kind=cluster_kind(profile.kind), supervisor_command=supervisor_command(),
-        profile_template=str(template) if template else None)
+        profile_template=str(template) if template else None, init_from=init.path if init else None,
+        init_step=init.step if init else None, init_optimizer=init_optimizer,
+        checkpoint_per_job=checkpoint_per_job or init is not None)
     try:
         plan, artifacts = submission.plan(attempt, resume_from=resume_from, rdzv_port=rdzv_port,
                                           local_has_gpu=local_has_gpu())
@@ -59,6 +63,7 @@ def spec_hash(plan: LaunchPlan) -> str:
 def record_submission(index: JobIndex, job_file: Path, cluster: str, *, overrides: list[str] | None = None,
                       accelerate_config: str | None = None, idempotency_key: str | None = None,
                       home_dir: Path | None = None, origin: dict | None = None,
+                      init_from: str | None = None, init_optimizer: bool = False,
                       ) -> tuple[str, bool, Submission | None]:
     """Validate and plan, freeze the submission in its run folder and record it as the job's first
     event (which puts it in the index). Returns (job id, created, submission); nothing is started."""
@@ -66,8 +71,13 @@ def record_submission(index: JobIndex, job_file: Path, cluster: str, *, override
     import os
     import shutil
 
+    init = resolve_init_from(index, init_from) if init_from else None
+    origin = dict(origin or {})
+    if init is not None:
+        origin.update(init_from=init.path, init_step=init.step, **({"init_job": init.job_id} if init.job_id else {}))
     planned = plan_job(job_file, cluster, overrides=overrides, accelerate_config=accelerate_config,
-                       home_dir=home_dir)
+                       home_dir=home_dir, init=init, init_optimizer=init_optimizer,
+                       checkpoint_per_job="schedule" in origin)
     if idempotency_key:
         existing = index.store.job_for_key(idempotency_key)
         if existing is not None:
@@ -78,7 +88,7 @@ def record_submission(index: JobIndex, job_file: Path, cluster: str, *, override
     index.journal(job_id, role="submit", run_dir=str(submission.run_dir)).submitted(
         name=submission.job.name, cluster=planned.profile_ref.name, kind=submission.profile.kind,
         spec_json=spec_json(planned.plan), run_dir=str(submission.run_dir), job_file=str(job_file.resolve()),
-        spec_hash=spec_hash(planned.plan), idempotency_key=idempotency_key, origin=origin)
+        spec_hash=spec_hash(planned.plan), idempotency_key=idempotency_key, origin=origin or None)
     if index.store.job(job_id) is None:  # another submit with the same key got there first
         shutil.rmtree(submission.run_dir, ignore_errors=True)
         return str(index.store.job_for_key(idempotency_key or "")), False, None
@@ -87,11 +97,14 @@ def record_submission(index: JobIndex, job_file: Path, cluster: str, *, override
 
 def submit(index: JobIndex, job_file: Path, cluster: str, *, overrides: list[str] | None = None,
            accelerate_config: str | None = None, idempotency_key: str | None = None,
-           home_dir: Path | None = None, origin: dict | None = None) -> tuple[str, bool]:
-    """Validate, record the job, hand it to its cluster kind. Returns (job id, created)."""
+           home_dir: Path | None = None, origin: dict | None = None, init_from: str | None = None,
+           init_optimizer: bool = False) -> tuple[str, bool]:
+    """Validate, record the job, hand it to its cluster kind. Returns (job id, created).
+    ``init_from``: a job id or checkpoint path the job starts from (a warm start)."""
     job_id, created, submission = record_submission(
         index, job_file, cluster, overrides=overrides, accelerate_config=accelerate_config,
-        idempotency_key=idempotency_key, home_dir=home_dir, origin=origin)
+        idempotency_key=idempotency_key, home_dir=home_dir, origin=origin, init_from=init_from,
+        init_optimizer=init_optimizer)
     if submission is None:
         return job_id, created
     try:

@@ -27,7 +27,7 @@ CHECKPOINT_REQUEST_FILE = "checkpoint-request"
 OWN_DISK_PACKAGE = "lib"
 OWN_DISK_CODE = "code"
 PATH_ENV = frozenset({"FSDP_ORCH_RUN_DIR", "FSDP_ORCH_ATTEMPT_DIR", "FSDP_ORCH_SPEC", "FSDP_ORCH_CHECKPOINT_REQUEST",
-                      "FSDP_ORCH_CHECKPOINT_DIR", "FSDP_ORCH_RESUME", "FSDP_ORCH_RESUME_FROM",
+                      "FSDP_ORCH_CHECKPOINT_DIR", "FSDP_ORCH_RESUME", "FSDP_ORCH_RESUME_FROM", "FSDP_ORCH_INIT_FROM",
                       "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE"})
 
 
@@ -51,6 +51,14 @@ class PlanContext:
     # The addresses of the machines the attempt runs on, where the kind finds them only at launch (a
     # TPU VM's workers, from gcloud's describe), by worker index; () when unknown (render).
     workers: tuple[str, ...] = ()
+    # A warm start (``submit --init-from``): the checkpoint whose weights the job starts from while
+    # it has none of its own, and whether its optimizer state comes too.
+    init_from: str | None = None
+    init_step: int | None = None
+    init_optimizer: bool = False
+    # The job keeps its checkpoints in a folder of its own (<checkpoint dir>/<job id>): a warm start
+    # or a scheduled run must not resume the run before it from a shared folder.
+    checkpoint_per_job: bool = False
 
 
 def host_port(address: str, port: int) -> str:
@@ -185,6 +193,8 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
         workdir = _join(ctx.job_dir, job.workdir)
     attempt_dir = attempt_dir_of(run_dir, ctx.attempt)
     checkpoint_dir = _join(workdir, job.checkpoint.dir or posixpath.join("checkpoints", slug(job.name)))
+    if ctx.checkpoint_per_job:
+        checkpoint_dir = posixpath.join(checkpoint_dir, ctx.job_id)
     rdzv_port = ctx.rdzv_port or place.rdzv_port or rendezvous_port(ctx.job_id, ctx.attempt)
     nnodes, nproc, device = place.nnodes, place.nproc_per_node, place.device
     entry_form, _ = job.entry
@@ -194,7 +204,7 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
         program = [job.module or "", *job.args]
     else:
         program = [*(job.command or []), *job.args]
-    program += resume_arguments(job, ctx)
+    program += resume_arguments(job, ctx) + init_arguments(job, ctx)
     spec_path = posixpath.join(run_dir, "job.json")
     accel_path = posixpath.join(attempt_dir, "accelerate_config.yaml") if job.launcher == "accelerate" else None
     env = [
@@ -216,6 +226,8 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
         env.append(("FSDP_ORCH_RESUME_FROM", ctx.resume_from))
         if ctx.resume_step is not None:
             env.append(("FSDP_ORCH_RESUME_STEP", str(ctx.resume_step)))
+    if ctx.init_from and not ctx.resume_from:
+        env += [("FSDP_ORCH_INIT_FROM", ctx.init_from), ("FSDP_ORCH_INIT_OPTIMIZER", "1" if ctx.init_optimizer else "0")]
     if device == "cuda":
         env += missing_defaults(nccl_env_defaults(attempt_dir), dict(env)).items()
     if job.launcher == "xla":
@@ -241,6 +253,15 @@ def resume_arguments(job: JobSpec, ctx: PlanContext) -> list[str]:
             for arg in job.checkpoint.resume_args]
 
 
+def init_arguments(job: JobSpec, ctx: PlanContext) -> list[str]:
+    """``checkpoint.init_args`` with the warm start's checkpoint filled in, while the job has nothing
+    of its own to resume."""
+    if not ctx.init_from or ctx.resume_from or not job.checkpoint.init_args:
+        return []
+    step = "" if ctx.init_step is None else str(ctx.init_step)
+    return [arg.replace("{checkpoint}", ctx.init_from).replace("{step}", step) for arg in job.checkpoint.init_args]
+
+
 def spec_json(plan: LaunchPlan) -> str:
     """The resolved spec the runtime reads (``FSDP_ORCH_SPEC``), stable key order."""
     import json
@@ -252,4 +273,4 @@ def spec_json(plan: LaunchPlan) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-__all__ = ["KindPlanning", "LaunchPlan", "PlanContext", "Placement", "attempt_dir_of", "fixed_node_count", "host_port", "make_plan", "resume_arguments", "slug", "rendezvous_port"]
+__all__ = ["KindPlanning", "LaunchPlan", "PlanContext", "Placement", "attempt_dir_of", "fixed_node_count", "host_port", "init_arguments", "make_plan", "resume_arguments", "slug", "rendezvous_port"]

@@ -36,11 +36,17 @@ class Submission:
     kind: PlanningKind
     supervisor_command: tuple[str, ...] | None = None  # the supervisor's argv, less the job id
     profile_template: str | None = None
+    init_from: str | None = None  # a warm start: the checkpoint the job starts from (submit --init-from)
+    init_step: int | None = None
+    init_optimizer: bool = False
+    checkpoint_per_job: bool = False  # checkpoints in <checkpoint dir>/<job id> (warm starts, schedules)
 
     def to_json(self) -> str:
         return json.dumps({
             "job_id": self.job_id, "cluster": self.cluster, "job_dir": self.job_dir, "run_root": self.run_root,
             "profile_template": self.profile_template, "supervisor_command": self.supervisor_command,
+            "init_from": self.init_from, "init_step": self.init_step, "init_optimizer": self.init_optimizer,
+            "checkpoint_per_job": self.checkpoint_per_job,
             "job": self.job.model_dump(mode="json"), "profile": self.profile.model_dump(mode="json"),
         }, indent=2, sort_keys=True)
 
@@ -52,7 +58,9 @@ class Submission:
         return cls(job_id=data["job_id"], cluster=data["cluster"], job=JobSpec.model_validate(data["job"]),
                    profile=profile, job_dir=data["job_dir"], run_root=data["run_root"], kind=kind,
                    supervisor_command=tuple(data.get("supervisor_command") or ()) or None,
-                   profile_template=data.get("profile_template"))
+                   profile_template=data.get("profile_template"), init_from=data.get("init_from"),
+                   init_step=data.get("init_step"), init_optimizer=bool(data.get("init_optimizer")),
+                   checkpoint_per_job=bool(data.get("checkpoint_per_job")))
 
     @property
     def run_dir(self) -> Path:
@@ -82,7 +90,8 @@ class Submission:
                            resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
                            local_has_gpu=local_has_gpu, bootstrap_dir=str(bootstrap_site_dir()),
                            supervisor_command=self.supervisor_command, excluded_hosts=excluded_hosts,
-                           workers=workers)
+                           workers=workers, init_from=self.init_from, init_step=self.init_step,
+                           init_optimizer=self.init_optimizer, checkpoint_per_job=self.checkpoint_per_job)
 
     def launch_plan(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
                     rdzv_port: int | None = None, local_has_gpu: bool = False,

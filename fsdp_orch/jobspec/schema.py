@@ -204,8 +204,12 @@ class CheckpointPolicy(StrictModel):
     # Appended to the script's arguments when a complete checkpoint exists, with {checkpoint} (its
     # path) and {step} filled in: how an unmodified script is told to resume.
     resume_args: list[ArgStr] = Field(default_factory=list)
+    # Appended when the job starts from another job's checkpoint (``submit --init-from``) and has
+    # none of its own yet, with {checkpoint} and {step} filled in: how an unmodified script is told
+    # to start from those weights (an HF script: --model_name_or_path {checkpoint}).
+    init_args: list[ArgStr] = Field(default_factory=list)
 
-    @field_validator("resume_args")
+    @field_validator("resume_args", "init_args")
     @classmethod
     def _placeholders(cls, value: list[str]) -> list[str]:
         for arg in value:

@@ -114,7 +114,8 @@ class Checkpointer:
                  async_save: bool = False, resume: str = "auto", full_at_end: bool = False,
                  attempt: int = 0, timeout_s: float = 600.0,
                  heartbeat: HeartbeatWriter | None = None, faults: FaultInjector | None = None,
-                 extras: dict[str, Any] | None = None, sharded_state: ShardedState | None = None):
+                 extras: dict[str, Any] | None = None, sharded_state: ShardedState | None = None,
+                 init_from: Path | None = None, init_optimizer: bool = False):
         from datetime import timedelta
 
         self.model = model
@@ -131,6 +132,8 @@ class Checkpointer:
         self.heartbeat = heartbeat
         self.faults = faults
         self.extras: dict[str, Any] = extras if extras is not None else {}
+        self.init_from = Path(init_from).expanduser() if init_from else None
+        self.init_optimizer = init_optimizer
         self.last_saved_step: int | None = None
         self.restored_from: Path | None = None
         # The world size the restored checkpoint was saved with (None: nothing restored). A script
@@ -398,7 +401,35 @@ class Checkpointer:
         if failed:  # the model may hold part of a failed load: never train from that
             raise CheckpointError(f"no checkpoint could be loaded (tried {', '.join(failed)})")
         self._supersede_after(0)
+        if self.init_from is not None:
+            self._initialise_from(self.init_from)
         return 0
+
+    def _initialise_from(self, path: Path) -> None:
+        """A warm start: another run's weights (and optimizer state, if asked) at step 0. The step,
+        RNG states and extras are not taken: this is a new run that begins from those weights."""
+        import torch.distributed.checkpoint as dcp
+
+        info = checkpoint_info(path)
+        if info is None or not info.complete or files.check_metadata(path):
+            raise CheckpointError(f"FSDP_ORCH_INIT_FROM={path}: not a complete step-N checkpoint")
+        take_optimizer = self.init_optimizer and self.optimizer is not None
+        model_only = getattr(self.sharded_state, "for_load_model", None)
+        apply_model = getattr(self.sharded_state, "apply_model", None)
+        if not take_optimizer and (model_only is None or apply_model is None):
+            raise CheckpointError(f"FSDP_ORCH_INIT_FROM={path}: this sharding loads weights only with "
+                                  "the optimizer state (submit --init-optimizer)")
+        wanted = self.sharded_state.for_load() if take_optimizer else model_only()
+        dcp.load(wanted, checkpoint_id=str(path), process_group=self.group,
+                 planner=self.sharded_state.load_planner())
+        if take_optimizer:
+            self.sharded_state.apply(wanted)
+        else:
+            apply_model(wanted)
+        if self.info.is_main:
+            what = "weights and optimizer state" if take_optimizer else "weights"
+            print(f"[fsdp-orch] initialised from {path} ({what}); starting at step 0", file=sys.stderr,
+                  flush=True)
 
     def _supersede_after(self, step: int) -> None:
         if self.info.rank != 0:

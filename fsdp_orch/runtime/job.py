@@ -102,7 +102,8 @@ class Job:
             keep_last=policy.keep_last, interval=policy.interval, async_save=async_save,
             resume=self.settings.resume, attempt=self.settings.attempt, full_at_end=full_at_end,
             timeout_s=self.settings.watch.collective_timeout, heartbeat=self.heartbeat,
-            faults=self.faults, extras=extras, sharded_state=state)
+            faults=self.faults, extras=extras, sharded_state=state,
+            init_from=self.settings.init_from, init_optimizer=self.settings.init_optimizer)
         return self.ckpt
 
     def step_done(self, step: int, loss: Any = None, **metrics: Any) -> None:

@@ -39,6 +39,8 @@ class Settings:
     resolved: dict[str, Any] = field(default_factory=dict)  # job.json's _resolved block
     fault: str | None = None
     checkpoint_request: Path | None = None  # a file whose appearance asks for a checkpoint now
+    init_from: Path | None = None  # a warm start's checkpoint, used while the job has none of its own
+    init_optimizer: bool = False
 
     @property
     def under_fsdp_orch(self) -> bool:
@@ -91,6 +93,8 @@ def from_env(env: dict[str, str] | None = None) -> Settings:
         fsdp=fsdp, checkpoint=checkpoint, watch=watch, resolved=resolved,
         fault=env.get("FSDP_ORCH_FAULT") or None,
         checkpoint_request=_path(env.get("FSDP_ORCH_CHECKPOINT_REQUEST")),
+        init_from=_path(env.get("FSDP_ORCH_INIT_FROM")),
+        init_optimizer=env.get("FSDP_ORCH_INIT_OPTIMIZER") == "1",
     )
 
 

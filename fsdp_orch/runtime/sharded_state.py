@@ -59,6 +59,19 @@ class Fsdp2State:
             set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
                            optim_state_dict=state["optim"])
 
+    def for_load_model(self) -> dict[str, Any]:
+        """The model alone (a warm start without the optimizer): ``for_load`` would make a fresh
+        optimizer's state by a step of its own, and that step would count."""
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        return {"model": get_model_state_dict(self.model)}
+
+    def apply_model(self, state: dict[str, Any]) -> None:
+        """Only the model of a loaded state (a warm start without the optimizer)."""
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+        set_model_state_dict(self.model, state["model"])
+
     def nbytes(self, state: dict[str, Any]) -> int:
         return state_nbytes(state)
 

@@ -196,3 +196,30 @@ def test_a_scheduler_killed_after_a_submit_does_not_repeat_the_tick(home, tmp_pa
     assert len(ticks) + missed == last, (ticks, events)  # every minute from 03:01 ran once or was missed
     for job in jobs:
         wait_state(home, job["id"], {"SUCCEEDED", "FAILED", "CANCELLED"})
+
+
+def test_init_from_previous_starts_each_run_from_the_last_successful_one(home, tmp_path):
+    from tests.cli_harness import copy_demo
+
+    job = copy_demo(tmp_path)
+    add_schedule("retrain", cron="* * * * *", tz="UTC", cluster="local", job_file=str(job),
+                 overrides=["args=[--steps, 10, --seq-len, 32, --layers, 2]", "checkpoint.interval=5"],
+                 concurrency="forbid", init_from_previous=True, max_catch_up=1, accelerate_config=None,
+                 now=START)
+    clock = ManualClock(START + 30)
+    with open_index(str(home)) as index:
+        scheduler = Scheduler(ScheduleBook(home), IndexJobs(index), clock, clock.sleep)
+        [first] = scheduler.run_due()
+        assert wait_state(home, first.job, {"SUCCEEDED", "FAILED"}, timeout=300) == "SUCCEEDED"
+        clock.now += 60
+        [second] = scheduler.run_due()
+    assert second.action == "submitted" and f"initialised from {first.job}" in (second.detail or "")
+    assert wait_state(home, second.job, {"SUCCEEDED", "FAILED"}, timeout=300) == "SUCCEEDED"
+    by_id = {j["id"]: j for j in jobs_of(home, "retrain")}
+    assert "init_job" not in by_id[first.job]["origin"]
+    origin = by_id[second.job]["origin"]
+    # each run keeps its checkpoints apart, so the second starts from the first's last one
+    assert origin["init_job"] == first.job and origin["init_step"] == 10
+    assert Path(origin["init_from"]).parent == job.parent / "checkpoints" / "demo" / first.job
+    logs = (Path(by_id[second.job]["run_dir"]) / "attempt-0").rglob("*.log")
+    assert any("initialised from" in p.read_text(errors="replace") for p in logs)

@@ -127,6 +127,24 @@ def test_resume_args_are_appended_only_when_there_is_a_checkpoint() -> None:
     assert "--resume_from_checkpoint /out/checkpoint-40" in texts(p)["launch.sh"]
 
 
+def test_a_warm_start_passes_its_checkpoint_until_the_job_has_one_of_its_own() -> None:
+    extra = ('args: [--x]\ncheckpoint: {init_args: ["--model_name_or_path", "{checkpoint}"],'
+             ' resume_args: ["--resume_from_checkpoint", "{checkpoint}"]}\n')
+    warm = dict(job_id="j1", run_root="/h", job_dir="/j", supervisor_command=SUPERVISOR,
+                init_from="/prev/checkpoint-90", init_step=90, checkpoint_per_job=True)
+    first = plan("local", extra, ctx=PlanContext(attempt=0, **warm))
+    assert first.program == ["train.py", "--x", "--model_name_or_path", "/prev/checkpoint-90"]
+    env = dict(first.env)
+    assert env["FSDP_ORCH_INIT_FROM"] == "/prev/checkpoint-90" and env["FSDP_ORCH_INIT_OPTIMIZER"] == "0"
+    assert first.checkpoint_dir == "/j/checkpoints/demo-run/j1"  # its own folder: never the previous run's
+    # a restart after the job saved: its own checkpoint wins, the warm start is not passed again
+    later = plan("local", extra, ctx=PlanContext(attempt=1, resume_from="/j/checkpoints/demo-run/j1/checkpoint-5",
+                                                 resume_step=5, **warm))
+    assert later.program == ["train.py", "--x", "--resume_from_checkpoint", "/j/checkpoints/demo-run/j1/checkpoint-5"]
+    assert "FSDP_ORCH_INIT_FROM" not in dict(later.env)
+    assert plan("local", extra).checkpoint_dir.endswith("/checkpoints/demo-run")  # a plain submit: as before
+
+
 def test_every_kind_exports_the_collective_timeout_and_the_bootstrap_path() -> None:
     ctx = PlanContext(job_id="j1", attempt=0, run_root="/h", job_dir="/j", supervisor_command=SUPERVISOR, bootstrap_dir="/pkg/boot site")
     for kind, extra in (("local", ""), ("slurm", ""), ("ssh", ""), ("tpu-vm", "launcher: xla\n")):
