@@ -11,6 +11,7 @@ from fsdp_orch.backends.registry import cluster_kind, load_profile
 from fsdp_orch.errors import InputError, JobNotFound
 from fsdp_orch.index import JobIndex
 from fsdp_orch.jobspec.loading import load_job
+from fsdp_orch.notify.process import start_notifier
 from fsdp_orch.plan import LaunchPlan, spec_json
 from fsdp_orch.profiles import ProfileRef
 from fsdp_orch.render import Artifact
@@ -112,6 +113,8 @@ def submit(index: JobIndex, job_file: Path, cluster: str, *, overrides: list[str
     except BaseException as exc:
         index.journal(job_id).set_state(JobState.FAILED, reason=f"could not start: {exc}")
         raise
+    finally:
+        start_notifier(submission)  # a job that could not start is notified of too
     return job_id, True
 
 

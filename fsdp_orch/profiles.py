@@ -13,6 +13,7 @@ from typing import ClassVar
 from pydantic import Field, field_validator
 
 from fsdp_orch.errors import InputError
+from fsdp_orch.jobspec.notify import Webhook
 from fsdp_orch.jobspec.schema import ArgStr
 from fsdp_orch.resources import home
 from fsdp_orch.run_roots import PROFILE_ORIGINS, profile_dirs
@@ -28,6 +29,7 @@ class ProfileBase(StrictModel):
     # The run root the submit host and the nodes share (NFS, Lustre, GPFS): job run folders go to
     # <shared_dir>/runs/<id>. None: $FSDP_ORCH_HOME/runs, which then must be shared for multi-host kinds.
     shared_dir: str | None = None
+    notify: list[Webhook] = Field(default_factory=list)  # webhooks for every job on this cluster
 
     # Which launchers this kind of cluster can run.
     launchers: ClassVar[tuple[str, ...]] = ()

@@ -19,6 +19,7 @@ from pydantic import (
 from fsdp_orch.bootstrap.faults import parse_faults
 from fsdp_orch.categories import DEFAULT_RETRY_ON, FAILURE_CATEGORIES
 from fsdp_orch.durations import parse_duration
+from fsdp_orch.jobspec.notify import Webhook
 from fsdp_orch.validation import StrictModel, check_env_names
 
 LAUNCHERS = ("torchrun", "accelerate", "xla", "python")
@@ -245,6 +246,7 @@ class JobSpec(StrictModel):
     checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
     restart: RestartPolicy = Field(default_factory=RestartPolicy)
     watch: Watch = Field(default_factory=Watch)
+    notify: list[Webhook] = Field(default_factory=list)
     _min_nodes: int | None = PrivateAttr(default=None)
 
     @model_validator(mode="wrap")

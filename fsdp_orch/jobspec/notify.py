@@ -1,0 +1,52 @@
+"""``notify:``, in a job spec or a cluster profile: webhooks POSTed when the job's state changes or
+chosen events happen."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, Field, field_validator
+
+from fsdp_orch.durations import parse_duration
+from fsdp_orch.states import JobState
+from fsdp_orch.validation import StrictModel
+
+STATES = tuple(s.value for s in JobState)
+# Events worth a POST of their own (their names as ``fsdp-orch events`` shows them).
+EVENTS = ("failure_detected", "restart_scheduled", "checkpoint_committed", "allocation_requeued")
+DEFAULT_ON = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+class Webhook(StrictModel):
+    url: str
+    when: list[str] = Field(default_factory=lambda: list(DEFAULT_ON))  # "on" is a boolean in YAML 1.1
+    format: Literal["json", "slack"] = "json"
+    retry_for: Annotated[float, BeforeValidator(parse_duration), Field(gt=0)] = 600.0
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"expected an http:// or https:// URL; got {value!r}")
+        return value
+
+    @field_validator("when")
+    @classmethod
+    def _when(cls, value: list[str]) -> list[str]:
+        known = STATES + EVENTS
+        for name in value:
+            if name not in known:
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(f"unknown state or event {name!r}{hint}; expected one of {', '.join(known)}")
+        if not value:
+            raise ValueError("expected at least one state or event")
+        return value
+
+
+__all__ = ["DEFAULT_ON", "EVENTS", "STATES", "Webhook"]

@@ -1,0 +1,116 @@
+"""The notifier's loop: read the job's events, POST what is due, one queue per webhook (a receiver
+that is down holds up only its own notifications, and each receives them in order), retry with
+backoff until the webhook's ``retry_for`` after the change, and keep a ledger so nothing is POSTed
+twice, even by a notifier started again. Clock, sleep, POST and status are injected."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fsdp_orch.events import read_job
+from fsdp_orch.jobspec.notify import Webhook
+from fsdp_orch.notify.due import Due, due
+from fsdp_orch.notify.payload import body
+from fsdp_orch.states import TERMINAL_NAMES
+
+FIRST_RETRY_S = 1.0
+MAX_RETRY_S = 30.0
+POLL_S = 0.5
+
+Post = Callable[[str, bytes, dict[str, str]], None]  # raises on failure
+
+
+@dataclass
+class _Pending:
+    due: Due
+    next_try: float
+    delay: float = FIRST_RETRY_S
+    tries: int = 0
+
+
+class Ledger:
+    """``notify/sent.jsonl``: one line per notification delivered or given up."""
+
+    def __init__(self, directory: str):
+        os.makedirs(directory, exist_ok=True)
+        self.path = os.path.join(directory, "sent.jsonl")
+
+    def keys(self) -> set[str]:
+        try:
+            with open(self.path) as f:
+                return {json.loads(line)["key"] for line in f if line.strip()}
+        except FileNotFoundError:
+            return set()
+
+    def add(self, key: str, outcome: str, at: float, tries: int) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"key": key, "outcome": outcome, "at": at, "tries": tries}) + "\n")
+
+
+class Notifier:
+    def __init__(self, run_dir: str, hooks: list[Webhook], *, post: Post,
+                 status: Callable[[], dict[str, Any]], clock: Callable[[], float],
+                 sleep: Callable[[float], None], gave_up: Callable[[Due, str], None] = lambda d, e: None):
+        self.run_dir = run_dir
+        self.hooks = hooks
+        self.post = post
+        self.status = status
+        self.clock = clock
+        self.sleep = sleep
+        self.gave_up = gave_up
+        self.ledger = Ledger(os.path.join(run_dir, "notify"))
+        self.queues: dict[int, list[_Pending]] = {i: [] for i in range(len(hooks))}
+
+    def pass_once(self) -> bool:
+        """One look at the events and one try per webhook whose head is due. True when the job
+        ended and nothing is left to send."""
+        events, _ = read_job(self.run_dir)
+        now = self.clock()
+        queued = {p.due.key for q in self.queues.values() for p in q}
+        for item in due(events, self.hooks, self.ledger.keys() | queued):
+            self.queues[item.hook].append(_Pending(item, next_try=now))
+        for i, queue in self.queues.items():
+            if queue and queue[0].next_try <= now:
+                self._try(self.hooks[i], queue)
+        ended = any(e.get("kind") == "finished" or e.get("state") in TERMINAL_NAMES for e in events)
+        return ended and not any(self.queues.values())
+
+    def _try(self, hook: Webhook, queue: list[_Pending]) -> None:
+        head = queue[0]
+        head.tries += 1
+        try:
+            self.post(hook.url, body(head.due, self.status(), hook.format),
+                      {"Content-Type": "application/json", **hook.headers})
+        except Exception as exc:  # noqa: BLE001 - any failure to deliver is retried the same way
+            now = self.clock()
+            if now - head.due.at >= hook.retry_for:
+                queue.pop(0)
+                self.ledger.add(head.due.key, "gave_up", now, head.tries)
+                self.gave_up(head.due, f"{type(exc).__name__}: {exc}")
+            else:
+                head.next_try = now + head.delay
+                head.delay = min(head.delay * 2, MAX_RETRY_S)
+            return
+        queue.pop(0)
+        self.ledger.add(head.due.key, "delivered", self.clock(), head.tries)
+
+    def run(self) -> None:
+        while not self.pass_once():
+            self.sleep(POLL_S)
+
+
+def http_post(url: str, data: bytes, headers: dict[str, str], timeout: float = 5.0) -> None:
+    """POST; anything but a 2xx answer raises."""
+    import urllib.request
+
+    request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+    with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310 - http(s) checked by the schema
+        if not 200 <= answer.status < 300:
+            raise OSError(f"HTTP {answer.status}")
+
+
+__all__ = ["FIRST_RETRY_S", "Ledger", "MAX_RETRY_S", "Notifier", "http_post"]

@@ -1,0 +1,79 @@
+"""The notifier process: started detached by ``submit`` when the job or its cluster has ``notify:``;
+one per job (a lock in its run folder), living until the job ended and everything is sent."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fsdp_orch.submission import Submission
+
+NOTIFY_DIR = "notify"
+
+
+def webhooks_of(submission: Submission) -> list:  # type: ignore[type-arg]
+    return [*submission.profile.notify, *submission.job.notify]
+
+
+def start_notifier(submission: Submission) -> int | None:
+    """Spawn the job's notifier, detached; None when nothing is configured."""
+    if not webhooks_of(submission):
+        return None
+    directory = submission.run_dir / NOTIFY_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "notifier.log", "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "fsdp_orch.notify.process", str(submission.run_dir)],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
+    return proc.pid
+
+
+def _hold_lock(directory: Path) -> int | None:
+    import fcntl
+
+    fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def main(run_dir: str) -> int:
+    import json
+
+    from fsdp_orch.backends.registry import cluster_kind
+    from fsdp_orch.events import EventWriter
+    from fsdp_orch.index import open_index
+    from fsdp_orch.journal import Journal
+    from fsdp_orch.notify.delivery import Notifier, http_post
+
+    path = Path(run_dir)
+    if _hold_lock(path / NOTIFY_DIR) is None:
+        print("another notifier holds this job", flush=True)
+        return 0
+    submission = Submission.load(path, cluster_kind(Submission.kind_name(path)))
+    job_id = submission.job_id
+    journal = Journal(EventWriter(path, "notify"), job_id)
+
+    def status() -> dict:
+        with open_index() as index:
+            index.ingest([job_id])
+            return json.loads(index.store.status_json(job_id) or "{}")
+
+    def gave_up(item, error: str) -> None:  # type: ignore[no-untyped-def]
+        print(f"gave up on {item.trigger} for webhook {item.hook}: {error}", flush=True)
+        journal.add_event(attempt=None, kind="notify_gave_up",
+                          message=f"webhook {item.hook} ({item.trigger}): no answer within its retry_for ({error})")
+
+    Notifier(str(path), webhooks_of(submission), post=http_post, status=status, clock=time.time,
+             sleep=time.sleep, gave_up=gave_up).run()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1]))
