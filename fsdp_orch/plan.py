@@ -23,6 +23,9 @@ RDZV_PORT_RANGE = (20000, 32000)
 # directory of the node that runs the script (a remote_workdir of ~/work), so the scripts
 # export them with ``~`` expanded. Every other value reaches the program exactly as written.
 CHECKPOINT_REQUEST_FILE = "checkpoint-request"
+# In checkpoint.dir and the program's arguments: the job's id (an unchanged script's output folder
+# of its own, so a scheduled or warm-started run never resumes the run before it).
+JOB_ID_PLACEHOLDER = "{job_id}"
 # Inside the run folder of a node with its own disk: the copies of fsdp_orch and of the job's folder.
 OWN_DISK_PACKAGE = "lib"
 OWN_DISK_CODE = "code"
@@ -192,9 +195,13 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
     else:
         workdir = _join(ctx.job_dir, job.workdir)
     attempt_dir = attempt_dir_of(run_dir, ctx.attempt)
-    checkpoint_dir = _join(workdir, job.checkpoint.dir or posixpath.join("checkpoints", slug(job.name)))
-    if ctx.checkpoint_per_job:
-        checkpoint_dir = posixpath.join(checkpoint_dir, ctx.job_id)
+    written = job.checkpoint.dir
+    if written:  # the user's folder; {job_id} in it (and in the args) keeps runs apart
+        checkpoint_dir = _join(workdir, written.replace(JOB_ID_PLACEHOLDER, ctx.job_id))
+    else:
+        checkpoint_dir = _join(workdir, posixpath.join("checkpoints", slug(job.name)))
+        if ctx.checkpoint_per_job:
+            checkpoint_dir = posixpath.join(checkpoint_dir, ctx.job_id)
     rdzv_port = ctx.rdzv_port or place.rdzv_port or rendezvous_port(ctx.job_id, ctx.attempt)
     nnodes, nproc, device = place.nnodes, place.nproc_per_node, place.device
     entry_form, _ = job.entry
@@ -204,6 +211,7 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
         program = [job.module or "", *job.args]
     else:
         program = [*(job.command or []), *job.args]
+    program = [arg.replace(JOB_ID_PLACEHOLDER, ctx.job_id) for arg in program]
     program += resume_arguments(job, ctx) + init_arguments(job, ctx)
     spec_path = posixpath.join(run_dir, "job.json")
     accel_path = posixpath.join(attempt_dir, "accelerate_config.yaml") if job.launcher == "accelerate" else None

@@ -145,6 +145,16 @@ def test_a_warm_start_passes_its_checkpoint_until_the_job_has_one_of_its_own() -
     assert plan("local", extra).checkpoint_dir.endswith("/checkpoints/demo-run")  # a plain submit: as before
 
 
+def test_job_id_in_the_checkpoint_dir_and_args_gives_each_run_its_own_folder() -> None:
+    extra = 'args: [--output_dir, "out/{job_id}"]\ncheckpoint: {dir: "out/{job_id}"}\n'
+    ctx = PlanContext(job_id="a1b2", attempt=0, run_root="/h", job_dir="/j", supervisor_command=SUPERVISOR,
+                      checkpoint_per_job=True)
+    p = plan("local", extra, ctx=ctx)
+    assert p.program == ["train.py", "--output_dir", "out/a1b2"]
+    assert p.checkpoint_dir.endswith("/out/a1b2")  # a folder the user named is not nested further
+    assert plan("local", 'checkpoint: {dir: out}\n', ctx=ctx).checkpoint_dir.endswith("/out")
+
+
 def test_every_kind_exports_the_collective_timeout_and_the_bootstrap_path() -> None:
     ctx = PlanContext(job_id="j1", attempt=0, run_root="/h", job_dir="/j", supervisor_command=SUPERVISOR, bootstrap_dir="/pkg/boot site")
     for kind, extra in (("local", ""), ("slurm", ""), ("ssh", ""), ("tpu-vm", "launcher: xla\n")):
