@@ -111,6 +111,10 @@ class JobView:
         for event in events:
             self._apply(event)
 
+    def apply(self, event: dict[str, Any]) -> None:
+        """One more event, after those seen so far (a reader following the log: the notifier)."""
+        self._apply(event)
+
     def _set(self, state: str) -> None:
         if self.state not in TERMINAL:
             self.state = state

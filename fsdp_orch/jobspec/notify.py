@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from fsdp_orch.durations import parse_duration
 from fsdp_orch.states import JobState
@@ -20,10 +20,25 @@ DEFAULT_ON = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 class Webhook(StrictModel):
     url: str
-    when: list[str] = Field(default_factory=lambda: list(DEFAULT_ON))  # "on" is a boolean in YAML 1.1
+    when: list[str] = Field(default_factory=lambda: list(DEFAULT_ON))  # or "on" (see _on_is_when)
     format: Literal["json", "slack"] = "json"
     retry_for: Annotated[float, BeforeValidator(parse_duration), Field(gt=0)] = 600.0
     headers: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _on_is_when(cls, data: object) -> object:
+        # YAML 1.1 reads a bare ``on:`` key as the boolean true; both spellings mean ``when``.
+        if not isinstance(data, dict):
+            return data
+        spellings = [key for key in (True, "on") if key in data]
+        if not spellings:
+            return data
+        if len(spellings) > 1 or "when" in data:
+            raise ValueError("expected one of on: or when: (they are the same field), not both")
+        data = dict(data)
+        data["when"] = data.pop(spellings[0])
+        return data
 
     @field_validator("url")
     @classmethod

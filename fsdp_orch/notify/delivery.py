@@ -11,11 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fsdp_orch.events import read_job
+from fsdp_orch.events import event_files, read_from
 from fsdp_orch.jobspec.notify import Webhook
-from fsdp_orch.notify.due import Due, due
+from fsdp_orch.notify.due import Due, Logged, due, ended
 from fsdp_orch.notify.payload import body
-from fsdp_orch.states import TERMINAL_NAMES
 
 FIRST_RETRY_S = 1.0
 MAX_RETRY_S = 30.0
@@ -30,6 +29,32 @@ class _Pending:
     next_try: float
     delay: float = FIRST_RETRY_S
     tries: int = 0
+
+
+class EventFeed:
+    """The job's events as they are appended, each with its file, in time order (as ``read_job``
+    orders them). Reads only what the files gained since the last look."""
+
+    # One per training step: never a change of state and not a trigger; kept out of memory.
+    SKIPPED = frozenset({"progress"})
+
+    def __init__(self, run_dir: str):
+        self.run_dir = run_dir
+        self.offsets: dict[str, tuple[int, int]] = {}
+        self.events: list[Logged] = []
+
+    def read(self) -> bool:
+        """Take in what was appended; True when anything that counts was."""
+        new = []
+        for path in event_files(self.run_dir):
+            result = read_from(path, *self.offsets.get(path, (0, 0)))
+            self.offsets[path] = (result.offset, result.line)
+            writer = os.path.basename(path)
+            new += [Logged(writer, e) for e in result.events if e["kind"] not in self.SKIPPED]
+        if new:
+            self.events = sorted(self.events + new, key=lambda item: (
+                item.event["at"], not item.writer.startswith("submit-"), item.writer, item.event.get("seq", 0)))
+        return bool(new)
 
 
 class Ledger:
@@ -63,21 +88,21 @@ class Notifier:
         self.sleep = sleep
         self.gave_up = gave_up
         self.ledger = Ledger(os.path.join(run_dir, "notify"))
+        self.feed = EventFeed(run_dir)
         self.queues: dict[int, list[_Pending]] = {i: [] for i in range(len(hooks))}
 
     def pass_once(self) -> bool:
         """One look at the events and one try per webhook whose head is due. True when the job
         ended and nothing is left to send."""
-        events, _ = read_job(self.run_dir)
         now = self.clock()
-        queued = {p.due.key for q in self.queues.values() for p in q}
-        for item in due(events, self.hooks, self.ledger.keys() | queued):
-            self.queues[item.hook].append(_Pending(item, next_try=now))
+        if self.feed.read():
+            queued = {p.due.key for q in self.queues.values() for p in q}
+            for item in due(self.feed.events, self.hooks, self.ledger.keys() | queued):
+                self.queues[item.hook].append(_Pending(item, next_try=now))
         for i, queue in self.queues.items():
             if queue and queue[0].next_try <= now:
                 self._try(self.hooks[i], queue)
-        ended = any(e.get("kind") == "finished" or e.get("state") in TERMINAL_NAMES for e in events)
-        return ended and not any(self.queues.values())
+        return ended(self.feed.events) and not any(self.queues.values())
 
     def _try(self, hook: Webhook, queue: list[_Pending]) -> None:
         head = queue[0]
@@ -113,4 +138,4 @@ def http_post(url: str, data: bytes, headers: dict[str, str], timeout: float = 5
             raise OSError(f"HTTP {answer.status}")
 
 
-__all__ = ["FIRST_RETRY_S", "Ledger", "MAX_RETRY_S", "Notifier", "http_post"]
+__all__ = ["FIRST_RETRY_S", "EventFeed", "Ledger", "MAX_RETRY_S", "Notifier", "http_post"]

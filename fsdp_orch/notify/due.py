@@ -1,4 +1,6 @@
-"""Which notifications a job's events call for: pure (events and webhooks in, notifications out)."""
+"""Which notifications a job's events call for: pure (events, webhooks and the ledger in,
+notifications out). The job's state is the one ``JobView`` derives, so a webhook hears of the same
+states ``status`` shows."""
 
 from __future__ import annotations
 
@@ -6,49 +8,81 @@ from dataclasses import dataclass
 from typing import Any
 
 from fsdp_orch.jobspec.notify import Webhook
-from fsdp_orch.states import TERMINAL_NAMES
+from fsdp_orch.journal import JobView
 
-_STATE_OF_KIND = {"submitted": "PENDING", "attempt_started": "RUNNING", "restart_scheduled": "RESTARTING",
-                  "allocation_requeued": "RESTARTING"}
+
+@dataclass(frozen=True)
+class Logged:
+    """An event and the event file it was read from: (file name, seq) is its identity."""
+
+    writer: str
+    event: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Change:
+    trigger: str  # the state entered, or the event's kind
+    logged: Logged
+
+    @property
+    def is_state(self) -> bool:
+        return self.trigger.isupper()
 
 
 @dataclass(frozen=True)
 class Due:
     hook: int  # index in the webhook list
-    trigger: str  # the state entered, or the event kind
-    at: float  # when it happened
-    key: str  # the same notification always has the same key (the ledger's)
-    event: dict[str, Any]
+    change: Change
+    key: str  # the ledger's: the same notification always has the same key
+
+    @property
+    def trigger(self) -> str:
+        return self.change.trigger
+
+    @property
+    def at(self) -> float:
+        return float(self.change.logged.event["at"])
+
+    @property
+    def event(self) -> dict[str, Any]:
+        return self.change.logged.event
 
 
-def changes(events: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """(trigger, event) in time order: each state the job enters (as ``status`` derives it: a
-    repeated state is no change, nothing after the end counts) and each event by its kind."""
-    found: list[tuple[str, dict[str, Any]]] = []
-    state: str | None = None
-    for event in events:
-        if state in TERMINAL_NAMES:
+def changes(events: list[Logged]) -> list[Change]:
+    """In time order: each state the job enters (a repeated state is no change; nothing after its
+    end counts) and each event by its kind."""
+    view = JobView([])
+    found: list[Change] = []
+    for logged in events:
+        if view.ended:
             break
-        kind = event.get("kind")
-        new = str(event["state"]) if kind in ("state", "finished") else _STATE_OF_KIND.get(str(kind))
-        if kind not in ("submitted", "state", "finished", "attempt_started"):
-            found.append((str(kind), event))
-        if new is not None and new != state:
-            state = new
-            found.append((new, event))
+        before = view.state
+        view.apply(logged.event)
+        found.append(Change(str(logged.event["kind"]), logged))
+        if view.state is not None and view.state != before:
+            found.append(Change(view.state, logged))
     return found
 
 
-def due(events: list[dict[str, Any]], hooks: list[Webhook], done: set[str]) -> list[Due]:
+def notification_key(hook: int, change: Change) -> str:
+    event = change.logged.event
+    return f"{hook}|{change.trigger}|{change.logged.writer}|{event.get('seq')}"
+
+
+def due(events: list[Logged], hooks: list[Webhook], done: set[str]) -> list[Due]:
     """The notifications not yet delivered or given up (``done``: their keys), oldest first."""
     result = []
-    for trigger, event in changes(events):
+    for change in changes(events):
         for i, hook in enumerate(hooks):
-            if trigger in hook.when:
-                key = f"{i}|{trigger}|{event['at']!r}|{event.get('seq')}"
+            if change.trigger in hook.when:
+                key = notification_key(i, change)
                 if key not in done:
-                    result.append(Due(i, trigger, float(event["at"]), key, event))
+                    result.append(Due(i, change, key))
     return result
 
 
-__all__ = ["Due", "changes", "due"]
+def ended(events: list[Logged]) -> bool:
+    return JobView([logged.event for logged in events]).ended
+
+
+__all__ = ["Change", "Due", "Logged", "changes", "due", "ended", "notification_key"]

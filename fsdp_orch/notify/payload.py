@@ -10,17 +10,26 @@ from typing import Any
 from fsdp_orch.notify.due import Due
 
 
+def iso_time(at: float) -> str:
+    """As the status JSON writes times: UTC, milliseconds."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + f".{int(at % 1 * 1000):03d}Z"
+
+
+def notification(due: Due, job: str | None) -> dict[str, Any]:
+    """Which change a POST is for; the status beside it may have moved on since."""
+    what = "state" if due.change.is_state else "event"
+    return {"job": job, what: due.trigger, "trigger": due.trigger, "at": iso_time(due.at)}
+
+
 def body(due: Due, status: dict[str, Any], fmt: str) -> bytes:
     job = status.get("id") or due.event.get("job")
-    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(due.at))
     if fmt == "slack":
-        text = f"fsdp-orch: job {status.get('name', '')} ({job}) {due.trigger} at {when}"
+        text = f"fsdp-orch: job {status.get('name', '')} ({job}) {due.trigger} at {iso_time(due.at)}"
         detail = due.event.get("reason") or due.event.get("evidence") or due.event.get("category")
         if detail:
             text += f": {detail}"
         return json.dumps({"text": text}).encode()
-    note = {"job": job, "trigger": due.trigger, "at": when}
-    return json.dumps({**status, "notification": note}).encode()
+    return json.dumps({**status, "notification": notification(due, job)}).encode()
 
 
-__all__ = ["body"]
+__all__ = ["body", "iso_time", "notification"]

@@ -9,31 +9,45 @@ import sys
 import time
 from pathlib import Path
 
+from fsdp_orch.jobspec.notify import Webhook
 from fsdp_orch.submission import Submission
 
 NOTIFY_DIR = "notify"
 
 
-def webhooks_of(submission: Submission) -> list:  # type: ignore[type-arg]
+def webhooks_of(submission: Submission) -> list[Webhook]:
+    """The cluster profile's webhooks, then the job's."""
     return [*submission.profile.notify, *submission.job.notify]
 
 
 def start_notifier(submission: Submission) -> int | None:
-    """Spawn the job's notifier, detached; None when nothing is configured."""
+    """Spawn the job's notifier, detached as the supervisor is (its own session, output to a log in
+    the run folder), so it outlives the CLI; None when nothing is configured or it could not start
+    (said in the job's events: the job itself is not held back for a webhook)."""
     if not webhooks_of(submission):
         return None
     directory = submission.run_dir / NOTIFY_DIR
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / "notifier.log", "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "fsdp_orch.notify.process", str(submission.run_dir)],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_") or k == "FSDP_ORCH_HOME"}
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(directory / "notifier.log", "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "fsdp_orch.notify.process", str(submission.run_dir)],
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, close_fds=True, env=env, cwd=directory)
+    except OSError as exc:
+        from fsdp_orch.events import EventWriter
+        from fsdp_orch.journal import Journal
+
+        Journal(EventWriter(submission.run_dir, "notify"), submission.job_id).add_event(
+            attempt=None, kind="notify_not_started", message=f"no notifier for this job's webhooks: {exc}")
+        return None
     return proc.pid
 
 
 def _hold_lock(directory: Path) -> int | None:
     import fcntl
 
+    directory.mkdir(parents=True, exist_ok=True)
     fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -51,6 +65,7 @@ def main(run_dir: str) -> int:
     from fsdp_orch.index import open_index
     from fsdp_orch.journal import Journal
     from fsdp_orch.notify.delivery import Notifier, http_post
+    from fsdp_orch.notify.due import Due
 
     path = Path(run_dir)
     if _hold_lock(path / NOTIFY_DIR) is None:
@@ -60,12 +75,12 @@ def main(run_dir: str) -> int:
     job_id = submission.job_id
     journal = Journal(EventWriter(path, "notify"), job_id)
 
-    def status() -> dict:
+    def status() -> dict:  # type: ignore[type-arg]
         with open_index() as index:
             index.ingest([job_id])
             return json.loads(index.store.status_json(job_id) or "{}")
 
-    def gave_up(item, error: str) -> None:  # type: ignore[no-untyped-def]
+    def gave_up(item: Due, error: str) -> None:
         print(f"gave up on {item.trigger} for webhook {item.hook}: {error}", flush=True)
         journal.add_event(attempt=None, kind="notify_gave_up",
                           message=f"webhook {item.hook} ({item.trigger}): no answer within its retry_for ({error})")
