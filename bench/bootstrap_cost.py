@@ -37,7 +37,7 @@ _IMPORTTIME = re.compile(r"import time:\s*(\d+)\s*\|\s*(\d+)\s*\|\s*sitecustomiz
 
 
 def _envs(run_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
-    from fsdp_orch.resources import bootstrap_site_dir
+    from fsdp_orch.places.builtin import bootstrap_site_dir
 
     plain = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_") and k != "PYTHONPATH"}
     plain["OMP_NUM_THREADS"] = "1"
@@ -73,7 +73,7 @@ def heartbeat_write_cost(writes: int = 300) -> dict:
     """One heartbeat write as the agent does it, and its share of the main thread's time at the most
     frequent writing there (after a step, at most every STEP_WRITE_MIN_S)."""
     from fsdp_orch.bootstrap.agent import STEP_WRITE_MIN_S
-    from fsdp_orch.heartbeats import Heartbeat, write_heartbeat
+    from fsdp_orch.observe.heartbeats import Heartbeat, write_heartbeat
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rank-0.json"

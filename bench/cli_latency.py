@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from fsdp_orch.states import JobState
-from fsdp_orch.store import Store
-from fsdp_orch.store_path import store_path
+from fsdp_orch.places.home import store_path
+from fsdp_orch.record.store import Store
+from fsdp_orch.vocab.states import JobState
 
 CATEGORIES = ["hang", "nccl_timeout", "gloo_timeout_or_peer_lost", "preemption_or_node_lost"]
 

@@ -25,8 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fsdp_orch.categories import FAILURE_CATEGORIES  # noqa: E402
 from fsdp_orch.supervise.diagnose import diagnose_text  # noqa: E402
+from fsdp_orch.vocab.categories import FAILURE_CATEGORIES  # noqa: E402
 
 CORPUS = REPO / "tests" / "fixtures" / "corpus"
 

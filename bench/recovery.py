@@ -38,9 +38,9 @@ from pathlib import Path
 
 import bootstrap_cost
 
-from fsdp_orch.heartbeats import read_heartbeats
-from fsdp_orch.proctree import job_processes_with, signal_pids
-from fsdp_orch.store import Store
+from fsdp_orch.observe.heartbeats import read_heartbeats
+from fsdp_orch.observe.proctree import job_processes_with, signal_pids
+from fsdp_orch.record.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 HEARTBEAT_TIMEOUT = 10.0

@@ -1,16 +1,17 @@
 """fsdp-orch: run multi-node PyTorch FSDP jobs on real clusters and keep them alive.
 
 Kept import-free on purpose: the CLI must start fast on a login node. The Python API
-(``fsdp_orch.submit``, ``Job``, ``WaitTimedOut``; see ``fsdp_orch.api``) is loaded on first use.
+(``fsdp_orch.submit``, ``Job``, ``WaitTimedOut``; see ``fsdp_orch.control.api``) is loaded on first use.
 """
 
-__version__ = "0.1.0"
+from fsdp_orch.vocab.version import __version__ as __version__
+
 _API = ("submit", "Job", "WaitTimedOut")
 
 
 def __getattr__(name: str) -> object:
     if name in _API:
-        from fsdp_orch import api
+        from fsdp_orch.control import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'fsdp_orch' has no attribute {name!r}")

@@ -1,3 +1,3 @@
-from fsdp_orch.cli import main
+from fsdp_orch.cli.main import main
 
 raise SystemExit(main())

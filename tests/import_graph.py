@@ -80,7 +80,7 @@ def module_imports(root: Path, package: str = "fsdp_orch") -> dict[str, set[str]
 
 def unit_of(module: str, package: str = "fsdp_orch") -> str:
     """``fsdp_orch.sub.mod...`` -> ``fsdp_orch.sub``; a top-level module such as
-    ``fsdp_orch.plan`` is its own unit."""
+    ``fsdp_orch.launch.plan`` is its own unit."""
     if module == package:
         return package
     return f"{package}.{module.removeprefix(f'{package}.').split('.')[0]}"

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from fsdp_orch.backends.registry import cluster_kind
+from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
-from fsdp_orch.plan import LaunchPlan, PlanContext, make_plan
-from fsdp_orch.profiles import ProfileBase
-from fsdp_orch.render import Artifact, render_plan
+from fsdp_orch.launch.plan import LaunchPlan, PlanContext, make_plan
+from fsdp_orch.launch.render import Artifact, render_plan
 from fsdp_orch.supervise import SUPERVISOR_MODULE
 
 # What golden files show as the supervisor's command (the real one names this machine's Python).

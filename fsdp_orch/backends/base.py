@@ -11,16 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from fsdp_orch.checkpoints import Storage
-from fsdp_orch.checks import Check
-from fsdp_orch.command import Runner
-from fsdp_orch.file_tail import LogChunk
-from fsdp_orch.heartbeats import Heartbeat
-from fsdp_orch.index import JobIndex
-from fsdp_orch.plan import LaunchPlan
-from fsdp_orch.render import Artifact
-from fsdp_orch.stacks import StackCapture
-from fsdp_orch.submission import PlanningKind, Submission
+from fsdp_orch.launch.plan import LaunchPlan
+from fsdp_orch.launch.render import Artifact
+from fsdp_orch.launch.submission import PlanningKind, Submission
+from fsdp_orch.observe.checkpoints import Storage
+from fsdp_orch.observe.command import Runner
+from fsdp_orch.observe.file_tail import LogChunk
+from fsdp_orch.observe.heartbeats import Heartbeat
+from fsdp_orch.observe.stacks import StackCapture
+from fsdp_orch.record.index import JobIndex
+from fsdp_orch.vocab.checks import Check
 
 
 class AttemptObservation(Protocol):

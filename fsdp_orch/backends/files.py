@@ -6,12 +6,12 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from fsdp_orch.attempt_files import STACKS_DIR
-from fsdp_orch.checkpoints import LOCAL, Storage
-from fsdp_orch.file_tail import FileTail, LogChunk
-from fsdp_orch.heartbeats import Heartbeat, read_heartbeats
-from fsdp_orch.nccl_env import FLIGHT_RECORDER_PREFIX
-from fsdp_orch.stacks import StackCapture, capture_stacks
+from fsdp_orch.observe.attempt_files import STACKS_DIR
+from fsdp_orch.observe.checkpoints import LOCAL, Storage
+from fsdp_orch.observe.file_tail import FileTail, LogChunk
+from fsdp_orch.observe.heartbeats import Heartbeat, read_heartbeats
+from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIX
+from fsdp_orch.observe.stacks import StackCapture, capture_stacks
 
 
 class FileObservation:

@@ -4,7 +4,6 @@ as its own process tree."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -14,15 +13,16 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from fsdp_orch.backends.files import FileObservation
+from fsdp_orch.backends.ports import free_port
 from fsdp_orch.backends.supervised_here import SupervisedHere
-from fsdp_orch.checkpoints import LOCAL, Storage
-from fsdp_orch.errors import InputError
+from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
-from fsdp_orch.plan import LaunchPlan, Placement, PlanContext
-from fsdp_orch.proctree import job_processes, stop_job_processes
-from fsdp_orch.profiles import ProfileBase
-from fsdp_orch.render import Artifact, Templates, write_artifacts
-from fsdp_orch.submission import Submission
+from fsdp_orch.launch.plan import LaunchPlan, Placement, PlanContext
+from fsdp_orch.launch.render import Artifact, Templates, write_artifacts
+from fsdp_orch.launch.submission import Submission
+from fsdp_orch.observe.checkpoints import LOCAL, Storage
+from fsdp_orch.observe.proctree import job_processes, stop_job_processes
+from fsdp_orch.vocab.errors import InputError
 
 
 class LocalProfile(ProfileBase):
@@ -35,12 +35,6 @@ class LocalProfile(ProfileBase):
 
     def default_procs_per_node(self) -> int:
         return self.procs_per_node or 1
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 # The launch script runs under a small wrapper that writes its exit status to a file, so that a

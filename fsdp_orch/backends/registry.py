@@ -7,17 +7,17 @@ import importlib
 from pathlib import Path
 
 from fsdp_orch.backends.base import ClusterKind
-from fsdp_orch.errors import InputError
-from fsdp_orch.profiles import ProfileBase, ProfileRef, find_profile
-from fsdp_orch.validation import validate_doc
-from fsdp_orch.yamlio import load_file
+from fsdp_orch.jobspec.profiles import ProfileBase, ProfileRef, find_profile
+from fsdp_orch.jobspec.validation import validate_doc
+from fsdp_orch.jobspec.yamlio import load_file
+from fsdp_orch.vocab.errors import InputError
 
 # kind name -> the module whose ``KIND`` implements it
 KIND_MODULES = {
     "local": "fsdp_orch.backends.local",
-    "slurm": "fsdp_orch.backends.slurm",
+    "slurm": "fsdp_orch.backends.slurm.kind",
     "ssh": "fsdp_orch.backends.ssh",
-    "tpu-vm": "fsdp_orch.backends.tpu_vm",
+    "tpu-vm": "fsdp_orch.backends.tpu_vm.kind",
 }
 KINDS = tuple(KIND_MODULES)
 

@@ -9,8 +9,8 @@ import shlex
 import socket
 from collections.abc import Callable
 
-from fsdp_orch.checks import TORCH_VERSION, Check
-from fsdp_orch.command import Runner
+from fsdp_orch.observe.command import Runner
+from fsdp_orch.vocab.checks import TORCH_VERSION, Check
 
 Connect = Callable[[tuple[str, int], float], object]
 

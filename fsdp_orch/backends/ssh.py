@@ -6,69 +6,19 @@ hosts report back over SSH (``ssh_staging``, ``ssh_reports``)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
-
+from fsdp_orch.backends.over_ssh.hosts import SshProfile
 from fsdp_orch.backends.supervised_here import SupervisedHere
-from fsdp_orch.checks import Check
-from fsdp_orch.command import Runner
-from fsdp_orch.errors import InputError
+from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
-from fsdp_orch.plan import LaunchPlan, NodeTarget, Placement, PlanContext, host_port
-from fsdp_orch.profiles import ProfileBase
-from fsdp_orch.render import Artifact, Templates
-from fsdp_orch.submission import Submission
-from fsdp_orch.validation import StrictModel
-
-
-class SshHost(StrictModel):
-    address: str = Field(min_length=1)
-    port: int = Field(default=22, gt=0, lt=65536)
-    user: str | None = None
-    identity_file: str | None = None
-
-    @field_validator("address")
-    @classmethod
-    def _address(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.:\-\[\]]+", value):
-            raise ValueError("expected a host name or IP address")
-        return value
-
-
-class SshProfile(ProfileBase):
-    kind: Literal["ssh"]
-    device: Literal["cpu", "cuda"] = "cuda"
-    hosts: list[SshHost] = Field(min_length=1)
-    venv: str | None = None
-    shared_filesystem: bool = True
-    remote_workdir: str | None = Field(default=None, validate_default=True)
-    host_key_policy: Literal["strict", "accept-new", "warn"] = "strict"
-    known_hosts: str = "~/.ssh/known_hosts"
-    procs_per_node: int = Field(default=1, gt=0)
-    rdzv_port: int | None = Field(default=None, gt=1024, lt=65536)
-    connect_timeout: int = Field(default=10, gt=0)
-    launchers: ClassVar[tuple[str, ...]] = ("torchrun", "accelerate", "python")
-
-    @model_validator(mode="after")
-    def _venv_python(self) -> SshProfile:
-        if self.venv:
-            object.__setattr__(self, "python", self.venv.rstrip("/") + "/bin/python")
-        return self
-
-    @field_validator("remote_workdir")
-    @classmethod
-    def _own_disks_need_a_workdir(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if info.data.get("shared_filesystem") is False and not (value or "").startswith("/"):
-            raise ValueError("with shared_filesystem: false, expected an absolute folder that every host has "
-                             "(fsdp-orch copies the job there and keeps its run folders in it)")
-        return value
-
-    def default_procs_per_node(self) -> int:
-        return self.procs_per_node
-
+from fsdp_orch.launch.plan import LaunchPlan, NodeTarget, Placement, PlanContext, host_port
+from fsdp_orch.launch.render import Artifact, Templates
+from fsdp_orch.launch.submission import Submission
+from fsdp_orch.observe.command import Runner
+from fsdp_orch.vocab.checks import Check
+from fsdp_orch.vocab.errors import InputError
 
 
 class SshKind(SupervisedHere):
@@ -97,13 +47,13 @@ class SshKind(SupervisedHere):
                          own_run_root=None if shared else profile.remote_workdir, nodes=nodes)
 
     def attempt_launcher(self, submission: Submission) -> Any:
-        from fsdp_orch.backends.ssh_launcher import SshLauncher
+        from fsdp_orch.backends.over_ssh.launcher import SshLauncher
 
         return SshLauncher(submission)
 
     def preflight(self, submission: Submission) -> None:
         """Every host answers, with a known key, before anything is recorded as started."""
-        from fsdp_orch.backends.ssh_connect import connect, on_every_host
+        from fsdp_orch.backends.over_ssh.connect import connect, on_every_host
 
         profile: Any = submission.profile
         on_every_host(list(profile.hosts[:submission.job.nodes]), lambda i, host: connect(host, profile).close())
@@ -113,8 +63,8 @@ class SshKind(SupervisedHere):
 
     def stop_leftovers(self, job_id: str, row: dict[str, Any]) -> None:
         """Every process of the job on every host, whatever attempt (the supervisor may have died)."""
-        from fsdp_orch.backends.ssh_attempt import stop_on_host
-        from fsdp_orch.backends.ssh_connect import on_every_host
+        from fsdp_orch.backends.over_ssh.attempt import stop_on_host
+        from fsdp_orch.backends.over_ssh.connect import on_every_host
 
         profile: Any = Submission.load(Path(row["run_dir"]), self).profile
         on_every_host(list(profile.hosts),

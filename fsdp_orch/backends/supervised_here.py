@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_orch.backends.base import ClusterKind
-from fsdp_orch.errors import InputError
-from fsdp_orch.index import JobIndex
-from fsdp_orch.proctree import pid_alive
-from fsdp_orch.submission import Submission
+from fsdp_orch.launch.submission import Submission
+from fsdp_orch.observe.proctree import pid_alive
+from fsdp_orch.record.index import JobIndex
+from fsdp_orch.vocab.errors import InputError
 
 CANCEL_WAIT_S = 15.0
 

@@ -4,7 +4,7 @@ liveness and injected faults for scripts that never import fsdp_orch.
 Passive until the process starts a process group (``init_process_group``, wrapped when
 ``torch.distributed`` is imported) or takes an optimizer step (torch's global optimizer-step post
 hook, registered when ``torch.optim.optimizer`` is imported). Then it writes the rank's heartbeat
-file (``fsdp_orch.heartbeats``) after steps and every ``TICK_S`` from a watcher thread that also
+file (``fsdp_orch.observe.heartbeats``) after steps and every ``TICK_S`` from a watcher thread that also
 keeps the main-thread probe asking. A script that uses ``fsdp_orch.runtime`` reports its own steps,
 loss and saves through :meth:`Agent.report`; from then on optimizer steps are not counted twice and
 the runtime applies the faults.
@@ -149,7 +149,7 @@ class Agent:
         import socket
 
         from fsdp_orch.bootstrap.probe import MainThreadProbe
-        from fsdp_orch.heartbeats import heartbeat_path
+        from fsdp_orch.observe.heartbeats import heartbeat_path
 
         self._host = socket.gethostname()
         self.rank = rank
@@ -197,7 +197,7 @@ class Agent:
             return
         import faulthandler
 
-        from fsdp_orch.attempt_files import STACKS_DIR, faulthandler_dump_name
+        from fsdp_orch.observe.attempt_files import STACKS_DIR, faulthandler_dump_name
 
         try:
             folder = os.path.join(os.path.expanduser(self.attempt_dir), STACKS_DIR)
@@ -229,7 +229,7 @@ class Agent:
         self.active = False
 
     def _write_locked(self, now: float) -> None:
-        from fsdp_orch.heartbeats import Heartbeat, write_heartbeat
+        from fsdp_orch.observe.heartbeats import Heartbeat, write_heartbeat
 
         if self._path is None or self.rank is None:
             return

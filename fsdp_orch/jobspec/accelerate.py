@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.errors import InputError
 from fsdp_orch.jobspec.schema import fsdp_name
-from fsdp_orch.validation import FieldOrigin
-from fsdp_orch.yamlio import YamlDoc, load_file
+from fsdp_orch.jobspec.validation import FieldOrigin
+from fsdp_orch.jobspec.yamlio import YamlDoc, load_file
+from fsdp_orch.vocab.errors import InputError
 
 _DISTRIBUTED_WITH_FSDP = {"FSDP", "XLA", "TPU"}
 # accelerate's FullyShardedDataParallelPlugin: a config without fsdp_version means FSDP1.

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.errors import InputError
 from fsdp_orch.jobspec.accelerate import merge_accelerate_doc
 from fsdp_orch.jobspec.schema import JobSpec, fsdp_name
-from fsdp_orch.validation import FieldOrigin, reattribute, validate_doc
-from fsdp_orch.yamlio import YamlDoc, load_file, load_mapping
+from fsdp_orch.jobspec.validation import FieldOrigin, reattribute, validate_doc
+from fsdp_orch.jobspec.yamlio import YamlDoc, load_file, load_mapping
+from fsdp_orch.vocab.errors import InputError
 
 # Fields whose values reach the program as strings: an unquoted ``3.10`` there means "3.10".
 LITERAL_FIELDS = ("args", "command", "env")

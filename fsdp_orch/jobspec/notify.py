@@ -8,9 +8,9 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from fsdp_orch.durations import parse_duration
-from fsdp_orch.states import JobState
-from fsdp_orch.validation import StrictModel
+from fsdp_orch.jobspec.durations import parse_duration
+from fsdp_orch.jobspec.validation import StrictModel
+from fsdp_orch.vocab.states import JobState
 
 STATES = tuple(s.value for s in JobState)
 # Events worth a POST of their own (their names as ``fsdp-orch events`` shows them).

@@ -17,10 +17,10 @@ from pydantic import (
 )
 
 from fsdp_orch.bootstrap.faults import parse_faults
-from fsdp_orch.categories import DEFAULT_RETRY_ON, FAILURE_CATEGORIES
-from fsdp_orch.durations import parse_duration
+from fsdp_orch.jobspec.durations import parse_duration
 from fsdp_orch.jobspec.notify import Webhook
-from fsdp_orch.validation import StrictModel, check_env_names
+from fsdp_orch.jobspec.validation import StrictModel, check_env_names
+from fsdp_orch.vocab.categories import DEFAULT_RETRY_ON, FAILURE_CATEGORIES
 
 LAUNCHERS = ("torchrun", "accelerate", "xla", "python")
 RESUME_PLACEHOLDERS = ("checkpoint", "step")

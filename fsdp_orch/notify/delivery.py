@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fsdp_orch.events import event_files, read_from
 from fsdp_orch.jobspec.notify import Webhook
 from fsdp_orch.notify.due import Due, Logged, due, ended
 from fsdp_orch.notify.payload import body
+from fsdp_orch.record.events import event_files, read_from
 
 FIRST_RETRY_S = 1.0
 MAX_RETRY_S = 30.0

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fsdp_orch.jobspec.notify import Webhook
-from fsdp_orch.journal import JobView
+from fsdp_orch.record.journal import JobView
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from fsdp_orch.jobspec.notify import Webhook
-from fsdp_orch.submission import Submission
+from fsdp_orch.launch.submission import Submission
 
 NOTIFY_DIR = "notify"
 
@@ -35,8 +35,8 @@ def start_notifier(submission: Submission) -> int | None:
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, close_fds=True, env=env, cwd=directory)
     except OSError as exc:
-        from fsdp_orch.events import EventWriter
-        from fsdp_orch.journal import Journal
+        from fsdp_orch.record.events import EventWriter
+        from fsdp_orch.record.journal import Journal
 
         Journal(EventWriter(submission.run_dir, "notify"), submission.job_id).add_event(
             attempt=None, kind="notify_not_started", message=f"no notifier for this job's webhooks: {exc}")
@@ -61,11 +61,11 @@ def main(run_dir: str) -> int:
     import json
 
     from fsdp_orch.backends.registry import cluster_kind
-    from fsdp_orch.events import EventWriter
-    from fsdp_orch.index import open_index
-    from fsdp_orch.journal import Journal
     from fsdp_orch.notify.delivery import Notifier, http_post
     from fsdp_orch.notify.due import Due
+    from fsdp_orch.record.events import EventWriter
+    from fsdp_orch.record.index import open_index
+    from fsdp_orch.record.journal import Journal
 
     path = Path(run_dir)
     if _hold_lock(path / NOTIFY_DIR) is None:

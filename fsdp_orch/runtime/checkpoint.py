@@ -37,18 +37,18 @@ from torch import nn
 from torch.distributed.checkpoint.staging import AsyncStager
 
 from fsdp_orch.bootstrap.faults import FaultInjector
-from fsdp_orch.checkpoints import (
+from fsdp_orch.observe.checkpoints import (
     COMMIT_FILE,
     CheckpointInfo,
     checkpoint_info,
     list_checkpoints,
     step_dir_name,
 )
-from fsdp_orch.errors import FsdpOrchError
 from fsdp_orch.runtime import ckpt_files as files
 from fsdp_orch.runtime.dist import DistInfo
 from fsdp_orch.runtime.heartbeat import HeartbeatWriter
 from fsdp_orch.runtime.sharded_state import Fsdp2State, ShardedState
+from fsdp_orch.vocab.errors import FsdpOrchError
 
 FULL_MODEL_DIR = "full"
 

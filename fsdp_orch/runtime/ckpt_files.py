@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fsdp_orch.checkpoints import COMMIT_FILE, METADATA_FILE, list_checkpoints, parse_commit
+from fsdp_orch.observe.checkpoints import COMMIT_FILE, METADATA_FILE, list_checkpoints, parse_commit
 
 RANK_STATE = "rank-{rank}.state.pt"
 

@@ -25,8 +25,8 @@ from typing import Literal
 import torch
 import torch.distributed as dist
 
-from fsdp_orch.errors import FsdpOrchError
-from fsdp_orch.nccl_env import apply_env_defaults, nccl_env_defaults
+from fsdp_orch.observe.nccl_env import apply_env_defaults, nccl_env_defaults
+from fsdp_orch.vocab.errors import FsdpOrchError
 
 
 class TorchXlaUnavailable(FsdpOrchError):

@@ -1,6 +1,6 @@
 """The heartbeat writer: after each step, atomically replace this rank's heartbeat file.
 
-See ``fsdp_orch.heartbeats`` for the layout and the reader. Where the bootstrap runs in this process
+See ``fsdp_orch.observe.heartbeats`` for the layout and the reader. Where the bootstrap runs in this process
 (every job fsdp-orch launches), the writer hands each beat to its agent, which owns the file. Without a run directory (not under
 fsdp-orch) the writer is a no-op. ``job.step_done`` beats for you; a script that does not use
 ``runtime.setup()`` (e.g. an Accelerate script) calls :func:`heartbeat` after each step.
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_orch.bootstrap.agent import current as bootstrap_agent
-from fsdp_orch.heartbeats import STATES, Heartbeat, heartbeat_path, write_heartbeat
+from fsdp_orch.observe.heartbeats import STATES, Heartbeat, heartbeat_path, write_heartbeat
 
 
 class HeartbeatWriter:

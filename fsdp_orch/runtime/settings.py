@@ -1,7 +1,7 @@
 """What the runtime learns from its environment: the ``FSDP_ORCH_*`` variables and the job spec.
 
 Under fsdp-orch, the launch script exports ``FSDP_ORCH_SPEC`` (job.json, the output of
-``fsdp_orch.plan.spec_json``) and the paths of this run. Under plain ``torchrun`` none is set and
+``fsdp_orch.launch.plan.spec_json``) and the paths of this run. Under plain ``torchrun`` none is set and
 the defaults apply: the spec's defaults (FULL_SHARD, ...), checkpoints in ``./checkpoints``,
 attempt 0, no heartbeat files (there is no run directory to put them in) and no faults. Torch-free.
 """

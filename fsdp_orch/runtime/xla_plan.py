@@ -31,8 +31,8 @@ import difflib
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from fsdp_orch.errors import InputError
 from fsdp_orch.jobspec.schema import FsdpOptions
+from fsdp_orch.vocab.errors import InputError
 
 FSDP_V2 = "SpmdFullyShardedDataParallel"
 FSDP_V1 = "XlaFullyShardedDataParallel"

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.errors import FsdpOrchError, InputError
-from fsdp_orch.events import EventWriter, read_job
+from fsdp_orch.record.events import EventWriter, read_job
 from fsdp_orch.schedule.spec import Schedule
+from fsdp_orch.vocab.errors import FsdpOrchError, InputError
 
 SCHEDULES_DIR = "schedules"
 LOCK_FILE = "scheduler.lock"

@@ -20,7 +20,7 @@ from fsdp_orch.schedule.ticks import local_iso, next_tick
 
 
 def book() -> ScheduleBook:
-    from fsdp_orch.resources import home
+    from fsdp_orch.places.builtin import home
 
     return ScheduleBook(home())
 
@@ -29,7 +29,7 @@ def add_schedule(name: str, *, cron: str, tz: str, cluster: str, job_file: str, 
                  concurrency: str, init_from_previous: bool, max_catch_up: int,
                  accelerate_config: str | None, now: float | None = None) -> Schedule:
     """Validates everything a tick will need (the job plans on the cluster now) before writing."""
-    from fsdp_orch.job_control import plan_job
+    from fsdp_orch.control.job_control import plan_job
 
     check_name(name)
     cron = check_cron(cron)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from fsdp_orch.index import JobIndex
+from fsdp_orch.record.index import JobIndex
 from fsdp_orch.schedule.spec import Schedule
-from fsdp_orch.states import TERMINAL_NAMES
+from fsdp_orch.vocab.states import TERMINAL_NAMES
 
 
 class IndexJobs:
@@ -23,7 +23,7 @@ class IndexJobs:
         return found
 
     def _states(self, job_ids: list[str]) -> dict[str, str]:
-        from fsdp_orch.liveness import refresh
+        from fsdp_orch.control.liveness import refresh
 
         known = [j for j in job_ids if self.index.store.job(j) is not None]
         self.index.ingest(known)
@@ -39,7 +39,7 @@ class IndexJobs:
         return [j for j in job_ids if states.get(j) == "SUCCEEDED"]
 
     def submit(self, schedule: Schedule, key: str, origin: dict[str, str], init_from: str | None) -> str:
-        from fsdp_orch.job_control import submit
+        from fsdp_orch.control.job_control import submit
 
         extra = {"init_from": init_from} if init_from else {}
         job_id, _ = submit(self.index, Path(schedule.job_file), schedule.cluster,
@@ -50,7 +50,7 @@ class IndexJobs:
         return job_id
 
     def cancel(self, job_id: str) -> None:
-        from fsdp_orch.job_control import cancel
+        from fsdp_orch.control.job_control import cancel
 
         cancel(self.index, job_id)
 

@@ -7,7 +7,7 @@ import json
 import re
 from dataclasses import asdict, dataclass
 
-from fsdp_orch.errors import InputError
+from fsdp_orch.vocab.errors import InputError
 
 CONCURRENCY = ("forbid", "replace", "allow")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")

@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from fsdp_orch.categories import FAILURE_CATEGORIES, NODE_LOST_EXIT, NOT_RETRYABLE
-from fsdp_orch.hints import hint_for
+from fsdp_orch.vocab.categories import FAILURE_CATEGORIES, NODE_LOST_EXIT, NOT_RETRYABLE
+from fsdp_orch.vocab.hints import hint_for
 
 CATEGORIES = FAILURE_CATEGORIES
 

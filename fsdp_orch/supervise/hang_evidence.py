@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 
-from fsdp_orch.nccl_env import FLIGHT_RECORDER_PREFIX
-from fsdp_orch.stacks import StackCapture, default_library_roots, describe_stuck
+from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIX
+from fsdp_orch.observe.stacks import StackCapture, default_library_roots, describe_stuck
 from fsdp_orch.supervise.diagnose import Diagnosis
 from fsdp_orch.supervise.watchdog import HangVerdict
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from fsdp_orch.categories import NOT_RETRYABLE
 from fsdp_orch.jobspec.schema import RestartPolicy
+from fsdp_orch.vocab.categories import NOT_RETRYABLE
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fsdp_orch.backends.base import AllocationEnding, AttemptHandle, AttemptLauncher
-from fsdp_orch.checkpoints import latest_complete, move_aside, partial_newer_than_latest
-from fsdp_orch.errors import FsdpOrchError, InputError
-from fsdp_orch.events import CANCEL_MARKER, read_job
 from fsdp_orch.jobspec.schema import Watch
-from fsdp_orch.journal import JobView, Journal
-from fsdp_orch.plan import CHECKPOINT_REQUEST_FILE, host_port
-from fsdp_orch.states import JobState
-from fsdp_orch.submission import SUBMISSION_FILE, Submission
+from fsdp_orch.launch.plan import CHECKPOINT_REQUEST_FILE, host_port
+from fsdp_orch.launch.submission import SUBMISSION_FILE, Submission
+from fsdp_orch.observe.checkpoints import latest_complete, move_aside, partial_newer_than_latest
+from fsdp_orch.record.events import CANCEL_MARKER, read_job
+from fsdp_orch.record.journal import JobView, Journal
 from fsdp_orch.supervise.diagnose import Diagnosis, diagnose_exit
 from fsdp_orch.supervise.hang_evidence import stuck_ranks_evidence, with_flight_recorder
 from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower
@@ -34,6 +32,8 @@ from fsdp_orch.supervise.policy import (
     hosts_to_exclude,
 )
 from fsdp_orch.supervise.watchdog import StepClock, check_hang, no_signal, scripts_finished_at
+from fsdp_orch.vocab.errors import FsdpOrchError, InputError
+from fsdp_orch.vocab.states import JobState
 
 STOP_GRACE_S = 5.0
 # A lost peer is usually the symptom of a rank that died first: after a communication error the
@@ -461,8 +461,8 @@ def run_supervisor(job_id: str, run_dir: str | None = None, reattach: bool = Fal
     import fcntl
 
     from fsdp_orch.backends.registry import cluster_kind
-    from fsdp_orch.events import EventWriter
-    from fsdp_orch.resources import home, local_has_gpu
+    from fsdp_orch.places.builtin import home, local_has_gpu
+    from fsdp_orch.record.events import EventWriter
 
     run_dir = Path(run_dir) if run_dir else home() / "runs" / job_id
     if not (run_dir / SUBMISSION_FILE).is_file():

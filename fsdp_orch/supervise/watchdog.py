@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from fsdp_orch.heartbeats import Heartbeat
 from fsdp_orch.jobspec.schema import Watch
+from fsdp_orch.observe.heartbeats import Heartbeat
 
 MIN_SAMPLES_FOR_ADAPTIVE = 5
 

@@ -24,9 +24,9 @@ from planning import render as render_plan
 from fsdp_orch.backends.registry import parse_profile
 from fsdp_orch.jobspec.loading import load_job
 from fsdp_orch.jobspec.schema import JobSpec
-from fsdp_orch.plan import PlanContext
-from fsdp_orch.render import Artifact, write_artifacts
-from fsdp_orch.resources import builtin_dir
+from fsdp_orch.launch.plan import PlanContext
+from fsdp_orch.launch.render import Artifact, write_artifacts
+from fsdp_orch.places.builtin import builtin_dir
 from fsdp_orch.supervise import SUPERVISOR_MODULE
 
 PAYLOADS = [

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.proctree import job_processes, pid_alive
-from fsdp_orch.store import Store
+from fsdp_orch.observe.proctree import job_processes, pid_alive
+from fsdp_orch.record.store import Store
 
 pytestmark = pytest.mark.slow
 

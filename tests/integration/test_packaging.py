@@ -41,7 +41,7 @@ def run(installed: dict[str, Path], *args: str) -> subprocess.CompletedProcess[s
     env.update({"PYTHONPATH": str(installed["site"]), "FSDP_ORCH_HOME": str(installed["home"])})
     # PYTHONPATH puts the installed copy before the editable checkout; the assert proves it.
     code = ("import sys, fsdp_orch; assert fsdp_orch.__file__.startswith(sys.argv[1]), fsdp_orch.__file__;"
-            " from fsdp_orch.cli import main; raise SystemExit(main(sys.argv[2:]))")
+            " from fsdp_orch.cli.main import main; raise SystemExit(main(sys.argv[2:]))")
     return subprocess.run([sys.executable, "-c", code, str(installed["site"]), *args],
                           cwd=installed["cwd"], env=env, capture_output=True, text=True, timeout=120)
 

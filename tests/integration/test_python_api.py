@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import fsdp_orch
-from fsdp_orch.errors import InputError
+from fsdp_orch.vocab.errors import InputError
 
 pytestmark = pytest.mark.slow
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.checkpoints import latest_complete, list_checkpoints, step_dir_name
-from fsdp_orch.heartbeats import read_heartbeats
+from fsdp_orch.observe.checkpoints import latest_complete, list_checkpoints, step_dir_name
+from fsdp_orch.observe.heartbeats import read_heartbeats
 
 CKPT = {"interval": 2, "keep_last": 2}
 N = 8

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from fsdp_orch.heartbeats import read_heartbeats
+from fsdp_orch.observe.heartbeats import read_heartbeats
 
 pytestmark = pytest.mark.slow
 

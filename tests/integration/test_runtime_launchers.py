@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fsdp_orch.checkpoints import latest_complete, list_checkpoints
-from fsdp_orch.heartbeats import read_heartbeats
+from fsdp_orch.observe.checkpoints import latest_complete, list_checkpoints
+from fsdp_orch.observe.heartbeats import read_heartbeats
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.nccl_env import apply_env_defaults, nccl_env_defaults
+from fsdp_orch.observe.nccl_env import apply_env_defaults, nccl_env_defaults
 from fsdp_orch.runtime.settings import from_env
 
 

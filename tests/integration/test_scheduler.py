@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.index import open_index
+from fsdp_orch.record.index import open_index
 from fsdp_orch.schedule.book import ScheduleBook
 from fsdp_orch.schedule.commands import add_schedule
 from fsdp_orch.schedule.jobs import IndexJobs
@@ -72,7 +72,7 @@ def wait_state(home: Path, job_id: str, states: set[str], timeout: float = 120) 
     while time.monotonic() < deadline:
         with open_index(str(home)) as index:
             index.ingest([job_id])
-            from fsdp_orch.liveness import refresh
+            from fsdp_orch.control.liveness import refresh
 
             refresh(index, [job_id])
             state = index.store.job(job_id)["state"]
@@ -83,7 +83,7 @@ def wait_state(home: Path, job_id: str, states: set[str], timeout: float = 120) 
 
 
 def cancel(home: Path, job_id: str) -> None:
-    from fsdp_orch.job_control import cancel as cancel_job
+    from fsdp_orch.control.job_control import cancel as cancel_job
 
     with open_index(str(home)) as index:
         index.ingest([job_id])

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 from fsdp_orch.backends.local import LocalLauncher
-from fsdp_orch.backends.slurm_allocation import on_time_limit_warning
-from fsdp_orch.events import EventWriter
-from fsdp_orch.index import JobIndex
-from fsdp_orch.job_control import record_submission
-from fsdp_orch.journal import Journal
-from fsdp_orch.proctree import job_processes, pid_alive, stop_job_processes
-from fsdp_orch.states import JobState
-from fsdp_orch.store import Store
+from fsdp_orch.backends.slurm.allocation import on_time_limit_warning
+from fsdp_orch.control.job_control import record_submission
+from fsdp_orch.observe.proctree import job_processes, pid_alive, stop_job_processes
+from fsdp_orch.record.events import EventWriter
+from fsdp_orch.record.index import JobIndex
+from fsdp_orch.record.journal import Journal
+from fsdp_orch.record.store import Store
 from fsdp_orch.supervise.supervisor import Supervisor
+from fsdp_orch.vocab.states import JobState
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ set -euo pipefail
 OUT=${1:-$(cd "$(dirname "$0")/../fixtures" && pwd)/slurm}
 [ -n "${SLURM_CONF:-}" ] || { echo "SLURM_CONF is not set: eval \"\$(tests/slurm/cluster.sh start)\" first" >&2; exit 2; }
 SACCT_FIELDS=JobID,JobName,State,ExitCode,NodeList,Start,End,Submit
-# The fields and flags fsdp_orch/backends/slurm.py asks for (allocations only).
+# The fields and flags fsdp_orch/backends/slurm/kind.py asks for (allocations only).
 BACKEND_FIELDS=JobIDRaw,JobName,State,ExitCode,Submit,Start,End,NodeList
 SQUEUE_FORMAT='%i|%j|%T|%r|%P|%D|%N|%M|%l|%S'
 WORK=$(mktemp -d)

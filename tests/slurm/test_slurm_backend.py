@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.backends.slurm import slurm_job_id
+from fsdp_orch.backends.slurm.kind import slurm_job_id
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -14,8 +14,8 @@ import fabric
 import paramiko
 import pytest
 
+from fsdp_orch.backends.over_ssh.hosts import SshProfile
 from fsdp_orch.backends.registry import parse_profile
-from fsdp_orch.backends.ssh import SshProfile
 
 if TYPE_CHECKING:  # tests/ is no package: the fixture's class is for readers and type checkers
     from conftest import SshHosts

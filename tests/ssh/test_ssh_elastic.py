@@ -19,8 +19,8 @@ import pytest
 from cli_harness import Cli, copy_demo, make_cli
 from test_ssh_backend import write_profile
 
-from fsdp_orch.proctree import pid_alive
-from fsdp_orch.store import Store
+from fsdp_orch.observe.proctree import pid_alive
+from fsdp_orch.record.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 

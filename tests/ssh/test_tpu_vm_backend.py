@@ -22,8 +22,8 @@ import pytest
 from cli_harness import Cli, copy_demo, make_cli
 from fakes.fake_gcloud import calls, new_state, preempt
 
-from fsdp_orch.proctree import pid_alive
-from fsdp_orch.store import Store
+from fsdp_orch.observe.proctree import pid_alive
+from fsdp_orch.record.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 

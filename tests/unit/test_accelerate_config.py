@@ -9,10 +9,10 @@ import yaml
 from planning import CONTEXT, plan_on, render
 
 from fsdp_orch.backends.registry import parse_profile
-from fsdp_orch.errors import InputError
 from fsdp_orch.jobspec.accelerate import accelerate_to_spec
 from fsdp_orch.jobspec.loading import load_job
-from fsdp_orch.resources import builtin_dir
+from fsdp_orch.places.builtin import builtin_dir
+from fsdp_orch.vocab.errors import InputError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BERT = FIXTURES / "accelerate" / "fsdp_bert.yaml"

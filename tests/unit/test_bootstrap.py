@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fsdp_orch.bootstrap.importhook import when_imported
 from fsdp_orch.bootstrap.probe import MainThreadProbe
-from fsdp_orch.resources import bootstrap_site_dir
+from fsdp_orch.places.builtin import bootstrap_site_dir
 
 
 def run_python(code: str, tmp_path: Path, *, extra_path: str | None = None, **env: str) -> str:

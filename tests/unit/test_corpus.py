@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.categories import FAILURE_CATEGORIES
 from fsdp_orch.supervise.diagnose import diagnose_text
+from fsdp_orch.vocab.categories import FAILURE_CATEGORIES
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests" / "fixtures" / "corpus"

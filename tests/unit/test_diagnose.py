@@ -159,6 +159,6 @@ def test_exception_lines_of_every_usual_shape_are_user_errors():
     ("size mismatch for lm_head.weight: copying a param", "checkpoint_error", "different model"),
 ])
 def test_a_hint_follows_the_line_that_decided_it(evidence, category, says):
-    from fsdp_orch.hints import hint_for
+    from fsdp_orch.vocab.hints import hint_for
 
     assert says in hint_for(category, evidence)

@@ -7,9 +7,9 @@ import json
 import subprocess
 import sys
 
-from fsdp_orch.checks import Check
-from fsdp_orch.command import CommandResult
-from fsdp_orch.doctor import home_checks, report, torch_here
+from fsdp_orch.cli.doctor import home_checks, report, torch_here
+from fsdp_orch.observe.command import CommandResult
+from fsdp_orch.vocab.checks import Check
 
 MOUNTS = "/dev/sda1 / ext4 rw 0 0\nfiler:/home /shared nfs4 rw 0 0\n"
 
@@ -53,7 +53,7 @@ def test_doctor_exits_0_when_every_check_holds(tmp_path) -> None:
 # --- SSH and TPU VM clusters ------------------------------------------------------------------------
 
 def ssh_profile(tmp_path, ports: list[int], known_hosts: str, policy: str = "strict"):  # type: ignore[no-untyped-def]
-    from fsdp_orch.backends.ssh import SshProfile
+    from fsdp_orch.backends.over_ssh.hosts import SshProfile
 
     return SshProfile.model_validate({
         "kind": "ssh", "hosts": [{"address": "127.0.0.1", "port": p, "user": "root"} for p in ports],
@@ -64,8 +64,8 @@ def ssh_profile(tmp_path, ports: list[int], known_hosts: str, policy: str = "str
 def test_ssh_hosts_are_checked_for_a_port_that_answers_a_known_key_and_the_same_torch(tmp_path) -> None:
     import socket
 
-    from fsdp_orch import command
     from fsdp_orch.backends.remote_doctor import ssh_checks
+    from fsdp_orch.observe import command
 
     listening = socket.create_server(("127.0.0.1", 0))  # a real port that answers
     closed = socket.create_server(("127.0.0.1", 0))
@@ -99,8 +99,8 @@ def test_ssh_hosts_are_checked_for_a_port_that_answers_a_known_key_and_the_same_
 
 
 def test_an_unknown_host_key_is_red_when_strict_with_how_to_verify_it(tmp_path) -> None:
-    from fsdp_orch import command
     from fsdp_orch.backends.remote_doctor import ssh_checks
+    from fsdp_orch.observe import command
 
     (tmp_path / "known_hosts").write_text("")
     profile = ssh_profile(tmp_path, [2222], str(tmp_path / "known_hosts"))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fsdp_orch.durations import format_duration, parse_duration
-from fsdp_orch.errors import InputError
+from fsdp_orch.jobspec.durations import format_duration, parse_duration
 from fsdp_orch.jobspec.loading import load_job_text
+from fsdp_orch.vocab.errors import InputError
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

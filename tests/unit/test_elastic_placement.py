@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 from planning import CONTEXT, plan_on, render
 
+from fsdp_orch.backends.over_ssh.hosts import SshProfile
+from fsdp_orch.backends.over_ssh.launcher import SshLauncher
 from fsdp_orch.backends.registry import parse_profile
 from fsdp_orch.backends.ssh import KIND as SSH
-from fsdp_orch.backends.ssh import SshProfile
-from fsdp_orch.backends.ssh_launcher import SshLauncher
-from fsdp_orch.errors import InputError
-from fsdp_orch.events import EventWriter, read_job
 from fsdp_orch.jobspec.loading import load_job_text
-from fsdp_orch.journal import JobView, Journal
-from fsdp_orch.resources import builtin_dir
-from fsdp_orch.submission import Submission
+from fsdp_orch.launch.submission import Submission
+from fsdp_orch.places.builtin import builtin_dir
+from fsdp_orch.record.events import EventWriter, read_job
+from fsdp_orch.record.journal import JobView, Journal
+from fsdp_orch.vocab.errors import InputError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch import cli
+from fsdp_orch.cli import main as cli
 
 TABLE = runpy.run_path(str(Path(__file__).resolve().parents[1] / "fixtures" / "bad_inputs.py"))
 CASES = TABLE["CASES"]

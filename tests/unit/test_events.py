@@ -7,12 +7,12 @@ import json
 import os
 from pathlib import Path
 
-from fsdp_orch.events import EventWriter, event_files, parse_lines, read_from, read_job
-from fsdp_orch.index import JobIndex
-from fsdp_orch.journal import JobView, Journal
-from fsdp_orch.states import JobState
-from fsdp_orch.store import Store
-from fsdp_orch.store_path import on_network_filesystem, store_path
+from fsdp_orch.places.home import on_network_filesystem, store_path
+from fsdp_orch.record.events import EventWriter, event_files, parse_lines, read_from, read_job
+from fsdp_orch.record.index import JobIndex
+from fsdp_orch.record.journal import JobView, Journal
+from fsdp_orch.record.store import Store
+from fsdp_orch.vocab.states import JobState
 
 
 class Clock:
@@ -141,7 +141,7 @@ def test_the_database_moves_to_a_local_path_when_home_is_on_nfs(tmp_path: Path, 
 def test_fsdp_orch_events_prints_in_time_order_and_follow_stops_at_the_end(tmp_path: Path) -> None:
     import io
 
-    from fsdp_orch.event_lines import show_events
+    from fsdp_orch.cli.event_lines import show_events
 
     a_job(tmp_path / "runs")
     out, naps = io.StringIO(), []

@@ -20,11 +20,11 @@ from planning import SUPERVISOR, plan_on, render
 from pydantic import BaseModel
 
 from fsdp_orch.backends.registry import parse_profile, profile_models
-from fsdp_orch.errors import InputError
 from fsdp_orch.jobspec.loading import load_job, load_job_text
 from fsdp_orch.jobspec.schema import JobSpec
-from fsdp_orch.plan import PlanContext
-from fsdp_orch.resources import builtin_dir
+from fsdp_orch.launch.plan import PlanContext
+from fsdp_orch.places.builtin import builtin_dir
+from fsdp_orch.vocab.errors import InputError
 
 # FSDP_ORCH_FUZZ_EXAMPLES=5000 for a longer hunt; the default keeps the unit suite fast.
 FUZZ = settings(max_examples=int(os.environ.get("FSDP_ORCH_FUZZ_EXAMPLES", "200")), deadline=None,

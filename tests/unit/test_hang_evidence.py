@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fsdp_orch.backends.files import FileObservation
-from fsdp_orch.nccl_env import nccl_env_defaults
+from fsdp_orch.observe.nccl_env import nccl_env_defaults
 from fsdp_orch.supervise.diagnose import Diagnosis
 from fsdp_orch.supervise.hang_evidence import with_flight_recorder
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fsdp_orch.heartbeats import (
+from fsdp_orch.observe.heartbeats import (
     Heartbeat,
     heartbeat_path,
     parse_heartbeat,

@@ -105,9 +105,10 @@ def test_two_packages_in_a_circle_without_a_module_circle(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(("module", "unit"), [
-    ("fsdp_orch.plan", "fsdp_orch.plan"),
+    ("fsdp_orch.launch.plan", "fsdp_orch.launch"),
+    ("fsdp_orch.__main__", "fsdp_orch.__main__"),
     ("fsdp_orch.backends", "fsdp_orch.backends"),
-    ("fsdp_orch.backends.slurm", "fsdp_orch.backends"),
+    ("fsdp_orch.backends.slurm.kind", "fsdp_orch.backends"),
     ("fsdp_orch.bootstrap.site.sitecustomize", "fsdp_orch.bootstrap"),
 ])
 def test_unit_of(module: str, unit: str) -> None:

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from fsdp_orch.liveness import needs_settling
+from fsdp_orch.control.liveness import needs_settling
 
 
 def row(**fields: object) -> dict:

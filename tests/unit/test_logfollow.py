@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fsdp_orch.file_tail import FileTail
+from fsdp_orch.observe.file_tail import FileTail
 from fsdp_orch.supervise.logfollow import LogFollower
 
 GLOO = ("[default0]:[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:537] "

@@ -10,12 +10,12 @@ import os
 
 import pytest
 
-from fsdp_orch.events import EventWriter
 from fsdp_orch.jobspec.notify import Webhook
 from fsdp_orch.notify.delivery import MAX_RETRY_S, Notifier
 from fsdp_orch.notify.due import Logged, changes, due
 from fsdp_orch.notify.payload import body
 from fsdp_orch.notify.process import main as notifier_main
+from fsdp_orch.record.events import EventWriter
 
 
 def ev(at: float, kind: str, seq: int, writer: str = "supervisor-a.jsonl", **fields) -> Logged:

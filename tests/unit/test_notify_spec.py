@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch import cli
+from fsdp_orch.cli import main as cli
 from fsdp_orch.jobspec.loading import load_job_text
 
 JOB = "name: demo\nscript: train.py\n"

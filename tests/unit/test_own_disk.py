@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 from planning import plan_on, render
 
+from fsdp_orch.backends.over_ssh.node_report import GONE_AFTER_S, NodeReport
+from fsdp_orch.backends.over_ssh.reports import HostReports
+from fsdp_orch.backends.over_ssh.staging import CODE_LIMIT_BYTES, job_archive
 from fsdp_orch.backends.registry import parse_profile
-from fsdp_orch.backends.ssh_reports import HostReports
-from fsdp_orch.backends.ssh_staging import CODE_LIMIT_BYTES, job_archive
-from fsdp_orch.errors import FsdpOrchError
-from fsdp_orch.heartbeats import Heartbeat, heartbeat_path
 from fsdp_orch.jobspec.loading import load_job
-from fsdp_orch.node_report import GONE_AFTER_S, NodeReport
-from fsdp_orch.plan import PlanContext
+from fsdp_orch.launch.plan import PlanContext
+from fsdp_orch.observe.heartbeats import Heartbeat, heartbeat_path
 from fsdp_orch.runtime import ckpt_files
+from fsdp_orch.vocab.errors import FsdpOrchError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REPO = Path(__file__).resolve().parents[2]
@@ -72,13 +72,13 @@ def test_the_archive_holds_fsdp_orch_the_jobs_folder_and_the_attempts_files(tmp_
         assert archive.extractfile(members["code/train.py"]).read() == b"print('hi')\n"  # type: ignore[union-attr]
     assert "code/data/tokens.txt" in members
     assert not [n for n in members if n.startswith(("code/.git", "code/__pycache__", "code/checkpoints"))]
-    assert "lib/fsdp_orch/node_report.py" in members and "lib/fsdp_orch/runtime/checkpoint.py" in members
+    assert "lib/fsdp_orch/backends/over_ssh/node_report.py" in members and "lib/fsdp_orch/runtime/checkpoint.py" in members
     assert not [n for n in members if "__pycache__" in n or n.endswith(".pyc")]
     assert members["attempt-0/node-1.sh"].mode == 0o755 and members["job.json"].mode == 0o644
 
 
 def test_a_jobs_folder_full_of_data_is_refused_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("fsdp_orch.backends.ssh_staging.CODE_LIMIT_BYTES", 1000)
+    monkeypatch.setattr("fsdp_orch.backends.over_ssh.staging.CODE_LIMIT_BYTES", 1000)
     (tmp_path / "big.bin").write_bytes(b"x" * 2000)
     plan = own_disk_plan(tmp_path)
     with pytest.raises(FsdpOrchError, match=f"{tmp_path} holds more than 0 MiB to copy to every host"):

@@ -10,10 +10,10 @@ import pytest
 from planning import SUPERVISOR, plan_on, render
 
 from fsdp_orch.backends.registry import parse_profile
-from fsdp_orch.backends.slurm_allocation import step_argv
+from fsdp_orch.backends.slurm.allocation import step_argv
 from fsdp_orch.jobspec.loading import load_job_text
-from fsdp_orch.plan import RDZV_PORT_RANGE, PlanContext, rendezvous_port, slug, spec_json
-from fsdp_orch.resources import builtin_dir
+from fsdp_orch.launch.plan import RDZV_PORT_RANGE, PlanContext, rendezvous_port, slug, spec_json
+from fsdp_orch.places.builtin import builtin_dir
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CTX = PlanContext(job_id="j1", attempt=2, run_root="/h", job_dir="/jobs/demo", supervisor_command=SUPERVISOR)

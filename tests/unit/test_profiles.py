@@ -9,18 +9,18 @@ from pathlib import Path
 import pytest
 from planning import plan_on
 
-from fsdp_orch import cli
 from fsdp_orch.backends.registry import KINDS, load_profile, parse_profile, profile_models
-from fsdp_orch.errors import InputError
-from fsdp_orch.job_control import plan_job
+from fsdp_orch.cli import main as cli
+from fsdp_orch.control.job_control import plan_job
 from fsdp_orch.jobspec.loading import load_job_text
-from fsdp_orch.jobspec.schema import LAUNCHERS
-from fsdp_orch.plan import PlanContext
-from fsdp_orch.profiles import (
+from fsdp_orch.jobspec.profiles import (
     discover,
 )
-from fsdp_orch.render import template_dirs
-from fsdp_orch.resources import builtin_dir
+from fsdp_orch.jobspec.schema import LAUNCHERS
+from fsdp_orch.launch.plan import PlanContext
+from fsdp_orch.launch.render import template_dirs
+from fsdp_orch.places.builtin import builtin_dir
+from fsdp_orch.vocab.errors import InputError
 
 JOB = "name: demo\nscript: train.py\n"
 

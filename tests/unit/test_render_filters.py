@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fsdp_orch.errors import InputError
-from fsdp_orch.render import one_line, path_quote, sbatch_path, sbatch_value, shell_quote
+from fsdp_orch.launch.render import one_line, path_quote, sbatch_path, sbatch_value, shell_quote
+from fsdp_orch.vocab.errors import InputError
 
 
 def sbatch_reads(line: str) -> list[str]:

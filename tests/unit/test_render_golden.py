@@ -25,9 +25,9 @@ from planning import SUPERVISOR, plan_on, render
 
 from fsdp_orch.backends.registry import parse_profile, profile_models
 from fsdp_orch.jobspec.loading import load_job
-from fsdp_orch.plan import PlanContext
-from fsdp_orch.render import Artifact
-from fsdp_orch.resources import builtin_dir
+from fsdp_orch.launch.plan import PlanContext
+from fsdp_orch.launch.render import Artifact
+from fsdp_orch.places.builtin import builtin_dir
 
 TESTS = Path(__file__).resolve().parents[1]
 FIXTURES = TESTS / "fixtures"

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from fsdp_orch.backends.registry import parse_profile
-from fsdp_orch.errors import InputError
-from fsdp_orch.index import open_index
-from fsdp_orch.job_control import record_submission
-from fsdp_orch.run_roots import runs_roots, shared_dir_of
-from fsdp_orch.states import JobState
-from fsdp_orch.store import Store
+from fsdp_orch.control.job_control import record_submission
+from fsdp_orch.record.index import open_index
+from fsdp_orch.record.run_roots import runs_roots, shared_dir_of
+from fsdp_orch.record.store import Store
+from fsdp_orch.vocab.errors import InputError
+from fsdp_orch.vocab.states import JobState
 
 
 @pytest.fixture

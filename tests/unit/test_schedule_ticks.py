@@ -6,10 +6,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from fsdp_orch.errors import InputError
 from fsdp_orch.schedule.decide import decide, tick_key
 from fsdp_orch.schedule.spec import Schedule, check_cron, check_tz
 from fsdp_orch.schedule.ticks import local_iso, next_tick, plan_ticks, utc_iso
+from fsdp_orch.vocab.errors import InputError
 
 
 def at(text: str) -> float:

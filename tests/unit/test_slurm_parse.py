@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.backends.slurm_parse import latest_by_job, parse_sacct, steps_of
-from fsdp_orch.states import JobState
+from fsdp_orch.backends.slurm.parse import latest_by_job, parse_sacct, steps_of
+from fsdp_orch.vocab.states import JobState
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 
@@ -65,9 +65,9 @@ def test_the_batch_script_carries_the_profile_and_runs_the_supervisor(tmp_path):
     refresh recognises, the signal before the time limit sent to the batch shell, and the supervisor."""
     from planning import SUPERVISOR, plan_on, render
 
-    from fsdp_orch.backends.slurm import SlurmProfile
+    from fsdp_orch.backends.slurm.kind import SlurmProfile
     from fsdp_orch.jobspec.schema import JobSpec
-    from fsdp_orch.plan import PlanContext
+    from fsdp_orch.launch.plan import PlanContext
 
     profile = SlurmProfile.model_validate({
         "kind": "slurm", "partition": "gpu", "account": "ml", "time": "02:00:00", "gpus_per_node": 4,
@@ -131,11 +131,11 @@ def test_a_node_failure_is_recorded_and_resubmitted_while_the_budget_allows(tmp_
     real cluster: slurmctld waits SlurmdTimeout before it declares a node dead)."""
     import json
 
-    from fsdp_orch.backends.slurm import refresh
-    from fsdp_orch.backends.slurm_parse import SlurmJob
-    from fsdp_orch.index import JobIndex
-    from fsdp_orch.job_control import record_submission
-    from fsdp_orch.store import Store
+    from fsdp_orch.backends.slurm.kind import refresh
+    from fsdp_orch.backends.slurm.parse import SlurmJob
+    from fsdp_orch.control.job_control import record_submission
+    from fsdp_orch.record.index import JobIndex
+    from fsdp_orch.record.store import Store
 
     job = tmp_path / "job.yaml"
     job.write_text("name: n\nlauncher: python\ncommand: ['true']\nrestart: {max_restarts: 1}\n")

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from fsdp_orch.errors import InputError
 from fsdp_orch.jobspec.loading import apply_override, load_job, load_job_text
 from fsdp_orch.jobspec.schema import JobSpec
+from fsdp_orch.vocab.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = "name: demo\nscript: train.py\n"

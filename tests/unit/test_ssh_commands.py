@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from fsdp_orch.backends.ssh_attempt import exit_file, start_command, stop_command
+from fsdp_orch.backends.over_ssh.attempt import exit_file, start_command, stop_command
 
 
 def test_a_node_script_starts_detached_in_its_own_session_and_records_its_exit(tmp_path: Path) -> None:

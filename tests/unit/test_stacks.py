@@ -1,4 +1,4 @@
-"""Stacks of hung ranks (fsdp_orch.stacks): parsers on real py-spy and faulthandler
+"""Stacks of hung ranks (fsdp_orch.observe.stacks): parsers on real py-spy and faulthandler
 output, the innermost frame of user code, and capture with py-spy or the faulthandler fallback.
 
 The fixtures in tests/fixtures/stacks/ are real output captured on this machine: py-spy dumps of
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 import fsdp_orch
-from fsdp_orch import command
-from fsdp_orch.stacks import (
+from fsdp_orch.observe import command
+from fsdp_orch.observe.stacks import (
     Frame,
     ThreadStack,
     capture_stacks,

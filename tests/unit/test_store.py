@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.errors import FsdpOrchError
-from fsdp_orch.states import JobState
-from fsdp_orch.store import SCHEMA_VERSION, Store
+from fsdp_orch.record.store import SCHEMA_VERSION, Store
+from fsdp_orch.vocab.errors import FsdpOrchError
+from fsdp_orch.vocab.states import JobState
 
 JOB_KEYS = {"id", "name", "cluster", "state", "attempts", "restarts", "created_at", "ended_at",
             "last_checkpoint_step", "progress", "failures"}
@@ -239,7 +239,7 @@ def test_many_processes_lose_nothing(tmp_path: Path, fresh: bool) -> None:
 
 def test_a_version_2_store_migrates_and_keeps_its_failures(tmp_path: Path) -> None:
     """Failures recorded before hints existed keep a null hint; new ones get theirs."""
-    from fsdp_orch.store import MIGRATIONS
+    from fsdp_orch.record.store import MIGRATIONS
 
     path = tmp_path / "jobs.db"
     conn = sqlite3.connect(path, isolation_level=None)

@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.backends.tpu_gcloud import (
+from fsdp_orch.backends.tpu_vm.gcloud import (
     NOT_FOUND,
     TpuVmState,
     next_action,
     parse_describe,
     prepare_argv,
 )
-from fsdp_orch.backends.tpu_lifecycle import TpuVm
-from fsdp_orch.backends.tpu_vm import TpuVmProfile
-from fsdp_orch.command import CommandResult
-from fsdp_orch.errors import FsdpOrchError
+from fsdp_orch.backends.tpu_vm.kind import TpuVmProfile
+from fsdp_orch.backends.tpu_vm.lifecycle import TpuVm
+from fsdp_orch.observe.command import CommandResult
+from fsdp_orch.vocab.errors import FsdpOrchError
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "tpu"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fsdp_orch.heartbeats import Heartbeat
 from fsdp_orch.jobspec.schema import Watch
+from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.supervise.diagnose import torchrun_root_cause
 from fsdp_orch.supervise.watchdog import StepClock, check_hang, no_signal, scripts_finished_at
 

@@ -15,7 +15,6 @@ import pytest
 import torch
 from torch import nn
 
-from fsdp_orch.errors import InputError
 from fsdp_orch.jobspec.schema import FsdpOptions
 from fsdp_orch.runtime.dist import xla_choice
 from fsdp_orch.runtime.fsdp import layers_to_checkpoint, wrap_targets
@@ -29,6 +28,7 @@ from fsdp_orch.runtime.xla_plan import (
     plan_xla_wrap,
 )
 from fsdp_orch.supervise.diagnose import diagnose_text
+from fsdp_orch.vocab.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
 V1 = {"xla_fsdp_v2": False}
@@ -201,7 +201,7 @@ def test_the_spec_fsdp_block_reaches_the_plan(tmp_path: Path):
     written = FsdpOptions.model_validate({"fsdp_xla_fsdp_v2": False, "xla_fsdp_grad_ckpt": True,
                                           "xla_fsdp_settings": {"compute_dtype": "bfloat16",
                                                                 "reshard_after_forward": False}})
-    spec = tmp_path / "job.json"  # as fsdp_orch.plan.spec_json writes it: every field
+    spec = tmp_path / "job.json"  # as fsdp_orch.launch.plan.spec_json writes it: every field
     spec.write_text(json.dumps({"name": "t", "script": "train.py", "fsdp": written.model_dump(mode="json")}))
     options = from_env({"FSDP_ORCH_SPEC": str(spec)}).fsdp
     p = plan_xla_wrap(options, devices=4, processes=4)
@@ -282,7 +282,7 @@ import sys
 from pathlib import Path
 import torch, torch.distributed as dist
 from torch import nn
-from fsdp_orch.checkpoints import list_checkpoints
+from fsdp_orch.observe.checkpoints import list_checkpoints
 from fsdp_orch.runtime.checkpoint import Checkpointer
 from fsdp_orch.runtime.dist import DistInfo
 from fsdp_orch.runtime.xla_fsdp import PerRankState

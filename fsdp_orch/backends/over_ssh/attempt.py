@@ -1,0 +1,148 @@
+"""An attempt on an SSH cluster: every host's ``node-N.sh`` started at once over SSH, each in a session
+of its own (so its whole tree can be stopped), with its exit status written beside its console log.
+Starting and stopping go over SSH. The attempt is observed through its files: those of the run
+folder the hosts share with the supervisor, or the local mirror that ``ssh_reports`` keeps of
+hosts with their own disks."""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+from fsdp_orch.backends.files import FileObservation
+from fsdp_orch.backends.over_ssh.connect import on_every_host, run_on, where
+from fsdp_orch.backends.over_ssh.node_report import exit_file
+from fsdp_orch.launch.plan import OWN_DISK_PACKAGE, host_port
+from fsdp_orch.launch.submission import Submission
+from fsdp_orch.vocab.categories import NODE_LOST_EXIT
+
+# Runs a node's script and writes its exit status (also for a supervisor that re-attached).
+NODE_WRAPPER = 'bash "$1"; code=$?; echo "$code" > "$2.tmp" && mv -f "$2.tmp" "$2"; exit "$code"'
+LIVENESS_EVERY_S = 5.0  # how often the hosts are asked whether the node scripts still run
+
+
+def start_command(attempt_dir: str, rank: int) -> str:
+    """The shell line that starts host ``rank``'s script detached (``setsid``: its own session, not
+    ended with the SSH session) and prints its pid, which is also its process group."""
+    script = f"{attempt_dir}/node-{rank}.sh"
+    console = f"{attempt_dir}/console-node-{rank}.log"
+    # `cd` is its own command: `cd && setsid ... &` would background a subshell, and $! be its pid
+    return (f"cd {shlex.quote(attempt_dir)} || exit 1; setsid bash -c {shlex.quote(NODE_WRAPPER)} fsdp-orch-node "
+            f"{shlex.quote(script)} {shlex.quote(exit_file(attempt_dir, rank))} "
+            f">> {shlex.quote(console)} 2>&1 < /dev/null & echo $!")
+
+
+def own_disk_run_dir(profile: Any, job_id: str) -> str | None:
+    """The job's run folder on each host when the hosts have their own disks; None when shared."""
+    if profile.shared_filesystem:
+        return None
+    return posixpath.join(profile.remote_workdir, "runs", job_id)  # as make_plan puts it
+
+
+def host_python(profile: Any, job_id: str) -> str:
+    """The shell words that run the profile's python with fsdp_orch importable (on hosts with their
+    own disks, the copy sent with the job)."""
+    run_dir = own_disk_run_dir(profile, job_id)
+    python = shlex.quote(profile.python)
+    if run_dir is None:
+        return python
+    return f"PYTHONPATH={shlex.quote(posixpath.join(run_dir, OWN_DISK_PACKAGE))} {python}"
+
+
+def stop_command(python: str, job_id: str, attempt: int | None, pgid: int | None, grace: float) -> str:
+    """Stops the attempt's processes on one host: its node script's group, then every process that
+    carries the job's id and attempt (torchrun starts its workers in sessions of their own).
+    ``python``: shell words (``host_python``)."""
+    code = ("import sys; from fsdp_orch.observe.proctree import stop_job_processes; "
+            "stop_job_processes(sys.argv[1], int(sys.argv[2]) if sys.argv[2] else None, "
+            "grace=float(sys.argv[3]), pgid=int(sys.argv[4]) or None)")
+    return python + " " + " ".join(shlex.quote(w) for w in ("-c", code, job_id, "" if attempt is None else str(attempt),
+                                                           f"{grace:g}", str(pgid or 0)))
+
+
+def stop_on_host(host: Any, profile: Any, job_id: str, attempt: int | None, pgid: int | None,
+                 grace: float, timeout: float | None = None) -> None:
+    """``stop_command`` on one host (within ``timeout``, default ``grace`` + 60 s); a host that cannot
+    be reached has nothing we could stop."""
+    try:
+        run_on(host, profile, stop_command(host_python(profile, job_id), job_id, attempt, pgid, grace),
+               timeout=grace + 60 if timeout is None else timeout)
+    except Exception:  # noqa: BLE001 - lost or refusing: nothing to stop there from here
+        return
+
+
+class SshAttempt(FileObservation):
+    def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int],
+                 attempt_dir: Path | None = None, hosts: list[Any] | None = None, ssh: Any = None):
+        """``attempt_dir``: where the attempt's files are read (default: the run folder the hosts share).
+        ``hosts``: the profile's host of each node rank (default: the profile's first hosts; an attempt
+        planned around lost hosts has others). ``ssh``: the SSH settings and hosts (default: the
+        submission's ssh profile; a TPU VM's are found at launch)."""
+        super().__init__(submission.run_dir, attempt, attempt_dir or Path(submission.attempt_dir(attempt)))
+        self.submission = submission
+        self.profile: Any = ssh or submission.profile
+        self.hosts = list(self.profile.hosts if hosts is None else hosts)  # by node rank
+        self.pgids = pgids  # node rank: the process group of its node script
+        self._checked_at = time.monotonic()
+        self.lost: str | None = None
+        self.lost_ranks: set[int] = set()  # the node ranks whose hosts stopped answering
+
+    @property
+    def ref(self) -> str:
+        """``ssh:RANK=PGID@ADDRESS:PORT,...``: what a re-attached supervisor needs to find each node."""
+        return "ssh:" + ",".join(f"{rank}={pgid}@{host_port(self.hosts[rank].address, self.hosts[rank].port)}"
+                                 for rank, pgid in sorted(self.pgids.items()))
+
+    def lost_hosts(self) -> tuple[str, ...]:
+        """The hosts (``address:port``) found lost, by node rank: later attempts are planned without them."""
+        return tuple(host_port(self.hosts[r].address, self.hosts[r].port) for r in sorted(self.lost_ranks))
+
+    def poll(self) -> int | None:
+        codes = {}
+        for rank in self.pgids:
+            try:
+                codes[rank] = int(Path(exit_file(str(self.attempt_dir), rank)).read_text().strip())
+            except (OSError, ValueError):
+                continue
+        failed = [code for code in codes.values() if code != 0]
+        if failed:
+            return failed[0]
+        if len(codes) == len(self.pgids):
+            return 0
+        if time.monotonic() - self._checked_at >= LIVENESS_EVERY_S:
+            self._checked_at = time.monotonic()
+            return self._check_hosts([rank for rank in self.pgids if rank not in codes])
+        return None
+
+    def _check_hosts(self, ranks: list[int]) -> int | None:
+        """Whether the hosts still running a node script answer; NODE_LOST_EXIT when one does not."""
+        def alive(i: int, rank: int) -> bool:
+            host = self.hosts[rank]
+            try:
+                return bool(run_on(host, self.profile, f"kill -0 -- -{self.pgids[rank]}",
+                                   timeout=self.profile.connect_timeout).ok)
+            except Exception as exc:  # noqa: BLE001 - any failure to reach the host is the answer
+                self.lost = f"host {where(host)} (node {rank}) stopped answering: {exc}"
+                self.lost_ranks.add(rank)
+                return False
+        answers = on_every_host(ranks, alive)
+        if self.lost is not None:
+            print(f"fsdp-orch supervisor: {self.lost}", flush=True)
+            return NODE_LOST_EXIT
+        if not all(answers):  # a node script ended without writing its status
+            return None if self._any_exit_written(ranks) else NODE_LOST_EXIT
+        return None
+
+    def lost_node(self) -> str | None:
+        self._check_hosts(list(self.pgids))
+        return self.lost
+
+    def _any_exit_written(self, ranks: list[int]) -> bool:
+        return any(Path(exit_file(str(self.attempt_dir), r)).exists() for r in ranks)
+
+    def stop(self, grace: float) -> None:
+        on_every_host(list(self.pgids), lambda i, rank: stop_on_host(
+            self.hosts[rank], self.profile, self.submission.job_id, self.attempt, self.pgids[rank], grace))

@@ -1,0 +1,90 @@
+"""Connections to an SSH cluster's hosts, through fabric (the user's keys, agent and ~/.ssh/config).
+
+Host keys are checked against the profile's ``known_hosts``: with ``host_key_policy: strict`` (the
+default) an unknown or changed key refuses the connection; ``accept-new`` takes an unknown key (never
+a changed one); ``warn`` logs and goes on. fabric's own default (add any key) is never used.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from fsdp_orch.vocab.errors import FsdpOrchError
+
+T = TypeVar("T")
+
+
+class HostUnreachable(FsdpOrchError):
+    """A host did not answer within the profile's connect timeout."""
+
+
+class HostKeyRejected(FsdpOrchError):
+    """A host's key is unknown (strict) or does not match known_hosts."""
+
+
+def where(host: Any) -> str:
+    return f"{host.user + '@' if host.user else ''}{host.address}:{host.port}"
+
+
+def connect(host: Any, profile: Any) -> Any:
+    """An open fabric Connection to ``host``; HostUnreachable or HostKeyRejected naming it."""
+    import fabric
+    import paramiko
+
+    kwargs: dict[str, Any] = {"allow_agent": True, "look_for_keys": True, "banner_timeout": profile.connect_timeout,
+                              "auth_timeout": profile.connect_timeout}
+    if host.identity_file:
+        kwargs["key_filename"] = os.path.expanduser(host.identity_file)
+    conn = fabric.Connection(host.address, user=host.user, port=host.port,
+                             connect_timeout=profile.connect_timeout, connect_kwargs=kwargs)
+    known_hosts = os.path.expanduser(profile.known_hosts)
+    if os.path.isfile(known_hosts):
+        conn.client.load_host_keys(known_hosts)
+    policy = {"strict": paramiko.RejectPolicy, "accept-new": paramiko.AutoAddPolicy,
+              "warn": paramiko.WarningPolicy}[profile.host_key_policy]
+    conn.client.set_missing_host_key_policy(policy())
+    try:
+        conn.open()
+    except paramiko.BadHostKeyException:
+        raise HostKeyRejected(f"host {where(host)}: its key does not match the one in {known_hosts}; refusing "
+                              "to connect (if the host was rebuilt, verify its new key and replace the line)") from None
+    except paramiko.SSHException as exc:
+        if "not found in known_hosts" in str(exc):
+            raise HostKeyRejected(
+                f"host {where(host)}: its key is not in {known_hosts} and host_key_policy is strict; "
+                f"verify the key and add it (ssh-keyscan -p {host.port} {host.address}), or set "
+                "host_key_policy: accept-new in the profile") from None
+        raise HostUnreachable(f"host {where(host)}: {exc}") from None
+    except TimeoutError:
+        raise HostUnreachable(f"host {where(host)} did not answer within connect_timeout "
+                              f"({profile.connect_timeout}s)") from None
+    except OSError as exc:
+        raise HostUnreachable(f"host {where(host)} is unreachable: {exc.strerror or exc}") from None
+    return conn
+
+
+def run_on(host: Any, profile: Any, command: str, timeout: float, warn: bool = True) -> Any:
+    """``command`` on ``host`` over a connection of its own (fabric's Result; with ``warn``, a failed
+    command is a Result too, not an exception); the connection errors of ``connect``."""
+    conn = connect(host, profile)
+    try:
+        return conn.run(command, hide=True, warn=warn, in_stream=False, timeout=timeout)
+    finally:
+        conn.close()
+
+
+def on_every_host(hosts: list[Any], action: Callable[[int, Any], T]) -> list[T]:
+    """``action(index, host)`` on all hosts at once; the first error (in host order) is raised
+    after all have finished."""
+    if not hosts:
+        return []
+    with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+        futures = [pool.submit(action, i, host) for i, host in enumerate(hosts)]
+        errors = [f.exception() for f in futures]
+    for error in errors:
+        if error is not None:
+            raise error
+    return [f.result() for f in futures]

@@ -1,0 +1,99 @@
+"""Checkpoint discovery on an SSH host's own disk, over SFTP: the ``checkpoints.Storage`` that the
+supervisor asks which checkpoint is the latest complete one when the hosts do not share its
+filesystem. It asks the first host, where rank 0 writes DCP's ``.metadata`` and our commit record.
+
+One connection, opened when first needed and opened again after it broke; the supervisor's loop is
+its only user (SFTP clients are not shared between threads)."""
+
+from __future__ import annotations
+
+import errno
+import posixpath
+import stat
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from fsdp_orch.backends.over_ssh.connect import connect
+
+T = TypeVar("T")
+BROKEN_LINK = (errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED, errno.ETIMEDOUT, None)
+
+
+class SftpStorage:
+    def __init__(self, host: Any, profile: Any):
+        self.host = host
+        self.profile = profile
+        self._conn: Any = None
+        self._sftp: Any = None
+
+    def _call(self, action: Callable[[Any], T], missing: T) -> T:
+        """``action(sftp)``; ``missing`` when the path does not exist. A broken connection is opened
+        again once; a host that cannot be reached raises (the attempt's liveness check names it)."""
+        from paramiko import SSHException
+
+        for again in (False, True):
+            try:
+                if self._sftp is None:
+                    self._conn = connect(self.host, self.profile)
+                    self._sftp = self._conn.sftp()
+                return action(self._sftp)
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                    return missing
+                if again or exc.errno not in BROKEN_LINK:
+                    raise
+                self.close()
+            except (EOFError, SSHException):
+                self.close()
+                if again:
+                    raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = self._sftp = None
+
+    def list_dir(self, path: str) -> list[str]:
+        return self._call(lambda sftp: sftp.listdir(path), [])
+
+    def is_dir(self, path: str) -> bool:
+        return self._call(lambda sftp: stat.S_ISDIR(sftp.stat(path).st_mode or 0), False)
+
+    def exists(self, path: str) -> bool:
+        return self._call(lambda sftp: sftp.lstat(path) is not None, False)
+
+    def read_text(self, path: str) -> str | None:
+        def read(sftp: Any) -> str | None:
+            with sftp.open(path, "rb") as f:
+                try:
+                    return bytes(f.read()).decode("utf-8")
+                except UnicodeDecodeError:
+                    return None
+        return self._call(read, None)
+
+    def size(self, path: str) -> int | None:
+        return self._call(lambda sftp: sftp.stat(path).st_size, None)
+
+    def read_tail(self, path: str, nbytes: int) -> bytes | None:
+        def read(sftp: Any) -> bytes:
+            with sftp.open(path, "rb") as f:
+                size = f.stat().st_size or 0
+                f.seek(max(0, size - nbytes))
+                return bytes(f.read(nbytes))
+        return self._call(read, None)
+
+    def move(self, src: str, dst: str) -> None:
+        def move(sftp: Any) -> None:
+            parents = []
+            folder = posixpath.dirname(dst)
+            while folder not in ("", "/"):
+                parents.append(folder)
+                folder = posixpath.dirname(folder)
+            for folder in reversed(parents):
+                try:
+                    sftp.mkdir(folder)
+                except OSError:
+                    pass  # there already
+            sftp.rename(src, dst)
+        self._call(move, None)

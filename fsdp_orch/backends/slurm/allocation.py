@@ -1,0 +1,149 @@
+"""Inside a SLURM allocation: the supervisor (run by the batch script on the first node) starts each
+attempt as a job step over every node (``srun --overlap``, one task per node), and learns from
+SLURM when the allocation is being taken away."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from fsdp_orch.backends.base import AllocationEnding
+from fsdp_orch.backends.files import FileObservation
+from fsdp_orch.backends.ports import free_port
+from fsdp_orch.backends.slurm.profile import SlurmProfile
+from fsdp_orch.launch.plan import LaunchPlan
+from fsdp_orch.launch.render import Artifact, write_artifacts
+from fsdp_orch.launch.submission import Submission
+from fsdp_orch.observe import command
+from fsdp_orch.observe.checkpoints import LOCAL, Storage
+from fsdp_orch.observe.command import run_command
+
+NODE_SCRIPT = "node.sh"
+
+
+class SlurmStep(FileObservation):
+    """One attempt: an ``srun`` job step over every node of the allocation. The nodes share the run
+    directory with this one, so the attempt is observed through its files."""
+
+    def __init__(self, submission: Submission, attempt: int, proc: subprocess.Popen,  # type: ignore[type-arg]
+                 slurm_job: str, step_name: str):
+        super().__init__(submission.run_dir, attempt, Path(submission.attempt_dir(attempt)))
+        self.proc = proc
+        self.slurm_job = slurm_job
+        self.step_name = step_name
+
+    @property
+    def ref(self) -> str:
+        return f"slurm:{self.slurm_job}:{self.step_name}"
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def stop(self, grace: float) -> None:
+        step = self._step_id()
+        if step is not None:
+            command.run(["scancel", f"{self.slurm_job}.{step}"])
+        try:
+            self.proc.wait(timeout=grace + 5)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def _step_id(self) -> str | None:
+        out = command.run(["squeue", "-h", "-s", "-j", self.slurm_job, "-o", "%i %j"]).stdout
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1] == self.step_name:
+                return parts[0].rsplit(".", 1)[-1]
+        return None
+
+
+def node_address() -> str:
+    """This node's address as the other nodes reach it (the rendezvous runs here, on node 0)."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def container_options(profile: SlurmProfile) -> list[str]:
+    """pyxis/enroot options for the attempt's step, when the profile names a container."""
+    box = profile.container
+    if box is None:
+        return []
+    options = [f"--container-image={box.image}"]
+    if box.mounts:
+        options.append(f"--container-mounts={','.join(box.mounts)}")
+    if box.workdir:
+        options.append(f"--container-workdir={box.workdir}")
+    return options
+
+
+def step_name(attempt: int) -> str:
+    return f"fsdp-orch-attempt-{attempt}"
+
+
+def step_argv(plan: LaunchPlan, script: str) -> list[str]:
+    """The attempt's job step: every node of the allocation, one task (``script``) per node."""
+    assert isinstance(plan.profile, SlurmProfile)
+    return ["srun", "--overlap", f"--nodes={plan.nnodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+            f"--job-name={step_name(plan.attempt)}", f"--output={plan.attempt_dir}/console-node-%n.log",
+            *container_options(plan.profile), "bash", script]
+
+
+def allocation_ending() -> bool:
+    """Is SLURM taking this allocation away (requeue, preemption, time limit, cancel)?"""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return False
+    out = command.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip()
+    return out != "RUNNING"
+
+
+def requeue_this_job() -> None:
+    run_command(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]])
+
+
+def on_time_limit_warning(requeue: Callable[[], None] = requeue_this_job, signal_delay: float = 0.0) -> None:
+    """``--signal=B:USR2@N``: the time limit (or a preemption) is N seconds away. The supervisor
+    asks the running attempt for a checkpoint (within half of N), records the warning and asks for
+    the requeue; the next allocation resumes from the latest complete checkpoint."""
+    def warned(signum: int, frame: object) -> None:
+        raise AllocationEnding("SLURM signalled the job (time limit or preemption): requeued", requeue=requeue,
+                               checkpoint_within=signal_delay / 2)
+
+    signal.signal(signal.SIGUSR2, warned)
+
+
+class SlurmStepLauncher:
+    def __init__(self, submission: Submission):
+        self.submission = submission
+        assert isinstance(submission.profile, SlurmProfile)
+        on_time_limit_warning(signal_delay=submission.profile.signal_delay)
+
+    @property
+    def checkpoints(self) -> Storage:
+        return LOCAL
+
+    def port_for_attempt(self, attempt: int) -> int:
+        return free_port("0.0.0.0")
+
+    def machines(self, attempt: int, say: Callable[[str], None]) -> tuple[str, ...]:
+        return ()  # the allocation's nodes, known to SLURM
+
+    def adopt(self, attempt: int, ref: str | None) -> SlurmStep:
+        raise NotImplementedError("a SLURM attempt is never adopted: a requeued job starts the next attempt")
+
+    def launch(self, plan: LaunchPlan, artifacts: list[Artifact]) -> SlurmStep:
+        write_artifacts(artifacts)
+        script = next(a.path for a in artifacts if a.name == NODE_SCRIPT)
+        slurm_job = os.environ["SLURM_JOB_ID"]
+        env = dict(os.environ)
+        env["RDZV_HOST"] = node_address()
+        proc = subprocess.Popen(step_argv(plan, script), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        return SlurmStep(self.submission, plan.attempt, proc, slurm_job, step_name(plan.attempt))

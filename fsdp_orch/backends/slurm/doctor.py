@@ -1,0 +1,74 @@
+"""What ``fsdp-orch doctor --cluster`` checks on a SLURM cluster: the commands, the accounting, the
+nodes' torch against the submit host's, and that the nodes see the run folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from fsdp_orch.backends.slurm.profile import SlurmProfile
+from fsdp_orch.observe.command import Runner
+from fsdp_orch.places.home import home_dir
+from fsdp_orch.vocab.checks import TORCH_VERSION, Check
+
+COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scontrol", "scancel")
+
+
+def one_node_step(profile: SlurmProfile) -> list[str]:
+    """``srun`` for a one-task step of at most a minute, in the profile's partition and account."""
+    argv = ["srun", "--nodes=1", "--ntasks=1", "--time=1"]
+    for option in ("partition", "account", "qos"):
+        value = getattr(profile, option)
+        if value:
+            argv.append(f"--{option}={value}")
+    return argv
+
+
+def slurm_checks(profile: SlurmProfile, torch_version: str | None, run: Runner) -> list[Check]:
+    missing = [c for c in COMMANDS if shutil.which(c) is None]
+    if missing:
+        return [Check("SLURM commands", False, f"not on PATH: {', '.join(missing)}",
+                      "load the SLURM client (module load slurm) or add its bin folder to PATH")]
+    checks = [Check("SLURM commands", True, ", ".join(COMMANDS))]
+    accounting = run(["sacct", "--noheader", "-X", "-S", "now-1minutes", "-o", "JobID"], 30.0)
+    if accounting.returncode != 0:
+        checks.append(Check("sacct answers", False, (accounting.stderr or accounting.stdout).strip()[:300],
+                            "status needs SLURM's accounting: ask the admins to enable slurmdbd "
+                            "(AccountingStorageType=accounting_storage/slurmdbd)"))
+    else:
+        checks.append(Check("sacct answers", True, "the accounting database answers"))
+    nodes = run([*one_node_step(profile), profile.python, "-c", TORCH_VERSION], 300.0)
+    version = nodes.stdout.strip().splitlines()[-1] if nodes.returncode == 0 and nodes.stdout.strip() else None
+    if version is None:
+        checks.append(Check("torch on the nodes", False, f"{profile.python} on a node: "
+                            f"{(nodes.stderr.strip().splitlines() or ['no output'])[-1][:300]}",
+                            "set python: in the profile to an interpreter the nodes have, with torch "
+                            "(a venv on the shared filesystem)"))
+    elif torch_version is not None and version != torch_version:
+        checks.append(Check("torch on the nodes", False, f"nodes have torch {version}, this host {torch_version}",
+                            "use the same environment on both (python: in the profile)"))
+    else:
+        checks.append(Check("torch on the nodes", True, f"{profile.python}: torch {version}"))
+    runs = os.path.join(profile.shared_dir or home_dir(), "runs")
+    where = "shared_dir in the profile" if profile.shared_dir else "FSDP_ORCH_HOME"
+    try:
+        os.makedirs(runs, exist_ok=True)
+    except OSError as exc:
+        checks.append(Check("run folder shared", False, f"cannot create {runs}: {exc.strerror}",
+                            f"set {where} to a folder you can write on the filesystem the nodes share"))
+        return checks
+    marker = os.path.join(runs, f".doctor-{os.getpid()}-{os.urandom(3).hex()}")
+    open(marker, "w").close()
+    try:
+        seen = run([*one_node_step(profile), "test", "-f", marker], 300.0)
+    finally:
+        os.unlink(marker)
+    if seen.returncode == 0:
+        checks.append(Check("run folder shared", True, f"a node sees {runs} ({where})"))
+    else:
+        checks.append(Check("run folder shared", False, f"a node does not see {runs} ({where})",
+                            "set shared_dir: in the profile to a folder on the filesystem the nodes share"))
+    return checks
+
+
+__all__ = ["slurm_checks"]

@@ -1,0 +1,163 @@
+"""The SLURM kind. ``submit`` hands the rendered batch script (``sbatch.sh`` in the run directory) to
+``sbatch``; in the allocation it runs the fsdp-orch supervisor on the first node, which runs each
+attempt as a job step across all nodes (``slurm_allocation``). A hang or crash ends the step and
+starts a new one in the same allocation; the signal before the time limit (or a preemption) requeues
+the job, and the next allocation resumes from the latest complete checkpoint."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from fsdp_orch.backends.base import ClusterKind
+from fsdp_orch.backends.slurm.doctor import slurm_checks
+from fsdp_orch.backends.slurm import allocation as slurm_allocation
+from fsdp_orch.backends.slurm.parse import JOB_NAME_PREFIX, SACCT_FIELDS, latest_by_job, parse_sacct
+from fsdp_orch.backends.slurm.profile import SlurmProfile
+from fsdp_orch.jobspec.profiles import ProfileBase
+from fsdp_orch.jobspec.schema import JobSpec
+from fsdp_orch.launch.plan import LaunchPlan, Placement, PlanContext, fixed_node_count
+from fsdp_orch.launch.render import Artifact, Templates, write_artifacts
+from fsdp_orch.launch.submission import Submission
+from fsdp_orch.observe import command
+from fsdp_orch.observe.command import Runner, run_command
+from fsdp_orch.record.index import JobIndex
+from fsdp_orch.vocab.checks import Check
+from fsdp_orch.vocab.errors import InputError
+from fsdp_orch.vocab.states import JobState
+
+BATCH_SCRIPT = "sbatch.sh"
+
+
+def batch_script_path(plan: LaunchPlan) -> str:
+    return f"{plan.run_dir}/{BATCH_SCRIPT}"
+
+
+class SlurmKind(ClusterKind):
+    name = "slurm"
+    profile_model = SlurmProfile
+    main_template = "slurm-node.sh.j2"
+
+    def place(self, job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext) -> Placement:
+        assert isinstance(profile, SlurmProfile)
+        fixed_node_count(job, "a SLURM allocation keeps its node count (a lost node ends it, and the job is "
+                              "requeued whole)")
+        return Placement(nnodes=job.nodes, nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
+                         device="cuda" if profile.gpus_per_node else "cpu", rdzv_host=None,
+                         checkpoint_on_request=True)
+
+    def artifacts(self, plan: LaunchPlan, templates: Templates) -> list[Artifact]:
+        """The batch script sbatch is given (one per job: the supervisor in the allocation), and the
+        script every node runs for an attempt."""
+        if not plan.supervisor_command:
+            raise InputError("a SLURM job needs the supervisor's command for its batch script")
+        return [Artifact(batch_script_path(plan), templates("slurm.sbatch.j2",
+                                                             job_name=JOB_NAME_PREFIX + plan.job_id), True),
+                Artifact(f"{plan.attempt_dir}/{slurm_allocation.NODE_SCRIPT}", templates(templates.main), True)]
+
+    def attempt_launcher(self, submission: Submission) -> slurm_allocation.SlurmStepLauncher:
+        return slurm_allocation.SlurmStepLauncher(submission)
+
+    def allocation_ending(self) -> bool:
+        return slurm_allocation.allocation_ending()
+
+    def doctor(self, profile: ProfileBase, torch_version: str | None, run: Runner) -> list[Check]:
+        assert isinstance(profile, SlurmProfile)
+        return slurm_checks(profile, torch_version, run)
+
+    def start(self, index: JobIndex, submission: Submission) -> None:
+        plan, artifacts = submission.plan(0)
+        batch = [a for a in artifacts if a.path == batch_script_path(plan)]
+        write_artifacts(batch)
+        out = run_command(["sbatch", "--parsable", batch[0].path])
+        index.journal(submission.job_id).scheduled(f"slurm:{out.strip().split(';')[0]}")
+
+    def refresh(self, index: JobIndex, rows: list[dict[str, Any]]) -> list[str]:
+        return refresh(index, rows)
+
+    def cancel(self, index: JobIndex, row: dict[str, Any]) -> str:
+        job_id = row["id"]
+        ended = index.request_cancel(job_id)
+        if ended:
+            return f"{job_id} already ended ({ended})"
+        slurm_id = slurm_job_id(row.get("backend_ref"))
+        if slurm_id:
+            run_command(["scancel", slurm_id])
+            # SLURM marks the job CANCELLED at once; its steps take up to KillWait to go away.
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                left = command.run(["squeue", "-h", "-s", "-j", slurm_id]).stdout.strip()
+                if not left:
+                    break
+                time.sleep(0.5)
+        return f"{job_id} cancelled (SLURM job {slurm_id})"
+
+
+def slurm_job_id(ref: str | None) -> str | None:
+    m = re.match(r"slurm:(\d+)", ref or "")
+    return m.group(1) if m else None
+
+
+def query(slurm_ids: list[str]):  # type: ignore[no-untyped-def]
+    """One sacct call for all the given SLURM jobs: {slurm id: its allocation record}."""
+    if not slurm_ids:
+        return {}
+    out = run_command(["sacct", "--parsable2", "--noheader", "-X", "-j", ",".join(slurm_ids),
+                       "-o", ",".join(SACCT_FIELDS)])
+    return latest_by_job(parse_sacct(out))
+
+
+# An allocation lost this way never reaches the supervisor's own restart logic.
+LOST_ALLOCATION = frozenset({"NODE_FAIL", "BOOT_FAIL"})
+
+
+def refresh(index: JobIndex, rows: list[dict[str, Any]], *, query_fn=None, resubmit_fn=None) -> list[str]:  # type: ignore[no-untyped-def]
+    """Settle active SLURM jobs whose allocation ended without the supervisor settling them (cancelled
+    or failed while pending, node failure): one scheduler query for all of them. An allocation lost
+    to a node failure is resubmitted while the restart budget allows. Returns the ids it changed."""
+    by_slurm = {sid: row for row in rows if (sid := slurm_job_id(row.get("backend_ref")))}
+    changed: list[str] = []
+    if not by_slurm:
+        return changed
+    records = (query_fn or query)(list(by_slurm))
+    for sid, row in by_slurm.items():
+        rec = records.get(sid)
+        if rec is None or rec.ours != row["id"]:
+            continue  # not (yet) in the accounting, or the id now belongs to someone else's job
+        mapped = rec.mapped_state
+        if mapped in (JobState.PENDING, JobState.RESTARTING) and row["state"] == JobState.RUNNING.value:
+            # back in the queue (requeued, preempted): the next allocation resumes from a checkpoint
+            index.journal(row["id"]).requeued(f"SLURM job {sid} is {rec.state} again")
+            changed.append(row["id"])
+            continue
+        if mapped is None or not mapped.is_terminal():
+            continue
+        fresh = index.store.job(row["id"])
+        if not fresh or fresh["state"] != row["state"]:
+            continue
+        changed.append(row["id"])
+        if rec.state in LOST_ALLOCATION and _resubmit(index, fresh, sid, rec.state, resubmit_fn):
+            continue
+        index.journal(row["id"]).set_state(mapped, reason=f"SLURM job {sid} ended {rec.state} (exit {rec.exit_code})")
+    return changed
+
+
+def _resubmit(index: JobIndex, row: dict[str, Any], sid: str, slurm_state: str, resubmit_fn) -> bool:  # type: ignore[no-untyped-def]
+    submission = Submission.load(Path(row["run_dir"]), KIND)
+    policy = submission.job.restart
+    attempt = max(0, int(row["attempts"]) - 1)
+    allowed = ("preemption_or_node_lost" in policy.retry_on and int(row["restarts"]) < policy.max_restarts)
+    journal = index.journal(row["id"])
+    journal.add_failure(attempt=attempt, category="preemption_or_node_lost",
+                        evidence=f"SLURM job {sid} ended {slurm_state}", action="resubmit" if allowed else "give_up")
+    if not allowed:
+        return False
+    journal.end_attempt(attempt, None)
+    journal.requeued(f"SLURM job {sid} ended {slurm_state}: resubmitted")
+    (resubmit_fn or KIND.start)(index, submission)
+    return True
+
+
+KIND = SlurmKind()

@@ -1,0 +1,1 @@
+"""The command line: argparse, the status table, event lines, doctor. Printing only."""

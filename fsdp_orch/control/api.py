@@ -1,0 +1,132 @@
+"""The Python API: what the CLI does, for a pipeline written in Python (an Airflow task, a notebook).
+
+    import fsdp_orch
+
+    job = fsdp_orch.submit("job.yaml", cluster="slurm", overrides={"args": ["--lr", "3e-4"]})
+    status = job.wait(timeout=6 * 3600)      # the dict `fsdp-orch status ID --json` prints
+    if status["state"] != "SUCCEEDED": ...
+
+It works on ``$FSDP_ORCH_HOME`` and finds cluster profiles from the current directory, as the CLI
+does, and returns the objects the CLI prints as JSON. Bad input raises the CLI's typed errors
+(``InputError``: file, line, field); a job that fails raises nothing, its status says FAILED. A
+wait that runs out raises ``WaitTimedOut`` (the CLI's exit 3), with the status at that moment.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fsdp_orch.vocab.errors import FsdpOrchError, JobNotFound
+
+Overrides = Mapping[str, Any] | Sequence[str]
+
+
+class WaitTimedOut(FsdpOrchError):
+    """``Job.wait(timeout)`` ran out before the job ended; the job goes on. ``status``: as it was."""
+
+    exit_code = 3
+
+    def __init__(self, job_id: str, timeout: float, status: dict[str, Any]):
+        self.job_id, self.timeout, self.status = job_id, timeout, status
+        super().__init__(f"job {job_id} is still {status.get('state')} after {timeout:g}s; it goes on")
+
+
+def _override_lines(overrides: Overrides | None) -> list[str]:
+    """``--set`` lines from a mapping (values written as YAML flow) or from ``k=v`` strings."""
+    if overrides is None:
+        return []
+    if isinstance(overrides, Mapping):
+        return [f"{key}={json.dumps(value)}" for key, value in overrides.items()]  # JSON is YAML
+    return [str(line) for line in overrides]
+
+
+class Job:
+    """A submitted job, by id. Every call reads the job's current record."""
+
+    def __init__(self, job_id: str, created: bool = True):
+        self.id = job_id
+        self.created = created  # False: an earlier submit with the same idempotency key made it
+
+    def __repr__(self) -> str:
+        return f"Job({self.id!r})"
+
+    def status(self) -> dict[str, Any]:
+        """What ``fsdp-orch status ID --json`` prints (state, attempts, progress, failures ...)."""
+        from fsdp_orch.control.liveness import refresh
+        from fsdp_orch.record.index import open_index
+
+        with open_index() as index:
+            index.ingest([self.id])
+            if index.store.job(self.id) is None:
+                raise JobNotFound(self.id)
+            refresh(index, [self.id])
+            return json.loads(index.store.status_json(self.id) or "{}")
+
+    def wait(self, timeout: float | None = None, interval: float = 1.0) -> dict[str, Any]:
+        """Block until the job ends; its final status. ``WaitTimedOut`` after ``timeout`` seconds."""
+        from fsdp_orch.control.follow import wait_for
+        from fsdp_orch.record.index import open_index
+        from fsdp_orch.vocab.states import TERMINAL_NAMES
+
+        with open_index() as index:
+            state = wait_for(index, self.id, quiet=True, show_progress=False, interval=interval, timeout=timeout)
+        status = self.status()
+        if state not in TERMINAL_NAMES and status.get("state") not in TERMINAL_NAMES:
+            raise WaitTimedOut(self.id, float(timeout or 0), status)
+        return status
+
+    def cancel(self) -> str:
+        """Stop the job everywhere; the line ``fsdp-orch cancel`` prints."""
+        from fsdp_orch.control.job_control import cancel
+        from fsdp_orch.record.index import open_index
+
+        with open_index() as index:
+            index.ingest([self.id])
+            return cancel(index, self.id)
+
+    def logs(self, rank: int | None = None, attempt: int | None = None) -> str:
+        """What ``fsdp-orch logs ID`` prints (the latest attempt; ``rank``: one rank's lines)."""
+        from fsdp_orch.control.logs import show_logs
+        from fsdp_orch.record.index import open_index
+
+        out = io.StringIO()
+        with open_index() as index:
+            index.ingest([self.id])
+            if index.store.job(self.id) is None:
+                raise JobNotFound(self.id)
+            show_logs(index, self.id, rank=rank, attempt=attempt, out=out)
+        return out.getvalue()
+
+    def events(self) -> list[dict[str, Any]]:
+        """The job's events in time order, as ``fsdp-orch events ID --json`` prints them."""
+        from fsdp_orch.record.events import read_job
+
+        return read_job(self.status()["run_dir"])[0]
+
+
+def submit(job: str | os.PathLike[str], cluster: str = "local", *, overrides: Overrides | None = None,
+           wait: bool = False, timeout: float | None = None, idempotency_key: str | None = None,
+           accelerate_config: str | None = None, init_from: str | None = None,
+           init_optimizer: bool = False) -> Job:
+    """Submit ``job`` (a job.yaml) to ``cluster``; with ``wait``, return once it ended (``timeout``:
+    ``WaitTimedOut``). ``overrides``: ``{"args": [...], "restart.max_restarts": 5}`` or
+    ``["k=v", ...]``, as ``--set``. ``init_from``: a job id or checkpoint to start from (``--init-from``)."""
+    from fsdp_orch.control.job_control import submit as submit_job
+    from fsdp_orch.record.index import open_index
+
+    with open_index() as index:
+        job_id, created = submit_job(index, Path(job), cluster, overrides=_override_lines(overrides),
+                                     accelerate_config=accelerate_config, idempotency_key=idempotency_key,
+                                     init_from=init_from, init_optimizer=init_optimizer)
+    handle = Job(job_id, created)
+    if wait:
+        handle.wait(timeout)
+    return handle
+
+
+__all__ = ["Job", "WaitTimedOut", "submit"]

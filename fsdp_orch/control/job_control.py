@@ -1,0 +1,125 @@
+"""From a job file and a cluster name to a submission and its artifacts (pure but for reading
+files), and to a recorded, started job (doing)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from fsdp_orch.backends.registry import cluster_kind, load_profile
+from fsdp_orch.control.warm_start import InitSource, resolve_init_from
+from fsdp_orch.jobspec.loading import load_job
+from fsdp_orch.jobspec.profiles import ProfileRef
+from fsdp_orch.launch.plan import LaunchPlan, spec_json
+from fsdp_orch.launch.render import Artifact
+from fsdp_orch.launch.submission import Submission
+from fsdp_orch.notify.process import start_notifier
+from fsdp_orch.places.builtin import home, local_has_gpu
+from fsdp_orch.record.index import JobIndex
+from fsdp_orch.supervise import supervisor_command
+from fsdp_orch.vocab.errors import InputError, JobNotFound
+from fsdp_orch.vocab.states import JobState
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    submission: Submission
+    profile_ref: ProfileRef
+    plan: LaunchPlan
+    artifacts: list[Artifact]
+    job_file: Path
+
+
+def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None,
+             accelerate_config: str | None = None, job_id: str = "JOBID", attempt: int = 0,
+             resume_from: str | None = None, rdzv_port: int | None = None,
+             home_dir: Path | None = None, init: InitSource | None = None, init_optimizer: bool = False,
+             checkpoint_per_job: bool = False) -> PlannedJob:
+    """Load and validate everything, then plan and render. Raises InputError; writes nothing."""
+    job, doc = load_job(job_file, overrides, Path(accelerate_config) if accelerate_config else None)
+    profile, ref = load_profile(cluster)
+    template = (ref.path.parent / profile.template).expanduser() if profile.template else None
+    submission = Submission(
+        job_id=job_id, cluster=ref.name, job=job, profile=profile, job_dir=str(job_file.resolve().parent),
+        run_root=profile.shared_dir or str(home_dir or home()), kind=cluster_kind(profile.kind), supervisor_command=supervisor_command(),
+        profile_template=str(template) if template else None, init_from=init.path if init else None,
+        init_step=init.step if init else None, init_optimizer=init_optimizer,
+        checkpoint_per_job=checkpoint_per_job or init is not None)
+    try:
+        plan, artifacts = submission.plan(attempt, resume_from=resume_from, rdzv_port=rdzv_port,
+                                          local_has_gpu=local_has_gpu())
+    except InputError as exc:
+        if exc.file is not None:
+            raise
+        line = doc.line_of((exc.field,)) if exc.field else None
+        raise InputError(exc.detail, file=str(job_file), field=exc.field, line=line) from None
+    return PlannedJob(submission, ref, plan, artifacts, job_file)
+
+
+def spec_hash(plan: LaunchPlan) -> str:
+    return hashlib.sha256(spec_json(plan).encode()).hexdigest()[:16]
+
+
+def record_submission(index: JobIndex, job_file: Path, cluster: str, *, overrides: list[str] | None = None,
+                      accelerate_config: str | None = None, idempotency_key: str | None = None,
+                      home_dir: Path | None = None, origin: dict | None = None,
+                      init_from: str | None = None, init_optimizer: bool = False,
+                      ) -> tuple[str, bool, Submission | None]:
+    """Validate and plan, freeze the submission in its run folder and record it as the job's first
+    event (which puts it in the index). Returns (job id, created, submission); nothing is started."""
+    import dataclasses
+    import os
+    import shutil
+
+    init = resolve_init_from(index, init_from) if init_from else None
+    origin = dict(origin or {})
+    if init is not None:
+        origin.update(init_from=init.path, init_step=init.step, **({"init_job": init.job_id} if init.job_id else {}))
+    planned = plan_job(job_file, cluster, overrides=overrides, accelerate_config=accelerate_config,
+                       home_dir=home_dir, init=init, init_optimizer=init_optimizer,
+                       checkpoint_per_job="schedule" in origin)
+    if idempotency_key:
+        existing = index.store.job_for_key(idempotency_key)
+        if existing is not None:
+            return existing, False, None
+    job_id = os.urandom(6).hex()
+    submission = dataclasses.replace(planned.submission, job_id=job_id)
+    submission.save()
+    index.journal(job_id, role="submit", run_dir=str(submission.run_dir)).submitted(
+        name=submission.job.name, cluster=planned.profile_ref.name, kind=submission.profile.kind,
+        spec_json=spec_json(planned.plan), run_dir=str(submission.run_dir), job_file=str(job_file.resolve()),
+        spec_hash=spec_hash(planned.plan), idempotency_key=idempotency_key, origin=origin or None)
+    if index.store.job(job_id) is None:  # another submit with the same key got there first
+        shutil.rmtree(submission.run_dir, ignore_errors=True)
+        return str(index.store.job_for_key(idempotency_key or "")), False, None
+    return job_id, True, submission
+
+
+def submit(index: JobIndex, job_file: Path, cluster: str, *, overrides: list[str] | None = None,
+           accelerate_config: str | None = None, idempotency_key: str | None = None,
+           home_dir: Path | None = None, origin: dict | None = None, init_from: str | None = None,
+           init_optimizer: bool = False) -> tuple[str, bool]:
+    """Validate, record the job, hand it to its cluster kind. Returns (job id, created).
+    ``init_from``: a job id or checkpoint path the job starts from (a warm start)."""
+    job_id, created, submission = record_submission(
+        index, job_file, cluster, overrides=overrides, accelerate_config=accelerate_config,
+        idempotency_key=idempotency_key, home_dir=home_dir, origin=origin, init_from=init_from,
+        init_optimizer=init_optimizer)
+    if submission is None:
+        return job_id, created
+    try:
+        cluster_kind(submission.profile.kind).start(index, submission)
+    except BaseException as exc:
+        index.journal(job_id).set_state(JobState.FAILED, reason=f"could not start: {exc}")
+        raise
+    finally:
+        start_notifier(submission)  # a job that could not start is notified of too
+    return job_id, True
+
+
+def cancel(index: JobIndex, job_id: str) -> str:
+    row = index.store.job(job_id)
+    if row is None:
+        raise JobNotFound(job_id)
+    return cluster_kind(row["kind"]).cancel(index, row)

@@ -1,0 +1,110 @@
+"""``fsdp-orch logs``: per-node console output and per-rank lines of any attempt."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from fsdp_orch.observe.attempt_files import STACKS_DIR
+from fsdp_orch.vocab.errors import InputError
+from fsdp_orch.vocab.states import TERMINAL_NAMES
+
+_NODE_LOG = re.compile(r"console-node-(\d+)\.log$")
+# torchrun --tee prefixes each worker line with "[<role><local_rank>]:".
+_RANK_PREFIX = re.compile(r"^\[default(\d+)\]:")
+
+
+def attempt_dirs(run_dir: Path) -> dict[int, Path]:
+    found = {}
+    for d in run_dir.glob("attempt-*"):
+        suffix = d.name.split("-", 1)[1]
+        if suffix.isdigit():
+            found[int(suffix)] = d
+    return found
+
+
+def node_logs(attempt_dir: Path) -> dict[int, Path]:
+    return {int(m.group(1)): p for p in attempt_dir.glob("console-node-*.log")
+            if (m := _NODE_LOG.search(p.name))}
+
+
+def filter_rank(lines: Iterator[str], local_rank: int) -> Iterator[str]:
+    """Lines of one local rank from a node console log, prefix removed."""
+    for line in lines:
+        m = _RANK_PREFIX.match(line)
+        if m and int(m.group(1)) == local_rank:
+            yield line[m.end():]
+
+
+def show_logs(index: Any, job_id: str, *, rank: int | None = None, attempt: int | None = None,
+              follow: bool = False, out: Any = None) -> int:
+    out = out or sys.stdout
+    row = index.store.job(job_id)
+    run_dir = Path(row["run_dir"])
+    attempts = attempt_dirs(run_dir)
+    if not attempts:
+        raise InputError(f"job {job_id} has no attempt logs yet", field="logs")
+    chosen = max(attempts) if attempt is None else attempt
+    if chosen not in attempts:
+        raise InputError(f"job {job_id} has attempts {sorted(attempts)}, not {chosen}", field="--attempt")
+    nproc = _nproc(row)
+    logs = node_logs(attempts[chosen])
+    if rank is not None:
+        node, local = divmod(rank, nproc)
+        if node not in logs:
+            raise InputError(f"no log for rank {rank} (node {node}) in attempt {chosen}", field="--rank")
+        logs = {node: logs[node]}
+    positions = {n: 0 for n in logs}
+    while True:
+        for node, path in sorted(logs.items()):
+            with open(path, errors="replace") as f:
+                f.seek(positions[node])
+                chunk = f.read()
+                positions[node] = f.tell()
+            lines: Iterator[str] = iter(chunk.splitlines(keepends=True))
+            if rank is not None:
+                lines = filter_rank(lines, rank % nproc)
+            prefix = f"[node {node}] " if len(logs) > 1 else ""
+            for line in lines:
+                out.write(prefix + line)
+        out.flush()
+        if not follow:
+            return _point_to_stacks(attempts[chosen], out)
+        index.ingest([job_id])
+        current = index.store.job(job_id)
+        if current["state"] in TERMINAL_NAMES and attempt_dirs(run_dir).keys() == attempts.keys():
+            return _point_to_stacks(attempts[chosen], out)
+        if attempt is None:
+            newest = max(attempt_dirs(run_dir))
+            if newest != chosen:
+                chosen = newest
+                attempts = attempt_dirs(run_dir)
+                logs = node_logs(attempts[chosen])
+                positions = {n: 0 for n in logs}
+                out.write(f"--- attempt {chosen} ---\n")
+        else:
+            logs = node_logs(attempts[chosen]) if not logs else logs
+        time.sleep(0.5)
+
+
+def _point_to_stacks(attempt_dir: Path, out: Any) -> int:
+    """After a hang the supervisor dumped every rank's stack: say where (they are not in the logs)."""
+    stacks = attempt_dir / STACKS_DIR
+    dumps = sorted(p.name for p in stacks.glob("rank-*.txt") if p.stat().st_size) if stacks.is_dir() else []
+    if dumps:
+        out.write(f"[fsdp-orch] stack dumps of this attempt's ranks ({', '.join(dumps)}): {stacks}\n")
+        out.flush()
+    return 0
+
+
+def _nproc(row: dict[str, Any]) -> int:
+    import json
+
+    try:
+        return int(json.loads(row["spec_json"])["_resolved"]["nproc_per_node"])
+    except (KeyError, ValueError, TypeError):
+        return 1

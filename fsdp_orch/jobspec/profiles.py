@@ -1,0 +1,98 @@
+"""Cluster profiles (``clusters/*.yaml``): what every kind's profile has, and where profiles are found.
+
+Each cluster kind's own model lives with its backend (``fsdp_orch.backends``); the registry there
+parses a profile file with the model of the kind it names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import Field, field_validator
+
+from fsdp_orch.jobspec.notify import Webhook
+from fsdp_orch.jobspec.schema import ArgStr
+from fsdp_orch.jobspec.validation import StrictModel, check_env_names
+from fsdp_orch.places.builtin import home
+from fsdp_orch.record.run_roots import PROFILE_ORIGINS, profile_dirs
+from fsdp_orch.vocab.errors import InputError
+
+
+class ProfileBase(StrictModel):
+    kind: str
+    description: str = ""
+    template: str | None = None  # a template file that replaces the built-in one for this kind
+    python: str = "python3"
+    env: dict[str, ArgStr] = Field(default_factory=dict)
+    # The run root the submit host and the nodes share (NFS, Lustre, GPFS): job run folders go to
+    # <shared_dir>/runs/<id>. None: $FSDP_ORCH_HOME/runs, which then must be shared for multi-host kinds.
+    shared_dir: str | None = None
+    notify: list[Webhook] = Field(default_factory=list)  # webhooks for every job on this cluster
+
+    # Which launchers this kind of cluster can run.
+    launchers: ClassVar[tuple[str, ...]] = ()
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_env_names(value)
+
+    @field_validator("shared_dir")
+    @classmethod
+    def _shared_dir(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        import os
+
+        expanded = os.path.expanduser(value)
+        if not os.path.isabs(expanded):
+            raise ValueError(f"expected an absolute path on the filesystem the nodes share; got {value!r}")
+        return os.path.normpath(expanded)
+
+    def default_procs_per_node(self) -> int:
+        return 1
+
+
+@dataclass(frozen=True)
+class ProfileRef:
+    """A profile found on disk: its name, file and where it came from."""
+
+    name: str
+    path: Path
+    origin: str  # "project", "home" or "built-in"
+
+
+def search_dirs(cwd: Path | None = None) -> list[tuple[str, Path]]:
+    dirs = profile_dirs(str(home()), str(cwd) if cwd is not None else None)
+    return [(origin, Path(directory)) for origin, directory in zip(PROFILE_ORIGINS, dirs, strict=True)]
+
+
+def discover(cwd: Path | None = None) -> dict[str, ProfileRef]:
+    """Profiles by name; earlier directories shadow later ones (project, home, built-in)."""
+    found: dict[str, ProfileRef] = {}
+    for origin, directory in search_dirs(cwd):
+        if not directory.is_dir():
+            continue
+        for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
+            found.setdefault(path.stem, ProfileRef(path.stem, path, origin))
+    return found
+
+
+def find_profile(name_or_path: str, cwd: Path | None = None) -> ProfileRef:
+    """By name (discovery order) or by path to a YAML file."""
+    refs = discover(cwd)
+    ref = refs.get(name_or_path)
+    if ref is not None:
+        return ref
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") and candidate.is_file():
+        return ProfileRef(candidate.stem, candidate, "path")
+    import difflib
+
+    hint = difflib.get_close_matches(name_or_path, list(refs), n=1)
+    known = ", ".join(sorted(refs)) or "none"
+    raise InputError(f"unknown cluster {name_or_path!r}"
+                     + (f"; did you mean {hint[0]!r}?" if hint else "")
+                     + f" (known clusters: {known})", field="--cluster")

@@ -1,0 +1,284 @@
+"""Planning: job spec + cluster profile + attempt context -> a LaunchPlan. Pure: no I/O, no clock.
+
+Every derived number (node count, world size, rendezvous endpoint and id, the attempt, the
+checkpoint to resume from) is computed here once; templates only print it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from fsdp_orch.jobspec.profiles import ProfileBase
+from fsdp_orch.jobspec.schema import JobSpec
+from fsdp_orch.observe.nccl_env import missing_defaults, nccl_env_defaults
+from fsdp_orch.vocab.errors import InputError
+
+# Below Linux's ephemeral range (32768-60999), where outgoing connections would hold ports.
+RDZV_PORT_RANGE = (20000, 32000)
+# The variables of ``LaunchPlan.env`` that hold paths: a leading ``~/`` in them means the home
+# directory of the node that runs the script (a remote_workdir of ~/work), so the scripts
+# export them with ``~`` expanded. Every other value reaches the program exactly as written.
+CHECKPOINT_REQUEST_FILE = "checkpoint-request"
+# In checkpoint.dir and the program's arguments: the job's id (an unchanged script's output folder
+# of its own, so a scheduled or warm-started run never resumes the run before it).
+JOB_ID_PLACEHOLDER = "{job_id}"
+# Inside the run folder of a node with its own disk: the copies of fsdp_orch and of the job's folder.
+OWN_DISK_PACKAGE = "lib"
+OWN_DISK_CODE = "code"
+PATH_ENV = frozenset({"FSDP_ORCH_RUN_DIR", "FSDP_ORCH_ATTEMPT_DIR", "FSDP_ORCH_SPEC", "FSDP_ORCH_CHECKPOINT_REQUEST",
+                      "FSDP_ORCH_CHECKPOINT_DIR", "FSDP_ORCH_RESUME", "FSDP_ORCH_RESUME_FROM", "FSDP_ORCH_INIT_FROM",
+                      "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE"})
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """What planning needs besides the spec and profile; all of it chosen by the caller."""
+
+    job_id: str
+    attempt: int
+    run_root: str  # the folder whose runs/ holds the job's run folder, as the nodes see it
+    job_dir: str  # directory of job.yaml: relative paths in the spec start here
+    resume_from: str | None = None
+    resume_step: int | None = None  # the step of resume_from, when its layout tells it
+    rdzv_port: int | None = None  # None: derived from job id and attempt
+    local_has_gpu: bool = False  # resolves a local profile's device: auto
+    bootstrap_dir: str | None = None  # fsdp_orch/bootstrap/site on the nodes; None: no bootstrap
+    supervisor_command: tuple[str, ...] | None = None  # the supervisor's argv, less the job id
+    # Hosts ("address:port") lost in earlier attempts: a kind that can plan around them does
+    # (the SSH kind takes the next listed host, or fewer nodes within ``nodes: MIN-MAX``).
+    excluded_hosts: tuple[str, ...] = ()
+    # The addresses of the machines the attempt runs on, where the kind finds them only at launch (a
+    # TPU VM's workers, from gcloud's describe), by worker index; () when unknown (render).
+    workers: tuple[str, ...] = ()
+    # A warm start (``submit --init-from``): the checkpoint whose weights the job starts from while
+    # it has none of its own, and whether its optimizer state comes too.
+    init_from: str | None = None
+    init_step: int | None = None
+    init_optimizer: bool = False
+    # The job keeps its checkpoints in a folder of its own (<checkpoint dir>/<job id>): a warm start
+    # or a scheduled run must not resume the run before it from a shared folder.
+    checkpoint_per_job: bool = False
+
+
+def host_port(address: str, port: int) -> str:
+    """How a host is named in ``PlanContext.excluded_hosts`` (whatever user logs in to it)."""
+    return f"{address}:{port}"
+
+
+@dataclass(frozen=True)
+class NodeTarget:
+    """One node of an ssh cluster, with the literal rank it gets."""
+
+    rank: int
+    address: str
+    port: int
+    user: str | None
+    identity_file: str | None
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    job: JobSpec
+    profile: ProfileBase
+    cluster: str
+    job_id: str
+    attempt: int
+    launcher: str
+    device: str  # cpu, cuda or tpu
+    nnodes: int
+    nproc_per_node: int
+    world_size: int
+    rdzv_id: str
+    rdzv_host: str | None  # None: the first node of the allocation, known only at run time
+    rdzv_port: int
+    python: str
+    workdir: str
+    run_dir: str
+    attempt_dir: str
+    checkpoint_dir: str
+    spec_path: str
+    resume_from: str | None
+    program: list[str]  # what the launcher runs on each rank: script/module/command + args
+    env: list[tuple[str, str]] = field(default_factory=list)
+    nodes: tuple[NodeTarget, ...] = ()
+    accelerate_config_path: str | None = None
+    bootstrap_dir: str | None = None  # put first on every rank's PYTHONPATH
+    run_root: str = ""  # $FSDP_ORCH_HOME, or the profile's shared_dir; on own-disk hosts, their folder
+    package_dir: str | None = None  # a copy of fsdp_orch the nodes import (hosts with their own disks)
+    supervisor_command: tuple[str, ...] | None = None  # where a kind runs the supervisor on a node
+
+    @property
+    def entry_kind(self) -> str:
+        return self.job.entry[0]
+
+
+def slug(name: str) -> str:
+    """A filesystem- and scheduler-safe form of a job name (the name itself is kept verbatim)."""
+    text = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    return text[:60] or "job"
+
+
+def rendezvous_port(job_id: str, attempt: int) -> int:
+    """A port per job and attempt, spread over the range so concurrent jobs rarely collide."""
+    digest = hashlib.sha256(f"{job_id}/{attempt}".encode()).digest()
+    low, high = RDZV_PORT_RANGE
+    return low + int.from_bytes(digest[:4], "big") % (high - low)
+
+
+def _join(base: str, path: str) -> str:
+    expanded = path
+    if posixpath.isabs(expanded) or expanded.startswith("~"):
+        return posixpath.normpath(expanded) if not expanded.startswith("~") else expanded
+    return posixpath.normpath(posixpath.join(base, expanded))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What a cluster kind decides for planning: how many nodes and ranks, on what device, where the
+    rendezvous runs and where the job's relative paths start on the nodes."""
+
+    nnodes: int
+    nproc_per_node: int
+    device: str  # cpu, cuda or tpu
+    rdzv_host: str | None  # None: the first node of the allocation, known only at run time
+    rdzv_port: int | None = None  # None: derived from the job id and attempt
+    workdir_base: str | None = None  # None or empty: the directory of job.yaml
+    # The nodes do not see the submitter's run folder (SSH hosts with their own disks): they keep the
+    # job's run folder under this folder of their own, with copies of fsdp_orch (lib/) and of the
+    # job's folder (code/, where the job's relative paths start).
+    own_run_root: str | None = None
+    nodes: tuple[NodeTarget, ...] = ()
+    # The kind warns before it takes the nodes away (SLURM's signal before the time limit): the
+    # runtime saves a checkpoint when the supervisor asks (FSDP_ORCH_CHECKPOINT_REQUEST).
+    checkpoint_on_request: bool = False
+
+
+class KindPlanning(Protocol):
+    """The planning hook of a cluster kind (its node-count rules, device, rendezvous and workdir)."""
+
+    def place(self, job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext) -> Placement:
+        """Raises InputError (with ``field``) when the job cannot run on this cluster."""
+        ...
+
+
+def fixed_node_count(job: JobSpec, why: str) -> None:
+    """For kinds that cannot go on with fewer nodes: refuse an elastic ``nodes: MIN-MAX``."""
+    if job.min_nodes < job.nodes:
+        raise InputError(f"{job.nodes_text} is an elastic range, but {why}; expected a node count "
+                         f"(nodes: {job.nodes})", field="nodes")
+
+
+def attempt_dir_of(run_dir: str, attempt: int) -> str:
+    return posixpath.join(run_dir, f"attempt-{attempt}")
+
+
+def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext,
+              kind: KindPlanning) -> LaunchPlan:
+    if job.launcher not in profile.launchers:
+        raise InputError(
+            f"launcher {job.launcher!r} cannot run on cluster {cluster!r} (kind {profile.kind}); "
+            f"expected one of: {', '.join(profile.launchers)}", field="launcher")
+    place = kind.place(job, profile, cluster, ctx)
+    run_root = place.own_run_root or ctx.run_root
+    run_dir = posixpath.join(run_root, "runs", ctx.job_id)
+    package_dir, bootstrap_dir, workdir_base = None, ctx.bootstrap_dir, place.workdir_base
+    if place.own_run_root:
+        package_dir = posixpath.join(run_dir, OWN_DISK_PACKAGE)
+        bootstrap_dir = posixpath.join(package_dir, "fsdp_orch", "bootstrap", "site") if ctx.bootstrap_dir else None
+        workdir_base = posixpath.join(run_dir, OWN_DISK_CODE)
+    if workdir_base:
+        workdir = _join(workdir_base, job.workdir) if job.workdir != "." else workdir_base
+    else:
+        workdir = _join(ctx.job_dir, job.workdir)
+    attempt_dir = attempt_dir_of(run_dir, ctx.attempt)
+    written = job.checkpoint.dir
+    if written:  # the user's folder; {job_id} in it (and in the args) keeps runs apart
+        checkpoint_dir = _join(workdir, written.replace(JOB_ID_PLACEHOLDER, ctx.job_id))
+    else:
+        checkpoint_dir = _join(workdir, posixpath.join("checkpoints", slug(job.name)))
+        if ctx.checkpoint_per_job:
+            checkpoint_dir = posixpath.join(checkpoint_dir, ctx.job_id)
+    rdzv_port = ctx.rdzv_port or place.rdzv_port or rendezvous_port(ctx.job_id, ctx.attempt)
+    nnodes, nproc, device = place.nnodes, place.nproc_per_node, place.device
+    entry_form, _ = job.entry
+    if entry_form == "script":
+        program = [job.script or "", *job.args]
+    elif entry_form == "module":
+        program = [job.module or "", *job.args]
+    else:
+        program = [*(job.command or []), *job.args]
+    program = [arg.replace(JOB_ID_PLACEHOLDER, ctx.job_id) for arg in program]
+    program += resume_arguments(job, ctx) + init_arguments(job, ctx)
+    spec_path = posixpath.join(run_dir, "job.json")
+    accel_path = posixpath.join(attempt_dir, "accelerate_config.yaml") if job.launcher == "accelerate" else None
+    env = [
+        *profile.env.items(),
+        *job.env.items(),
+        ("FSDP_ORCH_JOB_ID", ctx.job_id),
+        ("FSDP_ORCH_JOB_NAME", job.name),
+        ("FSDP_ORCH_ATTEMPT", str(ctx.attempt)),
+        ("FSDP_ORCH_RUN_DIR", run_dir),
+        ("FSDP_ORCH_ATTEMPT_DIR", attempt_dir),
+        ("FSDP_ORCH_SPEC", spec_path),
+        ("FSDP_ORCH_CHECKPOINT_DIR", checkpoint_dir),
+        ("FSDP_ORCH_RESUME", ctx.resume_from or job.checkpoint.resume),
+        ("FSDP_ORCH_COLLECTIVE_TIMEOUT", f"{job.watch.collective_timeout:g}"),
+    ]
+    if place.checkpoint_on_request:
+        env.append(("FSDP_ORCH_CHECKPOINT_REQUEST", posixpath.join(attempt_dir, CHECKPOINT_REQUEST_FILE)))
+    if ctx.resume_from:
+        env.append(("FSDP_ORCH_RESUME_FROM", ctx.resume_from))
+        if ctx.resume_step is not None:
+            env.append(("FSDP_ORCH_RESUME_STEP", str(ctx.resume_step)))
+    if ctx.init_from and not ctx.resume_from:
+        env += [("FSDP_ORCH_INIT_FROM", ctx.init_from), ("FSDP_ORCH_INIT_OPTIMIZER", "1" if ctx.init_optimizer else "0")]
+    if device == "cuda":
+        env += missing_defaults(nccl_env_defaults(attempt_dir), dict(env)).items()
+    if job.launcher == "xla":
+        env.append(("PJRT_DEVICE", device.upper()))
+    return LaunchPlan(
+        job=job, profile=profile, cluster=cluster, job_id=ctx.job_id, attempt=ctx.attempt,
+        launcher=job.launcher, device=device, nnodes=nnodes, nproc_per_node=nproc, world_size=nnodes * nproc,
+        rdzv_id=f"{ctx.job_id}-a{ctx.attempt}", rdzv_host=place.rdzv_host, rdzv_port=rdzv_port,
+        python=profile.python, workdir=workdir, run_dir=run_dir, attempt_dir=attempt_dir,
+        checkpoint_dir=checkpoint_dir, spec_path=spec_path, resume_from=ctx.resume_from,
+        program=program, env=env, nodes=place.nodes, accelerate_config_path=accel_path,
+        bootstrap_dir=bootstrap_dir, run_root=run_root, package_dir=package_dir,
+        supervisor_command=ctx.supervisor_command,
+    )
+
+
+def resume_arguments(job: JobSpec, ctx: PlanContext) -> list[str]:
+    """``checkpoint.resume_args`` with the checkpoint filled in; none when there is nothing to resume."""
+    if not ctx.resume_from or not job.checkpoint.resume_args:
+        return []
+    step = "" if ctx.resume_step is None else str(ctx.resume_step)
+    return [arg.replace("{checkpoint}", ctx.resume_from).replace("{step}", step)
+            for arg in job.checkpoint.resume_args]
+
+
+def init_arguments(job: JobSpec, ctx: PlanContext) -> list[str]:
+    """``checkpoint.init_args`` with the warm start's checkpoint filled in, while the job has nothing
+    of its own to resume."""
+    if not ctx.init_from or ctx.resume_from or not job.checkpoint.init_args:
+        return []
+    step = "" if ctx.init_step is None else str(ctx.init_step)
+    return [arg.replace("{checkpoint}", ctx.init_from).replace("{step}", step) for arg in job.checkpoint.init_args]
+
+
+def spec_json(plan: LaunchPlan) -> str:
+    """The resolved spec the runtime reads (``FSDP_ORCH_SPEC``), stable key order."""
+    import json
+
+    data = plan.job.model_dump(mode="json")
+    data["_resolved"] = {"checkpoint_dir": plan.checkpoint_dir, "world_size": plan.world_size,
+                         "nnodes": plan.nnodes, "nproc_per_node": plan.nproc_per_node,
+                         "cluster": plan.cluster, "job_id": plan.job_id}
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+__all__ = ["KindPlanning", "LaunchPlan", "PlanContext", "Placement", "attempt_dir_of", "fixed_node_count", "host_port", "init_arguments", "make_plan", "resume_arguments", "slug", "rendezvous_port"]

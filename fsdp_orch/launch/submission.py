@@ -1,0 +1,131 @@
+"""The frozen submission: everything needed to plan any attempt of a job, fixed at submit time
+(job.yaml may change later). Its base plan (attempt 0, nothing to resume) is computed once."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Protocol
+
+from fsdp_orch.jobspec.profiles import ProfileBase
+from fsdp_orch.jobspec.schema import JobSpec
+from fsdp_orch.launch.plan import KindPlanning, LaunchPlan, PlanContext, attempt_dir_of, make_plan
+from fsdp_orch.launch.render import Artifact, KindArtifacts, render_plan
+from fsdp_orch.places.builtin import bootstrap_site_dir
+
+SUBMISSION_FILE = "submission.json"
+
+
+class PlanningKind(KindPlanning, KindArtifacts, Protocol):
+    """What a submission needs of its cluster kind: the profile model, planning and artifacts."""
+
+    name: str
+    profile_model: type[ProfileBase]
+
+
+@dataclass(frozen=True)
+class Submission:
+    job_id: str
+    cluster: str
+    job: JobSpec
+    profile: ProfileBase
+    job_dir: str
+    run_root: str  # $FSDP_ORCH_HOME, or the profile's shared_dir: runs/<job id> is under it
+    kind: PlanningKind
+    supervisor_command: tuple[str, ...] | None = None  # the supervisor's argv, less the job id
+    profile_template: str | None = None
+    init_from: str | None = None  # a warm start: the checkpoint the job starts from (submit --init-from)
+    init_step: int | None = None
+    init_optimizer: bool = False
+    checkpoint_per_job: bool = False  # checkpoints in <checkpoint dir>/<job id> (warm starts, schedules)
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "job_id": self.job_id, "cluster": self.cluster, "job_dir": self.job_dir, "run_root": self.run_root,
+            "profile_template": self.profile_template, "supervisor_command": self.supervisor_command,
+            "init_from": self.init_from, "init_step": self.init_step, "init_optimizer": self.init_optimizer,
+            "checkpoint_per_job": self.checkpoint_per_job,
+            "job": self.job.model_dump(mode="json"), "profile": self.profile.model_dump(mode="json"),
+        }, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, kind: PlanningKind) -> Submission:
+        """``kind`` is the cluster kind the job was recorded with (the store's ``kind`` column)."""
+        data = json.loads(text)
+        profile = kind.profile_model.model_validate(data["profile"])
+        return cls(job_id=data["job_id"], cluster=data["cluster"], job=JobSpec.model_validate(data["job"]),
+                   profile=profile, job_dir=data["job_dir"], run_root=data["run_root"], kind=kind,
+                   supervisor_command=tuple(data.get("supervisor_command") or ()) or None,
+                   profile_template=data.get("profile_template"), init_from=data.get("init_from"),
+                   init_step=data.get("init_step"), init_optimizer=bool(data.get("init_optimizer")),
+                   checkpoint_per_job=bool(data.get("checkpoint_per_job")))
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run_root) / "runs" / self.job_id
+
+    def save(self) -> Path:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        path = self.run_dir / SUBMISSION_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(self.to_json())
+        tmp.replace(path)
+        return path
+
+    @staticmethod
+    def kind_name(run_dir: Path) -> str:
+        """The cluster kind a saved submission was made for."""
+        return str(json.loads((run_dir / SUBMISSION_FILE).read_text())["profile"]["kind"])
+
+    @classmethod
+    def load(cls, run_dir: Path, kind: PlanningKind) -> Submission:
+        return cls.from_json((run_dir / SUBMISSION_FILE).read_text(), kind)
+
+    def context(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
+                rdzv_port: int | None = None, local_has_gpu: bool = False,
+                excluded_hosts: tuple[str, ...] = (), workers: tuple[str, ...] = ()) -> PlanContext:
+        return PlanContext(job_id=self.job_id, attempt=attempt, run_root=self.run_root, job_dir=self.job_dir,
+                           resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
+                           local_has_gpu=local_has_gpu, bootstrap_dir=str(bootstrap_site_dir()),
+                           supervisor_command=self.supervisor_command, excluded_hosts=excluded_hosts,
+                           workers=workers, init_from=self.init_from, init_step=self.init_step,
+                           init_optimizer=self.init_optimizer, checkpoint_per_job=self.checkpoint_per_job)
+
+    def launch_plan(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
+                    rdzv_port: int | None = None, local_has_gpu: bool = False,
+                    excluded_hosts: tuple[str, ...] = (), workers: tuple[str, ...] = ()) -> LaunchPlan:
+        """Attempt ``attempt``'s plan (no artifacts); InputError when it cannot be placed (too few hosts
+        left once ``excluded_hosts`` are left out)."""
+        ctx = self.context(attempt, resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
+                           local_has_gpu=local_has_gpu, excluded_hosts=excluded_hosts, workers=workers)
+        return make_plan(self.job, self.profile, self.cluster, ctx, self.kind)
+
+    def plan(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
+             rdzv_port: int | None = None, local_has_gpu: bool = False,
+             excluded_hosts: tuple[str, ...] = (), workers: tuple[str, ...] = ()) -> tuple[LaunchPlan, list[Artifact]]:
+        plan = self.launch_plan(attempt, resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
+                                local_has_gpu=local_has_gpu, excluded_hosts=excluded_hosts, workers=workers)
+        return plan, self.render(plan)
+
+    def render(self, plan: LaunchPlan) -> list[Artifact]:
+        template = Path(self.profile_template) if self.profile_template else None
+        return render_plan(plan, self.kind, profile_template=template)
+
+    @cached_property
+    def base_plan(self) -> LaunchPlan:
+        """Attempt 0 with nothing to resume: what every attempt shares (checkpoint dir, world size)."""
+        return make_plan(self.job, self.profile, self.cluster, self.context(0), self.kind)
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return self.base_plan.checkpoint_dir
+
+    @property
+    def world_size(self) -> int:
+        """At the job's full size (an attempt on fewer nodes has its own plan's)."""
+        return self.base_plan.world_size
+
+    def attempt_dir(self, attempt: int) -> str:
+        return attempt_dir_of(self.base_plan.run_dir, attempt)

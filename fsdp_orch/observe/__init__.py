@@ -1,0 +1,1 @@
+"""Reading what running ranks leave behind: heartbeats, logs, checkpoints, stacks, processes; the command runner."""

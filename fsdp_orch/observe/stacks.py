@@ -1,0 +1,345 @@
+"""Where a hung rank is stuck: every thread's Python stack, read from outside with py-spy (or, where
+py-spy cannot attach, from the rank's own faulthandler), and the innermost frame of user code.
+
+The parsers and the frame choice are pure functions of text; real captured output is in
+``tests/fixtures/stacks/``. :func:`capture_stacks` is the one doing-function: the command runner,
+the signal and the clock are injected.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import signal
+import sys
+import sysconfig
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from fsdp_orch.observe import command
+from fsdp_orch.observe.attempt_files import faulthandler_dump_name, pyspy_dump_name
+from fsdp_orch.observe.command import Runner
+
+# Full paths: py-spy's default short names ("threading.py", "train.py") do not tell library
+# code from the user's.
+PYSPY_DUMP = ("dump", "--full-filenames")
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_PYSPY_THREAD = re.compile(r'Thread (0[xX][0-9a-fA-F]+|\d+) \(([a-z+]+)\)(?:: "(.*)")?')
+_PYSPY_FRAME = re.compile(r" {4}(\S.*?) \((.+):(\d+)\)")
+_PYSPY_NATIVE_FRAME = re.compile(r" {4}(\S.*) \(([^()]*)\)")  # no line: native or unknown
+_FH_THREAD = re.compile(r"(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(.*)\])? "
+                        r"\(most recent call first\):")
+_FH_STACK = "Stack (most recent call first):"  # all_threads=False
+_FH_FRAME = re.compile(r'  File "(.*)", line (\d+|\?\?\?) in (.*)')
+# Installed packages and the standard library of whichever Python the rank runs, which may not
+# be the supervisor's.
+_PACKAGES = re.compile(r"/(?:site|dist)-packages/")
+_STDLIB = re.compile(r"/lib(?:64)?/python\d[\d.]*t?/")
+_TOP_LEVEL = frozenset({"<module>", "_run_module_as_main"})
+
+
+@dataclass(frozen=True)
+class Frame:
+    function: str
+    file: str
+    line: int | None  # None: not known (a native frame, or py-spy printed no line)
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    id: int | None  # py-spy: the OS thread id (the pid, for the main thread); faulthandler: the ident
+    name: str | None  # py-spy's thread name (faulthandler's, from Python 3.14)
+    active: bool | None  # py-spy: running rather than idle; None when not known
+    frames: tuple[Frame, ...]  # innermost first
+    gil: bool = False  # py-spy: holds the GIL
+    current: bool = False  # faulthandler: the thread that took the signal
+
+
+@dataclass(frozen=True)
+class StackDump:
+    rank: int
+    pid: int
+    threads: tuple[ThreadStack, ...] = ()
+    source: str = ""  # "py-spy", "py-spy --nonblocking" or "faulthandler"; "" when none
+    path: Path | None = None  # the raw text of this dump
+    error: str = ""  # what failed on the way ("" when py-spy's first try worked)
+
+
+def parse_pyspy_dump(text: str) -> list[ThreadStack]:
+    """Threads of ``py-spy dump`` output (header lines, locals and anything else are skipped)."""
+    threads: list[ThreadStack] = []
+    frames: list[Frame] = []
+    head: tuple[int, bool, bool, str | None] | None = None
+
+    def close() -> None:
+        if head is not None:
+            ident, active, gil, name = head
+            threads.append(ThreadStack(ident, name, active, tuple(frames), gil=gil))
+
+    for raw in _ANSI.sub("", text).splitlines():
+        line = raw.rstrip()
+        if match := _PYSPY_THREAD.fullmatch(line):
+            close()
+            status = match.group(2)
+            head = (int(match.group(1), 0), status.startswith("active"), "gil" in status,
+                    match.group(3))
+            frames = []
+        elif head is not None and (match := _PYSPY_FRAME.fullmatch(line)):
+            frames.append(Frame(match.group(1), match.group(2), int(match.group(3))))
+        elif head is not None and (match := _PYSPY_NATIVE_FRAME.fullmatch(line)):
+            frames.append(Frame(match.group(1), match.group(2), None))
+    close()
+    return threads
+
+
+def parse_faulthandler(text: str) -> list[ThreadStack]:
+    """Threads of faulthandler's traceback dump (``Thread 0x... (most recent call first):``)."""
+    threads: list[ThreadStack] = []
+    frames: list[Frame] = []
+    head: tuple[int | None, str | None, bool] | None = None
+
+    def close() -> None:
+        if head is not None:
+            threads.append(ThreadStack(head[0], head[1], None, tuple(frames), current=head[2]))
+
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if match := _FH_THREAD.fullmatch(line):
+            close()
+            head = (int(match.group(2), 16), match.group(3), match.group(1) == "Current thread")
+            frames = []
+        elif line == _FH_STACK:
+            close()
+            head, frames = (None, None, True), []
+        elif head is not None and (match := _FH_FRAME.fullmatch(line)):
+            number = match.group(2)
+            frames.append(Frame(match.group(3), match.group(1), None if number == "???" else int(number)))
+    close()
+    return threads
+
+
+def default_library_roots() -> tuple[str, ...]:
+    """This Python's standard library and package folders, and fsdp-orch's own package."""
+    paths = sysconfig.get_paths()
+    roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+    roots.add(str(Path(__file__).absolute().parents[1]))  # fsdp_orch/
+    return tuple(sorted(os.path.normpath(root) for root in roots))
+
+
+def _root_of(file: str, library_roots: Iterable[str]) -> str | None:
+    path = os.path.normpath(file)
+    under = [r for r in library_roots if path.startswith(os.path.normpath(r).rstrip("/") + "/")]
+    return max(under, key=len) if under else None
+
+
+def is_library_file(file: str, library_roots: Iterable[str]) -> bool:
+    """Whether a frame's file is not user code: under a root, in any Python's packages or
+    standard library, or not a file (``<frozen runpy>``, ``<string>``)."""
+    return (file.startswith("<") or any(p.search(file) for p in (_PACKAGES, _STDLIB))
+            or _root_of(file, library_roots) is not None)
+
+
+def main_thread(threads: Sequence[ThreadStack], main_thread_id: int | None = None) -> ThreadStack | None:
+    """The main thread: the one with ``main_thread_id``, else the one named ``MainThread``, else
+    the one whose outermost frame is a script's top level, else the thread that took the signal.
+    (faulthandler's "Current thread" is whichever thread the kernel chose, often not the main one.)"""
+    tests: list[Callable[[ThreadStack], bool]] = [
+        lambda t: main_thread_id is not None and t.id == main_thread_id,
+        lambda t: t.name == "MainThread",
+        lambda t: bool(t.frames) and t.frames[-1].function in _TOP_LEVEL,
+        lambda t: t.current,
+    ]
+    for test in tests:
+        found = [t for t in threads if test(t)]
+        if found:
+            return found[0]
+    return threads[0] if len(threads) == 1 else None
+
+
+def innermost_user_frame(threads: Sequence[ThreadStack], library_roots: Iterable[str],
+                         main_thread_id: int | None = None) -> Frame | None:
+    """The main thread's innermost frame of user code (a real file and line outside the library
+    roots), or None."""
+    main = main_thread(threads, main_thread_id)
+    return None if main is None else _first_user_frame(main.frames, tuple(library_roots))
+
+
+def _first_user_frame(frames: Iterable[Frame], library_roots: tuple[str, ...]) -> Frame | None:
+    return next((f for f in frames
+                 if f.line is not None and not is_library_file(f.file, library_roots)), None)
+
+
+def display_path(file: str, library_roots: Iterable[str]) -> str:
+    """How evidence names a file: user code by its base name (the user knows their files, and the
+    evidence is one line; the raw dump has full paths), library code as ``.../package/module.py``."""
+    if file.startswith("<"):
+        return file
+    for pattern in (_PACKAGES, _STDLIB):
+        if found := list(pattern.finditer(file)):
+            return ".../" + file[found[-1].end():]
+    root = _root_of(file, library_roots)
+    if root is not None:
+        return ".../" + os.path.relpath(os.path.normpath(file), os.path.normpath(root))
+    return os.path.basename(file)
+
+
+def _where(frame: Frame, library_roots: Iterable[str]) -> str:
+    line = "" if frame.line is None else f":{frame.line}"
+    return f"{display_path(frame.file, library_roots)}{line}"
+
+
+def describe_stuck(rank: int, threads: Sequence[ThreadStack], library_roots: Iterable[str],
+                   main_thread_id: int | None = None) -> str:
+    """One line for a failure's evidence, e.g. ``rank 1 stuck at train.py:57 in main
+    (innermost: all_reduce at .../torch/distributed/distributed_c10d.py:3252)``."""
+    roots = tuple(library_roots)
+    main = main_thread(threads, main_thread_id)
+    if main is None:
+        return f"rank {rank}: no main thread among the {len(threads)} threads of its stack dump"
+    if not main.frames:
+        return f"rank {rank}: its main thread shows no Python frames"
+    innermost = main.frames[0]
+    user = _first_user_frame(main.frames, roots)
+    inner = f"{innermost.function} at {_where(innermost, roots)}"
+    if user is None:
+        return f"rank {rank} stuck in {inner} (no frame of user code on its main thread)"
+    text = f"rank {rank} stuck at {_where(user, roots)} in {user.function}"
+    return text if user is innermost else f"{text} (innermost: {inner})"
+
+
+def pyspy_binary() -> str:
+    """py-spy beside this Python (the venv's bin, where pip puts it), else the one on PATH."""
+    beside = Path(sys.executable).parent / "py-spy"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("py-spy") or "py-spy"
+
+
+def pyspy_error(returncode: int, stderr: str) -> str:
+    """py-spy's complaint in one line: its first paragraph and first cause, without the Rust
+    backtrace (RUST_BACKTRACE) that follows."""
+    text = stderr.split("Stack backtrace:")[0]
+    head, _, causes = text.partition("Caused by:")
+    summary = " ".join(head.split("\n\n")[0].split()).removeprefix("Error: ")[:300]
+    if cause := re.search(r"^\s*0: (.+)$", causes, re.MULTILINE):
+        summary += f" ({cause.group(1).strip()})"
+    summary = summary or f"exit status {returncode}"
+    if "permission denied" in summary.lower():  # py-spy's own advice is to rerun it with sudo
+        summary = ("Permission Denied: attaching needs CAP_SYS_PTRACE, or the ranks' user with "
+                   "kernel.yama.ptrace_scope 0 (1 when they descend from the supervisor)")
+    return f"py-spy: {summary}"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _read_from(path: Path, offset: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _faulthandler_dump(pid: int, path: Path, send: Callable[[int, int], None],
+                       sleep: Callable[[float], None], clock: Callable[[], float],
+                       wait: float) -> tuple[list[ThreadStack], str]:
+    """Ask the rank's own faulthandler (SIGUSR1) for its stacks; (threads, error)."""
+    if not path.exists():  # no handler registered: SIGUSR1 would kill the rank (or mean else)
+        return [], f"no {path.name}: the rank registered no faulthandler to ask"
+    offset = path.stat().st_size  # an earlier dump of the same attempt stays before this one
+    try:
+        send(pid, signal.SIGUSR1)
+    except OSError as exc:
+        return [], f"SIGUSR1 to pid {pid}: {exc.strerror or exc}"
+    deadline = clock() + wait
+    previous = None
+    while True:
+        text = _read_from(path, offset)
+        threads = parse_faulthandler(text)
+        if threads and text == previous:
+            return threads, ""
+        if clock() >= deadline:
+            return threads, "" if threads else f"no faulthandler dump in {path.name} after {wait:g}s"
+        previous = text
+        sleep(0.1)
+
+
+def pyspy_argv(binary: str, pid: int, *, nonblocking: bool = False) -> list[str]:
+    """``py-spy dump`` with full file names; ``nonblocking`` reads without pausing the process."""
+    return [binary, *PYSPY_DUMP, *(["--nonblocking"] if nonblocking else []), "--pid", str(pid)]
+
+
+def _pyspy_dump(run: Runner, binary: str, pid: int, timeout: float,
+                path: Path) -> tuple[list[ThreadStack], str, str]:
+    """(threads, source, error). A process py-spy cannot pause (stopped, or stuck in the kernel)
+    can still be read without pausing it, at the risk of a torn stack."""
+    error = ""
+    for nonblocking in (False, True):
+        returncode, stdout, stderr = run(pyspy_argv(binary, pid, nonblocking=nonblocking), timeout)
+        threads = parse_pyspy_dump(stdout) if returncode == 0 else []
+        if threads:
+            _atomic_write(path, stdout)
+            return threads, "py-spy --nonblocking" if nonblocking else "py-spy", error
+        error = error or (pyspy_error(returncode, stderr) if returncode else "py-spy: no Python threads")
+        if returncode == 127:  # no py-spy
+            break
+    return [], "", error
+
+
+def _capture_rank(rank: int, pid: int, out_dir: Path, run: Runner, timeout: float,
+                  send: Callable[[int, int], None], sleep: Callable[[float], None],
+                  clock: Callable[[], float], faulthandler_wait: float) -> StackDump:
+    raw = out_dir / pyspy_dump_name(rank)
+    threads, source, error = _pyspy_dump(run, pyspy_binary(), pid, timeout, raw)
+    if threads:
+        return StackDump(rank, pid, tuple(threads), source, raw, error)
+    path = out_dir / faulthandler_dump_name(rank)
+    threads, fallback = _faulthandler_dump(pid, path, send, sleep, clock, faulthandler_wait)
+    if threads:
+        return StackDump(rank, pid, tuple(threads), "faulthandler", path, error)
+    return StackDump(rank, pid, (), "", None, f"{error}; {fallback}")
+
+
+@dataclass(frozen=True)
+class StackCapture:
+    """What an attempt's handle could dump: stacks by rank, the folder they were kept in, and why
+    ranks are missing (``note``: no rank on a host it can reach)."""
+
+    dumps: dict[int, StackDump]
+    folder: str | None
+    note: str = ""
+
+
+def capture_stacks(pids: dict[int, int], out_dir: Path, *, run: Runner | None = None,
+                   timeout: float = 10.0, send: Callable[[int, int], None] = os.kill,
+                   sleep: Callable[[float], None] = time.sleep,
+                   clock: Callable[[], float] = time.monotonic,
+                   faulthandler_wait: float = 5.0) -> dict[int, StackDump]:
+    """Dump every rank's stacks (``pids``: rank -> pid) with py-spy into ``out_dir/rank-<R>.txt``;
+    where py-spy fails, send SIGUSR1 to a rank that registered faulthandler on its
+    ``rank-<R>.faulthandler.txt`` there and read that. Ranks in parallel, ``timeout`` per command."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    one = functools.partial(_capture_rank, out_dir=out_dir, run=run or command.run, timeout=timeout,
+                            send=send, sleep=sleep, clock=clock,
+                            faulthandler_wait=faulthandler_wait)
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(pids)))) as pool:
+        futures = {rank: pool.submit(one, rank, pid) for rank, pid in pids.items()}
+    return {rank: futures[rank].result() for rank in sorted(futures)}
+
+
+__all__ = ["Frame", "StackCapture", "StackDump", "ThreadStack", "capture_stacks", "default_library_roots",
+           "describe_stuck", "display_path", "innermost_user_frame", "is_library_file",
+           "main_thread", "parse_faulthandler", "parse_pyspy_dump", "pyspy_argv", "pyspy_binary",
+           "pyspy_error"]

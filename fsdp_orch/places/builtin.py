@@ -1,0 +1,47 @@
+"""Where the built-in templates and cluster profiles are: inside the wheel, or the source checkout.
+Plain os.path at import: ``status`` reads the profile folders through here and never needs pathlib."""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # fsdp_orch/
+
+
+def builtin_path(name: str) -> str:
+    """``templates`` or ``clusters``: ``fsdp_orch/_data/<name>`` in a wheel, ``<repo>/<name>`` in a checkout."""
+    packaged = os.path.join(_PACKAGE, "_data", name)
+    if os.path.isdir(packaged):
+        return packaged
+    return os.path.join(os.path.dirname(_PACKAGE), name)
+
+
+def builtin_dir(name: str) -> Path:
+    from pathlib import Path
+
+    return Path(builtin_path(name))
+
+
+def home() -> Path:
+    """``$FSDP_ORCH_HOME``, default ``~/.fsdp-orch``."""
+    from pathlib import Path
+
+    from fsdp_orch.places.home import home_dir
+
+    return Path(home_dir())
+
+
+def bootstrap_site_dir() -> Path:
+    """The folder whose ``sitecustomize`` loads the bootstrap; the launch scripts put it on PYTHONPATH."""
+    from pathlib import Path
+
+    return Path(_PACKAGE) / "bootstrap" / "site"
+
+
+def local_has_gpu() -> bool:
+    """Whether this machine has an NVIDIA GPU (resolves a local profile's ``device: auto``)."""
+    return os.path.exists("/dev/nvidia0")

@@ -1,0 +1,76 @@
+"""Which folders hold job run folders: ``$FSDP_ORCH_HOME/runs``, and ``<shared_dir>/runs`` of every
+cluster profile that names a ``shared_dir`` (the run root the login nodes and compute nodes share).
+
+A second login node finds the jobs of the first through these. The profiles' YAML is read only when
+a profile file changed since the last look (its names and mtimes are the cache key in the index's
+meta table), so ``status`` stays cheap. Stdlib only until then.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from fsdp_orch.record.store import Store
+
+# The cache: the profile files' names and mtimes, and the shared dirs they named (plain text:
+# ``json`` would cost ``status`` its import).
+FILES_KEY, ROOTS_KEY = "profiles_seen", "shared_dirs"
+
+
+PROFILE_ORIGINS = ("project", "home", "built-in")
+
+
+def profile_dirs(home: str, cwd: str | None = None) -> list[str]:
+    """Where profiles are found, in search order (one per PROFILE_ORIGINS): ``./clusters``,
+    ``$FSDP_ORCH_HOME/clusters``, the built-in ones."""
+    from fsdp_orch.places.builtin import builtin_path
+
+    return [os.path.join(cwd or os.getcwd(), "clusters"), os.path.join(home, "clusters"), builtin_path("clusters")]
+
+
+def _profile_files(dirs: list[str]) -> list[tuple[str, int]]:
+    found = []
+    for directory in dirs:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.endswith((".yaml", ".yml")):
+                try:
+                    found.append((entry.path, entry.stat().st_mtime_ns))
+                except OSError:
+                    continue
+    return sorted(found)
+
+
+def shared_dir_of(path: str) -> str | None:
+    """The ``shared_dir`` a profile file names (expanded), or None; an unreadable profile names none
+    (``submit`` and ``doctor`` report its errors)."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError):
+        return None
+    value = data.get("shared_dir") if isinstance(data, dict) else None
+    if not isinstance(value, str) or not value:
+        return None
+    expanded = os.path.expanduser(value)
+    return os.path.normpath(expanded) if os.path.isabs(expanded) else None
+
+
+def runs_roots(store: Store, home: str, cwd: str | None = None) -> list[str]:
+    """``$FSDP_ORCH_HOME/runs`` first, then each profile's ``<shared_dir>/runs``."""
+    files = "\n".join(f"{path}\t{mtime}" for path, mtime in _profile_files(profile_dirs(home, cwd)))
+    if store.meta_text(FILES_KEY) == files:
+        shared = [d for d in (store.meta_text(ROOTS_KEY) or "").split("\n") if d]
+    else:
+        shared = sorted({d for line in files.splitlines() if (d := shared_dir_of(line.split("\t")[0]))})
+        store.set_meta_text(ROOTS_KEY, "\n".join(shared))
+        store.set_meta_text(FILES_KEY, files)
+    own = os.path.join(home, "runs")
+    return [own, *(r for d in shared if (r := os.path.join(d, "runs")) != own)]

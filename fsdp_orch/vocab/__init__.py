@@ -1,0 +1,1 @@
+"""One source for each word: job states, failure categories, hints, checks, errors, the version."""
