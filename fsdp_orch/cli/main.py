@@ -247,6 +247,22 @@ def cmd_clusters(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _schedule_of(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """``schedule add``'s arguments as the schedule model (the one place they meet); a bad value is
+    named by the argument it came from. An option not given (None) takes the model's default."""
+    from fsdp_orch.jobspec.schedule import parse_schedule
+
+    given = {  # field: (the argument, its value)
+        "name": ("NAME", args.name), "cron": ("--cron", args.cron), "tz": ("--tz", args.tz),
+        "cluster": ("--cluster", args.cluster), "job_file": ("JOB_YAML", args.job),
+        "concurrency": ("--concurrency", args.concurrency),
+        "init_from_previous": ("--init-from-previous", args.init_from_previous),
+        "max_catch_up": ("--max-catch-up", args.max_catch_up), "overrides": ("--set", args.set),
+        "accelerate_config": ("--accelerate-config", args.accelerate_config)}
+    return parse_schedule({field: value for field, (_, value) in given.items() if value is not None},
+                          labels={field: arg for field, (arg, _) in given.items()})
+
+
 def cmd_schedule(args: argparse.Namespace) -> int:
     import json
 
@@ -254,10 +270,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
     action = args.schedule_command
     if action == "add":
-        schedule = commands.add_schedule(
-            args.name, cron=args.cron, tz=args.tz, cluster=args.cluster, job_file=args.job,
-            overrides=args.set, concurrency=args.concurrency, init_from_previous=args.init_from_previous,
-            max_catch_up=args.max_catch_up, accelerate_config=args.accelerate_config)
+        schedule = commands.add_schedule(_schedule_of(args))
         row = next(r for r in commands.schedule_rows() if r["name"] == schedule.name)
         print(json.dumps(row) if args.json else f"{schedule.name}: next tick {row['next_tick']}")
     elif action == "list":
@@ -410,14 +423,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     a.add_argument("name", metavar="NAME")
     job_options(a)
     a.add_argument("--cron", required=True, metavar="EXPR", help="five cron fields, e.g. '0 3 * * *'")
-    a.add_argument("--tz", default="UTC", metavar="ZONE",
+    a.add_argument("--tz", metavar="ZONE",
                    help="the time zone the cron's hours are in (IANA name; default UTC)")
-    a.add_argument("--concurrency", default="forbid", metavar="forbid|replace|allow",
+    a.add_argument("--concurrency", metavar="forbid|replace|allow",
                    help="a tick while the previous run is active: skip it (forbid, default), cancel "
                         "the previous run (replace), or run both (allow)")
     a.add_argument("--init-from-previous", action="store_true",
                    help="each run starts from the latest checkpoint of the last successful run")
-    a.add_argument("--max-catch-up", type=int, default=1, metavar="N",
+    a.add_argument("--max-catch-up", type=int, metavar="N",
                    help="ticks missed while no scheduler ran: run at most N of them, the newest "
                         "(default 1; 0: none)")
     a.add_argument("--json", action="store_true")

@@ -4,15 +4,10 @@ with the notification it is for, or a Slack-style ``{"text": ...}``. Pure."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from fsdp_orch.notify.due import Due
-
-
-def iso_time(at: float) -> str:
-    """As the status JSON writes times: UTC, milliseconds."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + f".{int(at % 1 * 1000):03d}Z"
+from fsdp_orch.vocab.times import iso_time
 
 
 def notification(due: Due, job: str | None) -> dict[str, Any]:
@@ -32,4 +27,4 @@ def body(due: Due, status: dict[str, Any], fmt: str) -> bytes:
     return json.dumps({**status, "notification": notification(due, job)}).encode()
 
 
-__all__ = ["body", "iso_time", "notification"]
+__all__ = ["body", "notification"]

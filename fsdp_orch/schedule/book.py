@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fsdp_orch.jobspec.schedule import Schedule
 from fsdp_orch.record.events import EventWriter, read_job
-from fsdp_orch.schedule.spec import Schedule
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError
 
 SCHEDULES_DIR = "schedules"
@@ -56,8 +56,9 @@ class ScheduleBook:
                                                   cluster=schedule.cluster, job_file=schedule.job_file)
 
     def get(self, name: str) -> Schedule:
+        path = self._dir(name) / "schedule.json"
         try:
-            return Schedule.from_json((self._dir(name) / "schedule.json").read_text())
+            return Schedule.from_json(path.read_text(), file=str(path))
         except (FileNotFoundError, NotADirectoryError):
             raise InputError(f"no schedule named {name!r} (see 'fsdp-orch schedule list')",
                              field="NAME") from None
@@ -71,7 +72,7 @@ class ScheduleBook:
         for name in names:
             path = self._dir(name) / "schedule.json"
             if path.is_file():
-                found.append(Schedule.from_json(path.read_text()))
+                found.append(Schedule.from_json(path.read_text(), file=str(path)))
         return found
 
     def save(self, schedule: Schedule) -> None:

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 from typing import Any
 
+from fsdp_orch.jobspec.schedule import Schedule
 from fsdp_orch.schedule.book import ScheduleBook
-from fsdp_orch.schedule.spec import (
-    Schedule,
-    check_catch_up,
-    check_concurrency,
-    check_cron,
-    check_name,
-    check_tz,
-)
 from fsdp_orch.schedule.ticks import local_iso, next_tick
+
+# Not in ``schedule list``: paused is shown as its state, the rest is bookkeeping.
+_NOT_LISTED = {"paused", "created_at", "active_since", "accelerate_config"}
 
 
 def book() -> ScheduleBook:
@@ -25,25 +20,19 @@ def book() -> ScheduleBook:
     return ScheduleBook(home())
 
 
-def add_schedule(name: str, *, cron: str, tz: str, cluster: str, job_file: str, overrides: list[str],
-                 concurrency: str, init_from_previous: bool, max_catch_up: int,
-                 accelerate_config: str | None, now: float | None = None) -> Schedule:
-    """Validates everything a tick will need (the job plans on the cluster now) before writing."""
+def add_schedule(schedule: Schedule, now: float | None = None) -> Schedule:
+    """Plans the job on its cluster now (everything a tick will need) before writing; stores the
+    files as absolute paths and the time of creation."""
     from fsdp_orch.control.job_control import plan_job
 
-    check_name(name)
-    cron = check_cron(cron)
-    check_tz(tz)
-    check_concurrency(concurrency)
-    check_catch_up(max_catch_up)
-    path = Path(job_file)
-    plan_job(path, cluster, overrides=overrides, accelerate_config=accelerate_config)
+    plan_job(Path(schedule.job_file), schedule.cluster, overrides=list(schedule.overrides),
+             accelerate_config=schedule.accelerate_config)
     now = time.time() if now is None else now
-    schedule = Schedule(name=name, cron=cron, tz=tz, cluster=cluster, job_file=str(path.resolve()),
-                        overrides=tuple(overrides), concurrency=concurrency,
-                        init_from_previous=init_from_previous, max_catch_up=max_catch_up,
-                        created_at=now, active_since=now,
-                        accelerate_config=str(Path(accelerate_config).resolve()) if accelerate_config else None)
+    accelerate = schedule.accelerate_config
+    schedule = schedule.model_copy(update={
+        "job_file": str(Path(schedule.job_file).resolve()),
+        "accelerate_config": str(Path(accelerate).resolve()) if accelerate else None,
+        "created_at": now, "active_since": now})
     book().add(schedule)
     return schedule
 
@@ -58,7 +47,7 @@ def set_paused(name: str, paused: bool, now: float | None = None) -> Schedule:
     changes: dict[str, Any] = {"paused": paused}
     if not paused:
         changes["active_since"] = now
-    schedule = dataclasses.replace(schedule, **changes)
+    schedule = schedule.model_copy(update=changes)
     schedules.save(schedule)
     schedules.writer(name, "cli").append("paused" if paused else "resumed")
     return schedule
@@ -72,9 +61,7 @@ def schedule_rows(now: float | None = None) -> list[dict[str, Any]]:
         state = schedules.state(s.name)
         last = state.runs[-1] if state.runs else None
         rows.append({
-            "name": s.name, "cron": s.cron, "tz": s.tz, "cluster": s.cluster, "job_file": s.job_file,
-            "concurrency": s.concurrency, "init_from_previous": s.init_from_previous,
-            "max_catch_up": s.max_catch_up, "overrides": list(s.overrides),
+            **s.model_dump(mode="json", exclude=_NOT_LISTED),
             "state": "paused" if s.paused else "active",
             "last_tick": local_iso(state.last_tick, s.tz) if state.last_tick else None,
             "last_job": last["job"] if last else None,

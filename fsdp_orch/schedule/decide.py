@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from fsdp_orch.jobspec.schedule import Concurrency
+
 
 @dataclass(frozen=True)
 class TickAction:
@@ -12,7 +16,7 @@ class TickAction:
     reason: str | None = None  # why not submitted (forbid)
 
 
-def decide(concurrency: str, active_runs: list[str]) -> TickAction:
+def decide(concurrency: Concurrency, active_runs: list[str]) -> TickAction:
     """``forbid``: skip while a run goes on; ``replace``: cancel the runs going on, then submit;
     ``allow``: submit."""
     if not active_runs or concurrency == "allow":

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from fsdp_orch.jobspec.schedule import Schedule
 from fsdp_orch.record.index import JobIndex
-from fsdp_orch.schedule.spec import Schedule
 from fsdp_orch.vocab.states import TERMINAL_NAMES
 
 

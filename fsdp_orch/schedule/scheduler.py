@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from fsdp_orch.jobspec.schedule import Schedule
 from fsdp_orch.schedule.book import ScheduleBook, ScheduleState
 from fsdp_orch.schedule.decide import decide, tick_key
-from fsdp_orch.schedule.spec import Schedule
 from fsdp_orch.schedule.ticks import local_iso, next_tick, plan_ticks, utc_iso
 from fsdp_orch.vocab.errors import FsdpOrchError
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fsdp_orch.jobspec.schedule import Schedule
 from fsdp_orch.record.index import open_index
 from fsdp_orch.schedule.book import ScheduleBook
 from fsdp_orch.schedule.commands import add_schedule
@@ -55,9 +56,8 @@ def job_file(tmp_path: Path, name: str, command: list[str]) -> str:
 
 
 def add(name: str, job: str, concurrency: str, **extra) -> None:
-    add_schedule(name, cron="* * * * *", tz="UTC", cluster="local", job_file=job, overrides=[],
-                 concurrency=concurrency, init_from_previous=False, max_catch_up=1,
-                 accelerate_config=None, now=START, **extra)
+    add_schedule(Schedule(name=name, cron="* * * * *", cluster="local", job_file=job,
+                          concurrency=concurrency, **extra), now=START)
 
 
 def jobs_of(home: Path, schedule: str) -> list[dict]:
@@ -202,10 +202,10 @@ def test_init_from_previous_starts_each_run_from_the_last_successful_one(home, t
     from tests.cli_harness import copy_demo
 
     job = copy_demo(tmp_path)
-    add_schedule("retrain", cron="* * * * *", tz="UTC", cluster="local", job_file=str(job),
-                 overrides=["args=[--steps, 10, --seq-len, 32, --layers, 2]", "checkpoint.interval=5"],
-                 concurrency="forbid", init_from_previous=True, max_catch_up=1, accelerate_config=None,
-                 now=START)
+    add_schedule(Schedule(name="retrain", cron="* * * * *", cluster="local", job_file=str(job),
+                          overrides=("args=[--steps, 10, --seq-len, 32, --layers, 2]",
+                                     "checkpoint.interval=5"),
+                          init_from_previous=True), now=START)
     clock = ManualClock(START + 30)
     with open_index(str(home)) as index:
         scheduler = Scheduler(ScheduleBook(home), IndexJobs(index), clock, clock.sleep)

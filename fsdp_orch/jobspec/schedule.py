@@ -1,0 +1,109 @@
+"""A schedule (``fsdp-orch schedule add``): which job, on which cluster, at which cron ticks in which
+time zone, and what to do when a tick comes while the previous run is still going. Stored as JSON
+(``schedule.json``); its keys are the fields below."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Literal, get_args
+
+from pydantic import ValidationError, field_validator
+
+from fsdp_orch.jobspec.validation import StrictModel, _describe
+from fsdp_orch.vocab.errors import InputError
+
+Concurrency = Literal["forbid", "replace", "allow"]
+CONCURRENCY: tuple[str, ...] = get_args(Concurrency)
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+class Schedule(StrictModel):
+    # In the order a bad value is reported (the first one only), and ``schedule list`` shows them.
+    name: str  # a folder under $FSDP_ORCH_HOME/schedules
+    cron: str  # five fields, stored with single spaces
+    tz: str = "UTC"  # an IANA zone (UTC, Europe/Paris): the cron's hours are this zone's
+    cluster: str
+    job_file: str  # absolute once added; read again at each tick, so edits to it apply to later runs
+    # A tick while the previous run is active: skip it (forbid), cancel that run (replace), run both (allow).
+    concurrency: Concurrency = "forbid"
+    init_from_previous: bool = False  # each run starts from the last successful run's weights
+    max_catch_up: int = 1  # ticks missed while no scheduler ran: at most this many are run late
+    overrides: tuple[str, ...] = ()  # --set lines
+    accelerate_config: str | None = None
+    paused: bool = False
+    created_at: float = 0.0
+    # Ticks at or before this time are never run: the schedule's creation, or its last resume.
+    active_since: float = 0.0
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.fullmatch(value):
+            raise ValueError("expected a name of letters, digits, '.', '_' or '-' (at most 64); "
+                             f"got {value!r}")
+        return value
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from croniter import croniter
+
+        fields = value.split()
+        if len(fields) != 5 or not croniter.is_valid(value):
+            raise ValueError(f"expected a five-field cron expression (minute hour day-of-month month "
+                             f"day-of-week), such as '0 3 * * *'; got {value!r}")
+        return " ".join(fields)
+
+    @field_validator("tz")
+    @classmethod
+    def _tz(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError("expected an IANA time zone such as UTC or Europe/Paris; "
+                             f"got {value!r}") from None
+        return value
+
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _concurrency(cls, value: object) -> object:
+        if value not in CONCURRENCY:  # said the way the flag's help says it, not pydantic's way
+            raise ValueError(f"expected one of {', '.join(CONCURRENCY)}; got {value!r}")
+        return value
+
+    @field_validator("max_catch_up")
+    @classmethod
+    def _max_catch_up(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"expected 0 (never run missed ticks) or more; got {value}")
+        return value
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, file: str | None = None) -> Schedule:
+        """Keys this version does not know are ignored (a file a newer fsdp-orch wrote)."""
+        data = json.loads(text)
+        if data.get("overrides") is None:
+            data.pop("overrides", None)
+        return parse_schedule({k: v for k, v in data.items() if k in cls.model_fields}, file=file)
+
+
+def parse_schedule(data: Mapping[str, Any], *, labels: Mapping[str, str] | None = None,
+                   file: str | None = None) -> Schedule:
+    """The schedule ``data`` describes, or one InputError for its first bad field, named as
+    ``labels`` spell it (the CLI: its flags) or else as the model does."""
+    try:
+        return Schedule.model_validate(dict(data))
+    except ValidationError as exc:
+        path, message = _describe(exc.errors(include_url=False)[0], Schedule, dict(data))
+        field = path.split(".")[0]
+        raise InputError(message, file=file, field=(labels or {}).get(field, path) or None) from None
+
+
+__all__ = ["CONCURRENCY", "Concurrency", "Schedule", "parse_schedule"]
