@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -53,10 +54,12 @@ def module_imports(root: Path, package: str = "fsdp_orch") -> dict[str, set[str]
 
     ``from p.x import y`` counts as importing ``p.x.y`` when that is a module, else ``p.x``;
     importing ``p.a.b`` also imports the package ``p.a``, except where ``p.a`` encloses the importing
-    module (Python loads a package before its modules anyway). The root package itself, a module's
-    import of itself and names that are not modules of the package are left out."""
+    module (Python loads a package before its modules anyway). The root package (its face,
+    ``p/__init__.py``) is a module like any other: ``import p`` or ``from p import __version__``
+    depends on it, so a face that imports a module importing it back is a circle. A module's import
+    of itself and names that are not modules of the package are left out."""
     paths = {module_name(path, root): path for path in sorted((root / package).rglob("*.py"))}
-    shortest = package.count(".") + 2
+    shortest = package.count(".") + 1
     graph: dict[str, set[str]] = {}
     for module, path in paths.items():
         collector = _ImportCollector(module, is_package=path.name == "__init__.py")
@@ -95,6 +98,24 @@ def package_graph(modules: dict[str, set[str]], package: str = "fsdp_orch") -> d
         edges.update(unit_of(target, package) for target in targets)
         edges.discard(unit)
     return graph
+
+
+def kind_units(kind_modules: Iterable[str], backends: str) -> list[str]:
+    """The cluster kinds as units, from the modules that hold their ``KIND`` (the registry's): a
+    module directly under ``backends`` is its own unit; one inside a package there stands for the
+    whole package (``p.backends.slurm.kind`` -> ``p.backends.slurm``)."""
+    return sorted({f"{backends}.{module.removeprefix(f'{backends}.').split('.')[0]}" for module in kind_modules})
+
+
+def unit_among(module: str, units: Iterable[str]) -> str | None:
+    """The unit of ``units`` that ``module`` is or is inside; None when none."""
+    return next((unit for unit in units if module == unit or module.startswith(f"{unit}.")), None)
+
+
+def imports_into_kinds(modules: dict[str, set[str]], units: list[str]) -> list[tuple[str, str]]:
+    """Every import of a kind's module from a module outside that kind, as (importer, imported)."""
+    return sorted((module, target) for module, targets in modules.items() for target in targets
+                  if (unit := unit_among(target, units)) is not None and unit != unit_among(module, units))
 
 
 def strongly_connected_components(graph: dict[str, set[str]]) -> list[list[str]]:

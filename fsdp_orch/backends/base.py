@@ -1,9 +1,10 @@
 """What a cluster kind provides, and what the supervisor sees of an attempt. Protocols only.
 
-A kind (one module under ``backends/``, found through ``registry``) owns its profile model, its
-planning hook (``place``), its artifacts, and the doing: ``start``, ``cancel``, ``refresh``, and
-the attempt launcher the supervisor runs attempts with (which also readies the machines: a TPU VM).
-The supervisor talks only to that launcher and the attempt handles it returns.
+A kind (one module or package under ``backends/``, found through ``registry``) owns its profile
+model, its planning hook (``place``), its artifacts, and the doing: ``start``, ``cancel``,
+``refresh``, and the attempt launcher the supervisor runs attempts with (which also readies the
+machines: a TPU VM). The supervisor talks only to that launcher and the attempt handles it returns.
+``ClusterKind`` is generic in the kind's profile model: its hooks take that model, not any profile.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Protocol
 
 from fsdp_orch.launch.plan import LaunchPlan
 from fsdp_orch.launch.render import Artifact
-from fsdp_orch.launch.submission import PlanningKind, Submission
+from fsdp_orch.launch.submission import P, PlanningKind, Submission  # P: a kind's own profile model
 from fsdp_orch.observe.checkpoints import Storage
 from fsdp_orch.observe.command import Runner
 from fsdp_orch.observe.file_tail import LogChunk
@@ -21,6 +22,7 @@ from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.observe.stacks import StackCapture
 from fsdp_orch.record.index import JobIndex
 from fsdp_orch.vocab.checks import Check
+from fsdp_orch.vocab.errors import FsdpOrchError
 
 
 class AttemptObservation(Protocol):
@@ -98,9 +100,19 @@ class AttemptLauncher(Protocol):
         ...
 
 
-class ClusterKind(PlanningKind, Protocol):
-    """Everything fsdp-orch knows about one kind of cluster. Subclass it explicitly to inherit the
-    defaults (an allocation that never ends early)."""
+class ClusterKind(PlanningKind[P], Protocol[P]):
+    """Everything fsdp-orch knows about one kind of cluster, ``P`` being its profile model. Subclass
+    it explicitly, naming that model (``class SlurmKind(ClusterKind[SlurmProfile])``), to inherit the
+    defaults (an allocation that never ends early) and ``profile_of``."""
+
+    def profile_of(self, holder: Submission | LaunchPlan) -> P:
+        """The profile of a submission or plan of this kind, as the kind's own model (they hold any
+        kind's, as ``ProfileBase``); a FsdpOrchError when it is another kind's."""
+        profile = holder.profile
+        if not isinstance(profile, self.profile_model):
+            raise FsdpOrchError(f"cluster kind {self.name!r} was given a profile of kind {profile.kind!r} "
+                                f"({type(profile).__name__}); expected a {self.profile_model.__name__}")
+        return profile
 
     def attempt_launcher(self, submission: Submission) -> AttemptLauncher:
         ...
@@ -119,7 +131,7 @@ class ClusterKind(PlanningKind, Protocol):
         not alive on this machine (``liveness.needs_settling``). Returns the ids it changed."""
         ...
 
-    def doctor(self, profile: Any, torch_version: str | None, run: Runner) -> list[Check]:
+    def doctor(self, profile: P, torch_version: str | None, run: Runner) -> list[Check]:
         """What a job on a cluster of this kind needs, checked (``fsdp-orch doctor --cluster``);
         ``torch_version``: the submit host's."""
         return []

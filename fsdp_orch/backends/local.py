@@ -141,13 +141,12 @@ class LocalLauncher:
 LAUNCH_SCRIPT = "launch.sh"
 
 
-class LocalKind(SupervisedHere):
+class LocalKind(SupervisedHere[LocalProfile]):
     name = "local"
     profile_model = LocalProfile
     main_template = "local.sh.j2"
 
-    def place(self, job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext) -> Placement:
-        assert isinstance(profile, LocalProfile)
+    def place(self, job: JobSpec, profile: LocalProfile, cluster: str, ctx: PlanContext) -> Placement:
         if job.nodes != 1:
             raise InputError(f"cluster {cluster!r} is this one machine; expected nodes: 1, got {job.nodes_text}",
                              field="nodes")

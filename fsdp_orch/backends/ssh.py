@@ -11,7 +11,6 @@ from typing import Any
 
 from fsdp_orch.backends.over_ssh.hosts import SshProfile
 from fsdp_orch.backends.supervised_here import SupervisedHere
-from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.launch.plan import LaunchPlan, NodeTarget, Placement, PlanContext, host_port
 from fsdp_orch.launch.render import Artifact, Templates
@@ -21,13 +20,12 @@ from fsdp_orch.vocab.checks import Check
 from fsdp_orch.vocab.errors import InputError
 
 
-class SshKind(SupervisedHere):
+class SshKind(SupervisedHere[SshProfile]):
     name = "ssh"
     profile_model = SshProfile
     main_template = "ssh-node.sh.j2"
 
-    def place(self, job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext) -> Placement:
-        assert isinstance(profile, SshProfile)
+    def place(self, job: JobSpec, profile: SshProfile, cluster: str, ctx: PlanContext) -> Placement:
         if job.min_nodes > len(profile.hosts):
             raise InputError(f"the job asks for {job.nodes_text} nodes but cluster {cluster!r} lists "
                              f"{len(profile.hosts)} host(s)", field="nodes")
@@ -55,7 +53,7 @@ class SshKind(SupervisedHere):
         """Every host answers, with a known key, before anything is recorded as started."""
         from fsdp_orch.backends.over_ssh.connect import connect, on_every_host
 
-        profile: Any = submission.profile
+        profile = self.profile_of(submission)
         on_every_host(list(profile.hosts[:submission.job.nodes]), lambda i, host: connect(host, profile).close())
 
     def leftovers(self, job_id: str, row: dict[str, Any]) -> bool:
@@ -66,11 +64,11 @@ class SshKind(SupervisedHere):
         from fsdp_orch.backends.over_ssh.attempt import stop_on_host
         from fsdp_orch.backends.over_ssh.connect import on_every_host
 
-        profile: Any = Submission.load(Path(row["run_dir"]), self).profile
+        profile = self.profile_of(Submission.load(Path(row["run_dir"]), self))
         on_every_host(list(profile.hosts),
                       lambda i, host: stop_on_host(host, profile, job_id, None, None, 2.0, timeout=60))
 
-    def doctor(self, profile: ProfileBase, torch_version: str | None, run: Runner) -> list[Check]:
+    def doctor(self, profile: SshProfile, torch_version: str | None, run: Runner) -> list[Check]:
         from fsdp_orch.backends.remote_doctor import ssh_checks
 
         return ssh_checks(profile, torch_version, run)

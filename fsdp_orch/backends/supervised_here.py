@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.backends.base import ClusterKind
+from fsdp_orch.backends.base import ClusterKind, P
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.proctree import pid_alive
 from fsdp_orch.record.index import JobIndex
@@ -35,10 +35,11 @@ def spawn_supervisor(submission: Submission, reattach: bool) -> int:
     return proc.pid
 
 
-class SupervisedHere(ClusterKind):
+class SupervisedHere(ClusterKind[P]):
     """``start``, ``refresh`` and ``cancel`` of a kind whose supervisor runs on the submitting
     machine. A kind adds how to check the nodes before a start (``preflight``) and how to find and
-    stop what a job left on them (``leftovers``, ``stop_leftovers``)."""
+    stop what a job left on them (``leftovers``, ``stop_leftovers``); it names its profile model as
+    for ``ClusterKind`` (``class SshKind(SupervisedHere[SshProfile])``)."""
 
     def preflight(self, submission: Submission) -> None:
         """Raise a FsdpOrchError when the job cannot start (a node that does not answer)."""
@@ -73,7 +74,7 @@ class SupervisedHere(ClusterKind):
         ended = index.request_cancel(job_id)
         if ended:
             return f"{job_id} already ended ({ended})"
-        pid = row.get("supervisor_pid")
+        pid = row["supervisor_pid"]
         if pid_alive(pid, must_contain=job_id):
             os.kill(pid, 15)
         deadline = time.monotonic() + CANCEL_WAIT_S

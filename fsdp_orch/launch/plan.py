@@ -10,7 +10,7 @@ import hashlib
 import posixpath
 import re
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
@@ -157,10 +157,16 @@ class Placement:
     checkpoint_on_request: bool = False
 
 
-class KindPlanning(Protocol):
-    """The planning hook of a cluster kind (its node-count rules, device, rendezvous and workdir)."""
+# A kind's own profile model, which its place() takes (contravariant: a hook that takes any profile
+# serves every kind).
+P_contra = TypeVar("P_contra", bound=ProfileBase, contravariant=True)
 
-    def place(self, job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext) -> Placement:
+
+class KindPlanning(Protocol[P_contra]):
+    """The planning hook of a cluster kind (its node-count rules, device, rendezvous and workdir),
+    for the kind's own profile model."""
+
+    def place(self, job: JobSpec, profile: P_contra, cluster: str, ctx: PlanContext) -> Placement:
         """Raises InputError (with ``field``) when the job cannot run on this cluster."""
         ...
 

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
@@ -18,11 +18,15 @@ from fsdp_orch.places.builtin import bootstrap_site_dir
 SUBMISSION_FILE = "submission.json"
 
 
-class PlanningKind(KindPlanning, KindArtifacts, Protocol):
-    """What a submission needs of its cluster kind: the profile model, planning and artifacts."""
+P = TypeVar("P", bound=ProfileBase)  # a kind's own profile model
+
+
+class PlanningKind(KindPlanning[P], KindArtifacts, Protocol[P]):
+    """What a submission needs of its cluster kind: the profile model, planning and artifacts.
+    ``P``: the kind's profile model (a submission holds any kind's, as ``ProfileBase``)."""
 
     name: str
-    profile_model: type[ProfileBase]
+    profile_model: type[P]
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,10 @@ from fsdp_orch.jobspec.notify import Webhook
 from fsdp_orch.notify.due import Due, Logged, due, ended
 from fsdp_orch.notify.payload import body
 from fsdp_orch.record.events import event_files, read_from
+from fsdp_orch.vocab.backoff import WEBHOOK, TriedByTheCaller
 
-FIRST_RETRY_S = 1.0
-MAX_RETRY_S = 30.0
+FIRST_RETRY_S = WEBHOOK.first
+MAX_RETRY_S = WEBHOOK.most
 POLL_S = 0.5
 
 Post = Callable[[str, bytes, dict[str, str]], None]  # raises on failure
@@ -27,13 +28,13 @@ Post = Callable[[str, bytes, dict[str, str]], None]  # raises on failure
 class _Pending:
     due: Due
     next_try: float
-    delay: float = FIRST_RETRY_S
     tries: int = 0
+    retries: TriedByTheCaller | None = None  # from its first failure on
 
 
 class EventFeed:
-    """The job's events as they are appended, each with its file, in time order (as ``read_job``
-    orders them). Reads only what the files gained since the last look."""
+    """The job's events as they are appended, each with its file, in ``order_key`` order (as
+    ``read_job`` orders them). Reads only what the files gained since the last look."""
 
     # One per training step: never a change of state and not a trigger; kept out of memory.
     SKIPPED = frozenset({"progress"})
@@ -111,14 +112,16 @@ class Notifier:
             self.post(hook.url, body(head.due, self.status(), hook.format),
                       {"Content-Type": "application/json", **hook.headers})
         except Exception as exc:  # noqa: BLE001 - any failure to deliver is retried the same way
+            if head.retries is None:
+                head.retries = TriedByTheCaller(WEBHOOK, deadline=head.due.at + hook.retry_for, clock=self.clock)
+            wait = head.retries.failed(exc)
             now = self.clock()
-            if now - head.due.at >= hook.retry_for:
+            if wait is None:
                 queue.pop(0)
                 self.ledger.add(head.due.key, "gave_up", now, head.tries)
                 self.gave_up(head.due, f"{type(exc).__name__}: {exc}")
             else:
-                head.next_try = now + head.delay
-                head.delay = min(head.delay * 2, MAX_RETRY_S)
+                head.next_try = now + wait
             return
         queue.pop(0)
         self.ledger.add(head.due.key, "delivered", self.clock(), head.tries)

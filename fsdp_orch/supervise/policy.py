@@ -1,9 +1,9 @@
 """Restart policy: what to do after a failure, and how long to wait. Pure: no clock, no sleep.
 
-The delay is exponential (``initial * multiplier**(n-1)``, capped at ``max``) plus a uniform jitter
-drawn from an injected random generator. It is written out rather than taken from tenacity: the
-restart loop is not a retried call (each failure is classified, recorded and decided on before the
-wait), and tenacity's wait strategies want the state of its own retry loop.
+The delay is exponential (``initial * multiplier**(n-1)``, capped at ``max``: tenacity's
+``wait_exponential``, through ``vocab.backoff``) plus a uniform jitter drawn from an injected random
+generator. The restart loop itself is not a tenacity retry: each failure is classified, recorded
+and decided on before the wait.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass
 
 from fsdp_orch.jobspec.schema import RestartPolicy
+from fsdp_orch.vocab.backoff import Retries
 from fsdp_orch.vocab.categories import NOT_RETRYABLE
 
 
@@ -66,8 +67,5 @@ def hosts_to_exclude(category: str, lost: tuple[str, ...], excluded: list[str]) 
 def backoff_delay(policy: RestartPolicy, restart_number: int, rng: random.Random) -> float:
     """Seconds to wait before restart number ``restart_number`` (1 for the first restart)."""
     b = policy.backoff
-    try:
-        exponential = min(b.initial * b.multiplier ** (restart_number - 1), b.max)
-    except OverflowError:
-        exponential = b.max
-    return float(exponential) + (rng.uniform(0.0, b.jitter) if b.jitter > 0 else 0.0)
+    exponential = Retries(first=b.initial, most=b.max, factor=b.multiplier).delay(restart_number)
+    return exponential + (rng.uniform(0.0, b.jitter) if b.jitter > 0 else 0.0)

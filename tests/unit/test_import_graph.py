@@ -1,5 +1,6 @@
-"""No import cycles in fsdp_orch, between modules or between its packages, lazy imports included;
-and the checker, on small packages written for the purpose, finds the cycles it should."""
+"""No import cycles in fsdp_orch, between modules or between its packages, lazy imports included,
+the package face (``fsdp_orch/__init__.py``) among them; no cluster kind imports another; and the
+checker, on small packages written for the purpose, finds the cycles and imports it should."""
 
 from __future__ import annotations
 
@@ -7,7 +8,17 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from import_graph import find_cycles, module_imports, package_graph, unit_of
+from import_graph import (
+    find_cycles,
+    imports_into_kinds,
+    kind_units,
+    module_imports,
+    package_graph,
+    unit_among,
+    unit_of,
+)
+
+from fsdp_orch.backends.registry import KIND_MODULES
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,6 +44,108 @@ def test_no_module_imports_itself_in_a_circle() -> None:
 def test_no_two_packages_import_each_other() -> None:
     cycles = find_cycles(package_graph(module_imports(REPO)))
     assert cycles == [], described(cycles)
+
+
+def test_the_face_is_a_node_and_nothing_imports_it_back() -> None:
+    modules = module_imports(REPO)
+    assert "fsdp_orch.control.api" in modules["fsdp_orch"]  # lazily, for fsdp_orch.submit
+    assert sorted(module for module, targets in modules.items() if "fsdp_orch" in targets) == []
+
+
+def test_a_circle_through_the_package_face(tmp_path: Path) -> None:
+    root = write_package(tmp_path, {
+        "pkg/__init__.py": """
+            __version__ = "1.0"
+
+            def __getattr__(name):
+                from pkg import api
+                return getattr(api, name)
+            """,
+        "pkg/api.py": "from pkg.render import render\n",
+        "pkg/render.py": "from pkg import __version__\n",
+    })
+    modules = module_imports(root, "pkg")
+    assert modules == {"pkg": {"pkg.api"}, "pkg.api": {"pkg.render"}, "pkg.render": {"pkg"}}
+    assert find_cycles(modules) == [["pkg", "pkg.api", "pkg.render", "pkg"]]
+
+
+def test_a_module_that_imports_the_face_plainly_depends_on_it(tmp_path: Path) -> None:
+    root = write_package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "import pkg\n",
+        "pkg/b.py": "import pkg.c\n",  # pkg encloses b: loaded first anyway, no dependency on it
+        "pkg/c.py": "",
+    })
+    assert module_imports(root, "pkg") == {"pkg": set(), "pkg.a": {"pkg"}, "pkg.b": {"pkg.c"}, "pkg.c": set()}
+
+
+def between_kinds(modules: dict[str, set[str]], units: list[str]) -> list[tuple[str, str]]:
+    """The imports of a kind's module from another kind (``imports_into_kinds`` from a kind)."""
+    return [(a, b) for a, b in imports_into_kinds(modules, units) if unit_among(a, units) is not None]
+
+
+def from_outside_kinds(modules: dict[str, set[str]], units: list[str]) -> list[tuple[str, str]]:
+    """The imports of a kind's module from a shared helper or the core."""
+    return [(a, b) for a, b in imports_into_kinds(modules, units) if unit_among(a, units) is None]
+
+
+def listed(imports: list[tuple[str, str]]) -> str:
+    return "\n".join(f"{a} -> {b}" for a, b in imports)
+
+
+# The registry's modules; a kind that is a package (slurm/, tpu_vm/) counts as the whole package.
+KIND_UNITS = kind_units(KIND_MODULES.values(), "fsdp_orch.backends")
+
+
+def test_the_kinds_are_the_registry_modules_and_their_packages() -> None:
+    assert KIND_UNITS == ["fsdp_orch.backends.local", "fsdp_orch.backends.slurm", "fsdp_orch.backends.ssh",
+                          "fsdp_orch.backends.tpu_vm"]
+
+
+def test_no_cluster_kind_imports_another() -> None:
+    crossing = between_kinds(module_imports(REPO), KIND_UNITS)
+    assert crossing == [], "a kind imports another (move what they share to a helper):\n" + listed(crossing)
+
+
+def test_nothing_but_the_registry_reaches_a_kind() -> None:
+    """The shared helpers and the core import no kind (the registry imports them by module name):
+    a kind reached through a helper would be one kind importing another."""
+    found = from_outside_kinds(module_imports(REPO), KIND_UNITS)
+    assert found == [], listed(found)
+
+
+KINDS_PACKAGE = {
+    "pkg/__init__.py": "",
+    "pkg/core.py": "from pkg.backends.base import Kind\n",
+    "pkg/backends/__init__.py": "",
+    "pkg/backends/base.py": "class Kind: ...\n",
+    "pkg/backends/shared.py": "from pkg.backends.base import Kind\n",
+    "pkg/backends/one.py": "from pkg.backends.shared import Kind\nKIND = Kind()\n",
+    "pkg/backends/two/__init__.py": "",
+    "pkg/backends/two/kind.py": "from pkg.backends.two import helper\nfrom pkg.backends import shared\n",
+    "pkg/backends/two/helper.py": "import pkg.backends.base\n",
+    "pkg/backends/three.py": "",  # not registered: a helper, whatever its name
+}
+
+
+def test_a_kind_that_imports_another_kind_is_found(tmp_path: Path) -> None:
+    units = kind_units(["pkg.backends.one", "pkg.backends.two.kind"], "pkg.backends")
+    assert units == ["pkg.backends.one", "pkg.backends.two"]
+    clean = module_imports(write_package(tmp_path / "clean", KINDS_PACKAGE), "pkg")
+    assert imports_into_kinds(clean, units) == []
+    crossing = module_imports(write_package(tmp_path / "crossing", {
+        **KINDS_PACKAGE,
+        # a module of the package kind, lazily: still the kind importing another
+        "pkg/backends/two/helper.py": "def later():\n    from pkg.backends.one import KIND\n",
+        "pkg/backends/three.py": "import pkg.backends.two.kind\n",
+        "pkg/core.py": "from pkg.backends import one\n",
+    }), "pkg")
+    assert between_kinds(crossing, units) == [("pkg.backends.two.helper", "pkg.backends.one")]
+    assert from_outside_kinds(crossing, units) == [
+        ("pkg.backends.three", "pkg.backends.two"),
+        ("pkg.backends.three", "pkg.backends.two.kind"),
+        ("pkg.core", "pkg.backends.one"),
+    ]
 
 
 def test_a_lazy_import_inside_a_function_closes_a_circle(tmp_path: Path) -> None:
@@ -76,7 +189,7 @@ def test_relative_imports_resolve(tmp_path: Path) -> None:
     })
     assert module_imports(root, "pkg") == {
         "pkg": {"pkg.top"},
-        "pkg.top": {"pkg.sub"},
+        "pkg.top": {"pkg", "pkg.sub"},  # import pkg: the face, a module like any other
         "pkg.sub": {"pkg.sub.x"},
         "pkg.sub.x": {"pkg.sub.y"},  # pkg.sub encloses it: loaded first anyway, no dependency
         "pkg.sub.y": set(),

@@ -3,15 +3,21 @@
 Host keys are checked against the profile's ``known_hosts``: with ``host_key_policy: strict`` (the
 default) an unknown or changed key refuses the connection; ``accept-new`` takes an unknown key (never
 a changed one); ``warn`` logs and goes on. fabric's own default (add any key) is never used.
+
+A connection refused or dropped on the way in is tried again (``backoff.SSH_CONNECT``); a host that
+does not answer within the connect timeout is not: the caller takes it for lost.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from fsdp_orch.vocab.backoff import SSH_CONNECT, Sleep, retrying
 from fsdp_orch.vocab.errors import FsdpOrchError
 
 T = TypeVar("T")
@@ -19,6 +25,21 @@ T = TypeVar("T")
 
 class HostUnreachable(FsdpOrchError):
     """A host did not answer within the profile's connect timeout."""
+
+
+class HostRefused(HostUnreachable):
+    """A host refused or dropped the connection on the way in (sshd restarting, or too many
+    connections at once): worth another try."""
+
+
+REFUSED = (errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABORTED)
+
+
+def refused(exc: OSError) -> bool:
+    """Whether every address of the host refused or reset the connection (paramiko gathers the
+    error of each address it tried in a NoValidConnectionsError, whose own errno is None)."""
+    errors = getattr(exc, "errors", None) or {None: exc}
+    return all(isinstance(error, OSError) and error.errno in REFUSED for error in errors.values())
 
 
 class HostKeyRejected(FsdpOrchError):
@@ -29,8 +50,16 @@ def where(host: Any) -> str:
     return f"{host.user + '@' if host.user else ''}{host.address}:{host.port}"
 
 
-def connect(host: Any, profile: Any) -> Any:
-    """An open fabric Connection to ``host``; HostUnreachable or HostKeyRejected naming it."""
+def connect(host: Any, profile: Any, *, open_once: Callable[[Any, Any], Any] | None = None,
+            sleep: Sleep = time.sleep) -> Any:
+    """An open fabric Connection to ``host``, tried again while the host refuses it (``sleep``:
+    between tries); HostUnreachable or HostKeyRejected naming it."""
+    tries = retrying(SSH_CONNECT, sleep=sleep, transient=lambda e: isinstance(e, HostRefused))
+    return tries(open_once or open_connection, host, profile)
+
+
+def open_connection(host: Any, profile: Any) -> Any:
+    """One try at ``connect``."""
     import fabric
     import paramiko
 
@@ -57,12 +86,16 @@ def connect(host: Any, profile: Any) -> Any:
                 f"host {where(host)}: its key is not in {known_hosts} and host_key_policy is strict; "
                 f"verify the key and add it (ssh-keyscan -p {host.port} {host.address}), or set "
                 "host_key_policy: accept-new in the profile") from None
+        if "protocol banner" in str(exc) and isinstance(exc.__context__, (EOFError, ConnectionError)):
+            # sshd closed the connection before it said hello (not a banner timeout: that is silence)
+            raise HostRefused(f"host {where(host)}: {exc}") from None
         raise HostUnreachable(f"host {where(host)}: {exc}") from None
     except TimeoutError:
         raise HostUnreachable(f"host {where(host)} did not answer within connect_timeout "
                               f"({profile.connect_timeout}s)") from None
     except OSError as exc:
-        raise HostUnreachable(f"host {where(host)} is unreachable: {exc.strerror or exc}") from None
+        unreachable = HostRefused if refused(exc) else HostUnreachable
+        raise unreachable(f"host {where(host)} is unreachable: {exc.strerror or exc}") from None
     return conn
 
 

@@ -5,8 +5,8 @@ reads its lines and mirrors them into the supervisor's copy of the run folder: l
 offsets they were read at, heartbeat files replaced, the node's exit status written. Everything
 downstream (the watchdog, the log classifier, ``fsdp-orch logs``, ``status``) then reads the same
 files as on a shared filesystem. The stream also tells whether a host is alive: a report says
-something at least every second, so a channel silent for ``SILENT_S`` is opened again, and a host
-that does not answer a new connection within the connect timeout is lost."""
+something at least every second, so a channel silent for ``SILENT_S`` is opened again (tenacity,
+``backoff.REPORT_STREAM``), and a host that does not answer a new connection is lost."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from fsdp_orch.backends.over_ssh.node_report import exit_file
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.checkpoints import Storage
 from fsdp_orch.observe.heartbeats import heartbeat_path, parse_heartbeat
+from fsdp_orch.vocab.backoff import REPORT_STREAM, retrying
 from fsdp_orch.vocab.categories import NODE_LOST_EXIT
 
 SILENT_S = 5.0  # node_report says something every second
@@ -64,21 +65,30 @@ class HostReports(threading.Thread):
         return f"{host_python(self.profile, self.job_id)} -m fsdp_orch.backends.over_ssh.node_report {shlex.join(words)}"
 
     def run(self) -> None:
-        while not self._stop.is_set() and not self.ended.is_set():
-            try:
-                self._follow()
-            except (HostUnreachable, HostKeyRejected) as exc:
-                if not self._stop.is_set():
-                    self.lost = f"host {where(self.host)} (node {self.rank}) stopped answering: {exc}"
-                return
-            except Exception:  # noqa: BLE001 - silent, broken or ended: a new connection decides
-                pass
-            finally:
-                self._close()
-            self._stop.wait(0.5)
+        # Silent, broken or ended without the node's end: a new connection decides.
+        again = retrying(REPORT_STREAM, sleep=self._stop.wait,
+                         stop_when=self._done,
+                         transient=lambda e: not isinstance(e, (HostUnreachable, HostKeyRejected)),
+                         not_yet=lambda result: True, gave_up=lambda state: None)
+        try:
+            again(self._follow)
+        except (HostUnreachable, HostKeyRejected) as exc:
+            if not self._stop.is_set():
+                self.lost = f"host {where(self.host)} (node {self.rank}) stopped answering: {exc}"
+
+    def _done(self) -> bool:
+        return self._stop.is_set() or self.ended.is_set()
 
     def _follow(self) -> None:
-        self._conn = connect(self.host, self.profile)
+        if self._done():
+            return  # stopped while it waited to open the stream again
+        try:
+            self._stream()
+        finally:
+            self._close()
+
+    def _stream(self) -> None:
+        self._conn = connect(self.host, self.profile, sleep=self._stop.wait)
         channel = self._conn.client.get_transport().open_session()
         channel.settimeout(SILENT_S)
         channel.exec_command(self.command())

@@ -2,27 +2,32 @@
 supervisor asks which checkpoint is the latest complete one when the hosts do not share its
 filesystem. It asks the first host, where rank 0 writes DCP's ``.metadata`` and our commit record.
 
-One connection, opened when first needed and opened again after it broke; the supervisor's loop is
-its only user (SFTP clients are not shared between threads)."""
+One connection, opened when first needed and opened again after it broke (``backoff.SFTP``); the
+supervisor's loop is its only user (SFTP clients are not shared between threads)."""
 
 from __future__ import annotations
 
 import errno
 import posixpath
 import stat
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fsdp_orch.backends.over_ssh.connect import connect
+from fsdp_orch.vocab.backoff import SFTP, Sleep, retrying
 
 T = TypeVar("T")
 BROKEN_LINK = (errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED, errno.ETIMEDOUT, None)
 
 
 class SftpStorage:
-    def __init__(self, host: Any, profile: Any):
+    def __init__(self, host: Any, profile: Any, *, connect_to: Callable[[Any, Any], Any] = connect,
+                 sleep: Sleep = time.sleep):
         self.host = host
         self.profile = profile
+        self.connect_to = connect_to
+        self.sleep = sleep
         self._conn: Any = None
         self._sftp: Any = None
 
@@ -31,23 +36,24 @@ class SftpStorage:
         again once; a host that cannot be reached raises (the attempt's liveness check names it)."""
         from paramiko import SSHException
 
-        for again in (False, True):
+        def broken(exc: Exception) -> bool:
+            return isinstance(exc, (EOFError, SSHException)) or (isinstance(exc, OSError)
+                                                                 and exc.errno in BROKEN_LINK)
+
+        def once() -> T:
             try:
                 if self._sftp is None:
-                    self._conn = connect(self.host, self.profile)
+                    self._conn = self.connect_to(self.host, self.profile)
                     self._sftp = self._conn.sftp()
                 return action(self._sftp)
-            except OSError as exc:
-                if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            except Exception as exc:
+                if isinstance(exc, OSError) and exc.errno in (errno.ENOENT, errno.ENOTDIR):
                     return missing
-                if again or exc.errno not in BROKEN_LINK:
-                    raise
-                self.close()
-            except (EOFError, SSHException):
-                self.close()
-                if again:
-                    raise
-        raise AssertionError("unreachable")
+                if broken(exc):
+                    self.close()  # the next try opens it again
+                raise
+
+        return retrying(SFTP, sleep=self.sleep, transient=broken)(once)
 
     def close(self) -> None:
         if self._conn is not None:

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,9 +21,29 @@ from fsdp_orch.launch.render import Artifact, write_artifacts
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe import command
 from fsdp_orch.observe.checkpoints import LOCAL, Storage
-from fsdp_orch.observe.command import run_command
+from fsdp_orch.observe.command import CommandResult, Runner, run_command
+from fsdp_orch.vocab.backoff import SLURM_QUERY, Sleep, retrying
 
 NODE_SCRIPT = "node.sh"
+# What squeue says of a job the controller no longer holds (ended a while ago): an answer.
+UNKNOWN_JOB = "Invalid job id"
+
+
+def failed_on_the_way(result: CommandResult) -> bool:
+    """Whether a query (sacct, squeue) failed before SLURM answered it: the controller or the
+    accounting database busy, restarting or out of reach. A missing binary, a job SLURM no longer
+    knows, and our own timeout (it waited long enough) are not tried again."""
+    return result.returncode not in (0, 124, 126, 127) and UNKNOWN_JOB not in result.stderr
+
+
+def query_runner(runner: Runner | None = None, sleep: Sleep = time.sleep) -> Runner:
+    """A Runner for SLURM's read-only queries (never sbatch or scancel): a call that failed on the
+    way is made again, backing off (``backoff.SLURM_QUERY``); when it keeps failing, the last
+    result is returned, for the caller to read as any other."""
+    def run(argv: list[str], timeout: float = 60.0) -> CommandResult:
+        again = retrying(SLURM_QUERY, sleep=sleep, not_yet=failed_on_the_way)
+        return again(runner or command.run, argv, timeout)
+    return run
 
 
 class SlurmStep(FileObservation):
@@ -54,7 +75,7 @@ class SlurmStep(FileObservation):
             self.proc.wait()
 
     def _step_id(self) -> str | None:
-        out = command.run(["squeue", "-h", "-s", "-j", self.slurm_job, "-o", "%i %j"]).stdout
+        out = query_runner()(["squeue", "-h", "-s", "-j", self.slurm_job, "-o", "%i %j"]).stdout
         for line in out.splitlines():
             parts = line.split()
             if len(parts) == 2 and parts[1] == self.step_name:
@@ -100,7 +121,7 @@ def allocation_ending() -> bool:
     job = os.environ.get("SLURM_JOB_ID")
     if not job:
         return False
-    out = command.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip()
+    out = query_runner()(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip()
     return out != "RUNNING"
 
 

@@ -12,18 +12,23 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_orch.backends.base import ClusterKind
-from fsdp_orch.backends.slurm.doctor import slurm_checks
 from fsdp_orch.backends.slurm import allocation as slurm_allocation
-from fsdp_orch.backends.slurm.parse import JOB_NAME_PREFIX, SACCT_FIELDS, latest_by_job, parse_sacct
+from fsdp_orch.backends.slurm.doctor import slurm_checks
+from fsdp_orch.backends.slurm.parse import (
+    JOB_NAME_PREFIX,
+    SACCT_FIELDS,
+    SlurmJob,
+    latest_by_job,
+    parse_sacct,
+)
 from fsdp_orch.backends.slurm.profile import SlurmProfile
-from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.launch.plan import LaunchPlan, Placement, PlanContext, fixed_node_count
 from fsdp_orch.launch.render import Artifact, Templates, write_artifacts
 from fsdp_orch.launch.submission import Submission
-from fsdp_orch.observe import command
 from fsdp_orch.observe.command import Runner, run_command
 from fsdp_orch.record.index import JobIndex
+from fsdp_orch.vocab.backoff import SLURM_STEPS_GONE, Clock, Sleep, retrying
 from fsdp_orch.vocab.checks import Check
 from fsdp_orch.vocab.errors import InputError
 from fsdp_orch.vocab.states import JobState
@@ -35,13 +40,12 @@ def batch_script_path(plan: LaunchPlan) -> str:
     return f"{plan.run_dir}/{BATCH_SCRIPT}"
 
 
-class SlurmKind(ClusterKind):
+class SlurmKind(ClusterKind[SlurmProfile]):
     name = "slurm"
     profile_model = SlurmProfile
     main_template = "slurm-node.sh.j2"
 
-    def place(self, job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext) -> Placement:
-        assert isinstance(profile, SlurmProfile)
+    def place(self, job: JobSpec, profile: SlurmProfile, cluster: str, ctx: PlanContext) -> Placement:
         fixed_node_count(job, "a SLURM allocation keeps its node count (a lost node ends it, and the job is "
                               "requeued whole)")
         return Placement(nnodes=job.nodes, nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
@@ -63,8 +67,7 @@ class SlurmKind(ClusterKind):
     def allocation_ending(self) -> bool:
         return slurm_allocation.allocation_ending()
 
-    def doctor(self, profile: ProfileBase, torch_version: str | None, run: Runner) -> list[Check]:
-        assert isinstance(profile, SlurmProfile)
+    def doctor(self, profile: SlurmProfile, torch_version: str | None, run: Runner) -> list[Check]:
         return slurm_checks(profile, torch_version, run)
 
     def start(self, index: JobIndex, submission: Submission) -> None:
@@ -82,17 +85,20 @@ class SlurmKind(ClusterKind):
         ended = index.request_cancel(job_id)
         if ended:
             return f"{job_id} already ended ({ended})"
-        slurm_id = slurm_job_id(row.get("backend_ref"))
+        slurm_id = slurm_job_id(row["backend_ref"])
         if slurm_id:
             run_command(["scancel", slurm_id])
-            # SLURM marks the job CANCELLED at once; its steps take up to KillWait to go away.
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                left = command.run(["squeue", "-h", "-s", "-j", slurm_id]).stdout.strip()
-                if not left:
-                    break
-                time.sleep(0.5)
+            steps_gone(slurm_id)
         return f"{job_id} cancelled (SLURM job {slurm_id})"
+
+
+def steps_gone(slurm_id: str, within: float = 60.0, runner: Runner | None = None, clock: Clock = time.monotonic,
+               sleep: Sleep = time.sleep) -> bool:
+    """After scancel: SLURM marks the job CANCELLED at once, and its steps take up to KillWait to go
+    away. squeue, every half second, until none is left (True) or ``within`` seconds have passed."""
+    squeue = slurm_allocation.query_runner(runner, sleep)
+    poll = retrying(SLURM_STEPS_GONE, sleep=sleep, not_yet=bool, deadline=clock() + within, clock=clock)
+    return not poll(lambda: squeue(["squeue", "-h", "-s", "-j", slurm_id], 60.0).stdout.strip())
 
 
 def slurm_job_id(ref: str | None) -> str | None:
@@ -100,12 +106,13 @@ def slurm_job_id(ref: str | None) -> str | None:
     return m.group(1) if m else None
 
 
-def query(slurm_ids: list[str]):  # type: ignore[no-untyped-def]
-    """One sacct call for all the given SLURM jobs: {slurm id: its allocation record}."""
+def query(slurm_ids: list[str], runner: Runner | None = None, sleep: Sleep = time.sleep) -> dict[str, SlurmJob]:
+    """One sacct call for all the given SLURM jobs: {slurm id: its allocation record}. A call that
+    fails on the way to the accounting database is made again (``allocation.query_runner``)."""
     if not slurm_ids:
         return {}
     out = run_command(["sacct", "--parsable2", "--noheader", "-X", "-j", ",".join(slurm_ids),
-                       "-o", ",".join(SACCT_FIELDS)])
+                       "-o", ",".join(SACCT_FIELDS)], runner=slurm_allocation.query_runner(runner, sleep))
     return latest_by_job(parse_sacct(out))
 
 
@@ -117,7 +124,7 @@ def refresh(index: JobIndex, rows: list[dict[str, Any]], *, query_fn=None, resub
     """Settle active SLURM jobs whose allocation ended without the supervisor settling them (cancelled
     or failed while pending, node failure): one scheduler query for all of them. An allocation lost
     to a node failure is resubmitted while the restart budget allows. Returns the ids it changed."""
-    by_slurm = {sid: row for row in rows if (sid := slurm_job_id(row.get("backend_ref")))}
+    by_slurm = {sid: row for row in rows if (sid := slurm_job_id(row["backend_ref"]))}
     changed: list[str] = []
     if not by_slurm:
         return changed

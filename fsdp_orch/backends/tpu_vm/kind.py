@@ -67,13 +67,12 @@ class TpuVmProfile(ProfileBase):
         return value
 
 
-class TpuVmKind(SupervisedHere):
+class TpuVmKind(SupervisedHere[TpuVmProfile]):
     name = "tpu-vm"
     profile_model = TpuVmProfile
     main_template = "tpu-vm-node.sh.j2"
 
-    def place(self, job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext) -> Placement:
-        assert isinstance(profile, TpuVmProfile)
+    def place(self, job: JobSpec, profile: TpuVmProfile, cluster: str, ctx: PlanContext) -> Placement:
         fixed_node_count(job, f"a TPU VM job runs on all {profile.num_workers} workers")
         if job.nodes not in (1, profile.num_workers):
             raise InputError(f"a TPU VM job runs on all {profile.num_workers} workers; "
@@ -98,7 +97,7 @@ class TpuVmKind(SupervisedHere):
         from fsdp_orch.backends.tpu_vm.lifecycle import TpuVm
         from fsdp_orch.vocab.errors import FsdpOrchError
 
-        profile: Any = submission.profile
+        profile = self.profile_of(submission)
         action, why = next_action(TpuVm(profile).describe(), profile.owns_vm)
         if action == "fail":
             raise FsdpOrchError(why)
@@ -112,13 +111,13 @@ class TpuVmKind(SupervisedHere):
 
         stop_on_workers(Submission.load(Path(row["run_dir"]), self), job_id)
 
-    def doctor(self, profile: ProfileBase, torch_version: str | None, run: Runner) -> list[Check]:
+    def doctor(self, profile: TpuVmProfile, torch_version: str | None, run: Runner) -> list[Check]:
         from fsdp_orch.backends.remote_doctor import tpu_checks
 
         return tpu_checks(profile, run)
 
     def artifacts(self, plan: LaunchPlan, templates: Templates) -> list[Artifact]:
-        profile = plan.profile
+        profile = self.profile_of(plan)
         gcloud = {"describe": describe_argv(profile), "create": create_argv(profile), "delete": delete_argv(profile),
                   "prepare": prepare_argv(profile)}
         out = [Artifact(f"{plan.attempt_dir}/tpu-vm.sh",

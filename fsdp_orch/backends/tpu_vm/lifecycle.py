@@ -1,11 +1,12 @@
 """The doing half of ``tpu_gcloud``: one profile's TPU VM brought to READY through the gcloud CLI
-(the injected runner), waiting with backoff, deleting and creating it where the profile owns it."""
+(the injected runner), waiting with backoff (tenacity, the injected clock and sleep), deleting and
+creating it where the profile owns it."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from fsdp_orch.backends.tpu_vm.gcloud import (
     NOT_FOUND,
@@ -19,12 +20,12 @@ from fsdp_orch.backends.tpu_vm.gcloud import (
     prepare_argv,
 )
 from fsdp_orch.observe.command import Runner, run, run_command
+from fsdp_orch.vocab.backoff import TPU_READY, retrying
 from fsdp_orch.vocab.errors import CommandError, FsdpOrchError
 
 DESCRIBE_TIMEOUT_S = 120.0
 CHANGE_TIMEOUT_S = 1800.0  # gcloud's create and delete wait for the operation (minutes on a pod slice)
 PREPARE_TIMEOUT_S = 1800.0  # the profile's prepare lines (a pip install)
-WAIT_FIRST_S, WAIT_MAX_S = 2.0, 30.0
 
 
 class TpuVm:
@@ -64,30 +65,37 @@ class TpuVm:
         (both only with ``owns_vm``). ``say``: each new thing seen or done. FsdpOrchError when it
         cannot be had."""
         profile = self.profile
-        deadline = self.clock() + profile.ready_timeout
-        delay, said = WAIT_FIRST_S, None
-        while True:
-            vm = self.describe()
-            action, why = next_action(vm, profile.owns_vm)
-            if why != said and action != "use":
-                say(why)
-                said = why
-            if action == "use":
-                return self._checked(vm)
-            if action == "fail":
-                raise FsdpOrchError(why)
-            if action == "delete":
-                self._gcloud(delete_argv(profile), CHANGE_TIMEOUT_S)
-                say(f"TPU VM {profile.tpu_name} deleted")
-            elif action == "create":
-                self._gcloud(create_argv(profile), CHANGE_TIMEOUT_S)
-                say(f"TPU VM {profile.tpu_name} created ({profile.accelerator_type}, {profile.runtime_version}"
-                    f"{', spot' if profile.spot else ''})")
-            else:
-                if self.clock() >= deadline:
-                    raise FsdpOrchError(f"{vm.summary()} after waiting ready_timeout ({profile.ready_timeout}s)")
-                self.sleep(delay)
-                delay = min(delay * 2, WAIT_MAX_S)
+        said: str | None = None
+
+        def look() -> tuple[str, TpuVmState]:
+            """Describe, deleting or creating as that says, until the TPU VM is to be used or waited for."""
+            nonlocal said
+            while True:
+                vm = self.describe()
+                action, why = next_action(vm, profile.owns_vm)
+                if why != said and action != "use":
+                    say(why)
+                    said = why
+                if action in ("use", "wait"):
+                    return action, vm
+                if action == "fail":
+                    raise FsdpOrchError(why)
+                if action == "delete":
+                    self._gcloud(delete_argv(profile), CHANGE_TIMEOUT_S)
+                    say(f"TPU VM {profile.tpu_name} deleted")
+                elif action == "create":
+                    self._gcloud(create_argv(profile), CHANGE_TIMEOUT_S)
+                    say(f"TPU VM {profile.tpu_name} created ({profile.accelerator_type}, {profile.runtime_version}"
+                        f"{', spot' if profile.spot else ''})")
+
+        def waited_too_long(state: Any) -> NoReturn:
+            _, vm = state.outcome.result()
+            raise FsdpOrchError(f"{vm.summary()} after waiting ready_timeout ({profile.ready_timeout}s)")
+
+        waiting = retrying(TPU_READY, sleep=self.sleep, not_yet=lambda seen: seen[0] == "wait",
+                           deadline=self.clock() + profile.ready_timeout, clock=self.clock, gave_up=waited_too_long)
+        _, vm = waiting(look)
+        return self._checked(vm)
 
     def _checked(self, vm: TpuVmState) -> TpuVmState:
         workers = vm.addresses(self.profile.address)
