@@ -20,37 +20,35 @@ import time
 from pathlib import Path
 
 from fsdp_orch.places.home import store_path
+from fsdp_orch.record.model import Failure, JobStatus
 from fsdp_orch.record.store import Store
 from fsdp_orch.vocab.states import JobState
 
 CATEGORIES = ["hang", "nccl_timeout", "gloo_timeout_or_peer_lost", "preemption_or_node_lost"]
 
 
+def a_status(home: Path, i: int, jobs: int, rng: random.Random, now: float) -> JobStatus:
+    """Job ``i`` as its events would fold: a real index is mostly finished jobs, a few running."""
+    job_id = f"{i:012x}"
+    state = (JobState.RUNNING.value if i >= jobs - 20 else
+             rng.choice([JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]).value)
+    created = now + i * 60
+    return JobStatus(
+        id=job_id, name=f"job-{i % 97}", cluster="local", kind="local", run_dir=str(home / "runs" / job_id),
+        created_at=created, state=state, attempts=1 + i % 3, restarts=i % 3,
+        ended_at=created + 30 if state != JobState.RUNNING.value else None,
+        last_checkpoint_step=(i % 7) * 50, progress_step=(i % 7) * 50 + 3, progress_loss=rng.random() * 5,
+        progress_at=created + 20,
+        failures=[Failure(attempt, rng.choice(CATEGORIES), "evidence line", created + 10, 12.5, "restart", None)
+                  for attempt in range(i % 3)])
+
+
 def fill_store(home: Path, jobs: int, seed: int = 0) -> None:
     rng = random.Random(seed)
     store = Store(store_path(str(home)))
     now = time.time() - jobs * 60
-    conn = store.conn
-    conn.execute("BEGIN IMMEDIATE")
     for i in range(jobs):
-        job_id = f"{i:012x}"
-        # A real store is mostly finished jobs, with a few still running.
-        state = (JobState.RUNNING.value if i >= jobs - 20 else
-                 rng.choice([JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]).value)
-        conn.execute(
-            "INSERT INTO jobs (id, name, cluster, kind, state, attempts, restarts, created_at, ended_at,"
-            " last_checkpoint_step, progress_step, progress_loss, progress_at, spec_json, run_dir)"
-            " VALUES (?, ?, 'local', 'local', ?, ?, ?, ?, ?, ?, ?, ?, ?, '{}', ?)",
-            (job_id, f"job-{i % 97}", state, 1 + i % 3, i % 3, now + i * 60,
-             now + i * 60 + 30 if state in ("SUCCEEDED", "FAILED", "CANCELLED") else None,
-             (i % 7) * 50, (i % 7) * 50 + 3, repr(rng.random() * 5), now + i * 60 + 20,
-             str(home / "runs" / job_id)))
-        for attempt in range(i % 3):
-            conn.execute("INSERT INTO failures (job_id, attempt, category, evidence, detected_at,"
-                         " stalled_for_s, action) VALUES (?, ?, ?, ?, ?, ?, 'restart')",
-                         (job_id, attempt, rng.choice(CATEGORIES), "evidence line", now + i * 60 + 10,
-                          12.5))
-    conn.execute("COMMIT")
+        store.put(a_status(home, i, jobs, rng, now))
     store.close()
 
 
@@ -91,7 +89,9 @@ def main() -> int:
         rebuild = []
         store = Store(store_path(str(home)))
         for i in range(args.repeat):
-            store.update(f"{i:012x}", progress_step=10_000 + i)
+            changed = store.job(f"{i:012x}")
+            changed.progress_step = 10_000 + i  # type: ignore[union-attr]
+            store.put(changed)  # type: ignore[arg-type]
             rebuild += time_command([str(cli), "status", "--json"], env, 1)
         store.close()
     base_ms = statistics.median(baseline) * 1000

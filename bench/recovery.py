@@ -112,10 +112,10 @@ def hang_and_recovery(home: Path, job: Path, *sets: str) -> dict:
     """A hang on rank 1 at HANG_STEP of the first attempt: detection and recovery."""
     status, wall = submit_wait(home, job, *sets, f"watch.heartbeat_timeout={HEARTBEAT_TIMEOUT}s",
                                *QUICK_RESTART, f"env.FSDP_ORCH_FAULT=hang:step={HANG_STEP}:rank=1")
-    store = Store(home / "jobs.db")
-    failures = store.conn.execute("SELECT detected_at, category FROM failures WHERE job_id = ? "
-                                  "ORDER BY detected_at", (status["id"],)).fetchall()
-    attempts = store.attempts(status["id"])
+    job = Store(home / "jobs.db").job(status["id"])
+    assert job is not None
+    failures = [(f.detected_at, f.category) for f in job.failures]
+    attempts = [{"first_step_at": a.first_step_at} for _, a in sorted(job.attempt_records.items())]
     out = {"state": status["state"], "categories": [f[1] for f in failures], "wall_s": wall,
            "detection_s": None, "recovery_s": None}
     hung = read_heartbeats(home / "runs" / status["id"], 0).get(1)

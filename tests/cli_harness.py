@@ -21,6 +21,11 @@ class Cli:
     cwd: Path
     prefix: tuple[str, ...] = ()  # e.g. nsenter into a login node's mount namespace
 
+    def __post_init__(self) -> None:
+        from status_is_fold import CLIS
+
+        CLIS.append(self)  # after each test, its jobs' status is checked against their events
+
     @property
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}

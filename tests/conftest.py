@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from status_is_fold import CLIS, mismatches
 from cli_harness import Cli, copy_demo, copy_unchanged, make_cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -186,3 +187,19 @@ def module_unchanged(tmp_path_factory: pytest.TempPathFactory):
         base = tmp_path_factory.mktemp(name)
         return make_cli(base), copy_unchanged(base, name)
     return make
+
+
+@pytest.fixture(autouse=True)
+def status_is_the_fold_of_the_events(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """After every test that used the CLI: for each job it lists, ``status --json`` equals
+    ``fold(events)`` of the job's own logs (tests/status_is_fold.py)."""
+    yield
+    if request.node.get_closest_marker("no_fold_check"):
+        return
+    for cli in list(CLIS):
+        if not cli.home.exists():
+            CLIS.remove(cli)  # its folder is gone: nothing left to check
+            continue
+        wrong = mismatches(cli)
+        if wrong:
+            pytest.fail("status --json is not fold(events) for:\n" + "\n".join(wrong), pytrace=False)

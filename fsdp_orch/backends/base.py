@@ -21,6 +21,7 @@ from fsdp_orch.observe.file_tail import LogChunk
 from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.observe.stacks import StackCapture
 from fsdp_orch.record.index import JobIndex
+from fsdp_orch.record.model import JobStatus
 from fsdp_orch.vocab.checks import Check
 from fsdp_orch.vocab.errors import FsdpOrchError
 
@@ -121,11 +122,11 @@ class ClusterKind(PlanningKind[P], Protocol[P]):
         """Begin supervising a recorded job (in the background)."""
         ...
 
-    def cancel(self, index: JobIndex, row: dict[str, Any]) -> str:
+    def cancel(self, index: JobIndex, row: JobStatus) -> str:
         """End the job everywhere; returns the line to print."""
         ...
 
-    def refresh(self, index: JobIndex, rows: list[dict[str, Any]]) -> list[str]:
+    def refresh(self, index: JobIndex, rows: list[JobStatus]) -> list[str]:
         """Settle this kind's active jobs at status time: what the scheduler knows and a dead
         supervisor cannot report. ``rows``: the jobs something was started for whose supervisor is
         not alive on this machine (``liveness.needs_settling``). Returns the ids it changed."""

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -22,6 +22,7 @@ from fsdp_orch.launch.render import Artifact, Templates, write_artifacts
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.checkpoints import LOCAL, Storage
 from fsdp_orch.observe.proctree import job_processes, stop_job_processes
+from fsdp_orch.record.model import JobStatus
 from fsdp_orch.vocab.errors import InputError
 
 
@@ -160,10 +161,10 @@ class LocalKind(SupervisedHere[LocalProfile]):
     def attempt_launcher(self, submission: Submission) -> LocalLauncher:
         return LocalLauncher(submission)
 
-    def stop_leftovers(self, job_id: str, row: dict[str, Any]) -> None:
+    def stop_leftovers(self, job_id: str, row: JobStatus) -> None:
         stop_job_processes(job_id, grace=2.0)
 
-    def leftovers(self, job_id: str, row: dict[str, Any]) -> bool:
+    def leftovers(self, job_id: str, row: JobStatus) -> bool:
         return bool(job_processes(job_id))
 
 

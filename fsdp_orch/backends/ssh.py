@@ -16,6 +16,7 @@ from fsdp_orch.launch.plan import LaunchPlan, NodeTarget, Placement, PlanContext
 from fsdp_orch.launch.render import Artifact, Templates
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.command import Runner
+from fsdp_orch.record.model import JobStatus
 from fsdp_orch.vocab.checks import Check
 from fsdp_orch.vocab.errors import InputError
 
@@ -56,15 +57,15 @@ class SshKind(SupervisedHere[SshProfile]):
         profile = self.profile_of(submission)
         on_every_host(list(profile.hosts[:submission.job.nodes]), lambda i, host: connect(host, profile).close())
 
-    def leftovers(self, job_id: str, row: dict[str, Any]) -> bool:
+    def leftovers(self, job_id: str, row: JobStatus) -> bool:
         return False  # the supervisor stops every host's processes itself; stop_leftovers sweeps after it
 
-    def stop_leftovers(self, job_id: str, row: dict[str, Any]) -> None:
+    def stop_leftovers(self, job_id: str, row: JobStatus) -> None:
         """Every process of the job on every host, whatever attempt (the supervisor may have died)."""
         from fsdp_orch.backends.over_ssh.attempt import stop_on_host
         from fsdp_orch.backends.over_ssh.connect import on_every_host
 
-        profile = self.profile_of(Submission.load(Path(row["run_dir"]), self))
+        profile = self.profile_of(Submission.load(Path(row.run_dir), self))
         on_every_host(list(profile.hosts),
                       lambda i, host: stop_on_host(host, profile, job_id, None, None, 2.0, timeout=60))
 

@@ -8,12 +8,12 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 from fsdp_orch.backends.base import ClusterKind, P
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.proctree import pid_alive
 from fsdp_orch.record.index import JobIndex
+from fsdp_orch.record.model import JobStatus
 from fsdp_orch.vocab.errors import InputError
 
 CANCEL_WAIT_S = 15.0
@@ -45,10 +45,10 @@ class SupervisedHere(ClusterKind[P]):
         """Raise a FsdpOrchError when the job cannot start (a node that does not answer)."""
         return None
 
-    def leftovers(self, job_id: str, row: dict[str, Any]) -> bool:
+    def leftovers(self, job_id: str, row: JobStatus) -> bool:
         raise NotImplementedError
 
-    def stop_leftovers(self, job_id: str, row: dict[str, Any]) -> None:
+    def stop_leftovers(self, job_id: str, row: JobStatus) -> None:
         raise NotImplementedError
 
     def start(self, index: JobIndex, submission: Submission) -> None:
@@ -56,25 +56,25 @@ class SupervisedHere(ClusterKind[P]):
         pid = spawn_supervisor(submission, reattach=False)
         index.journal(submission.job_id).supervisor_started(pid=pid)
 
-    def refresh(self, index: JobIndex, rows: list[dict[str, Any]]) -> list[str]:
+    def refresh(self, index: JobIndex, rows: list[JobStatus]) -> list[str]:
         """Re-attach a supervisor to every job whose supervisor died (``rows`` hold only those, and
         jobs the scheduler knows of: none here); it adopts the attempt still running (a lock in the
         run directory admits one supervisor per job)."""
         reattached = []
         for row in rows:
-            if not row["supervisor_pid"]:
+            if not row.supervisor_pid:
                 continue
             # The new supervisor records its own pid once it holds the job's lock.
-            spawn_supervisor(Submission.load(Path(row["run_dir"]), self), reattach=True)
-            reattached.append(row["id"])
+            spawn_supervisor(Submission.load(Path(row.run_dir), self), reattach=True)
+            reattached.append(row.id)
         return reattached
 
-    def cancel(self, index: JobIndex, row: dict[str, Any]) -> str:
-        job_id = row["id"]
+    def cancel(self, index: JobIndex, row: JobStatus) -> str:
+        job_id = row.id
         ended = index.request_cancel(job_id)
         if ended:
             return f"{job_id} already ended ({ended})"
-        pid = row["supervisor_pid"]
+        pid = row.supervisor_pid
         if pid_alive(pid, must_contain=job_id):
             os.kill(pid, 15)
         deadline = time.monotonic() + CANCEL_WAIT_S

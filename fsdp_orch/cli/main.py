@@ -64,7 +64,6 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    import json
     from pathlib import Path
 
     from fsdp_orch.control.job_control import submit
@@ -93,7 +92,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.json:
             print(store.status_json(job_id))
         else:
-            _print_table(store, [json.loads(store.status_json(job_id) or "{}")])
+            _print_table([store.job(job_id)])
         if state not in TERMINAL_NAMES:
             print(f"fsdp-orch: stopped waiting after --timeout {args.timeout}; job {job_id} is {state} and "
                   "goes on (fsdp-orch status / wait with the Python API)", file=sys.stderr)
@@ -132,13 +131,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             from fsdp_orch.control.liveness import refresh
 
             refresh(index, [job_id])
-            text = store.status_json(job_id)
-            import json
-
             if args.json:
-                print(text)
+                print(store.status_json(job_id))
             else:
-                _print_table(store, [json.loads(text or "{}")], detail=True)
+                _print_table([store.job(job_id)], detail=True)
             return EXIT_OK
         from fsdp_orch.control.liveness import refresh
 
@@ -148,14 +144,11 @@ def cmd_status(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             sys.stdout.buffer.write(store.status_json_bytes() + b"\n")
             return EXIT_OK
-        import json
-
-        jobs = json.loads(store.status_json(limit=None if args.all else args.limit) or "[]")
-        _print_table(store, jobs)
+        _print_table(store.jobs(limit=None if args.all else args.limit))
         return EXIT_OK
 
 
-def _print_table(store, jobs: list[dict], detail: bool = False) -> None:  # type: ignore[no-untyped-def]
+def _print_table(jobs, detail: bool = False) -> None:  # type: ignore[no-untyped-def]
     from fsdp_orch.cli.status_table import format_jobs
 
     print(format_jobs(jobs, detail=detail))
@@ -174,7 +167,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
     with _open_index() as index:
         job_id = _resolve_id(index, args.job_id)
-        run_dir = index.store.job(job_id)["run_dir"]
+        run_dir = index.store.run_dir(job_id)
     show_events(run_dir, as_json=args.json, follow=args.follow)
     return EXIT_OK
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from fsdp_orch.record.model import JobStatus
+from fsdp_orch.vocab.times import iso_time
+
 
 def format_rows(columns: list[str], rows: list[dict[str, Any]]) -> str:
     cells = [[c.upper() for c in columns]] + [["" if r.get(c) is None else str(r.get(c)) for c in columns]
@@ -12,40 +15,40 @@ def format_rows(columns: list[str], rows: list[dict[str, Any]]) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 
 
-def _loss(progress: dict[str, Any] | None) -> str:
-    if not progress or progress.get("loss") is None:
-        return ""
-    return f"{progress['loss']:.4f}"
+def _loss(loss: float | None) -> str:
+    return "" if loss is None else f"{loss:.4f}"
 
 
-def format_jobs(jobs: list[dict[str, Any]], detail: bool = False) -> str:
-    rows = []
-    for j in jobs:
-        progress = j.get("progress") or {}
-        rows.append({
-            "id": j.get("id"), "name": j.get("name"), "cluster": j.get("cluster"),
-            "state": j.get("state"), "attempts": j.get("attempts"),
-            "step": progress.get("step"), "loss": _loss(progress),
-            "ckpt": j.get("last_checkpoint_step"),
-            "created": (j.get("created_at") or "")[:19].replace("T", " "),
-        })
+def format_jobs(jobs: list[JobStatus], detail: bool = False) -> str:
+    rows = [{"id": j.id, "name": _one_line(j.name), "cluster": j.cluster, "state": j.state,
+             "attempts": j.attempts, "step": j.progress_step, "loss": _loss(j.progress_loss),
+             "ckpt": j.last_checkpoint_step, "created": (iso_time(j.created_at) or "")[:19].replace("T", " ")}
+            for j in jobs]
     text = format_rows(["id", "name", "cluster", "state", "attempts", "step", "loss", "ckpt", "created"], rows)
     if not detail:
         return text
-    lines = [text]
-    for j in jobs:
-        if j.get("reason"):
-            lines.append(f"reason: {j['reason']}")
-        for f in j.get("failures") or []:
-            stalled = f" (stalled {f['stalled_for_s']:.1f}s)" if f.get("stalled_for_s") is not None else ""
-            lines.append(f"attempt {f['attempt']}: {f['category']}{stalled} -> {f['action']}: {f.get('evidence') or ''}")
-            if f.get("hint"):
-                lines.append(f"  hint: {f['hint']}")
-        hang = j.get("hang_detection") or {}
-        if hang.get("enabled") is False:
-            lines.append(f"hang detection: off: {hang.get('reason') or ''}")
-        for e in j.get("events") or []:
-            lines.append(f"attempt {e.get('attempt')}: {e.get('kind')}: {e.get('message')}")
-        if j.get("run_dir"):
-            lines.append(f"run dir: {j['run_dir']}")
-    return "\n".join(lines)
+    return "\n".join([text, *(line for j in jobs for line in detail_lines(j))])
+
+
+def detail_lines(job: JobStatus) -> list[str]:
+    """What ``status ID`` prints under the table: the reason, each failure with its hint, the
+    notices and the run folder."""
+    lines = []
+    if job.reason:
+        lines.append(f"reason: {job.reason}")
+    for f in job.failures:
+        stalled = f" (stalled {f.stalled_for_s:.1f}s)" if f.stalled_for_s is not None else ""
+        lines.append(f"attempt {f.attempt}: {f.category}{stalled} -> {f.action}: {f.evidence or ''}")
+        if f.hint:
+            lines.append(f"  hint: {f.hint}")
+    if job.hang_detection_off is not None:
+        lines.append(f"hang detection: off: {job.hang_detection_off}")
+    for n in job.notices:
+        lines.append(f"attempt {n.attempt}: {n.kind}: {n.message}")
+    if job.run_dir:
+        lines.append(f"run dir: {job.run_dir}")
+    return lines
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.splitlines())

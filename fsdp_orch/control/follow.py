@@ -6,19 +6,20 @@ import sys
 import time
 from typing import Any
 
+from fsdp_orch.record.model import JobStatus
 from fsdp_orch.vocab.states import TERMINAL_NAMES
 
 
-def progress_line(row: dict[str, Any]) -> str:
-    step = row.get("progress_step")
-    loss = row.get("progress_loss")
-    parts = [f"{row['id']}", row["state"], f"attempt {row['attempts']}"]
+def progress_line(row: JobStatus) -> str:
+    step = row.progress_step
+    loss = row.progress_loss
+    parts = [f"{row.id}", row.state, f"attempt {row.attempts}"]
     if step is not None:
         parts.append(f"step {step}")
     if loss is not None:
         parts.append(f"loss {float(loss):.4f}")
-    if row.get("last_checkpoint_step") is not None:
-        parts.append(f"checkpoint {row['last_checkpoint_step']}")
+    if row.last_checkpoint_step is not None:
+        parts.append(f"checkpoint {row.last_checkpoint_step}")
     return "  ".join(parts)
 
 
@@ -38,18 +39,18 @@ def wait_for(index: Any, job_id: str, *, show_progress: bool = True, quiet: bool
             return "FAILED"
         line = progress_line(row)
         now = time.monotonic()
-        if not quiet and line != last and (tty or now - last_print >= 2.0 or row["state"] in TERMINAL_NAMES):
+        if not quiet and line != last and (tty or now - last_print >= 2.0 or row.state in TERMINAL_NAMES):
             if tty and show_progress:
                 sys.stderr.write("\r\033[K" + line)
             else:
                 sys.stderr.write(line + "\n")
             sys.stderr.flush()
             last, last_print = line, now
-        if row["state"] in TERMINAL_NAMES:
+        if row.state in TERMINAL_NAMES:
             if tty and show_progress and not quiet:
                 sys.stderr.write("\n")
-            return str(row["state"])
+            return str(row.state)
         refresh(index, [job_id])
         if timeout is not None and now - started > timeout:
-            return str(row["state"])
+            return str(row.state)
         time.sleep(interval)

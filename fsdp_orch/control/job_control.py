@@ -122,4 +122,4 @@ def cancel(index: JobIndex, job_id: str) -> str:
     row = index.store.job(job_id)
     if row is None:
         raise JobNotFound(job_id)
-    return cluster_kind(row["kind"]).cancel(index, row)
+    return cluster_kind(row.kind).cancel(index, row)

@@ -8,16 +8,21 @@ from __future__ import annotations
 
 from fsdp_orch.record.index import JobIndex
 
+TYPE_CHECKING = False  # typing and the record model cost ``status`` milliseconds at start-up
+if TYPE_CHECKING:
+    from fsdp_orch.record.model import JobStatus
+    from fsdp_orch.record.store import ActiveJob
+
 
 def refresh(index: JobIndex, job_ids: list[str] | None) -> list[str]:
     """Returns the ids of the jobs a kind changed or re-attached a supervisor to."""
-    active = index.store.active_jobs()
-    if job_ids is not None:
-        active = [r for r in active if r["id"] in job_ids]
-    by_kind: dict[str, list[dict]] = {}  # type: ignore[type-arg]
-    for row in active:
-        if needs_settling(row):
-            by_kind.setdefault(row["kind"], []).append(row)
+    active = [job for job in index.store.active_refs() if job_ids is None or job.id in job_ids]
+    by_kind: dict[str, list[JobStatus]] = {}
+    for job in active:
+        if needs_settling(job):
+            status = index.store.job(job.id)
+            if status is not None:
+                by_kind.setdefault(job.kind, []).append(status)
     if not by_kind:
         return []
     from fsdp_orch.backends.registry import cluster_kind
@@ -28,14 +33,14 @@ def refresh(index: JobIndex, job_ids: list[str] | None) -> list[str]:
     return changed
 
 
-def needs_settling(row: dict) -> bool:  # type: ignore[type-arg]
+def needs_settling(job: ActiveJob | JobStatus) -> bool:
     """Whether the job's kind has anything to look at: something was started for it, and its
     supervisor is not alive on this machine (where it is, it reports for itself). Checked before a
     kind is imported, which costs ``status`` hundreds of milliseconds."""
-    if not row["supervisor_pid"] and not row["backend_ref"]:
+    if not job.supervisor_pid and not job.backend_ref:
         return False
-    if row["supervisor_pid"]:
+    if job.supervisor_pid:
         from fsdp_orch.observe.proctree import pid_alive
 
-        return not pid_alive(row["supervisor_pid"], must_contain=row["id"])
+        return not pid_alive(job.supervisor_pid, must_contain=job.id)
     return True

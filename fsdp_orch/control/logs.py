@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_orch.observe.attempt_files import STACKS_DIR
+from fsdp_orch.record.model import JobStatus
 from fsdp_orch.vocab.errors import InputError
-from fsdp_orch.vocab.states import TERMINAL_NAMES
 
 _NODE_LOG = re.compile(r"console-node-(\d+)\.log$")
 # torchrun --tee prefixes each worker line with "[<role><local_rank>]:".
@@ -44,7 +44,7 @@ def show_logs(index: Any, job_id: str, *, rank: int | None = None, attempt: int 
               follow: bool = False, out: Any = None) -> int:
     out = out or sys.stdout
     row = index.store.job(job_id)
-    run_dir = Path(row["run_dir"])
+    run_dir = Path(row.run_dir)
     attempts = attempt_dirs(run_dir)
     if not attempts:
         raise InputError(f"job {job_id} has no attempt logs yet", field="logs")
@@ -76,7 +76,7 @@ def show_logs(index: Any, job_id: str, *, rank: int | None = None, attempt: int 
             return _point_to_stacks(attempts[chosen], out)
         index.ingest([job_id])
         current = index.store.job(job_id)
-        if current["state"] in TERMINAL_NAMES and attempt_dirs(run_dir).keys() == attempts.keys():
+        if current is not None and current.ended and attempt_dirs(run_dir).keys() == attempts.keys():
             return _point_to_stacks(attempts[chosen], out)
         if attempt is None:
             newest = max(attempt_dirs(run_dir))
@@ -101,10 +101,10 @@ def _point_to_stacks(attempt_dir: Path, out: Any) -> int:
     return 0
 
 
-def _nproc(row: dict[str, Any]) -> int:
+def _nproc(row: JobStatus) -> int:
     import json
 
     try:
-        return int(json.loads(row["spec_json"])["_resolved"]["nproc_per_node"])
+        return int(json.loads(row.spec_json)["_resolved"]["nproc_per_node"])
     except (KeyError, ValueError, TypeError):
         return 1

@@ -26,9 +26,9 @@ def _from_job(index: JobIndex, job_id: str) -> InitSource:
     from fsdp_orch.launch.submission import Submission
 
     row = index.store.job(job_id)
-    run_dir = Path(row["run_dir"])
+    run_dir = Path(row.run_dir)
     try:
-        submission = Submission.load(run_dir, cluster_kind(row["kind"]))
+        submission = Submission.load(run_dir, cluster_kind(row.kind))
     except (OSError, ValueError) as exc:
         raise InputError(f"job {job_id}'s submission cannot be read ({exc})", field=FIELD) from None
     directory = submission.checkpoint_dir

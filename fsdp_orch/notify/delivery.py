@@ -14,7 +14,7 @@ from typing import Any
 from fsdp_orch.jobspec.notify import Webhook
 from fsdp_orch.notify.due import Due, Logged, due, ended
 from fsdp_orch.notify.payload import body
-from fsdp_orch.record.events import event_files, read_from
+from fsdp_orch.record.events import event_files, order_key, read_from
 from fsdp_orch.vocab.backoff import WEBHOOK, TriedByTheCaller
 
 FIRST_RETRY_S = WEBHOOK.first
@@ -53,8 +53,7 @@ class EventFeed:
             writer = os.path.basename(path)
             new += [Logged(writer, e) for e in result.events if e["kind"] not in self.SKIPPED]
         if new:
-            self.events = sorted(self.events + new, key=lambda item: (
-                item.event["at"], not item.writer.startswith("submit-"), item.writer, item.event.get("seq", 0)))
+            self.events = sorted(self.events + new, key=lambda item: order_key(item.event, item.writer))
         return bool(new)
 
 

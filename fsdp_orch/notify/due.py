@@ -1,6 +1,6 @@
 """Which notifications a job's events call for: pure (events, webhooks and the ledger in,
-notifications out). The job's state is the one ``JobView`` derives, so a webhook hears of the same
-states ``status`` shows."""
+notifications out). The job's state is the one ``record.fold`` derives, so a webhook hears of the
+same states ``status`` shows."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fsdp_orch.jobspec.notify import Webhook
-from fsdp_orch.record.journal import JobView
+from fsdp_orch.record.fold import apply, fold_lines
+from fsdp_orch.record.model import JobStatus, parse_event
 
 
 @dataclass(frozen=True)
@@ -49,18 +50,20 @@ class Due:
 
 
 def changes(events: list[Logged]) -> list[Change]:
-    """In time order: each state the job enters (a repeated state is no change; nothing after its
-    end counts) and each event by its kind."""
-    view = JobView([])
+    """In order: each state the job enters (a repeated state is no change; nothing after its end
+    counts) and each event by its kind."""
+    status: JobStatus | None = None
     found: list[Change] = []
     for logged in events:
-        if view.ended:
+        if status is not None and status.ended:
             break
-        before = view.state
-        view.apply(logged.event)
+        before = status.state if status is not None else None
+        event = parse_event(logged.event)
+        if event is not None:
+            status = apply(status, event, str(logged.event.get("job") or ""))
         found.append(Change(str(logged.event["kind"]), logged))
-        if view.state is not None and view.state != before:
-            found.append(Change(view.state, logged))
+        if status is not None and status.state != before:
+            found.append(Change(status.state, logged))
     return found
 
 
@@ -82,7 +85,8 @@ def due(events: list[Logged], hooks: list[Webhook], done: set[str]) -> list[Due]
 
 
 def ended(events: list[Logged]) -> bool:
-    return JobView([logged.event for logged in events]).ended
+    status = fold_lines([logged.event for logged in events], "", None)
+    return status is not None and status.ended
 
 
 __all__ = ["Change", "Due", "Logged", "changes", "due", "ended", "notification_key"]

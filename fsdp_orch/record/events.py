@@ -121,18 +121,39 @@ def event_files(run_dir: str | os.PathLike[str]) -> list[str]:
     return [os.path.join(directory, n) for n in names]
 
 
+def order_key(event: dict, path: str) -> tuple:  # type: ignore[type-arg]
+    """Where ``event`` (read from ``path``) stands among its job's events: the submission first
+    (another host's clock may be behind), then by time; ties by writer file (the submitting CLI's
+    first), then the writer's sequence. Every reader folds in this order."""
+    name = os.path.basename(path)
+    return (event["kind"] != "submitted", float(event["at"]), not name.startswith("submit-"), name,
+            int(event.get("seq") or 0))
+
+
 def read_new(run_dir: str | os.PathLike[str],
              offsets: dict[str, tuple[int, int]]) -> tuple[list[dict], list[str]]:  # type: ignore[type-arg]
-    """The job's events appended since ``offsets`` (file -> (byte offset, lines); updated), in time
-    order (ties: file, then sequence), and the warnings."""
+    """The job's events appended since ``offsets`` (file -> (byte offset, lines); updated), in
+    ``order_key`` order, and the warnings."""
     events, warnings = [], []
-    for order, path in enumerate(event_files(run_dir)):
+    for path in event_files(run_dir):
         result = read_from(path, *offsets.get(path, (0, 0)))
         offsets[path] = (result.offset, result.line)
         warnings += result.warnings
-        events += [(e["at"], order, e.get("seq", 0), e) for e in result.events]
-    events.sort(key=lambda item: item[:3])
-    return [e for *_, e in events], warnings
+        events += [(order_key(e, path), e) for e in result.events]
+    events.sort(key=lambda item: item[0])
+    return [e for _, e in events], warnings
+
+
+def read_keyed(run_dir: str | os.PathLike[str]) -> tuple[list[tuple[list, dict]], list[tuple[str, int, int]]]:  # type: ignore[type-arg]
+    """Every event of the job as (``order_key`` as a list, event), in that order, and how far each
+    file was read: (path, byte offset, lines). Torn and garbage lines are passed over silently."""
+    events, read = [], []
+    for path in event_files(run_dir):
+        result = read_from(path)
+        read.append((path, result.offset, result.line))
+        events += [(list(order_key(e, path)), e) for e in result.events]
+    events.sort(key=lambda item: item[0])
+    return events, read
 
 
 def read_job(run_dir: str | os.PathLike[str]) -> tuple[list[dict], list[str]]:  # type: ignore[type-arg]
@@ -141,4 +162,4 @@ def read_job(run_dir: str | os.PathLike[str]) -> tuple[list[dict], list[str]]:  
 
 
 __all__ = ["CANCEL_MARKER", "EVENTS_DIR", "EventWriter", "ReadResult", "event_files", "events_dir",
-           "parse_lines", "read_from", "read_job", "read_new", "writer_name"]
+           "order_key", "parse_lines", "read_from", "read_job", "read_keyed", "read_new", "writer_name"]

@@ -18,7 +18,6 @@ from fsdp_orch.vocab.states import JobState
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
 
     from fsdp_orch.record.journal import Journal
 
@@ -53,9 +52,9 @@ class JobIndex:
         self.store.close()
 
     def run_dir(self, job_id: str) -> str:
-        row = self.store.job(job_id)
-        if row is not None:
-            return str(row["run_dir"])
+        known = self.store.run_dir(job_id)
+        if known is not None:
+            return known
         for root in self.runs_roots:
             if os.path.isdir(os.path.join(root, job_id)):
                 return os.path.join(root, job_id)
@@ -76,10 +75,10 @@ class JobIndex:
     def request_cancel(self, job_id: str) -> str | None:
         """Mark the job cancelled where its supervisor looks (a file in its run folder) and in its
         events. Returns the state it had already ended in, or None."""
-        row = self.store.job(job_id)
-        if row is None or JobState(row["state"]).is_terminal():
-            return None if row is None else str(row["state"])
-        open(os.path.join(row["run_dir"], CANCEL_MARKER), "a").close()
+        status = self.store.job(job_id)
+        if status is None or status.ended:
+            return None if status is None else status.state
+        open(os.path.join(status.run_dir, CANCEL_MARKER), "a").close()
         self.journal(job_id).set_state(JobState.CANCELLED, reason="cancelled by user")
         return None
 
@@ -87,11 +86,13 @@ class JobIndex:
 
     def ingest(self, job_ids: list[str] | None = None) -> None:
         """Bring the index up to date with the event logs of ``job_ids`` (None: every job that can
-        have changed)."""
+        have changed: the active ones, those that ended in the last SETTLING_S, new job folders)."""
         if job_ids is not None:
             folders = {job_id: self.run_dir(job_id) for job_id in job_ids}
         else:
-            folders = {row["id"]: row["run_dir"] for row in self.store.active_jobs()}
+            import time
+
+            folders = self.store.folders_to_read(ended_since=time.time() - SETTLING_S)
             folders.update(self._new_job_folders())
         for job_id in sorted(folders):
             self.ingest_files(job_id, event_files(folders[job_id]))
@@ -117,6 +118,23 @@ class JobIndex:
         return found
 
     def ingest_files(self, job_id: str, paths: list[str]) -> None:
+        """Fold what ``paths`` (the job's event logs) gained into the job's status. Events that come
+        after everything folded so far are applied to the kept status; one that belongs before it (a
+        writer whose log is read late) makes the job folded again from all its events. Another
+        process folding the same job at the same time is noticed when the status is kept, and the
+        logs are read again from where that one left them."""
+        if not paths:
+            return
+        for _ in range(50):
+            if self._ingest_once(job_id, paths):
+                return
+        self.warn(f"job {job_id}: its status kept changing under this process; read it again later")
+
+    def _ingest_once(self, job_id: str, paths: list[str]) -> bool:
+        from fsdp_orch.record.events import order_key
+
+        last = self.store.last_key(job_id)  # read first: what the offsets below were kept with
+        new, ingested = [], []
         for path in paths:
             offset, line = self.store.ingested(path)
             try:
@@ -127,52 +145,35 @@ class JobIndex:
             result = read_from(path, offset, line)
             for text in result.warnings:
                 self.warn(text)
-            for event in result.events:
-                apply_event(self.store, job_id, event)
-            self.store.set_ingested(path, result.offset, result.line)
+            new += [(list(order_key(event, path)), event) for event in result.events]
+            ingested.append((path, result.offset, result.line))
+        if not new:
+            if ingested:
+                self.store.set_ingested_many(ingested)  # lines that were no events
+            return True
+        from fsdp_orch.record.events import read_keyed
+        from fsdp_orch.record.fold import fold_lines
+
+        new.sort(key=lambda item: item[0])
+        status, folded_to = self.store.job(job_id), last
+        if status is not None and last is not None and new[0][0] < last:
+            # Out of order: fold the whole log again (and take every file as read to its end now).
+            run_dir = os.path.dirname(os.path.dirname(paths[0]))
+            new, ingested = read_keyed(run_dir)
+            status = None
+        status = fold_lines([event for _, event in new], job_id, status)
+        if status is None:
+            return True  # its submission is not readable (yet): read these again next time
+        kept = self.store.put(status, max(new[-1][0], last or new[-1][0]), ingested, expected_last_key=folded_to)
+        if kept is None:
+            return False
+        if not kept:
+            self.store.set_ingested_many(ingested)  # another job holds its idempotency key
+        return True
 
 
-def apply_event(store: Store, job_id: str, event: dict[str, Any]) -> None:
-    """One event into the index, with its own time (a rebuilt index says the same as the old)."""
-    kind, at = event["kind"], float(event["at"])
-    if kind == "submitted":
-        if store.job(job_id) is None:
-            store.create_job(name=event["name"], cluster=event["cluster"], kind=event["cluster_kind"],
-                             spec_json=event["spec_json"], run_dir_root=os.path.dirname(event["run_dir"]),
-                             job_file=event.get("job_file"), spec_hash=event.get("spec_hash"),
-                             idempotency_key=event.get("idempotency_key"), job_id=job_id,
-                             origin=event.get("origin"), now=at)
-        return
-    if store.job(job_id) is None:
-        return  # the job's submission is not readable (yet): its other events wait for a rebuild
-    if kind == "supervisor_started":
-        store.update(job_id, supervisor_pid=event.get("pid"))
-    elif kind in ("scheduled", "attempt_launched"):
-        store.update(job_id, backend_ref=event.get("backend_ref"))
-    elif kind == "attempt_started":
-        store.start_attempt(job_id, int(event["attempt"]), resume_from=event.get("resume_from"), now=at)
-    elif kind == "first_step":
-        store.first_step(job_id, int(event["attempt"]), float(event["first_step_at"]))
-    elif kind == "progress":
-        store.update(job_id, progress_step=event["step"], progress_loss=event.get("loss"),
-                     progress_at=event.get("progress_at"))
-    elif kind == "checkpoint_committed":
-        store.update(job_id, last_checkpoint_step=event["step"])
-    elif kind == "hang_detection":
-        store.update(job_id, hang_detection_off=event.get("off_because"))
-    elif kind == "failure_detected":
-        store.add_failure(job_id, attempt=int(event["attempt"]), category=event["category"],
-                          evidence=event.get("evidence"), action=event["action"],
-                          stalled_for_s=event.get("stalled_for_s"), now=at)
-    elif kind == "notice":
-        store.add_event(job_id, attempt=event.get("attempt"), kind=event["notice"], message=event["message"],
-                        now=at)
-    elif kind == "attempt_ended":
-        store.end_attempt(job_id, int(event["attempt"]), event.get("exit_code"), now=at)
-    elif kind in ("restart_scheduled", "allocation_requeued"):
-        store.set_state(job_id, JobState.RESTARTING, reason=event.get("reason"), now=at)
-    elif kind in ("state", "finished"):
-        store.set_state(job_id, JobState(event["state"]), reason=event.get("reason"), now=at)
+SETTLING_S = 600.0  # after a job ended, its logs are still read this long (late events of its supervisor)
+
 
 
 def open_index(home: str | None = None) -> JobIndex:
@@ -184,4 +185,3 @@ def open_index(home: str | None = None) -> JobIndex:
     root = home or home_dir()
     store = Store(store_path(root))
     return JobIndex(store, runs_roots(store, root))
-

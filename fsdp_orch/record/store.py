@@ -1,7 +1,12 @@
-"""The job store: SQLite under $FSDP_ORCH_HOME (WAL, parameterised SQL, mode 0600, versioned schema).
+"""The index's database: SQLite under $FSDP_ORCH_HOME (WAL, parameterised SQL, mode 0600), a cache of
+each job's ``JobStatus`` as ``record.fold`` computed it from the job's events.
 
-Kept to the standard library: ``fsdp-orch status`` imports only this and must start fast. The JSON that
-``status --json`` prints is built by SQLite itself in one query, so 10,000 jobs cost one statement.
+Nothing here decides what a status is. A row holds the status document ``status --json`` prints
+(so 10,000 jobs are one concatenation inside SQLite) and the full record fsdp-orch reads back. Since
+every row can be computed again from the event logs, a database of another schema version is not
+migrated: its tables are dropped and the index rebuilds them from the logs.
+
+Kept to the standard library: ``fsdp-orch status`` imports this and must start fast.
 """
 
 from __future__ import annotations
@@ -10,189 +15,44 @@ import os
 import sqlite3
 import time
 
-from fsdp_orch.vocab.states import TERMINAL_NAMES, JobState
-
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-SCHEMA_VERSION = 5
+    from fsdp_orch.record.model import JobStatus
+
+SCHEMA_VERSION = 6
 BUSY_TIMEOUT_MS = 30_000
+ACTIVE_STATES = ("PENDING", "RUNNING", "RESTARTING")
+# Written into the SQL text, not bound: SQLite uses the partial index jobs_active only when the
+# query's WHERE is visibly the index's own.
+_ACTIVE = f"state IN {ACTIVE_STATES!r}"
 
-# Each entry migrates from version i to i+1; never edit a shipped one, append a new one.
-_ISO = "strftime('%Y-%m-%dT%H:%M:%fZ', {col}, 'unixepoch')"
-_JOB_JSON_V1 = f"""json_object(
-    'id', j.id, 'name', j.name, 'cluster', j.cluster, 'state', j.state,
-    'attempts', j.attempts, 'restarts', j.restarts,
-    'created_at', {_ISO.format(col='j.created_at')}, 'ended_at', {_ISO.format(col='j.ended_at')},
-    'last_checkpoint_step', j.last_checkpoint_step,
-    'progress', CASE WHEN j.progress_step IS NULL THEN NULL ELSE json_object(
-        'step', j.progress_step, 'loss', json(j.progress_loss),
-        'updated_at', {_ISO.format(col='j.progress_at')}) END,
-    'failures', (SELECT json_group_array(json_object(
-        'attempt', f.attempt, 'category', f.category, 'evidence', f.evidence,
-        'detected_at', {_ISO.format(col='f.detected_at')}, 'stalled_for_s', f.stalled_for_s,
-        'action', f.action)) FROM (SELECT * FROM failures WHERE job_id = j.id
-                                   ORDER BY detected_at) AS f),
-    'reason', j.reason, 'run_dir', j.run_dir)"""
-# v2: whether hang detection is on (and why not), and the job's events (checkpoints moved aside,
-# stack dumps taken).
-_JOB_JSON_V2 = _JOB_JSON_V1[:-len(")")] + f""",
-    'hang_detection', json_object('enabled', json(CASE WHEN j.hang_detection_off IS NULL
-                                                       THEN 'true' ELSE 'false' END),
-                                  'reason', j.hang_detection_off),
-    'events', (SELECT json_group_array(json_object(
-        'attempt', e.attempt, 'at', {_ISO.format(col='e.at')}, 'kind', e.kind,
-        'message', e.message)) FROM (SELECT * FROM events WHERE job_id = j.id
-                                     ORDER BY at) AS e))"""
-# v3: each failure carries a hint (what the user can do about it).
-_JOB_JSON_V3 = _JOB_JSON_V2.replace("'action', f.action)", "'action', f.action, 'hint', f.hint)")
-assert _JOB_JSON_V3 != _JOB_JSON_V2
-# v5: where the job came from, fixed at submit (the schedule and tick that submitted it, the
-# checkpoint it was initialised from): a JSON object, or null.
-_JOB_JSON = _JOB_JSON_V3[:-len(")")] + """,
-    'origin', json(j.origin))"""
-
-
-_DOC_COLUMNS_V1 = ("name, cluster, state, attempts, restarts, created_at, ended_at, last_checkpoint_step,"
-                   " progress_step, progress_loss, progress_at, reason, run_dir")
-_DOC_COLUMNS = _DOC_COLUMNS_V1 + ", hang_detection_off"
-
-
-def _refresh_doc(id_expr: str, doc: str = _JOB_JSON) -> str:
-    return (f"INSERT OR REPLACE INTO job_docs (job_id, created_at, doc) SELECT j.id, j.created_at,"
-            f" {doc} FROM jobs j WHERE j.id = {id_expr};")
-
-
-MIGRATIONS: list[list[str]] = [
-    [
-        """CREATE TABLE jobs (
-            id TEXT PRIMARY KEY,
-            name TEXT NOT NULL,
-            cluster TEXT NOT NULL,
-            kind TEXT NOT NULL DEFAULT 'local',
-            state TEXT NOT NULL,
-            attempts INTEGER NOT NULL DEFAULT 0,
-            restarts INTEGER NOT NULL DEFAULT 0,
-            created_at REAL NOT NULL,
-            ended_at REAL,
-            last_checkpoint_step INTEGER,
-            progress_step INTEGER,
-            progress_loss TEXT,
-            progress_at REAL,
-            reason TEXT,
-            idempotency_key TEXT,
-            spec_hash TEXT,
-            spec_json TEXT NOT NULL,
-            job_file TEXT,
-            run_dir TEXT NOT NULL,
-            supervisor_pid INTEGER,
-            backend_ref TEXT
-        )""",
-        "CREATE INDEX jobs_created ON jobs(created_at)",
-        "CREATE INDEX jobs_name ON jobs(name, created_at)",
-        "CREATE INDEX jobs_active ON jobs(state) WHERE state IN ('PENDING', 'RUNNING', 'RESTARTING')",
-        "CREATE UNIQUE INDEX jobs_idem ON jobs(idempotency_key) WHERE idempotency_key IS NOT NULL",
-        """CREATE TABLE failures (
-            job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
-            attempt INTEGER NOT NULL,
-            category TEXT NOT NULL,
-            evidence TEXT,
-            detected_at REAL NOT NULL,
-            stalled_for_s REAL,
-            action TEXT NOT NULL
-        )""",
-        "CREATE INDEX failures_job ON failures(job_id, detected_at)",
-        """CREATE TABLE attempts (
-            job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
-            attempt INTEGER NOT NULL,
-            started_at REAL NOT NULL,
-            ended_at REAL,
-            exit_code INTEGER,
-            first_step_at REAL,
-            resume_from TEXT,
-            backend_ref TEXT,
-            PRIMARY KEY (job_id, attempt)
-        )""",
-        # Each job's status JSON is kept ready in a narrow table of its own, so `status --json` over
-        # 10,000 jobs is one concatenation inside SQLite rather than 10,000 JSON constructions.
-        """CREATE TABLE job_docs (
-            job_id TEXT PRIMARY KEY REFERENCES jobs(id) ON DELETE CASCADE,
-            created_at REAL NOT NULL,
-            doc TEXT NOT NULL
-        )""",
-        "CREATE INDEX job_docs_created ON job_docs(created_at)",
-        # Bumped on every change of any status doc: names the cached copy of the full list.
-        "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
-        "INSERT INTO meta (key, value) VALUES ('generation', 0)",
-        "CREATE TRIGGER job_docs_generation AFTER INSERT ON job_docs BEGIN"
-        " UPDATE meta SET value = value + 1 WHERE key = 'generation'; END",
-        f"CREATE TRIGGER jobs_doc_insert AFTER INSERT ON jobs BEGIN {_refresh_doc('NEW.id', _JOB_JSON_V1)} END",
-        f"CREATE TRIGGER jobs_doc_update AFTER UPDATE OF {_DOC_COLUMNS_V1} ON jobs BEGIN"
-        f" {_refresh_doc('NEW.id', _JOB_JSON_V1)} END",
-        f"CREATE TRIGGER failures_doc AFTER INSERT ON failures BEGIN"
-        f" {_refresh_doc('NEW.job_id', _JOB_JSON_V1)} END",
-    ],
-    [
-        "ALTER TABLE jobs ADD COLUMN hang_detection_off TEXT",
-        """CREATE TABLE events (
-            job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
-            attempt INTEGER,
-            at REAL NOT NULL,
-            kind TEXT NOT NULL,
-            message TEXT NOT NULL
-        )""",
-        "CREATE INDEX events_job ON events(job_id, at)",
-        "DROP TRIGGER jobs_doc_insert",
-        "DROP TRIGGER jobs_doc_update",
-        "DROP TRIGGER failures_doc",
-        f"CREATE TRIGGER jobs_doc_insert AFTER INSERT ON jobs BEGIN {_refresh_doc('NEW.id', _JOB_JSON_V2)} END",
-        f"CREATE TRIGGER jobs_doc_update AFTER UPDATE OF {_DOC_COLUMNS} ON jobs BEGIN"
-        f" {_refresh_doc('NEW.id', _JOB_JSON_V2)} END",
-        f"CREATE TRIGGER failures_doc AFTER INSERT ON failures BEGIN {_refresh_doc('NEW.job_id', _JOB_JSON_V2)} END",
-        f"CREATE TRIGGER events_doc AFTER INSERT ON events BEGIN {_refresh_doc('NEW.job_id', _JOB_JSON_V2)} END",
-        "INSERT OR REPLACE INTO job_docs (job_id, created_at, doc) SELECT j.id, j.created_at,"
-        f" {_JOB_JSON_V2} FROM jobs j",
-    ],
-    [
-        "ALTER TABLE failures ADD COLUMN hint TEXT",
-        "DROP TRIGGER jobs_doc_insert",
-        "DROP TRIGGER jobs_doc_update",
-        "DROP TRIGGER failures_doc",
-        "DROP TRIGGER events_doc",
-        f"CREATE TRIGGER jobs_doc_insert AFTER INSERT ON jobs BEGIN {_refresh_doc('NEW.id', _JOB_JSON_V3)} END",
-        f"CREATE TRIGGER jobs_doc_update AFTER UPDATE OF {_DOC_COLUMNS} ON jobs BEGIN"
-        f" {_refresh_doc('NEW.id', _JOB_JSON_V3)} END",
-        f"CREATE TRIGGER failures_doc AFTER INSERT ON failures BEGIN {_refresh_doc('NEW.job_id', _JOB_JSON_V3)} END",
-        f"CREATE TRIGGER events_doc AFTER INSERT ON events BEGIN {_refresh_doc('NEW.job_id', _JOB_JSON_V3)} END",
-        "INSERT OR REPLACE INTO job_docs (job_id, created_at, doc) SELECT j.id, j.created_at,"
-        f" {_JOB_JSON_V3} FROM jobs j",
-    ],
-    [
-        # How far each event log has been read into this index (byte offset, whole lines).
-        "CREATE TABLE ingested (path TEXT PRIMARY KEY, offset INTEGER NOT NULL, line INTEGER NOT NULL)",
-    ],
-    [
-        "ALTER TABLE jobs ADD COLUMN origin TEXT",
-        "DROP TRIGGER jobs_doc_insert",
-        "DROP TRIGGER jobs_doc_update",
-        "DROP TRIGGER failures_doc",
-        "DROP TRIGGER events_doc",
-        f"CREATE TRIGGER jobs_doc_insert AFTER INSERT ON jobs BEGIN {_refresh_doc('NEW.id')} END",
-        f"CREATE TRIGGER jobs_doc_update AFTER UPDATE OF {_DOC_COLUMNS} ON jobs BEGIN"
-        f" {_refresh_doc('NEW.id')} END",
-        f"CREATE TRIGGER failures_doc AFTER INSERT ON failures BEGIN {_refresh_doc('NEW.job_id')} END",
-        f"CREATE TRIGGER events_doc AFTER INSERT ON events BEGIN {_refresh_doc('NEW.job_id')} END",
-        "INSERT OR REPLACE INTO job_docs (job_id, created_at, doc) SELECT j.id, j.created_at,"
-        f" {_JOB_JSON} FROM jobs j",
-    ],
+_SCHEMA = [
+    """CREATE TABLE jobs (
+        id TEXT PRIMARY KEY,
+        created_at REAL NOT NULL,
+        state TEXT NOT NULL,
+        ended_at REAL,
+        kind TEXT NOT NULL,
+        run_dir TEXT NOT NULL,
+        idempotency_key TEXT,
+        supervisor_pid INTEGER,
+        backend_ref TEXT,
+        record TEXT NOT NULL,   -- JobStatus.to_record(), JSON
+        doc TEXT NOT NULL,      -- JobStatus.to_json(), JSON: what status --json prints
+        last_key TEXT           -- events.order_key of the last event folded in, JSON
+    )""",
+    "CREATE INDEX jobs_created ON jobs(created_at)",
+    f"CREATE INDEX jobs_active ON jobs(state) WHERE {_ACTIVE}",
+    "CREATE INDEX jobs_ended ON jobs(ended_at)",
+    "CREATE UNIQUE INDEX jobs_idem ON jobs(idempotency_key) WHERE idempotency_key IS NOT NULL",
+    # How far each event log has been read into this index (byte offset, whole lines).
+    "CREATE TABLE ingested (path TEXT PRIMARY KEY, offset INTEGER NOT NULL, line INTEGER NOT NULL)",
+    # generation: bumped on every change of a status doc; names the cached copy of the full list.
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
 ]
-
-def _json_or_none(value: dict[str, Any] | None) -> str | None:
-    import json
-
-    return None if not value else json.dumps(value, sort_keys=True)
 
 
 class _Transaction:
@@ -209,6 +69,12 @@ class _Transaction:
         self.conn.execute("ROLLBACK" if kind is not None else "COMMIT")
 
 
+def _dumps(value: object) -> str:
+    import json
+
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 class Store:
     """One open connection; pass it where it is needed (no global handle)."""
 
@@ -221,8 +87,7 @@ class Store:
         self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                     check_same_thread=False)
         self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        self.conn.execute("PRAGMA foreign_keys = ON")
-        self._migrate()
+        self._ensure_schema()
 
     def close(self) -> None:
         self.conn.close()
@@ -235,34 +100,35 @@ class Store:
 
     # --- schema ---------------------------------------------------------------------------
 
-    def _migrate(self) -> None:
+    def _ensure_schema(self) -> None:
         # Switching to WAL takes an exclusive lock and does not wait on the busy timeout: many
         # processes opening a new store at once retry here instead of failing "database is locked".
         deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
         while True:
             try:
-                return self._migrate_once()
+                return self._ensure_schema_once()
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.02)
 
-    def _migrate_once(self) -> None:
-        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
-        if version == SCHEMA_VERSION:
+    def _ensure_schema_once(self) -> None:
+        if self.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
             return
-        if version > SCHEMA_VERSION:
-            from fsdp_orch.vocab.errors import InputError
-
-            raise InputError(f"schema version {version} is newer than this fsdp-orch understands "
-                             f"({SCHEMA_VERSION}); upgrade fsdp-orch", file=str(self.path))
         if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             self.conn.execute("PRAGMA journal_mode = WAL")
         with self._transaction():
-            version = self.conn.execute("PRAGMA user_version").fetchone()[0]  # re-read under lock
-            for step in range(version, SCHEMA_VERSION):
-                for statement in MIGRATIONS[step]:
-                    self.conn.execute(statement)
+            if self.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+                return  # another process made it while this one waited for the lock
+            # Another version's cache (or none): drop it; the index reads every event log again.
+            for kind, name in self.conn.execute(
+                    "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'view')"
+                    " AND name NOT LIKE 'sqlite_%'").fetchall():
+                self.conn.execute(f'DROP {kind.upper()} IF EXISTS "{name}"')
+            for statement in _SCHEMA:
+                self.conn.execute(statement)
+            # Starts from the clock, not 0: a cached list of a dropped or deleted index never matches.
+            self.conn.execute("INSERT INTO meta (key, value) VALUES ('generation', ?)", (time.time_ns() // 1000,))
             self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         os.chmod(self.path, 0o600)
 
@@ -272,111 +138,55 @@ class Store:
         """A write transaction that takes the lock at once (no upgrade deadlock between writers)."""
         return _Transaction(self.conn)
 
-    def _write(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> sqlite3.Cursor:
+    def put(self, status: JobStatus, last_key: object = None,
+            ingested: list[tuple[str, int, int]] = (),  # type: ignore[assignment]
+            expected_last_key: object = ...) -> bool | None:
+        """Keep ``status`` (folded up to the event at ``last_key``) and how far each event log was
+        read, in one transaction. False, and nothing kept, when another job already holds its
+        idempotency key (a concurrent submit with the same key won). None, and nothing kept, when
+        ``expected_last_key`` is given and the job's kept status has moved on from it since it was
+        read (another process folded more): the caller reads again."""
+        record, doc = _dumps(status.to_record()), _dumps(status.to_json())
         with self._transaction():
-            return self.conn.execute(sql, params)
-
-    def create_job(self, *, name: str, cluster: str, spec_json: str, run_dir_root: Path,
-                   kind: str = "local",
-                   job_file: str | None = None, spec_hash: str | None = None,
-                   idempotency_key: str | None = None, job_id: str | None = None,
-                   origin: dict[str, Any] | None = None, now: float | None = None) -> tuple[str, bool]:
-        """Insert a PENDING job. Returns (id, created); with an idempotency key already used, (that id, False)."""
-        with self._transaction():
-            if idempotency_key:
+            if expected_last_key is not ...:
+                row = self.conn.execute("SELECT last_key FROM jobs WHERE id = ?", (status.id,)).fetchone()
+                current = None if row is None or row[0] is None else _loads(row[0])
+                if current != expected_last_key:
+                    return None
+            if status.idempotency_key:
                 row = self.conn.execute("SELECT id FROM jobs WHERE idempotency_key = ?",
-                                        (idempotency_key,)).fetchone()
-                if row:
-                    return row[0], False
-            new_id = job_id or os.urandom(6).hex()
+                                        (status.idempotency_key,)).fetchone()
+                if row and row[0] != status.id:
+                    return False
             self.conn.execute(
-                "INSERT INTO jobs (id, name, cluster, kind, state, created_at, spec_json, job_file,"
-                " spec_hash, idempotency_key, run_dir, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (new_id, name, cluster, kind, JobState.PENDING.value, now if now is not None else time.time(),
-                 spec_json, job_file, spec_hash, idempotency_key, os.path.join(run_dir_root, new_id),
-                 _json_or_none(origin)))
-            return new_id, True
+                "INSERT INTO jobs (id, created_at, state, ended_at, kind, run_dir, idempotency_key,"
+                " supervisor_pid, backend_ref, record, doc, last_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(id) DO UPDATE SET state = excluded.state, ended_at = excluded.ended_at,"
+                " supervisor_pid = excluded.supervisor_pid, backend_ref = excluded.backend_ref,"
+                " record = excluded.record, doc = excluded.doc, last_key = excluded.last_key",
+                (status.id, status.created_at, status.state, status.ended_at, status.kind, status.run_dir,
+                 status.idempotency_key, status.supervisor_pid, status.backend_ref, record, doc,
+                 None if last_key is None else _dumps(last_key)))
+            self.conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")
+            self._set_ingested(ingested)
+        return True
 
-    _UPDATABLE = frozenset({"state", "attempts", "restarts", "ended_at", "last_checkpoint_step",
-                            "progress_step", "progress_loss", "progress_at", "reason",
-                            "supervisor_pid", "backend_ref", "hang_detection_off"})
-
-    def update(self, job_id: str, **fields: Any) -> None:
-        bad = set(fields) - self._UPDATABLE
-        if bad:
-            raise ValueError(f"not updatable: {sorted(bad)}")
-        if "state" in fields and isinstance(fields["state"], JobState):
-            fields["state"] = fields["state"].value
-        if "progress_loss" in fields and fields["progress_loss"] is not None:
-            loss = float(fields["progress_loss"])
-            # JSON has no NaN or infinity: a diverged loss shows as null.
-            fields["progress_loss"] = repr(loss) if loss == loss and abs(loss) != float("inf") else None
-        assignments = ", ".join(f"{name} = :{name}" for name in sorted(fields))
-        self._write(f"UPDATE jobs SET {assignments} WHERE id = :_id", {**fields, "_id": job_id})
-
-    def set_state(self, job_id: str, state: JobState, *, reason: str | None = None,
-                  now: float | None = None, only_if_active: bool = True) -> bool:
-        """Move to ``state``; a terminal state is final (returns False if the job already ended).
-        A success clears the reason a restart left behind; other states keep it unless given one."""
-        ended = (now if now is not None else time.time()) if state.is_terminal() else None
-        if state is JobState.SUCCEEDED:
-            sql, params = "UPDATE jobs SET state = ?, ended_at = ?, reason = ? WHERE id = ?", [
-                state.value, ended, reason, job_id]
-        else:
-            sql, params = ("UPDATE jobs SET state = ?, ended_at = ?, reason = COALESCE(?, reason)"
-                           " WHERE id = ?", [state.value, ended, reason, job_id])
-        if only_if_active:
-            sql += f" AND state NOT IN ({', '.join('?' * len(TERMINAL_NAMES))})"
-            params += TERMINAL_NAMES
-        cur = self._write(sql, tuple(params))
-        return cur.rowcount == 1
-
-    def add_failure(self, job_id: str, *, attempt: int, category: str, evidence: str | None,
-                    action: str, stalled_for_s: float | None = None, now: float | None = None) -> None:
-        from fsdp_orch.vocab.hints import hint_for
-
-        self._write("INSERT INTO failures (job_id, attempt, category, evidence, detected_at,"
-                    " stalled_for_s, action, hint) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (job_id, attempt, category, evidence, now if now is not None else time.time(),
-                     stalled_for_s, action, hint_for(category, evidence)))
-
-    def add_event(self, job_id: str, *, attempt: int | None, kind: str, message: str,
-                  now: float | None = None) -> None:
-        """Something the supervisor did or saw that is not a failure (a checkpoint moved aside)."""
-        self._write("INSERT INTO events (job_id, attempt, at, kind, message) VALUES (?, ?, ?, ?, ?)",
-                    (job_id, attempt, now if now is not None else time.time(), kind, message))
-
-    def start_attempt(self, job_id: str, attempt: int, *, resume_from: str | None,
-                      now: float | None = None) -> None:
-        t = now if now is not None else time.time()
+    def set_ingested_many(self, ingested: list[tuple[str, int, int]]) -> None:
+        """(path, byte offset, lines) of event logs read that changed no status."""
         with self._transaction():
-            cur = self.conn.execute(
-                "UPDATE jobs SET attempts = ?, restarts = ?, state = ? WHERE id = ? AND state NOT IN"
-                f" ({', '.join('?' * len(TERMINAL_NAMES))})",
-                (attempt + 1, attempt, JobState.RUNNING.value, job_id, *TERMINAL_NAMES))
-            if cur.rowcount == 1:  # a job that already ended (cancelled in a race) stays ended
-                self.conn.execute("INSERT OR REPLACE INTO attempts (job_id, attempt, started_at, resume_from)"
-                                  " VALUES (?, ?, ?, ?)", (job_id, attempt, t, resume_from))
+            self._set_ingested(ingested)
 
-    def first_step(self, job_id: str, attempt: int, when: float) -> None:
-        """When the attempt's first training step was seen (recovery time is measured to here)."""
-        self._write("UPDATE attempts SET first_step_at = ? WHERE job_id = ? AND attempt = ?"
-                    " AND first_step_at IS NULL", (when, job_id, attempt))
-
-    def end_attempt(self, job_id: str, attempt: int, exit_code: int | None,
-                    now: float | None = None) -> None:
-        self._write("UPDATE attempts SET ended_at = ?, exit_code = ? WHERE job_id = ? AND attempt = ?",
-                    (now if now is not None else time.time(), exit_code, job_id, attempt))
-
-    def set_ingested(self, path: str, offset: int, line: int) -> None:
-        self._write("INSERT OR REPLACE INTO ingested (path, offset, line) VALUES (?, ?, ?)", (path, offset, line))
+    def _set_ingested(self, ingested: list[tuple[str, int, int]]) -> None:
+        self.conn.executemany("INSERT OR REPLACE INTO ingested (path, offset, line) VALUES (?, ?, ?)", ingested)
 
     def set_meta(self, key: str, value: int) -> None:
-        self._write("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+        with self._transaction():
+            self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 
     def set_meta_text(self, key: str, value: str) -> None:
         """Text in the meta table (its INTEGER column keeps text that is not a number as text)."""
-        self._write("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+        with self._transaction():
+            self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -400,6 +210,60 @@ class Store:
     def job_ids(self) -> set[str]:
         return {row[0] for row in self.conn.execute("SELECT id FROM jobs")}
 
+    def has_job(self, job_id: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is not None
+
+    def job(self, job_id: str) -> JobStatus | None:
+        """The job's status as last folded, with everything fsdp-orch reads of it."""
+        row = self.conn.execute("SELECT record FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if row is None else _status(row[0])
+
+    def last_key(self, job_id: str) -> list[Any] | None:
+        """``events.order_key`` of the last event folded into the job's status (JSON: a list)."""
+        import json
+
+        row = self.conn.execute("SELECT last_key FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if row is None or row[0] is None else json.loads(row[0])
+
+    def jobs(self, limit: int | None = None) -> list[JobStatus]:
+        """Every job (``limit``: the newest that many), oldest first."""
+        rows = self.conn.execute("SELECT record FROM (SELECT record, created_at, rowid AS r FROM jobs"
+                                 " ORDER BY created_at DESC, rowid DESC LIMIT ?) ORDER BY created_at, r",
+                                 (-1 if limit is None else int(limit),)).fetchall()
+        return [_status(row[0]) for row in rows]
+
+    def active_jobs(self) -> list[JobStatus]:
+        """Jobs not yet in a terminal state (what a liveness refresh has to look at)."""
+        rows = self.conn.execute(f"SELECT record FROM jobs WHERE {_ACTIVE} ORDER BY created_at, rowid").fetchall()
+        return [_status(row[0]) for row in rows]
+
+    def active_refs(self) -> list[ActiveJob]:
+        """The active jobs' ids, kinds and what was started for them: what ``status`` looks at before
+        it decides whether any kind has to settle a job (without reading a whole record)."""
+        rows = self.conn.execute("SELECT id, kind, supervisor_pid, backend_ref FROM jobs"
+                                 f" WHERE {_ACTIVE} ORDER BY created_at, rowid").fetchall()
+        return [ActiveJob(*row) for row in rows]
+
+    def folders_to_read(self, ended_since: float) -> dict[str, str]:
+        """Job id -> run folder of the jobs whose logs may still grow: the active ones, and those
+        that ended after ``ended_since`` (a supervisor still writes its last events after a cancel)."""
+        rows = self.conn.execute(f"SELECT id, run_dir FROM jobs WHERE {_ACTIVE} UNION ALL"
+                                 " SELECT id, run_dir FROM jobs WHERE ended_at >= ?", (ended_since,)).fetchall()
+        return {row[0]: row[1] for row in rows}
+
+    def run_dir(self, job_id: str) -> str | None:
+        row = self.conn.execute("SELECT run_dir FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def find_job_id(self, prefix: str) -> str | None:
+        """Exact id, or a unique prefix of one (like git)."""
+        rows = self.conn.execute("SELECT id FROM jobs WHERE id = ? OR id LIKE ? ESCAPE '\\' LIMIT 3",
+                                 (prefix, prefix.replace("\\", "\\\\").replace("%", "\\%")
+                                  .replace("_", "\\_") + "%")).fetchall()
+        ids = {r[0] for r in rows}
+        if prefix in ids:
+            return prefix
+        return rows[0][0] if len(rows) == 1 else None
 
     def status_json(self, job_id: str | None = None, limit: int | None = None) -> str | None:
         """``status --json`` text: a list of all jobs (oldest first), or one object; None if unknown."""
@@ -409,13 +273,12 @@ class Store:
     def status_json_bytes(self, job_id: str | None = None, limit: int | None = None) -> bytes | None:
         """As status_json, as UTF-8 bytes straight from SQLite (no decode/encode of megabytes)."""
         if job_id is not None:
-            row = self.conn.execute("SELECT CAST(doc AS BLOB) FROM job_docs WHERE job_id = ?",
-                                    (job_id,)).fetchone()
+            row = self.conn.execute("SELECT CAST(doc AS BLOB) FROM jobs WHERE id = ?", (job_id,)).fetchone()
             return bytes(row[0]) if row else None
         if limit is not None:
             row = self.conn.execute(
                 "SELECT CAST('[' || coalesce(group_concat(doc, ','), '') || ']' AS BLOB) FROM"
-                " (SELECT doc, created_at, r FROM (SELECT doc, created_at, rowid AS r FROM job_docs"
+                " (SELECT doc, created_at, r FROM (SELECT doc, created_at, rowid AS r FROM jobs"
                 " ORDER BY created_at DESC, rowid DESC LIMIT ?) ORDER BY created_at, r)",
                 (int(limit),)).fetchone()
             return bytes(row[0])
@@ -435,7 +298,7 @@ class Store:
                 pass
             row = self.conn.execute(
                 "SELECT CAST('[' || coalesce(group_concat(doc, ','), '') || ']' AS BLOB)"
-                " FROM (SELECT doc FROM job_docs ORDER BY created_at, rowid)").fetchone()
+                " FROM (SELECT doc FROM jobs ORDER BY created_at, rowid)").fetchone()
         finally:
             self.conn.execute("COMMIT")
         data = bytes(row[0])
@@ -462,29 +325,25 @@ class Store:
         except OSError:
             pass  # a cache that cannot be written only costs speed
 
-    def _dicts(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-        cur = self.conn.execute(sql, params)
-        names = [c[0] for c in cur.description]
-        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
-    def active_jobs(self) -> list[dict[str, Any]]:
-        """Jobs not yet in a terminal state (what a liveness refresh has to look at)."""
-        return self._dicts("SELECT id, kind, state, supervisor_pid, backend_ref, run_dir FROM jobs"
-                           " WHERE state IN ('PENDING', 'RUNNING', 'RESTARTING')")
+class ActiveJob:
+    """An active job as ``active_refs`` gives it (no dataclass: ``status`` starts here)."""
 
-    def job(self, job_id: str) -> dict[str, Any] | None:
-        rows = self._dicts("SELECT * FROM jobs WHERE id = ?", (job_id,))
-        return rows[0] if rows else None
+    __slots__ = ("id", "kind", "supervisor_pid", "backend_ref")
 
-    def find_job_id(self, prefix: str) -> str | None:
-        """Exact id, or a unique prefix of one (like git)."""
-        rows = self.conn.execute("SELECT id FROM jobs WHERE id = ? OR id LIKE ? ESCAPE '\\' LIMIT 3",
-                                 (prefix, prefix.replace("\\", "\\\\").replace("%", "\\%")
-                                  .replace("_", "\\_") + "%")).fetchall()
-        ids = {r[0] for r in rows}
-        if prefix in ids:
-            return prefix
-        return rows[0][0] if len(rows) == 1 else None
+    def __init__(self, id: str, kind: str, supervisor_pid: int | None, backend_ref: str | None):
+        self.id, self.kind, self.supervisor_pid, self.backend_ref = id, kind, supervisor_pid, backend_ref
 
-    def attempts(self, job_id: str) -> list[dict[str, Any]]:
-        return self._dicts("SELECT * FROM attempts WHERE job_id = ? ORDER BY attempt", (job_id,))
+
+def _loads(text: str) -> Any:
+    import json
+
+    return json.loads(text)
+
+
+def _status(record: str) -> JobStatus:
+    import json
+
+    from fsdp_orch.record.model import JobStatus
+
+    return JobStatus.from_record(json.loads(record))

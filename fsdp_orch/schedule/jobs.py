@@ -25,10 +25,10 @@ class IndexJobs:
     def _states(self, job_ids: list[str]) -> dict[str, str]:
         from fsdp_orch.control.liveness import refresh
 
-        known = [j for j in job_ids if self.index.store.job(j) is not None]
+        known = [j for j in job_ids if self.index.store.has_job(j)]
         self.index.ingest(known)
         refresh(self.index, known)
-        return {j: str(self.index.store.job(j)["state"]) for j in known}
+        return {j: self.index.store.job(j).state for j in known}  # type: ignore[union-attr]
 
     def active(self, job_ids: list[str]) -> list[str]:
         states = self._states(job_ids)

@@ -19,8 +19,9 @@ from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.launch.plan import CHECKPOINT_REQUEST_FILE, host_port
 from fsdp_orch.launch.submission import SUBMISSION_FILE, Submission
 from fsdp_orch.observe.checkpoints import latest_complete, move_aside, partial_newer_than_latest
-from fsdp_orch.record.events import CANCEL_MARKER, read_job
-from fsdp_orch.record.journal import JobView, Journal
+from fsdp_orch.record.events import CANCEL_MARKER
+from fsdp_orch.record.journal import Journal, read_status
+from fsdp_orch.record.model import JobStatus
 from fsdp_orch.supervise.diagnose import Diagnosis, diagnose_exit
 from fsdp_orch.supervise.hang_evidence import stuck_ranks_evidence, with_flight_recorder
 from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower
@@ -33,6 +34,7 @@ from fsdp_orch.supervise.policy import (
 )
 from fsdp_orch.supervise.watchdog import StepClock, check_hang, no_signal, scripts_finished_at
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError
+from fsdp_orch.vocab.hints import hint_for
 from fsdp_orch.vocab.states import JobState
 
 STOP_GRACE_S = 5.0
@@ -165,17 +167,19 @@ class Supervisor:
                 f"host {host} was lost in attempt {attempt}: the attempts after it are planned without it"))
         if failed.diagnosis.category == "preemption_or_node_lost" and self.allocation_ending():
             self.journal.add_failure(attempt=attempt, category=failed.diagnosis.category,
-                                   evidence=failed.diagnosis.evidence, action="requeue",
-                                   stalled_for_s=failed.stalled_for_s, now=failed.detected_at)
+                                     evidence=failed.diagnosis.evidence, action="requeue",
+                                     hint=failed.diagnosis.hint, stalled_for_s=failed.stalled_for_s,
+                                     now=failed.detected_at)
             self.journal.requeued("the scheduler requeued the job", now=self.clock())
             raise AllocationEnding("") from None
         cannot_place = self._cannot_place(attempt + 1) if category == "preemption_or_node_lost" else None
         decision = decide(self.sub.job.restart, self.history, restarts_done=attempt - self.requeued_attempts,
                           cannot_place=cannot_place)
         self.journal.add_failure(attempt=attempt, category=failed.diagnosis.category,
-                               evidence=failed.diagnosis.evidence,
-                               action="restart" if decision.restart else "give_up",
-                               stalled_for_s=failed.stalled_for_s, now=failed.detected_at)
+                                 evidence=failed.diagnosis.evidence,
+                                 action="restart" if decision.restart else "give_up",
+                                 hint=failed.diagnosis.hint, stalled_for_s=failed.stalled_for_s,
+                                 now=failed.detected_at)
         return decision
 
     def _cannot_place(self, attempt: int) -> str | None:
@@ -194,8 +198,9 @@ class Supervisor:
             return  # recorded by _decide already
         if self._cancel_requested():
             return
-        self.journal.add_failure(attempt=attempt, category="preemption_or_node_lost",
-                               evidence=evidence, action="requeue", now=self.clock())
+        self.journal.add_failure(attempt=attempt, category="preemption_or_node_lost", evidence=evidence,
+                                 action="requeue", hint=hint_for("preemption_or_node_lost", evidence),
+                                 now=self.clock())
         self.journal.requeued("requeued by the scheduler", now=self.clock())
 
     def _sleep_unless_cancelled(self, seconds: float) -> None:
@@ -477,7 +482,7 @@ def run_supervisor(job_id: str, run_dir: str | None = None, reattach: bool = Fal
         return 0
     kind = cluster_kind(Submission.kind_name(run_dir))
     submission = Submission.load(run_dir, kind)
-    view = JobView(read_job(run_dir)[0])
+    view = read_status(str(run_dir), job_id) or JobStatus(job_id, "", "", "", str(run_dir), 0.0)
     if view.ended:
         return 0
     journal = Journal(EventWriter(run_dir, "supervisor"), job_id)
@@ -490,25 +495,25 @@ def run_supervisor(job_id: str, run_dir: str | None = None, reattach: bool = Fal
                             allocation_ending=kind.allocation_ending, local_has_gpu=local_has_gpu(),
                             excluded_hosts=view.excluded_hosts)
     adopt = None
-    first_attempt = max(view.attempts) + 1 if view.attempts else 0
+    attempts = view.attempt_records
+    first_attempt = max(attempts) + 1 if attempts else 0
     if in_allocation:
-        requeued = {n for n, action in view.failures if action == "requeue"}
-        unfinished = [n for n, a in view.attempts.items() if a["ended_at"] is None]
+        requeued = {f.attempt for f in view.failures if f.action == "requeue"}
+        unfinished = [n for n, a in attempts.items() if a.ended_at is None]
         if unfinished:  # the previous allocation ended under it: requeued (time limit, preemption)
             last = max(unfinished)
             if last not in requeued:
-                journal.add_failure(attempt=last, category="preemption_or_node_lost",
-                                    evidence="the allocation ended during the attempt (requeued)",
-                                    action="requeue")
+                evidence = "the allocation ended during the attempt (requeued)"
+                journal.add_failure(attempt=last, category="preemption_or_node_lost", evidence=evidence,
+                                    action="requeue", hint=hint_for("preemption_or_node_lost", evidence))
                 requeued.add(last)
             journal.end_attempt(last, None)
         supervisor.requeued_attempts = len(requeued)
         print(f"fsdp-orch supervisor: job {job_id} in its allocation, attempt {first_attempt}", flush=True)
     elif reattach:
-        if view.state == JobState.RUNNING.value and view.attempts:
-            attempt = max(view.attempts)
-            adopt = Adopt(attempt, launcher.adopt(attempt, view.backend_ref),
-                          float(view.attempts[attempt]["started_at"]))
+        if view.state == JobState.RUNNING.value and attempts:
+            attempt = max(attempts)
+            adopt = Adopt(attempt, launcher.adopt(attempt, view.backend_ref), attempts[attempt].started_at)
             print(f"fsdp-orch supervisor: re-attached to job {job_id} attempt {attempt}", flush=True)
         else:  # died before launching, or while backing off: the next attempt starts now
             print(f"fsdp-orch supervisor: resuming job {job_id} at attempt {first_attempt}", flush=True)

@@ -54,7 +54,7 @@ def test_cancel_stops_every_process_and_marks_cancelled(cli, demo):
                              timeout=180, what="two training steps")
     assert running["state"] == "RUNNING"
     assert len(job_processes(job_id)) >= 3  # torchrun agent + 2 workers
-    supervisor_pid = Store(cli.home / "jobs.db").job(job_id)["supervisor_pid"]
+    supervisor_pid = Store(cli.home / "jobs.db").job(job_id).supervisor_pid  # type: ignore[union-attr]
     out = cli.run("cancel", job_id, check=True).stdout
     assert "cancelled" in out
     status = cli.status(job_id)
@@ -134,7 +134,7 @@ def test_submit_returns_fast_and_the_supervisor_outlives_the_cli(cli, tmp_path):
     elapsed = time.monotonic() - t0
     assert elapsed < 5, f"submit took {elapsed:.1f}s"
     row = Store(cli.home / "jobs.db").job(job_id)
-    assert pid_alive(row["supervisor_pid"], must_contain=job_id)
+    assert pid_alive(row.supervisor_pid, must_contain=job_id)
     final = cli.wait_until(job_id, lambda s: s["state"] == "SUCCEEDED", timeout=60, what="SUCCEEDED")
     assert final["attempts"] == 1
 

@@ -75,7 +75,7 @@ def wait_state(home: Path, job_id: str, states: set[str], timeout: float = 120) 
             from fsdp_orch.control.liveness import refresh
 
             refresh(index, [job_id])
-            state = index.store.job(job_id)["state"]
+            state = index.store.job(job_id).state
         if state in states:
             return state
         time.sleep(0.3)

@@ -95,7 +95,7 @@ def test_killing_the_supervisor_and_reattaching_keeps_one_attempt_and_succeeds(c
     cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 5, timeout=180,
                    what="five steps")
     store = Store(cli.home / "jobs.db")
-    old = store.job(job_id)["supervisor_pid"]
+    old = store.job(job_id).supervisor_pid
     workers = job_processes(job_id)
     os.kill(old, signal.SIGKILL)
     deadline = time.monotonic() + 10
@@ -109,7 +109,7 @@ def test_killing_the_supervisor_and_reattaching_keeps_one_attempt_and_succeeds(c
     for _ in range(3):
         cli.run("status", check=True)  # more refreshes must not start a second supervisor or attempt
     time.sleep(1.0)
-    new = store.job(job_id)["supervisor_pid"]
+    new = store.job(job_id).supervisor_pid
     assert new != old and pid_alive(new, must_contain=job_id)
     supervisors = [p for p in os.listdir("/proc") if p.isdigit() and pid_alive(int(p), must_contain=job_id)
                    and b"fsdp_orch.supervise" in Path(f"/proc/{p}/cmdline").read_bytes()]

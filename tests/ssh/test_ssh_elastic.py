@@ -138,7 +138,7 @@ def test_a_reattached_supervisor_still_leaves_the_lost_host_out(ssh_hosts, cli, 
 
     def kill_the_supervisor_while_it_backs_off(job_id: str) -> None:
         cli.wait_until(job_id, lambda s: s["state"] == "RESTARTING", timeout=120, what="the backoff")
-        pid = store.job(job_id)["supervisor_pid"]
+        pid = store.job(job_id).supervisor_pid
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while pid_alive(pid) and time.monotonic() < deadline:
@@ -151,7 +151,7 @@ def test_a_reattached_supervisor_still_leaves_the_lost_host_out(ssh_hosts, cli, 
                                               then=kill_the_supervisor_while_it_backs_off)
     events = check_one_restart_after_losing(final, lost)
     assert events["fewer_hosts"]["message"].startswith(f"attempt 1 runs without {lost}:22: on 1 node(s) ({left}:22;")
-    assert killed and store.job(final["id"])["supervisor_pid"] != killed[0]
+    assert killed and store.job(final["id"]).supervisor_pid != killed[0]
     log = (Path(final["run_dir"]) / "supervisor.log").read_text()
     assert f"resuming job {final['id']} at attempt 1" in log, log
     result = json.loads((Path(final["run_dir"]) / "result.json").read_text())

@@ -215,7 +215,7 @@ def test_a_supervisor_killed_mid_run_is_reattached_to_the_running_workers(ssh_ho
     store = Store(stand.cli.home / "jobs.db")
     stand.cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=180,
                          what="three steps")
-    pid = store.job(job_id)["supervisor_pid"]
+    pid = store.job(job_id).supervisor_pid
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while pid_alive(pid) and time.monotonic() < deadline:
@@ -224,6 +224,6 @@ def test_a_supervisor_killed_mid_run_is_reattached_to_the_running_workers(ssh_ho
     final = stand.cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=300, what="the end")
     assert final["state"] == "SUCCEEDED", explained(final)
     assert final["attempts"] == 1 and final["failures"] == [], final
-    assert store.job(job_id)["supervisor_pid"] != pid
+    assert store.job(job_id).supervisor_pid != pid
     log = (Path(final["run_dir"]) / "supervisor.log").read_text()
     assert f"re-attached to job {job_id} attempt 0" in log, log[-3000:]

@@ -17,8 +17,8 @@ from fsdp_orch.backends.ssh import KIND as SSH
 from fsdp_orch.jobspec.loading import load_job_text
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.places.builtin import builtin_dir
-from fsdp_orch.record.events import EventWriter, read_job
-from fsdp_orch.record.journal import JobView, Journal
+from fsdp_orch.record.events import EventWriter
+from fsdp_orch.record.journal import Journal, read_status
 from fsdp_orch.vocab.errors import InputError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -110,6 +110,9 @@ def test_a_reattached_supervisor_finds_each_node_on_its_host(tmp_path: Path) -> 
 
 def test_excluded_hosts_are_rebuilt_from_the_events(tmp_path: Path) -> None:
     run_dir = tmp_path / "runs" / "j"
+    Journal(EventWriter(run_dir, "submit"), "j").submitted(
+        name="j", cluster="hosts", kind="ssh", spec_json="{}", run_dir=str(run_dir), job_file=None,
+        spec_hash=None, idempotency_key=None)
     journal = Journal(EventWriter(run_dir, "supervisor"), "j")
     journal.start_attempt(0, resume_from=None)
     journal.host_excluded(attempt=0, host="10.0.0.2:22", message="host 10.0.0.2:22 was lost in attempt 0")
@@ -117,5 +120,5 @@ def test_excluded_hosts_are_rebuilt_from_the_events(tmp_path: Path) -> None:
     later = Journal(EventWriter(run_dir, "supervisor"), "j")  # a second supervisor, after the first died
     later.host_excluded(attempt=1, host="10.0.0.1:22", message="lost")
     later.host_excluded(attempt=1, host="10.0.0.2:22", message="lost again")
-    view = JobView(read_job(run_dir)[0])
-    assert view.excluded_hosts == ["10.0.0.2:22", "10.0.0.1:22"]
+    view = read_status(str(run_dir), "j")
+    assert view is not None and view.excluded_hosts == ["10.0.0.2:22", "10.0.0.1:22"]

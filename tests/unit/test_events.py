@@ -10,7 +10,7 @@ from pathlib import Path
 from fsdp_orch.places.home import on_network_filesystem, store_path
 from fsdp_orch.record.events import EventWriter, event_files, parse_lines, read_from, read_job
 from fsdp_orch.record.index import JobIndex
-from fsdp_orch.record.journal import JobView, Journal
+from fsdp_orch.record.journal import Journal, read_status
 from fsdp_orch.record.store import Store
 from fsdp_orch.vocab.states import JobState
 
@@ -85,7 +85,7 @@ def test_the_index_reads_only_what_was_appended(tmp_path: Path) -> None:
                   job_file=None, spec_hash=None, idempotency_key=None)
     index = index_of(tmp_path)
     index.ingest()
-    assert index.store.job("j1")["state"] == "PENDING"
+    assert index.store.job("j1").state == "PENDING"
     sup = Journal(EventWriter(run_dir, "supervisor", clock=clock), "j1")
     sup.add_failure(attempt=0, category="hang", evidence="e", action="restart")
     index.ingest(["j1"])
@@ -113,15 +113,16 @@ def test_a_second_login_node_sees_the_same_jobs(tmp_path: Path) -> None:
     first.ingest()
     second.ingest()
     assert first.store.job_ids() == second.store.job_ids() == {"late"}
-    assert first.store.job("late")["state"] == second.store.job("late")["state"] == "SUCCEEDED"
+    assert first.store.job("late").state == second.store.job("late").state == "SUCCEEDED"
 
 
 def test_the_supervisors_own_view_of_the_job(tmp_path: Path) -> None:
     a_job(tmp_path / "runs")
-    view = JobView(read_job(tmp_path / "runs" / "abc123")[0])
-    assert view.state == "SUCCEEDED" and view.ended
-    assert sorted(view.attempts) == [0, 1] and view.attempts[1]["resume_from"] == "/ck/step-10"
-    assert view.failures == [(0, "restart")] and view.backend_ref == "pgid:4243"
+    view = read_status(str(tmp_path / "runs" / "abc123"), "abc123")
+    assert view is not None and view.state == "SUCCEEDED" and view.ended
+    assert sorted(view.attempt_records) == [0, 1] and view.attempt_records[1].resume_from == "/ck/step-10"
+    assert [(f.attempt, f.action) for f in view.failures] == [(0, "restart")]
+    assert view.backend_ref == "pgid:4243" and view.supervisor_pid == 4242
 
 
 def test_the_database_moves_to_a_local_path_when_home_is_on_nfs(tmp_path: Path, monkeypatch) -> None:

@@ -7,10 +7,12 @@ import subprocess
 import sys
 
 from fsdp_orch.control.liveness import needs_settling
+from fsdp_orch.record.model import JobStatus
 
 
-def row(**fields: object) -> dict:
-    return {"id": "job42abc", "supervisor_pid": None, "backend_ref": None, **fields}
+def row(**fields: object) -> JobStatus:
+    return JobStatus(id="job42abc", name="demo", cluster="local", kind="local", run_dir="/r/job42abc",
+                     created_at=0.0, **fields)  # type: ignore[arg-type]
 
 
 def test_only_jobs_with_something_started_and_no_live_supervisor_here_are_looked_at() -> None:

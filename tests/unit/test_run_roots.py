@@ -37,7 +37,7 @@ def test_a_submission_on_one_login_node_is_listed_by_another_with_its_own_home(l
     with open_index(str(login / "home-b")) as b:
         b.ingest()
         row = b.store.job(job_id)
-    assert row is not None and row["state"] == "CANCELLED" and row["run_dir"] == str(submission.run_dir)
+    assert row is not None and row.state == "CANCELLED" and row.run_dir == str(submission.run_dir)
     assert (login / "home-a" / "jobs.db").exists() and (login / "home-b" / "jobs.db").exists()
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Any
 
 from fsdp_orch.backends.base import ClusterKind
 from fsdp_orch.backends.slurm import allocation as slurm_allocation
@@ -28,9 +27,11 @@ from fsdp_orch.launch.render import Artifact, Templates, write_artifacts
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.command import Runner, run_command
 from fsdp_orch.record.index import JobIndex
+from fsdp_orch.record.model import JobStatus
 from fsdp_orch.vocab.backoff import SLURM_STEPS_GONE, Clock, Sleep, retrying
 from fsdp_orch.vocab.checks import Check
 from fsdp_orch.vocab.errors import InputError
+from fsdp_orch.vocab.hints import hint_for
 from fsdp_orch.vocab.states import JobState
 
 BATCH_SCRIPT = "sbatch.sh"
@@ -77,15 +78,15 @@ class SlurmKind(ClusterKind[SlurmProfile]):
         out = run_command(["sbatch", "--parsable", batch[0].path])
         index.journal(submission.job_id).scheduled(f"slurm:{out.strip().split(';')[0]}")
 
-    def refresh(self, index: JobIndex, rows: list[dict[str, Any]]) -> list[str]:
+    def refresh(self, index: JobIndex, rows: list[JobStatus]) -> list[str]:
         return refresh(index, rows)
 
-    def cancel(self, index: JobIndex, row: dict[str, Any]) -> str:
-        job_id = row["id"]
+    def cancel(self, index: JobIndex, row: JobStatus) -> str:
+        job_id = row.id
         ended = index.request_cancel(job_id)
         if ended:
             return f"{job_id} already ended ({ended})"
-        slurm_id = slurm_job_id(row["backend_ref"])
+        slurm_id = slurm_job_id(row.backend_ref)
         if slurm_id:
             run_command(["scancel", slurm_id])
             steps_gone(slurm_id)
@@ -120,45 +121,46 @@ def query(slurm_ids: list[str], runner: Runner | None = None, sleep: Sleep = tim
 LOST_ALLOCATION = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 
 
-def refresh(index: JobIndex, rows: list[dict[str, Any]], *, query_fn=None, resubmit_fn=None) -> list[str]:  # type: ignore[no-untyped-def]
+def refresh(index: JobIndex, rows: list[JobStatus], *, query_fn=None, resubmit_fn=None) -> list[str]:  # type: ignore[no-untyped-def]
     """Settle active SLURM jobs whose allocation ended without the supervisor settling them (cancelled
     or failed while pending, node failure): one scheduler query for all of them. An allocation lost
     to a node failure is resubmitted while the restart budget allows. Returns the ids it changed."""
-    by_slurm = {sid: row for row in rows if (sid := slurm_job_id(row["backend_ref"]))}
+    by_slurm = {sid: row for row in rows if (sid := slurm_job_id(row.backend_ref))}
     changed: list[str] = []
     if not by_slurm:
         return changed
     records = (query_fn or query)(list(by_slurm))
     for sid, row in by_slurm.items():
         rec = records.get(sid)
-        if rec is None or rec.ours != row["id"]:
+        if rec is None or rec.ours != row.id:
             continue  # not (yet) in the accounting, or the id now belongs to someone else's job
         mapped = rec.mapped_state
-        if mapped in (JobState.PENDING, JobState.RESTARTING) and row["state"] == JobState.RUNNING.value:
+        if mapped in (JobState.PENDING, JobState.RESTARTING) and row.state == JobState.RUNNING.value:
             # back in the queue (requeued, preempted): the next allocation resumes from a checkpoint
-            index.journal(row["id"]).requeued(f"SLURM job {sid} is {rec.state} again")
-            changed.append(row["id"])
+            index.journal(row.id).requeued(f"SLURM job {sid} is {rec.state} again")
+            changed.append(row.id)
             continue
         if mapped is None or not mapped.is_terminal():
             continue
-        fresh = index.store.job(row["id"])
-        if not fresh or fresh["state"] != row["state"]:
+        fresh = index.store.job(row.id)
+        if not fresh or fresh.state != row.state:
             continue
-        changed.append(row["id"])
+        changed.append(row.id)
         if rec.state in LOST_ALLOCATION and _resubmit(index, fresh, sid, rec.state, resubmit_fn):
             continue
-        index.journal(row["id"]).set_state(mapped, reason=f"SLURM job {sid} ended {rec.state} (exit {rec.exit_code})")
+        index.journal(row.id).set_state(mapped, reason=f"SLURM job {sid} ended {rec.state} (exit {rec.exit_code})")
     return changed
 
 
-def _resubmit(index: JobIndex, row: dict[str, Any], sid: str, slurm_state: str, resubmit_fn) -> bool:  # type: ignore[no-untyped-def]
-    submission = Submission.load(Path(row["run_dir"]), KIND)
+def _resubmit(index: JobIndex, row: JobStatus, sid: str, slurm_state: str, resubmit_fn) -> bool:  # type: ignore[no-untyped-def]
+    submission = Submission.load(Path(row.run_dir), KIND)
     policy = submission.job.restart
-    attempt = max(0, int(row["attempts"]) - 1)
-    allowed = ("preemption_or_node_lost" in policy.retry_on and int(row["restarts"]) < policy.max_restarts)
-    journal = index.journal(row["id"])
-    journal.add_failure(attempt=attempt, category="preemption_or_node_lost",
-                        evidence=f"SLURM job {sid} ended {slurm_state}", action="resubmit" if allowed else "give_up")
+    attempt = max(0, int(row.attempts) - 1)
+    allowed = ("preemption_or_node_lost" in policy.retry_on and int(row.restarts) < policy.max_restarts)
+    journal = index.journal(row.id)
+    evidence = f"SLURM job {sid} ended {slurm_state}"
+    journal.add_failure(attempt=attempt, category="preemption_or_node_lost", evidence=evidence,
+                        action="resubmit" if allowed else "give_up", hint=hint_for("preemption_or_node_lost", evidence))
     if not allowed:
         return False
     journal.end_attempt(attempt, None)

@@ -23,6 +23,7 @@ from fsdp_orch.launch.plan import LaunchPlan, NodeTarget, Placement, PlanContext
 from fsdp_orch.launch.render import Artifact, Templates
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.command import Runner
+from fsdp_orch.record.model import JobStatus
 from fsdp_orch.vocab.checks import Check
 from fsdp_orch.vocab.errors import InputError
 
@@ -102,14 +103,14 @@ class TpuVmKind(SupervisedHere[TpuVmProfile]):
         if action == "fail":
             raise FsdpOrchError(why)
 
-    def leftovers(self, job_id: str, row: dict[str, Any]) -> bool:
+    def leftovers(self, job_id: str, row: JobStatus) -> bool:
         return False  # the supervisor stops every worker's processes itself; stop_leftovers sweeps after it
 
-    def stop_leftovers(self, job_id: str, row: dict[str, Any]) -> None:
+    def stop_leftovers(self, job_id: str, row: JobStatus) -> None:
         """Every process of the job on every worker of the TPU VM as it is now (none if it is gone)."""
         from fsdp_orch.backends.tpu_vm.launcher import stop_on_workers
 
-        stop_on_workers(Submission.load(Path(row["run_dir"]), self), job_id)
+        stop_on_workers(Submission.load(Path(row.run_dir), self), job_id)
 
     def doctor(self, profile: TpuVmProfile, torch_version: str | None, run: Runner) -> list[Check]:
         from fsdp_orch.backends.remote_doctor import tpu_checks

@@ -1,0 +1,172 @@
+"""A job's events, in order, folded into its ``JobStatus``: the one definition of what ``status``
+shows. Pure: no files, no clock, no database. The index keeps what this returns; the supervisor and
+the notifier fold the same events themselves.
+
+Order matters (a terminal state is final; a later state moves an active job on), so events are
+folded in ``events.order_key`` order: the submission first, then by time, writer and sequence.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from fsdp_orch.record.model import (
+    HOST_EXCLUDED,
+    AllocationRequeued,
+    AttemptEnded,
+    AttemptLaunched,
+    AttemptRecord,
+    AttemptStarted,
+    CheckpointCommitted,
+    Event,
+    Failure,
+    FailureDetected,
+    Finished,
+    FirstStep,
+    HangDetection,
+    JobNotice,
+    JobStatus,
+    Notice,
+    Progress,
+    RestartScheduled,
+    Scheduled,
+    StateChanged,
+    Submitted,
+    SupervisorStarted,
+    finite,
+    parse_event,
+)
+from fsdp_orch.vocab.states import JobState
+
+
+def fold(events: Iterable[Event], job_id: str, status: JobStatus | None = None) -> JobStatus | None:
+    """``status`` (None: nothing yet) with ``events`` applied in the order given. None while the
+    job's submission has not been seen: nothing is known of a job before it."""
+    for event in events:
+        status = apply(status, event, job_id)
+    return status
+
+
+def fold_lines(lines: Iterable[dict[str, Any]], job_id: str, status: JobStatus | None = None) -> JobStatus | None:
+    """``fold`` over log lines as ``events.read_job`` gives them (kinds this version does not know are
+    passed over)."""
+    events = (parse_event(line) for line in lines)
+    return fold((e for e in events if e is not None), job_id, status)
+
+
+def apply(status: JobStatus | None, event: Event, job_id: str) -> JobStatus | None:
+    if isinstance(event, Submitted):
+        return status if status is not None else _submitted(event, job_id)
+    if status is None:
+        return None
+    step = _STEPS.get(type(event))
+    if step is not None:
+        step(status, event)
+    return status
+
+
+def _submitted(event: Submitted, job_id: str) -> JobStatus:
+    origin = json.loads(json.dumps(event.origin, sort_keys=True)) if event.origin else None
+    return JobStatus(id=job_id, name=event.name, cluster=event.cluster, kind=event.cluster_kind,
+                     run_dir=event.run_dir, created_at=float(event.at), origin=origin,
+                     spec_json=event.spec_json, job_file=event.job_file, spec_hash=event.spec_hash,
+                     idempotency_key=event.idempotency_key)
+
+
+def _set_state(status: JobStatus, state: str, reason: str | None, at: float) -> None:
+    """A terminal state is final. A success clears the reason a restart left behind; other states
+    keep it unless they give one."""
+    if status.ended:
+        return
+    status.state = state
+    status.ended_at = at if JobState(state).is_terminal() else None
+    if state == JobState.SUCCEEDED.value:
+        status.reason = reason
+    elif reason is not None:
+        status.reason = reason
+
+
+def _supervisor_started(status: JobStatus, event: SupervisorStarted) -> None:
+    status.supervisor_pid = event.pid
+
+
+def _backend_ref(status: JobStatus, event: Scheduled | AttemptLaunched) -> None:
+    status.backend_ref = event.backend_ref
+
+
+def _attempt_started(status: JobStatus, event: AttemptStarted) -> None:
+    if status.ended:  # a supervisor that lost a race with a cancel
+        return
+    attempt = int(event.attempt)
+    status.attempts, status.restarts, status.state = attempt + 1, attempt, JobState.RUNNING.value
+    status.attempt_records[attempt] = AttemptRecord(attempt, float(event.at), resume_from=event.resume_from)
+
+
+def _first_step(status: JobStatus, event: FirstStep) -> None:
+    record = status.attempt_records.get(int(event.attempt))
+    if record is not None and record.first_step_at is None:
+        record.first_step_at = float(event.first_step_at)
+
+
+def _progress(status: JobStatus, event: Progress) -> None:
+    status.progress_step = event.step
+    status.progress_loss = finite(event.loss)
+    status.progress_at = event.progress_at
+
+
+def _checkpoint(status: JobStatus, event: CheckpointCommitted) -> None:
+    status.last_checkpoint_step = event.step
+
+
+def _hang_detection(status: JobStatus, event: HangDetection) -> None:
+    status.hang_detection_off = event.off_because
+
+
+def _failure(status: JobStatus, event: FailureDetected) -> None:
+    stalled = None if event.stalled_for_s is None else float(event.stalled_for_s)
+    status.failures.append(Failure(int(event.attempt), event.category, event.evidence, float(event.at),
+                                   stalled, event.action, event.hint))
+
+
+def _notice(status: JobStatus, event: Notice) -> None:
+    status.notices.append(JobNotice(event.attempt, float(event.at), event.notice, event.message))
+    if event.notice == HOST_EXCLUDED and event.host and event.host not in status.excluded_hosts:
+        status.excluded_hosts.append(event.host)
+
+
+def _attempt_ended(status: JobStatus, event: AttemptEnded) -> None:
+    record = status.attempt_records.get(int(event.attempt))
+    if record is not None:
+        record.ended_at, record.exit_code = float(event.at), event.exit_code
+
+
+def _restarting(status: JobStatus, event: RestartScheduled | AllocationRequeued) -> None:
+    _set_state(status, JobState.RESTARTING.value, event.reason, float(event.at))
+
+
+def _state(status: JobStatus, event: StateChanged) -> None:
+    _set_state(status, event.state, event.reason, float(event.at))
+
+
+
+_STEPS: dict[type[Event], Callable[[JobStatus, Any], None]] = {
+    SupervisorStarted: _supervisor_started,
+    Scheduled: _backend_ref,
+    AttemptLaunched: _backend_ref,
+    AttemptStarted: _attempt_started,
+    FirstStep: _first_step,
+    Progress: _progress,
+    CheckpointCommitted: _checkpoint,
+    HangDetection: _hang_detection,
+    FailureDetected: _failure,
+    Notice: _notice,
+    AttemptEnded: _attempt_ended,
+    RestartScheduled: _restarting,
+    AllocationRequeued: _restarting,
+    StateChanged: _state,
+    Finished: _state,
+}
+
+__all__ = ["apply", "fold", "fold_lines"]
