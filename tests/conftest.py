@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from status_is_fold import CLIS, mismatches
 from cli_harness import Cli, copy_demo, copy_unchanged, make_cli
+from status_is_fold import CLIS, mismatches
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "demo" / "train.py"

@@ -9,12 +9,12 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from fsdp_orch.jobspec.notify import Webhook
 from fsdp_orch.notify.due import Due, Logged, due, ended
 from fsdp_orch.notify.payload import body
 from fsdp_orch.record.events import event_files, order_key, read_from
+from fsdp_orch.record.model import JobStatus
 from fsdp_orch.vocab.backoff import WEBHOOK, TriedByTheCaller
 
 FIRST_RETRY_S = WEBHOOK.first
@@ -78,7 +78,7 @@ class Ledger:
 
 class Notifier:
     def __init__(self, run_dir: str, hooks: list[Webhook], *, post: Post,
-                 status: Callable[[], dict[str, Any]], clock: Callable[[], float],
+                 status: Callable[[], JobStatus | None], clock: Callable[[], float],
                  sleep: Callable[[float], None], gave_up: Callable[[Due, str], None] = lambda d, e: None):
         self.run_dir = run_dir
         self.hooks = hooks

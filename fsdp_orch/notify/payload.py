@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from fsdp_orch.notify.due import Due
+from fsdp_orch.record.model import JobStatus
 from fsdp_orch.vocab.times import iso_time
 
 
@@ -16,7 +17,9 @@ def notification(due: Due, job: str | None) -> dict[str, Any]:
     return {"job": job, what: due.trigger, "trigger": due.trigger, "at": iso_time(due.at)}
 
 
-def body(due: Due, status: dict[str, Any], fmt: str) -> bytes:
+def body(due: Due, job_status: JobStatus | None, fmt: str) -> bytes:
+    """``job_status``: the job as its events fold now (None before its submission is readable)."""
+    status = job_status.to_json() if job_status is not None else {}
     job = status.get("id") or due.event.get("job")
     if fmt == "slack":
         text = f"fsdp-orch: job {status.get('name', '')} ({job}) {due.trigger} at {iso_time(due.at)}"

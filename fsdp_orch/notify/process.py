@@ -58,7 +58,6 @@ def _hold_lock(directory: Path) -> int | None:
 
 
 def main(run_dir: str) -> int:
-    import json
 
     from fsdp_orch.backends.registry import cluster_kind
     from fsdp_orch.notify.delivery import Notifier, http_post
@@ -66,6 +65,7 @@ def main(run_dir: str) -> int:
     from fsdp_orch.record.events import EventWriter
     from fsdp_orch.record.index import open_index
     from fsdp_orch.record.journal import Journal
+    from fsdp_orch.record.model import JobStatus
 
     path = Path(run_dir)
     if _hold_lock(path / NOTIFY_DIR) is None:
@@ -75,10 +75,10 @@ def main(run_dir: str) -> int:
     job_id = submission.job_id
     journal = Journal(EventWriter(path, "notify"), job_id)
 
-    def status() -> dict:  # type: ignore[type-arg]
+    def status() -> JobStatus | None:
         with open_index() as index:
             index.ingest([job_id])
-            return json.loads(index.store.status_json(job_id) or "{}")
+            return index.store.job(job_id)
 
     def gave_up(item: Due, error: str) -> None:
         print(f"gave up on {item.trigger} for webhook {item.hook}: {error}", flush=True)

@@ -95,7 +95,7 @@ def test_webhook_delivery_backs_off_from_1s_doubling_to_30s_until_retry_for(tmp_
         raise ConnectionRefusedError("down")
 
     hook = Webhook(url="http://a/x", when=["FAILED"], retry_for="2m")
-    Notifier(str(tmp_path), [hook], post=down, status=lambda: {"id": "j"}, clock=clock, sleep=clock.sleep,
+    Notifier(str(tmp_path), [hook], post=down, status=lambda: None, clock=clock, sleep=clock.sleep,
              gave_up=lambda due, error: gave_up.append(error)).run()
     assert [b - a for a, b in pairwise(tries)] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
     assert tries[-1] == 221.0 and gave_up == ["ConnectionRefusedError: down"]  # 221 - 100 >= 120 s

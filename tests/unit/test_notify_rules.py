@@ -16,6 +16,7 @@ from fsdp_orch.notify.due import Logged, changes, due
 from fsdp_orch.notify.payload import body
 from fsdp_orch.notify.process import main as notifier_main
 from fsdp_orch.record.events import EventWriter
+from fsdp_orch.record.model import JobStatus
 
 
 def ev(at: float, kind: str, seq: int, writer: str = "supervisor-a.jsonl", **fields) -> Logged:
@@ -63,7 +64,8 @@ def test_the_identity_of_an_event_is_its_file_and_seq():
 def test_a_json_body_is_the_status_and_the_change_it_is_for():
     hooks = [Webhook(url="http://a/x", when=["RUNNING", "failure_detected"])]
     running, failure = due(EVENTS, hooks, set())[:2]
-    status = {"id": "abc", "name": "demo", "state": "SUCCEEDED"}
+    status = JobStatus(id="abc", name="demo", cluster="local", kind="local", run_dir="/r", created_at=0.0,
+                       state="SUCCEEDED")
     sent = json.loads(body(running, status, "json"))
     assert sent["state"] == "SUCCEEDED"  # the status now; the notification says what it is for
     assert sent["notification"] == {"job": "abc", "state": "RUNNING", "trigger": "RUNNING",
@@ -96,7 +98,7 @@ class FakeJob:
 
 
 def notifier(tmp_path, job: FakeJob, hooks, gave_up=lambda d, e: None) -> Notifier:
-    return Notifier(str(tmp_path), hooks, post=job.post, status=lambda: {"id": "j"}, clock=lambda: job.now,
+    return Notifier(str(tmp_path), hooks, post=job.post, status=lambda: None, clock=lambda: job.now,
                     sleep=job.sleep, gave_up=gave_up)
 
 
@@ -125,7 +127,7 @@ def test_a_receiver_down_holds_up_only_its_own_notifications(tmp_path):
         job.posts.append((job.now, url, data))
 
     hooks = [Webhook(url=down, when=["FAILED"], retry_for="1m"), Webhook(url=up, when=["FAILED"])]
-    Notifier(str(tmp_path), hooks, post=post, status=lambda: {"id": "j"}, clock=lambda: job.now,
+    Notifier(str(tmp_path), hooks, post=post, status=lambda: None, clock=lambda: job.now,
              sleep=job.sleep).run()
     assert [(t, url) for t, url, _ in job.posts] == [(100.0, up)]
 
