@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from cli_harness import Cli, copy_demo, copy_unchanged, make_cli
-from status_is_fold import CLIS, mismatches
+from status_is_fold import CHECKED, CLIS, mismatches
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "demo" / "train.py"
@@ -189,17 +189,28 @@ def module_unchanged(tmp_path_factory: pytest.TempPathFactory):
     return make
 
 
-@pytest.fixture(autouse=True)
-def status_is_the_fold_of_the_events(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
-    """After every test that used the CLI: for each job it lists, ``status --json`` equals
-    ``fold(events)`` of the job's own logs (tests/status_is_fold.py)."""
-    yield
-    if request.node.get_closest_marker("no_fold_check"):
-        return
-    for cli in list(CLIS):
+def _check_status_is_fold(clis: list) -> None:  # type: ignore[type-arg]
+    for cli in clis:
+        CHECKED.add(id(cli))
         if not cli.home.exists():
-            CLIS.remove(cli)  # its folder is gone: nothing left to check
             continue
         wrong = mismatches(cli)
         if wrong:
             pytest.fail("status --json is not fold(events) for:\n" + "\n".join(wrong), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def status_is_the_fold_of_the_events(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """After every test, for each CLI (home) the test made: every job ``status --json`` lists equals
+    ``fold(events)`` of the job's own logs (tests/status_is_fold.py). CLIs of module-scoped fixtures
+    are checked when their module ends."""
+    before = len(CLIS)
+    yield
+    _check_status_is_fold([cli for cli in CLIS[before:] if id(cli) not in CHECKED])
+
+
+@pytest.fixture(autouse=True, scope="module")
+def status_is_the_fold_of_the_events_of_the_module():  # type: ignore[no-untyped-def]
+    before = len(CLIS)
+    yield
+    _check_status_is_fold([cli for cli in CLIS[before:] if id(cli) not in CHECKED])
