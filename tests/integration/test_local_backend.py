@@ -85,8 +85,10 @@ def test_resume_after_cancel_matches_an_uninterrupted_run_bit_for_bit(cli, demo)
     assert again.returncode == 0, again.stderr
     second = json.loads(again.stdout)["id"]
     resumed = result_of(cli, second)
-    attempts = Store(cli.home / "jobs.db").attempts(second)
-    assert attempts[0]["resume_from"] is None or "step-" in attempts[0]["resume_from"]
+    kept = Store(cli.home / "jobs.db").job(second)
+    assert kept is not None
+    first_attempt = kept.attempt_records[0]
+    assert first_attempt.resume_from is None or "step-" in first_attempt.resume_from
     assert resumed["resumed_from"] >= 20, "the resubmitted job started from scratch"
     assert resumed["final_step"] == reference["final_step"] == 40
     assert resumed["final_loss"] == reference["final_loss"]
