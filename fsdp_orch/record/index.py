@@ -203,8 +203,13 @@ def open_index(home: str | None = None) -> JobIndex:
     """The index of ``$FSDP_ORCH_HOME``'s runs folder and the profiles' shared run roots, opened
     where the database belongs."""
     from fsdp_orch.places.home import home_dir, store_path
+    from fsdp_orch.record.heal import open_store
     from fsdp_orch.record.run_roots import runs_roots
 
     root = home or home_dir()
-    store = Store(store_path(root))
+
+    def build(fresh: Store) -> None:  # a new database: every job folder of every runs folder
+        JobIndex(fresh, runs_roots(fresh, root)).ingest()
+
+    store = open_store(store_path(root), build)
     return JobIndex(store, runs_roots(store, root))
