@@ -87,18 +87,41 @@ class JobIndex:
     def ingest(self, job_ids: list[str] | None = None) -> None:
         """Bring the index up to date with the event logs of ``job_ids`` (None: every job that can
         have changed: the active ones, those that ended in the last SETTLING_S, new job folders)."""
+        looked: list[tuple[str, str, int]] = []
+        found: dict[str, str] = {}
         if job_ids is not None:
             folders = {job_id: self.run_dir(job_id) for job_id in job_ids}
         else:
             import time
 
             folders = self.store.folders_to_read(ended_since=time.time() - SETTLING_S)
-            folders.update(self._new_job_folders())
+            found = self._new_job_folders(looked)
+            folders.update(found)
         for job_id in sorted(folders):
             self.ingest_files(job_id, event_files(folders[job_id]))
+        if looked:
+            self._mark_looked(looked, found)
 
-    def _new_job_folders(self) -> dict[str, str]:
-        """Job folders the index does not know, looked for only in runs folders that changed."""
+    def _mark_looked(self, looked: list[tuple[str, str, int]], found: dict[str, str]) -> None:
+        """Keep each runs folder's mtime as seen, only now that the job folders found in it are in
+        the index: a process that saw it marked before then would skip them. A folder whose
+        submission could not be read yet (its writer is mid-line), or one changed too recently for
+        its mtime to tell a later change apart (the clock ticks coarsely), is looked at again."""
+        import time
+
+        pending: set[str] = set()
+        if found:
+            indexed = self.store.job_ids()
+            pending = {os.path.dirname(path) for job_id, path in found.items()
+                       if job_id not in indexed and not any(self.store.ingested(p)[0] for p in event_files(path))}
+        recent = time.time_ns() - 1_000_000_000
+        for root, key, mtime in looked:
+            if root not in pending and mtime < recent:
+                self.store.set_meta(key, mtime)
+
+    def _new_job_folders(self, looked: list[tuple[str, str, int]]) -> dict[str, str]:
+        """Job folders the index does not know, looked for only in runs folders that changed; each
+        runs folder looked in is added to ``looked`` (root, meta key, mtime) for ``_mark_looked``."""
         known: set[str] | None = None
         found: dict[str, str] = {}
         for root in self.runs_roots:
@@ -114,7 +137,7 @@ class JobIndex:
             for name in os.listdir(root):
                 if name not in known and name not in found and os.path.isdir(os.path.join(root, name, "events")):
                     found[name] = os.path.join(root, name)
-            self.store.set_meta(key, mtime)
+            looked.append((root, key, mtime))
         return found
 
     def ingest_files(self, job_id: str, paths: list[str]) -> None:
@@ -180,8 +203,13 @@ def open_index(home: str | None = None) -> JobIndex:
     """The index of ``$FSDP_ORCH_HOME``'s runs folder and the profiles' shared run roots, opened
     where the database belongs."""
     from fsdp_orch.places.home import home_dir, store_path
+    from fsdp_orch.record.heal import open_store
     from fsdp_orch.record.run_roots import runs_roots
 
     root = home or home_dir()
-    store = Store(store_path(root))
+
+    def build(fresh: Store) -> None:  # a new database: every job folder of every runs folder
+        JobIndex(fresh, runs_roots(fresh, root)).ingest()
+
+    store = open_store(store_path(root), build)
     return JobIndex(store, runs_roots(store, root))

@@ -78,16 +78,22 @@ def _dumps(value: object) -> str:
 class Store:
     """One open connection; pass it where it is needed (no global handle)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path | str, create: bool = True):
+        """``create``: make the file and its schema where they are missing, or drop and recreate the
+        tables of another schema version, in place (a new database nobody else reads yet; the CLI
+        goes through ``record.heal``, which builds a new index aside and swaps it in). False: open
+        the file as it is (see ``schema_is_current``)."""
         self.path = path
-        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-        if not os.path.exists(path):
-            fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
-            os.close(fd)
+        if create:
+            os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+            if not os.path.exists(path):
+                fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
+                os.close(fd)
         self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                     check_same_thread=False)
         self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        self._ensure_schema()
+        if create:
+            self._ensure_schema()
 
     def close(self) -> None:
         self.conn.close()
@@ -112,13 +118,22 @@ class Store:
                     raise
                 time.sleep(0.02)
 
+    def schema_is_current(self) -> bool:
+        """Whether the database has this version's schema (SQLite reads the file's header: raises
+        ``sqlite3.DatabaseError`` on a file that is not a database)."""
+        return bool(self.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION)
+
     def _ensure_schema_once(self) -> None:
-        if self.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
-            return
+        if not self.schema_is_current():
+            self._create_schema()
+        # WAL only once the schema is made: a new file's first transaction then goes to the file
+        # itself, so its header (read by record.heal) names the schema version from the start.
         if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             self.conn.execute("PRAGMA journal_mode = WAL")
+
+    def _create_schema(self) -> None:
         with self._transaction():
-            if self.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+            if self.schema_is_current():
                 return  # another process made it while this one waited for the lock
             # Another version's cache (or none): drop it; the index reads every event log again.
             for kind, name in self.conn.execute(
