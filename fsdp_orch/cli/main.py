@@ -10,6 +10,7 @@ import os
 import sys
 
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError, JobNotFound
+from fsdp_orch.vocab.inputs import job_id as checked_job_id
 from fsdp_orch.vocab.version import __version__
 
 TYPE_CHECKING = False
@@ -69,6 +70,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from fsdp_orch.control.job_control import submit
 
     timeout = _wait_timeout(args)
+    if args.init_from is not None:  # before the index is opened: bad input writes nothing
+        from fsdp_orch.vocab.inputs import init_from
+
+        init_from(args.init_from)
+    if args.idempotency_key is not None and not args.idempotency_key.strip():
+        raise InputError(f"expected a non-empty key; got {args.idempotency_key!r}", field="--idempotency-key")
     if args.init_optimizer and not args.init_from:
         raise InputError("only with --init-from (the checkpoint whose optimizer state to take)",
                          field="--init-optimizer")
@@ -124,9 +131,11 @@ def _print_submitted(args: argparse.Namespace, job_id: str, created: bool, store
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.job_id is not None:  # `status ""` is a mistake (an unset variable), not "every job"
+        checked_job_id(args.job_id)
     with _open_index() as index:
         store = index.store
-        if args.job_id:
+        if args.job_id is not None:
             job_id = _resolve_id(index, args.job_id)
             from fsdp_orch.control.liveness import refresh
 
@@ -157,6 +166,7 @@ def _print_table(jobs, detail: bool = False) -> None:  # type: ignore[no-untyped
 def cmd_logs(args: argparse.Namespace) -> int:
     from fsdp_orch.control.logs import show_logs
 
+    checked_job_id(args.job_id)
     with _open_index() as index:
         job_id = _resolve_id(index, args.job_id)
         return show_logs(index, job_id, rank=args.rank, attempt=args.attempt, follow=args.follow)
@@ -165,6 +175,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_events(args: argparse.Namespace) -> int:
     from fsdp_orch.cli.event_lines import show_events
 
+    checked_job_id(args.job_id)
     with _open_index() as index:
         job_id = _resolve_id(index, args.job_id)
         run_dir = index.store.run_dir(job_id)
@@ -183,6 +194,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     from fsdp_orch.control.job_control import cancel
 
+    checked_job_id(args.job_id)  # an empty id is a prefix of every id: never cancel "some job"
     with _open_index() as index:
         job_id = _resolve_id(index, args.job_id)
         print(cancel(index, job_id))

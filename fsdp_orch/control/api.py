@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.vocab.errors import FsdpOrchError, JobNotFound
+from fsdp_orch.vocab import inputs
+from fsdp_orch.vocab.errors import FsdpOrchError, InputError, JobNotFound
 
 Overrides = Mapping[str, Any] | Sequence[str]
 
@@ -38,18 +39,42 @@ class WaitTimedOut(FsdpOrchError):
 
 def _override_lines(overrides: Overrides | None) -> list[str]:
     """``--set`` lines from a mapping (values written as YAML flow) or from ``k=v`` strings."""
+    expected = "a mapping {'restart.max_restarts': 5} or a list of 'KEY.PATH=VALUE' strings"
     if overrides is None:
         return []
     if isinstance(overrides, Mapping):
-        return [f"{key}={json.dumps(value)}" for key, value in overrides.items()]  # JSON is YAML
-    return [str(line) for line in overrides]
+        for key in overrides:
+            inputs.of_type(key, str, "overrides", f"{expected}; a key that is a string")
+        try:
+            return [f"{key}={json.dumps(value)}" for key, value in overrides.items()]  # JSON is YAML
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"expected values JSON can write (text, numbers, lists, mappings); {exc}",
+                             field="overrides") from None
+    if isinstance(overrides, (str, bytes)) or not isinstance(overrides, Sequence):
+        raise InputError(f"expected {expected}; got {type(overrides).__name__} {overrides!r}", field="overrides")
+    return [str(inputs.of_type(line, str, "overrides", expected)) for line in overrides]
+
+
+def _path(value: object, field: str, optional: bool = False) -> str | None:
+    """A file argument: a non-empty str or os.PathLike, as text."""
+    inputs.of_type(value, (str, os.PathLike), field, "a file path (str or pathlib.Path)", optional)
+    if value is None:
+        return None
+    text = os.fspath(value)  # type: ignore[call-overload]
+    if not isinstance(text, str) or not text:
+        raise InputError(f"expected a file path; got {value!r}", field=field)
+    return text
+
+
+def _timeout(value: object) -> float | None:
+    return None if value is None else inputs.seconds(value, "timeout")
 
 
 class Job:
     """A submitted job, by id. Every call reads the job's current record."""
 
     def __init__(self, job_id: str, created: bool = True):
-        self.id = job_id
+        self.id = inputs.job_id(job_id, field="job_id")  # "" would match any job by prefix
         self.created = created  # False: an earlier submit with the same idempotency key made it
 
     def __repr__(self) -> str:
@@ -69,6 +94,9 @@ class Job:
 
     def wait(self, timeout: float | None = None, interval: float = 1.0) -> dict[str, Any]:
         """Block until the job ends; its final status. ``WaitTimedOut`` after ``timeout`` seconds."""
+        timeout = _timeout(timeout)
+        if inputs.seconds(interval, "interval") <= 0:
+            raise InputError(f"expected a number of seconds above 0; got {interval!r}", field="interval")
         from fsdp_orch.control.follow import wait_for
         from fsdp_orch.record.index import open_index
         from fsdp_orch.vocab.states import TERMINAL_NAMES
@@ -91,6 +119,8 @@ class Job:
 
     def logs(self, rank: int | None = None, attempt: int | None = None) -> str:
         """What ``fsdp-orch logs ID`` prints (the latest attempt; ``rank``: one rank's lines)."""
+        inputs.of_type(rank, int, "rank", "a global rank (an int) or None", optional=True)
+        inputs.of_type(attempt, int, "attempt", "an attempt number (an int) or None", optional=True)
         from fsdp_orch.control.logs import show_logs
         from fsdp_orch.record.index import open_index
 
@@ -116,16 +146,35 @@ def submit(job: str | os.PathLike[str], cluster: str = "local", *, overrides: Ov
     """Submit ``job`` (a job.yaml) to ``cluster``; with ``wait``, return once it ended (``timeout``:
     ``WaitTimedOut``). ``overrides``: ``{"args": [...], "restart.max_restarts": 5}`` or
     ``["k=v", ...]``, as ``--set``. ``init_from``: a job id or checkpoint to start from (``--init-from``)."""
+    # Every argument is checked before the index is opened: bad input submits and writes nothing.
+    job_file = _path(job, "job")
+    inputs.of_type(cluster, str, "cluster", "a cluster profile name (a str)")
+    lines = _override_lines(overrides)
+    inputs.of_type(wait, bool, "wait", "True or False")
+    seconds = _timeout(timeout)
+    if seconds is not None and not wait:
+        raise InputError("only with wait=True (how long to wait for the job to end)", field="timeout")
+    inputs.of_type(idempotency_key, str, "idempotency_key", "a str or None", optional=True)
+    if idempotency_key == "":
+        raise InputError("expected a non-empty key, or None", field="idempotency_key")
+    accelerate = _path(accelerate_config, "accelerate_config", optional=True)
+    if init_from is not None:
+        inputs.init_from(init_from, field="init_from")
+    inputs.of_type(init_optimizer, bool, "init_optimizer", "True or False")
+    if init_optimizer and init_from is None:
+        raise InputError("only with init_from (the checkpoint whose optimizer state to take)",
+                         field="init_optimizer")
+
     from fsdp_orch.control.job_control import submit as submit_job
     from fsdp_orch.record.index import open_index
 
     with open_index() as index:
-        job_id, created = submit_job(index, Path(job), cluster, overrides=_override_lines(overrides),
-                                     accelerate_config=accelerate_config, idempotency_key=idempotency_key,
+        job_id, created = submit_job(index, Path(str(job_file)), cluster, overrides=lines,
+                                     accelerate_config=accelerate, idempotency_key=idempotency_key,
                                      init_from=init_from, init_optimizer=init_optimizer)
     handle = Job(job_id, created)
     if wait:
-        handle.wait(timeout)
+        handle.wait(seconds)
     return handle
 
 

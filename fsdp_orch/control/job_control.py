@@ -72,7 +72,7 @@ def record_submission(index: JobIndex, job_file: Path, cluster: str, *, override
     import os
     import shutil
 
-    init = resolve_init_from(index, init_from) if init_from else None
+    init = resolve_init_from(index, init_from) if init_from is not None else None
     origin = dict(origin or {})
     if init is not None:
         origin.update(init_from=init.path, init_step=init.step, **({"init_job": init.job_id} if init.job_id else {}))

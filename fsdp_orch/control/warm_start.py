@@ -9,6 +9,7 @@ from pathlib import Path
 from fsdp_orch.observe.checkpoints import checkpoint_info, latest_complete
 from fsdp_orch.record.index import JobIndex
 from fsdp_orch.vocab.errors import InputError
+from fsdp_orch.vocab.inputs import init_from as checked_init_from
 
 FIELD = "--init-from"
 
@@ -59,7 +60,8 @@ def _from_path(text: str) -> InitSource:
 
 def resolve_init_from(index: JobIndex, text: str) -> InitSource:
     """A job id (or its unique prefix): that job's latest complete checkpoint. A path: that
-    checkpoint, or the latest complete one in that folder. InputError otherwise."""
+    checkpoint, or the latest complete one in that folder. InputError otherwise (an empty text too)."""
+    text = checked_init_from(text, FIELD)
     if "/" in text or text.startswith("."):
         return _from_path(text)
     job_id = index.store.find_job_id(text)

@@ -10,6 +10,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from fsdp_orch.jobspec.durations import parse_duration
 from fsdp_orch.jobspec.validation import StrictModel
+from fsdp_orch.vocab.inputs import control_character
 from fsdp_orch.vocab.states import JobState
 
 STATES = tuple(s.value for s in JobState)
@@ -48,6 +49,23 @@ class Webhook(StrictModel):
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"expected an http:// or https:// URL; got {value!r}")
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, value: dict[str, str]) -> dict[str, str]:
+        # CR/LF would split the request (header injection); the notifier would only fail on it after
+        # retry_for. Checked here, when the spec is loaded. The message names the header, never its
+        # value (often a token): saying "got" keeps the loader from quoting it.
+        for name, text in value.items():
+            problem = control_character(name)
+            if problem is not None or not name.strip():
+                raise ValueError(f"header name {name!r}: expected a name without control characters; got "
+                                 + (f"one holding {problem}" if problem else "an empty name"))
+            problem = control_character(text)
+            if problem is not None:
+                raise ValueError(f"header {name!r}: expected a value without control characters; got one "
+                                 f"holding {problem}")
         return value
 
     @field_validator("when")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from typing import Any, Literal, get_args
 
 from pydantic import ValidationError, field_validator
@@ -17,6 +18,41 @@ from fsdp_orch.vocab.errors import InputError
 Concurrency = Literal["forbid", "replace", "allow"]
 CONCURRENCY: tuple[str, ...] = get_args(Concurrency)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+NAME_FIELD = "NAME"  # how the CLI spells the schedule's name (its argument)
+
+
+def _name_problem(value: object) -> str | None:
+    """Why ``value`` cannot name a schedule (a folder under ``schedules/``), or None. The pattern
+    keeps it one path part: no ``/``, no ``..``, no leading dot or dash."""
+    if isinstance(value, str) and _NAME.fullmatch(value):
+        return None
+    return ("expected a name of letters, digits, '.', '_' or '-' that starts with a letter or digit "
+            f"(at most 64); got {value!r}")
+
+
+def check_schedule_name(value: object) -> str:
+    """``value`` if it can name a schedule; else InputError on NAME. Every schedule command checks
+    its NAME with this before it touches a path, so none reaches outside ``schedules/``."""
+    problem = _name_problem(value)
+    if problem is not None:
+        raise InputError(problem, field=NAME_FIELD)
+    return str(value)
+
+
+# Where a cron's check starts. A cron has no year, so whether it ever fires depends neither on when
+# it is asked nor on the zone: a fixed time keeps the check pure (and Feb 29 comes in 2024).
+_CHECKED_FROM = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+
+def first_fire(cron: str, after: datetime = _CHECKED_FROM) -> datetime | None:
+    """The cron's first tick after ``after``; None when it never comes (Feb 30: croniter gives up
+    after searching its years)."""
+    from croniter import croniter
+
+    try:
+        return croniter(cron, after).get_next(datetime)
+    except (ValueError, KeyError, OverflowError):  # CroniterBadDateError is a ValueError
+        return None
 
 
 class Schedule(StrictModel):
@@ -40,9 +76,9 @@ class Schedule(StrictModel):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _NAME.fullmatch(value):
-            raise ValueError("expected a name of letters, digits, '.', '_' or '-' (at most 64); "
-                             f"got {value!r}")
+        problem = _name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("cron")
@@ -54,6 +90,9 @@ class Schedule(StrictModel):
         if len(fields) != 5 or not croniter.is_valid(value):
             raise ValueError(f"expected a five-field cron expression (minute hour day-of-month month "
                              f"day-of-week), such as '0 3 * * *'; got {value!r}")
+        if first_fire(value) is None:  # valid fields, but a date that never comes ('0 3 31 2 *')
+            raise ValueError("it never fires (no date matches its day-of-month and month); expected a "
+                             f"cron with a next tick, such as '0 3 28 2 *'; got {value!r}")
         return " ".join(fields)
 
     @field_validator("tz")
@@ -87,8 +126,15 @@ class Schedule(StrictModel):
 
     @classmethod
     def from_json(cls, text: str, file: str | None = None) -> Schedule:
-        """Keys this version does not know are ignored (a file a newer fsdp-orch wrote)."""
-        data = json.loads(text)
+        """Keys this version does not know are ignored (a file a newer fsdp-orch wrote). A file that
+        is not a JSON object is an InputError naming it."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise InputError(f"not valid JSON ({exc}); expected a schedule written by fsdp-orch",
+                             file=file) from None
+        if not isinstance(data, dict):
+            raise InputError("expected a JSON object (a schedule written by fsdp-orch)", file=file)
         if data.get("overrides") is None:
             data.pop("overrides", None)
         return parse_schedule({k: v for k, v in data.items() if k in cls.model_fields}, file=file)
@@ -106,4 +152,5 @@ def parse_schedule(data: Mapping[str, Any], *, labels: Mapping[str, str] | None 
         raise InputError(message, file=file, field=(labels or {}).get(field, path) or None) from None
 
 
-__all__ = ["CONCURRENCY", "Concurrency", "Schedule", "parse_schedule"]
+__all__ = ["CONCURRENCY", "NAME_FIELD", "Concurrency", "Schedule", "check_schedule_name", "first_fire",
+           "parse_schedule"]

@@ -21,6 +21,7 @@ from fsdp_orch.jobspec.durations import parse_duration
 from fsdp_orch.jobspec.notify import Webhook
 from fsdp_orch.jobspec.validation import StrictModel, check_env_names
 from fsdp_orch.vocab.categories import DEFAULT_RETRY_ON, FAILURE_CATEGORIES
+from fsdp_orch.vocab.inputs import control_character
 
 LAUNCHERS = ("torchrun", "accelerate", "xla", "python")
 RESUME_PLACEHOLDERS = ("checkpoint", "step")
@@ -302,8 +303,9 @@ class JobSpec(StrictModel):
     def _name(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("expected a non-empty name")
-        if "\x00" in value:
-            raise ValueError("name must not contain NUL bytes")
+        problem = control_character(value)  # a line break would break the status table's rows
+        if problem is not None:
+            raise ValueError(f"expected a name without control characters; it holds {problem}")
         return value
 
     @model_validator(mode="after")

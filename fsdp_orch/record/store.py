@@ -272,6 +272,8 @@ class Store:
 
     def find_job_id(self, prefix: str) -> str | None:
         """Exact id, or a unique prefix of one (like git)."""
+        if not prefix:
+            return None  # the empty prefix matches every id: it never names a job
         rows = self.conn.execute("SELECT id FROM jobs WHERE id = ? OR id LIKE ? ESCAPE '\\' LIMIT 3",
                                  (prefix, prefix.replace("\\", "\\\\").replace("%", "\\%")
                                   .replace("_", "\\_") + "%")).fetchall()

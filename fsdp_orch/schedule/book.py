@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.jobspec.schedule import Schedule
+from fsdp_orch.jobspec.schedule import NAME_FIELD, Schedule, check_schedule_name
 from fsdp_orch.record.events import EventWriter, read_job
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError
 
@@ -37,12 +39,34 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _state_of(data: Any) -> ScheduleState | None:
+    """``state.json``'s content as a ScheduleState; None when it is not that shape."""
+    if not isinstance(data, dict):
+        return None
+    last_tick, runs = data.get("last_tick"), data.get("runs") or []
+    if last_tick is not None and (isinstance(last_tick, bool) or not isinstance(last_tick, (int, float))):
+        return None
+    if not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(r.get("job"), str) for r in runs):
+        return None
+    return ScheduleState(last_tick=last_tick, runs=list(runs))
+
+
+def _warn_on_stderr(line: str) -> None:
+    print(f"fsdp-orch: warning: {line}", file=sys.stderr, flush=True)
+
+
 class ScheduleBook:
-    def __init__(self, home: Path):
+    """``warn``: told once per broken schedule file that ``all()`` skips (default: stderr)."""
+
+    def __init__(self, home: Path, warn: Callable[[str], None] = _warn_on_stderr):
         self.root = Path(home) / SCHEDULES_DIR
+        self._warn = warn
+        self._warned: set[str] = set()
 
     def _dir(self, name: str) -> Path:
-        return self.root / name
+        """The schedule's folder; a name that is not one safe path part is an InputError on NAME
+        (``../schedules/x`` never reaches outside ``schedules/``)."""
+        return self.root / check_schedule_name(name)
 
     def add(self, schedule: Schedule) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -50,7 +74,7 @@ class ScheduleBook:
             self._dir(schedule.name).mkdir()
         except FileExistsError:
             raise InputError(f"a schedule named {schedule.name!r} exists; remove it first "
-                             f"(fsdp-orch schedule remove {schedule.name})", field="NAME") from None
+                             f"(fsdp-orch schedule remove {schedule.name})", field=NAME_FIELD) from None
         _write_atomic(self._dir(schedule.name) / "schedule.json", schedule.to_json())
         self.writer(schedule.name, "cli").append("schedule_added", cron=schedule.cron, tz=schedule.tz,
                                                   cluster=schedule.cluster, job_file=schedule.job_file)
@@ -61,35 +85,63 @@ class ScheduleBook:
             return Schedule.from_json(path.read_text(), file=str(path))
         except (FileNotFoundError, NotADirectoryError):
             raise InputError(f"no schedule named {name!r} (see 'fsdp-orch schedule list')",
-                             field="NAME") from None
+                             field=NAME_FIELD) from None
 
     def all(self) -> list[Schedule]:
+        """Every readable schedule. One whose files are broken (hand-edited, or a cron an older
+        version let in) is skipped with a warning naming its file: it never stops the others."""
         try:
             names = sorted(os.listdir(self.root))
         except FileNotFoundError:
             return []
         found = []
         for name in names:
-            path = self._dir(name) / "schedule.json"
-            if path.is_file():
-                found.append(Schedule.from_json(path.read_text(), file=str(path)))
+            path = self.root / name / "schedule.json"
+            if not path.is_file():
+                continue  # the lock, a folder being removed
+            try:
+                found.append(self._readable(name, path))
+            except (InputError, OSError, UnicodeDecodeError) as exc:
+                self._skip(path, str(exc))
         return found
+
+    def _readable(self, name: str, path: Path) -> Schedule:
+        schedule = Schedule.from_json(path.read_text(), file=str(path))
+        if schedule.name != name:
+            raise InputError(f"names schedule {schedule.name!r}; expected {name!r}, its folder's name",
+                             file=str(path), field="name")
+        self.state(name)  # a broken state.json would stop every pass over the schedules
+        return schedule
+
+    def _skip(self, path: Path, why: str) -> None:
+        if why not in self._warned:
+            self._warned.add(why)
+            self._warn(f"skipping schedule {path.parent.name}: {why}")
 
     def save(self, schedule: Schedule) -> None:
         _write_atomic(self._dir(schedule.name) / "schedule.json", schedule.to_json())
 
     def remove(self, name: str) -> None:
-        self.get(name)
+        """Works on a schedule whose files are broken too (that is when one wants it gone)."""
+        if not (self._dir(name) / "schedule.json").is_file():
+            self.get(name)  # the error for a schedule that is not there
         gone = self.root / f".removed-{name}-{os.urandom(3).hex()}"
         os.replace(self._dir(name), gone)  # the scheduler never sees half a schedule
         shutil.rmtree(gone, ignore_errors=True)
 
     def state(self, name: str) -> ScheduleState:
+        path = self._dir(name) / "state.json"
         try:
-            data = json.loads((self._dir(name) / "state.json").read_text())
+            data = json.loads(path.read_text())
         except FileNotFoundError:
             return ScheduleState()
-        return ScheduleState(last_tick=data.get("last_tick"), runs=list(data.get("runs") or []))
+        except ValueError as exc:
+            raise InputError(f"not valid JSON ({exc}); expected the scheduler's state", file=str(path)) from None
+        state = _state_of(data)
+        if state is None:
+            raise InputError('expected {"last_tick": SECONDS, "runs": [{"tick": SECONDS, "job": ID}, ...]}, '
+                             "the scheduler's state", file=str(path))
+        return state
 
     def save_state(self, name: str, state: ScheduleState) -> None:
         if not self._dir(name).is_dir():

@@ -1,5 +1,6 @@
-"""The malformed-input table through a real ``python -m fsdp_orch render`` process per case:
-exit code 2, one line on stderr, no traceback, nothing written (with and without ``--out``)."""
+"""The malformed-input table through a real ``python -m fsdp_orch`` process per case (``render``
+with ``--out``, or the case's command): exit code 2, one line on stderr, no traceback, nothing
+written in the cwd or ``$FSDP_ORCH_HOME``."""
 
 from __future__ import annotations
 
@@ -22,10 +23,11 @@ def test_bad_input_through_a_real_process(case, tmp_path: Path) -> None:  # type
     work = tmp_path / "work"
     work.mkdir()
     materialize(work, case.files)
+    materialize(tmp_path / "home", case.home)
     env = {**os.environ, "FSDP_ORCH_HOME": str(tmp_path / "home"),
            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     before = listing(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "fsdp_orch", "render", *case.args, "--out", "out"],
+    proc = subprocess.run([sys.executable, "-m", "fsdp_orch", *case.argv("--out", "out")],
                           cwd=work, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
@@ -34,4 +36,6 @@ def test_bad_input_through_a_real_process(case, tmp_path: Path) -> None:  # type
     assert len(lines) == 1, proc.stderr
     for fragment in case.expect:
         assert fragment in lines[0], f"{fragment!r} missing from: {lines[0]}"
-    assert listing(tmp_path) == before, "an invalid job wrote something"
+    for fragment in case.absent:
+        assert fragment not in lines[0], f"{fragment!r} shown in: {lines[0]}"
+    assert listing(tmp_path) == before, "an invalid input wrote something"

@@ -56,3 +56,28 @@ def test_unknown_schedule_and_bad_name(cli, quick):
     assert proc.returncode == 2 and "no schedule named 'nope'" in proc.stderr
     proc = cli.run("schedule", "add", "../up", "--cron", "0 3 * * *", "--cluster", "local", quick)
     assert proc.returncode == 2 and "NAME" in proc.stderr
+
+
+def test_a_broken_schedule_never_stops_the_others(cli, quick):
+    """A schedule an older version let in (a cron that never fires) or a hand-broken file crashed
+    `schedule list` and `scheduler run` for every schedule. Now it is skipped with one warning line
+    naming its file, and `schedule remove` still removes it."""
+    cli.run("schedule", "add", "ok1", "--cron", "0 3 * * *", "--cluster", "local", quick, check=True)
+    written = json.loads((cli.home / "schedules" / "ok1" / "schedule.json").read_text())
+    for name, change in (("never", {"cron": "0 3 31 2 *"}), ("garbled", None)):
+        folder = cli.home / "schedules" / name
+        (folder / "events").mkdir(parents=True)
+        text = json.dumps({**written, "name": name, **change}) if change else "{\"name\": "
+        (folder / "schedule.json").write_text(text)
+    for argv in (("schedule", "list", "--json"), ("schedule", "list"), ("scheduler", "run", "--once")):
+        proc = cli.run(*argv)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        warnings = proc.stderr.strip().splitlines()
+        assert len(warnings) == 2 and all(w.startswith("fsdp-orch: warning: skipping schedule ") for w in warnings)
+        assert str(cli.home / "schedules" / "never" / "schedule.json") in warnings[1] and "never fires" in warnings[1]
+        assert str(cli.home / "schedules" / "garbled" / "schedule.json") in warnings[0]
+    assert [r["name"] for r in json.loads(cli.run("schedule", "list", "--json", check=True).stdout)] == ["ok1"]
+    for name in ("never", "garbled"):
+        cli.run("schedule", "remove", name, check=True)
+    proc = cli.run("schedule", "list", "--json", check=True)
+    assert proc.stderr == "" and [r["name"] for r in json.loads(proc.stdout)] == ["ok1"]

@@ -40,9 +40,10 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input(case, sandbox: Path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     materialize(sandbox, case.files)
-    before = listing(sandbox.parent)
+    materialize(sandbox.parent / "home", case.home)
+    before = listing(sandbox.parent)  # the cwd and $FSDP_ORCH_HOME
     for extra in ((), ("--out", "out")):
-        code, out, err = run_cli(capsys, "render", *case.args, *extra)
+        code, out, err = run_cli(capsys, *case.argv(*extra))
         assert code == 2, err
         assert out == ""
         assert "Traceback" not in err
@@ -51,7 +52,9 @@ def test_bad_input(case, sandbox: Path, capsys: pytest.CaptureFixture[str]) -> N
         assert lines[0].startswith("fsdp-orch: error: ")
         for fragment in case.expect:
             assert fragment in lines[0], f"{fragment!r} missing from: {lines[0]}"
-        assert listing(sandbox.parent) == before, "an invalid job wrote something"
+        for fragment in case.absent:
+            assert fragment not in lines[0], f"{fragment!r} shown in: {lines[0]}"
+        assert listing(sandbox.parent) == before, "an invalid input wrote something"
 
 
 def test_table_covers_the_issue(capsys: pytest.CaptureFixture[str]) -> None:
@@ -60,8 +63,17 @@ def test_table_covers_the_issue(capsys: pytest.CaptureFixture[str]) -> None:
                    "unknown-launcher", "unknown-sharding-strategy", "bad-duration", "unknown-cluster",
                    "yaml-syntax-error", "empty-file", "list-document", "not-utf8", "xla-on-slurm",
                    "typo-with-hint", "profile-unknown-key", "script-and-command", "no-entry-point",
-                   "set-without-equals", "bad-env-name"):
+                   "set-without-equals", "bad-env-name",
+                   # issue 24, part 4
+                   "schedule-cron-never-fires", "schedule-remove-name-escapes", "schedule-events-name-escapes",
+                   "cancel-empty-id", "status-empty-id", "logs-empty-id", "events-empty-id",
+                   "submit-init-from-empty", "webhook-header-value-crlf", "webhook-header-name-newline",
+                   "name-with-newline"):
         assert wanted in ids
+    for command in (("schedule",), ("cancel",), ("status",), ("logs",), ("events",), ("submit",)):
+        assert any(c.command == command for c in CASES), command
+    for action in ("add", "remove", "pause", "resume", "events"):  # every schedule command checks NAME
+        assert any(c.command == ("schedule",) and c.args[0] == action and "NAME:" in c.expect for c in CASES)
 
 
 def test_yaml_syntax_error_names_the_line(sandbox: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,3 +120,22 @@ def test_render_out_writes_every_artifact(sandbox: Path, capsys: pytest.CaptureF
     assert sorted(p.name for p in (sandbox / "out").iterdir()) == ["job.json", "node.sh", "sbatch.sh"]
     assert out.split() == [str(Path("out") / n) for n in ("job.json", "sbatch.sh", "node.sh")]
     assert ((sandbox / "out" / "node.sh").stat().st_mode & 0o777) == 0o755
+
+
+def test_an_empty_id_names_no_job_even_when_one_exists(sandbox: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``JOB=""; fsdp-orch cancel "$JOB"`` cancelled a running job: "" is a prefix of every id."""
+    from fsdp_orch.control.job_control import record_submission
+    from fsdp_orch.record.index import open_index
+
+    materialize(sandbox, {"job.yaml": OK_JOB})
+    with open_index() as index:
+        job_id, created, _ = record_submission(index, Path("job.yaml"), "local")  # recorded, not started
+    assert created
+    before = listing(sandbox.parent)
+    for argv in (("cancel", ""), ("status", ""), ("logs", ""), ("events", ""), ("cancel", " ")):
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 2 and out == "" and "JOB_ID: expected a job id" in err, (argv, err)
+    assert listing(sandbox.parent) == before
+    with open_index() as index:  # read as it is: a status here could start its supervisor
+        assert index.store.job(job_id).state == "PENDING"
+        assert index.store.find_job_id("") is None and index.store.find_job_id(job_id[:4]) == job_id

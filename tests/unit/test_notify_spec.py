@@ -3,6 +3,7 @@ what was expected, exit 2, through the real CLI entry point (``render``, in proc
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,30 @@ def test_on_and_when_are_the_same_field_and_the_default_is_the_ends():
                         "  - url: https://h/y\n")
     assert job.notify[0].when == ["RUNNING", "checkpoint_committed"]
     assert job.notify[1].when == ["SUCCEEDED", "FAILED", "CANCELLED"] and job.notify[1].retry_for == 600
+
+
+CONTROLS = [chr(c) for c in range(0x20)] + ["\x7f"]
+
+
+@pytest.mark.parametrize("char", CONTROLS, ids=[f"0x{ord(c):02x}" for c in CONTROLS])
+def test_a_header_with_a_control_character_is_refused_at_load_naming_the_header(char):
+    """CR/LF would split the request (and the notifier failed only after retry_for): any C0 control or
+    DEL in a header's value or name is refused when the spec is loaded, naming the header and never
+    quoting the value (it is often a token)."""
+    from fsdp_orch.vocab.errors import InputError
+
+    value = json.dumps("Bearer t0k" + char + "en")
+    with pytest.raises(InputError) as raised:
+        load_job_text(JOB + f"notify:\n  - url: https://h/x\n    headers: {{Authorization: {value}}}\n")
+    assert raised.value.field == "notify.0.headers" and "header 'Authorization'" in str(raised.value)
+    assert "t0k" not in str(raised.value) and "\n" not in str(raised.value)
+    name = json.dumps("X-" + char + "Team")
+    with pytest.raises(InputError) as raised:
+        load_job_text(JOB + f"notify:\n  - url: https://h/x\n    headers: {{{name}: ml}}\n")
+    assert raised.value.field == "notify.0.headers" and "header name" in str(raised.value)
+
+
+def test_ordinary_headers_are_kept():
+    job = load_job_text(JOB + "notify:\n  - url: https://h/x\n    headers: {Authorization: 'Bearer a.b-c_d~', "
+                        "X-Note: 'café ☃, spaces ok'}\n")
+    assert job.notify[0].headers == {"Authorization": "Bearer a.b-c_d~", "X-Note": "café ☃, spaces ok"}

@@ -7,7 +7,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from fsdp_orch.jobspec.schedule import Schedule, parse_schedule
+from fsdp_orch.jobspec.schedule import Schedule, check_schedule_name, first_fire, parse_schedule
+from fsdp_orch.schedule.book import ScheduleBook
 from fsdp_orch.schedule.decide import decide, tick_key
 from fsdp_orch.schedule.ticks import local_iso, next_tick, plan_ticks, utc_iso
 from fsdp_orch.vocab.errors import InputError
@@ -159,3 +160,87 @@ def test_a_file_written_before_the_model_still_reads():
     schedule = Schedule.from_json(text[:-2] + ',\n  "from_the_future": 1\n}\n')
     assert schedule.overrides == ("nodes=2",) and schedule.paused and schedule.max_catch_up == 0
     assert schedule.to_json() == text
+
+
+@pytest.mark.parametrize("cron", ["0 3 31 2 *", "0 3 30 2 *", "0 3 31 4,6,9,11 *", "*/5 * 30,31 2 *"])
+def test_a_cron_that_never_fires_is_refused_by_its_next_tick(cron):
+    """Valid fields, but no date matches: croniter's search for the next tick fails, and an `add`
+    that let it in made every later `schedule list` and `scheduler run` crash."""
+    with pytest.raises(InputError) as err:
+        parse_schedule({**NIGHTLY, "cron": cron}, labels={"cron": "--cron"})
+    assert err.value.field == "--cron" and "never fires" in str(err.value) and repr(cron) in str(err.value)
+
+
+@pytest.mark.parametrize("cron", ["0 3 29 2 *", "0 3 30 2 1", "0 3 31 * *", "59 23 31 12 *"])
+def test_a_rare_cron_that_does_fire_is_kept(cron):
+    """Feb 29 comes every four years; day-of-month OR day-of-week (Feb 30, or any Monday) fires."""
+    assert parse_schedule({**NIGHTLY, "cron": cron}).cron == cron
+    assert first_fire(cron, datetime(2026, 3, 1, tzinfo=timezone.utc)) is not None
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../x", "a/b", "/abs", ".hidden", "-dash", "a b", "a\nb",
+                                  "a" * 65, "é"])
+def test_a_schedule_name_is_one_safe_path_part(name):
+    with pytest.raises(InputError) as err:
+        check_schedule_name(name)
+    assert err.value.field == "NAME" and "letters, digits" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["nightly", "a", "A.b_c-d", "0", "a" * 64, "retrain.v2"])
+def test_good_schedule_names(name):
+    assert check_schedule_name(name) == name
+
+
+@pytest.fixture
+def book(tmp_path):
+    warnings: list[str] = []
+    schedules = ScheduleBook(tmp_path, warn=warnings.append)
+    schedules.add(parse_schedule({**NIGHTLY, "name": "ok1"}))
+    schedules.warnings = warnings  # type: ignore[attr-defined]
+    return schedules
+
+
+def plant(book, name, text, file="schedule.json"):
+    folder = book.root / name
+    folder.mkdir(exist_ok=True)
+    (folder / file).write_text(text)
+    return folder / file
+
+
+@pytest.mark.parametrize("text", [
+    json.dumps({**NIGHTLY, "name": "bad", "cron": "0 3 31 2 *"}),  # an older version let it in
+    json.dumps({**NIGHTLY, "name": "bad", "cron": "every day"}),
+    json.dumps({**NIGHTLY, "name": "../ok1"}),
+    json.dumps({**NIGHTLY, "name": "other"}),  # not its folder's name
+    "{not json", "[1, 2]", "",
+])
+def test_a_broken_schedule_is_skipped_with_one_warning_naming_its_file(book, text):
+    path = plant(book, "bad", text)
+    assert [s.name for s in book.all()] == ["ok1"]
+    assert [s.name for s in book.all()] == ["ok1"]  # the scheduler's passes: warned once
+    [warning] = book.warnings
+    assert warning.startswith("skipping schedule bad: ") and str(path) in warning and "\n" not in warning
+    book.remove("bad")  # what one wants done with it, and it works
+    assert not (book.root / "bad").exists() and [s.name for s in book.all()] == ["ok1"]
+
+
+@pytest.mark.parametrize("text", ["{broken", "[]", '{"last_tick": "soon"}', '{"runs": [{"tick": 1}]}'])
+def test_a_broken_state_file_skips_its_schedule_only(book, text):
+    book.add(parse_schedule({**NIGHTLY, "name": "two"}))
+    path = plant(book, "two", text, "state.json")
+    assert [s.name for s in book.all()] == ["ok1"]
+    [warning] = book.warnings
+    assert str(path) in warning
+
+
+def test_every_schedule_command_checks_the_name_before_any_path(book, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "schedule.json").write_text(json.dumps({**NIGHTLY, "name": "outside"}))
+    for call in (lambda n: book.get(n), lambda n: book.remove(n), lambda n: book.events(n),
+                 lambda n: book.state(n), lambda n: book.save(parse_schedule({**NIGHTLY}).model_copy(
+                     update={"name": n}))):
+        with pytest.raises(InputError) as err:
+            call("../outside")
+        assert err.value.field == "NAME"
+    assert (outside / "schedule.json").exists() and sorted(p.name for p in outside.iterdir()) == ["schedule.json"]

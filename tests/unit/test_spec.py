@@ -231,3 +231,26 @@ def test_set_nodes_takes_a_range_and_its_errors_name_the_set(tmp_path: Path) -> 
     with pytest.raises(InputError) as info:
         load_job(path, ["nodes=2-1"])
     assert (info.value.file, info.value.field) == ("--set", "nodes") and "MIN <= MAX" in str(info.value)
+
+
+CONTROLS = [chr(c) for c in range(0x20)] + ["\x7f"]
+
+
+@pytest.mark.parametrize("char", CONTROLS, ids=[f"0x{ord(c):02x}" for c in CONTROLS])
+def test_a_name_with_any_control_character_is_refused(char: str) -> None:
+    """A line break in the name broke the status table; every C0 control and DEL is refused."""
+    with pytest.raises(InputError) as info:
+        load_job_text(BASE.replace("name: demo", "name: " + json_str("de" + char + "mo")))
+    assert info.value.field == "name" and "control characters" in info.value.detail, info.value
+
+
+def test_a_name_in_any_script_without_control_characters_is_kept() -> None:
+    for name in ("golden demo", "é ünicode ☃", "a;b $(x) `y` 'q'", "日本語のジョブ"):
+        assert load_job_text(BASE.replace("name: demo", "name: " + json_str(name))).name == name
+
+
+def json_str(text: str) -> str:
+    """``text`` as a YAML double-quoted scalar (JSON's escapes are YAML's)."""
+    import json
+
+    return json.dumps(text)
