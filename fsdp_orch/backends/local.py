@@ -22,6 +22,7 @@ from fsdp_orch.launch.render import Artifact, Templates, write_artifacts
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.checkpoints import LOCAL, Storage
 from fsdp_orch.observe.proctree import job_processes, stop_job_processes
+from fsdp_orch.places.private import make_private_dirs, open_private
 from fsdp_orch.record.model import JobStatus
 from fsdp_orch.vocab.errors import InputError
 
@@ -126,9 +127,9 @@ class LocalLauncher:
         write_artifacts(artifacts)
         script = next(a.path for a in artifacts if a.name == LAUNCH_SCRIPT)
         console = Path(plan.attempt_dir) / "console-node-0.log"
-        console.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(str(console.parent))
         exit_file = Path(plan.attempt_dir) / EXIT_FILE
-        with open(console, "ab") as out:
+        with os.fdopen(open_private(str(console), os.O_WRONLY | os.O_APPEND), "ab") as out:
             proc = subprocess.Popen(["bash", "-c", _WRAPPER, "fsdp-orch-attempt", script, str(exit_file)],
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True, cwd=plan.attempt_dir)

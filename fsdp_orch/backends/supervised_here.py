@@ -12,24 +12,27 @@ from pathlib import Path
 from fsdp_orch.backends.base import ClusterKind, P
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.proctree import pid_alive
+from fsdp_orch.places.builtin import supervisor_command
+from fsdp_orch.places.private import make_private_dirs, open_private
 from fsdp_orch.record.index import JobIndex
 from fsdp_orch.record.model import JobStatus
-from fsdp_orch.vocab.errors import InputError
 
 CANCEL_WAIT_S = 15.0
 
 
+def supervisor_argv(job_id: str, run_dir: str, reattach: bool) -> list[str]:
+    """The supervisor's command line: the installed fsdp-orch's, with arguments built here (never a
+    command read from a file: ``submission.json``'s ``supervisor_command`` is not run)."""
+    return [*supervisor_command(), job_id, "--run-dir", run_dir, *(["--reattach"] if reattach else [])]
+
+
 def spawn_supervisor(submission: Submission, reattach: bool) -> int:
-    """The submission's supervisor command for its job, detached, logging to the run dir."""
-    if not submission.supervisor_command:
-        raise InputError("this submission names no supervisor to run", file=str(submission.run_dir))
+    """The job's supervisor, detached, logging to the run dir."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_") or k == "FSDP_ORCH_HOME"}
-    argv = [*submission.supervisor_command, submission.job_id, "--run-dir", str(submission.run_dir)]
-    if reattach:
-        argv.append("--reattach")
     run_dir = submission.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / "supervisor.log", "ab") as log:
+    argv = supervisor_argv(submission.job_id, str(run_dir), reattach)
+    make_private_dirs(str(run_dir))
+    with os.fdopen(open_private(str(run_dir / "supervisor.log"), os.O_WRONLY | os.O_APPEND), "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True, env=env, cwd=run_dir)
     return proc.pid
@@ -60,10 +63,12 @@ class SupervisedHere(ClusterKind[P]):
         """Re-attach a supervisor to every job whose supervisor died (``rows`` hold only those, and
         jobs the scheduler knows of: none here); it adopts the attempt still running (a lock in the
         run directory admits one supervisor per job)."""
+        from fsdp_orch.record.run_roots import run_folder_problem
+
         reattached = []
         for row in rows:
-            if not row.supervisor_pid:
-                continue
+            if not row.supervisor_pid or run_folder_problem(row.run_dir):
+                continue  # a folder another account could have written is never adopted
             # The new supervisor records its own pid once it holds the job's lock.
             spawn_supervisor(Submission.load(Path(row.run_dir), self), reattach=True)
             reattached.append(row.id)

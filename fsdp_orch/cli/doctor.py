@@ -6,8 +6,10 @@ cluster kind adds its own through ``ClusterKind.doctor``. Commands go through on
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 from fsdp_orch.backends.registry import cluster_kind, load_profile
 from fsdp_orch.observe import command
@@ -38,6 +40,122 @@ def home_checks(home: str | None = None, mounts: str | None = None) -> list[Chec
                   "for a multi-host cluster, put FSDP_ORCH_HOME on the filesystem the nodes share")]
 
 
+SHOWN_PATHS = 20  # untrusted paths named one by one; the rest are counted
+
+
+def _run_roots(home: str, cwd: str | None) -> list[str]:
+    """Every runs folder to look at: the home's, each profile's ``<shared_dir>/<user>/runs``, and the
+    ``<shared_dir>/runs`` where fsdp-orch before per-user roots put runs (and others may plant)."""
+    from fsdp_orch.record.run_roots import all_shared_dirs, shared_run_root
+
+    roots = [os.path.join(home, "runs")]
+    for shared in all_shared_dirs(home, cwd):
+        roots += [os.path.join(shared_run_root(shared), "runs"), os.path.join(shared, "runs")]
+    return list(dict.fromkeys(roots))
+
+
+def untrusted_paths(home: str, cwd: str | None = None) -> tuple[list[str], list[str]]:
+    """(what fsdp-orch does not read because someone else owns it or can write it, each once as
+    "path: why"; the trusted run folders). Run roots, job folders, event files and schedules."""
+    from fsdp_orch.places.private import untrusted
+    from fsdp_orch.record.run_roots import root_problem, run_folder_problem
+    from fsdp_orch.schedule.book import ScheduleBook
+
+    found: list[str] = []
+    trusted: list[str] = []
+    for root in _run_roots(home, cwd):
+        problem = root_problem(root)
+        if problem:
+            found.append(f"{root}: {problem}")
+        try:
+            names = sorted(os.listdir(root))
+        except OSError:
+            continue
+        for name in names:
+            folder = os.path.join(root, name)
+            if not os.path.isdir(folder) or name.startswith("."):
+                continue
+            problem = run_folder_problem(folder)
+            if problem:
+                found.append(f"{folder}: {problem}")
+                continue
+            trusted.append(folder)
+            events = os.path.join(folder, "events")
+            try:
+                files = sorted(os.listdir(events))
+            except OSError:
+                continue
+            for file in files:
+                problem = untrusted(os.path.join(events, file), [events])
+                if problem:
+                    found.append(f"{os.path.join(events, file)}: {problem}")
+    book = ScheduleBook(Path(home))
+    try:
+        schedules = sorted(os.listdir(book.root))
+    except OSError:
+        schedules = []
+    for name in schedules:
+        if os.path.isdir(os.path.join(book.root, name)) and not name.startswith("."):
+            problem = book.problem(name)
+            if problem:
+                found.append(f"{os.path.join(book.root, name)}: {problem}")
+    return found, trusted
+
+
+def trust_checks(home: str | None = None, cwd: str | None = None) -> list[Check]:
+    """The home is private, nothing others wrote is read (each such path named once), and which
+    checkpoint folders of the jobs others can read."""
+    from fsdp_orch.places.private import root_verdict, seen
+
+    root = home or home_dir()
+    checks = []
+    found = seen(root, follow=True)
+    if found is not None:
+        verdict, why = root_verdict(found, os.getuid())
+        checks.append(Check("FSDP_ORCH_HOME private", verdict != "refuse",
+                            why or f"{root} is yours and 0700" + (" (made so at the next command)" if verdict == "tighten" else ""),
+                            "" if verdict != "refuse" else f"chmod 700 {root}, or set FSDP_ORCH_HOME to a folder of your own"))
+    paths, trusted = untrusted_paths(root, cwd)
+    for line in paths[:SHOWN_PATHS]:
+        checks.append(Check("not yours, not read", False, line,
+                            "remove it if you do not know it; fsdp-orch never lists, adopts or runs it"))
+    if len(paths) > SHOWN_PATHS:
+        checks.append(Check("not yours, not read", False, f"and {len(paths) - SHOWN_PATHS} more", ""))
+    if not paths:
+        checks.append(Check("files others could write", True, "every run folder, event file and schedule "
+                            "read is yours and writable by you alone"))
+    checks += checkpoint_checks(trusted)
+    return checks
+
+
+def checkpoint_checks(run_folders: list[str]) -> list[Check]:
+    """The checkpoint folders of these jobs that other accounts can read (the user's choice: its
+    mode is left alone, and said here)."""
+    import stat
+
+    dirs: dict[str, None] = {}
+    for folder in run_folders:
+        try:
+            with open(os.path.join(folder, "submission.json"), encoding="utf-8") as f:
+                data = json.load(f)
+            directory = data["job"]["checkpoint"]["dir"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(directory, str) and directory:
+            dirs[os.path.expanduser(directory)] = None
+    checks = []
+    for directory in dirs:
+        try:
+            mode = os.stat(directory).st_mode
+        except OSError:
+            continue
+        if mode & (stat.S_IRGRP | stat.S_IROTH):
+            checks.append(Check("checkpoint.dir readable by others", False,
+                                f"{directory} (mode {stat.S_IMODE(mode):04o}): other accounts can read "
+                                f"these checkpoints", f"chmod 700 {directory} if they are not meant to be shared"))
+    return checks
+
+
 def report(checks: list[Check], as_json: bool) -> str:
     if as_json:
         return json.dumps({"ok": all(c.ok for c in checks), "checks": [asdict(c) for c in checks]}, indent=2)
@@ -52,11 +170,12 @@ def report(checks: list[Check], as_json: bool) -> str:
 def run_doctor(cluster: str | None, as_json: bool, run: Runner = command.run) -> tuple[str, bool]:
     """(the report, whether every check passed)."""
     check, version = torch_here(run=run)
-    checks = [check, *home_checks()]
+    checks = [check, *home_checks(), *trust_checks()]
     if cluster is not None:
         profile, _ = load_profile(cluster)
         checks += cluster_kind(profile.kind).doctor(profile, version, run)
     return report(checks, as_json), all(c.ok for c in checks)
 
 
-__all__ = ["Check", "home_checks", "report", "run_doctor", "torch_here"]
+__all__ = ["Check", "checkpoint_checks", "home_checks", "report", "run_doctor", "torch_here", "trust_checks",
+           "untrusted_paths"]

@@ -27,6 +27,21 @@ def _open_index():  # type: ignore[no-untyped-def]
     return open_index()
 
 
+# The commands that read or write $FSDP_ORCH_HOME: it must be the caller's own (see places/private).
+_USE_HOME = ("submit", "status", "logs", "events", "cancel", "schedule", "scheduler")
+
+
+def _private_home() -> None:
+    from fsdp_orch.places.home import home_dir, local_store_folders
+    from fsdp_orch.places.private import ensure_private_root
+
+    home = home_dir()
+    ensure_private_root(home)
+    apart = local_store_folders(home)
+    if apart:
+        ensure_private_root(apart[0], above=apart[1:2] if os.environ.get("XDG_RUNTIME_DIR") else apart[1:])
+
+
 def _resolve_id(index, job_id: str) -> str:  # type: ignore[no-untyped-def]
     found = index.store.find_job_id(job_id)
     if found is None:
@@ -473,6 +488,7 @@ def _plain_status(argv: list[str]):  # type: ignore[no-untyped-def]
 
 
 def main(argv: list[str] | None = None) -> int:
+    os.umask(0o077)  # what the CLI and its children create is this user's alone (places/private)
     argv = sys.argv[1:] if argv is None else argv
     args = _plain_status(argv)
     if args is None:
@@ -481,6 +497,8 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser(only=wanted if wanted in _COMMANDS else None)
         args = parser.parse_args(argv)
     try:
+        if getattr(args, "command", None) in _USE_HOME:
+            _private_home()
         return int(args.func(args))
     except FsdpOrchError as exc:
         print(f"fsdp-orch: error: {exc}", file=sys.stderr)

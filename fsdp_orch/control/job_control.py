@@ -17,6 +17,7 @@ from fsdp_orch.launch.submission import Submission
 from fsdp_orch.notify.process import start_notifier
 from fsdp_orch.places.builtin import home, local_has_gpu
 from fsdp_orch.record.index import JobIndex
+from fsdp_orch.record.run_roots import shared_run_root
 from fsdp_orch.supervise import supervisor_command
 from fsdp_orch.vocab.errors import InputError, JobNotFound
 from fsdp_orch.vocab.states import JobState
@@ -42,7 +43,7 @@ def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None
     template = (ref.path.parent / profile.template).expanduser() if profile.template else None
     submission = Submission(
         job_id=job_id, cluster=ref.name, job=job, profile=profile, job_dir=str(job_file.resolve().parent),
-        run_root=profile.shared_dir or str(home_dir or home()), kind=cluster_kind(profile.kind), supervisor_command=supervisor_command(),
+        run_root=shared_run_root(profile.shared_dir) if profile.shared_dir else str(home_dir or home()), kind=cluster_kind(profile.kind), supervisor_command=supervisor_command(),
         profile_template=str(template) if template else None, init_from=init.path if init else None,
         init_step=init.step if init else None, init_optimizer=init_optimizer,
         checkpoint_per_job=checkpoint_per_job or init is not None)
@@ -119,7 +120,13 @@ def submit(index: JobIndex, job_file: Path, cluster: str, *, overrides: list[str
 
 
 def cancel(index: JobIndex, job_id: str) -> str:
+    from fsdp_orch.record.run_roots import run_folder_problem
+
     row = index.store.job(job_id)
     if row is None:
         raise JobNotFound(job_id)
+    problem = run_folder_problem(row.run_dir)
+    if problem:
+        raise InputError(f"not cancelled: {problem} (fsdp-orch acts only on run folders of your own; "
+                         f"see 'fsdp-orch doctor')")
     return cluster_kind(row.kind).cancel(index, row)

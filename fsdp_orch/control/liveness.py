@@ -21,7 +21,7 @@ def refresh(index: JobIndex, job_ids: list[str] | None) -> list[str]:
     for job in active:
         if needs_settling(job):
             status = index.store.job(job.id)
-            if status is not None:
+            if status is not None and trusted(status.run_dir):
                 by_kind.setdefault(job.kind, []).append(status)
     if not by_kind:
         return []
@@ -31,6 +31,14 @@ def refresh(index: JobIndex, job_ids: list[str] | None) -> list[str]:
     for name, rows in by_kind.items():
         changed += cluster_kind(name).refresh(index, rows)
     return changed
+
+
+def trusted(run_dir: str) -> bool:
+    """Whether a job's run folder is this user's alone: only then is a supervisor started for it or
+    its scheduler asked (an index kept by an older fsdp-orch may list a folder another account made)."""
+    from fsdp_orch.record.run_roots import run_folder_problem
+
+    return run_folder_problem(run_dir) is None
 
 
 def needs_settling(job: ActiveJob | JobStatus) -> bool:

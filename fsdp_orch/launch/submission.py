@@ -71,11 +71,13 @@ class Submission:
         return Path(self.run_root) / "runs" / self.job_id
 
     def save(self) -> Path:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        """Write ``submission.json`` into the run folder (made 0700, the file 0600: it holds env values)."""
+        from fsdp_orch.places.private import ensure_private_root, make_private_dirs, write_private
+
+        ensure_private_root(str(self.run_dir.parent), above=[self.run_root])  # <run root>/runs
+        make_private_dirs(str(self.run_dir))
         path = self.run_dir / SUBMISSION_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(self.to_json())
-        tmp.replace(path)
+        write_private(str(path), self.to_json())
         return path
 
     @staticmethod

@@ -61,7 +61,9 @@ class Ledger:
     """``notify/sent.jsonl``: one line per notification delivered or given up."""
 
     def __init__(self, directory: str):
-        os.makedirs(directory, exist_ok=True)
+        from fsdp_orch.places.private import make_private_dirs
+
+        make_private_dirs(directory)
         self.path = os.path.join(directory, "sent.jsonl")
 
     def keys(self) -> set[str]:
@@ -72,7 +74,9 @@ class Ledger:
             return set()
 
     def add(self, key: str, outcome: str, at: float, tries: int) -> None:
-        with open(self.path, "a") as f:
+        from fsdp_orch.places.private import open_private
+
+        with os.fdopen(open_private(self.path, os.O_WRONLY | os.O_APPEND), "a") as f:
             f.write(json.dumps({"key": key, "outcome": outcome, "at": at, "tries": tries}) + "\n")
 
 

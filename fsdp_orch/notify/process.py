@@ -11,6 +11,7 @@ from pathlib import Path
 
 from fsdp_orch.jobspec.notify import Webhook
 from fsdp_orch.launch.submission import Submission
+from fsdp_orch.places.private import make_private_dirs, open_private
 
 NOTIFY_DIR = "notify"
 
@@ -29,8 +30,8 @@ def start_notifier(submission: Submission) -> int | None:
     directory = submission.run_dir / NOTIFY_DIR
     env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_") or k == "FSDP_ORCH_HOME"}
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with open(directory / "notifier.log", "ab") as log:
+        make_private_dirs(str(directory))
+        with os.fdopen(open_private(str(directory / "notifier.log"), os.O_WRONLY | os.O_APPEND), "ab") as log:
             proc = subprocess.Popen([sys.executable, "-m", "fsdp_orch.notify.process", str(submission.run_dir)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, close_fds=True, env=env, cwd=directory)
@@ -47,8 +48,8 @@ def start_notifier(submission: Submission) -> int | None:
 def _hold_lock(directory: Path) -> int | None:
     import fcntl
 
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    make_private_dirs(str(directory))
+    fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -91,4 +92,5 @@ def main(run_dir: str) -> int:
 
 
 if __name__ == "__main__":
+    os.umask(0o077)  # the ledger and the log are this user's alone
     raise SystemExit(main(sys.argv[1]))

@@ -42,6 +42,18 @@ def bootstrap_site_dir() -> Path:
     return Path(_PACKAGE) / "bootstrap" / "site"
 
 
+SUPERVISOR_MODULE = "fsdp_orch.supervise.supervisor"
+
+
+def supervisor_command() -> tuple[str, ...]:
+    """How the supervisor of a job is started (the job id and arguments follow): this Python, this
+    fsdp-orch, so the nodes that share its path (a venv on the shared filesystem) run the same one.
+    Always built here, never read from a file (a planted ``submission.json`` runs nothing)."""
+    import sys
+
+    return (sys.executable or "python3", "-m", SUPERVISOR_MODULE)
+
+
 def local_has_gpu() -> bool:
     """Whether this machine has an NVIDIA GPU (resolves a local profile's ``device: auto``)."""
     return os.path.exists("/dev/nvidia0")

@@ -51,6 +51,16 @@ def local_store_dir(home: str) -> str:
     return os.path.join(base, "fsdp-orch", digest)
 
 
+def local_store_folders(home: str, mounts: str | None = None) -> list[str]:
+    """The folders fsdp-orch makes for a database kept apart from the home (nearest first), which
+    must be private like the home (``/tmp/fsdp-orch-<uid>`` could be made by another account);
+    none when the database is in the home or named by ``FSDP_ORCH_DB``."""
+    if os.environ.get("FSDP_ORCH_DB") or not on_network_filesystem(home, mounts):
+        return []
+    folder = local_store_dir(home)
+    return [folder, os.path.dirname(folder), os.path.dirname(os.path.dirname(folder))]
+
+
 def store_path(home: str, mounts: str | None = None) -> str:
     explicit = os.environ.get("FSDP_ORCH_DB")
     if explicit:

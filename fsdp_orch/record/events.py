@@ -32,8 +32,10 @@ class EventWriter:
     """Appends events to one file of its own; each event is one ``write`` of one whole line."""
 
     def __init__(self, run_dir: str | os.PathLike[str], role: str, clock=time.time):  # type: ignore[no-untyped-def]
+        from fsdp_orch.places.private import make_private_dirs
+
         directory = events_dir(run_dir)
-        os.makedirs(directory, exist_ok=True)
+        make_private_dirs(directory)
         self.path = os.path.join(directory, writer_name(role))
         self.clock = clock
         self._seq = 0
@@ -46,7 +48,7 @@ class EventWriter:
         event = {"at": self.clock() if at is None else at, "kind": kind, "seq": self._seq, **fields}
         line = (json.dumps(event, separators=(",", ":"), allow_nan=False, default=str) + "\n").encode()
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         os.write(self._fd, line)
         return event
 
@@ -110,15 +112,22 @@ def read_from(path: str, offset: int = 0, line: int = 0) -> ReadResult:
 
 
 def event_files(run_dir: str | os.PathLike[str]) -> list[str]:
-    """The job's event files, the submitting CLI's first (it creates the job)."""
+    """The job's event files, the submitting CLI's first (it creates the job). Only files of this
+    user that no one else can write, in an events folder of the same kind, are taken (a file
+    another account planted is never read)."""
+    from fsdp_orch.places.private import untrusted
+
     directory = events_dir(run_dir)
     try:
         names = os.listdir(directory)
     except (FileNotFoundError, NotADirectoryError):
         return []
+    if untrusted(directory, [os.fspath(run_dir)]):
+        return []
     names = sorted(n for n in names if n.endswith(".jsonl"))
     names.sort(key=lambda n: not n.startswith("submit-"))
-    return [os.path.join(directory, n) for n in names]
+    paths = [os.path.join(directory, n) for n in names]
+    return [p for p in paths if untrusted(p, [directory]) is None]
 
 
 def order_key(event: dict, path: str) -> tuple:  # type: ignore[type-arg]

@@ -78,7 +78,7 @@ class JobIndex:
         status = self.store.job(job_id)
         if status is None or status.ended:
             return None if status is None else status.state
-        open(os.path.join(status.run_dir, CANCEL_MARKER), "a").close()
+        os.close(os.open(os.path.join(status.run_dir, CANCEL_MARKER), os.O_WRONLY | os.O_CREAT, 0o600))
         self.journal(job_id).set_state(JobState.CANCELLED, reason="cancelled by user")
         return None
 
@@ -121,7 +121,11 @@ class JobIndex:
 
     def _new_job_folders(self, looked: list[tuple[str, str, int]]) -> dict[str, str]:
         """Job folders the index does not know, looked for only in runs folders that changed; each
-        runs folder looked in is added to ``looked`` (root, meta key, mtime) for ``_mark_looked``."""
+        runs folder looked in is added to ``looked`` (root, meta key, mtime) for ``_mark_looked``.
+        Only this user's are taken: a runs folder or job folder that someone else owns or can write
+        is passed over (``doctor`` names it; see record/run_roots.run_folder_problem)."""
+        from fsdp_orch.record.run_roots import root_problem, run_folder_problem
+
         known: set[str] | None = None
         found: dict[str, str] = {}
         for root in self.runs_roots:
@@ -130,13 +134,15 @@ class JobIndex:
             except OSError:
                 continue
             key = f"runs_mtime_ns:{root}"
-            if self.store.meta(key) == mtime:
+            if self.store.meta(key) == mtime or root_problem(root):
                 continue
             if known is None:
                 known = self.store.job_ids()
             for name in os.listdir(root):
-                if name not in known and name not in found and os.path.isdir(os.path.join(root, name, "events")):
-                    found[name] = os.path.join(root, name)
+                folder = os.path.join(root, name)
+                if name not in known and name not in found and os.path.isdir(os.path.join(folder, "events")) \
+                        and run_folder_problem(folder) is None:
+                    found[name] = folder
             looked.append((root, key, mtime))
         return found
 

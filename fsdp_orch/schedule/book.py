@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_orch.jobspec.schedule import NAME_FIELD, Schedule, check_schedule_name
+from fsdp_orch.places.private import make_private_dirs, untrusted, write_private
 from fsdp_orch.record.events import EventWriter, read_job
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError
 
@@ -34,9 +35,7 @@ class ScheduleState:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_private(str(path), text)  # 0600, through a temporary file and a rename
 
 
 def _state_of(data: Any) -> ScheduleState | None:
@@ -68,10 +67,17 @@ class ScheduleBook:
         (``../schedules/x`` never reaches outside ``schedules/``)."""
         return self.root / check_schedule_name(name)
 
+    def problem(self, name: str) -> str | None:
+        """Why schedule ``name``'s definition must not be read, or None: its file, its folder and
+        the schedules folder must be this user's, writable by no one else (see places/private)."""
+        folder = self._dir(name)
+        above = [str(self.root), str(self.root.parent)]
+        return untrusted(str(folder), above) or untrusted(str(folder / "schedule.json"), [str(folder), *above])
+
     def add(self, schedule: Schedule) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(str(self.root))
         try:
-            self._dir(schedule.name).mkdir()
+            self._dir(schedule.name).mkdir(0o700)
         except FileExistsError:
             raise InputError(f"a schedule named {schedule.name!r} exists; remove it first "
                              f"(fsdp-orch schedule remove {schedule.name})", field=NAME_FIELD) from None
@@ -81,6 +87,9 @@ class ScheduleBook:
 
     def get(self, name: str) -> Schedule:
         path = self._dir(name) / "schedule.json"
+        problem = self.problem(name)
+        if problem:
+            raise InputError(f"schedule {name!r} is not read: {problem}", field=NAME_FIELD)
         try:
             return Schedule.from_json(path.read_text(), file=str(path))
         except (FileNotFoundError, NotADirectoryError):
@@ -100,6 +109,8 @@ class ScheduleBook:
             if not path.is_file():
                 continue  # the lock, a folder being removed
             try:
+                if self.problem(name) is not None:
+                    continue  # another account's files, or writable by one: 'doctor' names them
                 found.append(self._readable(name, path))
             except (InputError, OSError, UnicodeDecodeError) as exc:
                 self._skip(path, str(exc))
@@ -157,7 +168,7 @@ class ScheduleBook:
         return read_job(self._dir(name))[0]
 
     def lock(self) -> SchedulerLock:
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(str(self.root))
         return SchedulerLock(self.root / LOCK_FILE)
 
 
@@ -176,7 +187,7 @@ class SchedulerLock:
     def __enter__(self) -> SchedulerLock:
         import fcntl
 
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import sys
+from fsdp_orch.places.builtin import SUPERVISOR_MODULE, supervisor_command
 
-SUPERVISOR_MODULE = "fsdp_orch.supervise.supervisor"
-
-
-def supervisor_command() -> tuple[str, ...]:
-    """How a kind starts the supervisor of a job (the job id follows): this Python, so the nodes
-    that share its path (a venv on the shared filesystem) run the same fsdp-orch."""
-    return (sys.executable or "python3", "-m", SUPERVISOR_MODULE)
+__all__ = ["SUPERVISOR_MODULE", "supervisor_command"]

@@ -7,6 +7,7 @@ kind gives it (``backends.base``).
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import time
@@ -467,6 +468,7 @@ def run_supervisor(job_id: str, run_dir: str | None = None, reattach: bool = Fal
 
     from fsdp_orch.backends.registry import cluster_kind
     from fsdp_orch.places.builtin import home, local_has_gpu
+    from fsdp_orch.places.private import open_private
     from fsdp_orch.record.events import EventWriter
 
     run_dir = Path(run_dir) if run_dir else home() / "runs" / job_id
@@ -474,7 +476,7 @@ def run_supervisor(job_id: str, run_dir: str | None = None, reattach: bool = Fal
         print(f"fsdp-orch supervisor: no job {job_id} in {run_dir.parent}", flush=True)
         return 2
     # One supervisor per job: the lock lives as long as this process.
-    lock = open(run_dir / "supervisor.lock", "a")  # noqa: SIM115
+    lock = os.fdopen(open_private(str(run_dir / "supervisor.lock"), os.O_WRONLY | os.O_APPEND), "a")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -534,6 +536,8 @@ def run_supervisor(job_id: str, run_dir: str | None = None, reattach: bool = Fal
 if __name__ == "__main__":
 
     import argparse
+
+    os.umask(0o077)  # the run folder's files (events, logs, heartbeats) are this user's alone
 
     parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name if __spec__ else 'supervisor'}")
     parser.add_argument("job_id")

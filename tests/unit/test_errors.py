@@ -119,7 +119,8 @@ def test_render_out_writes_every_artifact(sandbox: Path, capsys: pytest.CaptureF
     assert code == 0
     assert sorted(p.name for p in (sandbox / "out").iterdir()) == ["job.json", "node.sh", "sbatch.sh"]
     assert out.split() == [str(Path("out") / n) for n in ("job.json", "sbatch.sh", "node.sh")]
-    assert ((sandbox / "out" / "node.sh").stat().st_mode & 0o777) == 0o755
+    assert ((sandbox / "out" / "node.sh").stat().st_mode & 0o777) == 0o700  # executable, private (env values)
+    assert ((sandbox / "out" / "job.json").stat().st_mode & 0o777) == 0o600
 
 
 def test_an_empty_id_names_no_job_even_when_one_exists(sandbox: Path, capsys: pytest.CaptureFixture[str]) -> None:

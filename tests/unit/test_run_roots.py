@@ -1,5 +1,5 @@
-"""Run folders under a profile's shared_dir: where they go, and how a second login node (another
-private home, the same profiles) finds the jobs of the first one."""
+"""Run folders under a profile's shared_dir: where they go (``<shared_dir>/<user>/runs``), and how a
+second login node (another private home, the same profiles) finds the jobs of the first one."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from fsdp_orch.backends.registry import parse_profile
 from fsdp_orch.control.job_control import record_submission
+from fsdp_orch.places.private import user_name
 from fsdp_orch.record.index import open_index
 from fsdp_orch.record.run_roots import runs_roots, shared_dir_of
 from fsdp_orch.record.store import Store
@@ -31,7 +32,7 @@ def test_a_submission_on_one_login_node_is_listed_by_another_with_its_own_home(l
     with open_index(str(login / "home-a")) as a:
         job_id, created, submission = record_submission(a, Path("job.yaml"), "shared")
         assert created and submission is not None
-        assert submission.run_dir == login / "nfs" / "runs" / job_id
+        assert submission.run_dir == login / "nfs" / user_name() / "runs" / job_id
         assert not (login / "home-a" / "runs").exists()
         a.journal(job_id).set_state(JobState.CANCELLED, reason="cancelled by user")
     with open_index(str(login / "home-b")) as b:
@@ -44,14 +45,14 @@ def test_a_submission_on_one_login_node_is_listed_by_another_with_its_own_home(l
 def test_the_roots_follow_the_profiles_and_are_cached_until_a_profile_changes(login: Path) -> None:
     store = Store(login / "cache.db")
     home = str(login / "home")
-    assert runs_roots(store, home) == [f"{home}/runs", str(login / "nfs" / "runs")]
+    assert runs_roots(store, home) == [f"{home}/runs", str(login / "nfs" / user_name() / "runs")]
     assert store.meta_text("shared_dirs") == str(login / "nfs")
     profile = Path("clusters") / "shared.yaml"
     profile.write_text(f"kind: local\nshared_dir: {login / 'lustre'}\n")
     import os
 
     os.utime(profile, ns=(1, 1))  # another mtime than before: the cache key changes
-    assert runs_roots(store, home) == [f"{home}/runs", str(login / "lustre" / "runs")]
+    assert runs_roots(store, home) == [f"{home}/runs", str(login / "lustre" / user_name() / "runs")]
 
 
 def test_shared_dir_must_be_absolute_and_a_broken_profile_names_none(tmp_path: Path) -> None:

@@ -120,9 +120,12 @@ def test_a_profile_with_a_shared_dir_puts_the_run_folder_there_not_in_the_privat
                           str(repo / "examples" / "demo" / "job.yaml"), "--job-id", "abc123"],
                          capture_output=True, text=True, check=True, cwd=tmp_path,
                          env={**os.environ, "FSDP_ORCH_HOME": str(tmp_path / "private")}).stdout
-    assert "==> /lustre/me/fsdp-orch/runs/abc123/sbatch.sh <==" in out
-    assert "#SBATCH --chdir=/lustre/me/fsdp-orch/runs/abc123" in out
-    assert "--run-dir /lustre/me/fsdp-orch/runs/abc123 --in-allocation" in out
+    from fsdp_orch.places.private import user_name
+
+    runs = f"/lustre/me/fsdp-orch/{user_name()}/runs"  # this user's own root in the shared dir
+    assert f"==> {runs}/abc123/sbatch.sh <==" in out
+    assert f"#SBATCH --chdir={runs}/abc123" in out
+    assert f"--run-dir {runs}/abc123 --in-allocation" in out
     assert str(tmp_path / "private") not in out
 
 

@@ -88,7 +88,7 @@ def send_stdin(host: Any, profile: Any, command: str, data: bytes, timeout: floa
 
 
 def unpack_on_every_host(plan: LaunchPlan, archive: bytes, ssh: Any) -> None:
-    command = f"mkdir -p {shlex.quote(plan.run_dir)} && tar -xzf - -C {shlex.quote(plan.run_dir)}"
+    command = f"umask 077 && mkdir -p {shlex.quote(plan.run_dir)} && tar -xzf - -C {shlex.quote(plan.run_dir)}"
     on_every_host(plan_hosts(plan, ssh), lambda i, host: send_stdin(host, ssh, command, archive,
                                                                    timeout=ssh.connect_timeout + 120))
 
@@ -130,7 +130,7 @@ def complete_on_every_host(hosts: list[Any], profile: Any, folder: str) -> tuple
         copied = 0
         for name, source, target in copies:
             path = posixpath.join(folder, name)
-            conns[target].run(f"mkdir -p {shlex.quote(posixpath.dirname(path))}", hide=True, in_stream=False)
+            conns[target].run(f"umask 077 && mkdir -p {shlex.quote(posixpath.dirname(path))}", hide=True, in_stream=False)
             with tempfile.TemporaryFile() as spool:
                 sftps[source].getfo(path, spool)
                 spool.seek(0)

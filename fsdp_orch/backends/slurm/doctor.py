@@ -9,7 +9,10 @@ import shutil
 from fsdp_orch.backends.slurm.profile import SlurmProfile
 from fsdp_orch.observe.command import Runner
 from fsdp_orch.places.home import home_dir
+from fsdp_orch.places.private import ensure_private_root
+from fsdp_orch.record.run_roots import shared_run_root
 from fsdp_orch.vocab.checks import TORCH_VERSION, Check
+from fsdp_orch.vocab.errors import InputError
 
 COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scontrol", "scancel")
 
@@ -49,16 +52,19 @@ def slurm_checks(profile: SlurmProfile, torch_version: str | None, run: Runner) 
                             "use the same environment on both (python: in the profile)"))
     else:
         checks.append(Check("torch on the nodes", True, f"{profile.python}: torch {version}"))
-    runs = os.path.join(profile.shared_dir or home_dir(), "runs")
+    runs = os.path.join(shared_run_root(profile.shared_dir) if profile.shared_dir else home_dir(), "runs")
     where = "shared_dir in the profile" if profile.shared_dir else "FSDP_ORCH_HOME"
     try:
-        os.makedirs(runs, exist_ok=True)
+        ensure_private_root(runs, above=[os.path.dirname(runs)])
+    except InputError as exc:
+        checks.append(Check("run folder shared", False, exc.detail, f"or set {where} to another folder"))
+        return checks
     except OSError as exc:
         checks.append(Check("run folder shared", False, f"cannot create {runs}: {exc.strerror}",
                             f"set {where} to a folder you can write on the filesystem the nodes share"))
         return checks
     marker = os.path.join(runs, f".doctor-{os.getpid()}-{os.urandom(3).hex()}")
-    open(marker, "w").close()
+    os.close(os.open(marker, os.O_WRONLY | os.O_CREAT, 0o600))
     try:
         seen = run([*one_node_step(profile), "test", "-f", marker], 300.0)
     finally:

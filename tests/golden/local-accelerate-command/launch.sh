@@ -3,6 +3,7 @@
 # job golden-command (j0123456789a), attempt 1, cluster local (local)
 # 1 node(s) x 2 process(es) = world size 2; launcher accelerate
 set -euo pipefail
+umask 077  # what the job writes (logs, heartbeats, checkpoints it creates) is this user's alone
 export OMP_NUM_THREADS=1
 export FSDP_ORCH_JOB_ID=j0123456789a
 export FSDP_ORCH_JOB_NAME=golden-command

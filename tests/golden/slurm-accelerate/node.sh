@@ -3,6 +3,7 @@
 # job golden demo (j0123456789a), attempt 1, cluster slurm (slurm)
 # 2 node(s) x 4 process(es) = world size 8; launcher accelerate
 set -euo pipefail
+umask 077  # what the job writes (logs, heartbeats, checkpoints it creates) is this user's alone
 export TOKENIZERS_PARALLELISM=false
 export WANDB_PROJECT=golden
 export FSDP_ORCH_JOB_ID=j0123456789a

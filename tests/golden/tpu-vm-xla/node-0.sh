@@ -3,6 +3,7 @@
 # job golden demo (j0123456789a), attempt 1, cluster tpu-vm (tpu-vm)
 # 4 node(s) x 1 process(es) = world size 4; launcher xla
 set -euo pipefail
+umask 077  # what the job writes (logs, heartbeats, checkpoints it creates) is this user's alone
 export TOKENIZERS_PARALLELISM=false
 export WANDB_PROJECT=golden
 export FSDP_ORCH_JOB_ID=j0123456789a

@@ -1,0 +1,130 @@
+"""A shared scratch has other users: a job folder another account plants there is never listed and
+nothing of it runs as the caller, and ``doctor`` names it. With a real second account (the tests run
+as root; under CI=true not being root is a failure, elsewhere a skip)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cli_harness import Cli
+
+OTHER = "fsdporchtest"
+
+
+@pytest.fixture
+def other_account() -> tuple[int, int]:
+    """(uid, gid) of an unprivileged second account, created when absent."""
+    if os.geteuid() != 0:
+        reason = "needs root to create and act as a second account (useradd, setpriv)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"under CI the shared-scratch test must run: {reason}")
+        pytest.skip(reason)
+    try:
+        entry = pwd.getpwnam(OTHER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", OTHER], check=True)
+        entry = pwd.getpwnam(OTHER)
+    return entry.pw_uid, entry.pw_gid
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """A folder every account can write, like /scratch (mode 1777; outside pytest's 0700 tmp)."""
+    path = Path(tempfile.mkdtemp(prefix="fsdp-orch-scratch-", dir="/tmp"))
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def as_other(uid: int, gid: int, *argv: str) -> None:
+    subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv], check=True,
+                   capture_output=True, timeout=60)
+
+
+def planted_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: Path, marker: Path) -> tuple[str, Path]:
+    """A genuine job folder (submission, then a supervisor that died), rewritten to live at
+    ``target`` with a ``supervisor_command`` that writes ``marker``: what the other account copies
+    in. Returns (job id, the folder to copy), readable by everyone."""
+    from fsdp_orch.control.job_control import record_submission
+    from fsdp_orch.record.index import open_index
+
+    src = tmp_path / "template"
+    (src / "clusters").mkdir(parents=True)
+    (src / "clusters" / "plain.yaml").write_text("kind: local\ndevice: cpu\n")
+    (src / "job.yaml").write_text("name: planted\nlauncher: python\ncommand: [sleep, '1']\n")
+    monkeypatch.chdir(src)
+    monkeypatch.setenv("FSDP_ORCH_HOME", str(src / "home"))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    with open_index(str(src / "home")) as index:
+        job_id, _, submission = record_submission(index, Path("job.yaml"), "plain")
+        assert submission is not None
+        index.journal(job_id).supervisor_started(pid=dead.pid)
+    folder = submission.run_dir
+    sub = json.loads((folder / "submission.json").read_text())
+    sub["supervisor_command"] = ["bash", "-c", f"id > {marker}"]
+    (folder / "submission.json").write_text(json.dumps(sub))
+    for path in folder.rglob("*"):
+        if path.is_file():
+            path.write_text(path.read_text().replace(str(folder), str(target / job_id)))
+    staged = Path(tempfile.mkdtemp(prefix="plant-", dir=marker.parent))  # removed with the scratch
+    shutil.copytree(folder, staged / job_id)
+    subprocess.run(["chmod", "-R", "a+rX", str(staged)], check=True)
+    return job_id, staged / job_id
+
+
+def test_a_job_folder_planted_in_the_shared_dir_is_not_listed_not_run_and_named_by_doctor(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, other_account: tuple[int, int], scratch: Path) -> None:
+    uid, gid = other_account
+    me = pwd.getpwuid(os.getuid()).pw_name
+    marker = scratch / "marker"
+    # 1. Where fsdp-orch put shared runs before per-user roots: <shared_dir>/runs.
+    legacy_id, legacy_src = planted_job(tmp_path / "a", monkeypatch, scratch / "runs", marker)
+    as_other(uid, gid, "mkdir", "-p", str(scratch / "runs"))
+    as_other(uid, gid, "cp", "-r", str(legacy_src), str(scratch / "runs" / legacy_id))
+    # 2. The victim's own root, made first by the other account: <shared_dir>/<victim>/runs.
+    own_id, own_src = planted_job(tmp_path / "b", monkeypatch, scratch / me / "runs", marker)
+    as_other(uid, gid, "mkdir", "-p", str(scratch / me / "runs"))
+    as_other(uid, gid, "cp", "-r", str(own_src), str(scratch / me / "runs" / own_id))
+    for planted in (scratch / "runs" / legacy_id, scratch / me / "runs" / own_id):
+        assert planted.stat().st_uid == uid and (planted / "submission.json").is_file()
+
+    work = tmp_path / "victim"
+    (work / "clusters").mkdir(parents=True)
+    (work / "clusters" / "scratch.yaml").write_text(f"kind: local\ndevice: cpu\nshared_dir: {scratch}\n")
+    (work / "job.yaml").write_text("name: mine\nlauncher: python\ncommand: [sleep, '1']\n")
+    cli = Cli(home=tmp_path / "victim-home", cwd=work)
+
+    listed = cli.run("status", "--json", check=True)
+    table = cli.run("status", "--all", check=True)
+    time.sleep(2)  # a supervisor started detached would have written the marker by now
+    ids = [job["id"] for job in json.loads(listed.stdout)]
+    assert legacy_id not in ids and own_id not in ids, ids
+    assert legacy_id not in table.stdout and own_id not in table.stdout
+    assert not marker.exists(), f"a planted command ran as {me}: {marker.read_text()}"
+
+    doctor = cli.run("doctor", "--json")
+    text = doctor.stdout
+    assert str(scratch / "runs" / legacy_id) in text, text
+    assert str(scratch / me / "runs" / own_id) in text, text
+    assert f"uid {uid} ({OTHER})" in text
+    assert doctor.returncode == 1
+    named = [c["detail"] for c in json.loads(text)["checks"] if str(scratch / "runs" / legacy_id) + ":" in c["detail"]]
+    assert len(named) == 1, named  # once, by path
+
+    # The victim's own root is the other account's: a submit there is refused, naming it, and runs nothing.
+    refused = cli.run("submit", "--cluster", "scratch", "job.yaml")
+    assert refused.returncode == 2, refused.stderr
+    assert str(scratch / me) in refused.stderr and f"uid {uid} ({OTHER})" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert not marker.exists()
+    assert json.loads(cli.run("status", "--json", check=True).stdout) == []
