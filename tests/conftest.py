@@ -189,28 +189,43 @@ def module_unchanged(tmp_path_factory: pytest.TempPathFactory):
     return make
 
 
-def _check_status_is_fold(clis: list) -> None:  # type: ignore[type-arg]
-    for cli in clis:
-        CHECKED.add(id(cli))
-        if not cli.home.exists():
+_FIRST_CLI = pytest.StashKey[int]()
+
+
+def _is_cli(value: object) -> bool:
+    return all(hasattr(value, name) for name in ("home", "prefix", "run"))
+
+
+def _clis_used(values: list[object]) -> list[Any]:
+    """The CLIs among a test's fixture values: a Cli, one in a tuple or list, or an object's ``cli``."""
+    found = []
+    for value in values:
+        for candidate in (value, *(value if isinstance(value, (tuple, list)) else ()), getattr(value, "cli", None)):
+            if _is_cli(candidate):
+                found.append(candidate)
+    return found
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):  # type: ignore[no-untyped-def]
+    item.stash[_FIRST_CLI] = len(CLIS)
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):  # type: ignore[no-untyped-def]
+    """After a test passed, while its fixtures are still up (a login node's namespace, hosts): for
+    every CLI (home) it made or used, every job ``status --json`` lists equals ``fold(events)`` of
+    the job's own logs (tests/status_is_fold.py)."""
+    result = yield
+    made = CLIS[item.stash.get(_FIRST_CLI, len(CLIS)):]
+    used = _clis_used(list(getattr(item, "funcargs", {}).values()))
+    seen: set[int] = set()
+    for cli in [*made, *used]:
+        if id(cli) in seen or id(cli) in CHECKED:
             continue
+        seen.add(id(cli))
         wrong = mismatches(cli)
         if wrong:
             pytest.fail("status --json is not fold(events) for:\n" + "\n".join(wrong), pytrace=False)
-
-
-@pytest.fixture(autouse=True)
-def status_is_the_fold_of_the_events(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
-    """After every test, for each CLI (home) the test made: every job ``status --json`` lists equals
-    ``fold(events)`` of the job's own logs (tests/status_is_fold.py). CLIs of module-scoped fixtures
-    are checked when their module ends."""
-    before = len(CLIS)
-    yield
-    _check_status_is_fold([cli for cli in CLIS[before:] if id(cli) not in CHECKED])
-
-
-@pytest.fixture(autouse=True, scope="module")
-def status_is_the_fold_of_the_events_of_the_module():  # type: ignore[no-untyped-def]
-    before = len(CLIS)
-    yield
-    _check_status_is_fold([cli for cli in CLIS[before:] if id(cli) not in CHECKED])
+    return result

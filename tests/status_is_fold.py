@@ -25,7 +25,7 @@ print(json.dumps(out))
 """
 
 CLIS: list[Any] = []  # every Cli made in this session, in order
-CHECKED: set[int] = set()  # id() of those checked already
+CHECKED: set[int] = set()  # id() of those a test checks itself (the after-test check leaves them)
 
 
 def _listing(cli: Any) -> list[dict[str, Any]]:
@@ -35,7 +35,23 @@ def _listing(cli: Any) -> list[dict[str, Any]]:
     return json.loads(proc.stdout)
 
 
+def _fold_here(jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    import os
+
+    from fsdp_orch.record.events import event_files, read_job
+    from fsdp_orch.record.fold import fold_lines
+
+    out = {}
+    for job in jobs:
+        sizes = {p: os.path.getsize(p) for p in event_files(job["run_dir"])}
+        status = fold_lines(read_job(job["run_dir"])[0], job["id"])
+        out[job["id"]] = {"sizes": sizes, "doc": None if status is None else status.to_json()}
+    return out
+
+
 def _folds(cli: Any, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    if not cli.prefix:  # the CLI sees the files this process sees: fold them here (no process start)
+        return _fold_here(jobs)
     args = [word for job in jobs for word in (job["run_dir"], job["id"])]
     proc = subprocess.run([*cli.prefix, sys.executable, "-c", FOLD, *args], cwd=cli.cwd, env=cli.env,
                           capture_output=True, text=True, timeout=120)
@@ -45,25 +61,26 @@ def _folds(cli: Any, jobs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def mismatches(cli: Any, tries: int = 6) -> list[str]:
-    """The jobs whose listed status is not the fold of their logs, once their logs stopped growing
-    between the listing and the fold ([] when all agree)."""
+    """The jobs whose listed status is not the fold of their logs, among those whose logs did not
+    move while they were listed (read before and after the listing) ([] when all agree)."""
     if not cli.home.exists():
         return []  # this CLI never ran
     wrong: list[str] = []
     for _ in range(tries):
-        before = {job["id"]: job for job in _listing(cli)}
-        if not before:
+        jobs = _listing(cli)
+        if not jobs:
             return []
-        folds = _folds(cli, list(before.values()))
-        after = _folds(cli, list(before.values()))  # the logs did not move between the two reads
-        wrong = []
-        moving = False
-        for job_id, listed in before.items():
-            if folds[job_id]["sizes"] != after[job_id]["sizes"]:
+        before = _folds(cli, jobs)
+        listed = {job["id"]: job for job in _listing(cli)}
+        after = _folds(cli, jobs)
+        wrong, moving = [], False
+        for job_id, fold in after.items():
+            if before[job_id]["sizes"] != fold["sizes"] or job_id not in listed:
                 moving = True
                 continue
-            if folds[job_id]["doc"] != listed:
-                wrong.append(f"{job_id}: status --json {json.dumps(listed)}\n    fold(events) {json.dumps(folds[job_id]['doc'])}")
+            if fold["doc"] != listed[job_id]:
+                wrong.append(f"{job_id}: status --json {json.dumps(listed[job_id])}\n"
+                             f"    fold(events) {json.dumps(fold['doc'])}")
         if not wrong and not moving:
             return []
         time.sleep(1.0)
