@@ -36,10 +36,11 @@ def _private_home() -> None:
     from fsdp_orch.places.private import ensure_private_root
 
     home = home_dir()
-    ensure_private_root(home)
+    ensure_private_root(home, create=False)  # made 0700 by whatever first writes there
     apart = local_store_folders(home)
     if apart:
-        ensure_private_root(apart[0], above=apart[1:2] if os.environ.get("XDG_RUNTIME_DIR") else apart[1:])
+        ensure_private_root(apart[0], above=apart[1:2] if os.environ.get("XDG_RUNTIME_DIR") else apart[1:],
+                            create=False)
 
 
 def _resolve_id(index, job_id: str) -> str:  # type: ignore[no-untyped-def]

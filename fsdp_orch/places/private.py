@@ -145,17 +145,19 @@ def open_private(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_CREAT, FILE_MODE)
 
 
-def ensure_private_root(path: str, above: Sequence[str] = ()) -> None:
+def ensure_private_root(path: str, above: Sequence[str] = (), create: bool = True) -> None:
     """Make sure ``path`` (a home or a run root) is a folder of the caller's that no one else can
     write or read: create it 0700 (and ``above``, folders fsdp-orch makes over it, nearest first,
     checked the same way), make one of ours that others can read 0700, and refuse one that someone
-    else owns or can write with an InputError naming the path, its owner and its mode."""
+    else owns or can write with an InputError naming the path, its owner and its mode. With
+    ``create`` false a missing folder is left missing (a command that may write nothing)."""
     from fsdp_orch.vocab.errors import InputError
 
     for folder in [*reversed(above), path]:
         found = seen(folder, follow=True)
         if found is None:
-            make_private_dirs(folder)
+            if create:
+                make_private_dirs(folder)
             continue
         verdict, why = root_verdict(found, os.getuid(), _name_or_none)
         if verdict == "refuse":

@@ -181,7 +181,7 @@ def test_event_files_and_job_folders_others_could_write_are_not_read(tmp_path: P
     assert run_folder_problem(str(runs / "ok")) is None
     assert "can be written by others (mode 0777)" in (run_folder_problem(str(runs / "open")) or "")
     index = JobIndex(Store(tmp_path / "jobs.db"), [str(runs)], warn=lambda text: None)
-    assert index._new_job_folders() == {"ok": str(runs / "ok")}
+    assert index._new_job_folders([]) == {"ok": str(runs / "ok")}
     if os.geteuid() == 0:
         os.chown(runs / "ok", 4242, 4242)
         why = untrusted(str(runs / "ok"), [str(runs), str(runs.parent)])
