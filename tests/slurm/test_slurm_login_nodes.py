@@ -25,7 +25,8 @@ def ended(status: dict) -> bool:
 def forget_the_index(node) -> None:  # type: ignore[no-untyped-def]
     gone = node.inside("sh", "-c", f"rm -f {node.home}/jobs.db {node.home}/jobs.db-wal {node.home}/jobs.db-shm")
     assert gone.returncode == 0, gone.stderr
-    assert node.inside("ls", "-A", str(node.home)).stdout.split() == []
+    # What is left is the rebuild's lock file (empty: record/heal.py), nothing with a status in it.
+    assert set(node.inside("ls", "-A", str(node.home)).stdout.split()) <= {"jobs.db.lock"}
 
 
 def test_two_login_nodes_agree_and_a_deleted_index_is_rebuilt_to_the_same_status(slurm_cluster, login_nodes, tmp_path):
