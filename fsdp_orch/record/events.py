@@ -139,30 +139,25 @@ def order_key(event: dict, path: str) -> tuple:  # type: ignore[type-arg]
             int(event.get("seq") or 0))
 
 
-def read_new(run_dir: str | os.PathLike[str],
-             offsets: dict[str, tuple[int, int]]) -> tuple[list[dict], list[str]]:  # type: ignore[type-arg]
-    """The job's events appended since ``offsets`` (file -> (byte offset, lines); updated), in
-    ``order_key`` order, and the warnings."""
+def read_keyed(run_dir: str | os.PathLike[str], offsets: dict[str, tuple[int, int]]
+               ) -> tuple[list[tuple[list, dict]], list[str]]:  # type: ignore[type-arg]
+    """The job's events appended since ``offsets`` (file -> (byte offset, lines); updated to where
+    each file was read), each as (``order_key`` as a list, event), in that order; and the warnings."""
     events, warnings = [], []
     for path in event_files(run_dir):
         result = read_from(path, *offsets.get(path, (0, 0)))
         offsets[path] = (result.offset, result.line)
         warnings += result.warnings
-        events += [(order_key(e, path), e) for e in result.events]
-    events.sort(key=lambda item: item[0])
-    return [e for _, e in events], warnings
-
-
-def read_keyed(run_dir: str | os.PathLike[str]) -> tuple[list[tuple[list, dict]], list[tuple[str, int, int]]]:  # type: ignore[type-arg]
-    """Every event of the job as (``order_key`` as a list, event), in that order, and how far each
-    file was read: (path, byte offset, lines). Torn and garbage lines are passed over silently."""
-    events, read = [], []
-    for path in event_files(run_dir):
-        result = read_from(path)
-        read.append((path, result.offset, result.line))
         events += [(list(order_key(e, path)), e) for e in result.events]
     events.sort(key=lambda item: item[0])
-    return events, read
+    return events, warnings
+
+
+def read_new(run_dir: str | os.PathLike[str],
+             offsets: dict[str, tuple[int, int]]) -> tuple[list[dict], list[str]]:  # type: ignore[type-arg]
+    """As ``read_keyed``, the events without their keys."""
+    keyed, warnings = read_keyed(run_dir, offsets)
+    return [e for _, e in keyed], warnings
 
 
 def read_job(run_dir: str | os.PathLike[str]) -> tuple[list[dict], list[str]]:  # type: ignore[type-arg]

@@ -12,13 +12,19 @@ from __future__ import annotations
 import os
 import sys
 
-from fsdp_orch.record.events import CANCEL_MARKER, EventWriter, event_files, read_from
+from fsdp_orch.record.events import (
+    CANCEL_MARKER,
+    EventWriter,
+    event_files,
+    order_key,
+    read_from,
+    read_keyed,
+)
 from fsdp_orch.record.store import Store
 from fsdp_orch.vocab.states import JobState
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-
     from fsdp_orch.record.journal import Journal
 
 
@@ -160,8 +166,6 @@ class JobIndex:
         self.warn(f"job {job_id}: its status kept changing under this process; read it again later")
 
     def _ingest_once(self, job_id: str, paths: list[str]) -> bool:
-        from fsdp_orch.record.events import order_key
-
         last = self.store.last_key(job_id)  # read first: what the offsets below were kept with
         new, ingested = [], []
         for path in paths:
@@ -180,20 +184,20 @@ class JobIndex:
             if ingested:
                 self.store.set_ingested_many(ingested)  # lines that were no events
             return True
-        from fsdp_orch.record.events import read_keyed
         from fsdp_orch.record.fold import fold_lines
 
         new.sort(key=lambda item: item[0])
         status, folded_to = self.store.job(job_id), last
         if status is not None and last is not None and new[0][0] < last:
             # Out of order: fold the whole log again (and take every file as read to its end now).
-            run_dir = os.path.dirname(os.path.dirname(paths[0]))
-            new, ingested = read_keyed(run_dir)
+            offsets: dict[str, tuple[int, int]] = {}
+            new, _ = read_keyed(os.path.dirname(os.path.dirname(paths[0])), offsets)
+            ingested = [(path, offset, line) for path, (offset, line) in offsets.items()]
             status = None
         status = fold_lines([event for _, event in new], job_id, status)
         if status is None:
             return True  # its submission is not readable (yet): read these again next time
-        kept = self.store.put(status, max(new[-1][0], last or new[-1][0]), ingested, expected_last_key=folded_to)
+        kept = self.store.put(status, new[-1][0], ingested, expected_last_key=folded_to)
         if kept is None:
             return False
         if not kept:
