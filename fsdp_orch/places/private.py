@@ -131,11 +131,9 @@ def write_private(path: str, data: bytes | str, *, atomic: bool = True) -> None:
     raw = data.encode() if isinstance(data, str) else data
     target = f"{path}.{os.getpid()}.{os.urandom(3).hex()}.tmp" if atomic else path
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    try:
-        os.fchmod(fd, FILE_MODE)
-        os.write(fd, raw)
-    finally:
-        os.close(fd)
+    os.fchmod(fd, FILE_MODE)
+    with os.fdopen(fd, "wb") as f:  # one os.write may write only part of a large file
+        f.write(raw)
     if atomic:
         os.replace(target, path)
 

@@ -324,14 +324,12 @@ class Store:
 
     @staticmethod
     def _write_cache(path: str, data: bytes) -> None:
+        from fsdp_orch.places.private import make_private_dirs, write_private
+
         directory = os.path.dirname(path)
         try:
-            os.makedirs(directory, mode=0o700, exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
+            make_private_dirs(directory)
+            write_private(path, data)
             keep = os.path.basename(path)
             for name in os.listdir(directory):
                 if name.startswith("status-") and name != keep and not name.endswith(".tmp"):
