@@ -125,7 +125,32 @@ def trust_checks(home: str | None = None, cwd: str | None = None) -> list[Check]
         checks.append(Check("files others could write", True, "every run folder, event file and schedule "
                             "read is yours and writable by you alone"))
     checks += checkpoint_checks(trusted)
+    checks += secret_checks()
     return checks
+
+
+def secret_checks() -> list[Check]:
+    """The values that came by reference and wait in the private home: the folder 0700, each file
+    0600 and the caller's (they are removed once the job has ended and its notifier is done)."""
+    import stat
+
+    from fsdp_orch.places.secrets import secrets_dir
+
+    folder = secrets_dir()
+    try:
+        names = sorted(os.listdir(folder))
+        mode = os.stat(folder).st_mode
+    except OSError:
+        return [Check("secrets kept", True, "no value that came by reference is kept (none is needed now)")]
+    bad = [name for name in names
+           if (st := os.lstat(os.path.join(folder, name))).st_uid != os.getuid() or st.st_mode & 0o077]
+    if mode & 0o077 or bad:
+        return [Check("secrets kept", False, f"{folder} (mode {stat.S_IMODE(mode):04o}) holds files others "
+                      f"could read or that are not yours: {', '.join(bad) or 'the folder itself'}",
+                      f"chmod 700 {folder}; chmod 600 the files named, and remove any you did not make")]
+    jobs = sorted({name.split(".")[0] for name in names})
+    return [Check("secrets kept", True, f"{len(jobs)} job(s) have values kept 0600 in {folder} while a supervisor "
+                  "or notifier on this machine may need them" if jobs else "no value that came by reference is kept")]
 
 
 def checkpoint_checks(run_folders: list[str]) -> list[Check]:

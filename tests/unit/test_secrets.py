@@ -143,3 +143,19 @@ def test_kept_values_are_private_and_forgotten(tmp_path: Path, monkeypatch: pyte
     assert secrets.read("j1", "env") == {}
     secrets.forget("j1")
     assert not path.exists() and secrets.held("j1") == []
+
+
+def test_doctor_says_what_is_kept_and_fails_when_others_could_read_it(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from fsdp_orch.cli.doctor import secret_checks
+    from fsdp_orch.places import secrets
+
+    monkeypatch.setenv("FSDP_ORCH_HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir(mode=0o700)
+    assert secret_checks()[0].ok
+    secrets.keep("j1", "notify", {"0": {"Authorization": "Bearer b"}})
+    [check] = secret_checks()
+    assert check.ok and "1 job(s)" in check.detail and "Bearer" not in check.detail
+    os.chmod(secrets.secrets_path("j1", "notify"), 0o644)
+    [check] = secret_checks()
+    assert not check.ok and "j1.notify.json" in check.detail
