@@ -74,7 +74,7 @@ def test_the_archive_holds_fsdp_orch_the_jobs_folder_and_the_attempts_files(tmp_
     assert not [n for n in members if n.startswith(("code/.git", "code/__pycache__", "code/checkpoints"))]
     assert "lib/fsdp_orch/backends/over_ssh/node_report.py" in members and "lib/fsdp_orch/runtime/checkpoint.py" in members
     assert not [n for n in members if "__pycache__" in n or n.endswith(".pyc")]
-    assert members["attempt-0/node-1.sh"].mode == 0o755 and members["job.json"].mode == 0o644
+    assert members["attempt-0/node-1.sh"].mode == 0o700 and members["job.json"].mode == 0o600
 
 
 def test_a_jobs_folder_full_of_data_is_refused_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -65,13 +65,16 @@ def job_archive(plan: LaunchPlan, artifacts: list[Artifact], job_dir: str) -> by
         for artifact in artifacts:
             data = artifact.text.encode()
             info = tarfile.TarInfo(posixpath.relpath(artifact.path, plan.run_dir))
-            info.size, info.mode = len(data), 0o755 if artifact.executable else 0o644
+            info.size, info.mode = len(data), 0o700 if artifact.executable else 0o600
             archive.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
 
 
 def unpack_on_every_host(plan: LaunchPlan, archive: bytes, ssh: Any) -> None:
-    command = f"umask 077 && mkdir -p {shlex.quote(plan.run_dir)} && tar -xzf - -C {shlex.quote(plan.run_dir)}"
+    # --no-same-permissions: the umask applies to every file, also where tar runs as root (which
+    # would otherwise give the archive's modes, and the job's code would be readable by all).
+    command = (f"umask 077 && mkdir -p {shlex.quote(plan.run_dir)} && "
+               f"tar --no-same-permissions -xzf - -C {shlex.quote(plan.run_dir)}")
     on_every_host(plan_hosts(plan, ssh), lambda i, host: run_with_input(host, ssh, command, archive,
                                                                    timeout=ssh.connect_timeout + 120))
 
