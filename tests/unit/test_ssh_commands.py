@@ -29,6 +29,9 @@ def test_a_node_script_starts_detached_in_its_own_session_and_records_its_exit(t
     assert Path(exit_file(str(attempt_dir), 1)).read_text().strip() == "3"
     assert (attempt_dir / "console-node-1.log").read_text() == "from node 1\n"
     assert not (tmp_path / "PWNED").exists()
+    # made under umask 077 whatever the SSH session's umask: the host's copies are private
+    for made in (attempt_dir / "console-node-1.log", Path(exit_file(str(attempt_dir), 1))):
+        assert made.stat().st_mode & 0o077 == 0, made
 
 
 def test_the_stop_sweep_ends_every_process_of_the_job_and_attempt(tmp_path: Path) -> None:

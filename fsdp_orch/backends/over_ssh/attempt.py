@@ -30,7 +30,9 @@ def start_command(attempt_dir: str, rank: int) -> str:
     script = f"{attempt_dir}/node-{rank}.sh"
     console = f"{attempt_dir}/console-node-{rank}.log"
     # `cd` is its own command: `cd && setsid ... &` would background a subshell, and $! be its pid
-    return (f"cd {shlex.quote(attempt_dir)} || exit 1; setsid bash -c {shlex.quote(NODE_WRAPPER)} fsdp-orch-node "
+    # umask 077 before anything is created: the console log, the exit file and whatever the job
+    # writes on the host are this user's alone (an SSH session's umask is usually 022).
+    return (f"umask 077; cd {shlex.quote(attempt_dir)} || exit 1; setsid bash -c {shlex.quote(NODE_WRAPPER)} fsdp-orch-node "
             f"{shlex.quote(script)} {shlex.quote(exit_file(attempt_dir, rank))} "
             f">> {shlex.quote(console)} 2>&1 < /dev/null & echo $!")
 
