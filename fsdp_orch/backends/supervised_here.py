@@ -12,6 +12,7 @@ from pathlib import Path
 from fsdp_orch.backends.base import ClusterKind, P
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.proctree import pid_alive
+from fsdp_orch.places import secrets
 from fsdp_orch.places.builtin import supervisor_command
 from fsdp_orch.places.private import make_private_dirs, open_private
 from fsdp_orch.record.index import JobIndex
@@ -29,6 +30,9 @@ def supervisor_argv(job_id: str, run_dir: str, reattach: bool) -> list[str]:
 def spawn_supervisor(submission: Submission, reattach: bool) -> int:
     """The job's supervisor, detached, logging to the run dir."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_") or k == "FSDP_ORCH_HOME"}
+    # The values that came by reference: in its environment only, whence its nodes get them (a
+    # re-attached supervisor too: they wait in the private home until the job has ended).
+    env.update(secrets.read(submission.job_id, "env"))
     run_dir = submission.run_dir
     argv = supervisor_argv(submission.job_id, str(run_dir), reattach)
     make_private_dirs(str(run_dir))

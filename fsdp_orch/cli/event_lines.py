@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from fsdp_orch.record.events import read_new
+from fsdp_orch.vocab.redact import shown_event
 
 _SHOWN = ("state", "attempt", "category", "action", "step", "loss", "delay", "backend_ref", "exit_code",
           "resume_from", "pid", "host", "off_because", "reason", "notice", "message", "evidence")
@@ -36,7 +37,7 @@ def show_events(run_dir: str, *, as_json: bool, follow: bool, interval: float = 
         for text in warnings:
             print(f"fsdp-orch: warning: {text}", file=err)
         for event in events:
-            out.write((json.dumps(event) if as_json else format_event(event)) + "\n")
+            out.write((json.dumps(shown_event(event)) if as_json else format_event(event)) + "\n")
             finished = finished or event["kind"] == "finished"
         out.flush()
         if not follow or finished:

@@ -60,19 +60,23 @@ def cmd_render(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from fsdp_orch.control.job_control import plan_job
+    from fsdp_orch.launch.plan import shown_plan
     from fsdp_orch.launch.render import write_artifacts
 
     planned = plan_job(Path(args.job), args.cluster, overrides=args.set,
                        accelerate_config=args.accelerate_config, job_id=args.job_id,
                        attempt=args.attempt)
+    # A preview never holds a secret: references show where their values come from, and plain
+    # values of secret-named variables and headers are masked (in files written with --out too).
+    artifacts = planned.submission.render(shown_plan(planned.plan))
     if args.out:
         out = Path(args.out)
         if out.exists() and not out.is_dir():
             raise InputError("expected a directory", field="--out", file=str(out))
-        for path in write_artifacts(planned.artifacts, out):
+        for path in write_artifacts(artifacts, out):
             print(path)
         return EXIT_OK
-    for art in planned.artifacts:
+    for art in artifacts:
         sys.stdout.write(f"==> {art.path} <==\n{art.text}")
         if not art.text.endswith("\n"):
             sys.stdout.write("\n")
@@ -83,7 +87,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from fsdp_orch.control.job_control import submit
+    from fsdp_orch.control.job_control import check_submission, submit
 
     timeout = _wait_timeout(args)
     if args.init_from is not None:  # before the index is opened: bad input writes nothing
@@ -95,6 +99,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.init_optimizer and not args.init_from:
         raise InputError("only with --init-from (the checkpoint whose optimizer state to take)",
                          field="--init-optimizer")
+    check_submission(Path(args.job), args.cluster, overrides=args.set, accelerate_config=args.accelerate_config)
     with _open_index() as index:
         store = index.store
         job_id, created = submit(index, Path(args.job), args.cluster, overrides=args.set,

@@ -135,8 +135,9 @@ class Job:
     def events(self) -> list[dict[str, Any]]:
         """The job's events in time order, as ``fsdp-orch events ID --json`` prints them."""
         from fsdp_orch.record.events import read_job
+        from fsdp_orch.vocab.redact import shown_event
 
-        return read_job(self.status()["run_dir"])[0]
+        return [shown_event(event) for event in read_job(self.status()["run_dir"])[0]]
 
 
 def submit(job: str | os.PathLike[str], cluster: str = "local", *, overrides: Overrides | None = None,
@@ -165,9 +166,11 @@ def submit(job: str | os.PathLike[str], cluster: str = "local", *, overrides: Ov
         raise InputError("only with init_from (the checkpoint whose optimizer state to take)",
                          field="init_optimizer")
 
+    from fsdp_orch.control.job_control import check_submission
     from fsdp_orch.control.job_control import submit as submit_job
     from fsdp_orch.record.index import open_index
 
+    check_submission(Path(str(job_file)), cluster, overrides=lines, accelerate_config=accelerate)
     with open_index() as index:
         job_id, created = submit_job(index, Path(str(job_file)), cluster, overrides=lines,
                                      accelerate_config=accelerate, idempotency_key=idempotency_key,

@@ -4,6 +4,7 @@ files), and to a recorded, started job (doing)."""
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,10 +12,12 @@ from fsdp_orch.backends.registry import cluster_kind, load_profile
 from fsdp_orch.control.warm_start import InitSource, resolve_init_from
 from fsdp_orch.jobspec.loading import load_job
 from fsdp_orch.jobspec.profiles import ProfileRef
+from fsdp_orch.jobspec.secrets import resolve_submission
 from fsdp_orch.launch.plan import LaunchPlan, spec_json
 from fsdp_orch.launch.render import Artifact
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.notify.process import start_notifier
+from fsdp_orch.places import secrets
 from fsdp_orch.places.builtin import home, local_has_gpu
 from fsdp_orch.record.index import JobIndex
 from fsdp_orch.record.run_roots import shared_run_root
@@ -58,6 +61,15 @@ def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None
     return PlannedJob(submission, ref, plan, artifacts, job_file)
 
 
+def check_submission(job_file: Path, cluster: str, *, overrides: list[str] | None = None,
+                     accelerate_config: str | None = None) -> None:
+    """What ``submit`` checks of the job, its profile and its references, done before anything is
+    opened or written: bad input exits 2 having written nothing (not even the index)."""
+    planned = plan_job(job_file, cluster, overrides=overrides, accelerate_config=accelerate_config)
+    resolve_submission(planned.submission.profile, planned.submission.job, os.environ, str(job_file),
+                       str(planned.profile_ref.path))
+
+
 def spec_hash(plan: LaunchPlan) -> str:
     return hashlib.sha256(spec_json(plan).encode()).hexdigest()[:16]
 
@@ -70,7 +82,6 @@ def record_submission(index: JobIndex, job_file: Path, cluster: str, *, override
     """Validate and plan, freeze the submission in its run folder and record it as the job's first
     event (which puts it in the index). Returns (job id, created, submission); nothing is started."""
     import dataclasses
-    import os
     import shutil
 
     init = resolve_init_from(index, init_from) if init_from is not None else None
@@ -80,6 +91,8 @@ def record_submission(index: JobIndex, job_file: Path, cluster: str, *, override
     planned = plan_job(job_file, cluster, overrides=overrides, accelerate_config=accelerate_config,
                        home_dir=home_dir, init=init, init_optimizer=init_optimizer,
                        checkpoint_per_job="schedule" in origin)
+    env_values, header_values = resolve_submission(planned.submission.profile, planned.submission.job, os.environ,
+                                                   str(job_file), str(planned.profile_ref.path))
     if idempotency_key:
         existing = index.store.job_for_key(idempotency_key)
         if existing is not None:
@@ -87,12 +100,15 @@ def record_submission(index: JobIndex, job_file: Path, cluster: str, *, override
     job_id = os.urandom(6).hex()
     submission = dataclasses.replace(planned.submission, job_id=job_id)
     submission.save()
+    secrets.keep(job_id, "env", env_values)  # read back by whatever hands them on (the kind's start)
+    secrets.keep(job_id, "notify", header_values)
     index.journal(job_id, role="submit", run_dir=str(submission.run_dir)).submitted(
         name=submission.job.name, cluster=planned.profile_ref.name, kind=submission.profile.kind,
         spec_json=spec_json(planned.plan), run_dir=str(submission.run_dir), job_file=str(job_file.resolve()),
         spec_hash=spec_hash(planned.plan), idempotency_key=idempotency_key, origin=origin or None)
     if index.store.job(job_id) is None:  # another submit with the same key got there first
         shutil.rmtree(submission.run_dir, ignore_errors=True)
+        secrets.forget(job_id)
         return str(index.store.job_for_key(idempotency_key or "")), False, None
     return job_id, True, submission
 
@@ -113,6 +129,7 @@ def submit(index: JobIndex, job_file: Path, cluster: str, *, overrides: list[str
         cluster_kind(submission.profile.kind).start(index, submission)
     except BaseException as exc:
         index.journal(job_id).set_state(JobState.FAILED, reason=f"could not start: {exc}")
+        secrets.forget(job_id, "env")  # no supervisor will need them (the notifier may still)
         raise
     finally:
         start_notifier(submission)  # a job that could not start is notified of too
@@ -129,4 +146,6 @@ def cancel(index: JobIndex, job_id: str) -> str:
     if problem:
         raise InputError(f"not cancelled: {problem} (fsdp-orch acts only on run folders of your own; "
                          f"see 'fsdp-orch doctor')")
-    return cluster_kind(row.kind).cancel(index, row)
+    said = cluster_kind(row.kind).cancel(index, row)
+    secrets.forget(row.id, "env")  # the notifier, which may still have the end to send, forgets its own
+    return said

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -12,6 +13,7 @@ from typing import Any
 from fsdp_orch.observe.attempt_files import STACKS_DIR
 from fsdp_orch.record.model import JobStatus
 from fsdp_orch.vocab.errors import InputError
+from fsdp_orch.vocab.redact import masked, secret_header, secret_name
 
 _NODE_LOG = re.compile(r"console-node-(\d+)\.log$")
 # torchrun --tee prefixes each worker line with "[<role><local_rank>]:".
@@ -59,6 +61,7 @@ def show_logs(index: Any, job_id: str, *, rank: int | None = None, attempt: int 
             raise InputError(f"no log for rank {rank} (node {node}) in attempt {chosen}", field="--rank")
         logs = {node: logs[node]}
     positions = {n: 0 for n in logs}
+    hidden = secret_values(row)
     while True:
         for node, path in sorted(logs.items()):
             with open(path, errors="replace") as f:
@@ -70,7 +73,7 @@ def show_logs(index: Any, job_id: str, *, rank: int | None = None, attempt: int 
                 lines = filter_rank(lines, rank % nproc)
             prefix = f"[node {node}] " if len(logs) > 1 else ""
             for line in lines:
-                out.write(prefix + line)
+                out.write(prefix + masked(line, hidden))
         out.flush()
         if not follow:
             return _point_to_stacks(attempts[chosen], out)
@@ -89,6 +92,36 @@ def show_logs(index: Any, job_id: str, *, rank: int | None = None, attempt: int 
         else:
             logs = node_logs(attempts[chosen]) if not logs else logs
         time.sleep(0.5)
+
+
+def secret_values(row: JobStatus) -> list[str]:
+    """The values ``logs`` masks, should a script print them: plain values of secret-named variables
+    and headers, and the values references point at where this process can still read them (its own
+    environment, the file, or what the private home keeps for a running job)."""
+    import json
+
+    from fsdp_orch.jobspec.secrets import SecretRef, resolve
+    from fsdp_orch.places import secrets
+
+    try:
+        doc = json.loads(row.spec_json)
+    except ValueError:
+        doc = {}
+    pairs = [*(doc.get("env") or {}).items()]
+    for hook in doc.get("notify") or []:
+        pairs += [*(hook.get("headers") or {}).items()] if isinstance(hook, dict) else []
+    values = [str(v) for kept in secrets.read(row.id, "notify").values() for v in kept.values()]
+    values += [str(v) for v in secrets.read(row.id, "env").values()]
+    for name, value in pairs:
+        if isinstance(value, str):
+            if secret_name(name) or secret_header(name):
+                values.append(value)
+            continue
+        try:
+            values.append(resolve(SecretRef.model_validate(value), os.environ, name))
+        except (InputError, ValueError):
+            continue  # gone since: it was never printed by fsdp-orch, and the script's output is its own
+    return values
 
 
 def _point_to_stacks(attempt_dir: Path, out: Any) -> int:

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from fsdp_orch.jobspec.durations import parse_duration
+from fsdp_orch.jobspec.secrets import HeaderOrRef, SecretRef
 from fsdp_orch.jobspec.validation import StrictModel
 from fsdp_orch.vocab.inputs import control_character
 from fsdp_orch.vocab.states import JobState
@@ -24,7 +25,7 @@ class Webhook(StrictModel):
     when: list[str] = Field(default_factory=lambda: list(DEFAULT_ON))  # or "on" (see _on_is_when)
     format: Literal["json", "slack"] = "json"
     retry_for: Annotated[float, BeforeValidator(parse_duration), Field(gt=0)] = 600.0
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, HeaderOrRef] = Field(default_factory=dict)  # a value, or {from_env:}/{from_file:}
 
     @model_validator(mode="before")
     @classmethod
@@ -53,7 +54,7 @@ class Webhook(StrictModel):
 
     @field_validator("headers")
     @classmethod
-    def _headers(cls, value: dict[str, str]) -> dict[str, str]:
+    def _headers(cls, value: dict[str, str | SecretRef]) -> dict[str, str | SecretRef]:
         # CR/LF would split the request (header injection); the notifier would only fail on it after
         # retry_for. Checked here, when the spec is loaded. The message names the header, never its
         # value (often a token): saying "got" keeps the loader from quoting it.
@@ -62,7 +63,7 @@ class Webhook(StrictModel):
             if problem is not None or not name.strip():
                 raise ValueError(f"header name {name!r}: expected a name without control characters; got "
                                  + (f"one holding {problem}" if problem else "an empty name"))
-            problem = control_character(text)
+            problem = control_character(text) if isinstance(text, str) else None  # a reference: at submit
             if problem is not None:
                 raise ValueError(f"header {name!r}: expected a value without control characters; got one "
                                  f"holding {problem}")

@@ -13,7 +13,7 @@ from typing import ClassVar
 from pydantic import Field, field_validator
 
 from fsdp_orch.jobspec.notify import Webhook
-from fsdp_orch.jobspec.schema import ArgStr
+from fsdp_orch.jobspec.secrets import ValueOrRef
 from fsdp_orch.jobspec.validation import StrictModel, check_env_names
 from fsdp_orch.places.builtin import home
 from fsdp_orch.record.run_roots import PROFILE_ORIGINS, profile_dirs
@@ -25,7 +25,7 @@ class ProfileBase(StrictModel):
     description: str = ""
     template: str | None = None  # a template file that replaces the built-in one for this kind
     python: str = "python3"
-    env: dict[str, ArgStr] = Field(default_factory=dict)
+    env: dict[str, ValueOrRef] = Field(default_factory=dict)
     # The run root the submit host and the nodes share (NFS, Lustre, GPFS): job run folders go to
     # <shared_dir>/runs/<id>. None: $FSDP_ORCH_HOME/runs, which then must be shared for multi-host kinds.
     shared_dir: str | None = None
@@ -36,7 +36,7 @@ class ProfileBase(StrictModel):
 
     @field_validator("env")
     @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+    def _env_names(cls, value: dict[str, ValueOrRef]) -> dict[str, ValueOrRef]:
         return check_env_names(value)
 
     @field_validator("shared_dir")

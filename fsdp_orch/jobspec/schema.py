@@ -19,6 +19,7 @@ from pydantic import (
 from fsdp_orch.bootstrap.faults import parse_faults
 from fsdp_orch.jobspec.durations import parse_duration
 from fsdp_orch.jobspec.notify import Webhook
+from fsdp_orch.jobspec.secrets import SecretRef, ValueOrRef
 from fsdp_orch.jobspec.validation import StrictModel, check_env_names
 from fsdp_orch.vocab.categories import DEFAULT_RETRY_ON, FAILURE_CATEGORIES
 from fsdp_orch.vocab.inputs import control_character
@@ -240,7 +241,7 @@ class JobSpec(StrictModel):
     # the fewest it goes on with after losing nodes (written back as the range it came from).
     nodes: Annotated[int, BeforeValidator(_max_of_range)] = Field(default=1, gt=0)
     procs_per_node: int | None = Field(default=None, gt=0)
-    env: dict[str, ArgStr] = Field(default_factory=dict)
+    env: dict[str, ValueOrRef] = Field(default_factory=dict)  # a value, or {from_env:}/{from_file:}
     workdir: ShellStr = "."
     accelerate_config: str | None = None
     fsdp: FsdpOptions = Field(default_factory=FsdpOptions)
@@ -292,10 +293,11 @@ class JobSpec(StrictModel):
 
     @field_validator("env")
     @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+    def _env_names(cls, value: dict[str, str | SecretRef]) -> dict[str, str | SecretRef]:
         check_env_names(value)
-        if value.get("FSDP_ORCH_FAULT"):
-            parse_faults(value["FSDP_ORCH_FAULT"])  # a chaos test that injects nothing is a lie
+        fault = value.get("FSDP_ORCH_FAULT")
+        if isinstance(fault, str) and fault:
+            parse_faults(fault)  # a chaos test that injects nothing is a lie
         return value
 
     @field_validator("name")

@@ -162,9 +162,17 @@ def _models_in(tp: Any) -> list[type[BaseModel]]:
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def check_env_names(env: dict[str, str]) -> dict[str, str]:
-    """Every key must be a shell variable name (the launch scripts ``export`` them)."""
+def env_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be an environment variable's name (the launch scripts ``export`` them)."""
+    if not _ENV_NAME.fullmatch(name):
+        return f"environment variable name {name!r} is not a valid shell name"
+    return None
+
+
+def check_env_names(env: dict[str, Any]) -> dict[str, Any]:
+    """Every key must be a shell variable name."""
     for key in env:
-        if not _ENV_NAME.fullmatch(key):
-            raise ValueError(f"environment variable name {key!r} is not a valid shell name")
+        problem = env_name_problem(key)
+        if problem:
+            raise ValueError(problem)
     return env

@@ -14,8 +14,10 @@ from typing import Protocol, TypeVar
 
 from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
+from fsdp_orch.jobspec.secrets import plain, references
 from fsdp_orch.observe.nccl_env import missing_defaults, nccl_env_defaults
 from fsdp_orch.vocab.errors import InputError
+from fsdp_orch.vocab.redact import MASK, secret_name, shown_env, shown_headers
 
 # Below Linux's ephemeral range (32768-60999), where outgoing connections would hold ports.
 RDZV_PORT_RANGE = (20000, 32000)
@@ -104,6 +106,9 @@ class LaunchPlan:
     resume_from: str | None
     program: list[str]  # what the launcher runs on each rank: script/module/command + args
     env: list[tuple[str, str]] = field(default_factory=list)
+    # Variables whose values came by reference (``{from_env:}``, ``{from_file:}``): (name, where from).
+    # The scripts never hold them; every node's environment is handed them (places/secrets).
+    secret_env: list[tuple[str, str]] = field(default_factory=list)
     nodes: tuple[NodeTarget, ...] = ()
     accelerate_config_path: str | None = None
     bootstrap_dir: str | None = None  # put first on every rank's PYTHONPATH
@@ -221,9 +226,9 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
     program += resume_arguments(job, ctx) + init_arguments(job, ctx)
     spec_path = posixpath.join(run_dir, "job.json")
     accel_path = posixpath.join(attempt_dir, "accelerate_config.yaml") if job.launcher == "accelerate" else None
+    spec_env = {**profile.env, **job.env}  # the job's own value of a variable wins
     env = [
-        *profile.env.items(),
-        *job.env.items(),
+        *plain(spec_env).items(),
         ("FSDP_ORCH_JOB_ID", ctx.job_id),
         ("FSDP_ORCH_JOB_NAME", job.name),
         ("FSDP_ORCH_ATTEMPT", str(ctx.attempt)),
@@ -252,7 +257,8 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
         rdzv_id=f"{ctx.job_id}-a{ctx.attempt}", rdzv_host=place.rdzv_host, rdzv_port=rdzv_port,
         python=profile.python, workdir=workdir, run_dir=run_dir, attempt_dir=attempt_dir,
         checkpoint_dir=checkpoint_dir, spec_path=spec_path, resume_from=ctx.resume_from,
-        program=program, env=env, nodes=place.nodes, accelerate_config_path=accel_path,
+        program=program, env=env, secret_env=[(name, ref.source) for name, ref in references(spec_env).items()],
+        nodes=place.nodes, accelerate_config_path=accel_path,
         bootstrap_dir=bootstrap_dir, run_root=run_root, package_dir=package_dir,
         supervisor_command=ctx.supervisor_command,
     )
@@ -274,6 +280,17 @@ def init_arguments(job: JobSpec, ctx: PlanContext) -> list[str]:
         return []
     step = "" if ctx.init_step is None else str(ctx.init_step)
     return [arg.replace("{checkpoint}", ctx.init_from).replace("{step}", step) for arg in job.checkpoint.init_args]
+
+
+def shown_plan(plan: LaunchPlan) -> LaunchPlan:
+    """``plan`` as ``render`` shows it: plain values of secret-named variables and headers masked
+    (references show only where their values come from; their values are never in a plan)."""
+    from dataclasses import replace
+
+    job = plan.job.model_copy(update={
+        "env": shown_env(plan.job.env),
+        "notify": [hook.model_copy(update={"headers": shown_headers(hook.headers)}) for hook in plan.job.notify]})
+    return replace(plan, job=job, env=[(name, MASK if secret_name(name) else value) for name, value in plan.env])
 
 
 def spec_json(plan: LaunchPlan) -> str:

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 
 from fsdp_orch.jobspec.notify import Webhook
+from fsdp_orch.jobspec.secrets import SecretRef
 from fsdp_orch.launch.submission import Submission
+from fsdp_orch.places import secrets
 from fsdp_orch.places.private import make_private_dirs, open_private
 
 NOTIFY_DIR = "notify"
@@ -19,6 +21,22 @@ NOTIFY_DIR = "notify"
 def webhooks_of(submission: Submission) -> list[Webhook]:
     """The cluster profile's webhooks, then the job's."""
     return [*submission.profile.notify, *submission.job.notify]
+
+
+def with_header_values(hooks: list[Webhook], values: dict[str, dict[str, str]]
+                       ) -> tuple[list[Webhook], list[tuple[int, str]]]:
+    """``hooks`` with the values of their referenced headers filled in (``values``: by webhook index,
+    as ``submit`` kept them). A hook whose value is missing is left out: (index, header) of each."""
+    ready, missing = [], []
+    for i, hook in enumerate(hooks):
+        kept = values.get(str(i), {})
+        gone = [name for name, value in hook.headers.items() if isinstance(value, SecretRef) and name not in kept]
+        if gone:
+            missing += [(i, name) for name in gone]
+            continue
+        headers = {name: kept[name] if isinstance(value, SecretRef) else value for name, value in hook.headers.items()}
+        ready.append(hook.model_copy(update={"headers": headers}))
+    return ready, missing
 
 
 def start_notifier(submission: Submission) -> int | None:
@@ -86,8 +104,13 @@ def main(run_dir: str) -> int:
         journal.add_event(attempt=None, kind="notify_gave_up",
                           message=f"webhook {item.hook} ({item.trigger}): no answer within its retry_for ({error})")
 
-    Notifier(str(path), webhooks_of(submission), post=http_post, status=status, clock=time.time,
+    hooks, missing = with_header_values(webhooks_of(submission), secrets.read(job_id, "notify"))
+    for i, name in missing:
+        journal.add_event(attempt=None, kind="notify_not_started",
+                          message=f"webhook {i}: the value of header {name} (by reference) is no longer kept")
+    Notifier(str(path), hooks, post=http_post, status=status, clock=time.time,
              sleep=time.sleep, gave_up=gave_up).run()
+    secrets.forget(job_id, "notify")  # everything is sent: the values are not needed again
     return 0
 
 

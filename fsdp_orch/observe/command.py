@@ -4,7 +4,7 @@ no shell. ``Runner`` is what code that runs commands takes, so a test can hand i
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from fsdp_orch.vocab.errors import CommandError
@@ -19,11 +19,12 @@ class CommandResult(NamedTuple):
 Runner = Callable[[list[str], float], CommandResult]
 
 
-def run(argv: list[str], timeout: float = 60.0) -> CommandResult:
-    """Run ``argv`` to its end; 127 for a missing binary, 124 for a timeout. Never raises."""
+def run(argv: list[str], timeout: float = 60.0, env: Mapping[str, str] | None = None) -> CommandResult:
+    """Run ``argv`` to its end; 127 for a missing binary, 124 for a timeout. Never raises. ``env``:
+    the command's whole environment (default: this process's)."""
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, errors="replace",
-                              timeout=timeout, check=False)
+                              timeout=timeout, check=False, env=None if env is None else dict(env))
     except subprocess.TimeoutExpired:
         return CommandResult(124, "", f"timed out after {timeout:g}s")
     except OSError as exc:

@@ -467,6 +467,7 @@ def run_supervisor(job_id: str, run_dir: str | None = None, reattach: bool = Fal
     import fcntl
 
     from fsdp_orch.backends.registry import cluster_kind
+    from fsdp_orch.places import secrets
     from fsdp_orch.places.builtin import home, local_has_gpu
     from fsdp_orch.places.private import open_private
     from fsdp_orch.record.events import EventWriter
@@ -486,6 +487,7 @@ def run_supervisor(job_id: str, run_dir: str | None = None, reattach: bool = Fal
     submission = Submission.load(run_dir, kind)
     view = read_status(str(run_dir), job_id) or JobStatus(job_id, "", "", "", str(run_dir), 0.0)
     if view.ended:
+        secrets.forget(job_id, "env")
         return 0
     journal = Journal(EventWriter(run_dir, "supervisor"), job_id)
     journal.supervisor_started()
@@ -521,6 +523,7 @@ def run_supervisor(job_id: str, run_dir: str | None = None, reattach: bool = Fal
             print(f"fsdp-orch supervisor: resuming job {job_id} at attempt {first_attempt}", flush=True)
     else:
         first_attempt = 0
+    state = JobState.FAILED
     try:
         state = supervisor.run(adopt, first_attempt)
     except SystemExit:
@@ -529,6 +532,9 @@ def run_supervisor(job_id: str, run_dir: str | None = None, reattach: bool = Fal
     except BaseException as exc:
         journal.set_state(JobState.FAILED, reason=f"supervisor error: {exc!r}")
         raise
+    finally:
+        if state != JobState.RESTARTING:  # ended: no supervisor will need the values again
+            secrets.forget(job_id, "env")
     print(f"fsdp-orch supervisor: job {job_id} ended {state.value}", flush=True)
     return 0
 

@@ -226,9 +226,12 @@ def test_local_python_defaults_to_this_interpreter(tmp_path: Path) -> None:
     assert profile(tmp_path, "kind: local\n").python == sys.executable
 
 
-def test_profile_env_is_exported_before_the_job_env(tmp_path: Path) -> None:
-    p = profile(tmp_path, "kind: local\nenv: {A: profile, B: profile}\npython: /py\n")
-    job = load_job_text(JOB + "env: {B: job}\n")
+def test_the_job_env_wins_over_the_profile_env(tmp_path: Path) -> None:
+    p = profile(tmp_path, "kind: local\nenv: {A: profile, B: profile, C: profile}\npython: /py\n")
+    job = load_job_text(JOB + "env: {B: job, C: {from_env: MY_C}}\n")
     plan = plan_on(job, p, "x", PlanContext(job_id="j", attempt=0, run_root="/h", job_dir="/j"))
     env = plan.env
-    assert env.index(("A", "profile")) < env.index(("B", "profile")) < env.index(("B", "job"))
+    assert env.index(("A", "profile")) < env.index(("B", "job"))
+    assert ("B", "profile") not in env
+    # a job's reference replaces the profile's plain value: nothing exported would override it
+    assert [name for name, _ in env].count("C") == 0 and plan.secret_env == [("C", "from_env MY_C")]

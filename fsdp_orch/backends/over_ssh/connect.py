@@ -109,6 +109,26 @@ def run_on(host: Any, profile: Any, command: str, timeout: float, warn: bool = T
         conn.close()
 
 
+def run_with_input(host: Any, profile: Any, command: str, data: bytes, timeout: float) -> str:
+    """Run ``command`` on ``host`` with ``data`` as its standard input (an archive, or values that must
+    travel only over the SSH channel); its standard output. FsdpOrchError when it fails."""
+    conn = connect(host, profile)
+    try:
+        channel = conn.client.get_transport().open_session()
+        channel.settimeout(timeout)
+        channel.exec_command(command)
+        channel.sendall(data)
+        channel.shutdown_write()
+        out = channel.makefile("rb").read().decode(errors="replace")
+        errors = channel.makefile_stderr("rb").read().decode(errors="replace")
+        code = channel.recv_exit_status()
+    finally:
+        conn.close()
+    if code != 0:
+        raise FsdpOrchError(f"host {where(host)}: `{command}` exited {code}: {errors.strip()[-500:]}")
+    return out
+
+
 def on_every_host(hosts: list[Any], action: Callable[[int, Any], T]) -> list[T]:
     """``action(index, host)`` on all hosts at once; the first error (in host order) is raised
     after all have finished."""

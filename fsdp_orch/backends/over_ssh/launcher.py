@@ -4,12 +4,14 @@ disk (``ssh_staging``) and watched through the reports the hosts send back (``ss
 
 from __future__ import annotations
 
+import os
+import shlex
 from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
 from fsdp_orch.backends.over_ssh.attempt import SshAttempt, start_command
-from fsdp_orch.backends.over_ssh.connect import on_every_host, run_on
+from fsdp_orch.backends.over_ssh.connect import on_every_host, run_on, run_with_input
 from fsdp_orch.backends.over_ssh.reports import OwnDiskAttempt
 from fsdp_orch.backends.over_ssh.sftp_storage import SftpStorage
 from fsdp_orch.backends.over_ssh.staging import plan_hosts, put_on_own_disks
@@ -17,6 +19,13 @@ from fsdp_orch.launch.plan import LaunchPlan, host_port
 from fsdp_orch.launch.render import Artifact, write_artifacts
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.checkpoints import LOCAL, Storage
+
+
+def handed_values(plan: LaunchPlan) -> bytes:
+    """The shell lines that export the values that came by reference, from this (the supervisor's)
+    environment, where ``submit`` put them; b"" when the job has none."""
+    lines = [f"export {name}={shlex.quote(os.environ[name])}\n" for name, _ in plan.secret_env if name in os.environ]
+    return "".join(lines).encode()
 
 
 class SshLauncher:
@@ -70,11 +79,15 @@ class SshLauncher:
         hosts = plan_hosts(plan, ssh)
 
         started: dict[int, int] = {}
+        secrets = handed_values(plan)
 
         def start_on(rank: int, host: Any) -> Exception | None:
             try:
-                out = run_on(host, ssh, start_command(plan.attempt_dir, rank),
-                             timeout=ssh.connect_timeout + 30, warn=False).stdout
+                command, timeout = start_command(plan.attempt_dir, rank), ssh.connect_timeout + 30
+                if secrets:  # over the SSH channel only: never a file, never an argument others could see
+                    out = run_with_input(host, ssh, f'eval "$(cat)"; {command}', secrets, timeout)
+                else:
+                    out = run_on(host, ssh, command, timeout=timeout, warn=False).stdout
                 started[rank] = int(out.strip().splitlines()[-1])
                 return None
             except Exception as exc:  # noqa: BLE001 - reported below, after the others are stopped

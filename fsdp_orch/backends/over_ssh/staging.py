@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.backends.over_ssh.connect import connect, on_every_host, run_on, where
+from fsdp_orch.backends.over_ssh.connect import connect, on_every_host, run_on, run_with_input
 from fsdp_orch.launch.plan import OWN_DISK_CODE, OWN_DISK_PACKAGE, LaunchPlan
 from fsdp_orch.launch.render import Artifact, write_artifacts
 from fsdp_orch.vocab.errors import FsdpOrchError
@@ -70,26 +70,9 @@ def job_archive(plan: LaunchPlan, artifacts: list[Artifact], job_dir: str) -> by
     return buffer.getvalue()
 
 
-def send_stdin(host: Any, profile: Any, command: str, data: bytes, timeout: float) -> None:
-    """Run ``command`` on ``host`` with ``data`` as its standard input; FsdpOrchError when it fails."""
-    conn = connect(host, profile)
-    try:
-        channel = conn.client.get_transport().open_session()
-        channel.settimeout(timeout)
-        channel.exec_command(command)
-        channel.sendall(data)
-        channel.shutdown_write()
-        errors = channel.makefile_stderr("rb").read().decode(errors="replace")
-        code = channel.recv_exit_status()
-    finally:
-        conn.close()
-    if code != 0:
-        raise FsdpOrchError(f"host {where(host)}: `{command}` exited {code}: {errors.strip()[-500:]}")
-
-
 def unpack_on_every_host(plan: LaunchPlan, archive: bytes, ssh: Any) -> None:
     command = f"umask 077 && mkdir -p {shlex.quote(plan.run_dir)} && tar -xzf - -C {shlex.quote(plan.run_dir)}"
-    on_every_host(plan_hosts(plan, ssh), lambda i, host: send_stdin(host, ssh, command, archive,
+    on_every_host(plan_hosts(plan, ssh), lambda i, host: run_with_input(host, ssh, command, archive,
                                                                    timeout=ssh.connect_timeout + 120))
 
 

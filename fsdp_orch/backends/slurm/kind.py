@@ -6,8 +6,10 @@ the job, and the next allocation resumes from the latest complete checkpoint."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
+from functools import partial
 from pathlib import Path
 
 from fsdp_orch.backends.base import ClusterKind
@@ -25,7 +27,8 @@ from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.launch.plan import LaunchPlan, Placement, PlanContext, fixed_node_count
 from fsdp_orch.launch.render import Artifact, Templates, write_artifacts
 from fsdp_orch.launch.submission import Submission
-from fsdp_orch.observe.command import Runner, run_command
+from fsdp_orch.observe.command import Runner, run, run_command
+from fsdp_orch.places import secrets
 from fsdp_orch.record.index import JobIndex
 from fsdp_orch.record.model import JobStatus
 from fsdp_orch.vocab.backoff import SLURM_STEPS_GONE, Clock, Sleep, retrying
@@ -75,7 +78,13 @@ class SlurmKind(ClusterKind[SlurmProfile]):
         plan, artifacts = submission.plan(0)
         batch = [a for a in artifacts if a.path == batch_script_path(plan)]
         write_artifacts(batch)
-        out = run_command(["sbatch", "--parsable", batch[0].path])
+        # The values that came by reference travel in the allocation's environment (sbatch exports
+        # its own, --export=ALL); srun hands them to every step. None is left in the home after.
+        env = {**os.environ, **secrets.read(submission.job_id, "env")}
+        try:
+            out = run_command(["sbatch", "--parsable", batch[0].path], runner=partial(run, env=env))
+        finally:
+            secrets.forget(submission.job_id, "env")
         index.journal(submission.job_id).scheduled(f"slurm:{out.strip().split(';')[0]}")
 
     def refresh(self, index: JobIndex, rows: list[JobStatus]) -> list[str]:

@@ -7,6 +7,7 @@ umask 077  # what the job writes (logs, heartbeats, checkpoints it creates) is t
 export OMP_NUM_THREADS=1
 export TOKENIZERS_PARALLELISM=false
 export WANDB_PROJECT=golden
+export WANDB_API_KEY=golden-plain-key
 export FSDP_ORCH_JOB_ID=j0123456789a
 export FSDP_ORCH_JOB_NAME='golden demo'
 export FSDP_ORCH_ATTEMPT=1
@@ -16,6 +17,8 @@ export FSDP_ORCH_SPEC=/srv/fsdp-orch/runs/j0123456789a/job.json
 export FSDP_ORCH_CHECKPOINT_DIR=/srv/jobs/demo/checkpoints/golden-demo
 export FSDP_ORCH_RESUME=auto
 export FSDP_ORCH_COLLECTIVE_TIMEOUT=600
+# HF_TOKEN: never written here; fsdp-orch hands it to this node's environment (from_env GOLDEN_HF_TOKEN).
+[[ -v HF_TOKEN ]] || { echo 'fsdp-orch: HF_TOKEN (from_env GOLDEN_HF_TOKEN) is missing from the environment fsdp-orch hands this node' >&2; exit 1; }
 NODE_RANK=0
 RDZV_HOST=127.0.0.1
 NODE_LOG_DIR=/srv/fsdp-orch/runs/j0123456789a/attempt-1/node-"$NODE_RANK"

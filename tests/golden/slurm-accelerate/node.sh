@@ -6,6 +6,7 @@ set -euo pipefail
 umask 077  # what the job writes (logs, heartbeats, checkpoints it creates) is this user's alone
 export TOKENIZERS_PARALLELISM=false
 export WANDB_PROJECT=golden
+export WANDB_API_KEY=golden-plain-key
 export FSDP_ORCH_JOB_ID=j0123456789a
 export FSDP_ORCH_JOB_NAME='golden demo'
 export FSDP_ORCH_ATTEMPT=1
@@ -22,6 +23,8 @@ export TORCH_FR_BUFFER_SIZE=2000
 export TORCH_NCCL_DUMP_ON_TIMEOUT=1
 export TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/srv/fsdp-orch/runs/j0123456789a/attempt-1/nccl_trace_rank_
 export TORCH_FR_DUMP_TEMP_FILE=/srv/fsdp-orch/runs/j0123456789a/attempt-1/nccl_trace_rank_
+# HF_TOKEN: never written here; fsdp-orch hands it to this node's environment (from_env GOLDEN_HF_TOKEN).
+[[ -v HF_TOKEN ]] || { echo 'fsdp-orch: HF_TOKEN (from_env GOLDEN_HF_TOKEN) is missing from the environment fsdp-orch hands this node' >&2; exit 1; }
 NODE_RANK="${SLURM_NODEID:?node.sh runs inside a SLURM job step}"
 RDZV_HOST="${RDZV_HOST:?set by the batch script}"
 NODE_LOG_DIR=/srv/fsdp-orch/runs/j0123456789a/attempt-1/node-"$NODE_RANK"

@@ -6,6 +6,7 @@ set -euo pipefail
 umask 077  # what the job writes (logs, heartbeats, checkpoints it creates) is this user's alone
 export TOKENIZERS_PARALLELISM=false
 export WANDB_PROJECT=golden
+export WANDB_API_KEY=golden-plain-key
 export FSDP_ORCH_JOB_ID=j0123456789a
 export FSDP_ORCH_JOB_NAME='golden demo'
 export FSDP_ORCH_ATTEMPT=1
@@ -15,6 +16,8 @@ export FSDP_ORCH_SPEC=/var/tmp/fsdp-orch/runs/j0123456789a/job.json
 export FSDP_ORCH_CHECKPOINT_DIR=/var/tmp/fsdp-orch/runs/j0123456789a/code/checkpoints/golden-demo
 export FSDP_ORCH_RESUME=auto
 export FSDP_ORCH_COLLECTIVE_TIMEOUT=600
+# HF_TOKEN: never written here; fsdp-orch hands it to this node's environment (from_env GOLDEN_HF_TOKEN).
+[[ -v HF_TOKEN ]] || { echo 'fsdp-orch: HF_TOKEN (from_env GOLDEN_HF_TOKEN) is missing from the environment fsdp-orch hands this node' >&2; exit 1; }
 export XLA_USE_SPMD=0
 NODE_RANK=3
 RDZV_HOST=''
