@@ -99,13 +99,18 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.init_optimizer and not args.init_from:
         raise InputError("only with --init-from (the checkpoint whose optimizer state to take)",
                          field="--init-optimizer")
+    if args.resume and args.fresh:
+        raise InputError("expected one of --resume (continue the checkpoint there) or --fresh (move it aside "
+                         "and start over), not both", field="--resume/--fresh")
+    choice = "resume" if args.resume else "fresh" if args.fresh else None
     check_submission(Path(args.job), args.cluster, overrides=args.set, accelerate_config=args.accelerate_config)
     with _open_index() as index:
         store = index.store
         job_id, created = submit(index, Path(args.job), args.cluster, overrides=args.set,
                                  accelerate_config=args.accelerate_config,
                                  idempotency_key=args.idempotency_key, init_from=args.init_from,
-                                 init_optimizer=args.init_optimizer)
+                                 init_optimizer=args.init_optimizer, checkpoint_choice=choice,
+                                 say=lambda line: print(f"fsdp-orch: {line}", file=sys.stderr, flush=True))
         if not args.wait:
             _print_submitted(args, job_id, created, store)
             return EXIT_OK
@@ -401,6 +406,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "checkpoint (or of that checkpoint, or the latest one in that folder)")
     p.add_argument("--init-optimizer", action="store_true",
                    help="with --init-from: take the optimizer state too (default: weights only)")
+    p.add_argument("--resume", action="store_true",
+                   help="the checkpoint folder holds a checkpoint of a job that ended SUCCEEDED: continue it")
+    p.add_argument("--fresh", action="store_true",
+                   help="move the checkpoints already in the checkpoint folder aside (kept) and start over")
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("status", help="show jobs (a table, or --json)")

@@ -143,10 +143,13 @@ class Job:
 def submit(job: str | os.PathLike[str], cluster: str = "local", *, overrides: Overrides | None = None,
            wait: bool = False, timeout: float | None = None, idempotency_key: str | None = None,
            accelerate_config: str | None = None, init_from: str | None = None,
-           init_optimizer: bool = False) -> Job:
+           init_optimizer: bool = False, resume: bool = False, fresh: bool = False) -> Job:
     """Submit ``job`` (a job.yaml) to ``cluster``; with ``wait``, return once it ended (``timeout``:
     ``WaitTimedOut``). ``overrides``: ``{"args": [...], "restart.max_restarts": 5}`` or
-    ``["k=v", ...]``, as ``--set``. ``init_from``: a job id or checkpoint to start from (``--init-from``)."""
+    ``["k=v", ...]``, as ``--set``. ``init_from``: a job id or checkpoint to start from (``--init-from``).
+    ``resume`` / ``fresh``: the checkpoint folder already holds a checkpoint of a job that ended
+    SUCCEEDED: continue it, or move it aside (kept) and start over (``--resume`` / ``--fresh``);
+    without either such a submission raises InputError."""
     # Every argument is checked before the index is opened: bad input submits and writes nothing.
     job_file = _path(job, "job")
     inputs.of_type(cluster, str, "cluster", "a cluster profile name (a str)")
@@ -165,6 +168,10 @@ def submit(job: str | os.PathLike[str], cluster: str = "local", *, overrides: Ov
     if init_optimizer and init_from is None:
         raise InputError("only with init_from (the checkpoint whose optimizer state to take)",
                          field="init_optimizer")
+    inputs.of_type(resume, bool, "resume", "True or False")
+    inputs.of_type(fresh, bool, "fresh", "True or False")
+    if resume and fresh:
+        raise InputError("expected one of resume=True or fresh=True, not both", field="resume/fresh")
 
     from fsdp_orch.control.job_control import check_submission
     from fsdp_orch.control.job_control import submit as submit_job
@@ -174,7 +181,8 @@ def submit(job: str | os.PathLike[str], cluster: str = "local", *, overrides: Ov
     with open_index() as index:
         job_id, created = submit_job(index, Path(str(job_file)), cluster, overrides=lines,
                                      accelerate_config=accelerate, idempotency_key=idempotency_key,
-                                     init_from=init_from, init_optimizer=init_optimizer)
+                                     init_from=init_from, init_optimizer=init_optimizer,
+                                     checkpoint_choice="resume" if resume else "fresh" if fresh else None)
     handle = Job(job_id, created)
     if wait:
         handle.wait(seconds)

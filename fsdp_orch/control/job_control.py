@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from fsdp_orch.backends.registry import cluster_kind, load_profile
+from fsdp_orch.control.resubmit import Choice, decide, existing_checkpoint, said, start_fresh
 from fsdp_orch.control.warm_start import InitSource, resolve_init_from
 from fsdp_orch.jobspec.loading import load_job
 from fsdp_orch.jobspec.profiles import ProfileRef
@@ -78,9 +80,12 @@ def record_submission(index: JobIndex, job_file: Path, cluster: str, *, override
                       accelerate_config: str | None = None, idempotency_key: str | None = None,
                       home_dir: Path | None = None, origin: dict | None = None,
                       init_from: str | None = None, init_optimizer: bool = False,
+                      checkpoint_choice: Choice | None = None, say: Callable[[str], None] | None = None,
                       ) -> tuple[str, bool, Submission | None]:
     """Validate and plan, freeze the submission in its run folder and record it as the job's first
-    event (which puts it in the index). Returns (job id, created, submission); nothing is started."""
+    event (which puts it in the index). Returns (job id, created, submission); nothing is started.
+    ``checkpoint_choice``: what to do with a complete checkpoint already in the job's checkpoint
+    folder (control/resubmit); ``say`` hears which one is resumed or moved aside."""
     import dataclasses
     import shutil
 
@@ -97,6 +102,10 @@ def record_submission(index: JobIndex, job_file: Path, cluster: str, *, override
         existing = index.store.job_for_key(idempotency_key)
         if existing is not None:
             return existing, False, None
+    found, choice = None, None
+    if not planned.submission.checkpoint_per_job and planned.submission.job.checkpoint.resume == "auto":
+        found = existing_checkpoint(planned.plan.checkpoint_dir, index.store.jobs())
+        choice = decide(found, checkpoint_choice, field="--resume/--fresh")
     job_id = os.urandom(6).hex()
     submission = dataclasses.replace(planned.submission, job_id=job_id)
     submission.save()
@@ -110,19 +119,27 @@ def record_submission(index: JobIndex, job_file: Path, cluster: str, *, override
         shutil.rmtree(submission.run_dir, ignore_errors=True)
         secrets.forget(job_id)
         return str(index.store.job_for_key(idempotency_key or "")), False, None
+    if found is not None and choice is not None:
+        moved_to = start_fresh(planned.plan.checkpoint_dir, job_id) if choice == "fresh" else None
+        line = said(found, choice, moved_to)
+        index.journal(job_id, role="submit", run_dir=str(submission.run_dir)).add_event(
+            attempt=None, kind=f"submit_{choice}", message=line)
+        if say is not None:
+            say(line)
     return job_id, True, submission
 
 
 def submit(index: JobIndex, job_file: Path, cluster: str, *, overrides: list[str] | None = None,
            accelerate_config: str | None = None, idempotency_key: str | None = None,
            home_dir: Path | None = None, origin: dict | None = None, init_from: str | None = None,
-           init_optimizer: bool = False) -> tuple[str, bool]:
+           init_optimizer: bool = False, checkpoint_choice: Choice | None = None,
+           say: Callable[[str], None] | None = None) -> tuple[str, bool]:
     """Validate, record the job, hand it to its cluster kind. Returns (job id, created).
     ``init_from``: a job id or checkpoint path the job starts from (a warm start)."""
     job_id, created, submission = record_submission(
         index, job_file, cluster, overrides=overrides, accelerate_config=accelerate_config,
         idempotency_key=idempotency_key, home_dir=home_dir, origin=origin, init_from=init_from,
-        init_optimizer=init_optimizer)
+        init_optimizer=init_optimizer, checkpoint_choice=checkpoint_choice, say=say)
     if submission is None:
         return job_id, created
     try:

@@ -356,13 +356,14 @@ def partial_newer_than_latest(directory: str | os.PathLike[str],
 
 
 def move_aside(infos: Iterable[CheckpointInfo], directory: str | os.PathLike[str],
-               tag: str, storage: Storage = LOCAL) -> list[tuple[Path, Path]]:
-    """Rename each checkpoint to ``<directory>/.fsdp-orch-incomplete/<name>.<tag>`` (``-1``,
-    ``-2``... when taken); returns (from, to) pairs. Nothing is deleted. A dot-folder, because a
-    sibling like ``checkpoint-30.partial`` still matches HF's rotation glob ``checkpoint-*``."""
+               tag: str, storage: Storage = LOCAL, into: str = INCOMPLETE_DIR) -> list[tuple[Path, Path]]:
+    """Rename each checkpoint to ``<directory>/<into>/<name>.<tag>`` (``-1``, ``-2``... when taken;
+    ``into`` is ``.fsdp-orch-incomplete`` by default); returns (from, to) pairs. Nothing is deleted.
+    A dot-folder, because a sibling like ``checkpoint-30.partial`` still matches HF's rotation glob
+    ``checkpoint-*``."""
     if not tag or os.sep in tag:
         raise ValueError(f"move_aside: tag must be a plain name, got {tag!r}")
-    target_dir = Path(os.path.expanduser(os.fspath(directory))) / INCOMPLETE_DIR
+    target_dir = Path(os.path.expanduser(os.fspath(directory))) / into
     moved = []
     for info in infos:
         target = target_dir / f"{info.path.name}.{tag}"

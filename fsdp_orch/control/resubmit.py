@@ -1,0 +1,90 @@
+"""A new submission whose checkpoint folder already holds a complete checkpoint: it would resume it.
+``submit`` says which checkpoint and which job wrote it, and refuses to silently continue a job that
+ended SUCCEEDED (its training is done: a second run would train 0 steps and report success) unless
+told ``--resume`` (continue it) or ``--fresh`` (move it aside, keep it, and start over)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from fsdp_orch.observe.checkpoints import latest_complete, list_checkpoints, move_aside
+from fsdp_orch.record.model import JobStatus
+from fsdp_orch.vocab.errors import InputError
+
+Choice = Literal["resume", "fresh"]
+# Where --fresh puts the checkpoints it moves aside, inside the checkpoint folder (a dot-folder: no
+# script's glob for checkpoint-*, step_* or *.ckpt takes it).
+PREVIOUS_DIR = ".fsdp-orch-previous"
+
+
+@dataclass(frozen=True)
+class Existing:
+    """The checkpoint a new submission would resume, and the job of ours that wrote it (None: a
+    checkpoint from outside fsdp-orch's jobs, or from a job no longer in the index)."""
+
+    path: str
+    step: int | None
+    writer: JobStatus | None
+
+
+def checkpoint_dir_of(job: JobStatus) -> str | None:
+    import json
+
+    try:
+        return str(json.loads(job.spec_json)["_resolved"]["checkpoint_dir"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def writer_of(checkpoint_dir: str, jobs: Iterable[JobStatus]) -> JobStatus | None:
+    """The newest job that wrote into ``checkpoint_dir``: of those with a checkpoint recorded, else of
+    all that used it (pure)."""
+    same = [job for job in jobs if checkpoint_dir_of(job) == checkpoint_dir]
+    committed = [job for job in same if job.last_checkpoint_step is not None]
+    pool = committed or same
+    return max(pool, key=lambda job: job.created_at) if pool else None
+
+
+def existing_checkpoint(checkpoint_dir: str, jobs: Iterable[JobStatus]) -> Existing | None:
+    found = latest_complete(checkpoint_dir)
+    if found is None:
+        return None
+    return Existing(str(found.path), found.step, writer_of(checkpoint_dir, jobs))
+
+
+def decide(existing: Existing | None, choice: Choice | None, field: str) -> Choice | None:
+    """What to do with it (pure): None when there is nothing to decide; InputError when the writer
+    ended SUCCEEDED and no choice was given."""
+    if existing is None:
+        return None
+    if choice is None and existing.writer is not None and existing.writer.state == "SUCCEEDED":
+        writer = existing.writer
+        step = "" if existing.step is None else f" (step {existing.step})"
+        raise InputError(f"{existing.path}{step} was written by job {writer.id} ({writer.name}), which ended "
+                         "SUCCEEDED: a new submission would continue it. Pass --resume to continue it, or "
+                         "--fresh to move it aside (kept) and start over", field=field)
+    return choice or "resume"
+
+
+def said(existing: Existing, choice: Choice, moved_to: str | None = None) -> str:
+    """The line ``submit`` prints on standard error."""
+    by = (f"written by job {existing.writer.id} ({existing.writer.name}, {existing.writer.state})"
+          if existing.writer else "not written by a job fsdp-orch knows")
+    step = "step unknown" if existing.step is None else f"step {existing.step}"
+    if choice == "fresh":
+        return f"starting fresh: moved the checkpoints aside to {moved_to} (kept); the newest was {existing.path} ({step}, {by})"
+    return f"resuming from {existing.path} ({step}, {by})"
+
+
+def start_fresh(checkpoint_dir: str, job_id: str) -> str:
+    """Move every checkpoint in ``checkpoint_dir`` to ``<dir>/.fsdp-orch-previous/<name>.<job id>``;
+    the folder they went to. Nothing is deleted or overwritten."""
+    move_aside(list_checkpoints(checkpoint_dir), checkpoint_dir, job_id, into=PREVIOUS_DIR)
+    return os.path.join(os.path.expanduser(checkpoint_dir), PREVIOUS_DIR)
+
+
+__all__ = ["Choice", "Existing", "PREVIOUS_DIR", "checkpoint_dir_of", "decide", "existing_checkpoint", "said",
+           "start_fresh", "writer_of"]
