@@ -11,6 +11,7 @@ from pydantic import (
     Field,
     ModelWrapValidatorHandler,
     PrivateAttr,
+    ValidationInfo,
     field_serializer,
     field_validator,
     model_validator,
@@ -199,6 +200,12 @@ class Watch(StrictModel):
 
 class CheckpointPolicy(StrictModel):
     dir: ShellStr | None = None
+    # One file per checkpoint (nanoGPT's out/ckpt.pt), relative to workdir: a path or a glob
+    # (* ? [...] in any part), with {step} marking the step's digits in the file name. Instead of dir.
+    file: ShellStr | None = None
+    # The int under this key of the saved dict is the file's step (nanoGPT: iter_num), read
+    # without torch, where the name has none.
+    step_key: str | None = None
     interval: int = Field(default=100, gt=0)
     keep_last: int = Field(default=3, ge=1)
     resume: ShellStr = "auto"
@@ -220,6 +227,34 @@ class CheckpointPolicy(StrictModel):
                 if name not in RESUME_PLACEHOLDERS:
                     raise ValueError(f"unknown placeholder {{{name}}} in {arg!r}; expected "
                                      + " or ".join(f"{{{p}}}" for p in RESUME_PLACEHOLDERS))
+        return value
+
+    @field_validator("file")
+    @classmethod
+    def _file(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        if info.data.get("dir") is not None:
+            raise ValueError("give checkpoint.dir or checkpoint.file, not both (the file's folder is "
+                             "where fsdp-orch keeps what it moves aside)")
+        folder, _, name = value.rstrip().rpartition("/")
+        if not name.strip() or value.rstrip().endswith("/"):
+            raise ValueError(f"expected a file path or glob like out/ckpt.pt or model_{{step}}.pt, got {value!r}")
+        for found in _PLACEHOLDER.findall(value):
+            if found != "step":
+                raise ValueError(f"unknown placeholder {{{found}}} in {value!r}; expected {{step}} "
+                                 "(the step's digits in the file name)")
+        if "{step}" in folder:
+            raise ValueError(f"{{step}} may only be in the file name, not its folder: {value!r}")
+        if value.count("{step}") > 1:
+            raise ValueError(f"{{step}} given more than once in {value!r}")
+        return value
+
+    @field_validator("step_key")
+    @classmethod
+    def _step_key(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("expected the key of the step in the saved dict (nanoGPT: iter_num)")
         return value
 
     @field_validator("resume")

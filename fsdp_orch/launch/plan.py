@@ -15,6 +15,7 @@ from typing import Protocol, TypeVar
 from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.jobspec.secrets import plain, references
+from fsdp_orch.observe.checkpoint_files import fixed_folder
 from fsdp_orch.observe.nccl_env import missing_defaults, nccl_env_defaults
 from fsdp_orch.vocab.errors import InputError
 from fsdp_orch.vocab.redact import MASK, secret_name, shown_env, shown_headers
@@ -112,6 +113,7 @@ class LaunchPlan:
     nodes: tuple[NodeTarget, ...] = ()
     accelerate_config_path: str | None = None
     bootstrap_dir: str | None = None  # put first on every rank's PYTHONPATH
+    checkpoint_file: str | None = None  # checkpoint.file resolved: a path or glob, {step} kept
     run_root: str = ""  # $FSDP_ORCH_HOME, or the profile's shared_dir; on own-disk hosts, their folder
     package_dir: str | None = None  # a copy of fsdp_orch the nodes import (hosts with their own disks)
     supervisor_command: tuple[str, ...] | None = None  # where a kind runs the supervisor on a node
@@ -207,7 +209,11 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
         workdir = _join(ctx.job_dir, job.workdir)
     attempt_dir = attempt_dir_of(run_dir, ctx.attempt)
     written = job.checkpoint.dir
-    if written:  # the user's folder; {job_id} in it (and in the args) keeps runs apart
+    checkpoint_file = None
+    if job.checkpoint.file:  # one file per checkpoint: its folder is the checkpoint folder
+        checkpoint_file = _join(workdir, job.checkpoint.file.replace(JOB_ID_PLACEHOLDER, ctx.job_id))
+        checkpoint_dir = fixed_folder(checkpoint_file)
+    elif written:  # the user's folder; {job_id} in it (and in the args) keeps runs apart
         checkpoint_dir = _join(workdir, written.replace(JOB_ID_PLACEHOLDER, ctx.job_id))
     else:
         checkpoint_dir = _join(workdir, posixpath.join("checkpoints", slug(job.name)))
@@ -256,7 +262,8 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
         launcher=job.launcher, device=device, nnodes=nnodes, nproc_per_node=nproc, world_size=nnodes * nproc,
         rdzv_id=f"{ctx.job_id}-a{ctx.attempt}", rdzv_host=place.rdzv_host, rdzv_port=rdzv_port,
         python=profile.python, workdir=workdir, run_dir=run_dir, attempt_dir=attempt_dir,
-        checkpoint_dir=checkpoint_dir, spec_path=spec_path, resume_from=ctx.resume_from,
+        checkpoint_dir=checkpoint_dir, checkpoint_file=checkpoint_file, spec_path=spec_path,
+        resume_from=ctx.resume_from,
         program=program, env=env, secret_env=[(name, ref.source) for name, ref in references(spec_env).items()],
         nodes=place.nodes, accelerate_config_path=accel_path,
         bootstrap_dir=bootstrap_dir, run_root=run_root, package_dir=package_dir,

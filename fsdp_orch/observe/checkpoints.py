@@ -20,6 +20,8 @@ Layouts (``CheckpointInfo.layout``):
   ``.ckpt`` folder) DCP's ``.metadata`` plus a whole ``meta.pt``. The step comes from ``step=N``
   in the name; ``last.ckpt`` takes the step of the newest complete numbered file and sorts after
   it, so that it is the one chosen.
+* ``file``: one file per checkpoint, named by ``checkpoint.file`` (nanoGPT's ``out/ckpt.pt``);
+  see :mod:`fsdp_orch.observe.checkpoint_files`.
 
 The functions take a small storage protocol so the supervisor can ask the same question of a
 remote filesystem; ``LocalStorage`` is the default. Only :func:`move_aside` changes anything.
@@ -46,6 +48,7 @@ DCP = "dcp"
 DCP_PLAIN = "dcp-plain"
 HF = "hf"
 LIGHTNING = "lightning"
+FILE = "file"
 
 STEP_DIR = re.compile(r"step-(\d+)")
 HF_DIR = re.compile(r"checkpoint-(\d+)")
@@ -91,6 +94,9 @@ class Storage(Protocol):
         """The file's last ``nbytes`` bytes (all of it when shorter), or None."""
         ...
 
+    # Optional (checkpoint_files reads a pickle's step through it where a storage has it):
+    # def read_range(self, path: str, offset: int, nbytes: int) -> bytes | None
+
     def move(self, src: str, dst: str) -> None:
         """Rename ``src`` to ``dst`` (which must not exist), making ``dst``'s folder first."""
         ...
@@ -131,6 +137,15 @@ class LocalStorage:
         except OSError:
             return None
 
+    def read_range(self, path: str, offset: int, nbytes: int) -> bytes | None:
+        """``nbytes`` bytes from ``offset`` (fewer at the end), or None."""
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                return f.read(nbytes)
+        except OSError:
+            return None
+
     def move(self, src: str, dst: str) -> None:
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         os.rename(src, dst)
@@ -144,8 +159,10 @@ class CheckpointInfo:
     step: int
     path: Path
     complete: bool
-    layout: str  # DCP, DCP_PLAIN, HF or LIGHTNING
+    layout: str  # DCP, DCP_PLAIN, HF, LIGHTNING or FILE
     reason: str = ""  # why it is not complete; "" when it is
+    step_known: bool = True  # False: a FILE checkpoint whose step neither name nor content tells (step 0)
+    step_note: str = ""  # why the step is not known
 
 
 def step_dir_name(step: int) -> str:
@@ -196,7 +213,8 @@ def _central_directory_fits(tail: bytes, base: int, pos: int, n_total: int, cd_s
     return cd_offset + cd_size == base + pos
 
 
-def _zip_complete(path: str, storage: Storage) -> bool:
+def zip_complete(path: str, storage: Storage) -> bool:
+    """Whether the file at ``path`` is a whole zip archive (read from its end only)."""
     size = storage.size(path)
     if size is None:
         return False
@@ -274,12 +292,12 @@ def _lightning(path: Path, step: int, storage: Storage) -> CheckpointInfo:
     if storage.is_dir(str(path)):
         if not storage.exists(str(path / METADATA_FILE)):
             reason = "no .metadata"
-        elif not _zip_complete(str(path / LIGHTNING_SHARDED_META), storage):
+        elif not zip_complete(str(path / LIGHTNING_SHARDED_META), storage):
             reason = f"no complete {LIGHTNING_SHARDED_META}"
         else:
             reason = ""
     else:
-        reason = "" if _zip_complete(str(path), storage) else "not a complete zip archive"
+        reason = "" if zip_complete(str(path), storage) else "not a complete zip archive"
     return CheckpointInfo(step, path, not reason, LIGHTNING, reason)
 
 
@@ -379,4 +397,4 @@ def move_aside(infos: Iterable[CheckpointInfo], directory: str | os.PathLike[str
 __all__ = ["CheckpointInfo", "LocalStorage", "Storage", "checkpoint_info", "latest_complete",
            "list_checkpoints", "move_aside", "parse_commit", "partial_newer_than_latest",
            "step_dir_name", "zip_tail_complete", "COMMIT_FILE", "DCP", "DCP_PLAIN", "HF",
-           "INCOMPLETE_DIR", "LIGHTNING", "METADATA_FILE"]
+           "FILE", "INCOMPLETE_DIR", "LIGHTNING", "METADATA_FILE", "zip_complete"]
