@@ -22,12 +22,19 @@ def _loss(loss: float | None) -> str:
 def format_jobs(jobs: list[JobStatus], detail: bool = False) -> str:
     rows = [{"id": j.id, "name": _one_line(j.name), "cluster": j.cluster, "state": j.state,
              "attempts": j.attempts, "step": j.progress_step, "loss": _loss(j.progress_loss),
-             "ckpt": j.last_checkpoint_step, "created": (iso_time(j.created_at) or "")[:19].replace("T", " ")}
+             "ckpt": _ckpt(j), "created": (iso_time(j.created_at) or "")[:19].replace("T", " ")}
             for j in jobs]
     text = format_rows(["id", "name", "cluster", "state", "attempts", "step", "loss", "ckpt", "created"], rows)
     if not detail:
         return text
     return "\n".join([text, *(line for j in jobs for line in detail_lines(j))])
+
+
+def _ckpt(job: JobStatus) -> int | str | None:
+    """The CKPT column: the step, or ``?`` for a checkpoint whose step is unknown."""
+    if job.last_checkpoint_step is None and job.last_checkpoint_path:
+        return "?"
+    return job.last_checkpoint_step
 
 
 def detail_lines(job: JobStatus) -> list[str]:
@@ -41,6 +48,10 @@ def detail_lines(job: JobStatus) -> list[str]:
         lines.append(f"attempt {f.attempt}: {f.category}{stalled} -> {f.action}: {f.evidence or ''}")
         if f.hint:
             lines.append(f"  hint: {f.hint}")
+    if job.last_checkpoint_path:
+        step = (f"step {job.last_checkpoint_step}" if job.last_checkpoint_step is not None
+                else f"step unknown: {job.last_checkpoint_note or 'not in its name or content'}")
+        lines.append(f"checkpoint: {job.last_checkpoint_path} ({step})")
     if job.hang_detection_off is not None:
         lines.append(f"hang detection: off: {job.hang_detection_off}")
     for n in job.notices:

@@ -118,6 +118,8 @@ def _progress(status: JobStatus, event: Progress) -> None:
 
 def _checkpoint(status: JobStatus, event: CheckpointCommitted) -> None:
     status.last_checkpoint_step = event.step
+    status.last_checkpoint_path = event.path
+    status.last_checkpoint_note = event.step_note if event.step is None else ""
 
 
 def _hang_detection(status: JobStatus, event: HangDetection) -> None:

@@ -53,8 +53,10 @@ class Journal:
     def progress(self, step: int, loss: float | None, progress_at: float, now: float | None = None) -> None:
         self._append(model.Progress(job=self.job_id, step=step, loss=model.finite(loss), progress_at=progress_at), now)
 
-    def checkpoint(self, step: int, now: float | None = None) -> None:
-        self._append(model.CheckpointCommitted(job=self.job_id, step=step), now)
+    def checkpoint(self, step: int | None, now: float | None = None, *, path: str | None = None,
+                   step_note: str = "") -> None:
+        """A new latest complete checkpoint; ``step`` None: unknown (``step_note`` says why)."""
+        self._append(model.CheckpointCommitted(job=self.job_id, step=step, path=path, step_note=step_note), now)
 
     def hang_detection(self, off_because: str | None, now: float | None = None) -> None:
         self._append(model.HangDetection(job=self.job_id, off_because=off_because), now)

@@ -96,7 +96,9 @@ class Progress(Event):
 @dataclass(frozen=True)
 class CheckpointCommitted(Event):
     KIND = "checkpoint_committed"
-    step: int = 0
+    step: int | None = 0  # None: a checkpoint.file whose step neither its name nor content tells
+    path: str | None = None
+    step_note: str = ""  # why the step is not known
 
 
 @dataclass(frozen=True)
@@ -246,6 +248,8 @@ class JobStatus:
     restarts: int = 0
     ended_at: float | None = None
     last_checkpoint_step: int | None = None
+    last_checkpoint_path: str | None = None
+    last_checkpoint_note: str = ""  # why its step is not known ("" when it is)
     progress_step: int | None = None
     progress_loss: float | None = None
     progress_at: float | None = None
@@ -268,6 +272,15 @@ class JobStatus:
     def ended(self) -> bool:
         return self.state in TERMINAL_NAMES
 
+    @property
+    def last_checkpoint(self) -> dict[str, Any] | None:
+        """The latest complete checkpoint: its path and step (None, with the reason, when unknown)."""
+        if self.last_checkpoint_path is None:
+            return None
+        return {"path": self.last_checkpoint_path, "step": self.last_checkpoint_step,
+                "step_known": self.last_checkpoint_step is not None,
+                "step_unknown_because": self.last_checkpoint_note or None}
+
     def to_json(self) -> dict[str, Any]:
         """The ``status --json`` document."""
         progress = None if self.progress_step is None else {
@@ -276,7 +289,8 @@ class JobStatus:
             "id": self.id, "name": self.name, "cluster": self.cluster, "state": self.state,
             "attempts": self.attempts, "restarts": self.restarts,
             "created_at": iso_time(self.created_at), "ended_at": iso_time(self.ended_at),
-            "last_checkpoint_step": self.last_checkpoint_step, "progress": progress,
+            "last_checkpoint_step": self.last_checkpoint_step, "last_checkpoint": self.last_checkpoint,
+            "progress": progress,
             "failures": [f.to_json() for f in self.failures],
             "reason": self.reason, "run_dir": self.run_dir,
             "hang_detection": {"enabled": self.hang_detection_off is None, "reason": self.hang_detection_off},

@@ -13,13 +13,15 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from fsdp_orch.backends.base import AllocationEnding, AttemptHandle, AttemptLauncher
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.launch.plan import CHECKPOINT_REQUEST_FILE, host_port
 from fsdp_orch.launch.submission import SUBMISSION_FILE, Submission
-from fsdp_orch.observe.checkpoints import latest_complete, move_aside, partial_newer_than_latest
+from fsdp_orch.observe.checkpoint_files import file_sizes
+from fsdp_orch.observe.checkpoints import CheckpointInfo
 from fsdp_orch.record.events import CANCEL_MARKER
 from fsdp_orch.record.journal import Journal, read_status
 from fsdp_orch.record.model import JobStatus
@@ -33,6 +35,7 @@ from fsdp_orch.supervise.policy import (
     decide,
     hosts_to_exclude,
 )
+from fsdp_orch.supervise.resume import CheckpointSetting, latest, resume_point, setting_of
 from fsdp_orch.supervise.watchdog import StepClock, check_hang, no_signal, scripts_finished_at
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError
 from fsdp_orch.vocab.hints import hint_for
@@ -118,6 +121,8 @@ class Supervisor:
         self.workers: tuple[str, ...] = ()  # the machines the kind found for the latest attempt
         self._last_step: int | None = None
         self._last_ckpt: int | None = None
+        self._last_ckpt_seen: tuple[int | None, str] | None = None  # (step, path) last recorded
+        self._file_look: dict[str, int] = {}  # checkpoint.file: the sizes at the previous poll
         self._hang_detection_off: str | None = None
 
     # --- the loop ---------------------------------------------------------------------------
@@ -377,19 +382,23 @@ class Supervisor:
 
     def _resume_point(self, attempt: int, checkpoint_dir: Path) -> tuple[str | None, int | None]:
         """The checkpoint the attempt starts from (the latest complete one), after moving aside the
-        partial ones newer than it: a script's own "latest" logic would take them (HF's
-        ``get_last_checkpoint`` takes the highest number, complete or not)."""
-        # The runtime's own step-N folders are left to it: it skips and prunes partial ones.
-        storage = self.launcher.checkpoints
-        partial = [c for c in partial_newer_than_latest(checkpoint_dir, storage) if c.layout != "dcp"]
-        for src, dst in move_aside(partial, checkpoint_dir, f"attempt-{attempt}", storage):
-            self.journal.add_event(attempt=attempt, kind="checkpoint_moved_aside",
-                                 message=f"{src} is incomplete and newer than the latest complete "
-                                         f"checkpoint: moved to {dst}")
-        if attempt == 0 and self.sub.job.checkpoint.resume != "auto":
-            return None, None  # never, or an explicit path the runtime reads from FSDP_ORCH_RESUME
-        info = latest_complete(checkpoint_dir, storage)
-        return (str(info.path), info.step) if info is not None else (None, None)
+        partial ones newer than it (HF's ``get_last_checkpoint`` takes the highest number, complete
+        or not) and, before a restart from scratch, the files that no layout reads (resume.py)."""
+        cp = self.sub.job.checkpoint
+        point = resume_point(self._checkpoint_setting, self.launcher.checkpoints, attempt,
+                             resume=attempt > 0 or cp.resume == "auto", sleep=self.sleep)
+        for kind, message in point.events:
+            self.journal.add_event(attempt=attempt, kind=kind, message=message)
+        info = point.info  # never, or an explicit path the runtime reads from FSDP_ORCH_RESUME: None
+        if info is None:
+            return None, None
+        return str(info.path), info.step if info.step_known else None
+
+    @cached_property
+    def _checkpoint_setting(self) -> CheckpointSetting:
+        plan, cp = self.sub.base_plan, self.sub.job.checkpoint
+        return setting_of(plan.checkpoint_dir, plan.checkpoint_file, cp.step_key, plan.workdir,
+                          guarded=bool(cp.resume_args or cp.dir or cp.file))
 
     def _record_hang_detection(self, beats: dict, started: float, watch: Watch) -> None:  # type: ignore[type-arg]
         """``status`` says when hang detection is off for lack of any signal, and why."""
@@ -441,20 +450,39 @@ class Supervisor:
         self._last_step = lead.step
         self.journal.progress(lead.step, lead.loss, lead.progress_time)
 
+    def _latest_checkpoint(self) -> CheckpointInfo | None:
+        """The latest complete checkpoint; a ``checkpoint.file`` counts once its size is the same as
+        at the previous poll."""
+        setting = self._checkpoint_setting
+        storage = self.launcher.checkpoints
+        if setting.layout is None:
+            return latest(setting, storage)
+        info = latest(setting, storage, self._file_look or None)  # the first poll: one look
+        self._file_look = file_sizes(setting.layout, storage)
+        return info
+
     def _checkpoint_step(self, checkpoint_dir: Path) -> int | None:
-        """The latest complete checkpoint's step; while the storage cannot be reached (the first host
-        of hosts with their own disks, lost or preempted), the latest one seen."""
+        """The latest complete checkpoint's step (0 for a file of unknown step); while the storage
+        cannot be reached (the first host of hosts with their own disks, lost or preempted), the
+        latest one seen."""
         try:
-            info = latest_complete(checkpoint_dir, self.launcher.checkpoints)
+            info = self._latest_checkpoint()
         except FsdpOrchError:
             return self._last_ckpt
         return info.step if info else None
 
     def _record_checkpoint(self, checkpoint_dir: Path) -> None:
-        step = self._checkpoint_step(checkpoint_dir)
-        if step is not None and step != self._last_ckpt:
-            self._last_ckpt = step
-            self.journal.checkpoint(step)
+        try:
+            info = self._latest_checkpoint()
+        except FsdpOrchError:
+            return
+        if info is None:
+            return
+        step = info.step if info.step_known else None
+        if (step, str(info.path)) != self._last_ckpt_seen:
+            self._last_ckpt_seen = (step, str(info.path))
+            self._last_ckpt = info.step
+            self.journal.checkpoint(step, path=str(info.path), step_note=info.step_note)
 
 
 def run_supervisor(job_id: str, run_dir: str | None = None, reattach: bool = False,
