@@ -20,6 +20,8 @@ def progress_line(row: JobStatus) -> str:
         parts.append(f"loss {float(loss):.4f}")
     if row.last_checkpoint_step is not None:
         parts.append(f"checkpoint {row.last_checkpoint_step}")
+    elif row.last_checkpoint_path:
+        parts.append("checkpoint (step unknown)")
     return "  ".join(parts)
 
 

@@ -38,6 +38,7 @@ from fsdp_orch.observe.checkpoints import (
 STEP_PLACEHOLDER = "{step}"
 SETTLE_S = 0.5  # the pause between the two looks at a file's size
 MAX_PICKLE_BYTES = 64 << 20  # the most read to find step_key (a state dict's pickle is small)
+PROBE_BYTES = 64 << 10  # the first read of a file's start (read on, up to the most, where needed)
 LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19."  # torch's pickled MAGIC_NUMBER
 WILDCARDS = re.compile(r"[*?\[]")
 # Element sizes of the storage classes a legacy torch.save names (torch.FloatStorage, ...).
@@ -269,22 +270,28 @@ def whole_file(path: str, storage: Storage, want_object: bool) -> _Whole:
     if zip_complete(path, storage):
         data = _zip_pickle(storage, path, size) if want_object else None
         return _Whole(True, "", _load(data))
-    head = _read_at(storage, path, 0, min(size, MAX_PICKLE_BYTES))
+    probe = min(size, PROBE_BYTES)
+    head = _read_at(storage, path, 0, probe)
     if head is None:
-        head = storage.read_tail(path, size) if size <= 64 << 10 else None  # a small file: all of it
+        head = storage.read_tail(path, size) if size <= probe else None  # a small file: all of it
     if head is None:
         return _Whole(False, "not a complete zip archive (the storage cannot read the start of a pickle)")
     if head.startswith(LEGACY_MAGIC):
         legacy = legacy_layout(head)
+        while legacy is None and len(head) < min(size, MAX_PICKLE_BYTES):  # longer pickles: read on
+            head = _read_at(storage, path, 0, min(size, MAX_PICKLE_BYTES, len(head) * 16)) or head
+            legacy = legacy_layout(head)
         if legacy is None:
             return _Whole(False, "a legacy torch.save file whose pickles are cut off")
         if legacy[0] != size:
             return _Whole(False, f"a legacy torch.save file of {size} bytes; its storages need {legacy[0]}")
         return _Whole(True, "", legacy[1])
     tail = storage.read_tail(path, 1) or b""
-    if pickle_whole(head, tail):
-        return _Whole(True, "", _load(head) if want_object and len(head) == size else None)
-    return _Whole(False, "not a complete zip archive or pickle")
+    if not pickle_whole(head, tail):
+        return _Whole(False, "not a complete zip archive or pickle")
+    if want_object and len(head) < size <= MAX_PICKLE_BYTES:
+        head = _read_at(storage, path, 0, size) or head
+    return _Whole(True, "", _load(head) if want_object and len(head) == size else None)
 
 
 def _load(data: bytes | None) -> Any:
