@@ -76,3 +76,10 @@ def copy_unchanged(base: Path, name: str) -> Path:
     shutil.copytree(REPO / "examples" / "unchanged" / name, target,
                     ignore=shutil.ignore_patterns("out", "ckpt", "__pycache__", "*.pt"))
     return target / "job.yaml"
+
+
+def why(status: dict) -> str:  # type: ignore[type-arg]
+    """What a job that did not succeed left behind: its reason, failures and supervisor log."""
+    log = Path(status["run_dir"]) / "supervisor.log"
+    tail = log.read_text(errors="replace")[-3000:] if log.is_file() else "(no supervisor log)"
+    return f"{status['state']}: {status.get('reason')}\nfailures: {status['failures']}\n{tail}"

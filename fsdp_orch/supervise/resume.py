@@ -85,6 +85,11 @@ def resume_point(setting: CheckpointSetting, storage: Storage, attempt: int, *, 
         newest = latest_complete(setting.folder, storage)
         if attempt > 0 and newest is None and setting.guarded:
             events += _keep_strays(setting, storage, tag)
+        elif attempt > 0 and newest is None and (strays := _strays(setting, storage)):
+            events.append((FROM_SCRATCH, f"attempt {attempt} starts from scratch, with {', '.join(strays)} "
+                                         "left in place (no checkpoint.dir, file or resume_args says they "
+                                         "are the job's checkpoints): a script that saves there overwrites them"))
+            return ResumePoint(None, events)
     if attempt > 0 and newest is None and events:
         events.append((FROM_SCRATCH, f"attempt {attempt} starts from scratch: no complete checkpoint "
                                      f"in {setting.layout.pattern if setting.layout else setting.folder}"
@@ -95,9 +100,8 @@ def resume_point(setting: CheckpointSetting, storage: Storage, attempt: int, *, 
 def _keep_strays(setting: CheckpointSetting, storage: Storage, tag: str) -> list[tuple[str, str]]:
     """Files in checkpoint.dir that look like a script's checkpoint (``out/ckpt.pt``) but are none
     of the folder layouts: moved aside before a restart from scratch would overwrite them."""
-    known = {str(c.path) for c in list_checkpoints(setting.folder, storage)}
     events = []
-    for path in stray_files(setting.folder, storage, known):
+    for path in _strays(setting, storage):
         info = describe_file(path, FileLayout(path), storage, storage.size(path))
         [(src, dst)] = move_aside([info], setting.folder, tag, storage)
         rel = suggested_setting(str(src), setting.workdir)
@@ -110,6 +114,11 @@ def _keep_strays(setting: CheckpointSetting, storage: Storage, tag: str) -> list
         events.append((UNREADABLE, f"{src} is {what}. The restart finds no complete checkpoint and would "
                                    f"start over and overwrite it: moved to {dst} and kept"))
     return events
+
+
+def _strays(setting: CheckpointSetting, storage: Storage) -> list[str]:
+    known = {str(c.path) for c in list_checkpoints(setting.folder, storage)}
+    return stray_files(setting.folder, storage, known)
 
 
 def setting_of(checkpoint_dir: str, checkpoint_file: str | None, step_key: str | None, workdir: str,

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_harness import why
 
 pytestmark = pytest.mark.slow
 
@@ -18,13 +19,6 @@ def submit(cli, job: Path, *extra: str) -> dict:  # type: ignore[no-untyped-def]
     proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(job), *FAST, *extra)
     assert proc.stdout.strip(), proc.stderr
     return json.loads(proc.stdout)
-
-
-def why(status: dict) -> str:
-    """What a job that did not succeed left behind: its reason, failures and supervisor log."""
-    log = Path(status["run_dir"]) / "supervisor.log"
-    tail = log.read_text(errors="replace")[-3000:] if log.is_file() else "(no supervisor log)"
-    return f"{status['state']}: {status.get('reason')}\nfailures: {status['failures']}\n{tail}"
 
 
 def watch(heartbeat: float, startup: float) -> list[str]:

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_harness import why
 
 pytestmark = pytest.mark.slow
 
@@ -25,12 +26,6 @@ def submit(cli, job: Path, *extra: str) -> dict:  # type: ignore[no-untyped-def]
                    "--set", "args=" + json.dumps(ARGS), "--set", HANG, *extra)
     assert proc.stdout.strip(), proc.stderr
     return json.loads(proc.stdout)
-
-
-def why(status: dict) -> str:
-    log = Path(status["run_dir"]) / "supervisor.log"
-    tail = log.read_text(errors="replace")[-3000:] if log.is_file() else "(no supervisor log)"
-    return f"{status['state']}: {status.get('reason')}\nfailures: {status['failures']}\n{tail}"
 
 
 def saved(job: Path) -> list[tuple[int, str]]:

@@ -161,11 +161,13 @@ def test_a_restart_keeps_a_checkpoint_no_dir_layout_reads_and_names_the_setting(
     assert sorted(p.name for p in out.iterdir()) == [INCOMPLETE_DIR, "log.txt"]
 
 
-def test_without_a_resume_setting_nothing_is_moved(tmp_path):
+def test_without_a_resume_setting_nothing_is_moved_but_a_restart_from_scratch_is_said(tmp_path):
     (tmp_path / "ckpt.pt").write_bytes(nanogpt_bytes(1))
     setting = setting_of(str(tmp_path), None, None, str(tmp_path), guarded=False)
-    assert resume_point(setting, LOCAL, 1, resume=True, sleep=pytest.fail).events == []
+    [(kind, message)] = resume_point(setting, LOCAL, 1, resume=True, sleep=pytest.fail).events
+    assert kind == FROM_SCRATCH and f"{tmp_path / 'ckpt.pt'} left in place" in message  # said, not moved
     assert (tmp_path / "ckpt.pt").exists()
+    assert resume_point(setting, LOCAL, 0, resume=True, sleep=pytest.fail).events == []
 
 
 def test_the_file_layout_resumes_the_complete_file_and_never_moves_it(tmp_path):
