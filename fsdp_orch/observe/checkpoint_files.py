@@ -355,6 +355,12 @@ def looked_twice(layout: FileLayout, storage: Storage, sleep: Callable[[float], 
     return list_files(layout, storage, first)
 
 
+def fingerprint(path: str, storage: Storage) -> tuple[int | None, bytes | None]:
+    """What tells two saves of one file apart without a step: its size and its last KiB (a zip's
+    central directory holds every entry's CRC, torch's serialization id among them)."""
+    return storage.size(path), storage.read_tail(path, 1024)
+
+
 def latest_file(found: list[CheckpointInfo]) -> CheckpointInfo | None:
     complete = [c for c in found if c.complete]
     return complete[-1] if complete else None
@@ -374,6 +380,6 @@ def suggested_setting(path: str, workdir: str) -> str:
     return rel if not rel.startswith("..") else path
 
 
-__all__ = ["CHECKPOINT_LIKE", "FileLayout", "fixed_folder", "SETTLE_S", "describe_file", "file_sizes", "int_under",
+__all__ = ["CHECKPOINT_LIKE", "FileLayout", "fingerprint", "fixed_folder", "SETTLE_S", "describe_file", "file_sizes", "int_under",
            "latest_file", "legacy_layout", "list_files", "looked_twice", "matching_files", "name_regex",
            "pickle_whole", "safe_load", "step_from_name", "stray_files", "suggested_setting", "whole_file"]

@@ -21,7 +21,7 @@ class FailureRecord:
     attempt: int
     category: str
     checkpoint_before: int | None  # latest complete checkpoint step when the attempt started
-    checkpoint_after: int | None  # ... and when it failed
+    checkpoint_after: int | None  # ... and when it failed (-N: the Nth save of a file of unknown step)
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,9 @@ def decide(policy: RestartPolicy, history: list[FailureRecord], restarts_done: i
     streak = policy.crash_loop_attempts
     recent = history[-streak:]
     if len(recent) == streak and all(f.checkpoint_after == f.checkpoint_before for f in recent):
-        where = f"checkpoint step {current.checkpoint_after}" if current.checkpoint_after is not None \
-            else "the start (no checkpoint was ever completed)"
+        after = current.checkpoint_after
+        where = ("the start (no checkpoint was ever completed)" if after is None
+                 else f"checkpoint step {after}" if after >= 0 else "the same checkpoint (its step is unknown)")
         return Decision(False, f"crash loop: {streak} attempts in a row made no progress past {where}")
     return Decision(True, f"restart {restarts_done + 1} of {policy.max_restarts} after {current.category}")
 

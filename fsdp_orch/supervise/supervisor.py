@@ -20,7 +20,7 @@ from fsdp_orch.backends.base import AllocationEnding, AttemptHandle, AttemptLaun
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.launch.plan import CHECKPOINT_REQUEST_FILE, host_port
 from fsdp_orch.launch.submission import SUBMISSION_FILE, Submission
-from fsdp_orch.observe.checkpoint_files import file_sizes
+from fsdp_orch.observe.checkpoint_files import file_sizes, fingerprint
 from fsdp_orch.observe.checkpoints import CheckpointInfo
 from fsdp_orch.record.events import CANCEL_MARKER
 from fsdp_orch.record.journal import Journal, read_status
@@ -121,7 +121,8 @@ class Supervisor:
         self.workers: tuple[str, ...] = ()  # the machines the kind found for the latest attempt
         self._last_step: int | None = None
         self._last_ckpt: int | None = None
-        self._last_ckpt_seen: tuple[int | None, str] | None = None  # (step, path) last recorded
+        self._last_ckpt_seen: tuple[int, str] | None = None  # (step or save mark, path) last recorded
+        self._saves: dict[tuple[str, int | None, bytes | None], int] = {}  # files of unknown step, by save
         self._file_look: dict[str, int] = {}  # checkpoint.file: the sizes at the previous poll
         self._hang_detection_off: str | None = None
 
@@ -462,26 +463,35 @@ class Supervisor:
         return info
 
     def _checkpoint_step(self, checkpoint_dir: Path) -> int | None:
-        """The latest complete checkpoint's step (0 for a file of unknown step); while the storage
-        cannot be reached (the first host of hosts with their own disks, lost or preempted), the
-        latest one seen."""
+        """The latest complete checkpoint's step, or for a file of unknown step -N for the Nth save of
+        it seen (the restart policy compares these to tell a crash loop); while the storage cannot be
+        reached (the first host of hosts with their own disks, lost or preempted), the latest one seen."""
         try:
             info = self._latest_checkpoint()
         except FsdpOrchError:
             return self._last_ckpt
-        return info.step if info else None
+        return self._mark(info)
+
+    def _mark(self, info: CheckpointInfo | None) -> int | None:
+        if info is None:
+            return None
+        if info.step_known:
+            return info.step
+        key = (str(info.path), *fingerprint(str(info.path), self.launcher.checkpoints))
+        return -self._saves.setdefault(key, len(self._saves) + 1)
 
     def _record_checkpoint(self, checkpoint_dir: Path) -> None:
         try:
             info = self._latest_checkpoint()
         except FsdpOrchError:
             return
-        if info is None:
+        mark = self._mark(info)
+        if info is None or mark is None:
             return
         step = info.step if info.step_known else None
-        if (step, str(info.path)) != self._last_ckpt_seen:
-            self._last_ckpt_seen = (step, str(info.path))
-            self._last_ckpt = info.step
+        if (mark, str(info.path)) != self._last_ckpt_seen:
+            self._last_ckpt_seen = (mark, str(info.path))
+            self._last_ckpt = mark
             self.journal.checkpoint(step, path=str(info.path), step_note=info.step_note)
 
 

@@ -80,3 +80,19 @@ def test_checkpoint_dir_alone_keeps_the_file_aside_and_names_checkpoint_file(unc
     assert "attempt 1 starts from scratch" in events["restart_from_scratch"], events
     shown = cli.run("status", status["id"], check=True).stdout
     assert "checkpoint.file: out/ckpt.pt" in shown
+
+
+def test_a_file_of_unknown_step_is_resumed_and_status_says_the_step_is_unknown(unchanged):
+    cli, job = unchanged("single_file")
+    status = submit(cli, job, "--set", "checkpoint.step_key=null")
+    assert status["state"] == "SUCCEEDED", why(status)
+    launch = (Path(status["run_dir"]) / "attempt-1" / "launch.sh").read_text()
+    assert "--init_from=resume" in launch and "FSDP_ORCH_RESUME_STEP" not in launch, launch
+    assert "resuming from iteration 20" in attempt_logs(cli, status["id"], 1)
+    assert status["last_checkpoint_step"] is None
+    assert status["last_checkpoint"] == {
+        "path": str(job.parent / "out" / "ckpt.pt"), "step": None, "step_known": False,
+        "step_unknown_because": "the name has no step and checkpoint.step_key is not set"}
+    shown = cli.run("status", status["id"], check=True).stdout
+    assert "(step unknown: the name has no step and checkpoint.step_key is not set)" in shown, shown
+    assert shown.splitlines()[1].split()[-3] == "?", shown  # the CKPT column

@@ -52,6 +52,16 @@ def test_crash_loop_without_progress_past_the_same_checkpoint_gives_up():
     assert decide(policy(max_restarts=10, crash_loop_attempts=3), progressing, restarts_done=2).restart
 
 
+
+def test_saves_of_a_file_of_unknown_step_count_as_progress():
+    """A checkpoint.file without a step: the supervisor passes -N for the Nth save it saw."""
+    saving = [rec(0, "hang", None, -1), rec(1, "hang", -1, -2), rec(2, "hang", -2, -3)]
+    assert decide(policy(max_restarts=10, crash_loop_attempts=3), saving, restarts_done=2).restart
+    stuck = [rec(0, "hang", -1, -1), rec(1, "hang", -1, -1), rec(2, "hang", -1, -1)]
+    d = decide(policy(max_restarts=10, crash_loop_attempts=3), stuck, restarts_done=2)
+    assert not d.restart and "the same checkpoint (its step is unknown)" in d.reason
+
+
 def test_backoff_grows_exponentially_up_to_max_without_jitter():
     p = policy(backoff={"initial": "2s", "max": "20s", "multiplier": 2, "jitter": 0})
     assert [backoff_delay(p, n, random.Random(0)) for n in range(1, 7)] == [2.0, 4.0, 8.0, 16.0, 20.0, 20.0]
