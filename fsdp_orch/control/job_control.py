@@ -19,6 +19,7 @@ from fsdp_orch.launch.plan import LaunchPlan, spec_json
 from fsdp_orch.launch.render import Artifact
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.notify.process import start_notifier
+from fsdp_orch.observe.checkpoint_files import FileLayout
 from fsdp_orch.places import secrets
 from fsdp_orch.places.builtin import home, local_has_gpu
 from fsdp_orch.record.index import JobIndex
@@ -103,8 +104,10 @@ def record_submission(index: JobIndex, job_file: Path, cluster: str, *, override
         if existing is not None:
             return existing, False, None
     found, choice = None, None
+    file_layout = (FileLayout(os.path.expanduser(planned.plan.checkpoint_file), planned.submission.job.checkpoint.step_key)
+                   if planned.plan.checkpoint_file else None)
     if not planned.submission.checkpoint_per_job and planned.submission.job.checkpoint.resume == "auto":
-        found = existing_checkpoint(planned.plan.checkpoint_dir, index.store.jobs())
+        found = existing_checkpoint(planned.plan.checkpoint_dir, index.store.jobs(), file_layout)
         choice = decide(found, checkpoint_choice, field="--resume/--fresh")
     job_id = os.urandom(6).hex()
     submission = dataclasses.replace(planned.submission, job_id=job_id)
@@ -120,7 +123,7 @@ def record_submission(index: JobIndex, job_file: Path, cluster: str, *, override
         secrets.forget(job_id)
         return str(index.store.job_for_key(idempotency_key or "")), False, None
     if found is not None and choice is not None:
-        moved_to = start_fresh(planned.plan.checkpoint_dir, job_id) if choice == "fresh" else None
+        moved_to = start_fresh(planned.plan.checkpoint_dir, job_id, file_layout) if choice == "fresh" else None
         line = said(found, choice, moved_to)
         index.journal(job_id, role="submit", run_dir=str(submission.run_dir)).add_event(
             attempt=None, kind=f"submit_{choice}", message=line)

@@ -10,7 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from fsdp_orch.observe.checkpoints import latest_complete, list_checkpoints, move_aside
+from fsdp_orch.observe.checkpoint_files import FileLayout, file_sizes, latest_file, list_files
+from fsdp_orch.observe.checkpoints import LOCAL, latest_complete, list_checkpoints, move_aside
 from fsdp_orch.record.model import JobStatus
 from fsdp_orch.vocab.errors import InputError
 
@@ -43,16 +44,22 @@ def writer_of(checkpoint_dir: str, jobs: Iterable[JobStatus]) -> JobStatus | Non
     """The newest job that wrote into ``checkpoint_dir``: of those with a checkpoint recorded, else of
     all that used it (pure)."""
     same = [job for job in jobs if checkpoint_dir_of(job) == checkpoint_dir]
-    committed = [job for job in same if job.last_checkpoint_step is not None]
+    committed = [job for job in same if job.last_checkpoint_step is not None or job.last_checkpoint_path]
     pool = committed or same
     return max(pool, key=lambda job: job.created_at) if pool else None
 
 
-def existing_checkpoint(checkpoint_dir: str, jobs: Iterable[JobStatus]) -> Existing | None:
-    found = latest_complete(checkpoint_dir)
+def existing_checkpoint(checkpoint_dir: str, jobs: Iterable[JobStatus],
+                        layout: FileLayout | None = None) -> Existing | None:
+    """``layout``: the job's ``checkpoint.file`` (its files, not the folder layouts, are its checkpoints)."""
+    if layout is None:
+        found = latest_complete(checkpoint_dir)
+    else:
+        found = latest_file(list_files(layout, LOCAL, file_sizes(layout, LOCAL)))
     if found is None:
         return None
-    return Existing(str(found.path), found.step, writer_of(checkpoint_dir, jobs))
+    step = found.step if found.step_known else None
+    return Existing(str(found.path), step, writer_of(checkpoint_dir, jobs))
 
 
 def decide(existing: Existing | None, choice: Choice | None, field: str) -> Choice | None:
@@ -79,10 +86,12 @@ def said(existing: Existing, choice: Choice, moved_to: str | None = None) -> str
     return f"resuming from {existing.path} ({step}, {by})"
 
 
-def start_fresh(checkpoint_dir: str, job_id: str) -> str:
-    """Move every checkpoint in ``checkpoint_dir`` to ``<dir>/.fsdp-orch-previous/<name>.<job id>``;
-    the folder they went to. Nothing is deleted or overwritten."""
-    move_aside(list_checkpoints(checkpoint_dir), checkpoint_dir, job_id, into=PREVIOUS_DIR)
+def start_fresh(checkpoint_dir: str, job_id: str, layout: FileLayout | None = None) -> str:
+    """Move every checkpoint in ``checkpoint_dir`` (every file of ``layout``, where given) to
+    ``<dir>/.fsdp-orch-previous/<name>.<job id>``; the folder they went to. Nothing is deleted or
+    overwritten."""
+    found = list_checkpoints(checkpoint_dir) if layout is None else list_files(layout, LOCAL, {})
+    move_aside(found, checkpoint_dir, job_id, into=PREVIOUS_DIR)
     return os.path.join(os.path.expanduser(checkpoint_dir), PREVIOUS_DIR)
 
 

@@ -29,7 +29,6 @@ from typing import Any
 
 from fsdp_orch.observe.checkpoints import (
     FILE,
-    INCOMPLETE_DIR,
     CheckpointInfo,
     Storage,
     zip_complete,
@@ -41,6 +40,7 @@ MAX_PICKLE_BYTES = 64 << 20  # the most read to find step_key (a state dict's pi
 PROBE_BYTES = 64 << 10  # the first read of a file's start (read on, up to the most, where needed)
 LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19."  # torch's pickled MAGIC_NUMBER
 WILDCARDS = re.compile(r"[*?\[]")
+OWN_DIRS = ".fsdp-orch-"  # INCOMPLETE_DIR, and submit --fresh's .fsdp-orch-previous
 # Element sizes of the storage classes a legacy torch.save names (torch.FloatStorage, ...).
 _ELEMENT_SIZE = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2,
                  "Char": 1, "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "Untyped": 1,
@@ -105,13 +105,13 @@ def step_from_name(name_pattern: str, name: str) -> int | None:
 
 
 def matching_files(layout: FileLayout, storage: Storage) -> list[str]:
-    """The files ``layout.pattern`` names, sorted (never inside the moved-aside folder)."""
+    """The files ``layout.pattern`` names, sorted (never inside a folder fsdp-orch moved them to)."""
     parts = layout.pattern.split("/")
     folders = ["/" if layout.pattern.startswith("/") else "."]
     for part in [p for p in parts[:-1] if p]:
         if WILDCARDS.search(part):
             folders = [posixpath.join(f, n) for f in folders for n in sorted(storage.list_dir(f))
-                       if n != INCOMPLETE_DIR and fnmatch.fnmatchcase(n, part)
+                       if not n.startswith(OWN_DIRS) and fnmatch.fnmatchcase(n, part)
                        and storage.is_dir(posixpath.join(f, n))]
         else:
             folders = [posixpath.join(f, part) for f in folders]

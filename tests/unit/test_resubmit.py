@@ -68,3 +68,23 @@ def test_fresh_moves_every_checkpoint_aside_and_keeps_it(tmp_path: Path) -> None
     assert sorted(p.name for p in (tmp_path / PREVIOUS_DIR).iterdir()) == ["checkpoint-10.newjob", "checkpoint-20.newjob"]
     assert (tmp_path / PREVIOUS_DIR / "checkpoint-20.newjob" / "model.safetensors").read_bytes() == b"w" * 20
     assert existing_checkpoint(str(tmp_path), []) is None  # the new job starts over
+
+
+def test_a_checkpoint_file_is_found_said_and_moved_by_fresh(tmp_path: Path) -> None:
+    import pickle
+
+    from fsdp_orch.observe.checkpoint_files import FileLayout
+
+    out = tmp_path / "out"
+    out.mkdir()
+    data = pickle.dumps({"iter_num": 300, "model": [0.5] * 10}, protocol=2)
+    (out / "ckpt.pt").write_bytes(data)
+    layout = FileLayout(str(out / "ckpt.pt"), "iter_num")
+    assert existing_checkpoint(str(out), []) is None  # no folder layout reads it
+    writer = job("a", str(out), 1, step=None)
+    writer.last_checkpoint_path = str(out / "ckpt.pt")  # a file of unknown step still makes a writer
+    found = existing_checkpoint(str(out), [writer], layout)
+    assert found is not None and (found.path, found.step, found.writer.id) == (str(out / "ckpt.pt"), 300, "a")
+    start_fresh(str(out), "newjob", layout)
+    assert (out / PREVIOUS_DIR / "ckpt.pt.newjob").read_bytes() == data
+    assert existing_checkpoint(str(out), [], layout) is None
