@@ -198,7 +198,7 @@ def legacy_layout(head: bytes) -> tuple[int, Any] | None:
                 pass
             ends.append(stream.tell())
         obj, storages = safe_load(head[ends[2]:ends[3]])
-        keys = pickle.loads(head[ends[3]:ends[4]])  # a list of str: no global to run
+        keys, _ = safe_load(head[ends[3]:ends[4]])  # a list of str (never a global run either)
     except Exception:
         return None
     if not isinstance(keys, list) or any(str(k) not in storages for k in keys):

@@ -83,6 +83,13 @@ def test_reading_step_key_never_runs_a_global(tmp_path):
     [info] = look(tmp_path, "ckpt.pkl")
     assert (info.complete, info.step) == (True, 5)
     assert not (tmp_path / "ran").exists()
+    # The same in the pickles of a legacy torch.save file (its object, and its list of storage keys).
+    legacy = (pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) + pickle.dumps(1001, protocol=2)
+              + pickle.dumps({"protocol_version": 1001}, protocol=2)
+              + pickle.dumps({"iter_num": 6, "x": Boom()}, protocol=2) + pickle.dumps([Boom()], protocol=2))
+    (tmp_path / "legacy.pt").write_bytes(legacy)
+    assert not look(tmp_path, "legacy.pt")[0].complete  # its key list names no storage
+    assert not (tmp_path / "ran").exists()
 
 
 def test_the_step_is_unknown_without_a_name_step_or_step_key_and_says_why(tmp_path):
