@@ -20,6 +20,14 @@ Layouts (``CheckpointInfo.layout``):
   ``.ckpt`` folder) DCP's ``.metadata`` plus a whole ``meta.pt``. The step comes from ``step=N``
   in the name; ``last.ckpt`` takes the step of the newest complete numbered file and sorts after
   it, so that it is the one chosen.
+* ``accelerate``: Accelerate's ``save_state`` folders as transformers' no-trainer examples name them,
+  ``step_N`` and ``epoch_N``, and ``checkpoint_N`` from ``ProjectConfiguration``'s automatic naming
+  (in ``checkpoints/`` under the directory, or the directory itself). Complete = model weights
+  (``model*.safetensors`` whole by its header, ``pytorch_model*.bin`` a whole zip, or a sharded
+  ``pytorch_model_fsdp_K/`` with ``.metadata``), the optimizer state (``optimizer*.bin`` a whole zip,
+  or ``optimizer_K/`` with ``.metadata``) and ``random_states_R.pkl`` for ranks 0..R with no gap, each a
+  whole zip. Only ``step_N`` tells the step; ``epoch_N`` and ``checkpoint_N`` (a count of saves) are
+  ordered by N with the step unknown.
 * ``file``: one file per checkpoint, named by ``checkpoint.file`` (nanoGPT's ``out/ckpt.pt``);
   see :mod:`fsdp_orch.observe.checkpoint_files`.
 
@@ -49,11 +57,19 @@ DCP_PLAIN = "dcp-plain"
 HF = "hf"
 LIGHTNING = "lightning"
 FILE = "file"
+ACCELERATE = "accelerate"
 
 STEP_DIR = re.compile(r"step-(\d+)")
 HF_DIR = re.compile(r"checkpoint-(\d+)")
 RANK_STATE = re.compile(r"rank-\d+\.state\.pt")
 LIGHTNING_STEP = re.compile(r"step=(\d+)")
+ACCELERATE_DIR = re.compile(r"(step|epoch|checkpoint)_(\d+)")
+ACCELERATE_AUTOMATIC_DIR = "checkpoints"  # ProjectConfiguration(automatic_checkpoint_naming=True)
+ACCELERATE_OPTIMIZER_FILE = re.compile(r"optimizer(?:_\d+)?(?:_rank\d+)?\.bin")
+ACCELERATE_OPTIMIZER_DIR = re.compile(r"optimizer_\d+")
+ACCELERATE_RNG = re.compile(r"random_states_(\d+)\.pkl")
+ACCELERATE_UNKNOWN_STEP = {"epoch": "an epoch_N folder names the epoch, not the step",
+                           "checkpoint": "Accelerate's automatic checkpoint_N counts saves, not steps"}
 LIGHTNING_LAST = re.compile(r"last(?:-v(\d+))?\.ckpt")
 
 # The Trainer's model.safetensors, pytorch_model.bin, adapter_model.*; Accelerate's save_state
@@ -159,7 +175,7 @@ class CheckpointInfo:
     step: int
     path: Path
     complete: bool
-    layout: str  # DCP, DCP_PLAIN, HF, LIGHTNING or FILE
+    layout: str  # DCP, DCP_PLAIN, HF, LIGHTNING, ACCELERATE or FILE
     reason: str = ""  # why it is not complete; "" when it is
     step_known: bool = True  # False: a FILE checkpoint whose step neither name nor content tells (step 0)
     step_note: str = ""  # why the step is not known
@@ -277,6 +293,8 @@ def _index_shards(text: str | None) -> set[str] | None:
 def _hf(path: Path, step: int, storage: Storage) -> CheckpointInfo:
     text = storage.read_text(str(path / HF_COMPLETE_FILE))
     if text is None:
+        if not _accelerate_missing(path, storage.list_dir(str(path)), storage):
+            return CheckpointInfo(step, path, True, ACCELERATE)  # a save_state folder named the Trainer's way
         return CheckpointInfo(step, path, False, HF, f"no {HF_COMPLETE_FILE}")
     try:
         state = json.loads(text)
@@ -299,6 +317,68 @@ def _lightning(path: Path, step: int, storage: Storage) -> CheckpointInfo:
     else:
         reason = "" if zip_complete(str(path), storage) else "not a complete zip archive"
     return CheckpointInfo(step, path, not reason, LIGHTNING, reason)
+
+
+def _safetensors_complete(path: str, storage: Storage) -> bool:
+    """A safetensors file is whole when its size is 8 + the header's length + the end of its last
+    tensor (read from its start; a storage that cannot read a range is taken at its word)."""
+    size = storage.size(path)
+    read_range = getattr(storage, "read_range", None)
+    if size is None or size < 8:
+        return False
+    if read_range is None:
+        return True
+    head = read_range(path, 0, 8)
+    if head is None or len(head) < 8:
+        return False
+    length = struct.unpack("<Q", head)[0]
+    if 8 + length > size:
+        return False
+    try:
+        header = json.loads(read_range(path, 8, length) or b"")
+        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return False
+    return size == 8 + length + max(ends, default=0)
+
+
+def _file_problem(path: Path, name: str, storage: Storage) -> str:
+    """Why a file Accelerate wrote is cut short ("" when whole): safetensors by its header, the rest
+    (torch.save's) as zip archives."""
+    full = str(path / name)
+    whole = _safetensors_complete(full, storage) if name.endswith(".safetensors") else zip_complete(full, storage)
+    return "" if whole else f"{name} is cut short"
+
+
+def _accelerate_missing(path: Path, names: list[str], storage: Storage) -> str:
+    """Why an Accelerate ``save_state`` folder is not complete ("" when it is)."""
+    parts = (("model weights", HF_WEIGHT_FILE, HF_FSDP_MODEL), ("optimizer state", ACCELERATE_OPTIMIZER_FILE,
+                                                                ACCELERATE_OPTIMIZER_DIR))
+    for what, file_name, sharded_dir in parts:
+        files = [n for n in names if file_name.fullmatch(n)]
+        dirs = [n for n in names if sharded_dir.fullmatch(n) and storage.is_dir(str(path / n))]
+        if not files and not dirs:
+            return f"no {what}"
+        for name in files:
+            if problem := _file_problem(path, name, storage):
+                return problem
+        for name in dirs:
+            if not storage.exists(str(path / name / METADATA_FILE)):
+                return f"{name}/ has no .metadata"
+    ranks = sorted(int(m.group(1)) for n in names if (m := ACCELERATE_RNG.fullmatch(n)))
+    if ranks != list(range(len(ranks))) or not ranks:
+        missing = next(r for r in range(len(ranks) + 1) if r not in ranks)
+        return f"no random_states_{missing}.pkl"
+    for rank in ranks:
+        if problem := _file_problem(path, f"random_states_{rank}.pkl", storage):
+            return problem
+    return ""
+
+
+def _accelerate(path: Path, kind: str, number: int, storage: Storage) -> CheckpointInfo:
+    reason = _accelerate_missing(path, storage.list_dir(str(path)), storage)
+    note = ACCELERATE_UNKNOWN_STEP.get(kind, "")
+    return CheckpointInfo(number, path, not reason, ACCELERATE, reason, step_known=not note, step_note=note)
 
 
 def _last_version(name: str) -> int:
@@ -329,6 +409,11 @@ def _scan(base: str, storage: Storage, only: str | None = None) -> list[Checkpoi
         elif match := HF_DIR.fullmatch(name):
             if storage.is_dir(full):
                 found.append(_hf(Path(full), int(match.group(1)), storage))
+        elif match := ACCELERATE_DIR.fullmatch(name):
+            if storage.is_dir(full):
+                found.append(_accelerate(Path(full), match.group(1), int(match.group(2)), storage))
+        elif name == ACCELERATE_AUTOMATIC_DIR and only is None and storage.is_dir(full):
+            found += [c for c in _scan(full, storage) if c.layout == ACCELERATE]
         elif name.endswith(".ckpt") and not _last_version(name):
             if match := LIGHTNING_STEP.search(name):
                 found.append(_lightning(Path(full), int(match.group(1)), storage))
@@ -397,4 +482,4 @@ def move_aside(infos: Iterable[CheckpointInfo], directory: str | os.PathLike[str
 __all__ = ["CheckpointInfo", "LocalStorage", "Storage", "checkpoint_info", "latest_complete",
            "list_checkpoints", "move_aside", "parse_commit", "partial_newer_than_latest",
            "step_dir_name", "zip_tail_complete", "COMMIT_FILE", "DCP", "DCP_PLAIN", "HF",
-           "FILE", "INCOMPLETE_DIR", "LIGHTNING", "METADATA_FILE", "zip_complete"]
+           "ACCELERATE", "FILE", "INCOMPLETE_DIR", "LIGHTNING", "METADATA_FILE", "zip_complete"]
