@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.observe.checkpoints import ACCELERATE, checkpoint_info, latest_complete, list_checkpoints
+from fsdp_orch.observe.checkpoints import (
+    ACCELERATE,
+    checkpoint_info,
+    latest_complete,
+    list_checkpoints,
+)
 
 WRITE = r"""
 import os, sys
