@@ -37,6 +37,7 @@ remote filesystem; ``LocalStorage`` is the default. Only :func:`move_aside` chan
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -63,6 +64,7 @@ STEP_DIR = re.compile(r"step-(\d+)")
 HF_DIR = re.compile(r"checkpoint-(\d+)")
 RANK_STATE = re.compile(r"rank-\d+\.state\.pt")
 LIGHTNING_STEP = re.compile(r"step=(\d+)")
+GLOB_MAGIC = re.compile(r"[*?\[]")
 ACCELERATE_DIR = re.compile(r"(step|epoch|checkpoint)_(\d+)")
 ACCELERATE_AUTOMATIC_DIR = "checkpoints"  # ProjectConfiguration(automatic_checkpoint_naming=True)
 ACCELERATE_OPTIMIZER_FILE = re.compile(r"optimizer(?:_\d+)?(?:_rank\d+)?\.bin")
@@ -436,10 +438,32 @@ def checkpoint_info(path: str | os.PathLike[str], storage: Storage = LOCAL) -> C
     return found[0] if found else None
 
 
+def is_pattern(directory: str) -> bool:
+    """Whether ``checkpoint.dir`` is a glob (``lightning_logs/version_*/checkpoints``)."""
+    return GLOB_MAGIC.search(directory) is not None
+
+
+def matching_dirs(pattern: str, storage: Storage = LOCAL) -> list[str]:
+    """The folders a glob matches, found one path segment at a time through ``storage`` (so over
+    SFTP too); hidden names (fsdp-orch's own ``.fsdp-orch-*``) are not matched by a wildcard."""
+    found = [os.sep if pattern.startswith(os.sep) else ""]
+    for part in [p for p in pattern.split(os.sep) if p]:
+        if not is_pattern(part):
+            found = [os.path.join(base, part) for base in found]
+            continue
+        found = [os.path.join(base, name) for base in found for name in sorted(storage.list_dir(base or "."))
+                 if not name.startswith(".") and fnmatch.fnmatchcase(name, part)]
+    return [path for path in found if storage.is_dir(path)]
+
+
 def list_checkpoints(directory: str | os.PathLike[str], storage: Storage = LOCAL) -> list[CheckpointInfo]:
     """Every checkpoint in ``directory``, oldest step first (at one step: Lightning's ``last``
-    after numbered files, complete before partial)."""
-    return _scan(os.path.expanduser(os.fspath(directory)), storage)
+    after numbered files, complete before partial). A glob takes every folder it matches, so a
+    folder that moves with every run (Lightning's ``version_N``) is followed to the newest step."""
+    expanded = os.path.expanduser(os.fspath(directory))
+    if not is_pattern(expanded):
+        return _scan(expanded, storage)
+    return sorted((c for folder in matching_dirs(expanded, storage) for c in _scan(folder, storage)), key=_order)
 
 
 def latest_complete(directory: str | os.PathLike[str], storage: Storage = LOCAL) -> CheckpointInfo | None:
@@ -466,9 +490,11 @@ def move_aside(infos: Iterable[CheckpointInfo], directory: str | os.PathLike[str
     ``checkpoint-*``."""
     if not tag or os.sep in tag:
         raise ValueError(f"move_aside: tag must be a plain name, got {tag!r}")
-    target_dir = Path(os.path.expanduser(os.fspath(directory))) / into
+    folder = os.path.expanduser(os.fspath(directory))
     moved = []
     for info in infos:
+        # a glob's checkpoints are kept beside where each was found
+        target_dir = (info.path.parent if is_pattern(folder) else Path(folder)) / into
         target = target_dir / f"{info.path.name}.{tag}"
         n = 0
         while storage.exists(str(target)):
@@ -482,4 +508,4 @@ def move_aside(infos: Iterable[CheckpointInfo], directory: str | os.PathLike[str
 __all__ = ["CheckpointInfo", "LocalStorage", "Storage", "checkpoint_info", "latest_complete",
            "list_checkpoints", "move_aside", "parse_commit", "partial_newer_than_latest",
            "step_dir_name", "zip_tail_complete", "COMMIT_FILE", "DCP", "DCP_PLAIN", "HF",
-           "ACCELERATE", "FILE", "INCOMPLETE_DIR", "LIGHTNING", "METADATA_FILE", "zip_complete"]
+           "ACCELERATE", "FILE", "INCOMPLETE_DIR", "LIGHTNING", "METADATA_FILE", "is_pattern", "matching_dirs", "zip_complete"]

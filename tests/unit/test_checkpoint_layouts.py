@@ -1,4 +1,5 @@
-"""Accelerate's ``save_state`` folders as a checkpoint layout, on folders Accelerate itself wrote
+"""Checkpoint layouts of issue 25. A ``checkpoint.dir`` glob (Lightning's moving ``version_N``) takes
+the newest complete checkpoint across every match. Accelerate's ``save_state`` folders as a layout, on folders Accelerate itself wrote
 (accelerate 1.x, one CPU process, in a subprocess so this test process does not import torch):
 ``step_N`` with its step, ``epoch_N`` and the automatic ``checkpoints/checkpoint_N`` ordered with the
 step unknown, and a folder cut short anywhere (weights, optimizer, a rank's random states) partial."""
@@ -106,3 +107,35 @@ def test_a_save_state_folder_named_the_trainers_way_is_complete(named: Path) -> 
     (named / "step_40").rename(named / "checkpoint-100")
     info = checkpoint_info(named / "checkpoint-100")
     assert info.complete and info.step == 100 and info.layout == ACCELERATE
+
+
+def _zip(path: Path) -> None:
+    import zipfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", b"x")
+
+
+def test_a_globbed_folder_follows_the_newest_version(tmp_path: Path) -> None:
+    """Lightning's default folders: every run logs to a new version_N; the newest complete checkpoint
+    across every match wins, by step."""
+    from fsdp_orch.observe.checkpoints import matching_dirs, move_aside
+
+    logs = tmp_path / "lightning_logs"
+    _zip(logs / "version_0" / "checkpoints" / "epoch=0-step=40.ckpt")
+    _zip(logs / "version_0" / "checkpoints" / "last.ckpt")
+    _zip(logs / "version_1" / "checkpoints" / "epoch=0-step=100.ckpt")
+    _zip(logs / "version_1" / "checkpoints" / "last.ckpt")
+    (logs / "version_2" / "checkpoints").mkdir(parents=True)  # the run that hung before saving
+    (logs / "version_2" / "checkpoints" / "epoch=0-step=120.ckpt").write_bytes(b"PK\x03\x04 cut")
+    (logs / ".hidden").mkdir()
+    pattern = str(logs / "version_*" / "checkpoints")
+    assert [Path(d).parent.name for d in matching_dirs(pattern)] == ["version_0", "version_1", "version_2"]
+    newest = latest_complete(pattern)
+    assert newest.path == logs / "version_1" / "checkpoints" / "last.ckpt" and newest.step == 100
+    partial = [c for c in list_checkpoints(pattern) if not c.complete]
+    [(src, dst)] = move_aside(partial, pattern, "attempt-3")
+    assert dst == logs / "version_2" / "checkpoints" / ".fsdp-orch-incomplete" / "epoch=0-step=120.ckpt.attempt-3"
+    assert dst.exists() and not src.exists()
+    assert list_checkpoints(str(tmp_path / "nothing_*")) == []
