@@ -94,7 +94,8 @@ def test_a_partial_checkpoint_newer_than_the_latest_complete_is_moved_aside_not_
     partial = out / "checkpoint-500"
     shutil.copytree(out / "checkpoint-450", partial)
     (partial / "trainer_state.json").unlink()  # the save died before the Trainer's last file
-    status = submit(cli, job, *args_with(job, max_steps="470"))
+    # the healthy run ended SUCCEEDED: going on from its checkpoint is asked for (--resume)
+    status = submit(cli, job, "--resume", *args_with(job, max_steps="470"))
     assert status["state"] == "SUCCEEDED", status
     launch = (Path(status["run_dir"]) / "attempt-0" / "launch.sh").read_text()
     assert f"--resume_from_checkpoint {out / 'checkpoint-450'}" in launch
