@@ -365,3 +365,10 @@ def test_an_sftp_read_that_fails_twice_raises_and_a_missing_file_is_no_failure()
     with pytest.raises(PermissionError):
         store.read_text("/w/x")
     assert len(opened) == 1 and slept == []  # not a broken link: not tried again
+
+
+def test_an_sftp_range_read_reads_from_the_offset() -> None:
+    """A pickle's step and a safetensors header are read from a file's start (a FAKE sftp)."""
+    store, _, _ = storage({"/w/out/ckpt.pt": b"abcdefgh"}, [])
+    assert store.read_range("/w/out/ckpt.pt", 2, 3) == b"cde"
+    assert store.read_range("/w/out/gone.pt", 0, 8) is None

@@ -89,6 +89,14 @@ class SftpStorage:
                 return bytes(f.read(nbytes))
         return self._call(read, None)
 
+    def read_range(self, path: str, offset: int, nbytes: int) -> bytes | None:
+        """``nbytes`` from ``offset`` (a pickle's step, a safetensors header), or None."""
+        def read(sftp: Any) -> bytes:
+            with sftp.open(path, "rb") as f:
+                f.seek(offset)
+                return bytes(f.read(nbytes))
+        return self._call(read, None)
+
     def move(self, src: str, dst: str) -> None:
         def move(sftp: Any) -> None:
             parents = []
