@@ -76,7 +76,7 @@ def other_account() -> tuple[int, int]:
     if os.geteuid() != 0:
         reason = "needs root to create and act as a second account (useradd, setpriv)"
         if os.environ.get("CI") == "true":
-            pytest.fail(f"under CI the secrets tests must run: {reason}")
+            pytest.fail(f"under CI the second-account tests must run: {reason}")
         pytest.skip(reason)
     try:
         entry = pwd.getpwnam(OTHER)

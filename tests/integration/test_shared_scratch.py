@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import secret_checks
 from cli_harness import Cli
 
 OTHER = "fsdporchtest"
@@ -22,18 +23,8 @@ OTHER = "fsdporchtest"
 
 @pytest.fixture
 def other_account() -> tuple[int, int]:
-    """(uid, gid) of an unprivileged second account, created when absent."""
-    if os.geteuid() != 0:
-        reason = "needs root to create and act as a second account (useradd, setpriv)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"under CI the shared-scratch test must run: {reason}")
-        pytest.skip(reason)
-    try:
-        entry = pwd.getpwnam(OTHER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", OTHER], check=True)
-        entry = pwd.getpwnam(OTHER)
-    return entry.pw_uid, entry.pw_gid
+    """(uid, gid) of an unprivileged second account, created when absent (tests/secret_checks.py)."""
+    return secret_checks.other_account()
 
 
 @pytest.fixture
