@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import Any
@@ -11,18 +12,43 @@ from fsdp_orch.vocab.states import TERMINAL_NAMES
 
 
 def progress_line(row: JobStatus) -> str:
-    step = row.progress_step
-    loss = row.progress_loss
-    parts = [f"{row.id}", row.state, f"attempt {row.attempts}"]
-    if step is not None:
-        parts.append(f"step {step}")
-    if loss is not None:
-        parts.append(f"loss {float(loss):.4f}")
+    """The live line: the attempt (numbered from 0, as events and ``logs --attempt`` number it) and
+    its progress; no step until the current attempt has reported one of its own."""
+    parts = [f"{row.id}", row.state]
+    if row.attempts:
+        parts.append(attempt_text(row))
+    if row.progress_step is not None and row.progress_attempt == row.attempts - 1:
+        parts.append(f"step {row.progress_step}")
+        if row.progress_loss is not None:
+            parts.append(f"loss {float(row.progress_loss):.4f}")
     if row.last_checkpoint_step is not None:
         parts.append(f"checkpoint {row.last_checkpoint_step}")
     elif row.last_checkpoint_path:
         parts.append("checkpoint (step unknown)")
     return "  ".join(parts)
+
+
+def attempt_text(row: JobStatus) -> str:
+    """``attempt 2 (restart 2 of 3)``: the latest attempt, and which restart of ``max_restarts`` it is
+    (attempts the scheduler requeued use none)."""
+    attempt = row.attempts - 1
+    if attempt == 0:
+        return "attempt 0"
+    requeued = len({f.attempt for f in row.failures if f.action == "requeue"})
+    restart = f"restart {attempt - requeued}"
+    limit = _max_restarts(row)
+    if limit is not None:
+        restart += f" of {limit}"
+    if requeued:
+        restart += f", {requeued} requeue{'s' if requeued > 1 else ''}"
+    return f"attempt {attempt} ({restart})"
+
+
+def _max_restarts(row: JobStatus) -> int | None:
+    try:
+        return int(json.loads(row.spec_json)["restart"]["max_restarts"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def wait_for(index: Any, job_id: str, *, show_progress: bool = True, quiet: bool = False,

@@ -114,6 +114,8 @@ def _progress(status: JobStatus, event: Progress) -> None:
     status.progress_step = event.step
     status.progress_loss = finite(event.loss)
     status.progress_at = event.progress_at
+    # The supervisor reports only its current attempt's progress: the latest attempt started.
+    status.progress_attempt = status.attempts - 1 if status.attempts else None
 
 
 def _checkpoint(status: JobStatus, event: CheckpointCommitted) -> None:

@@ -267,6 +267,7 @@ class JobStatus:
     backend_ref: str | None = None
     attempt_records: dict[int, AttemptRecord] = field(default_factory=dict)
     excluded_hosts: list[str] = field(default_factory=list)  # address:port, in the order lost
+    progress_attempt: int | None = None  # the attempt whose progress progress_step is
 
     @property
     def ended(self) -> bool:

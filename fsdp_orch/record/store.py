@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from fsdp_orch.record.model import JobStatus
 
-SCHEMA_VERSION = 7  # 7: JobStatus.last_checkpoint_path and _note (checkpoint.file)
+SCHEMA_VERSION = 8  # 7: JobStatus.last_checkpoint_path and _note (checkpoint.file); 8: progress_attempt
 BUSY_TIMEOUT_MS = 30_000
 ACTIVE_STATES = ("PENDING", "RUNNING", "RESTARTING")
 # Written into the SQL text, not bound: SQLite uses the partial index jobs_active only when the
