@@ -53,6 +53,7 @@ class Agent:
         self._last_write = 0.0
         self._path: str | None = None
         self._probe: Any = None
+        self._io: Any = None
         self._injector: Any = None
         self._stack_file: Any = None
         self._host: str | None = None
@@ -148,6 +149,7 @@ class Agent:
             return
         import socket
 
+        from fsdp_orch.bootstrap.io_meter import WriteMeter
         from fsdp_orch.bootstrap.probe import MainThreadProbe
         from fsdp_orch.observe.heartbeats import heartbeat_path
 
@@ -157,6 +159,7 @@ class Agent:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._path = str(path)
         self._probe = MainThreadProbe(self.clock)
+        self._io = WriteMeter(self.clock)
         self._injector = self._make_injector(rank)
         self._register_stack_dump(rank)
         self.active = True
@@ -213,6 +216,7 @@ class Agent:
             if not self.active:
                 return
             self._probe.ask()
+            self._io.sample()
             with self._lock:
                 self._write_locked(self.clock())
 
@@ -238,7 +242,8 @@ class Agent:
                 rank=self.rank, attempt=self.attempt, step=self.step, loss=self.loss, time=now,
                 state=self.state, pid=os.getpid(), metrics=self.metrics,
                 progress_at=self.progress_at, host=self._host,
-                python_at=self._probe.python_at if self._probe is not None else None))
+                python_at=self._probe.python_at if self._probe is not None else None,
+                io_at=self._io.io_at if self._io is not None else None))
             self._last_write = now
         except OSError:
             pass  # a full or vanished run directory must not break training

@@ -5,7 +5,9 @@ Layout: ``<run_dir>/heartbeats/attempt-<A>/rank-<R>.json`` holding
 ``state`` is one of ``starting`` (process group up, no step done yet), ``training``, ``saving``
 (inside a checkpoint save: slow, not hung) and ``done``. ``time`` is when the file was written;
 ``progress_at`` when the step or state last changed (absent: the same as ``time``); ``python_at``
-when the rank's main thread last ran Python bytecode (absent: not probed). The bootstrap on every
+when the rank's main thread last ran Python bytecode (absent: not probed); ``io_at`` when the rank's
+process last wrote at a rate that counts as I/O progress (absent: never, or not measured: see
+``fsdp_orch.bootstrap.io_meter``). The bootstrap on every
 rank writes them (``fsdp_orch.bootstrap.agent``), fed by the runtime where a script uses it; the
 supervisor reads them with :func:`read_heartbeats`.
 """
@@ -37,6 +39,7 @@ class Heartbeat:
     progress_at: float | None = None  # the step or state last changed; None: at ``time``
     python_at: float | None = None  # the main thread last ran Python; None: not probed
     host: str | None = None  # where ``pid`` lives (a supervisor inspects only its own host's)
+    io_at: float | None = None  # the process last made I/O progress (bytes written); None: not seen
 
     @property
     def progress_time(self) -> float:
@@ -51,6 +54,8 @@ class Heartbeat:
             data["python_at"] = self.python_at
         if self.host is not None:
             data["host"] = self.host
+        if self.io_at is not None:
+            data["io_at"] = self.io_at
         return json.dumps(data, separators=(",", ":"))
 
 
@@ -83,7 +88,7 @@ def parse_heartbeat(text: str) -> Heartbeat:
     if not isinstance(metrics, dict):
         raise ValueError(f"metrics: expected an object, got {metrics!r}")
     times = {}
-    for key in ("progress_at", "python_at"):
+    for key in ("progress_at", "python_at", "io_at"):
         value = data.get(key)
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
                                   or not math.isfinite(value)):

@@ -1,37 +1,53 @@
-"""What a failure's evidence adds about where the ranks were: the stuck ranks' innermost frames of
-user code (from stack dumps the attempt's handle took before the attempt is stopped) and NCCL
-flight-recorder dumps."""
+"""What a failure's evidence adds about where the ranks were: the culprit first (``culprit.py``), the
+stuck ranks' innermost frames of user code (from stack dumps the attempt's handle took before the
+attempt is stopped) and NCCL flight-recorder dumps."""
 
 from __future__ import annotations
 
 import dataclasses
 import posixpath
+from dataclasses import dataclass
 
 from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIX
 from fsdp_orch.observe.stacks import StackCapture, default_library_roots, describe_stuck
+from fsdp_orch.supervise.culprit import culprit_order, headline, place_of
 from fsdp_orch.supervise.diagnose import Diagnosis
 from fsdp_orch.supervise.watchdog import HangVerdict
 
-NAMED_RANKS = 3  # the evidence names this many stuck ranks, the first to stop first
+NAMED_RANKS = 3  # the evidence names this many stuck ranks' frames, the culprit first
 
 
-def stuck_ranks_evidence(verdict: HangVerdict, capture: StackCapture) -> tuple[str, str | None]:
-    """The text to append to the hang's evidence, and the folder of the stacks (None when no stack
-    could be taken)."""
+@dataclass(frozen=True)
+class HangExplanation:
+    evidence: str  # the culprit's line first, then the watchdog's timing, frames and the stacks' folder
+    stacks: str | None  # the folder of the stacks (None when no stack could be taken)
+    order: list[int]  # the hung ranks, the culprit first
+
+
+def explain_hang(verdict: HangVerdict, capture: StackCapture,
+                 collective_counts: dict[int, int] | None = None,
+                 library_roots: tuple[str, ...] | None = None) -> HangExplanation:
+    """The hang's evidence: which rank is the culprit and what the others wait in (from their
+    stacks, then ``collective_counts``, then the watchdog's timing), then the watchdog's own words
+    and the culprit-first frames."""
+    timing = list(verdict.suspects or verdict.ranks)
     if not capture.dumps:
-        return f"; {capture.note or 'no stacks could be taken'}", None
-    roots = default_library_roots()
-    named = []
-    for rank in verdict.suspects or verdict.ranks:
-        dump = capture.dumps.get(rank)
-        if dump is not None and dump.threads:
-            named.append(describe_stuck(rank, dump.threads, roots))
-        if len(named) == NAMED_RANKS:
-            break
+        return HangExplanation(f"{verdict.evidence}; {capture.note or 'no stacks could be taken'}",
+                               None, timing)
+    roots = library_roots or default_library_roots()
+    places = {rank: place_of(rank, dump.threads, roots, saving=rank in verdict.saving)
+              for rank, dump in capture.dumps.items() if rank in timing and dump.threads}
+    order = culprit_order(places, timing, collective_counts)
+    named = [describe_stuck(rank, capture.dumps[rank].threads, roots)
+             for rank in order if rank in places][:NAMED_RANKS]
     if not named:
         errors = sorted({d.error for d in capture.dumps.values() if d.error})
-        return f"; no stacks could be taken ({'; '.join(errors) or 'no dump'})", None
-    return "; " + "; ".join(named) + f"; stacks: {capture.folder}", capture.folder
+        return HangExplanation(f"{verdict.evidence}; no stacks could be taken "
+                               f"({'; '.join(errors) or 'no dump'})", None, timing)
+    lead = headline(order, places, collective_counts)
+    parts = [lead] if lead else []
+    parts += [verdict.evidence, *named, f"stacks: {capture.folder}"]
+    return HangExplanation("; ".join(parts), capture.folder, order)
 
 
 def with_flight_recorder(diagnosis: Diagnosis, dumps: list[str]) -> Diagnosis:

@@ -17,6 +17,7 @@ class HangVerdict:
     ranks: list[int]  # ranks past their window
     evidence: str
     suspects: list[int] = field(default_factory=list)  # the same ranks, the first to stop first
+    saving: list[int] = field(default_factory=list)  # of those, the ranks inside a checkpoint save
 
 
 @dataclass
@@ -52,13 +53,15 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
                watch: Watch, clock: StepClock | None = None) -> HangVerdict | None:
     """A hang: some rank has made no progress within its window and sits in one native call (or,
     with no liveness probe in its heartbeat, simply made no progress), while no rank is busy in
-    Python. Windows: ``startup_timeout`` from the attempt's start until a rank's first step and
-    inside a checkpoint save, else the progress window. A rank that is done is never late, a rank
-    busy in Python past its window (a long evaluation) vetoes the verdict: its peers are waiting for
-    it, and so does a probed rank within its window that ran Python within it (it just stepped), and
-    a rank with no heartbeat yet while no rank has finished a step (it may still be
-    importing, while the others wait for it in the rendezvous). With no heartbeat from any rank there
-    is no signal, and no verdict (see :func:`no_signal`)."""
+    Python or writing. Windows: ``startup_timeout`` from the attempt's start until a rank's first
+    step, else the progress window, inside a checkpoint save too (``startup_timeout`` for a saving
+    rank with no probe, whose writes are not measured either). Vetoes (its peers wait for it):
+    a rank busy in Python past its window (a long evaluation); a probed rank within its window that
+    ran Python within it (it just stepped); a rank whose process wrote within the window (a save
+    making progress, however slow: bytes written, ``io_at``); a rank with no heartbeat yet while no
+    rank has finished a step (it may still be importing, while the others wait for it in the
+    rendezvous). A rank that is done is never late. With no heartbeat from any rank there is no
+    signal, and no verdict (see :func:`no_signal`)."""
     if not beats:
         return None
     started = [b for b in beats.values() if b.state != "starting"]
@@ -74,9 +77,13 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
             since, allowed = attempt_started, window
         elif beat.state == "starting":
             since, allowed = attempt_started, watch.startup_timeout
+        elif beat.state == "saving" and beat.python_at is None:
+            # Not probed: no agent in the process, so its writes are not measured either.
+            since, allowed = beat.progress_time, watch.startup_timeout
         else:
-            since = beat.progress_time
-            allowed = watch.startup_timeout if beat.state == "saving" else window
+            since, allowed = beat.progress_time, window
+        if beat is not None and beat.io_at is not None and now - beat.io_at <= allowed:
+            return None  # writing (a save that makes progress): its peers wait for it
         if now - since <= allowed:
             if beat is not None and beat.python_at is not None and now - beat.python_at <= allowed:
                 # Running: a late peer is waiting for it. Just back from a long evaluation, this rank
@@ -90,22 +97,27 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
             what = _last_report(rank, beat) + f", main thread in one native call for {native_for:.1f}s"
         else:
             what = _last_report(rank, beat)
+        if beat is not None and beat.state == "saving":
+            written = "nothing written" if beat.io_at is None else f"nothing written for {now - beat.io_at:.1f}s"
+            what += f", inside a checkpoint save ({written})"
         late.append((rank, now - since, what))
     if not late:
         return None
     ranks = [r for r, _, _ in late]
     suspects = sorted(ranks, key=lambda r: _stop_order(beats.get(r)))
+    saving = [r for r in ranks if (b := beats.get(r)) is not None and b.state == "saving"]
     if not started:
         stalled = now - attempt_started
         return HangVerdict(stalled, ranks, f"no rank finished a step within startup_timeout "
                                            f"({watch.startup_timeout:g}s) of the attempt's start; "
-                           + "; ".join(w for _, _, w in late), suspects)
-    worst = max(late, key=lambda r: r[1])
+                           + "; ".join(w for _, _, w in late), suspects, saving)
+    first = next(item for item in late if item[0] == suspects[0])
     stalled = now - max(b.progress_time for b in started)
+    in_save = "".join(f"; {what}" for rank, _, what in late if rank in saving and rank != first[0])
     return HangVerdict(stalled, ranks,
-                       f"no progress for {stalled:.1f}s (window {window:g}s): {worst[2]}, "
-                       f"{worst[1]:.1f}s ago; ranks past the window: {', '.join(map(str, ranks))}",
-                       suspects)
+                       f"no progress for {stalled:.1f}s (window {window:g}s): {first[2]}, "
+                       f"{first[1]:.1f}s ago; ranks past the window: {', '.join(map(str, ranks))}"
+                       + in_save, suspects, saving)
 
 
 def _last_report(rank: int, beat: Heartbeat | None) -> str:

@@ -39,7 +39,42 @@ def test_a_rank_that_never_reported_is_late_once_others_progress():
     assert verdict is not None and verdict.ranks == [1] and "never finished a step" in verdict.evidence
 
 
-def test_saving_extends_the_window_and_done_ranks_are_never_late():
+def writing(rank: int, step: int, t: float, state: str = "training", *, python_at: float,
+            io_at: float | None = None) -> Heartbeat:
+    """A probed heartbeat with the write meter's time."""
+    return Heartbeat(rank=rank, attempt=0, step=step, loss=1.0, time=t, state=state, pid=1,
+                     python_at=python_at, io_at=io_at)
+
+
+def test_a_save_that_writes_nothing_for_the_window_while_a_peer_is_stuck_is_a_hang():
+    # rank 1 hung at step 30 before the save; rank 0 waits inside the save's collective
+    beats = {0: writing(0, 30, 100.2, "saving", python_at=100.3, io_at=100.25),
+             1: writing(1, 30, 100.0, python_at=100.0)}
+    assert check_hang(beats, world_size=2, attempt_started=0.0, now=110.2, watch=WATCH) is None
+    verdict = check_hang(beats, world_size=2, attempt_started=0.0, now=110.4, watch=WATCH)
+    assert verdict is not None and verdict.ranks == [0, 1] and verdict.saving == [0]
+    assert "inside a checkpoint save (nothing written for 10.2s)" in verdict.evidence
+
+
+def test_a_slow_save_that_keeps_writing_is_never_a_hang():
+    # both ranks in one native call (a writer thread joined) for a minute, bytes still going out
+    for now in (111.0, 130.0, 160.0):
+        beats = {0: writing(0, 30, 100.0, "saving", python_at=100.0, io_at=now - 0.5),
+                 1: writing(1, 30, 100.0, "saving", python_at=100.0, io_at=now - 0.5)}
+        assert check_hang(beats, world_size=2, attempt_started=0.0, now=now, watch=WATCH) is None
+    # one rank done writing and waiting for the other, which still writes
+    beats = {0: writing(0, 30, 100.0, "saving", python_at=100.0, io_at=101.0),
+             1: writing(1, 30, 100.0, "saving", python_at=100.0, io_at=159.6)}
+    assert check_hang(beats, world_size=2, attempt_started=0.0, now=160.0, watch=WATCH) is None
+    # an unchanged script's torch.save in the main thread: no saving state, the bytes still count
+    beats = {0: writing(0, 30, 100.0, python_at=100.0, io_at=159.6), 1: writing(1, 30, 100.0, python_at=100.0)}
+    assert check_hang(beats, world_size=2, attempt_started=0.0, now=160.0, watch=WATCH) is None
+    # the writes stop: past the window from the last byte, a hang
+    assert check_hang(beats, world_size=2, attempt_started=0.0, now=169.7, watch=WATCH) is not None
+
+
+def test_an_unprobed_save_keeps_the_startup_window_and_done_ranks_are_never_late():
+    # heartbeats from a writer without the bootstrap: no probe, no write meter, no way to tell
     saving = {0: beat(0, 50, 100.0, "saving"), 1: beat(1, 50, 100.0, "saving")}
     assert check_hang(saving, world_size=2, attempt_started=0.0, now=150.0, watch=WATCH) is None
     assert check_hang(saving, world_size=2, attempt_started=0.0, now=161.0, watch=WATCH) is not None

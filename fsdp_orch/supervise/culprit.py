@@ -1,0 +1,170 @@
+"""Which hung rank is the culprit. Pure: the caller passes the stacks and what else it knows.
+
+When one rank stops, its peers stop too, a few microseconds later, inside the next collective: the
+time the ranks last reported cannot tell them apart. Their stacks can. The culprit is the rank
+whose main thread is *not* inside a collective (stuck in user code, a write, a sleep); among ranks
+that all wait in collectives, the one whose collective count is behind (the NCCL flight recorder's
+sequence numbers, or NCCL RAS, where the caller has them); timing comes last.
+
+A rank is inside a collective when a frame between its innermost frame and its innermost frame of
+user code is one of torch.distributed's collectives, or one of the wrappers that Accelerate,
+Lightning and the HF Trainer put around them (:data:`COLLECTIVE_FRAMES`). A rank inside autograd's
+backward with no such frame is most likely in DDP's gradient all-reduce (its reducer waits in C++,
+with no Python frame): it ranks between the two.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from fsdp_orch.observe.stacks import Frame, ThreadStack, display_path, is_library_file, main_thread
+
+# (file pattern, function pattern): a frame in one of these is waiting for its peers.
+COLLECTIVE_FRAMES: tuple[tuple[re.Pattern[str], re.Pattern[str]], ...] = tuple(
+    (re.compile(path), re.compile(function)) for path, function in (
+        # every function of c10d's Python API talks to the peers (the collectives, barrier,
+        # send/recv, the *_object variants, init_process_group's rendezvous)
+        (r"torch/distributed/distributed_c10d\.py$", r".*"),
+        (r"torch/distributed/_functional_collectives\.py$", r".*"),
+        (r"torch/distributed/elastic/utils/store\.py$", r".*barrier.*"),
+        # FSDP's waits on the all-gathers and reduce-scatters it issued earlier
+        (r"torch/distributed/fsdp/", r"(?:.*\.)?(?:wait\w*|_?unshard|foreach_all_gather\w*|"
+                                     r"foreach_reduce\w*|_all_gather\w*|_reduce_scatter\w*)"),
+        (r"torch/distributed/checkpoint/utils\.py$",
+         r"(?:.*\.)?(?:gather_object|all_gather_object|broadcast_object|scatter_object|"
+         r"reduce_scatter|all_reduce|barrier)"),
+        # the wrappers, named in case their inner frames are not shown
+        (r"accelerate/utils/operations\.py$", r"(?:gather\w*|broadcast\w*|reduce|pad_across_processes)"),
+        (r"accelerate/state\.py$", r"(?:.*\.)?wait_for_everyone"),
+        (r"lightning/(?:fabric|pytorch)/.*(?:strategies|utilities)/.*\.py$",
+         r"(?:.*\.)?(?:barrier|broadcast|reduce|all_gather|_sync_ddp\w*)"),
+        (r"transformers/trainer_pt_utils\.py$", r"(?:distributed_concat|distributed_broadcast_scalars|"
+                                                r"nested_gather|.*\._nested_gather)"),
+    ))
+# The Python frame that calls into autograd's C++ engine for a backward pass.
+BACKWARD_FRAME = (re.compile(r"torch/autograd/(?:graph|__init__)\.py$"),
+                  re.compile(r"_engine_run_backward|run_backward"))
+# A checkpoint being written: DCP, torch.save, safetensors, and the frameworks' save functions.
+SAVE_FRAMES: tuple[tuple[re.Pattern[str], re.Pattern[str]], ...] = tuple(
+    (re.compile(path), re.compile(function)) for path, function in (
+        (r"torch/distributed/checkpoint/", r".*"),
+        (r"torch/serialization\.py$", r"(?:save|_save)"),
+        (r"safetensors/torch\.py$", r"save\w*"),
+        (r".*", r"(?:.*\.)?(?:save_pretrained|save_state|save_checkpoint|_save_checkpoint|save_model|"
+                r"_save)"),
+    ))
+NOT_IN_COLLECTIVE, IN_BACKWARD, IN_COLLECTIVE, NO_STACK = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class RankPlace:
+    """Where a rank's main thread was, in the words the evidence uses."""
+
+    rank: int
+    tier: int  # NOT_IN_COLLECTIVE, IN_BACKWARD, IN_COLLECTIVE or NO_STACK: the culprit has the lowest
+    where: str  # its innermost frame of user code, "train.py:63 main" (else its innermost frame)
+    collective: str | None = None  # the collective it waits in ("broadcast")
+    in_save: bool = False  # inside a checkpoint save
+
+
+def _matches(frame: Frame, table: Iterable[tuple[re.Pattern[str], re.Pattern[str]]]) -> bool:
+    path = frame.file.replace("\\", "/")
+    return any(p.search(path) and f.fullmatch(frame.function) for p, f in table)
+
+
+def _library_top(frames: Sequence[Frame], library_roots: tuple[str, ...]) -> list[Frame]:
+    """The frames above the innermost frame of user code (innermost first)."""
+    top = []
+    for frame in frames:
+        if frame.line is not None and not is_library_file(frame.file, library_roots):
+            break
+        top.append(frame)
+    return top
+
+
+def _collective_name(top: Sequence[Frame]) -> str | None:
+    """The collective a thread waits in: the innermost matching frame whose name says which
+    (c10d's logging wrapper and decorators are skipped)."""
+    found = [f for f in top if _matches(f, COLLECTIVE_FRAMES)]
+    for frame in found:
+        name = frame.function.rsplit(".", 1)[-1]
+        if name not in ("wrapper", "inner", "_fn", "decorate_context"):
+            return name
+    return found[0].function if found else None
+
+
+def place_of(rank: int, threads: Sequence[ThreadStack], library_roots: Iterable[str],
+             main_thread_id: int | None = None, saving: bool = False) -> RankPlace:
+    """Where ``rank``'s main thread is, from its stack dump; ``saving``: its heartbeat said so."""
+    roots = tuple(library_roots)
+    main = main_thread(threads, main_thread_id)
+    if main is None or not main.frames:
+        return RankPlace(rank, NO_STACK, "no main-thread stack", in_save=saving)
+    top = _library_top(main.frames, roots)
+    user = main.frames[len(top)] if len(top) < len(main.frames) else None
+    shown = user or main.frames[0]
+    line = "" if shown.line is None else f":{shown.line}"
+    where = f"{display_path(shown.file, roots)}{line} {shown.function}"
+    in_save = saving or any(_matches(f, SAVE_FRAMES) for f in main.frames)
+    collective = _collective_name(top)
+    if collective is not None:
+        return RankPlace(rank, IN_COLLECTIVE, where, collective, in_save)
+    if any(BACKWARD_FRAME[0].search(f.file) and BACKWARD_FRAME[1].fullmatch(f.function) for f in top):
+        return RankPlace(rank, IN_BACKWARD, where, None, in_save)
+    return RankPlace(rank, NOT_IN_COLLECTIVE, where, None, in_save)
+
+
+def culprit_order(places: dict[int, RankPlace], timing_order: Sequence[int],
+                  collective_counts: dict[int, int] | None = None) -> list[int]:
+    """The ranks of ``timing_order`` (the watchdog's: the first to stop first), the culprit first:
+    by where they are (outside collectives first), then by collective count (lowest first, where
+    known), then by timing."""
+    counts = collective_counts or {}
+
+    def key(rank: int) -> tuple[int, float, int]:
+        place = places.get(rank)
+        tier = place.tier if place is not None else NO_STACK
+        return (tier, float(counts.get(rank, float("inf"))), timing_order.index(rank))
+
+    return sorted(timing_order, key=key)
+
+
+def headline(order: Sequence[int], places: dict[int, RankPlace],
+             collective_counts: dict[int, int] | None = None) -> str | None:
+    """One line naming the culprit and what the others wait in, e.g. ``rank 1 stuck in train.py:63
+    main (not in a collective); 1 rank waiting in broadcast: rank 0 at train.py:70 main``; None
+    when no rank's stack is known."""
+    known = [places[r] for r in order if r in places and places[r].tier != NO_STACK]
+    if not known:
+        return None
+    counts = collective_counts or {}
+    first, others = known[0], known[1:]
+    save = "; in a checkpoint save" if first.in_save else ""
+    if first.tier == NOT_IN_COLLECTIVE:
+        text = f"rank {first.rank} stuck in {first.where} (not in a collective{save})"
+    elif first.tier == IN_BACKWARD:
+        text = (f"rank {first.rank} stuck in {first.where} (inside backward with no collective frame: "
+                f"DDP's gradient all-reduce, or a slow backward{save})")
+    else:
+        why = (f"collective count {counts[first.rank]}, the lowest" if first.rank in counts
+               else "no rank outside a collective; the first to stop")
+        text = (f"every stuck rank waits in a collective; rank {first.rank} leads ({why}): "
+                f"in {first.collective} at {first.where}{save.replace(';', ',')}")
+    groups: dict[str, list[RankPlace]] = {}
+    for place in others:
+        label = place.collective or ("backward" if place.tier == IN_BACKWARD else "user code")
+        groups.setdefault(label, []).append(place)
+    for label, members in groups.items():
+        verb = "waiting in" if label != "user code" else "also stuck outside a collective"
+        count = f"{len(members)} rank{'s' if len(members) > 1 else ''}"
+        named = ", ".join(f"rank {p.rank} at {p.where}" for p in members[:3])
+        more = f" and {len(members) - 3} more" if len(members) > 3 else ""
+        noun = f" {label}" if label != "user code" else ""
+        text += f"; {count} {verb}{noun}: {named}{more}"
+    return text
+
+
+__all__ = ["COLLECTIVE_FRAMES", "IN_BACKWARD", "IN_COLLECTIVE", "NOT_IN_COLLECTIVE", "NO_STACK",
+           "RankPlace", "culprit_order", "headline", "place_of"]

@@ -1,0 +1,118 @@
+"""Which hung rank leads the evidence: the one outside a collective, then the one behind in its
+collective count, then the first to stop. Real py-spy dumps from tests/fixtures/stacks/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fsdp_orch.observe.stacks import Frame, StackCapture, StackDump, ThreadStack, parse_pyspy_dump
+from fsdp_orch.supervise.culprit import (
+    IN_BACKWARD,
+    IN_COLLECTIVE,
+    NOT_IN_COLLECTIVE,
+    culprit_order,
+    headline,
+    place_of,
+)
+from fsdp_orch.supervise.hang_evidence import explain_hang
+from fsdp_orch.supervise.watchdog import HangVerdict
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stacks"
+SITE = "/work/main/.venv/lib/python3.11/site-packages"
+ROOTS = ("/root/.pyenv/versions/3.11.7/lib/python3.11", SITE, "/work/main/fsdp_orch")
+
+
+def pyspy(name: str) -> list[ThreadStack]:
+    return parse_pyspy_dump((FIXTURES / name).read_text())
+
+
+def main_only(*frames: tuple[str, str, int | None]) -> list[ThreadStack]:
+    """A main thread of (function, file, line), innermost first."""
+    return [ThreadStack(1, "MainThread", False, tuple(Frame(f, p, n) for f, p, n in frames))]
+
+
+def test_the_demo_rank_in_an_fsdp_all_gather_waits_and_the_rank_in_the_fault_is_stuck():
+    waiting = place_of(0, pyspy("pyspy-fsdp2-demo-rank0.txt"), ROOTS)
+    stuck = place_of(1, pyspy("pyspy-fsdp2-demo-rank1.txt"), ROOTS)
+    assert (waiting.tier, waiting.collective) == (IN_COLLECTIVE, "all_gather_single")
+    assert waiting.where == "train.py:120 main"
+    assert (stuck.tier, stuck.collective) == (NOT_IN_COLLECTIVE, None)
+    assert stuck.where == "train.py:130 main"
+
+
+def test_the_culprit_leads_whatever_the_timing_says():
+    places = {0: place_of(0, pyspy("pyspy-torchrun-rank0.txt"), ROOTS),
+              1: place_of(1, pyspy("pyspy-torchrun-rank1.txt"), ROOTS)}
+    # rank 0 "stopped first" by 26 microseconds: the timing alone would name it
+    assert culprit_order(places, [0, 1]) == [1, 0]
+    assert headline([1, 0], places) == ("rank 1 stuck in hang_ddp.py:27 main (not in a collective); "
+                                        "1 rank waiting in all_reduce: rank 0 at hang_ddp.py:11 sync_grads")
+
+
+def test_when_every_rank_waits_in_a_collective_the_lowest_collective_count_leads():
+    in_all_reduce = pyspy("pyspy-torchrun-rank0.txt")
+    places = {r: place_of(r, in_all_reduce, ROOTS) for r in (0, 1, 2)}
+    assert culprit_order(places, [0, 1, 2]) == [0, 1, 2]  # no counts: timing
+    assert culprit_order(places, [0, 1, 2], {0: 42, 1: 41, 2: 42}) == [1, 0, 2]
+    line = headline([1, 0, 2], places, {0: 42, 1: 41, 2: 42})
+    assert line.startswith("every stuck rank waits in a collective; rank 1 leads (collective count 41, "
+                           "the lowest): in all_reduce at hang_ddp.py:11 sync_grads")
+    assert line.endswith("; 2 ranks waiting in all_reduce: rank 0 at hang_ddp.py:11 sync_grads, "
+                         "rank 2 at hang_ddp.py:11 sync_grads")
+
+
+def test_wrappers_of_accelerate_lightning_and_the_trainer_count_as_collectives():
+    trainer_gather = main_only(
+        ("_nested_gather", f"{SITE}/transformers/trainer.py", 5000),
+        ("gather", f"{SITE}/accelerate/utils/operations.py", 380),
+        ("_inner_training_loop", f"{SITE}/transformers/trainer.py", 2600),
+        ("main", "/job/train.py", 80))
+    lightning_barrier = main_only(
+        ("DDPStrategy.barrier", f"{SITE}/lightning/pytorch/strategies/ddp.py", 301),
+        ("main", "/job/train.py", 40))
+    assert place_of(0, trainer_gather, ROOTS).collective == "gather"
+    assert place_of(0, lightning_barrier, ROOTS).collective == "barrier"
+
+
+def test_a_rank_inside_backward_without_a_collective_frame_ranks_between():
+    backward = main_only(("_engine_run_backward", f"{SITE}/torch/autograd/graph.py", 829),
+                         ("backward", f"{SITE}/torch/autograd/__init__.py", 354),
+                         ("backward", f"{SITE}/torch/_tensor.py", 648),
+                         ("main", "/job/train.py", 55))
+    sleeping = main_only(("main", "/job/train.py", 60))
+    in_collective = pyspy("pyspy-torchrun-rank0.txt")
+    places = {0: place_of(0, in_collective, ROOTS), 1: place_of(1, backward, ROOTS),
+              2: place_of(2, sleeping, ROOTS)}
+    assert places[1].tier == IN_BACKWARD
+    assert culprit_order(places, [0, 1, 2]) == [2, 1, 0]
+
+
+def test_a_rank_stuck_writing_a_checkpoint_leads_and_is_said_to_be_saving():
+    writing = main_only(("write_data", f"{SITE}/torch/distributed/checkpoint/filesystem.py", 400),
+                        ("save", f"{SITE}/torch/distributed/checkpoint/state_dict_saver.py", 150),
+                        ("main", "/job/train.py", 90))
+    gathering = main_only(("gather_object", f"{SITE}/torch/distributed/distributed_c10d.py", 3000),
+                          ("_DistWrapper.gather_object", f"{SITE}/torch/distributed/checkpoint/utils.py", 120),
+                          ("save", f"{SITE}/torch/distributed/checkpoint/state_dict_saver.py", 150),
+                          ("main", "/job/train.py", 90))
+    places = {0: place_of(0, gathering, ROOTS), 1: place_of(1, writing, ROOTS)}
+    assert culprit_order(places, [0, 1]) == [1, 0]
+    assert headline([1, 0], places) == ("rank 1 stuck in train.py:90 main (not in a collective; in a "
+                                        "checkpoint save); 1 rank waiting in gather_object: rank 0 at "
+                                        "train.py:90 main")
+
+
+def test_the_evidence_leads_with_the_culprit_then_the_timing_then_the_frames():
+    verdict = HangVerdict(10.4, [0, 1], "no progress for 10.4s (window 10s): rank 0 last reported step 30",
+                          suspects=[0, 1])
+    dumps = {0: StackDump(0, 10, tuple(pyspy("pyspy-fsdp2-demo-rank0.txt"))),
+             1: StackDump(1, 11, tuple(pyspy("pyspy-fsdp2-demo-rank1.txt")))}
+    explained = explain_hang(verdict, StackCapture(dumps, "/run/stacks"), library_roots=ROOTS)
+    assert explained.order == [1, 0]
+    assert explained.evidence.startswith(
+        "rank 1 stuck in train.py:130 main (not in a collective); 1 rank waiting in all_gather_single: "
+        "rank 0 at train.py:120 main; no progress for 10.4s")
+    assert explained.evidence.endswith("; stacks: /run/stacks")
+    assert explained.stacks == "/run/stacks"
+    no_stacks = explain_hang(verdict, StackCapture({}, None, "no rank runs on the supervisor's host"))
+    assert no_stacks.evidence.endswith("; no rank runs on the supervisor's host") and no_stacks.stacks is None
