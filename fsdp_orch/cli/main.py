@@ -195,7 +195,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     checked_job_id(args.job_id)
     with _open_index() as index:
         job_id = _resolve_id(index, args.job_id)
-        return show_logs(index, job_id, rank=args.rank, attempt=args.attempt, follow=args.follow)
+        return show_logs(index, job_id, rank=args.rank, node=args.node, attempt=args.attempt, follow=args.follow)
 
 
 def cmd_events(args: argparse.Namespace) -> int:
@@ -390,7 +390,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     job_options(p)
     p.add_argument("--out", metavar="DIR", help="write the artifacts into DIR instead of printing them")
     p.add_argument("--job-id", default="JOBID", help="job id to render with (default: JOBID)")
-    p.add_argument("--attempt", type=int, default=0, help="attempt number to render (default: 0)")
+    p.add_argument("--attempt", type=int, default=0, help="attempt number to render, from 0 (default: 0, the first)")
     p.set_defaults(func=cmd_render)
 
     p = sub.add_parser("submit", help="submit a job; prints its id")
@@ -423,8 +423,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("logs", help="show a job's per-rank output")
     p.add_argument("job_id", metavar="JOB_ID")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new output until the job ends")
-    p.add_argument("--rank", type=int, help="only this global rank")
-    p.add_argument("--attempt", type=int, help="this attempt (default: the latest)")
+    p.add_argument("--rank", type=int, help="only this global rank's lines (launcher: python keeps no "
+                   "rank's output apart: see --node)")
+    p.add_argument("--node", type=int, help="only this node's log (every rank on it)")
+    p.add_argument("--attempt", type=int, help="this attempt, numbered from 0 as in 'events' (default: the latest)")
     p.set_defaults(func=cmd_logs)
 
     p = sub.add_parser("events", help="a job's event log: submitted, attempts, failures, restarts, the end")

@@ -7,6 +7,7 @@ import re
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,12 @@ from fsdp_orch.vocab.redact import masked, secret_header, secret_name
 _NODE_LOG = re.compile(r"console-node-(\d+)\.log$")
 # torchrun --tee prefixes each worker line with "[<role><local_rank>]:".
 _RANK_PREFIX = re.compile(r"^\[default(\d+)\]:")
+# How a node's log holds its ranks' output, by launcher (templates/launchers/): torchrun and
+# accelerate (its torchrun path) tee each rank's lines tagged with its local rank; xla runs one
+# process per node, the node's only rank; python runs one process per node that starts its ranks
+# itself (mp.spawn), their lines untagged and interleaved.
+TAGGED, OWN, MIXED = "tagged", "own", "mixed"
+RANK_LINES = {"torchrun": TAGGED, "accelerate": TAGGED, "xla": OWN, "python": MIXED}
 
 
 def attempt_dirs(run_dir: Path) -> dict[int, Path]:
@@ -34,17 +41,65 @@ def node_logs(attempt_dir: Path) -> dict[int, Path]:
             if (m := _NODE_LOG.search(p.name))}
 
 
-def filter_rank(lines: Iterator[str], local_rank: int) -> Iterator[str]:
-    """Lines of one local rank from a node console log, prefix removed."""
+def filter_rank(lines: Iterator[str], local_rank: int, seen: list[bool] | None = None) -> Iterator[str]:
+    """Lines of one local rank from a node console log, prefix removed. ``seen[0]`` becomes True
+    once any line tagged with a rank went by."""
     for line in lines:
         m = _RANK_PREFIX.match(line)
+        if m and seen is not None:
+            seen[0] = True
         if m and int(m.group(1)) == local_rank:
             yield line[m.end():]
 
 
-def show_logs(index: Any, job_id: str, *, rank: int | None = None, attempt: int | None = None,
-              follow: bool = False, out: Any = None) -> int:
+def which_logs(logs: dict[int, Path]) -> str:
+    """``node 0's log``, ``the logs of nodes 0, 1``: what an attempt's folder holds."""
+    if not logs:
+        return "no node log yet"
+    if len(logs) == 1:
+        return f"node {next(iter(logs))}'s log"
+    return f"the logs of nodes {', '.join(str(n) for n in sorted(logs))}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the job's spec says of where each rank's output goes."""
+
+    launcher: str
+    nproc_per_node: int
+    world_size: int | None
+
+    @classmethod
+    def of(cls, row: JobStatus) -> Layout:
+        import json
+
+        try:
+            doc = json.loads(row.spec_json)
+        except ValueError:
+            doc = {}
+        resolved = doc.get("_resolved") or {}
+        nproc, world = resolved.get("nproc_per_node"), resolved.get("world_size")
+        return cls(str(doc.get("launcher") or "torchrun"), nproc if isinstance(nproc, int) and nproc > 0 else 1,
+                   world if isinstance(world, int) else None)
+
+
+def rank_has_no_log(job_id: str, rank: int, node: int, attempt: int, latest: bool, layout: Layout,
+                    logs: dict[int, Path]) -> str:
+    """Why ``logs --rank`` shows nothing of its own under a launcher whose ranks share a log, and
+    where their output is."""
+    command = f"fsdp-orch logs {job_id} --node {node}" + ("" if latest else f" --attempt {attempt}")
+    return (f"[fsdp-orch] attempt {attempt} has {which_logs(logs)}: launcher: {layout.launcher} runs one "
+            f"process per node, which starts its ranks itself, so rank {rank} has no log of its own: its "
+            f"output is in node {node}'s log, with the other ranks of that node ({command})\n")
+
+
+def show_logs(index: Any, job_id: str, *, rank: int | None = None, node: int | None = None,
+              attempt: int | None = None, follow: bool = False, out: Any = None) -> int:
+    """Print the chosen attempt's node logs (all, ``node``'s, or ``rank``'s lines); ``follow``: keep
+    printing, moving on to each new attempt when none was chosen, until the job ends."""
     out = out or sys.stdout
+    if rank is not None and node is not None:
+        raise InputError("expected one of --rank or --node, not both", field="--rank/--node")
     row = index.store.job(job_id)
     run_dir = Path(row.run_dir)
     attempts = attempt_dirs(run_dir)
@@ -53,45 +108,78 @@ def show_logs(index: Any, job_id: str, *, rank: int | None = None, attempt: int 
     chosen = max(attempts) if attempt is None else attempt
     if chosen not in attempts:
         raise InputError(f"job {job_id} has attempts {sorted(attempts)}, not {chosen}", field="--attempt")
-    nproc = _nproc(row)
-    logs = node_logs(attempts[chosen])
+    layout = Layout.of(row)
+    local: int | None = None  # with --rank under a launcher that tags lines: whose lines to keep
     if rank is not None:
-        node, local = divmod(rank, nproc)
-        if node not in logs:
-            raise InputError(f"no log for rank {rank} (node {node}) in attempt {chosen}", field="--rank")
-        logs = {node: logs[node]}
+        if rank < 0 or (layout.world_size is not None and rank >= layout.world_size):
+            raise InputError(f"job {job_id} has ranks 0-{(layout.world_size or 1) - 1}, not {rank}", field="--rank")
+        node, local = divmod(rank, layout.nproc_per_node)
+        how = RANK_LINES.get(layout.launcher, MIXED)
+        if how == MIXED:
+            out.write(rank_has_no_log(job_id, rank, node, chosen, attempt is None, layout,
+                                      node_logs(attempts[chosen])))
+            out.flush()
+            return 0
+        local = local if how == TAGGED else None
+    what = "--rank" if rank is not None else "--node"
+    logs = _chosen_logs(attempts[chosen], node, chosen, what, follow)
     positions = {n: 0 for n in logs}
     hidden = secret_values(row)
+    printed, tagged = 0, [False]
     while True:
-        for node, path in sorted(logs.items()):
+        for number, path in sorted(logs.items()):
             with open(path, errors="replace") as f:
-                f.seek(positions[node])
+                f.seek(positions[number])
                 chunk = f.read()
-                positions[node] = f.tell()
+                positions[number] = f.tell()
             lines: Iterator[str] = iter(chunk.splitlines(keepends=True))
-            if rank is not None:
-                lines = filter_rank(lines, rank % nproc)
-            prefix = f"[node {node}] " if len(logs) > 1 else ""
+            if local is not None:
+                lines = filter_rank(lines, local, tagged)
+            prefix = f"[node {number}] " if len(logs) > 1 else ""
             for line in lines:
                 out.write(prefix + masked(line, hidden))
+                printed += 1
         out.flush()
-        if not follow:
+        ended = not follow
+        if follow:
+            index.ingest([job_id])
+            current = index.store.job(job_id)
+            ended = current is not None and current.ended and attempt_dirs(run_dir).keys() == attempts.keys()
+        if ended:
+            if rank is not None and not printed:
+                _said_nothing(job_id, rank, chosen, logs, tagged[0], out)
             return _point_to_stacks(attempts[chosen], out)
-        index.ingest([job_id])
-        current = index.store.job(job_id)
-        if current is not None and current.ended and attempt_dirs(run_dir).keys() == attempts.keys():
-            return _point_to_stacks(attempts[chosen], out)
-        if attempt is None:
-            newest = max(attempt_dirs(run_dir))
-            if newest != chosen:
-                chosen = newest
-                attempts = attempt_dirs(run_dir)
-                logs = node_logs(attempts[chosen])
-                positions = {n: 0 for n in logs}
-                out.write(f"--- attempt {chosen} ---\n")
-        else:
-            logs = node_logs(attempts[chosen]) if not logs else logs
+        if attempt is None and max(attempt_dirs(run_dir)) != chosen:
+            attempts = attempt_dirs(run_dir)
+            chosen = max(attempts)
+            positions, printed, tagged = {}, 0, [False]
+            out.write(f"--- attempt {chosen} ---\n")
+        logs = _chosen_logs(attempts[chosen], node, chosen, what, follow)  # nodes whose logs appeared since
+        for number in logs:
+            positions.setdefault(number, 0)
         time.sleep(0.5)
+
+
+def _chosen_logs(attempt_dir: Path, node: int | None, attempt: int, what: str, follow: bool) -> dict[int, Path]:
+    """The attempt's node logs, or only ``node``'s: one not there (yet) is an error unless followed."""
+    logs = node_logs(attempt_dir)
+    if node is None:
+        return logs
+    if node in logs:
+        return {node: logs[node]}
+    if follow:
+        return {}
+    raise InputError(f"attempt {attempt} has {which_logs(logs)}, none of node {node}", field=what)
+
+
+def _said_nothing(job_id: str, rank: int, attempt: int, logs: dict[int, Path], tagged: bool, out: Any) -> None:
+    """``--rank`` found not one line of the rank in its node's log: say so, and why when its lines are
+    not tagged (a log written before the launcher tagged them)."""
+    for node, path in logs.items():
+        why = ("" if tagged or not path.stat().st_size else
+               f": its lines are not tagged with their ranks (fsdp-orch logs {job_id} --node {node} --attempt {attempt})")
+        out.write(f"[fsdp-orch] rank {rank} wrote nothing to node {node}'s log in attempt {attempt}{why}\n")
+    out.flush()
 
 
 def secret_values(row: JobStatus) -> list[str]:
@@ -132,12 +220,3 @@ def _point_to_stacks(attempt_dir: Path, out: Any) -> int:
         out.write(f"[fsdp-orch] stack dumps of this attempt's ranks ({', '.join(dumps)}): {stacks}\n")
         out.flush()
     return 0
-
-
-def _nproc(row: JobStatus) -> int:
-    import json
-
-    try:
-        return int(json.loads(row.spec_json)["_resolved"]["nproc_per_node"])
-    except (KeyError, ValueError, TypeError):
-        return 1

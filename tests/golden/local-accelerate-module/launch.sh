@@ -23,6 +23,8 @@ export FSDP_ORCH_NODE_RANK="$NODE_RANK"
 export PYTHONPATH=/opt/fsdp-orch/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
 cd -- /srv/jobs/demo
 # accelerate launch with the generated config; restarts belong to the fsdp-orch supervisor.
+# Its torchrun path tees each rank's output as torchrun does: the node's log tags every line with
+# the rank's local rank (fsdp-orch logs --rank), and $NODE_LOG_DIR keeps a file per rank.
 # On CPU, Accelerate starts a MULTI_CPU config as one process unless it goes through MPI; its
 # torchrun path (--multi_gpu) with ACCELERATE_USE_CPU starts one process per rank.
 export ACCELERATE_USE_CPU=1
@@ -36,5 +38,7 @@ exec /opt/fsdp/venv/bin/python -m accelerate.commands.launch \
   --main_process_port 21709 \
   --rdzv_backend static \
   --max_restarts 0 \
+  --log_dir "$NODE_LOG_DIR" \
+  --tee 3 \
   --module \
   mypkg.train --config configs/small.yaml

@@ -33,6 +33,8 @@ export FSDP_ORCH_NODE_RANK="$NODE_RANK"
 export PYTHONPATH=/opt/fsdp-orch/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
 cd -- /shared/work
 # accelerate launch with the generated config; restarts belong to the fsdp-orch supervisor.
+# Its torchrun path tees each rank's output as torchrun does: the node's log tags every line with
+# the rank's local rank (fsdp-orch logs --rank), and $NODE_LOG_DIR keeps a file per rank.
 exec /shared/venvs/train/bin/python -m accelerate.commands.launch \
   --config_file /srv/fsdp-orch/runs/j0123456789a/attempt-1/accelerate_config.yaml \
   --num_machines 2 \
@@ -42,4 +44,6 @@ exec /shared/venvs/train/bin/python -m accelerate.commands.launch \
   --main_process_port 29400 \
   --rdzv_backend static \
   --max_restarts 0 \
+  --log_dir "$NODE_LOG_DIR" \
+  --tee 3 \
   train.py --steps 300 --lr 3e-4 --tag 'it'"'"'s a test'
