@@ -61,6 +61,8 @@ class SupervisedHere(ClusterKind[P]):
     def start(self, index: JobIndex, submission: Submission) -> None:
         self.preflight(submission)
         pid = spawn_supervisor(submission, reattach=False)
+        # Recorded here, at once: a supervisor that dies before it runs is still re-attached by
+        # status. The supervisor finds its own pid recorded and does not record it again.
         index.journal(submission.job_id).supervisor_started(pid=pid)
 
     def refresh(self, index: JobIndex, rows: list[JobStatus]) -> list[str]:

@@ -66,6 +66,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     planned = plan_job(Path(args.job), args.cluster, overrides=args.set,
                        accelerate_config=args.accelerate_config, job_id=args.job_id,
                        attempt=args.attempt)
+    _say(planned.plan.notices)
     # A preview never holds a secret: references show where their values come from, and plain
     # values of secret-named variables and headers are masked (in files written with --out too).
     artifacts = planned.submission.render(shown_plan(planned.plan))
@@ -87,7 +88,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from fsdp_orch.control.job_control import check_submission, submit
+    from fsdp_orch.control.job_control import check_submission, plan_job, submit
 
     timeout = _wait_timeout(args)
     if args.init_from is not None:  # before the index is opened: bad input writes nothing
@@ -104,13 +105,19 @@ def cmd_submit(args: argparse.Namespace) -> int:
                          "and start over), not both", field="--resume/--fresh")
     choice = "resume" if args.resume else "fresh" if args.fresh else None
     check_submission(Path(args.job), args.cluster, overrides=args.set, accelerate_config=args.accelerate_config)
+    # What the launch changes of the job's settings, as planned on this machine (the supervisor
+    # records it as the job's launch_changed events).
+    notices = plan_job(Path(args.job), args.cluster, overrides=args.set,
+                       accelerate_config=args.accelerate_config).plan.notices
     with _open_index() as index:
         store = index.store
         job_id, created = submit(index, Path(args.job), args.cluster, overrides=args.set,
                                  accelerate_config=args.accelerate_config,
                                  idempotency_key=args.idempotency_key, init_from=args.init_from,
                                  init_optimizer=args.init_optimizer, checkpoint_choice=choice,
-                                 say=lambda line: print(f"fsdp-orch: {line}", file=sys.stderr, flush=True))
+                                 say=lambda line: _say([line]))
+        if created:
+            _say(notices)
         if not args.wait:
             _print_submitted(args, job_id, created, store)
             return EXIT_OK
@@ -131,6 +138,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
                   "goes on (fsdp-orch status / wait with the Python API)", file=sys.stderr)
             return EXIT_WAIT_TIMED_OUT
         return EXIT_OK if state == "SUCCEEDED" else EXIT_JOB_FAILED
+
+
+def _say(lines: tuple[str, ...] | list[str]) -> None:
+    """What submit and render tell the user beside their output (stderr, one line each)."""
+    for line in lines:
+        print(f"fsdp-orch: {line}", file=sys.stderr, flush=True)
 
 
 def _wait_timeout(args: argparse.Namespace) -> float | None:

@@ -35,6 +35,12 @@ OWN_DISK_CODE = "code"
 PATH_ENV = frozenset({"FSDP_ORCH_RUN_DIR", "FSDP_ORCH_ATTEMPT_DIR", "FSDP_ORCH_SPEC", "FSDP_ORCH_CHECKPOINT_REQUEST",
                       "FSDP_ORCH_CHECKPOINT_DIR", "FSDP_ORCH_RESUME", "FSDP_ORCH_RESUME_FROM", "FSDP_ORCH_INIT_FROM",
                       "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE"})
+# The kind of the job's event (a notice) that records one of ``LaunchPlan.notices``.
+LAUNCH_CHANGED = "launch_changed"
+# Accelerate runs FSDP only on GPUs: on CPU the config fsdp-orch writes says MULTI_CPU, and
+# ``accelerate launch`` runs the ranks as DDP over gloo (the plain config would fail there).
+ACCELERATE_FSDP_ON_CPU = ("accelerate config: distributed_type FSDP runs as MULTI_CPU (DDP; the fsdp options do "
+                          "not apply) on CPU: Accelerate runs FSDP only on GPUs")
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,10 @@ class LaunchPlan:
     run_root: str = ""  # $FSDP_ORCH_HOME, or the profile's shared_dir; on own-disk hosts, their folder
     package_dir: str | None = None  # a copy of fsdp_orch the nodes import (hosts with their own disks)
     supervisor_command: tuple[str, ...] | None = None  # where a kind runs the supervisor on a node
+    accelerate_distributed_type: str | None = None  # the accelerate config's (launcher: accelerate)
+    # Where the launch turns a setting of the user's into something else, one line each, said by
+    # submit and render and recorded as the job's ``launch_changed`` events.
+    notices: tuple[str, ...] = ()
 
     @property
     def entry_kind(self) -> str:
@@ -185,6 +195,16 @@ def fixed_node_count(job: JobSpec, why: str) -> None:
                          f"(nodes: {job.nodes})", field="nodes")
 
 
+def accelerate_distributed_type(launcher: str, device: str) -> tuple[str | None, tuple[str, ...]]:
+    """The ``distributed_type`` of the accelerate config fsdp-orch writes, and the notice when it is
+    not the FSDP the job asks for."""
+    if launcher != "accelerate":
+        return None, ()
+    if device == "cpu":
+        return "MULTI_CPU", (ACCELERATE_FSDP_ON_CPU,)
+    return "FSDP", ()
+
+
 def attempt_dir_of(run_dir: str, attempt: int) -> str:
     return posixpath.join(run_dir, f"attempt-{attempt}")
 
@@ -232,6 +252,7 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
     program += resume_arguments(job, ctx) + init_arguments(job, ctx)
     spec_path = posixpath.join(run_dir, "job.json")
     accel_path = posixpath.join(attempt_dir, "accelerate_config.yaml") if job.launcher == "accelerate" else None
+    accel_type, notices = accelerate_distributed_type(job.launcher, device)
     spec_env = {**profile.env, **job.env}  # the job's own value of a variable wins
     env = [
         *plain(spec_env).items(),
@@ -267,7 +288,7 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
         program=program, env=env, secret_env=[(name, ref.source) for name, ref in references(spec_env).items()],
         nodes=place.nodes, accelerate_config_path=accel_path,
         bootstrap_dir=bootstrap_dir, run_root=run_root, package_dir=package_dir,
-        supervisor_command=ctx.supervisor_command,
+        supervisor_command=ctx.supervisor_command, accelerate_distributed_type=accel_type, notices=notices,
     )
 
 
@@ -311,4 +332,4 @@ def spec_json(plan: LaunchPlan) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-__all__ = ["KindPlanning", "LaunchPlan", "PlanContext", "Placement", "attempt_dir_of", "fixed_node_count", "host_port", "init_arguments", "make_plan", "resume_arguments", "slug", "rendezvous_port"]
+__all__ = ["LAUNCH_CHANGED", "KindPlanning", "LaunchPlan", "PlanContext", "Placement", "accelerate_distributed_type", "attempt_dir_of", "fixed_node_count", "host_port", "init_arguments", "make_plan", "resume_arguments", "slug", "rendezvous_port"]

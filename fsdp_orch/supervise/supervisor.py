@@ -18,7 +18,7 @@ from pathlib import Path
 
 from fsdp_orch.backends.base import AllocationEnding, AttemptHandle, AttemptLauncher
 from fsdp_orch.jobspec.schema import Watch
-from fsdp_orch.launch.plan import CHECKPOINT_REQUEST_FILE, host_port
+from fsdp_orch.launch.plan import CHECKPOINT_REQUEST_FILE, LAUNCH_CHANGED, host_port
 from fsdp_orch.launch.submission import SUBMISSION_FILE, Submission
 from fsdp_orch.observe.checkpoint_files import file_sizes, fingerprint
 from fsdp_orch.observe.checkpoints import CheckpointInfo
@@ -528,13 +528,15 @@ def run_supervisor(job_id: str, run_dir: str | None = None, reattach: bool = Fal
         secrets.forget(job_id, "env")
         return 0
     journal = Journal(EventWriter(run_dir, "supervisor"), job_id)
-    journal.supervisor_started()
+    if view.supervisor_pid != os.getpid():  # a kind that starts it here records it already (its pid)
+        journal.supervisor_started()
     stop_flag = StopFlag()
     if not in_allocation:
         stop_flag.install()
     launcher = kind.attempt_launcher(submission)
+    has_gpu = local_has_gpu()  # this machine's: what every attempt this supervisor starts is planned with
     supervisor = Supervisor(journal, submission, launcher, stop_flag=stop_flag,
-                            allocation_ending=kind.allocation_ending, local_has_gpu=local_has_gpu(),
+                            allocation_ending=kind.allocation_ending, local_has_gpu=has_gpu,
                             excluded_hosts=view.excluded_hosts)
     adopt = None
     attempts = view.attempt_records
@@ -561,6 +563,12 @@ def run_supervisor(job_id: str, run_dir: str | None = None, reattach: bool = Fal
             print(f"fsdp-orch supervisor: resuming job {job_id} at attempt {first_attempt}", flush=True)
     else:
         first_attempt = 0
+    # What the launch changes of the job's settings, as planned here; each said once per job.
+    attempt = adopt.attempt if adopt else first_attempt
+    said = {n.message for n in view.notices if n.kind == LAUNCH_CHANGED}
+    for notice in submission.launch_plan(attempt, local_has_gpu=has_gpu).notices:
+        if notice not in said:
+            journal.add_event(attempt=attempt, kind=LAUNCH_CHANGED, message=notice)
     state = JobState.FAILED
     try:
         state = supervisor.run(adopt, first_attempt)

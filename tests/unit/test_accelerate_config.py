@@ -136,3 +136,33 @@ def test_rendered_accelerate_config_reads_back_the_same(tmp_path: Path) -> None:
                  "mixed_precision", "state_dict_type", "offload_params", "version", "use_orig_params"):
         assert getattr(again.fsdp, name) == getattr(job.fsdp, name), name
     assert (again.nodes, again.procs_per_node) == (job.nodes, job.procs_per_node)
+
+
+@pytest.mark.parametrize(("has_gpu", "distributed_type"), [(False, "MULTI_CPU"), (True, "FSDP")])
+def test_fsdp_on_a_machine_without_gpu_runs_as_multi_cpu_and_the_plan_says_so(
+        tmp_path: Path, has_gpu: bool, distributed_type: str) -> None:
+    """A local profile's ``device: auto``: the plan decides the config's distributed_type once and,
+    where it is not the FSDP asked for, carries the one-line notice the config, submit, render and
+    the events repeat."""
+    from dataclasses import replace
+
+    from fsdp_orch.launch.plan import ACCELERATE_FSDP_ON_CPU
+
+    job, _ = load_job(job_file(tmp_path), ["launcher=accelerate", "nodes=1", "procs_per_node=2"],
+                      accelerate_config=BERT)
+    profile = parse_profile(FIXTURES / "clusters" / "local.yaml").model_copy(update={"device": "auto"})
+    plan = plan_on(job, profile, "local", replace(CONTEXT, local_has_gpu=has_gpu))
+    assert plan.accelerate_distributed_type == distributed_type
+    assert plan.notices == (() if has_gpu else (ACCELERATE_FSDP_ON_CPU,))
+    (art,) = [a for a in render(plan, search=[builtin_dir("templates")]) if a.name == "accelerate_config.yaml"]
+    rendered = yaml.safe_load(art.text)
+    assert rendered["distributed_type"] == distributed_type and rendered["use_cpu"] is (not has_gpu)
+    assert (f"# {ACCELERATE_FSDP_ON_CPU}\n" in art.text) is (not has_gpu)
+    (launch,) = [a for a in render(plan, search=[builtin_dir("templates")]) if a.name == "launch.sh"]
+    assert ("--multi_gpu" in launch.text) is (not has_gpu)  # Accelerate's torchrun path for CPU ranks
+
+
+def test_only_the_accelerate_launcher_has_a_distributed_type(tmp_path: Path) -> None:
+    job, _ = load_job(job_file(tmp_path), ["nodes=1"], accelerate_config=BERT)
+    plan = plan_on(job, parse_profile(FIXTURES / "clusters" / "local.yaml"), "local")
+    assert plan.launcher == "torchrun" and plan.accelerate_distributed_type is None and plan.notices == ()
