@@ -57,6 +57,8 @@ class Agent:
         self._injector: Any = None
         self._stack_file: Any = None
         self._host: str | None = None
+        self._trace_request: str | None = None  # where the supervisor asks for a flight-recorder dump
+        self._trace_prefix = ""
 
     # --- hooks -------------------------------------------------------------------------------
 
@@ -176,6 +178,7 @@ class Agent:
             import atexit
 
             atexit.register(self._at_exit)
+        self._prepare_trace_request()
         threading.Thread(target=self._watch, name="fsdp-orch-heartbeat", daemon=True).start()
 
     def _make_injector(self, rank: int) -> Any:
@@ -210,6 +213,42 @@ class Agent:
         except (OSError, RuntimeError, ValueError):
             self._stack_file = None
 
+    def _prepare_trace_request(self) -> None:
+        """Where to look for the supervisor's request of a flight-recorder dump, when this torch can
+        dump one (``_dump_fr_trace``, NCCL and gloo alike); the dump goes where NCCL's would (the
+        launch's prefix, else the attempt's folder)."""
+        c10d = sys.modules.get("torch._C._distributed_c10d")
+        if self.attempt_dir is None or not hasattr(c10d, "_dump_fr_trace"):
+            return
+        from fsdp_orch.observe.attempt_files import FLIGHT_RECORDER_REQUEST
+        from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIX
+
+        folder = os.path.expanduser(self.attempt_dir)
+        self._trace_request = os.path.join(folder, FLIGHT_RECORDER_REQUEST)
+        self._trace_prefix = (os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
+                              or os.environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+                              or os.path.join(folder, FLIGHT_RECORDER_PREFIX))
+
+    def _serve_trace_request(self) -> None:
+        """Once per attempt, from the watcher thread (the main thread may be stuck in a collective):
+        this rank's flight recorder, dumped where NCCL's own dump on a timeout would go (one that
+        is there already is left alone)."""
+        if self._trace_request is None or not os.path.exists(self._trace_request):
+            return
+        self._trace_request = None
+        target = f"{self._trace_prefix}{self.rank}"
+        try:
+            data = sys.modules["torch._C._distributed_c10d"]._dump_fr_trace()
+            fd = os.open(f"{target}.{os.getpid()}.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            if not os.path.exists(target):
+                os.replace(f"{target}.{os.getpid()}.tmp", target)
+            else:
+                os.unlink(f"{target}.{os.getpid()}.tmp")
+        except Exception:  # a dump is evidence, never a reason to disturb training
+            pass
+
     def _watch(self) -> None:
         while self.active:
             time.sleep(TICK_S)
@@ -217,6 +256,8 @@ class Agent:
                 return
             self._probe.ask()
             self._io.sample()
+            if self._trace_request is not None:
+                self._serve_trace_request()
             with self._lock:
                 self._write_locked(self.clock())
 

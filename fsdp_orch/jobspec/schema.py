@@ -196,6 +196,10 @@ class Watch(StrictModel):
     adaptive_multiplier: float = Field(default=10.0, gt=1.0)
     adaptive_min: PositiveDuration = 10.0  # the adaptive window never drops below this
     poll_interval: PositiveDuration = 1.0
+    # Whether the job starts torch ranks (a Python process that starts a process group or takes an
+    # optimizer step, seen by the bootstrap): an attempt that exits 0 with none is then a failure
+    # (no_ranks_started). None: yes for script/module jobs, no for command jobs.
+    expect_ranks: bool | None = None
 
 
 class CheckpointPolicy(StrictModel):
@@ -298,6 +302,11 @@ class JobSpec(StrictModel):
     @field_serializer("nodes")
     def _nodes_as_written(self, nodes: int) -> int | str:
         return self.nodes_text if self.min_nodes < nodes else nodes
+
+    @property
+    def expects_ranks(self) -> bool:
+        """Whether an attempt that started no torch rank failed (``watch.expect_ranks``)."""
+        return self.watch.expect_ranks if self.watch.expect_ranks is not None else self.command is None
 
     @property
     def min_nodes(self) -> int:

@@ -20,13 +20,15 @@ from fsdp_orch.backends.base import AllocationEnding, AttemptHandle, AttemptLaun
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.launch.plan import CHECKPOINT_REQUEST_FILE, LAUNCH_CHANGED, host_port
 from fsdp_orch.launch.submission import SUBMISSION_FILE, Submission
+from fsdp_orch.observe.attempt_files import FLIGHT_RECORDER_REQUEST
 from fsdp_orch.observe.checkpoint_files import file_sizes, fingerprint
 from fsdp_orch.observe.checkpoints import CheckpointInfo
+from fsdp_orch.observe.collective_counts import FlightRecord, counts_from_dumps, parse_dumps
 from fsdp_orch.record.events import CANCEL_MARKER
 from fsdp_orch.record.journal import Journal, read_status
-from fsdp_orch.record.model import JobStatus
-from fsdp_orch.supervise.diagnose import Diagnosis, diagnose_exit
-from fsdp_orch.supervise.hang_evidence import stuck_ranks_evidence, with_flight_recorder
+from fsdp_orch.record.model import RUNTIME_LOSS, JobStatus, finite
+from fsdp_orch.supervise.diagnose import Diagnosis, cause_at_exit, died_of_a_signal
+from fsdp_orch.supervise.hang_evidence import explain_hang, with_flight_recorder
 from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower
 from fsdp_orch.supervise.policy import (
     Decision,
@@ -36,7 +38,13 @@ from fsdp_orch.supervise.policy import (
     hosts_to_exclude,
 )
 from fsdp_orch.supervise.resume import CheckpointSetting, latest, resume_point, setting_of
-from fsdp_orch.supervise.watchdog import StepClock, check_hang, no_signal, scripts_finished_at
+from fsdp_orch.supervise.watchdog import (
+    StepClock,
+    check_hang,
+    no_signal,
+    progress_window,
+    scripts_finished_at,
+)
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError
 from fsdp_orch.vocab.hints import hint_for
 from fsdp_orch.vocab.states import JobState
@@ -45,6 +53,9 @@ STOP_GRACE_S = 5.0
 # A lost peer is usually the symptom of a rank that died first: after a communication error the
 # supervisor gives torchrun this long to report which rank failed first.
 SETTLE_S = 5.0
+# How long a hang verdict waits for the ranks' flight-recorder dumps (the bootstrap's watcher answers
+# within its 0.5 s tick; py-spy's stacks are taken meanwhile).
+FLIGHT_RECORDER_WAIT_S = 2.0
 
 
 class AttemptFailed(Exception):
@@ -119,7 +130,11 @@ class Supervisor:
         self.requeued_attempts = 0  # attempts the scheduler took away: they use no restart budget
         self.excluded_hosts = list(excluded_hosts or [])  # later attempts are planned without them
         self.workers: tuple[str, ...] = ()  # the machines the kind found for the latest attempt
-        self._last_step: int | None = None
+        self._last_step: int | None = None  # the progress last recorded for the running attempt
+        self._last_loss: float | None = None
+        self._follower: LogFollower | None = None  # the running attempt's: its console loss
+        self._window_clock = StepClock()  # rank 0's step times, for the hang window in force
+        self._window: float | None = None  # the hang window last recorded for the running attempt
         self._last_ckpt: int | None = None
         self._last_ckpt_seen: tuple[int, str] | None = None  # (step or save mark, path) last recorded
         self._saves: dict[tuple[str, int | None, bytes | None], int] = {}  # files of unknown step, by save
@@ -256,7 +271,8 @@ class Supervisor:
                 raise AttemptFailed(Diagnosis("preemption_or_node_lost", True, f"could not launch: {exc}"),
                                     self.clock(), None, before, before) from None
             self.journal.launched(attempt, handle.ref)
-        follower = LogFollower(handle.log_chunks)
+        follower = self._follower = LogFollower(handle.log_chunks)
+        self._window_clock, self._window, self._last_step, self._last_loss = StepClock(), None, None, None
 
         def stop() -> None:
             handle.stop(STOP_GRACE_S)
@@ -323,9 +339,11 @@ class Supervisor:
         watch = self.sub.job.watch
         comm_seen: float | None = None
         first_step_seen = False
+        ranks_seen: set[int] = set()
         while True:
             code = handle.poll()
             beats = handle.heartbeats()
+            ranks_seen.update(beats)
             for beat in beats.values():
                 if beat.rank == 0:
                     clock.observe(beat)
@@ -340,6 +358,7 @@ class Supervisor:
             if code is not None:
                 self.journal.end_attempt(attempt, code, now=self.clock())
                 if code == 0:
+                    self._check_ranks_started(attempt, ranks_seen, world, handle, before, checkpoint_dir)
                     return
                 if finished_at is not None and self._killed_by_a_signal(code, follower):
                     self.journal.add_event(attempt=attempt, kind="teardown_crash", message=(
@@ -370,16 +389,66 @@ class Supervisor:
             verdict = check_hang(beats, world_size=world, attempt_started=started, now=detected_at,
                                  watch=watch, clock=clock)
             if verdict is not None:
-                where, stacks = stuck_ranks_evidence(verdict, handle.capture_stacks(beats))
-                if stacks is not None:
+                asked = self._ask_for_flight_records(attempt)
+                capture = handle.capture_stacks(beats)
+                counts = self._collective_counts(handle, verdict.ranks, asked) if asked is not None else {}
+                explained = explain_hang(verdict, capture, counts)
+                if explained.stacks is not None:
                     self.journal.add_event(attempt=attempt, kind="stacks",
-                                         message=f"stacks of the hung attempt: {stacks}")
-                evidence = verdict.evidence + where
-                raise fail(Diagnosis("hang", True, evidence), verdict.stalled_for_s, detected_at)
+                                           message=f"stacks of the hung attempt: {explained.stacks}")
+                raise fail(Diagnosis("hang", True, explained.evidence), verdict.stalled_for_s, detected_at)
             if self._cancel_requested():
                 stop()
                 raise Cancelled()
             self.sleep(watch.poll_interval)
+
+    def _ask_for_flight_records(self, attempt: int) -> float | None:
+        """Ask every rank's bootstrap for its flight recorder (a file in the attempt's folder); when."""
+        try:
+            (Path(self.sub.attempt_dir(attempt)) / FLIGHT_RECORDER_REQUEST).write_text("dump\n")
+        except OSError:
+            return None
+        return self.clock()
+
+    def _collective_counts(self, handle: AttemptHandle, ranks: list[int], asked: float) -> dict[int, int]:
+        """Each hung rank's collective count from the flight-recorder dumps (NCCL writes its own on a
+        timeout; the bootstrap answers the request within a tick): waits up to FLIGHT_RECORDER_WAIT_S
+        after the request for every hung rank's; {} when fewer than two ranks' can be read."""
+        records: dict[int, FlightRecord] = {}
+        for _ in range(int(FLIGHT_RECORDER_WAIT_S / 0.1) + 1):
+            files = {}
+            for path in handle.flight_recorder_dumps():
+                try:
+                    files[path] = Path(path).read_bytes()
+                except OSError:
+                    continue
+            records = parse_dumps(files)
+            if set(ranks) <= set(records) or self.clock() - asked >= FLIGHT_RECORDER_WAIT_S:
+                break
+            self.sleep(0.1)
+        return counts_from_dumps(records) if len(records) >= 2 else {}
+
+    def _check_ranks_started(self, attempt: int, seen: set[int], world: int, handle: AttemptHandle,
+                             before: int | None, checkpoint_dir: Path) -> None:
+        """An attempt of a job that starts torch ranks and exited 0 without a single one (mp.spawn
+        of ``torch.cuda.device_count()`` processes on a machine with no GPU) failed: it trained
+        nothing. Fewer ranks than planned is said in an event."""
+        if not self.sub.job.expects_ranks:
+            return
+        seen = seen | set(handle.heartbeats())  # reports can trail the exit (hosts with own disks)
+        if seen and len(seen) >= world:
+            return
+        if seen:
+            self.journal.add_event(attempt=attempt, kind="fewer_ranks", message=(
+                f"{len(seen)} of the {world} planned ranks started a process group or an optimizer "
+                f"step (ranks {', '.join(map(str, sorted(seen)))})"))
+            return
+        evidence = (f"the attempt exited 0, but none of the {world} ranks it was launched for "
+                    f"({self.sub.job.nodes} node(s) x {world // max(1, self.sub.job.nodes)} per node) "
+                    "started: no process started a torch process group or took an optimizer step "
+                    "(0 ranks appeared)")
+        raise AttemptFailed(Diagnosis("no_ranks_started", False, evidence), self.clock(), None, before,
+                            self._checkpoint_step(checkpoint_dir))
 
     def _resume_point(self, attempt: int, checkpoint_dir: Path) -> tuple[str | None, int | None]:
         """The checkpoint the attempt starts from (the latest complete one), after moving aside the
@@ -414,26 +483,18 @@ class Supervisor:
     @staticmethod
     def _killed_by_a_signal(code: int, follower: LogFollower) -> bool:
         """The attempt (or, under torchrun, its first failed rank) died of a signal (SIGABRT,
-        SIGSEGV), with no error in the logs beyond a lost peer: how a gloo teardown crash looks."""
-        cause = follower.poll(final=True)
-        if cause is not None and cause.category not in COMMUNICATION and cause.category != "unknown":
-            return False
-        root = follower.root_cause_rank()
-        return code < 0 or (root is not None and root[2] < 0)
+        SIGSEGV), with no error in the logs beyond a lost peer or the signal: how a gloo teardown
+        crash looks."""
+        return died_of_a_signal(code, follower.poll(final=True), follower.root_cause_rank())
 
     @staticmethod
     def _cause_at_exit(code: int, follower: LogFollower) -> Diagnosis:
-        """The logs' root cause, unless torchrun says another rank failed first and the logs only show
-        its peers losing it; then that rank's exit status is the cause."""
+        """The logs' root cause, unless torchrun says another rank failed first, or a rank's SIGKILL
+        is reported, and the logs only show its peers losing it; then that rank's ending is the cause
+        (``diagnose.cause_at_exit``)."""
         cause = follower.poll(final=True)
-        root = follower.root_cause_rank()
-        if root is not None and root[2] != 0:
-            rank, local_rank, rank_code = root
-            if cause is None or (cause.category in COMMUNICATION and follower.cause_rank() != local_rank):
-                base = diagnose_exit(rank_code)
-                return Diagnosis(base.category, base.retryable,
-                                 f"rank {rank} failed first: {base.evidence}", None)
-        return cause or diagnose_exit(code)
+        return cause_at_exit(code, cause, follower.root_cause_rank(), follower.cause_rank(),
+                             follower.tail.values())
 
     # --- bookkeeping ------------------------------------------------------------------------
 
@@ -443,13 +504,34 @@ class Supervisor:
         return (self.sub.run_dir / CANCEL_MARKER).exists()
 
     def _record_progress(self, beats: dict) -> None:  # type: ignore[type-arg]
+        """Rank 0's step and the latest loss (the runtime's in its heartbeat, else the one its console
+        printed last), when either changed; and the hang window in force."""
         if not beats:
             return
         lead = beats.get(0) or next(iter(beats.values()))
-        if lead.state == "starting" or lead.step == self._last_step:
+        if lead.state == "starting":
             return
-        self._last_step = lead.step
-        self.journal.progress(lead.step, lead.loss, lead.progress_time)
+        self._record_window(lead)
+        loss, source = finite(lead.loss), RUNTIME_LOSS
+        if loss is None and self._follower is not None and self._follower.loss is not None:
+            loss, source = finite(self._follower.loss[0]), self._follower.loss[1]
+        if lead.step == self._last_step and loss == self._last_loss:
+            return
+        self._last_step, self._last_loss = lead.step, loss
+        self.journal.progress(lead.step, loss, lead.progress_time, loss_source=source)
+
+    def _record_window(self, lead) -> None:  # type: ignore[no-untyped-def]
+        """The hang window in force once the attempt steps, recorded when it first applies and when it
+        moves by more than a fifth (the adaptive window follows the step time)."""
+        watch = self.sub.job.watch
+        if lead.rank == 0:
+            self._window_clock.observe(lead)
+        window = progress_window(watch, self._window_clock)
+        if self._window is not None and abs(window - self._window) <= 0.2 * self._window:
+            return
+        self._window = window
+        adaptive = watch.hang_detection == "adaptive" and self._window_clock.median() is not None
+        self.journal.hang_window(lead.attempt, window, "adaptive" if adaptive else "fixed")
 
     def _latest_checkpoint(self) -> CheckpointInfo | None:
         """The latest complete checkpoint; a ``checkpoint.file`` counts once its size is the same as

@@ -116,3 +116,18 @@ def test_the_evidence_leads_with_the_culprit_then_the_timing_then_the_frames():
     assert explained.stacks == "/run/stacks"
     no_stacks = explain_hang(verdict, StackCapture({}, None, "no rank runs on the supervisor's host"))
     assert no_stacks.evidence.endswith("; no rank runs on the supervisor's host") and no_stacks.stacks is None
+
+
+def test_real_gloo_flight_recorder_dumps_order_ranks_that_all_wait_in_collectives():
+    """Dumps torch 2.13 wrote on this machine (tests/fixtures/collective_counts/gloo-behind): rank 1
+    skipped an all_reduce; both ranks' stacks say "in a collective", the counts say who is behind."""
+    from fsdp_orch.observe.collective_counts import counts_from_dumps, parse_dumps
+
+    folder = FIXTURES.parent / "collective_counts" / "gloo-behind"
+    counts = counts_from_dumps(parse_dumps({p.name: p.read_bytes() for p in folder.glob("nccl_trace_rank_*")}))
+    assert counts[1] < counts[0]
+    in_all_reduce = pyspy("pyspy-torchrun-rank0.txt")
+    places = {r: place_of(r, in_all_reduce, ROOTS) for r in (0, 1)}
+    assert culprit_order(places, [0, 1], counts) == [1, 0]
+    assert headline([1, 0], places, counts).startswith(
+        f"every stuck rank waits in a collective; rank 1 leads (collective count {counts[1]}, the lowest)")
