@@ -29,14 +29,14 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from cli_harness import make_cli  # noqa: E402
 from verdict_scenarios import (  # noqa: E402
-    culprit_leads,
+    culprit_first,
     hang_at_a_checkpoint_step,
     slow_save_keeps_writing,
 )
 
 SCENARIOS = {
-    "culprit first, rank 0 hung": lambda cli, base: culprit_leads(cli, base, 0),
-    "culprit first, rank 1 hung": lambda cli, base: culprit_leads(cli, base, 1),
+    "culprit first, rank 0 hung": lambda cli, base: culprit_first(cli, base, 0),
+    "culprit first, rank 1 hung": lambda cli, base: culprit_first(cli, base, 1),
     "hang at a checkpoint step": hang_at_a_checkpoint_step,
     "slow save keeps writing": slow_save_keeps_writing,
 }

@@ -83,3 +83,9 @@ def why(status: dict) -> str:  # type: ignore[type-arg]
     log = Path(status["run_dir"]) / "supervisor.log"
     tail = log.read_text(errors="replace")[-3000:] if log.is_file() else "(no supervisor log)"
     return f"{status['state']}: {status.get('reason')}\nfailures: {status['failures']}\n{tail}"
+
+
+def culprit_leads(evidence: str | None, rank: int) -> bool:
+    """A hang's evidence leads with the hung rank, named as outside a collective (issue 26)."""
+    head = (evidence or "").split(";")[0]
+    return head.startswith(f"rank {rank} stuck in ") and "(not in a collective" in head

@@ -11,7 +11,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from cli_harness import REPO, Cli, copy_demo, copy_unchanged
+from cli_harness import REPO, Cli, copy_demo, copy_unchanged, culprit_leads
 
 FAST_RESTART = ["--set", "restart.backoff.initial=0.5s", "--set", "restart.backoff.jitter=0"]
 SCRIPTS = REPO / "tests" / "fixtures" / "scripts"
@@ -38,7 +38,7 @@ def _first_hang(status: dict) -> dict | None:
     return next((f for f in status.get("failures", []) if f["category"] == "hang"), None)
 
 
-def culprit_leads(cli: Cli, base: Path, hung_rank: int, heartbeat_timeout: float = 5.0) -> Outcome:
+def culprit_first(cli: Cli, base: Path, hung_rank: int, heartbeat_timeout: float = 5.0) -> Outcome:
     """The unchanged torchrun + FSDP2 script with ``hung_rank`` stuck in user code at step 30 while
     its peer waits in FSDP's next all-gather: the verdict's evidence must lead with the stuck rank."""
     job = copy_unchanged(base, "torchrun_fsdp2")
@@ -50,9 +50,8 @@ def culprit_leads(cli: Cli, base: Path, hung_rank: int, heartbeat_timeout: float
     if hang is None:
         return Outcome(status, False, f"no hang verdict: {status.get('failures')}")
     evidence = hang["evidence"] or ""
-    want = f"rank {hung_rank} stuck in train.py:"
-    if not evidence.startswith(want) or "(not in a collective)" not in evidence.split(";")[0]:
-        return Outcome(status, False, f"evidence does not lead with {want!r}: {evidence}")
+    if not culprit_leads(evidence, hung_rank) or not evidence.startswith(f"rank {hung_rank} stuck in train.py:"):
+        return Outcome(status, False, f"evidence does not lead with rank {hung_rank}: {evidence}")
     if "1 rank waiting in " not in evidence:
         return Outcome(status, False, f"the waiting rank is not named: {evidence}")
     return Outcome(status, True)
@@ -75,7 +74,7 @@ def hang_at_a_checkpoint_step(cli: Cli, base: Path, heartbeat_timeout: float = 5
         return Outcome(status, False, f"verdict after {failure['stalled_for_s']:.1f}s, "
                                       f"past {heartbeat_timeout:g}s + 2s")
     evidence = failure["evidence"] or ""
-    if not evidence.startswith("rank 1 stuck in train.py:") or "checkpoint save" not in evidence:
+    if not culprit_leads(evidence, 1) or "checkpoint save" not in evidence:
         return Outcome(status, False, f"evidence: {evidence}")
     return Outcome(status, True)
 

@@ -11,7 +11,7 @@ import pytest
 from cli_harness import why
 from verdict_scenarios import (
     SCRIPTS,
-    culprit_leads,
+    culprit_first,
     hang_at_a_checkpoint_step,
     slow_save_keeps_writing,
     submit,
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("hung_rank", [0, 1])
 def test_the_stuck_rank_leads_the_evidence_not_the_one_waiting_in_a_collective(cli, tmp_path, hung_rank):
-    outcome = culprit_leads(cli, tmp_path, hung_rank)
+    outcome = culprit_first(cli, tmp_path, hung_rank)
     assert outcome.hit, outcome.why
     assert outcome.status["state"] == "SUCCEEDED", why(outcome.status)
     detail = cli.run("status", outcome.status["id"], check=True).stdout

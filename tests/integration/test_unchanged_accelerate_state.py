@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_harness import why
+from cli_harness import culprit_leads, why
 
 pytestmark = pytest.mark.slow
 
@@ -29,6 +29,7 @@ def test_an_accelerate_loop_resumes_from_its_latest_save_state_folder(unchanged)
     assert status["state"] == "SUCCEEDED", why(status)
     [failure] = status["failures"]
     assert failure["category"] == "hang" and failure["attempt"] == 0, failure
+    assert culprit_leads(failure["evidence"], 1), failure["evidence"]
     out = job.parent / "out"
     launch = (Path(status["run_dir"]) / "attempt-1" / "launch.sh").read_text()
     assert f"--resume_from_checkpoint {out / 'step_40'}" in launch and "FSDP_ORCH_RESUME_STEP=40" in launch

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_harness import why
+from cli_harness import culprit_leads, why
 
 pytestmark = pytest.mark.slow
 
@@ -54,6 +54,7 @@ def test_tutorial_shapes_are_hang_detected_with_the_stuck_frame(unchanged, name)
     [failure] = status["failures"]
     assert failure["category"] == "hang" and failure["stalled_for_s"] <= 5 + 2, failure
     assert "rank 1 stuck at train.py:" in failure["evidence"], failure["evidence"]
+    assert culprit_leads(failure["evidence"], 1), failure["evidence"]
 
 
 def test_torchrun_script_resumes_from_its_own_dcp_checkpoint(unchanged):

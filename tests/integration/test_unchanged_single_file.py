@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_harness import why
+from cli_harness import culprit_leads, why
 
 pytestmark = pytest.mark.slow
 
@@ -44,6 +44,7 @@ def test_checkpoint_file_resumes_from_the_iteration_inside_the_file(unchanged):
     assert status["state"] == "SUCCEEDED", why(status)
     [failure] = status["failures"]
     assert failure["category"] == "hang" and failure["attempt"] == 0, failure
+    assert culprit_leads(failure["evidence"], 1), failure["evidence"]
     # The restart was told to resume, with the step read from inside the file.
     launch = (Path(status["run_dir"]) / "attempt-1" / "launch.sh").read_text()
     assert "--init_from=resume" in launch and "FSDP_ORCH_RESUME_STEP=20" in launch, launch

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_harness import Cli, copy_demo, copy_unchanged, make_cli
+from cli_harness import Cli, copy_demo, copy_unchanged, culprit_leads, make_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
@@ -160,6 +160,7 @@ def test_an_unmodified_hf_trainer_spans_two_hosts_and_survives_a_hang(ssh_hosts,
     [failure] = status["failures"]
     assert failure["category"] == "hang" and failure["action"] == "restart", failure
     assert "rank 1 stuck at train.py:" in failure["evidence"], failure["evidence"]
+    assert culprit_leads(failure["evidence"], 1), failure["evidence"]
     node0 = (Path(status["run_dir"]) / "attempt-1" / "node-0.sh").read_text()
     assert f"--resume_from_checkpoint {job.parent / 'out' / 'checkpoint-80'}" in node0
     assert json.loads((job.parent / "out" / "trainer_state.json").read_text())["global_step"] == 140
