@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from fsdp_orch.observe import command
+from fsdp_orch.observe.collective_counts import parse_ras_status
+from fsdp_orch.observe.command import Runner
 from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIX
 from fsdp_orch.observe.stacks import StackCapture, default_library_roots, describe_stuck
 from fsdp_orch.supervise.culprit import culprit_order, headline, place_of
@@ -48,6 +53,21 @@ def explain_hang(verdict: HangVerdict, capture: StackCapture,
     parts = [lead] if lead else []
     parts += [verdict.evidence, *named, f"stacks: {capture.folder}"]
     return HangExplanation("; ".join(parts), capture.folder, order)
+
+
+RAS_CLIENT = "ncclras"  # NCCL >= 2.24's RAS client: asks the job's NCCL processes on this node
+
+
+def ras_counts(run: Runner = command.run, which: Callable[[str], str | None] = shutil.which) -> dict[int, int]:
+    """Each rank's collective count as NCCL's RAS subsystem reports it (verbose status of the
+    communicators whose counts differ), where its client is installed on the supervisor's node;
+    {} when it is not, or says nothing usable."""
+    binary = which(RAS_CLIENT)
+    if binary is None:
+        return {}
+    result = run([binary, "-v"], 10.0)
+    report = parse_ras_status(result.stdout) if result.returncode == 0 else None
+    return report.counts() if report is not None else {}
 
 
 def with_flight_recorder(diagnosis: Diagnosis, dumps: list[str]) -> Diagnosis:

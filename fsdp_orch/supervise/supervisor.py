@@ -28,7 +28,7 @@ from fsdp_orch.record.events import CANCEL_MARKER
 from fsdp_orch.record.journal import Journal, read_status
 from fsdp_orch.record.model import RUNTIME_LOSS, JobStatus, finite
 from fsdp_orch.supervise.diagnose import Diagnosis, cause_at_exit, died_of_a_signal
-from fsdp_orch.supervise.hang_evidence import explain_hang, with_flight_recorder
+from fsdp_orch.supervise.hang_evidence import explain_hang, ras_counts, with_flight_recorder
 from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower
 from fsdp_orch.supervise.policy import (
     Decision,
@@ -392,6 +392,8 @@ class Supervisor:
                 asked = self._ask_for_flight_records(attempt)
                 capture = handle.capture_stacks(beats)
                 counts = self._collective_counts(handle, verdict.ranks, asked) if asked is not None else {}
+                if not counts and self.sub.base_plan.device == "cuda":
+                    counts = ras_counts()
                 explained = explain_hang(verdict, capture, counts)
                 if explained.stacks is not None:
                     self.journal.add_event(attempt=attempt, kind="stacks",

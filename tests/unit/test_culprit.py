@@ -131,3 +131,24 @@ def test_real_gloo_flight_recorder_dumps_order_ranks_that_all_wait_in_collective
     assert culprit_order(places, [0, 1], counts) == [1, 0]
     assert headline([1, 0], places, counts).startswith(
         f"every stuck rank waits in a collective; rank 1 leads (collective count {counts[1]}, the lowest)")
+
+
+def test_nccl_ras_counts_come_from_its_client_where_it_is_installed():
+    """NCCL's RAS client cannot run here (no GPU, no NCCL): its documented output stands in for it,
+    handed back by the injected runner."""
+    from fsdp_orch.observe.command import CommandResult
+    from fsdp_orch.supervise.hang_evidence import ras_counts
+
+    text = (FIXTURES.parent / "collective_counts" / "ras-doc-mismatch-counts.txt").read_text()
+    asked = []
+
+    def run(argv, timeout):  # type: ignore[no-untyped-def]
+        asked.append(argv)
+        return CommandResult(0, text, "")
+
+    counts = ras_counts(run, which=lambda name: f"/usr/bin/{name}")
+    assert asked == [["/usr/bin/ncclras", "-v"]]
+    assert counts[0] == 6649 and max(counts.values()) == 6650  # rank 0 is among the 6 behind
+    assert ras_counts(run, which=lambda name: None) == {}
+    assert ras_counts(lambda argv, timeout: CommandResult(1, "", "connection refused"),
+                      which=lambda name: "/usr/bin/ncclras") == {}
