@@ -3,6 +3,10 @@
 Signatures are checked line by line in the order the lines were written; the first *root cause*
 wins. Lines that only report the consequence of another failure (torchrun's "Sending process N closing
 signal SIGTERM", ChildFailedError, NCCL's "taking the entire process down") never win over a cause.
+An exception that only carries another (mp.spawn's ProcessRaisedException, an exception whose message
+starts on the next line) is never the evidence when a real one follows: the innermost exception line
+is, with where it was raised. A rank ended by a signal is named by it (``killed_sigkill``,
+``crashed_signal``); a fault fsdp-orch injected on purpose is ``injected_fault``.
 Weak signatures (a bare "NCCL WARN", "Broken pipe") count only when no strong one is found.
 """
 
@@ -12,7 +16,15 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from fsdp_orch.vocab.categories import FAILURE_CATEGORIES, NODE_LOST_EXIT, NOT_RETRYABLE
+from fsdp_orch.observe.stacks import display_path, is_library_file
+from fsdp_orch.supervise.signals import SIGNALS, signal_category, signal_named
+from fsdp_orch.vocab.categories import (
+    COMMUNICATION,
+    FAILURE_CATEGORIES,
+    NODE_LOST_EXIT,
+    NOT_RETRYABLE,
+    SIGNAL_ENDINGS,
+)
 from fsdp_orch.vocab.hints import hint_for
 
 CATEGORIES = FAILURE_CATEGORIES
@@ -114,13 +126,15 @@ WEAK = [
     *_rule("preemption_or_node_lost", r"got signal: 15", r"Terminated\s*$"),
 ]
 
-# Consequences of a failure elsewhere: never the evidence.
+# Consequences of a failure elsewhere: never the evidence. (torchrun's "failed (exitcode: N)" for a
+# rank that exited with a status; one killed by a signal, "exitcode: -9", is a signal's line.)
 CONSEQUENCE = re.compile(
     r"closing signal SIGTERM|ChildFailedError|Some NCCL operations have failed or timed out|"
-    r"To avoid data inconsistency|failed \(exitcode|torch\.distributed\.elastic\.multiprocessing\.errors|"
+    r"To avoid data inconsistency|failed \(exitcode: ?\d|torch\.distributed\.elastic\.multiprocessing\.errors|"
     r"Stack trace of the failed collective not found|preparing to dump debug info|"
     r"CUDA kernel errors might be asynchronously reported|For debugging consider passing|"
-    r"Compile with `TORCH_USE_CUDA_DSA`|subprocess\.CalledProcessError")
+    r"Compile with `TORCH_USE_CUDA_DSA`|subprocess\.CalledProcessError|"
+    r"(?:[\w.]+\.)?ProcessExitedException: process \d+ terminated with exit code -?\d+")
 
 _PREFIX = re.compile(r"^(?:\[(?:default|rank)\d+\]:\s?|\[stderr\]\s?|\[stdout\]\s?|\(\w+ pid=\d+(?:, ip=[\d.]+)?\) ?"
                      r"|\S+:\s(?=Traceback|\w+Error))")
@@ -131,9 +145,13 @@ _ORDINARY_EXCEPTION = re.compile(
     r"^(?:[A-Za-z_][\w.]*\.[A-Za-z_]\w*(?::|$)"
     r"|[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Iteration|Warning)(?::|$)"
     r"|[A-Za-z_]\w*: \S)")
+# An exception that only carries another: mp.spawn's ProcessRaisedException (its message is the
+# child's traceback), or any exception line whose message starts on the next line (older torch's
+# "Exception:" before "-- Process 1 terminated with the following error:").
+_WRAPPER = re.compile(r"^(?:[\w.]+\.)?ProcessRaisedException\b|"
+                      r"^(?:[A-Za-z_][\w.]*\.[A-Za-z_]\w*|[A-Za-z_]\w*(?:Error|Exception)):\s*$")
 
-
-_FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>\S+))?')
 # A traceback through checkpoint I/O ends in a checkpoint error, whatever the exception's type.
 _CHECKPOINT_IO = re.compile(r"torch/distributed/(?:_shard/)?checkpoint/|torch/serialization\.py|safetensors|"
                             r"\bcheckpoint(?:_utils|ing)?\.py|"
@@ -151,12 +169,62 @@ _STACK_DUMP = re.compile(r"^Thread \d+ \((?:idle|active)\)|^Thread 0x[0-9a-f]+ .
 # After a crash, the stacks the crash handler prints are not a hang's.
 _CRASH = re.compile(r"Fatal Python error|Segmentation fault|core dumped|SIGSEGV|SIGABRT")
 
+# What fsdp-orch's own fault injection prints before it ends a rank (FSDP_ORCH_FAULT: crash, kill,
+# checkpoint_crash); a hang or a skipped collective it injects is found the way a real one is.
+_INJECTED = re.compile(r"\[fsdp-orch fault\] rank \d+: injected (?:crash|SIGKILL)\b")
+
+
+def display_frame(file: str, line: str | int, func: str | None = None) -> str:
+    """A frame as evidence names it, as the hang evidence does: user code by its base name, library
+    code as ``.../pkg/mod.py``."""
+    where = f"{display_path(file.replace(chr(92), '/'), ())}:{line}"
+    return f"{where} in {func}" if func else where
+
+
+def _is_library(file: str) -> bool:
+    return is_library_file(file.replace(chr(92), "/"), ())
+
+
+# The note a Diagnosis adds after the line it quotes: where the exception was raised, or the signal
+# a line names only by its number.
+_NOTE = re.compile(r" \((?:at [^()]*(?:\([^()]*\)[^()]*)*|SIG[A-Z0-9]+|signal \d+)\)$")
+
+
+def quoted(evidence: str) -> str:
+    """The line of the log an evidence quotes, without the note the classifier adds to it."""
+    return _NOTE.sub("", evidence)
+
 
 def _match(rules: list[tuple[str, re.Pattern[str]]], line: str) -> str | None:
     for category, pattern in rules:
         if pattern.search(line):
             return category
     return None
+
+
+def _indent(text: str) -> int:
+    return len(text) - len(text.lstrip())
+
+
+@dataclass
+class _Traceback:
+    """What is known of the traceback being read: its frames' indent, its last frame and its last
+    frame of user code, and whether it went through checkpoint I/O."""
+
+    base: int = 0  # the indent of its exception line (2 in torchrun's failure summary, else 0)
+    frame_seen: bool = False
+    last: tuple[str, str, str | None] | None = None
+    user: tuple[str, str, str | None] | None = None
+    checkpoint_io: bool = False
+
+    def where(self) -> str:
+        """`` (at .../torch/cuda/__init__.py:261 in set_device, from train.py:50 in main)``, or ``""``."""
+        if self.last is None:
+            return ""
+        note = display_frame(*self.last)
+        if self.user is not None and self.user != self.last:
+            note += f", from {display_frame(*self.user)}"
+        return f" (at {note})"
 
 
 class LineScanner:
@@ -168,27 +236,35 @@ class LineScanner:
     def __init__(self) -> None:
         self.first: Diagnosis | None = None
         self.weak: Diagnosis | None = None
+        self.wrapper: Diagnosis | None = None  # an exception that carries another, until that one is read
         self._in_traceback = False
-        self._through_checkpoint_io = False
+        self._tb = _Traceback()
         self._checkpoint_frame: tuple[str, int] | None = None
         self._crashed = False
+        self._other_failures = False  # inside torchrun's "Failures:" list (ranks that failed later)
+        self._killed_after: Diagnosis | None = None  # a SIGKILL reported after a lost peer
         self._count = 0
 
     def feed(self, raw: str) -> Diagnosis | None:
         """Returns the root cause as soon as one is known (and keeps returning it)."""
         self._count += 1
-        if self.first is not None:
-            return self.first
         body = _PREFIX.sub("", raw.rstrip("\r\n"))
         line = body.strip()
-        if not line:
+        if self.first is not None:
+            if self.first.category in COMMUNICATION and self._killed_after is None and line:
+                if not self._note_summary(line):
+                    self._killed_after = self._signal(line, only="killed_sigkill")
+            return self.first
+        if not line or self._note_summary(line):
             return None
         frame = _FRAME.match(body)
         if _TRACEBACK in line or line.startswith("Exception in thread") or frame:
-            if not self._in_traceback:
-                self._through_checkpoint_io = False
+            if not self._in_traceback or (_TRACEBACK in line and self.wrapper is not None):
+                self._tb = _Traceback()
             self._in_traceback = True
             self._note_checkpoint_io(line)
+            if frame:
+                self._note_frame(frame, body)
             rest = body[frame.end():] if frame else ""
             category = _match(STRONG, rest) if len(rest) > 80 else None  # a log collapsed onto one line
             if category is not None:
@@ -199,25 +275,32 @@ class LineScanner:
         if _CRASH.search(line):
             self._crashed = True
         evidence = line
+        injected = _INJECTED.search(line)
+        if injected:
+            self.first = Diagnosis("injected_fault", True, line[injected.start():], self._count)
+            return self.first
         # What only reports another failure is cut out; what is left of the line may still be a cause.
         line = CONSEQUENCE.sub(" ", line).strip()
         if len(line) < 3:
-            if not body[:1].isspace():
+            if not body[:1].isspace() and self.wrapper is None:
                 self._in_traceback = False  # e.g. torchrun's own traceback ends in ChildFailedError
             return None
         category = _match(STRONG, line)
+        exception_line = self._in_traceback and _indent(body) <= self._tb.base and not line.startswith(
+            ("File ", "^", "~", "During handling", "The above")) and _ORDINARY_EXCEPTION.match(line)
+        where = self._tb.where() if exception_line else ""
         if category is not None:
-            self.first = Diagnosis(category, category not in NOT_RETRYABLE, evidence, self._count)
+            self.first = Diagnosis(category, category not in NOT_RETRYABLE, evidence + where, self._count)
             return self.first
-        if self._in_traceback and not body[:1].isspace() and not line.startswith(("File ", "^", "~")):
-            if _ORDINARY_EXCEPTION.match(line) and not line.startswith(("During handling", "The above")):
-                self._in_traceback = False
-                if line.startswith("KeyboardInterrupt"):  # someone stopped a process that sat still
-                    self.weak = self.weak or Diagnosis("hang", True, evidence, self._count)
-                    return None
-                category = "checkpoint_error" if self._through_checkpoint_io else "user_code_error"
-                self.first = Diagnosis(category, False, evidence, self._count)
-                return self.first
+        signalled = self._signal(evidence, where=where)
+        if signalled is not None:
+            self.first = signalled
+            return self.first
+        if exception_line:
+            return self._exception(evidence, where)
+        if self.wrapper is None and _WRAPPER.match(line) and not body[:1].isspace():
+            self._wrap(evidence)  # also where an excerpt lost the traceback above it
+            return None
         if self.weak is None:
             weak = _match(WEAK, line)
             if weak is None and _BUILTIN_EXCEPTION.match(line) and not body[:1].isspace():
@@ -228,25 +311,78 @@ class LineScanner:
                 self.weak = Diagnosis(weak, weak not in NOT_RETRYABLE, evidence, self._count)
         return None
 
+    def _exception(self, evidence: str, where: str) -> Diagnosis | None:
+        """The line that ends a traceback: a user's error, unless it only carries another exception."""
+        self._in_traceback = False
+        if _WRAPPER.match(evidence):
+            self._wrap(evidence + where)
+            return None
+        if evidence.startswith("KeyboardInterrupt"):  # someone stopped a process that sat still
+            self.weak = self.weak or Diagnosis("hang", True, evidence, self._count)
+            return None
+        category = "checkpoint_error" if self._tb.checkpoint_io else "user_code_error"
+        self.first = Diagnosis(category, False, evidence + where, self._count)
+        return self.first
+
+    def _wrap(self, evidence: str) -> None:
+        """An exception that carries another: the evidence only if no real exception follows. What
+        follows is read as the inner exception's traceback, even where its header was cut off."""
+        self.wrapper = Diagnosis("user_code_error", False, evidence, self._count)
+        self._in_traceback = True
+        self._tb = _Traceback()
+
+    def _signal(self, line: str, where: str = "", only: str | None = None) -> Diagnosis | None:
+        """A line that says a process ended by a signal, as a cause; the signal's name is added where
+        the line gives only its number."""
+        name = signal_named(line)
+        category = signal_category(name) if name else None
+        if name is None or category is None or (only is not None and category != only):
+            return None
+        note = where or ("" if name in line else f" ({name})")
+        return Diagnosis(category, True, line + note, self._count)
+
+    def _note_summary(self, line: str) -> bool:
+        """Follows torchrun's failure summary; True inside its "Failures:" list, the ranks that failed
+        after the first (the ones torchrun stopped itself, by SIGTERM or SIGKILL, among them): only
+        its "Root Cause" block, which follows, names a cause."""
+        if line == "Failures:":
+            self._other_failures = True
+        elif line.startswith((_ROOT_CAUSE, "===")):
+            self._other_failures = False
+        return self._other_failures
+
+    def _note_frame(self, frame: re.Match[str], body: str) -> None:
+        tb = self._tb
+        if not tb.frame_seen:
+            tb.frame_seen = True
+            tb.base = max(0, _indent(body) - 2)
+        tb.last = (frame["file"], frame["line"], frame["func"])
+        if not _is_library(frame["file"]):
+            tb.user = tb.last
+
     def _note_checkpoint_io(self, line: str) -> None:
         if _CHECKPOINT_IO.search(line):
-            self._through_checkpoint_io = True
+            self._tb.checkpoint_io = True
             self._checkpoint_frame = self._checkpoint_frame or (line, self._count)
 
     def result(self) -> Diagnosis | None:
-        """The root cause, else a traceback through checkpoint I/O cut off before its exception line,
-        else the first weak sign."""
-        if self.first is None and self._in_traceback and self._checkpoint_frame is not None:
+        """The root cause (a SIGKILL of a rank rather than the lost peer it caused), else a traceback
+        through checkpoint I/O cut off before its exception line, else an exception that only carried
+        another whose inner exception never came, else the first weak sign."""
+        if self.first is not None:
+            return self._killed_after or self.first
+        if self._in_traceback and self._checkpoint_frame is not None:
             line, number = self._checkpoint_frame
             return Diagnosis("checkpoint_error", False, line, number)
-        return self.first or self.weak
+        return self.wrapper or self.weak
 
 
 def diagnose_text(text: str) -> Diagnosis:
     """The category of the first root cause in ``text``; ``unknown`` when nothing is recognised."""
     scanner = LineScanner()
     for line in text.splitlines():
-        if scanner.feed(line) is not None:
+        cause = scanner.feed(line)
+        if cause is not None and (cause.category not in COMMUNICATION or scanner.result() is not cause):
             break
     return scanner.result() or Diagnosis("unknown", True, None, None)
 
@@ -256,21 +392,52 @@ def diagnose_lines(lines: Iterable[str]) -> Diagnosis:
 
 
 def diagnose_exit(code: int | None) -> Diagnosis:
-    """When the logs say nothing: what the exit status alone tells (negative = killed by a signal)."""
+    """When the logs say nothing: what the exit status alone tells (negative, or above 128 from a
+    shell: ended by a signal)."""
     if code is None:
         return Diagnosis("preemption_or_node_lost", True, "the attempt's processes disappeared", None)
     if code == NODE_LOST_EXIT:
         return Diagnosis("preemption_or_node_lost", True, "a node stopped answering (its host is named in "
                                                           "the supervisor's log)", None)
-    if code in (-9, 137):
-        return Diagnosis("unknown", True, f"killed by SIGKILL (exit {code}): the kernel OOM killer or an "
-                                          "external kill", None)
-    if code in (-15, 143):
+    signum = -code if code < 0 else code - 128 if 128 < code < 192 else None
+    if signum is None:
+        return Diagnosis("unknown", True, f"exited with code {code}", None)
+    name = SIGNALS.get(signum, f"signal {signum}")
+    category = signal_category(name)
+    if category is None:
         return Diagnosis("preemption_or_node_lost", True, f"terminated by SIGTERM (exit {code})", None)
-    if code < 0 or code > 128:
-        signum = -code if code < 0 else code - 128
-        return Diagnosis("unknown", True, f"killed by signal {signum} (exit {code})", None)
-    return Diagnosis("unknown", True, f"exited with code {code}", None)
+    if category == "killed_sigkill":
+        return Diagnosis(category, True, f"killed by SIGKILL (exit {code}): the kernel OOM killer, the "
+                                         "scheduler or an external kill", None)
+    return Diagnosis(category, True, f"ended by {name} (signal {signum}, exit {code})", None)
+
+
+def cause_at_exit(code: int, cause: Diagnosis | None, root: tuple[int, int, int] | None,
+                  cause_rank: int | None, logs: Iterable[Iterable[str]] = ()) -> Diagnosis:
+    """Why an attempt that exited with ``code`` failed: the logs' root cause (``cause``), unless
+    torchrun's summary says another rank failed first (``root``: global rank, local rank, exit code)
+    and the logs only show its peers losing it (``cause_rank``: the local rank whose output held the
+    cause, if known), or one of ``logs`` (each a log's last lines) reports a rank's SIGKILL after
+    the lost peer; then that rank's ending is the cause."""
+    if root is not None and root[2] != 0:
+        rank, local_rank, rank_code = root
+        if cause is None or (cause.category in COMMUNICATION and cause_rank != local_rank):
+            base = diagnose_exit(rank_code)
+            return Diagnosis(base.category, base.retryable, f"rank {rank} failed first: {base.evidence}", None)
+    if cause is not None and cause.category in COMMUNICATION:
+        for lines in logs:
+            killed = diagnose_lines(lines)
+            if killed.category == "killed_sigkill":
+                return killed
+    return cause or diagnose_exit(code)
+
+
+def died_of_a_signal(code: int, cause: Diagnosis | None, root: tuple[int, int, int] | None) -> bool:
+    """Whether an attempt (or, under torchrun, its first failed rank: ``root``) ended by a signal with
+    nothing in its logs but a lost peer or that signal: how a crash in the processes' teardown looks."""
+    if cause is not None and cause.category not in COMMUNICATION | SIGNAL_ENDINGS | {"unknown"}:
+        return False
+    return code < 0 or (root is not None and root[2] < 0)
 
 
 _ROOT_CAUSE = "Root Cause (first observed failure):"

@@ -3,14 +3,26 @@
 FAILURE_CATEGORIES = (
     "hang", "nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost", "rendezvous_failure",
     "cuda_oom", "hardware_fault", "preemption_or_node_lost", "user_code_error",
-    "checkpoint_error", "xla_error", "unknown",
+    "checkpoint_error", "xla_error", "killed_sigkill", "crashed_signal", "injected_fault",
+    "no_ranks_started", "unknown",
 )
 # A bug in the script or a checkpoint it cannot read fails the same way on every attempt.
-NOT_RETRYABLE = frozenset({"user_code_error", "checkpoint_error"})
+# An attempt that started no rank (mp.spawn of 0 processes) starts none the next time either.
+NOT_RETRYABLE = frozenset({"user_code_error", "checkpoint_error", "no_ranks_started"})
 DEFAULT_RETRY_ON = (
     "hang", "nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost", "rendezvous_failure",
-    "hardware_fault", "preemption_or_node_lost", "cuda_oom", "unknown",
+    "hardware_fault", "preemption_or_node_lost", "cuda_oom", "killed_sigkill", "crashed_signal",
+    "injected_fault", "unknown",
 )
+# Failures of communication are most often the symptom of a peer that died first.
+COMMUNICATION = frozenset({"nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost", "rendezvous_failure"})
+# A rank ended by a signal: SIGKILL (the kernel's OOM killer, a scheduler's limit, kill -9) and
+# every other fatal signal but SIGTERM (a crash in native code: SIGSEGV, SIGABRT, SIGBUS...), which
+# stays preemption_or_node_lost.
+SIGNAL_ENDINGS = frozenset({"killed_sigkill", "crashed_signal"})
+# What fsdp-orch decides from what it sees itself (heartbeats, its own fault injection), never from a
+# program's own output: no public log shows them.
+NOT_IN_PUBLIC_LOGS = frozenset({"injected_fault", "no_ranks_started"})
 # The exit status a kind's attempt handle reports when a node stopped answering (an SSH host lost
 # mid-run): outside the range of real exit statuses and signals.
 NODE_LOST_EXIT = -1001

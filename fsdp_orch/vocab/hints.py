@@ -29,27 +29,61 @@ HINTS = {
                         "written by the same model and sharding, and that the disk has space",
     "xla_error": "the TPU runtime failed: check that no other process holds the TPU, that torch_xla "
                  "matches the TPU runtime version, and the HBM use of the program",
+    "no_ranks_started": "the program exited without starting a single rank: check how many processes it "
+                        "starts (mp.spawn(nprocs=torch.cuda.device_count()) starts none on a machine "
+                        "without a GPU; use WORLD_SIZE or procs_per_node); a job that is not meant to "
+                        "start torch ranks says watch.expect_ranks: false",
+    "killed_sigkill": "the rank was killed with SIGKILL, most often by the kernel's OOM killer (host "
+                      "memory, not GPU memory) or by the scheduler (a memory or time limit): look at "
+                      "`dmesg -T | grep -i -e oom -e killed` or `journalctl -k` on the rank's node, and "
+                      "under SLURM at `sacct -j <id> --format=JobID,State,ExitCode,MaxRSS`; use less host "
+                      "memory (DataLoader workers, pinned or offloaded tensors) or ask for more",
+    "crashed_signal": "the rank died of a signal (named in the evidence), a crash in native code: run with "
+                      "PYTHONFAULTHANDLER=1 to get the Python stack at the crash, and check that torch, "
+                      "CUDA/NCCL and compiled extensions come from matching builds",
+    "injected_fault": "a fault injected on purpose (env FSDP_ORCH_FAULT): the restart shows how the job "
+                      "recovers; remove the variable for a real run",
     "unknown": "no known cause in the logs: read the last lines of the first rank that failed "
                "(fsdp-orch logs JOB)",
 }
 
-# Where the deciding line names a more precise cause than its category.
+# Where the deciding line names a more precise cause than its category: (category or None for any,
+# pattern, hint).
 _SHARPER = [
-    (re.compile(r"[Aa]ddress already in use|EADDRINUSE|failed to bind"),
+    (None, re.compile(r"[Aa]ddress already in use|EADDRINUSE|failed to bind"),
      "the rendezvous port is taken: another job or a leftover process holds it; pick another port "
      "or stop that process"),
-    (re.compile(r"No space left on device"), "the disk is full: free space or point checkpoint.dir "
-                                             "at a larger filesystem"),
-    (re.compile(r"TPU is already in use|already in use by"),
+    (None, re.compile(r"No space left on device"), "the disk is full: free space or point checkpoint.dir "
+                                                   "at a larger filesystem"),
+    (None, re.compile(r"TPU is already in use|already in use by"),
      "another process holds the TPU: stop it (sudo lsof -w /dev/accel*) before starting the job"),
-    (re.compile(r"size mismatch for|Missing key\(s\)|Unexpected key\(s\)"),
+    (None, re.compile(r"size mismatch for|Missing key\(s\)|Unexpected key\(s\)"),
      "the checkpoint belongs to a different model or sharding: load it with the model that wrote it"),
+    ("killed_sigkill", re.compile(r"(?i)out of memory|\boom|cgroup"),
+     "the kernel's OOM killer ended the rank: the node ran out of host memory (not GPU memory); see "
+     "`dmesg -T | grep -i -e oom -e killed` or `journalctl -k` on the node and, under SLURM, `sacct -j "
+     "<id> --format=JobID,State,ExitCode,MaxRSS`; use fewer DataLoader workers, less pinned or "
+     "offloaded memory, or ask the scheduler for more memory"),
+    ("crashed_signal", re.compile(r"SIGBUS|[Bb]us error"),
+     "SIGBUS: most often /dev/shm is too small for the DataLoader workers' shared tensors (containers "
+     "default to 64 MB): raise it (docker --shm-size, a larger /dev/shm mount) or use fewer num_workers; "
+     "else a file mapped in memory was truncated under the process"),
+    ("crashed_signal", re.compile(r"SIGABRT|Aborted"),
+     "SIGABRT: the process aborted itself; the lines just before it say why (\"terminate called after "
+     "throwing\", a failed assertion, NCCL's watchdog); run with PYTHONFAULTHANDLER=1 for the Python stack"),
+    ("crashed_signal", re.compile(r"SIGHUP|Hangup"),
+     "SIGHUP: the terminal or SSH session that started the process went away; start it under nohup, "
+     "tmux or the scheduler"),
+    ("crashed_signal", re.compile(r"SIGINT"),
+     "SIGINT: the process was interrupted (Ctrl-C or kill -INT) by a person or a script"),
+    ("crashed_signal", re.compile(r"SIGXCPU"),
+     "SIGXCPU: the process used up its CPU-time limit (ulimit -t or the scheduler's); raise the limit"),
 ]
 
 
 def hint_for(category: str, evidence: str | None = None) -> str:
     if evidence:
-        for pattern, hint in _SHARPER:
-            if pattern.search(evidence):
+        for only, pattern, hint in _SHARPER:
+            if (only is None or only == category) and pattern.search(evidence):
                 return hint
     return HINTS.get(category, HINTS["unknown"])
