@@ -65,6 +65,14 @@ def mismatches(cli: Any, tries: int = 6) -> list[str]:
     move while they were listed (read before and after the listing) ([] when all agree)."""
     if not cli.home.exists():
         return []  # this CLI never ran
+    jobs = _listing(cli)
+    if not jobs:
+        return []
+    # Most tests end with their jobs ended and their logs still: one listing that equals the fold
+    # settles it. Anything else goes through the careful loop below.
+    quick = _folds(cli, jobs)
+    if all(quick[job["id"]]["doc"] == job for job in jobs):
+        return []
     wrong: list[str] = []
     for _ in range(tries):
         jobs = _listing(cli)

@@ -13,7 +13,11 @@ from pathlib import Path
 
 from cli_harness import REPO, Cli, copy_demo, copy_unchanged, culprit_leads
 
-FAST_RESTART = ["--set", "restart.backoff.initial=0.5s", "--set", "restart.backoff.jitter=0"]
+# The verdict is what these scenarios judge: no restart after it (the restarts are tested elsewhere).
+VERDICT_ONLY = ["--set", "restart.max_restarts=0"]
+# The demo at a size that trains in a fraction of a second per step on 2 CPU cores.
+SMALL_DEMO = ["--vocab", "64", "--dim", "32", "--layers", "2", "--heads", "2", "--seq-len", "16",
+              "--batch-size", "16"]
 SCRIPTS = REPO / "tests" / "fixtures" / "scripts"
 
 
@@ -42,7 +46,7 @@ def culprit_first(cli: Cli, base: Path, hung_rank: int, heartbeat_timeout: float
     """The unchanged torchrun + FSDP2 script with ``hung_rank`` stuck in user code at step 30 while
     its peer waits in FSDP's next all-gather: the verdict's evidence must lead with the stuck rank."""
     job = copy_unchanged(base, "torchrun_fsdp2")
-    status = submit(cli, job, *FAST_RESTART, "--set", 'args=["--steps", "50", "--save-every", "20"]',
+    status = submit(cli, job, *VERDICT_ONLY, "--set", 'args=["--steps", "50", "--save-every", "20"]',
                     "--set", f"watch.heartbeat_timeout={heartbeat_timeout:g}s",
                     "--set", "watch.startup_timeout=60s",
                     "--set", f"env.FSDP_ORCH_FAULT=hang:step=30:rank={hung_rank}")
@@ -62,7 +66,7 @@ def hang_at_a_checkpoint_step(cli: Cli, base: Path, heartbeat_timeout: float = 5
     checkpoint step: rank 0 waits inside the save. The verdict must come within heartbeat_timeout
     + 2 s, category hang, saying the ranks were in a checkpoint save."""
     demo = copy_demo(base)
-    status = submit(cli, demo, *FAST_RESTART, "--set", "args=[--steps, 40]",
+    status = submit(cli, demo, *VERDICT_ONLY, "--set", "args=" + json.dumps(["--steps", "40", *SMALL_DEMO]),
                     "--set", "checkpoint.interval=10",
                     "--set", f"watch.heartbeat_timeout={heartbeat_timeout:g}s",
                     "--set", "watch.startup_timeout=60s",

@@ -24,7 +24,6 @@ pytestmark = pytest.mark.slow
 def test_the_stuck_rank_leads_the_evidence_not_the_one_waiting_in_a_collective(cli, tmp_path, hung_rank):
     outcome = culprit_first(cli, tmp_path, hung_rank)
     assert outcome.hit, outcome.why
-    assert outcome.status["state"] == "SUCCEEDED", why(outcome.status)
     detail = cli.run("status", outcome.status["id"], check=True).stdout
     assert f"rank {hung_rank} stuck in train.py:" in detail  # what `status ID` shows of the failure
 
@@ -33,7 +32,6 @@ def test_a_hang_at_a_checkpoint_step_is_caught_within_the_window(cli, tmp_path):
     outcome = hang_at_a_checkpoint_step(cli, tmp_path)
     assert outcome.hit, outcome.why
     assert "inside a checkpoint save" in outcome.failure["evidence"]
-    assert outcome.status["state"] == "SUCCEEDED", why(outcome.status)
 
 
 def test_a_slow_save_that_keeps_writing_is_never_a_verdict(cli, tmp_path):
