@@ -59,7 +59,8 @@ _SHARPER = [
      "another process holds the TPU: stop it (sudo lsof -w /dev/accel*) before starting the job"),
     (None, re.compile(r"size mismatch for|Missing key\(s\)|Unexpected key\(s\)"),
      "the checkpoint belongs to a different model or sharding: load it with the model that wrote it"),
-    ("killed_sigkill", re.compile(r"(?i)out of memory|\boom|cgroup"),
+    ("killed_sigkill", re.compile(r"(?i)out of memory: kill|oom[-_]kill|oomkilled|cgroup out of memory|"
+                                  r"out-of-memory handler"),
      "the kernel's OOM killer ended the rank: the node ran out of host memory (not GPU memory); see "
      "`dmesg -T | grep -i -e oom -e killed` or `journalctl -k` on the node and, under SLURM, `sacct -j "
      "<id> --format=JobID,State,ExitCode,MaxRSS`; use fewer DataLoader workers, less pinned or "

@@ -170,6 +170,8 @@ def test_exception_lines_of_every_usual_shape_are_user_errors():
     ("killed by SIGKILL (exit -9)", "killed_sigkill", "dmesg -T | grep -i -e oom -e killed"),
     ("killed by SIGKILL (exit -9)", "killed_sigkill", "sacct -j <id> --format=JobID,State,ExitCode,MaxRSS"),
     ("killed by SIGKILL (exit -9)", "killed_sigkill", "journalctl -k"),
+    ("rank 1 failed first: killed by SIGKILL (exit -9): the kernel OOM killer, the scheduler or an external "
+     "kill", "killed_sigkill", "most often by the kernel's OOM killer"),  # not yet known to be the OOM killer
     ("Out of memory: Killed process 7870 (python)", "killed_sigkill", "OOM killer"),
     ("RuntimeError: DataLoader worker (pid 46794) is killed by signal: Bus error.", "crashed_signal", "/dev/shm"),
     ("ended by SIGABRT (signal 6, exit -6)", "crashed_signal", "terminate called after"),
