@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from fsdp_orch.record.model import JobStatus
+from fsdp_orch.record.model import RUNTIME_LOSS, JobStatus
 from fsdp_orch.vocab.times import iso_time
 
 
@@ -19,15 +20,37 @@ def _loss(loss: float | None) -> str:
     return "" if loss is None else f"{loss:.4f}"
 
 
-def format_jobs(jobs: list[JobStatus], detail: bool = False) -> str:
-    rows = [{"id": j.id, "name": _one_line(j.name), "cluster": j.cluster, "state": j.state,
+def duration(seconds: float) -> str:
+    """42s, 7m, 3h05m: short enough for a table cell."""
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds // 60:.0f}m"
+    hours, minutes = divmod(int(seconds // 60), 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def _state(job: JobStatus, now: float) -> str:
+    """The STATE column: a running job whose steps stopped says for how long, and the hang window in
+    force (``RUNNING (stalled 42s/5m)``)."""
+    stalled = job.stalled_for_s(now)
+    if stalled is None:
+        return job.state
+    window = f"/{duration(job.hang_window_s)}" if job.hang_window_s is not None else ""
+    return f"{job.state} (stalled {duration(stalled)}{window})"
+
+
+def format_jobs(jobs: list[JobStatus], detail: bool = False, now: float | None = None) -> str:
+    """The status table (``now``: the time of reading, default the clock's)."""
+    now = time.time() if now is None else now
+    rows = [{"id": j.id, "name": _one_line(j.name), "cluster": j.cluster, "state": _state(j, now),
              "attempts": j.attempts, "step": j.progress_step, "loss": _loss(j.progress_loss),
              "ckpt": _ckpt(j), "created": (iso_time(j.created_at) or "")[:19].replace("T", " ")}
             for j in jobs]
     text = format_rows(["id", "name", "cluster", "state", "attempts", "step", "loss", "ckpt", "created"], rows)
     if not detail:
         return text
-    return "\n".join([text, *(line for j in jobs for line in detail_lines(j))])
+    return "\n".join([text, *(line for j in jobs for line in detail_lines(j, now))])
 
 
 def _ckpt(job: JobStatus) -> int | str | None:
@@ -37,10 +60,19 @@ def _ckpt(job: JobStatus) -> int | str | None:
     return job.last_checkpoint_step
 
 
-def detail_lines(job: JobStatus) -> list[str]:
-    """What ``status ID`` prints under the table: the reason, each failure with its hint, the
-    notices and the run folder."""
+def detail_lines(job: JobStatus, now: float | None = None) -> list[str]:
+    """What ``status ID`` prints under the table: the loss and where it came from, a stall and the
+    hang window in force, the reason, each failure with its hint, the notices and the run folder."""
+    now = time.time() if now is None else now
     lines = []
+    if job.progress_loss is not None:
+        lines.append(f"loss: {_loss(job.progress_loss)} at step {job.progress_step} "
+                     f"({_loss_from(job.progress_loss_source)})")
+    stall = job.stalled_for_s(now)
+    if stall is not None:
+        lines.append(f"stalled: no step for {stall:.0f}s{_window(job, '; ')}")
+    elif job.running and job.hang_window_s is not None:
+        lines.append(_window(job, ""))
     if job.reason:
         lines.append(f"reason: {job.reason}")
     for f in job.failures:
@@ -59,6 +91,18 @@ def detail_lines(job: JobStatus) -> list[str]:
     if job.run_dir:
         lines.append(f"run dir: {job.run_dir}")
     return lines
+
+
+def _loss_from(source: str | None) -> str:
+    if source in (None, RUNTIME_LOSS):
+        return "from fsdp_orch.runtime"
+    return f"read from the console, {source} format"
+
+
+def _window(job: JobStatus, before: str) -> str:
+    if job.hang_window_s is None:
+        return ""
+    return f"{before}hang window in force: {job.hang_window_s:g}s ({job.hang_window_mode})"
 
 
 def _one_line(text: str) -> str:

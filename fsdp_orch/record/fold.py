@@ -14,6 +14,8 @@ from typing import Any
 
 from fsdp_orch.record.model import (
     HOST_EXCLUDED,
+    RUNTIME_LOSS,
+    STEP_SAMPLES,
     AllocationRequeued,
     AttemptEnded,
     AttemptLaunched,
@@ -26,6 +28,7 @@ from fsdp_orch.record.model import (
     Finished,
     FirstStep,
     HangDetection,
+    HangWindow,
     JobNotice,
     JobStatus,
     Notice,
@@ -102,6 +105,8 @@ def _attempt_started(status: JobStatus, event: AttemptStarted) -> None:
     attempt = int(event.attempt)
     status.attempts, status.restarts, status.state = attempt + 1, attempt, JobState.RUNNING.value
     status.attempt_records[attempt] = AttemptRecord(attempt, float(event.at), resume_from=event.resume_from)
+    status.stepped_at = None  # the new attempt has not stepped yet; its window comes with its steps
+    status.hang_window_s = status.hang_window_mode = None
 
 
 def _first_step(status: JobStatus, event: FirstStep) -> None:
@@ -111,11 +116,29 @@ def _first_step(status: JobStatus, event: FirstStep) -> None:
 
 
 def _progress(status: JobStatus, event: Progress) -> None:
+    _stepped(status, event)
     status.progress_step = event.step
     status.progress_loss = finite(event.loss)
+    status.progress_loss_source = (event.loss_source or RUNTIME_LOSS) if status.progress_loss is not None else None
     status.progress_at = event.progress_at
     # The supervisor reports only its current attempt's progress: the latest attempt started.
     status.progress_attempt = status.attempts - 1 if status.attempts else None
+
+
+def _stepped(status: JobStatus, event: Progress) -> None:
+    """When the running attempt last stepped, and the seconds per step since its previous step (a
+    progress event repeats the step when only the loss changed)."""
+    at = float(event.at) if event.progress_at is None else float(event.progress_at)
+    previous, since = status.progress_step, status.stepped_at
+    if since is not None and previous is not None and event.step == previous:
+        return
+    if since is not None and previous is not None and event.step > previous and at > since:
+        status.step_seconds = [*status.step_seconds[1 - STEP_SAMPLES:], (at - since) / (event.step - previous)]
+    status.stepped_at = at
+
+
+def _hang_window(status: JobStatus, event: HangWindow) -> None:
+    status.hang_window_s, status.hang_window_mode = float(event.window_s), event.mode
 
 
 def _checkpoint(status: JobStatus, event: CheckpointCommitted) -> None:
@@ -162,6 +185,7 @@ _STEPS: dict[type[Event], Callable[[JobStatus, Any], None]] = {
     AttemptStarted: _attempt_started,
     FirstStep: _first_step,
     Progress: _progress,
+    HangWindow: _hang_window,
     CheckpointCommitted: _checkpoint,
     HangDetection: _hang_detection,
     FailureDetected: _failure,

@@ -50,8 +50,17 @@ class Journal:
     def first_step(self, attempt: int, when: float) -> None:
         self._append(model.FirstStep(job=self.job_id, attempt=attempt, first_step_at=when))
 
-    def progress(self, step: int, loss: float | None, progress_at: float, now: float | None = None) -> None:
-        self._append(model.Progress(job=self.job_id, step=step, loss=model.finite(loss), progress_at=progress_at), now)
+    def progress(self, step: int, loss: float | None, progress_at: float, now: float | None = None, *,
+                 loss_source: str | None = None) -> None:
+        """Rank 0's step and the latest loss; ``loss_source``: ``runtime`` (its heartbeat) or the
+        console format it was read in. A loss that is not finite is kept as None, without a source."""
+        loss = model.finite(loss)
+        self._append(model.Progress(job=self.job_id, step=step, loss=loss, progress_at=progress_at,
+                                    loss_source=loss_source if loss is not None else None), now)
+
+    def hang_window(self, attempt: int, window_s: float, mode: str, now: float | None = None) -> None:
+        """The hang window in force for the attempt's stepping ranks (``fixed`` or ``adaptive``)."""
+        self._append(model.HangWindow(job=self.job_id, attempt=attempt, window_s=window_s, mode=mode), now)
 
     def checkpoint(self, step: int | None, now: float | None = None, *, path: str | None = None,
                    step_note: str = "") -> None:

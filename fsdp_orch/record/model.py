@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from fsdp_orch.vocab.states import TERMINAL_NAMES
+from fsdp_orch.vocab.states import TERMINAL_NAMES, JobState
 from fsdp_orch.vocab.times import iso_time
 
 # --- events ----------------------------------------------------------------------------------
@@ -85,12 +85,32 @@ class FirstStep(Event):
     first_step_at: float = 0.0
 
 
+RUNTIME_LOSS = "runtime"  # a loss the fsdp_orch runtime put in rank 0's heartbeat
+
+
 @dataclass(frozen=True)
 class Progress(Event):
+    """Rank 0's step (when it last changed: ``progress_at``) and the latest loss, with where the loss
+    came from: ``runtime`` (the heartbeat), else the console format it was read in
+    (``observe.console_loss``: ``hf_trainer``, ``lightning``, ``print``)."""
+
     KIND = "progress"
     step: int = 0
     loss: float | None = None  # None: none reported, or not finite (JSON has no NaN)
     progress_at: float | None = None
+    loss_source: str | None = None  # None with a loss: written before sources were (the runtime's)
+
+
+@dataclass(frozen=True)
+class HangWindow(Event):
+    """The hang window in force for the attempt's ranks once they step: ``watch.heartbeat_timeout``
+    (``fixed``) or the adaptive window. Written when it first applies in an attempt and when it
+    moves by more than a fifth."""
+
+    KIND = "hang_window"
+    attempt: int = 0
+    window_s: float = 0.0
+    mode: str = "fixed"
 
 
 @dataclass(frozen=True)
@@ -170,7 +190,7 @@ HOST_EXCLUDED = "host_excluded"  # the notice of a host lost mid-run, left out o
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     Submitted, SupervisorStarted, Scheduled, AttemptStarted, AttemptLaunched, FirstStep, Progress,
-    CheckpointCommitted, HangDetection, FailureDetected, Notice, AttemptEnded, RestartScheduled,
+    HangWindow, CheckpointCommitted, HangDetection, FailureDetected, Notice, AttemptEnded, RestartScheduled,
     AllocationRequeued, StateChanged, Finished)}
 _FIELDS = {kind: {f.name for f in dataclasses.fields(cls)} for kind, cls in EVENT_TYPES.items()}
 
@@ -194,6 +214,25 @@ def finite(value: float | None) -> float | None:
 
 
 # --- status ----------------------------------------------------------------------------------
+
+# A running attempt is stalled once its rank 0 has taken no step for STALL_STEPS median step times,
+# and for at least STALL_FLOOR_S or half the hang window in force, whichever is shorter (a stall is
+# worth telling while the window still runs; steady jitter of a few seconds is not one).
+STALL_STEPS = 3
+STALL_FLOOR_S = 30.0
+STEP_SAMPLES = 15  # the step times kept (seconds per step between progress events)
+
+
+def stall_threshold(step_seconds: list[float], window_s: float | None) -> float:
+    """Seconds without a step after which a running attempt shows as stalled."""
+    floor = STALL_FLOOR_S if window_s is None else min(STALL_FLOOR_S, window_s / 2)
+    if not step_seconds:
+        return floor
+    ordered = sorted(step_seconds)  # no statistics import: status starts fast
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return max(floor, STALL_STEPS * median)
+
 
 
 @dataclass
@@ -252,10 +291,13 @@ class JobStatus:
     last_checkpoint_note: str = ""  # why its step is not known ("" when it is)
     progress_step: int | None = None
     progress_loss: float | None = None
+    progress_loss_source: str | None = None  # "runtime", or the console format (observe.console_loss)
     progress_at: float | None = None
     failures: list[Failure] = field(default_factory=list)
     reason: str | None = None
     hang_detection_off: str | None = None  # why hang detection is off; None: it is on
+    hang_window_s: float | None = None  # the running attempt's hang window, once its ranks step
+    hang_window_mode: str | None = None  # "fixed" or "adaptive"
     notices: list[JobNotice] = field(default_factory=list)
     origin: dict[str, Any] | None = None
     # Read by fsdp-orch itself, not shown by status.
@@ -267,6 +309,8 @@ class JobStatus:
     backend_ref: str | None = None
     attempt_records: dict[int, AttemptRecord] = field(default_factory=dict)
     excluded_hosts: list[str] = field(default_factory=list)  # address:port, in the order lost
+    stepped_at: float | None = None  # the running attempt's last step (None: none yet)
+    step_seconds: list[float] = field(default_factory=list)  # recent seconds per step
     progress_attempt: int | None = None  # the attempt whose progress progress_step is
 
     @property
@@ -282,16 +326,39 @@ class JobStatus:
                 "step_known": self.last_checkpoint_step is not None,
                 "step_unknown_because": self.last_checkpoint_note or None}
 
-    def to_json(self) -> dict[str, Any]:
-        """The ``status --json`` document."""
+    @property
+    def running(self) -> bool:
+        return self.state == JobState.RUNNING.value
+
+    @property
+    def stall_from(self) -> float | None:
+        """When the running attempt shows as stalled if it takes no step before; None while it is
+        not running or has not stepped yet (starting up is not a stall)."""
+        if not self.running or self.stepped_at is None:
+            return None
+        return self.stepped_at + stall_threshold(self.step_seconds, self.hang_window_s)
+
+    def stalled_for_s(self, now: float) -> float | None:
+        """Seconds since the running attempt's last step, once that is a stall (``stall_from``)."""
+        since = self.stall_from
+        if since is None or self.stepped_at is None or now <= since:
+            return None
+        return round(now - self.stepped_at, 1)
+
+    def to_json(self, now: float | None = None) -> dict[str, Any]:
+        """The ``status --json`` document. ``stalled_for_s`` depends on the time of reading: None
+        here without ``now`` (the index keeps that document; ``store`` fills it in as it reads)."""
         progress = None if self.progress_step is None else {
-            "step": self.progress_step, "loss": self.progress_loss, "updated_at": iso_time(self.progress_at)}
+            "step": self.progress_step, "loss": self.progress_loss, "loss_source": self.progress_loss_source,
+            "updated_at": iso_time(self.progress_at)}
         return {
             "id": self.id, "name": self.name, "cluster": self.cluster, "state": self.state,
             "attempts": self.attempts, "restarts": self.restarts,
             "created_at": iso_time(self.created_at), "ended_at": iso_time(self.ended_at),
             "last_checkpoint_step": self.last_checkpoint_step, "last_checkpoint": self.last_checkpoint,
             "progress": progress,
+            "stalled_for_s": None if now is None else self.stalled_for_s(now),
+            "hang_window_s": self.hang_window_s if self.running else None,
             "failures": [f.to_json() for f in self.failures],
             "reason": self.reason, "run_dir": self.run_dir,
             "hang_detection": {"enabled": self.hang_detection_off is None, "reason": self.hang_detection_off},
@@ -316,5 +383,6 @@ class JobStatus:
 
 __all__ = ["EVENT_TYPES", "HOST_EXCLUDED", "AllocationRequeued", "AttemptEnded", "AttemptLaunched",
            "AttemptRecord", "AttemptStarted", "CheckpointCommitted", "Event", "Failure", "FailureDetected",
-           "Finished", "FirstStep", "HangDetection", "JobNotice", "JobStatus", "Notice", "Progress",
-           "RestartScheduled", "Scheduled", "StateChanged", "Submitted", "SupervisorStarted", "finite", "parse_event"]
+           "Finished", "FirstStep", "HangDetection", "HangWindow", "JobNotice", "JobStatus", "Notice", "Progress",
+           "RUNTIME_LOSS", "RestartScheduled", "Scheduled", "StateChanged", "Submitted", "SupervisorStarted",
+           "finite", "parse_event", "stall_threshold"]

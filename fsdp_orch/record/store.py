@@ -22,12 +22,17 @@ if TYPE_CHECKING:
 
     from fsdp_orch.record.model import JobStatus
 
-SCHEMA_VERSION = 8  # 7: JobStatus.last_checkpoint_path and _note (checkpoint.file); 8: progress_attempt
+SCHEMA_VERSION = 9  # 7: JobStatus.last_checkpoint_path and _note (checkpoint.file); 8: progress_attempt;
+# 9: the loss's source, the hang window, stepped_at/stall_from (stalled_for_s filled in as status reads)
 BUSY_TIMEOUT_MS = 30_000
 ACTIVE_STATES = ("PENDING", "RUNNING", "RESTARTING")
 # Written into the SQL text, not bound: SQLite uses the partial index jobs_active only when the
 # query's WHERE is visibly the index's own.
 _ACTIVE = f"state IN {ACTIVE_STATES!r}"
+# A row's status document as read at a time (bound twice: ?, ?): a stalled job's stalled_for_s is
+# the seconds since its last step, as JobStatus.to_json(now) says (the kept doc has null there).
+_DOC_AT = ("CASE WHEN stall_from < ? THEN json_set(doc, '$.stalled_for_s', round(? - stepped_at, 1))"
+           " ELSE doc END")
 
 _SCHEMA = [
     """CREATE TABLE jobs (
@@ -42,7 +47,9 @@ _SCHEMA = [
         backend_ref TEXT,
         record TEXT NOT NULL,   -- JobStatus.to_record(), JSON
         doc TEXT NOT NULL,      -- JobStatus.to_json(), JSON: what status --json prints
-        last_key TEXT           -- events.order_key of the last event folded in, JSON
+        last_key TEXT,          -- events.order_key of the last event folded in, JSON
+        stepped_at REAL,        -- JobStatus.stepped_at: the running attempt's last step
+        stall_from REAL         -- JobStatus.stall_from: from then on, without a step, it is stalled
     )""",
     "CREATE INDEX jobs_created ON jobs(created_at)",
     f"CREATE INDEX jobs_active ON jobs(state) WHERE {_ACTIVE}",
@@ -175,13 +182,15 @@ class Store:
                     return False
             self.conn.execute(
                 "INSERT INTO jobs (id, created_at, state, ended_at, kind, run_dir, idempotency_key,"
-                " supervisor_pid, backend_ref, record, doc, last_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " supervisor_pid, backend_ref, record, doc, last_key, stepped_at, stall_from)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT(id) DO UPDATE SET state = excluded.state, ended_at = excluded.ended_at,"
                 " supervisor_pid = excluded.supervisor_pid, backend_ref = excluded.backend_ref,"
-                " record = excluded.record, doc = excluded.doc, last_key = excluded.last_key",
+                " record = excluded.record, doc = excluded.doc, last_key = excluded.last_key,"
+                " stepped_at = excluded.stepped_at, stall_from = excluded.stall_from",
                 (status.id, status.created_at, status.state, status.ended_at, status.kind, status.run_dir,
                  status.idempotency_key, status.supervisor_pid, status.backend_ref, record, doc,
-                 None if last_key is None else _dumps(last_key)))
+                 None if last_key is None else _dumps(last_key), status.stepped_at, status.stall_from))
             self.conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")
             self._set_ingested(ingested)
         return True
@@ -282,35 +291,45 @@ class Store:
             return prefix
         return rows[0][0] if len(rows) == 1 else None
 
-    def status_json(self, job_id: str | None = None, limit: int | None = None) -> str | None:
+    def status_json(self, job_id: str | None = None, limit: int | None = None,
+                    now: float | None = None) -> str | None:
         """``status --json`` text: a list of all jobs (oldest first), or one object; None if unknown."""
-        data = self.status_json_bytes(job_id, limit)
+        data = self.status_json_bytes(job_id, limit, now)
         return None if data is None else data.decode()
 
-    def status_json_bytes(self, job_id: str | None = None, limit: int | None = None) -> bytes | None:
-        """As status_json, as UTF-8 bytes straight from SQLite (no decode/encode of megabytes)."""
+    def status_json_bytes(self, job_id: str | None = None, limit: int | None = None,
+                          now: float | None = None) -> bytes | None:
+        """As status_json, as UTF-8 bytes straight from SQLite (no decode/encode of megabytes).
+        ``stalled_for_s`` is filled in for the time of reading (``now``, default the clock's):
+        ``JobStatus.to_json(now)``."""
+        now = time.time() if now is None else now
         if job_id is not None:
-            row = self.conn.execute("SELECT CAST(doc AS BLOB) FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            row = self.conn.execute(f"SELECT CAST({_DOC_AT} AS BLOB) FROM jobs WHERE id = ?",
+                                    (now, now, job_id)).fetchone()
             return bytes(row[0]) if row else None
         if limit is not None:
             row = self.conn.execute(
                 "SELECT CAST('[' || coalesce(group_concat(doc, ','), '') || ']' AS BLOB) FROM"
-                " (SELECT doc, created_at, r FROM (SELECT doc, created_at, rowid AS r FROM jobs"
+                f" (SELECT doc, created_at, r FROM (SELECT {_DOC_AT} AS doc, created_at, rowid AS r FROM jobs"
                 " ORDER BY created_at DESC, rowid DESC LIMIT ?) ORDER BY created_at, r)",
-                (int(limit),)).fetchone()
+                (now, now, int(limit))).fetchone()
             return bytes(row[0])
-        return self._all_docs_cached()
+        return self._all_docs_cached(now)
 
-    def _all_docs_cached(self) -> bytes:
+    def _all_docs_cached(self, now: float) -> bytes:
         """The full list, from a file named after the store's generation when nothing changed since
-        it was written (status in a polling pipeline), else built by SQLite and cached."""
+        it was written (status in a polling pipeline), else built by SQLite and cached; the documents
+        of the running jobs stalled at ``now`` are then put in for the kept ones (a few, and among the
+        newest: found from the end)."""
         self.conn.execute("BEGIN")
         try:
+            stalled = self.conn.execute(f"SELECT CAST(doc AS BLOB), CAST({_DOC_AT} AS BLOB) FROM jobs"
+                                        f" WHERE {_ACTIVE} AND stall_from < ?", (now, now, now)).fetchall()
             generation = self.conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0]
             cache = os.path.join(os.path.dirname(self.path) or ".", "cache", f"status-{generation}.json")
             try:
                 with open(cache, "rb") as f:
-                    return f.read()
+                    return _with_docs(f.read(), stalled)
             except FileNotFoundError:
                 pass
             row = self.conn.execute(
@@ -320,7 +339,7 @@ class Store:
             self.conn.execute("COMMIT")
         data = bytes(row[0])
         self._write_cache(cache, data)
-        return data
+        return _with_docs(data, stalled)
 
     @staticmethod
     def _write_cache(path: str, data: bytes) -> None:
@@ -348,6 +367,20 @@ class ActiveJob:
 
     def __init__(self, id: str, kind: str, supervisor_pid: int | None, backend_ref: str | None):
         self.id, self.kind, self.supervisor_pid, self.backend_ref = id, kind, supervisor_pid, backend_ref
+
+
+def _with_docs(listing: bytes, replacements: list[tuple[bytes, bytes]]) -> bytes:
+    """``listing`` with each (kept document, document as read now) put in (each document holds its
+    job's id, so it is found once)."""
+    found = sorted((at, kept, now) for kept, now in replacements if (at := listing.rfind(kept)) >= 0)
+    if not found:
+        return listing
+    view, parts, done = memoryview(listing), [], 0
+    for at, kept, now in found:  # one copy of the megabytes, not one per document
+        parts += [view[done:at], now]
+        done = at + len(kept)
+    parts.append(view[done:])
+    return b"".join(parts)
 
 
 def _loads(text: str) -> Any:

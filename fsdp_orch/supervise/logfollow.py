@@ -1,5 +1,5 @@
 """Following an attempt's logs as they are written (in chunks from its handle), feeding each log to
-its own LineScanner."""
+its own LineScanner (failure causes) and its own LossReader (the training loss the script prints)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable
 from pathlib import PurePosixPath
 
+from fsdp_orch.observe.console_loss import LossReader
 from fsdp_orch.supervise.diagnose import Diagnosis, LineScanner, torchrun_root_cause
 
 # Failures of communication are most often the symptom of a peer that died first: when causes
@@ -25,6 +26,9 @@ class LogFollower:
         self.cause: tuple[str, Diagnosis] | None = None
         self.cause_line = ""
         self.tail: dict[str, list[str]] = {}
+        self.loss_readers: dict[str, LossReader] = {}
+        self.loss: tuple[float, str] | None = None  # the latest console loss and its format
+        self._loss_rank = 3  # how near rank 0 the log that gave it is (0: rank 0's own file)
 
     def poll(self, final: bool = False) -> Diagnosis | None:
         """The first root cause seen so far (strong signatures only unless ``final``). New lines are
@@ -38,7 +42,9 @@ class LogFollower:
         for path in sources:
             scanner = self.scanners.setdefault(path, LineScanner())
             had_cause = scanner.first is not None
-            for line in self._new_lines(path, appended.get(path, b""), final):
+            text = appended.get(path, b"").decode("utf-8", errors="replace")
+            self._read_loss(path, text, final)
+            for line in self._new_lines(path, text, final):
                 tail = self.tail.setdefault(path, [])
                 tail.append(line)
                 del tail[:-200]
@@ -61,14 +67,23 @@ class LogFollower:
                 return weak[0][1]
         return None
 
-    def _new_lines(self, path: str, data: bytes, final: bool) -> list[str]:
-        text = self.partial.pop(path, "") + data.decode("utf-8", errors="replace")
+    def _new_lines(self, path: str, data: str, final: bool) -> list[str]:
+        text = self.partial.pop(path, "") + data
         lines = text.split("\n")
         if not final and lines and lines[-1]:
             self.partial[path] = lines.pop()  # an unfinished line waits for its end
         elif lines and not lines[-1]:
             lines.pop()
         return lines
+
+    def _read_loss(self, path: str, text: str, final: bool) -> None:
+        """Keep the latest loss from the log nearest rank 0 that has shown one: rank 0's own file,
+        then node 0's console lines of local rank 0 (or of no rank), then any other."""
+        reader = self.loss_readers.setdefault(path, LossReader())
+        for loss, source, prefix_rank in reader.feed(text, final):
+            nearness = _nearness_to_rank_0(path, prefix_rank)
+            if nearness <= self._loss_rank:
+                self.loss, self._loss_rank = (loss, source), nearness
 
     def root_cause_rank(self) -> tuple[int, int, int] | None:
         """torchrun's first observed failure, (global rank, local rank, exit code), from the lines so far."""
@@ -87,3 +102,15 @@ class LogFollower:
             return int(path.parent.name)
         m = re.match(r"\[default(\d+)\]:", self.cause_line)
         return int(m.group(1)) if m else None
+
+
+def _nearness_to_rank_0(path: str, prefix_rank: int | None) -> int:
+    """0: global rank 0's own log (node-0/<run>/attempt_K/0/std*.log, see
+    ``observe.attempt_files.LOG_PATTERNS``); 1: node 0's console, lines of local rank 0 or of no
+    rank prefix (``launcher: python``); 2: any other log."""
+    parts = PurePosixPath(path).parts
+    if len(parts) == 5 and parts[2].startswith("attempt_"):
+        return 0 if parts[0] == "node-0" and parts[3] == "0" else 2
+    if parts == ("console-node-0.log",) and prefix_rank in (None, 0):
+        return 1
+    return 2

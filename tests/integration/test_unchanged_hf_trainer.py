@@ -5,7 +5,10 @@ tokens. Nothing is fetched from a hub. Acceptance of "any training script, uncha
 from __future__ import annotations
 
 import json
+import math
 import shutil
+import threading
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -40,6 +43,23 @@ def submit(cli, job: Path, *extra: str) -> dict:  # type: ignore[no-untyped-def]
     return json.loads(proc.stdout)
 
 
+def submit_watching(cli, job: Path, *extra: str) -> tuple[dict, list[dict]]:  # type: ignore[no-untyped-def]
+    """As ``submit``, while ``status --json`` is polled until the job's first failure: its final
+    status and every status seen before that failure."""
+    final: dict = {}
+    run = threading.Thread(target=lambda: final.update(submit(cli, job, *extra)))
+    run.start()
+    seen: list[dict] = []
+    while run.is_alive():
+        listed = json.loads(cli.run("status", "--json").stdout or "[]")
+        if listed and listed[-1]["failures"]:
+            break
+        seen += listed
+        time.sleep(0.3)
+    run.join()
+    return final, seen
+
+
 def seconds(status: dict) -> float:
     parse = datetime.fromisoformat
     return (parse(status["ended_at"].replace("Z", "+00:00"))
@@ -63,18 +83,24 @@ def test_a_healthy_unmodified_trainer_run_longer_than_startup_timeout_succeeds(h
     assert status["failures"] == [] and status["attempts"] == 1
     assert seconds(status) > 3 * STARTUP_TIMEOUT, "the run must outlast startup_timeout three times"
     assert status["progress"]["step"] == 450  # optimizer steps, counted with no code change
+    # the loss, read from the Trainer's {'loss': ...} lines on rank 0's console
+    assert math.isfinite(status["progress"]["loss"]) and status["progress"]["loss_source"] == "hf_trainer"
     assert status["hang_detection"] == {"enabled": True, "reason": None}
     assert json.loads((job.parent / "out" / "trainer_state.json").read_text())["global_step"] == 450
 
 
 def test_a_hang_is_detected_with_the_stuck_frame_and_the_trainer_resumes_from_its_checkpoint(unchanged):
     cli, job = unchanged("hf_trainer")
-    status = submit(cli, job, *args_with(job, max_steps="140", save_steps="40"),
-                    "--set", "env.FSDP_ORCH_FAULT=hang:step=90:rank=1")
+    status, seen = submit_watching(cli, job, *args_with(job, max_steps="140", save_steps="40"),
+                                   "--set", "env.FSDP_ORCH_FAULT=hang:step=90:rank=1")
     assert status["state"] == "SUCCEEDED", status
     [failure] = status["failures"]
     assert failure["category"] == "hang" and failure["action"] == "restart"
     assert failure["stalled_for_s"] <= HEARTBEAT_TIMEOUT + 2, failure
+    # while it hung, before the verdict, status said so, with the window in force
+    stalled = [s for s in seen if s["stalled_for_s"]]
+    assert stalled, [(s["state"], s["progress"], s["stalled_for_s"]) for s in seen[-5:]]
+    assert stalled[-1]["hang_window_s"] == HEARTBEAT_TIMEOUT and stalled[-1]["state"] == "RUNNING"
     evidence = failure["evidence"]
     assert "rank 1 stuck at train.py:" in evidence, evidence  # the stuck rank's frame of user code
     stacks = Path(evidence.rsplit("stacks: ", 1)[1])

@@ -19,7 +19,7 @@ from fsdp_orch.vocab.states import JobState
 
 T0 = 1_700_000_000.0
 JOB_KEYS = ["id", "name", "cluster", "state", "attempts", "restarts", "created_at", "ended_at",
-            "last_checkpoint_step", "last_checkpoint", "progress", "failures", "reason", "run_dir", "hang_detection",
+            "last_checkpoint_step", "last_checkpoint", "progress", "stalled_for_s", "hang_window_s", "failures", "reason", "run_dir", "hang_detection",
             "events", "origin"]
 FAILURE_KEYS = ["attempt", "category", "evidence", "detected_at", "stalled_for_s", "action", "hint"]
 
@@ -46,7 +46,9 @@ def test_the_status_document_has_its_keys_in_order_and_its_times_in_utc() -> Non
     assert list(doc) == JOB_KEYS
     assert (doc["state"], doc["attempts"], doc["restarts"], doc["last_checkpoint_step"]) == ("SUCCEEDED", 2, 1, 40)
     assert doc["created_at"] == "2023-11-14T22:13:20.000Z" and doc["ended_at"] == "2023-11-14T22:15:00.000Z"
-    assert doc["progress"] == {"step": 42, "loss": 2.5, "updated_at": "2023-11-14T22:13:22.000Z"}
+    assert doc["progress"] == {"step": 42, "loss": 2.5, "loss_source": "runtime",
+                               "updated_at": "2023-11-14T22:13:22.000Z"}
+    assert (doc["stalled_for_s"], doc["hang_window_s"]) == (None, None)
     (failure,) = doc["failures"]
     assert list(failure) == FAILURE_KEYS
     assert (failure["category"], failure["stalled_for_s"], failure["hint"]) == (
@@ -175,3 +177,158 @@ def test_the_status_of_an_ended_job_still_takes_its_supervisors_last_events(tmp_
     index.ingest()
     assert index.store.job("j1").attempt_records[0].exit_code == -15  # type: ignore[union-attr]
     assert json.loads(index.store.status_json("j1") or "null") == folded(run_dir, "j1")
+
+
+# --- the loss's source, the hang window in force, a stall -------------------------------------------
+
+
+def test_the_loss_keeps_its_source_and_an_older_log_without_one_is_the_runtimes() -> None:
+    status = fold([submitted(), model.AttemptStarted(at=T0 + 1, attempt=0),
+                   model.Progress(at=T0 + 2, step=10, loss=2.5, progress_at=T0 + 2, loss_source="hf_trainer")], "j1")
+    assert status is not None
+    assert status.to_json()["progress"]["loss_source"] == "hf_trainer"
+    fold([model.Progress(at=T0 + 3, step=11, loss=2.4, progress_at=T0 + 3)], "j1", status)
+    assert status.to_json()["progress"]["loss_source"] == "runtime"  # written before sources were
+    fold([model.Progress(at=T0 + 4, step=12, loss=float("nan"), progress_at=T0 + 4, loss_source="print")], "j1", status)
+    assert status.to_json()["progress"] == {"step": 12, "loss": None, "loss_source": None,
+                                            "updated_at": "2023-11-14T22:13:24.000Z"}
+
+
+def test_the_journal_writes_no_source_for_a_loss_it_cannot_keep(tmp_path: Path) -> None:
+    journal = Journal(EventWriter(tmp_path, "supervisor"), "j1")
+    journal.progress(3, float("inf"), T0, loss_source="print")
+    journal.progress(4, 1.5, T0 + 1, loss_source="lightning")
+    lines = [line for line in read_job(tmp_path)[0] if line["kind"] == "progress"]
+    assert [(line["loss"], line["loss_source"]) for line in lines] == [(None, None), (1.5, "lightning")]
+
+
+def running(*events: model.Event) -> model.JobStatus:
+    status = fold([submitted(), model.AttemptStarted(at=T0, attempt=0), *events], "j1")
+    assert status is not None
+    return status
+
+
+def steps(start: float, first: int, count: int, every: float, per_event: int = 1) -> list[model.Event]:
+    """Progress events every ``every`` seconds, ``per_event`` steps apart."""
+    return [model.Progress(at=start + i * every, step=first + i * per_event, progress_at=start + i * every)
+            for i in range(count)]
+
+
+def test_the_stall_threshold_is_three_step_times_and_at_least_30s_or_half_the_window() -> None:
+    assert model.stall_threshold([], None) == 30.0
+    assert model.stall_threshold([], 10.0) == 5.0  # a short window: a stall shows before the verdict
+    assert model.stall_threshold([0.05] * 9, 300.0) == 30.0
+    assert model.stall_threshold([20.0, 21.0, 100.0], 600.0) == 63.0  # the median, not one slow step
+    assert model.stall_threshold([1.0, 2.0, 30.0, 40.0], 300.0) == 48.0  # even count: the mean of the middle two
+
+
+def test_a_running_job_whose_steps_stopped_is_stalled_by_the_clock_passed_in() -> None:
+    status = running(*steps(T0 + 10, 1, 20, every=1.0, per_event=4))  # 0.25 s per step
+    last = T0 + 29
+    assert status.step_seconds[-1] == 0.25 and len(status.step_seconds) == model.STEP_SAMPLES
+    assert status.stepped_at == last and status.stall_from == last + 30
+    assert status.stalled_for_s(last + 30) is None
+    assert status.stalled_for_s(last + 42.04) == 42.0
+    assert status.to_json(last + 42.04)["stalled_for_s"] == 42.0
+    assert status.to_json()["stalled_for_s"] is None  # the kept document: filled in as status reads
+    fold([model.HangWindow(at=last, attempt=0, window_s=20.0, mode="fixed")], "j1", status)
+    assert status.stalled_for_s(last + 10.5) == 10.5  # half the window in force
+    assert status.to_json()["hang_window_s"] == 20.0
+
+
+def test_a_progress_event_that_repeats_the_step_with_a_new_loss_is_no_step() -> None:
+    status = running(*steps(T0 + 10, 1, 6, every=2.0))
+    fold([model.Progress(at=T0 + 30, step=6, loss=1.0, progress_at=T0 + 20, loss_source="print")], "j1", status)
+    assert status.stepped_at == T0 + 20 and status.step_seconds == [2.0] * 5
+
+
+def test_no_stall_before_the_attempts_first_step_nor_once_it_is_not_running() -> None:
+    status = running(*steps(T0 + 10, 1, 6, every=2.0),
+                     model.HangWindow(at=T0 + 11, attempt=0, window_s=300.0, mode="adaptive"),
+                     model.RestartScheduled(at=T0 + 40, reason="hang"),
+                     model.AttemptStarted(at=T0 + 45, attempt=1))
+    assert status.running and status.stepped_at is None and status.stall_from is None
+    assert status.stalled_for_s(T0 + 10_000) is None  # starting up is not a stall
+    assert status.to_json()["hang_window_s"] is None  # the new attempt's comes with its steps
+    assert status.step_seconds == [2.0] * 5  # step times carry over
+    fold([model.Progress(at=T0 + 60, step=3, progress_at=T0 + 60)], "j1", status)
+    assert status.stepped_at == T0 + 60 and status.step_seconds == [2.0] * 5  # no sample across attempts
+    assert status.stalled_for_s(T0 + 100) == 40.0
+    fold([model.Finished(at=T0 + 101, state="FAILED")], "j1", status)
+    assert status.stall_from is None and status.stalled_for_s(T0 + 200) is None
+    again = model.JobStatus.from_record(json.loads(json.dumps(status.to_record())))
+    assert again == status
+
+
+def stalled_job(tmp_path: Path, job_id: str, stepped_at: float) -> Path:
+    """A job whose attempt stepped every second until ``stepped_at``, in a fixed window of 300 s."""
+    clock = Clock(stepped_at - 20)
+    run_dir = tmp_path / "runs" / job_id
+    submit = Journal(EventWriter(run_dir, "submit", clock=clock), job_id)
+    submit.submitted(name="n", cluster="local", kind="local", spec_json="{}", run_dir=str(run_dir),
+                     job_file=None, spec_hash=None, idempotency_key=None)
+    supervisor = Journal(EventWriter(run_dir, "supervisor", clock=clock), job_id)
+    supervisor.start_attempt(0, resume_from=None)
+    supervisor.hang_window(0, 300.0, "fixed")
+    for step in range(1, 11):
+        supervisor.progress(step, 3.0 - step / 10, stepped_at - 10 + step, loss_source="print")
+    return run_dir
+
+
+def test_status_json_fills_in_how_long_a_running_job_has_been_stalled_as_the_fold_says(tmp_path: Path) -> None:
+    import time
+
+    now = time.time()
+    stalled = stalled_job(tmp_path, "j1", now - 100)
+    stepping = stalled_job(tmp_path, "j2", now - 5)
+    index = index_of(tmp_path)
+    index.ingest()
+    for job_id, run_dir in (("j1", stalled), ("j2", stepping)):
+        status = fold_lines(read_job(run_dir)[0], job_id)
+        assert status is not None
+        doc = json.loads(index.store.status_json(job_id, now=now) or "null")
+        assert doc == status.to_json(now)
+    one = json.loads(index.store.status_json("j1", now=now) or "null")
+    assert one["stalled_for_s"] == 100.0 and one["hang_window_s"] == 300.0
+    assert json.loads(index.store.status_json("j2", now=now) or "null")["stalled_for_s"] is None
+    listed = {job["id"]: job for job in json.loads(index.store.status_json(now=now) or "[]")}
+    assert listed["j1"]["stalled_for_s"] == 100.0 and listed["j2"]["stalled_for_s"] is None
+    limited = json.loads(index.store.status_json(limit=5, now=now) or "[]")
+    assert [job["stalled_for_s"] for job in limited] == [100.0, None]
+    later = json.loads(index.store.status_json(now=now + 50) or "[]")  # not a cached list of before
+    assert [job["stalled_for_s"] for job in later] == [150.0, 55.0]
+
+
+def test_the_cached_list_keeps_no_time_and_a_stalled_jobs_document_is_put_in_as_it_is_read(tmp_path: Path) -> None:
+    import time
+
+    now = time.time()
+    for job_id in ("j1", "j2", "j3"):
+        stalled_job(tmp_path, job_id, now - 2 if job_id != "j2" else now - 60)
+    index = index_of(tmp_path)
+    index.ingest()
+    listed = json.loads(index.store.status_json_bytes(now=now) or b"[]")
+    assert {job["id"]: job["stalled_for_s"] for job in listed} == {"j1": None, "j2": 60.0, "j3": None}
+    [cached] = (tmp_path / "cache").iterdir()
+    assert [job["stalled_for_s"] for job in json.loads(cached.read_bytes())] == [None, None, None]
+    later = json.loads(index.store.status_json_bytes(now=now + 40) or b"[]")  # from the cache
+    assert {job["id"]: job["stalled_for_s"] for job in later} == {"j1": 42.0, "j2": 100.0, "j3": 42.0}
+    assert later == [fold_lines(read_job(tmp_path / "runs" / job["id"])[0], job["id"]).to_json(now + 40)  # type: ignore[union-attr]
+                     for job in later]
+
+
+def test_the_status_table_says_stalled_with_the_window_and_the_detail_says_where_the_loss_came_from() -> None:
+    from fsdp_orch.cli.status_table import detail_lines, format_jobs
+
+    status = running(*[model.Progress(at=T0 + 10 + i, step=i, loss=2.0 - i / 100, progress_at=T0 + 10 + i,
+                                      loss_source="hf_trainer") for i in range(1, 6)],
+                     model.HangWindow(at=T0 + 11, attempt=0, window_s=300.0, mode="fixed"))
+    last = T0 + 15
+    row = format_jobs([status], now=last + 5).splitlines()[1]
+    assert " RUNNING " in row and "stalled" not in row and "1.9500" in row
+    assert "RUNNING (stalled 42s/5m)" in format_jobs([status], now=last + 42).splitlines()[1]
+    assert "RUNNING (stalled 2h05m/5m)" in format_jobs([status], now=last + 7500).splitlines()[1]
+    lines = detail_lines(status, now=last + 42)
+    assert "loss: 1.9500 at step 5 (read from the console, hf_trainer format)" in lines
+    assert "stalled: no step for 42s; hang window in force: 300s (fixed)" in lines
+    assert "hang window in force: 300s (fixed)" in detail_lines(status, now=last + 1)
