@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_harness import culprit_leads
 
 pytestmark = pytest.mark.slow
 
@@ -42,9 +43,9 @@ def run_with_fault(cli, demo, fault: str, *extra: str) -> tuple[dict, dict]:
 
 @pytest.mark.parametrize("fault,category,evidence", [
     ("hang:step=12:rank=1", "hang", "no progress"),
-    ("crash:step=12:rank=1", "unknown", "code 1"),
-    ("kill:step=12:rank=1", "unknown", "SIGKILL"),
-    ("checkpoint_crash:step=10:rank=1", "unknown", "code"),
+    ("crash:step=12:rank=1", "injected_fault", "injected crash at step 12"),
+    ("kill:step=12:rank=1", "injected_fault", "injected SIGKILL"),
+    ("checkpoint_crash:step=10:rank=1", "injected_fault", "injected crash inside the checkpoint save"),
 ])
 def test_fault_is_classified_restarted_and_the_result_is_exact(cli, demo, reference, fault, category, evidence):
     status, result = run_with_fault(cli, demo, fault)
@@ -57,6 +58,7 @@ def test_fault_is_classified_restarted_and_the_result_is_exact(cli, demo, refere
     assert failure["action"] == "restart"
     if category == "hang":
         assert 8 <= failure["stalled_for_s"] < 8 + 5
+        assert culprit_leads(failure["evidence"], 1), failure["evidence"]
     assert result["resumed_from"] >= 5, "the restart did not resume from a checkpoint"
     assert result["final_loss"] == reference["final_loss"]
     assert result["param_sha256"] == reference["param_sha256"]
@@ -85,6 +87,6 @@ def test_user_code_error_fails_after_one_attempt(cli, tmp_path, demo):
     assert status["state"] == "FAILED" and status["attempts"] == 1
     [failure] = status["failures"]
     assert failure["category"] == "user_code_error"
-    assert failure["evidence"] == "KeyError: 'tokens'"
+    assert failure["evidence"].startswith("KeyError: 'tokens' (at train.py:"), failure["evidence"]
     assert failure["action"] == "give_up"
     assert "user_code_error" in status["reason"]
