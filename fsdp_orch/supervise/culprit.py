@@ -21,40 +21,46 @@ from dataclasses import dataclass
 
 from fsdp_orch.observe.stacks import Frame, ThreadStack, display_path, is_library_file, main_thread
 
-# (file pattern, function pattern): a frame in one of these is waiting for its peers.
-COLLECTIVE_FRAMES: tuple[tuple[re.Pattern[str], re.Pattern[str]], ...] = tuple(
-    (re.compile(path), re.compile(function)) for path, function in (
-        # every function of c10d's Python API talks to the peers (the collectives, barrier,
-        # send/recv, the *_object variants, init_process_group's rendezvous)
-        (r"torch/distributed/distributed_c10d\.py$", r".*"),
-        (r"torch/distributed/_functional_collectives\.py$", r".*"),
-        (r"torch/distributed/elastic/utils/store\.py$", r".*barrier.*"),
-        # FSDP's waits on the all-gathers and reduce-scatters it issued earlier
-        (r"torch/distributed/fsdp/", r"(?:.*\.)?(?:wait\w*|_?unshard|foreach_all_gather\w*|"
-                                     r"foreach_reduce\w*|_all_gather\w*|_reduce_scatter\w*)"),
-        (r"torch/distributed/checkpoint/utils\.py$",
-         r"(?:.*\.)?(?:gather_object|all_gather_object|broadcast_object|scatter_object|"
-         r"reduce_scatter|all_reduce|barrier)"),
-        # the wrappers, named in case their inner frames are not shown
-        (r"accelerate/utils/operations\.py$", r"(?:gather\w*|broadcast\w*|reduce|pad_across_processes)"),
-        (r"accelerate/state\.py$", r"(?:.*\.)?wait_for_everyone"),
-        (r"lightning/(?:fabric|pytorch)/.*(?:strategies|utilities)/.*\.py$",
-         r"(?:.*\.)?(?:barrier|broadcast|reduce|all_gather|_sync_ddp\w*)"),
-        (r"transformers/trainer_pt_utils\.py$", r"(?:distributed_concat|distributed_broadcast_scalars|"
-                                                r"nested_gather|.*\._nested_gather)"),
-    ))
+FrameTable = tuple[tuple[re.Pattern[str], re.Pattern[str]], ...]
+
+
+def _frame_table(*rows: tuple[str, str]) -> FrameTable:
+    """(file pattern, function pattern) rows, compiled: a frame matches a row when its file's path
+    contains the first and its function's name is the whole of the second."""
+    return tuple((re.compile(path), re.compile(function)) for path, function in rows)
+
+
+# A frame in one of these is waiting for its peers.
+COLLECTIVE_FRAMES = _frame_table(
+    # every function of c10d's Python API talks to the peers (the collectives, barrier,
+    # send/recv, the *_object variants, init_process_group's rendezvous)
+    (r"torch/distributed/distributed_c10d\.py$", r".*"),
+    (r"torch/distributed/_functional_collectives\.py$", r".*"),
+    (r"torch/distributed/elastic/utils/store\.py$", r".*barrier.*"),
+    # FSDP's waits on the all-gathers and reduce-scatters it issued earlier
+    (r"torch/distributed/fsdp/", r"(?:.*\.)?(?:wait\w*|_?unshard|foreach_all_gather\w*|"
+                                 r"foreach_reduce\w*|_all_gather\w*|_reduce_scatter\w*)"),
+    (r"torch/distributed/checkpoint/utils\.py$",
+     r"(?:.*\.)?(?:gather_object|all_gather_object|broadcast_object|scatter_object|"
+     r"reduce_scatter|all_reduce|barrier)"),
+    # the wrappers, named in case their inner frames are not shown
+    (r"accelerate/utils/operations\.py$", r"(?:gather\w*|broadcast\w*|reduce|pad_across_processes)"),
+    (r"accelerate/state\.py$", r"(?:.*\.)?wait_for_everyone"),
+    (r"lightning/(?:fabric|pytorch)/.*(?:strategies|utilities)/.*\.py$",
+     r"(?:.*\.)?(?:barrier|broadcast|reduce|all_gather|_sync_ddp\w*)"),
+    (r"transformers/trainer_pt_utils\.py$", r"(?:distributed_concat|distributed_broadcast_scalars|"
+                                            r"nested_gather|.*\._nested_gather)"),
+)
 # The Python frame that calls into autograd's C++ engine for a backward pass.
-BACKWARD_FRAME = (re.compile(r"torch/autograd/(?:graph|__init__)\.py$"),
-                  re.compile(r"_engine_run_backward|run_backward"))
+BACKWARD_FRAMES = _frame_table((r"torch/autograd/(?:graph|__init__)\.py$", r"_engine_run_backward|run_backward"))
 # A checkpoint being written: DCP, torch.save, safetensors, and the frameworks' save functions.
-SAVE_FRAMES: tuple[tuple[re.Pattern[str], re.Pattern[str]], ...] = tuple(
-    (re.compile(path), re.compile(function)) for path, function in (
-        (r"torch/distributed/checkpoint/", r".*"),
-        (r"torch/serialization\.py$", r"(?:save|_save)"),
-        (r"safetensors/torch\.py$", r"save\w*"),
-        (r".*", r"(?:.*\.)?(?:save_pretrained|save_state|save_checkpoint|_save_checkpoint|save_model|"
-                r"_save)"),
-    ))
+SAVE_FRAMES = _frame_table(
+    (r"torch/distributed/checkpoint/", r".*"),
+    (r"torch/serialization\.py$", r"(?:save|_save)"),
+    (r"safetensors/torch\.py$", r"save\w*"),
+    (r".*", r"(?:.*\.)?(?:save_pretrained|save_state|save_checkpoint|_save_checkpoint|save_model|"
+            r"_save)"),
+)
 NOT_IN_COLLECTIVE, IN_BACKWARD, IN_COLLECTIVE, NO_STACK = 0, 1, 2, 3
 
 
@@ -69,7 +75,7 @@ class RankPlace:
     in_save: bool = False  # inside a checkpoint save
 
 
-def _matches(frame: Frame, table: Iterable[tuple[re.Pattern[str], re.Pattern[str]]]) -> bool:
+def _matches(frame: Frame, table: FrameTable) -> bool:
     path = frame.file.replace("\\", "/")
     return any(p.search(path) and f.fullmatch(frame.function) for p, f in table)
 
@@ -111,7 +117,7 @@ def place_of(rank: int, threads: Sequence[ThreadStack], library_roots: Iterable[
     collective = _collective_name(top)
     if collective is not None:
         return RankPlace(rank, IN_COLLECTIVE, where, collective, in_save)
-    if any(BACKWARD_FRAME[0].search(f.file) and BACKWARD_FRAME[1].fullmatch(f.function) for f in top):
+    if any(_matches(f, BACKWARD_FRAMES) for f in top):
         return RankPlace(rank, IN_BACKWARD, where, None, in_save)
     return RankPlace(rank, NOT_IN_COLLECTIVE, where, None, in_save)
 
