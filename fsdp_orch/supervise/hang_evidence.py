@@ -71,10 +71,14 @@ def ras_counts(run: Runner = command.run, which: Callable[[str], str | None] = s
 
 
 def with_flight_recorder(diagnosis: Diagnosis, dumps: list[str]) -> Diagnosis:
-    """Point the evidence at the NCCL flight recorder's dumps, when the ranks wrote any."""
+    """Point the evidence at the flight recorder's dumps, when the ranks wrote any (NCCL's own on a
+    timeout, or every rank's on a hang verdict's request); a hang's stacks folder stays last."""
     if not dumps:
         return diagnosis
     where = posixpath.join(posixpath.dirname(dumps[0]), FLIGHT_RECORDER_PREFIX)
-    note = f"NCCL flight recorder dumps ({len(dumps)}): {where}*"
-    evidence = f"{diagnosis.evidence}; {note}" if diagnosis.evidence else note
+    note = f"flight recorder dumps ({len(dumps)}): {where}*"
+    if not diagnosis.evidence:
+        return dataclasses.replace(diagnosis, evidence=note)
+    head, sep, stacks = diagnosis.evidence.rpartition("; stacks: ")
+    evidence = f"{head}; {note}{sep}{stacks}" if sep else f"{diagnosis.evidence}; {note}"
     return dataclasses.replace(diagnosis, evidence=evidence)

@@ -17,5 +17,9 @@ def test_a_failure_links_the_flight_recorder_dumps_at_the_path_the_launch_export
         (tmp_path / f"{prefix.rsplit('/', 1)[1]}{rank}").write_bytes(b"fake flight recorder dump")
     linked = with_flight_recorder(timeout, attempt.flight_recorder_dumps())
     assert linked.category == "nccl_timeout" and linked.line == 3
-    assert linked.evidence == (f"Watchdog caught collective operation timeout; NCCL flight recorder "
+    assert linked.evidence == (f"Watchdog caught collective operation timeout; flight recorder "
                                f"dumps (2): {prefix}*")
+    hang = Diagnosis("hang", True, "rank 1 stuck in train.py:9 main (not in a collective); stacks: /run/stacks")
+    assert with_flight_recorder(hang, attempt.flight_recorder_dumps()).evidence == (
+        f"rank 1 stuck in train.py:9 main (not in a collective); flight recorder dumps (2): {prefix}*; "
+        "stacks: /run/stacks")
