@@ -9,9 +9,16 @@ import posixpath
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from fsdp_orch.observe import command
-from fsdp_orch.observe.collective_counts import parse_ras_status
+from fsdp_orch.observe.attempt_files import FLIGHT_RECORDER_REQUEST
+from fsdp_orch.observe.collective_counts import (
+    FlightRecord,
+    counts_from_dumps,
+    parse_dumps,
+    parse_ras_status,
+)
 from fsdp_orch.observe.command import Runner
 from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIX
 from fsdp_orch.observe.stacks import StackCapture, default_library_roots, describe_stuck
@@ -53,6 +60,42 @@ def explain_hang(verdict: HangVerdict, capture: StackCapture,
     parts = [lead] if lead else []
     parts += [verdict.evidence, *named, f"stacks: {capture.folder}"]
     return HangExplanation("; ".join(parts), capture.folder, order)
+
+
+# How long a hang verdict waits for the ranks' flight-recorder dumps (the bootstrap's watcher answers
+# within its 0.5 s tick; py-spy's stacks are taken meanwhile).
+FLIGHT_RECORDER_WAIT_S = 2.0
+
+
+def ask_for_flight_records(attempt_dir: Path, clock: Callable[[], float]) -> float | None:
+    """Ask every rank's bootstrap for its flight recorder (a file in the attempt's folder): when it
+    was asked, or None where the folder cannot be written."""
+    try:
+        (attempt_dir / FLIGHT_RECORDER_REQUEST).write_text("dump\n")
+    except OSError:
+        return None
+    return clock()
+
+
+def collective_counts(dumps: Callable[[], list[str]], ranks: list[int], asked: float,
+                      clock: Callable[[], float], sleep: Callable[[float], None]) -> dict[int, int]:
+    """Each hung rank's collective count from the flight-recorder dumps (``dumps`` lists their
+    files: NCCL's own on a timeout, or the bootstrap's answers to the request), waiting up to
+    FLIGHT_RECORDER_WAIT_S after the request for every hung rank's; {} when fewer than two ranks'
+    can be read."""
+    records: dict[int, FlightRecord] = {}
+    for _ in range(int(FLIGHT_RECORDER_WAIT_S / 0.1) + 1):
+        files = {}
+        for path in dumps():
+            try:
+                files[path] = Path(path).read_bytes()
+            except OSError:
+                continue
+        records = parse_dumps(files)
+        if set(ranks) <= set(records) or clock() - asked >= FLIGHT_RECORDER_WAIT_S:
+            break
+        sleep(0.1)
+    return counts_from_dumps(records) if len(records) >= 2 else {}
 
 
 RAS_CLIENT = "ncclras"  # NCCL >= 2.24's RAS client: asks the job's NCCL processes on this node

@@ -20,15 +20,19 @@ from fsdp_orch.backends.base import AllocationEnding, AttemptHandle, AttemptLaun
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.launch.plan import CHECKPOINT_REQUEST_FILE, LAUNCH_CHANGED, host_port
 from fsdp_orch.launch.submission import SUBMISSION_FILE, Submission
-from fsdp_orch.observe.attempt_files import FLIGHT_RECORDER_REQUEST
 from fsdp_orch.observe.checkpoint_files import file_sizes, fingerprint
 from fsdp_orch.observe.checkpoints import CheckpointInfo
-from fsdp_orch.observe.collective_counts import FlightRecord, counts_from_dumps, parse_dumps
 from fsdp_orch.record.events import CANCEL_MARKER
 from fsdp_orch.record.journal import Journal, read_status
 from fsdp_orch.record.model import RUNTIME_LOSS, JobStatus, finite
 from fsdp_orch.supervise.diagnose import Diagnosis, cause_at_exit, died_of_a_signal
-from fsdp_orch.supervise.hang_evidence import explain_hang, ras_counts, with_flight_recorder
+from fsdp_orch.supervise.hang_evidence import (
+    ask_for_flight_records,
+    collective_counts,
+    explain_hang,
+    ras_counts,
+    with_flight_recorder,
+)
 from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower
 from fsdp_orch.supervise.policy import (
     Decision,
@@ -53,9 +57,6 @@ STOP_GRACE_S = 5.0
 # A lost peer is usually the symptom of a rank that died first: after a communication error the
 # supervisor gives torchrun this long to report which rank failed first.
 SETTLE_S = 5.0
-# How long a hang verdict waits for the ranks' flight-recorder dumps (the bootstrap's watcher answers
-# within its 0.5 s tick; py-spy's stacks are taken meanwhile).
-FLIGHT_RECORDER_WAIT_S = 2.0
 
 
 class AttemptFailed(Exception):
@@ -359,6 +360,8 @@ class Supervisor:
                 self.journal.end_attempt(attempt, code, now=self.clock())
                 if code == 0:
                     self._check_ranks_started(attempt, ranks_seen, world, handle, before, checkpoint_dir)
+                    follower.poll(final=True)  # the last lines: a progress bar drawn once, at the end
+                    self._record_progress(handle.heartbeats() or beats)
                     return
                 if finished_at is not None and self._killed_by_a_signal(code, follower):
                     self.journal.add_event(attempt=attempt, kind="teardown_crash", message=(
@@ -389,9 +392,10 @@ class Supervisor:
             verdict = check_hang(beats, world_size=world, attempt_started=started, now=detected_at,
                                  watch=watch, clock=clock)
             if verdict is not None:
-                asked = self._ask_for_flight_records(attempt)
+                asked = ask_for_flight_records(Path(self.sub.attempt_dir(attempt)), self.clock)
                 capture = handle.capture_stacks(beats)
-                counts = self._collective_counts(handle, verdict.ranks, asked) if asked is not None else {}
+                counts = (collective_counts(handle.flight_recorder_dumps, verdict.ranks, asked, self.clock,
+                                            self.sleep) if asked is not None else {})
                 if not counts and self.sub.base_plan.device == "cuda":
                     counts = ras_counts()
                 explained = explain_hang(verdict, capture, counts)
@@ -403,32 +407,6 @@ class Supervisor:
                 stop()
                 raise Cancelled()
             self.sleep(watch.poll_interval)
-
-    def _ask_for_flight_records(self, attempt: int) -> float | None:
-        """Ask every rank's bootstrap for its flight recorder (a file in the attempt's folder); when."""
-        try:
-            (Path(self.sub.attempt_dir(attempt)) / FLIGHT_RECORDER_REQUEST).write_text("dump\n")
-        except OSError:
-            return None
-        return self.clock()
-
-    def _collective_counts(self, handle: AttemptHandle, ranks: list[int], asked: float) -> dict[int, int]:
-        """Each hung rank's collective count from the flight-recorder dumps (NCCL writes its own on a
-        timeout; the bootstrap answers the request within a tick): waits up to FLIGHT_RECORDER_WAIT_S
-        after the request for every hung rank's; {} when fewer than two ranks' can be read."""
-        records: dict[int, FlightRecord] = {}
-        for _ in range(int(FLIGHT_RECORDER_WAIT_S / 0.1) + 1):
-            files = {}
-            for path in handle.flight_recorder_dumps():
-                try:
-                    files[path] = Path(path).read_bytes()
-                except OSError:
-                    continue
-            records = parse_dumps(files)
-            if set(ranks) <= set(records) or self.clock() - asked >= FLIGHT_RECORDER_WAIT_S:
-                break
-            self.sleep(0.1)
-        return counts_from_dumps(records) if len(records) >= 2 else {}
 
     def _check_ranks_started(self, attempt: int, seen: set[int], world: int, handle: AttemptHandle,
                              before: int | None, checkpoint_dir: Path) -> None:

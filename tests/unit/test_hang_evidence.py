@@ -23,3 +23,36 @@ def test_a_failure_links_the_flight_recorder_dumps_at_the_path_the_launch_export
     assert with_flight_recorder(hang, attempt.flight_recorder_dumps()).evidence == (
         f"rank 1 stuck in train.py:9 main (not in a collective); flight recorder dumps (2): {prefix}*; "
         "stacks: /run/stacks")
+
+
+def test_a_verdict_asks_for_the_flight_recorders_and_reads_each_hung_ranks_count(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from fsdp_orch.observe.attempt_files import FLIGHT_RECORDER_REQUEST
+    from fsdp_orch.supervise.hang_evidence import (
+        FLIGHT_RECORDER_WAIT_S,
+        ask_for_flight_records,
+        collective_counts,
+    )
+
+    now = [100.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    assert ask_for_flight_records(tmp_path, lambda: now[0]) == 100.0
+    assert (tmp_path / FLIGHT_RECORDER_REQUEST).is_file()
+    real = Path(__file__).resolve().parents[1] / "fixtures" / "collective_counts" / "gloo-behind"
+    shutil.copy(real / "nccl_trace_rank_0", tmp_path / "nccl_trace_rank_0")
+    dumps = lambda: sorted(str(p) for p in tmp_path.glob("nccl_trace_rank_*"))  # noqa: E731
+    # rank 1 has not answered: wait out the window, then too few ranks to compare
+    assert collective_counts(dumps, [0, 1], 100.0, lambda: now[0], sleep) == {}
+    assert sum(slept) >= FLIGHT_RECORDER_WAIT_S - 1e-9
+    shutil.copy(real / "nccl_trace_rank_1", tmp_path / "nccl_trace_rank_1")
+    slept.clear()
+    counts = collective_counts(dumps, [0, 1], now[0], lambda: now[0], sleep)
+    assert counts[1] < counts[0] and slept == []  # every hung rank's dump is there: no wait
+    assert ask_for_flight_records(tmp_path / "gone", lambda: now[0]) is None
