@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_harness import culprit_leads
 
 from fsdp_orch.backends.slurm.kind import slurm_job_id
 
@@ -80,6 +81,7 @@ def test_a_hang_on_the_second_node_restarts_as_a_new_step_of_the_same_job(slurm_
     assert status["state"] == "SUCCEEDED", status
     [failure] = status["failures"]
     assert failure["category"] == "hang" and failure["action"] == "restart"
+    assert culprit_leads(failure["evidence"], 1), failure["evidence"]
     sid = slurm_id(cli, status["id"])
     names = [r["JobName"] for r in slurm_cluster.sacct(sid, "JobID", "JobName")]
     assert "fsdp-orch-attempt-0" in names and "fsdp-orch-attempt-1" in names  # one SLURM job, two steps

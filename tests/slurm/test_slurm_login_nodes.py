@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_harness import copy_demo
+from cli_harness import copy_demo, culprit_leads
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.root]
 
@@ -49,6 +49,7 @@ def test_two_login_nodes_agree_and_a_deleted_index_is_rebuilt_to_the_same_status
 
     final = a.cli.wait_until(job_id, ended, timeout=400, what="the end")
     assert final["state"] == "SUCCEEDED" and [f["category"] for f in final["failures"]] == ["hang"]
+    assert culprit_leads(final["failures"][0]["evidence"], 1), final["failures"][0]["evidence"]
     assert b.cli.status(job_id) == final
     forget_the_index(a)
     assert a.cli.status(job_id) == final  # every field: the README lists none that events cannot know
