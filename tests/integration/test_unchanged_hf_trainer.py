@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from cli_harness import culprit_leads
 
 pytestmark = pytest.mark.slow
 
@@ -103,6 +104,7 @@ def test_a_hang_is_detected_with_the_stuck_frame_and_the_trainer_resumes_from_it
     assert stalled[-1]["hang_window_s"] == HEARTBEAT_TIMEOUT and stalled[-1]["state"] == "RUNNING"
     evidence = failure["evidence"]
     assert "rank 1 stuck at train.py:" in evidence, evidence  # the stuck rank's frame of user code
+    assert culprit_leads(evidence, 1), evidence  # not rank 0, waiting in the Trainer's collective
     stacks = Path(evidence.rsplit("stacks: ", 1)[1])
     assert "train.py" in (stacks / "rank-1.txt").read_text()
     assert str(stacks) in cli.run("logs", status["id"], "--attempt", "0", check=True).stdout

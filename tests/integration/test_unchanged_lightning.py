@@ -7,11 +7,12 @@ Lightning's own "Restoring states" line and the step it continues from. 2 CPU ra
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
 import pytest
-from cli_harness import why
+from cli_harness import culprit_leads, why
 
 pytestmark = pytest.mark.slow
 
@@ -29,6 +30,8 @@ def test_each_restart_resumes_the_newest_last_ckpt_across_version_folders(unchan
     status = json.loads(proc.stdout)
     assert status["state"] == "SUCCEEDED", why(status)
     assert [(f["attempt"], f["category"]) for f in status["failures"]] == [(0, "hang"), (1, "hang")]
+    for failure in status["failures"]:  # rank 1 hung, rank 0 waited in Lightning's next collective
+        assert culprit_leads(failure["evidence"], 1), failure["evidence"]
     logs = job.parent / "lightning_logs"
     expected = {1: (logs / "version_0" / "checkpoints" / "last.ckpt", 40),
                 2: (logs / "version_1" / "checkpoints" / "last.ckpt", 60)}
@@ -41,3 +44,5 @@ def test_each_restart_resumes_the_newest_last_ckpt_across_version_folders(unchan
     assert "training done at step 100" in last_run
     assert sorted(p.name for p in logs.iterdir()) == ["version_0", "version_1", "version_2"]
     assert status["last_checkpoint_step"] == 100
+    # the loss, read from Lightning's progress bar on rank 0's console
+    assert math.isfinite(status["progress"]["loss"]) and status["progress"]["loss_source"] == "lightning"

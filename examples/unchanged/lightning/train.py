@@ -29,7 +29,7 @@ class Classifier(L.LightningModule):
     def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
         x, y = batch
         loss = F.cross_entropy(self.net(x), y)
-        self.log("train_loss", loss)
+        self.log("train_loss", loss, prog_bar=True)
         return loss
 
     def configure_optimizers(self):  # type: ignore[no-untyped-def]
@@ -51,7 +51,7 @@ def main() -> None:
     devices = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     trainer = L.Trainer(
         accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto",
-        max_steps=args.max_steps, enable_progress_bar=False, enable_model_summary=False,
+        max_steps=args.max_steps, enable_progress_bar=True, enable_model_summary=False,
         log_every_n_steps=10,
         callbacks=[ModelCheckpoint(every_n_train_steps=args.every_n_steps, save_last=True)],
     )
