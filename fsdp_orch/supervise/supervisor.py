@@ -49,6 +49,7 @@ from fsdp_orch.supervise.watchdog import (
     progress_window,
     scripts_finished_at,
 )
+from fsdp_orch.vocab.categories import SIGNAL_ENDINGS
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError
 from fsdp_orch.vocab.hints import hint_for
 from fsdp_orch.vocab.states import JobState
@@ -373,6 +374,8 @@ class Supervisor:
                 handle.stop(STOP_GRACE_S)  # one node's end: the others may still run (a rank cut off from a lost host)
                 raise AttemptFailed(cause, self.clock(), None, before, self._checkpoint_step(checkpoint_dir))
             cause = follower.poll()
+            if cause is not None and finished_at is not None and cause.category in SIGNAL_ENDINGS:
+                cause = None  # every script returned: a signal now is the teardown's, judged at the exit
             if cause is not None:
                 if cause.category not in COMMUNICATION:
                     raise fail(cause, None)
