@@ -135,7 +135,6 @@ class Supervisor:
         self._last_step: int | None = None  # the progress last recorded for the running attempt
         self._last_loss: float | None = None
         self._follower: LogFollower | None = None  # the running attempt's: its console loss
-        self._window_clock = StepClock()  # rank 0's step times, for the hang window in force
         self._window: float | None = None  # the hang window last recorded for the running attempt
         self._last_ckpt: int | None = None
         self._last_ckpt_seen: tuple[int, str] | None = None  # (step or save mark, path) last recorded
@@ -274,7 +273,7 @@ class Supervisor:
                                     self.clock(), None, before, before) from None
             self.journal.launched(attempt, handle.ref)
         follower = self._follower = LogFollower(handle.log_chunks)
-        self._window_clock, self._window, self._last_step, self._last_loss = StepClock(), None, None, None
+        self._window, self._last_step, self._last_loss = None, None, None
 
         def stop() -> None:
             handle.stop(STOP_GRACE_S)
@@ -353,16 +352,17 @@ class Supervisor:
                 first_step_seen = True
                 self.journal.first_step(attempt, min(b.progress_time for b in beats.values()
                                                                 if b.state != "starting"))
-            self._record_progress(beats)
+            self._record_progress(beats, clock)
             self._record_checkpoint(checkpoint_dir)
             self._record_hang_detection(beats, started, watch)
             finished_at = scripts_finished_at(beats, world)
             if code is not None:
                 self.journal.end_attempt(attempt, code, now=self.clock())
                 if code == 0:
-                    self._check_ranks_started(attempt, ranks_seen, world, handle, before, checkpoint_dir)
+                    last = handle.heartbeats() or beats  # reports can trail the exit (hosts with own disks)
+                    self._check_ranks_started(attempt, ranks_seen | set(last), world, before, checkpoint_dir)
                     follower.poll(final=True)  # the last lines: a progress bar drawn once, at the end
-                    self._record_progress(handle.heartbeats() or beats)
+                    self._record_progress(last, clock)
                     return
                 if finished_at is not None and self._killed_by_a_signal(code, follower):
                     self.journal.add_event(attempt=attempt, kind="teardown_crash", message=(
@@ -411,14 +411,13 @@ class Supervisor:
                 raise Cancelled()
             self.sleep(watch.poll_interval)
 
-    def _check_ranks_started(self, attempt: int, seen: set[int], world: int, handle: AttemptHandle,
-                             before: int | None, checkpoint_dir: Path) -> None:
+    def _check_ranks_started(self, attempt: int, seen: set[int], world: int, before: int | None,
+                             checkpoint_dir: Path) -> None:
         """An attempt of a job that starts torch ranks and exited 0 without a single one (mp.spawn
         of ``torch.cuda.device_count()`` processes on a machine with no GPU) failed: it trained
         nothing. Fewer ranks than planned is said in an event."""
         if not self.sub.job.expects_ranks:
             return
-        seen = seen | set(handle.heartbeats())  # reports can trail the exit (hosts with own disks)
         if seen and len(seen) >= world:
             return
         if seen:
@@ -486,7 +485,7 @@ class Supervisor:
             return True
         return (self.sub.run_dir / CANCEL_MARKER).exists()
 
-    def _record_progress(self, beats: dict) -> None:  # type: ignore[type-arg]
+    def _record_progress(self, beats: dict, clock: StepClock) -> None:  # type: ignore[type-arg]
         """Rank 0's step and the latest loss (the runtime's in its heartbeat, else the one its console
         printed last), when either changed; and the hang window in force."""
         if not beats:
@@ -494,7 +493,7 @@ class Supervisor:
         lead = beats.get(0) or next(iter(beats.values()))
         if lead.state == "starting":
             return
-        self._record_window(lead)
+        self._record_window(lead, clock)
         loss, source = finite(lead.loss), RUNTIME_LOSS
         if loss is None and self._follower is not None and self._follower.loss is not None:
             loss, source = finite(self._follower.loss[0]), self._follower.loss[1]
@@ -503,17 +502,16 @@ class Supervisor:
         self._last_step, self._last_loss = lead.step, loss
         self.journal.progress(lead.step, loss, lead.progress_time, loss_source=source)
 
-    def _record_window(self, lead) -> None:  # type: ignore[no-untyped-def]
-        """The hang window in force once the attempt steps, recorded when it first applies and when it
-        moves by more than a fifth (the adaptive window follows the step time)."""
+    def _record_window(self, lead, clock: StepClock) -> None:  # type: ignore[no-untyped-def]
+        """The hang window in force once the attempt steps (``clock``: the watch loop's, fed rank 0's
+        heartbeats), recorded when it first applies and when it moves by more than a fifth (the
+        adaptive window follows the step time)."""
         watch = self.sub.job.watch
-        if lead.rank == 0:
-            self._window_clock.observe(lead)
-        window = progress_window(watch, self._window_clock)
+        window = progress_window(watch, clock)
         if self._window is not None and abs(window - self._window) <= 0.2 * self._window:
             return
         self._window = window
-        adaptive = watch.hang_detection == "adaptive" and self._window_clock.median() is not None
+        adaptive = watch.hang_detection == "adaptive" and clock.median() is not None
         self.journal.hang_window(lead.attempt, window, "adaptive" if adaptive else "fixed")
 
     def _latest_checkpoint(self) -> CheckpointInfo | None:
