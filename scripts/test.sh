@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine (scripts/setup.sh) and runs the whole test suite: unit tests and the
-# integration tests with real torchrun processes. Extra arguments go to pytest.
+# integration tests with real torchrun processes, and the XLA path in its own environment
+# (scripts/setup-xla.sh). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The XLA environment (torch 2.9.0 + torch_xla 2.9.0, about 3 GB of wheels) is made in the
+# background while the suite runs; tests/xla, which run last, wait for it (tests/xla/conftest.py).
+nice -n 19 bash scripts/setup-xla.sh > .venv-xla.log 2>&1 &  # at the lowest priority: the suite keeps its timing
 # shellcheck lints every rendered script in the golden tests; install it where we can (Debian, root).
 if ! command -v shellcheck >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   (apt-get install -y -q shellcheck >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q shellcheck >/dev/null; }) \

@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
@@ -72,7 +71,7 @@ class TinyLM(nn.Module):
         return self.head(self.ln(x))
 
 
-def batch(seed: int, step: int, rank: int, args: argparse.Namespace, device: torch.device):
+def batch(seed: int, step: int, rank: int, args: argparse.Namespace):
     """Sequences that count up from a random start by a random stride (mod vocab): learnable."""
     key = hashlib.sha256(f"{seed}/{step}/{rank}".encode()).digest()
     g = torch.Generator().manual_seed(int.from_bytes(key[:8], "little"))
@@ -82,15 +81,13 @@ def batch(seed: int, step: int, rank: int, args: argparse.Namespace, device: tor
     seq = (start + stride * torch.arange(n)) % args.vocab
     noise = torch.rand(args.batch_size, n, generator=g) < 0.05
     seq = torch.where(noise, torch.randint(0, args.vocab, (args.batch_size, n), generator=g), seq)
-    return seq[:, :-1].to(device), seq[:, 1:].to(device)
+    return seq[:, :-1], seq[:, 1:]
 
 
-def param_sha256(model: nn.Module) -> str | None:
+def param_sha256(job: runtime.Job, model: nn.Module) -> str | None:
     """SHA-256 over the full (gathered) parameters, in name order; on rank 0, else None."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    if dist.get_rank() != 0:
+    full = job.full_state(model)
+    if full is None:
         return None
     h = hashlib.sha256()
     for name in sorted(full):
@@ -132,8 +129,9 @@ def main() -> None:
     weight = len(blocks) * job.world_size / data_ranks
 
     for step in range(start + 1, args.steps + 1):
-        parts = [batch(args.seed, step, block, args, job.device) for block in blocks]
-        tokens, targets = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        parts = [batch(args.seed, step, block, args) for block in blocks]
+        tokens = job.place_batch(torch.cat([p[0] for p in parts]))
+        targets = job.place_batch(torch.cat([p[1] for p in parts]))
         logits = model(tokens)
         loss = F.cross_entropy(logits.float().reshape(-1, args.vocab), targets.reshape(-1))
         if weight != 1:
@@ -141,16 +139,15 @@ def main() -> None:
         optim.zero_grad(set_to_none=True)
         loss.backward()
         optim.step()
-        mean = loss.detach().clone()
-        dist.all_reduce(mean)
-        progress["loss"] = (mean / job.world_size).item()
+        job.sync()  # on XLA: run this step's graph now
+        progress["loss"] = job.mean(loss)
         if job.is_main:
             print(f"step={step} loss={progress['loss']:.6f}", flush=True)
         job.step_done(step, progress["loss"])
         if args.sleep_per_step:
             time.sleep(args.sleep_per_step)
 
-    digest = param_sha256(model)
+    digest = param_sha256(job, model)
     job.finish(args.steps)
     if job.is_main:
         out = Path(os.environ.get("FSDP_ORCH_RUN_DIR") or ".").expanduser() / "result.json"

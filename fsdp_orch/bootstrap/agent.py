@@ -54,6 +54,7 @@ class Agent:
         self._path: str | None = None
         self._probe: Any = None
         self._io: Any = None
+        self._compute: Any = None
         self._injector: Any = None
         self._stack_file: Any = None
         self._host: str | None = None
@@ -151,6 +152,7 @@ class Agent:
             return
         import socket
 
+        from fsdp_orch.bootstrap.compute_meter import ComputeMeter
         from fsdp_orch.bootstrap.io_meter import WriteMeter
         from fsdp_orch.bootstrap.probe import MainThreadProbe
         from fsdp_orch.observe.heartbeats import heartbeat_path
@@ -162,6 +164,7 @@ class Agent:
         self._path = str(path)
         self._probe = MainThreadProbe(self.clock)
         self._io = WriteMeter(self.clock)
+        self._compute = ComputeMeter(self.clock)
         self._injector = self._make_injector(rank)
         self._register_stack_dump(rank)
         self.active = True
@@ -256,6 +259,7 @@ class Agent:
                 return
             self._probe.ask()
             self._io.sample()
+            self._compute.sample()
             if self._trace_request is not None:
                 self._serve_trace_request()
             with self._lock:
@@ -284,7 +288,8 @@ class Agent:
                 state=self.state, pid=os.getpid(), metrics=self.metrics,
                 progress_at=self.progress_at, host=self._host,
                 python_at=self._probe.python_at if self._probe is not None else None,
-                io_at=self._io.io_at if self._io is not None else None))
+                io_at=self._io.io_at if self._io is not None else None,
+                compute_at=self._compute.compute_at if self._compute is not None else None))
             self._last_write = now
         except OSError:
             pass  # a full or vanished run directory must not break training

@@ -7,7 +7,9 @@ Layout: ``<run_dir>/heartbeats/attempt-<A>/rank-<R>.json`` holding
 ``progress_at`` when the step or state last changed (absent: the same as ``time``); ``python_at``
 when the rank's main thread last ran Python bytecode (absent: not probed); ``io_at`` when the rank's
 process last wrote at a rate that counts as I/O progress (absent: never, or not measured: see
-``fsdp_orch.bootstrap.io_meter``). The bootstrap on every
+``fsdp_orch.bootstrap.io_meter``); ``compute_at``, in a process running torch_xla only, when it last
+used a quarter of a core or more (compiling a graph: ``fsdp_orch.bootstrap.compute_meter``). The
+bootstrap on every
 rank writes them (``fsdp_orch.bootstrap.agent``), fed by the runtime where a script uses it; the
 supervisor reads them with :func:`read_heartbeats`.
 """
@@ -40,6 +42,7 @@ class Heartbeat:
     python_at: float | None = None  # the main thread last ran Python; None: not probed
     host: str | None = None  # where ``pid`` lives (a supervisor inspects only its own host's)
     io_at: float | None = None  # the process last made I/O progress (bytes written); None: not seen
+    compute_at: float | None = None  # an XLA process last used CPU (compiling); None: not seen
 
     @property
     def progress_time(self) -> float:
@@ -56,6 +59,8 @@ class Heartbeat:
             data["host"] = self.host
         if self.io_at is not None:
             data["io_at"] = self.io_at
+        if self.compute_at is not None:
+            data["compute_at"] = self.compute_at
         return json.dumps(data, separators=(",", ":"))
 
 
@@ -88,7 +93,7 @@ def parse_heartbeat(text: str) -> Heartbeat:
     if not isinstance(metrics, dict):
         raise ValueError(f"metrics: expected an object, got {metrics!r}")
     times = {}
-    for key in ("progress_at", "python_at", "io_at"):
+    for key in ("progress_at", "python_at", "io_at", "compute_at"):
         value = data.get(key)
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
                                   or not math.isfinite(value)):

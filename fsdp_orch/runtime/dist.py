@@ -118,6 +118,13 @@ def _init_xla(timeout_s: float, pjrt_device: str, *, spmd: bool) -> DistInfo:
     backend = "gloo" if spmd else "xla"
     if not dist.is_initialized():
         dist.init_process_group(backend, init_method="xla://", timeout=timedelta(seconds=timeout_s))
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if dist.get_world_size() < launched:
+        raise TorchXlaUnavailable(
+            f"{launched} processes were started (WORLD_SIZE={launched}), but the PJRT {pjrt_device} "
+            f"client sees a world of {dist.get_world_size()}: each process would train alone. "
+            "PJRT's CPU client is one process (give it devices with CPU_NUM_DEVICES and use "
+            "FSDPv2); on a TPU, start one process per worker (launcher: xla)")
     local_rank, local_world = (0, 1) if spmd else (xr.local_ordinal(), xr.local_process_count())
     return DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
                     local_world_size=local_world, device=torch_xla.device(), backend=backend,

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from fsdp_orch.bootstrap.faults import FaultInjector, parse_faults
@@ -18,7 +19,13 @@ from fsdp_orch.runtime.dist import DistInfo, init_distributed, shutdown
 from fsdp_orch.runtime.fsdp import ShardPlan, shard_model
 from fsdp_orch.runtime.heartbeat import HeartbeatWriter, set_default_writer
 from fsdp_orch.runtime.settings import Settings, from_env
-from fsdp_orch.runtime.xla_fsdp import XlaSharded, checkpoint_state, shard_on_xla
+from fsdp_orch.runtime.xla_fsdp import (
+    XlaSharded,
+    checkpoint_state,
+    shard_batch,
+    shard_on_xla,
+    xla_full_state,
+)
 
 
 class Job:
@@ -65,7 +72,7 @@ class Job:
         every rank but 0. The plan is kept in ``self.plan``. On an XLA device: torch_xla's FSDP
         (:mod:`fsdp_orch.runtime.xla_plan`).
         """
-        if self.info.device.type == "xla":
+        if self.on_xla:
             sharded, xla = shard_on_xla(model, self.settings.fsdp, self.info)
             self.plan = xla
             mesh = f" mesh {xla.plan.mesh_shape} {xla.plan.mesh_axis_names}" if xla.plan.spmd else ""
@@ -79,6 +86,47 @@ class Job:
                  + "".join(f"; {note}" for note in plan.notes))
         return sharded
 
+    @property
+    def on_xla(self) -> bool:
+        return self.info.device.type == "xla"
+
+    def place_batch(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` on this rank's device; under FSDPv2 (SPMD) also split on dim 0 over the
+        ``fsdp`` mesh axis, so each XLA device computes its rows."""
+        tensor = tensor.to(self.info.device)
+        if self.on_xla and self.info.xla_spmd:
+            return shard_batch(tensor)
+        return tensor
+
+    def sync(self) -> None:
+        """End of a step's computation: on XLA, compile and run the step's graph now
+        (``torch_xla.sync()``), else every step would add to one ever longer graph. Elsewhere a
+        no-op. Call it after ``optimizer.step()``."""
+        if self.on_xla:
+            import torch_xla
+
+            torch_xla.sync()
+
+    def mean(self, value: torch.Tensor) -> float:
+        """The mean of ``value`` (a scalar tensor) over all ranks, as a float. Under SPMD the
+        default group is gloo, which takes CPU tensors only: the value is copied off the device."""
+        tensor = value.detach()
+        tensor = tensor.cpu() if self.on_xla and self.info.backend == "gloo" else tensor.clone()
+        if self.info.world_size > 1:
+            dist.all_reduce(tensor)
+        return (tensor / self.info.world_size).item()
+
+    def full_state(self, model: nn.Module) -> dict[str, torch.Tensor] | None:
+        """The whole model's parameters and buffers on CPU, by name, on rank 0 (None on the
+        others); every rank must call it."""
+        if self.on_xla:
+            return xla_full_state(model, self.info)
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
+                                                                    cpu_offload=True))
+        return full if self.info.rank == 0 else None
+
     def checkpointer(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
                      extras: dict[str, Any] | None = None) -> Checkpointer:
         """The job's checkpointer (``checkpoint:`` policy); ``step_done`` saves through it.
@@ -91,7 +139,7 @@ class Job:
         async_save = policy.async_save
         full_at_end = policy.save_full_at_end or self.settings.fsdp.state_dict_type == "FULL_STATE_DICT"
         state = None
-        if self.info.device.type == "xla":
+        if self.on_xla:
             state = checkpoint_state(model, optimizer, self.info)
             if async_save or full_at_end:
                 self.log("on XLA checkpoints are saved synchronously and sharded only: async_save "
@@ -134,8 +182,6 @@ class Job:
         path = self.settings.checkpoint_request
         if path is None or self._request_served or self.ckpt is None:
             return False
-        import torch.distributed as dist
-
         flag = torch.tensor([1 if path.exists() else 0], dtype=torch.int32)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ckpt.group)
         if not int(flag.item()):

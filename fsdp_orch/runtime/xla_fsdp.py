@@ -149,6 +149,37 @@ def _broadcast_from_process_0(model: nn.Module) -> None:
     dist.destroy_process_group(group)
 
 
+def xla_full_state(model: nn.Module, info: DistInfo) -> dict[str, torch.Tensor] | None:
+    """The whole model on CPU on process 0, by the unwrapped model's names. FSDPv2: the state
+    dict's tensors are global (sharded over this host's devices), ``.cpu()`` gathers them.
+    XlaFullyShardedDataParallel: every rank's shards are gathered to process 0 and consolidated
+    with torch_xla's ``consolidate_sharded_state_dicts``."""
+    if info.xla_spmd:
+        full = {_unwrapped_name(k): v.cpu() for k, v in model.state_dict().items()}
+        return full if info.rank == 0 else None
+    from torch_xla.distributed.fsdp import consolidate_sharded_state_dicts
+
+    shards = {"model": _to_cpu(model.state_dict()),
+              "shard_metadata": model.get_shard_metadata()}  # type: ignore[operator]
+    everyone: list[Any] = [None] * info.world_size
+    if info.world_size > 1:
+        dist.all_gather_object(everyone, shards, group=dist.new_group(backend="gloo"))
+    else:
+        everyone = [shards]
+    if info.rank != 0:
+        return None
+    full = consolidate_sharded_state_dicts([s["model"] for s in everyone],
+                                           everyone[0]["shard_metadata"])  # the same on every rank
+    return {_unwrapped_name(k): v for k, v in full.items()}
+
+
+def _unwrapped_name(name: str) -> str:
+    """A parameter's name in the model as built: the wrappers' own prefixes taken out."""
+    parts = [p for p in name.split(".")
+             if p not in ("_orig_module", "_fpw_module", "_fsdp_wrapped_module", "module")]
+    return ".".join(parts)
+
+
 # --- checkpoint state (see fsdp_orch.runtime.sharded_state.ShardedState) -------------------------
 
 class SpmdState:
@@ -255,4 +286,4 @@ def _to_cpu(value: Any) -> Any:
 
 
 __all__ = ["PerRankState", "SpmdState", "XlaSharded", "checkpoint_state", "shard_batch",
-           "shard_on_xla"]
+           "shard_on_xla", "xla_full_state"]

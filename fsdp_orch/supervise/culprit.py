@@ -50,6 +50,15 @@ COLLECTIVE_FRAMES = _frame_table(
      r"(?:.*\.)?(?:barrier|broadcast|reduce|all_gather|_sync_ddp\w*)"),
     (r"transformers/trainer_pt_utils\.py$", r"(?:distributed_concat|distributed_broadcast_scalars|"
                                             r"nested_gather|.*\._nested_gather)"),
+    # torch_xla: collectives are recorded lazily and run inside the step's compiled graph, so a
+    # host waits for its peers where the graph runs (sync / mark_step) or in an eager rendezvous;
+    # reading a tensor (loss.item()) also runs it, with no torch_xla frame: that wait looks like
+    # the user's own line
+    (r"torch_xla/torch_xla\.py$", r"sync|step"),
+    (r"torch_xla/core/xla_model\.py$", r"mark_step|wait_device_ops|rendezvous|all_reduce\w*|"
+                                       r"all_gather\w*|reduce_scatter\w*|all_to_all|"
+                                       r"collective_permute|send|recv"),
+    (r"torch_xla/distributed/xla_backend\.py$", r".*"),
 )
 # The Python frame that calls into autograd's C++ engine for a backward pass.
 BACKWARD_FRAMES = _frame_table((r"torch/autograd/(?:graph|__init__)\.py$", r"_engine_run_backward|run_backward"))

@@ -58,7 +58,8 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
     rank with no probe, whose writes are not measured either). Vetoes (its peers wait for it):
     a rank busy in Python past its window (a long evaluation); a probed rank within its window that
     ran Python within it (it just stepped); a rank whose process wrote within the window (a save
-    making progress, however slow: bytes written, ``io_at``); a rank with no heartbeat yet while no
+    making progress, however slow: bytes written, ``io_at``); an XLA rank whose process used CPU
+    within the window (compiling a graph, ``compute_at``); a rank with no heartbeat yet while no
     rank has finished a step (it may still be importing, while the others wait for it in the
     rendezvous). A rank that is done is never late. With no heartbeat from any rank there is no
     signal, and no verdict (see :func:`no_signal`)."""
@@ -84,6 +85,8 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
             since, allowed = beat.progress_time, window
         if beat is not None and beat.io_at is not None and now - beat.io_at <= allowed:
             return None  # writing (a save that makes progress): its peers wait for it
+        if beat is not None and beat.compute_at is not None and now - beat.compute_at <= allowed:
+            return None  # an XLA process using CPU: compiling a graph, however long it takes
         if now - since <= allowed:
             if beat is not None and beat.python_at is not None and now - beat.python_at <= allowed:
                 # Running: a late peer is waiting for it. Just back from a long evaluation, this rank

@@ -185,3 +185,16 @@ def test_scripts_are_finished_only_when_every_rank_said_done():
     assert scripts_finished_at(done, 2) == 101.5
     assert scripts_finished_at({0: done[0]}, 2) is None  # rank 1 has not finished
     assert scripts_finished_at({**done, 1: beat(1, 30, 101.5)}, 2) is None
+
+
+def test_an_xla_process_compiling_past_the_window_is_not_a_hang_until_its_cpu_stops():
+    # step 2's graph compiles: the main thread in one native call (torch_xla.sync) for 40 s
+    for now in (111.0, 140.0):
+        beats = {0: Heartbeat(rank=0, attempt=0, step=1, loss=1.0, time=now - 0.4, state="training",
+                              pid=1, progress_at=100.0, python_at=100.0, compute_at=now - 0.5)}
+        assert check_hang(beats, world_size=1, attempt_started=0.0, now=now, watch=WATCH) is None
+    # the CPU went quiet 10.5 s ago (a host waiting in the graph's collectives, or a sleep): a hang
+    beats = {0: Heartbeat(rank=0, attempt=0, step=1, loss=1.0, time=150.0, state="training", pid=1,
+                          progress_at=100.0, python_at=100.0, compute_at=139.5)}
+    verdict = check_hang(beats, world_size=1, attempt_started=0.0, now=150.0, watch=WATCH)
+    assert verdict is not None and verdict.ranks == [0]

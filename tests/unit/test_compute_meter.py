@@ -1,0 +1,45 @@
+"""The bootstrap's compute meter: CPU time as progress in an XLA process (a graph compiling), the
+clocks and the CPU counter injected."""
+
+from __future__ import annotations
+
+import time
+
+from fsdp_orch.bootstrap.compute_meter import MIN_CORE_FRACTION, ComputeMeter, xla_imported
+
+
+def meter(cpu: list[float], applies: bool = True) -> ComputeMeter:
+    walls = iter([0.0, 0.5, 1.0, 1.5, 2.0])
+    cpus = iter(cpu)
+    stamps = iter([10.0, 11.0, 12.0, 13.0])
+    return ComputeMeter(clock=lambda: next(stamps), cpu_seconds=lambda: next(cpus),
+                        wall=lambda: next(walls), applies=lambda: applies)
+
+
+def test_a_quarter_of_a_core_per_sample_is_progress_less_is_not():
+    busy = 0.5 * MIN_CORE_FRACTION  # per 0.5 s sample: exactly the threshold
+    m = meter([0.0, busy, busy + 0.01, busy + 0.01 + 0.5])
+    m.sample()  # the compiler's threads: a quarter of a core
+    assert m.compute_at == 10.0
+    m.sample()  # 2% of a core: the watcher thread and an idle runtime
+    assert m.compute_at == 10.0
+    m.sample()  # a whole core
+    assert m.compute_at == 11.0
+
+
+def test_cpu_time_counts_only_where_torch_xla_runs():
+    # a CUDA rank waiting in an NCCL collective spins a core: that must not hide its hang
+    m = meter([0.0, 1.0, 2.0], applies=False)
+    m.sample()
+    m.sample()
+    assert m.compute_at is None
+
+
+def test_the_default_applies_only_once_torch_xla_is_imported():
+    assert not xla_imported()  # the main environment has no torch_xla
+    m = ComputeMeter()
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:  # busy: would count, were this an XLA process
+        pass
+    m.sample()
+    assert m.compute_at is None

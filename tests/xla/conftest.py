@@ -1,0 +1,48 @@
+"""The XLA path for real: torch_xla 2.9.0 on its CPU PJRT device, in the second environment
+(``.venv-xla``, made by ``scripts/setup-xla.sh``). pytest runs in the main environment; the jobs
+run the XLA environment's python, named by a local cluster profile.
+
+``scripts/test.sh`` starts the XLA environment's setup in the background before pytest, so the
+download overlaps the rest of the suite; the first test here waits for it (the setup script holds
+a lock while it works, and a second call finds the environment made)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cli_harness import REPO, Cli, make_cli
+
+XLA_VENV = REPO / ".venv-xla"
+# The demo at a size that compiles in seconds on 2 CPU cores (compiling dominates XLA's start-up).
+SMALL_DEMO = ["--vocab", "64", "--dim", "32", "--layers", "2", "--heads", "2", "--seq-len", "16",
+              "--batch-size", "16", "--lr", "0.01"]
+XLA_DEVICES = 4
+SPMD_ENV = ["--set", "env.PJRT_DEVICE=CPU", "--set", f"env.CPU_NUM_DEVICES={XLA_DEVICES}"]
+
+
+@pytest.fixture(scope="session")
+def xla_python() -> Path:
+    """The XLA environment's python, made (or waited for) by scripts/setup-xla.sh."""
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "setup-xla.sh")], capture_output=True,
+                          text=True, timeout=1800)
+    assert proc.returncode == 0, f"scripts/setup-xla.sh failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return XLA_VENV / "bin" / "python"
+
+
+def xla_profile(python: Path, name: str = "xla-cpu") -> str:
+    return (f"# torch_xla on the CPU PJRT device (one process drives all its devices)\n"
+            f"kind: local\ndevice: cpu\npython: {python}\nprocs_per_node: 1\n"
+            "env:\n  OMP_NUM_THREADS: \"2\"\n")
+
+
+@pytest.fixture
+def xla_cli(tmp_path: Path, xla_python: Path) -> Iterator[Cli]:
+    """A CLI whose home has the ``xla-cpu`` local profile running the XLA environment's python."""
+    cli = make_cli(tmp_path)
+    clusters = cli.home / "clusters"
+    clusters.mkdir(parents=True)
+    (clusters / "xla-cpu.yaml").write_text(xla_profile(xla_python))
+    yield cli
