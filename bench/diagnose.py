@@ -1,5 +1,6 @@
 """How well does the failure classifier generalize? Precision and recall per category over the corpus
-of real failure lines (``tests/fixtures/corpus/``), accuracy per source project, the
+of real failure lines (``tests/fixtures/corpus/``: from public threads, and from broken torch_xla
+configurations run here), accuracy per source project, the
 leave-one-project-out score, and the time ``fsdp-orch diagnose`` takes over 1,000 files.
 
     .venv/bin/python bench/diagnose.py [--files 1000] [--json]
@@ -29,6 +30,7 @@ from fsdp_orch.supervise.diagnose import diagnose_text  # noqa: E402
 from fsdp_orch.vocab.categories import FAILURE_CATEGORIES  # noqa: E402
 
 CORPUS = REPO / "tests" / "fixtures" / "corpus"
+PRODUCED_HERE = "produced here"  # the source of lines from running a broken configuration here
 
 
 def load_corpus(directory: Path = CORPUS) -> list[dict]:
@@ -40,7 +42,9 @@ def load_corpus(directory: Path = CORPUS) -> list[dict]:
 
 
 def project_of(source: str) -> str:
-    """``owner/repo#123 (https://...)`` -> ``owner/repo``."""
+    """``owner/repo#123 (https://...)`` -> ``owner/repo``; lines produced here count as one project."""
+    if source.startswith(PRODUCED_HERE):
+        return PRODUCED_HERE
     return source.split("#", 1)[0].strip()
 
 

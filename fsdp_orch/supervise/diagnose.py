@@ -5,8 +5,9 @@ wins. Lines that only report the consequence of another failure (torchrun's "Sen
 signal SIGTERM", ChildFailedError, NCCL's "taking the entire process down") never win over a cause.
 An exception that only carries another (mp.spawn's ProcessRaisedException, an exception whose message
 starts on the next line) is never the evidence when a real one follows: the innermost exception line
-is, with where it was raised. A rank ended by a signal is named by it (``killed_sigkill``,
-``crashed_signal``); a fault fsdp-orch injected on purpose is ``injected_fault``.
+is, with where it was raised; one raised in torch_xla's own frames is ``xla_error``. A rank ended
+by a signal is named by it (``killed_sigkill``, ``crashed_signal``); a fault fsdp-orch injected on
+purpose is ``injected_fault``.
 Weak signatures (a bare "NCCL WARN", "Broken pipe") count only when no strong one is found.
 """
 
@@ -115,7 +116,11 @@ STRONG = [
            r"TPU system has not been initialized", r"tpu_driver", r"/job:(?:c_)?tpu_worker",
            r"torch_xla/csrc/", r"[Uu]nsupported XLA type", r"backend XLA", r"TPU_SYSTEM",
            r"TPU initialization failed", r"Bad StatusOr access", r"mesh_service\.cc", r"MeshClient",
-           r"Do not use the XLA device"),
+           r"Do not use the XLA device", r"No PjRt ?[Pp]lugin registered",
+           # XLA's own fatal log line (an unknown XLA_FLAGS flag, a failed CHECK) before it aborts.
+           r": F +(?:\d+ +)?(?:external/(?:local_)?xla/)?(?:xla|tsl)/\S+:\d+\]",
+           # A custom call XLA's compiler finds no kernel for on the device's platform.
+           r"No registered implementation for (?:\w+ )?custom[- ]call", r"No FFI handler registered for"),
     # A device-side assert is an indexing bug in the program (labels out of range), not the GPU.
     *_rule("user_code_error", r"device-side assert triggered", r"Assertion `.*` failed"),
 ]
@@ -158,6 +163,9 @@ _CHECKPOINT_IO = re.compile(r"torch/distributed/(?:_shard/)?checkpoint/|torch/se
                             r"\b(?:load|save)_(?:checkpoint|state_dict|sharded_optimizer_state_dict)\b|"
                             r"_load_from_state_dict|\bdcp\.(?:load|save)\b|torch\.load\(|load_state_dict\(|"
                             r"resume_from_checkpoint|_load_from_checkpoint|state_dict_type")
+# An exception raised inside a library the training runs on is that library's failure, whatever
+# its type: torch_xla refusing a mesh, a partition spec or a PJRT device (the frame it was raised in).
+RAISED_IN = [(re.compile(r"(?:^|[/\\])torch_xla[/\\]"), "xla_error")]
 # An exception line of Python's own error types, also where the excerpt lost its "Traceback" header.
 _BUILTIN_EXCEPTION = re.compile(
     r"^(?:KeyError|ValueError|TypeError|AttributeError|IndexError|NameError|FileNotFoundError|"
@@ -312,7 +320,8 @@ class LineScanner:
         return None
 
     def _exception(self, evidence: str, where: str) -> Diagnosis | None:
-        """The line that ends a traceback: a user's error, unless it only carries another exception."""
+        """The line that ends a traceback: a user's error (or the library's it was raised in), unless it
+        only carries another exception."""
         self._in_traceback = False
         if _WRAPPER.match(evidence):
             self._wrap(evidence + where)
@@ -320,9 +329,17 @@ class LineScanner:
         if evidence.startswith("KeyboardInterrupt"):  # someone stopped a process that sat still
             self.weak = self.weak or Diagnosis("hang", True, evidence, self._count)
             return None
-        category = "checkpoint_error" if self._tb.checkpoint_io else "user_code_error"
-        self.first = Diagnosis(category, False, evidence + where, self._count)
+        category = "checkpoint_error" if self._tb.checkpoint_io else self._raised_in()
+        self.first = Diagnosis(category, category not in NOT_RETRYABLE, evidence + where, self._count)
         return self.first
+
+    def _raised_in(self) -> str:
+        """The category of the library the exception was raised in (its last frame), else the user's."""
+        if self._tb.last is not None:
+            for pattern, category in RAISED_IN:
+                if pattern.search(self._tb.last[0]):
+                    return category
+        return "user_code_error"
 
     def _wrap(self, evidence: str) -> None:
         """An exception that carries another: the evidence only if no real exception follows. What

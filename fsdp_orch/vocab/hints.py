@@ -77,6 +77,21 @@ _SHARPER = [
      "tmux or the scheduler"),
     ("crashed_signal", re.compile(r"SIGINT"),
      "SIGINT: the process was interrupted (Ctrl-C or kill -INT) by a person or a script"),
+    ("xla_error", re.compile(r"[Uu]nsupported nprocs"),
+     "under PJRT, xmp.spawn starts one process per device: leave nprocs unset (or 1) and limit the "
+     "devices with the environment (CPU_NUM_DEVICES, TPU_VISIBLE_CHIPS) instead"),
+    ("xla_error", re.compile(r"[Mm]esh size|global number of devices|[Pp]artition spec|"
+                             r"not defined in the given mesh"),
+     "the SPMD mesh or a partition spec does not fit: the mesh's shape must multiply to the number of "
+     "devices (xr.global_runtime_device_count()), and a partition spec needs one entry per tensor "
+     "dimension, naming only the mesh's axes"),
+    ("xla_error", re.compile(r"PJRT_DEVICE|PjRt ?Plugin|libtpu|XLA_FLAGS"),
+     "the XLA runtime could not start with this environment: check that PJRT_DEVICE names a device the "
+     "host has (TPU needs libtpu, installed with torch_xla[tpu]) and that every flag in XLA_FLAGS exists "
+     "in this torch_xla's XLA"),
+    ("xla_error", re.compile(r"custom[- ]call|FFI handler|incompatible shapes"),
+     "XLA could not compile the program's graph: the error names the op; a custom kernel must be "
+     "registered for the device's platform, and shapes must agree before the graph is built"),
     ("crashed_signal", re.compile(r"SIGXCPU"),
      "SIGXCPU: the process used up its CPU-time limit (ulimit -t or the scheduler's); raise the limit"),
 ]

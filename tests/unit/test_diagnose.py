@@ -177,6 +177,13 @@ def test_exception_lines_of_every_usual_shape_are_user_errors():
     ("ended by SIGABRT (signal 6, exit -6)", "crashed_signal", "terminate called after"),
     ("ended by SIGSEGV (signal 11, exit -11)", "crashed_signal", "PYTHONFAULTHANDLER=1"),
     ("[fsdp-orch fault] rank 0: injected SIGKILL at step 3", "injected_fault", "FSDP_ORCH_FAULT"),
+    ("AssertionError: Number of device IDs (4) must match mesh size (8)", "xla_error", "multiply to the number"),
+    ("ValueError: Axis name fsdp is not defined in the given mesh", "xla_error", "naming only the mesh's axes"),
+    ("RuntimeError: No PjRtPlugin registered for: CUDA.", "xla_error", "PJRT_DEVICE names a device"),
+    ("ValueError: Unsupported nprocs (2).", "xla_error", "leave nprocs unset"),
+    ("RuntimeError: No registered implementation for untyped custom call to k for Host", "xla_error",
+     "could not compile"),
+    ("TPU is already in use by process with pid 1234", "xla_error", "lsof"),
 ])
 def test_a_hint_follows_the_line_that_decided_it(evidence, category, says):
     from fsdp_orch.vocab.hints import hint_for
