@@ -20,16 +20,30 @@ STEPS = 40
 INTERVAL = 10
 
 
-def submit(cli: Cli, job: Path, *extra: str) -> dict:
-    args = ["submit", "--cluster", "xla-cpu", "--wait", "--json", str(job),
-            "--set", "launcher=python", "--set", "procs_per_node=1",
+ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def job_args(job: Path, *extra: str) -> list[str]:
+    return ["--cluster", "xla-cpu", str(job), "--set", "launcher=python", "--set", "procs_per_node=1",
             "--set", f"args={json.dumps(['--steps', str(STEPS), *SMALL_DEMO])}",
             "--set", f"checkpoint.interval={INTERVAL}", "--set", "restart.backoff.initial=1s",
             "--set", "restart.backoff.jitter=0", "--set", "watch.heartbeat_timeout=8s",
             "--set", "watch.hang_detection=fixed", *extra]
-    proc = cli.run(*args, timeout=600)
+
+
+def submit(cli: Cli, job: Path, *extra: str) -> dict:
+    proc = cli.run("submit", "--wait", "--json", *job_args(job, *extra), timeout=600)
     assert proc.stdout.strip(), (proc.returncode, proc.stderr)
     return json.loads(proc.stdout)
+
+
+def submit_together(cli: Cli, *jobs: tuple[Path, list[str]]) -> list[dict]:
+    """Several jobs at once (a clean run beside a faulted one: the suite's time is the longer of
+    the two, not their sum), each to its end."""
+    ids = [json.loads(cli.run("submit", "--json", *job_args(job, *extra), check=True).stdout)["id"]
+           for job, extra in jobs]
+    return [cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=600, what="the job's end")
+            for job_id in ids]
 
 
 def result(status: dict) -> dict:
@@ -38,8 +52,11 @@ def result(status: dict) -> dict:
 
 def test_fsdpv2_on_four_devices_resumes_after_a_crash_and_a_hang_to_the_clean_runs_loss(
         xla_cli: Cli, tmp_path: Path) -> None:
-    clean_job = copy_demo(tmp_path / "clean")
-    clean = submit(xla_cli, clean_job, *SPMD_ENV)
+    faulted_job = copy_demo(tmp_path / "faulted")
+    faults = f"crash:step={INTERVAL + 5}:rank=0;hang:step={2 * INTERVAL + 5}:rank=0:attempt=1"
+    clean, faulted = submit_together(
+        xla_cli, (copy_demo(tmp_path / "clean"), SPMD_ENV),
+        (faulted_job, [*SPMD_ENV, "--set", f"env.FSDP_ORCH_FAULT={faults}"]))
     assert clean["state"] == "SUCCEEDED" and clean["attempts"] == 1, why(clean)
     plan = result(clean)["plan"]["plan"]
     assert (plan["wrapper"], plan["spmd"], plan["devices"], plan["processes"]) == (
@@ -47,10 +64,6 @@ def test_fsdpv2_on_four_devices_resumes_after_a_crash_and_a_hang_to_the_clean_ru
     assert plan["mesh_shape"] == [XLA_DEVICES, 1] and plan["mesh_axis_names"] == ["fsdp", "tensor"]
     assert plan["checkpoint_method"] == "dcp+spmd-planners"
     assert clean["progress"]["step"] == STEPS and clean["progress"]["loss_source"] == "runtime"
-
-    faulted_job = copy_demo(tmp_path / "faulted")
-    faults = f"crash:step={INTERVAL + 5}:rank=0;hang:step={2 * INTERVAL + 5}:rank=0:attempt=1"
-    faulted = submit(xla_cli, faulted_job, *SPMD_ENV, "--set", f"env.FSDP_ORCH_FAULT={faults}")
     assert faulted["state"] == "SUCCEEDED" and faulted["attempts"] == 3, why(faulted)
     crash, hang = faulted["failures"]
     assert crash["category"] == "injected_fault" and crash["action"] == "restart"
@@ -69,15 +82,15 @@ def test_fsdpv2_on_four_devices_resumes_after_a_crash_and_a_hang_to_the_clean_ru
 
 def test_xla_fsdp_v1_resumes_after_a_crash_to_the_clean_runs_loss(xla_cli: Cli, tmp_path: Path) -> None:
     v1 = ["--set", "env.PJRT_DEVICE=CPU", "--set", "fsdp.xla_fsdp_v2=false"]
-    clean = submit(xla_cli, copy_demo(tmp_path / "clean"), *v1)
+    faulted_job = copy_demo(tmp_path / "faulted")
+    clean, faulted = submit_together(
+        xla_cli, (copy_demo(tmp_path / "clean"), v1),
+        (faulted_job, [*v1, "--set", f"env.FSDP_ORCH_FAULT=crash:step={INTERVAL + 5}:rank=0"]))
     assert clean["state"] == "SUCCEEDED", why(clean)
     plan = result(clean)["plan"]["plan"]
     assert (plan["wrapper"], plan["spmd"], plan["devices"], plan["processes"]) == (
         "XlaFullyShardedDataParallel", False, 1, 1)
     assert plan["checkpoint_method"] == "dcp-per-rank-state"
-
-    faulted_job = copy_demo(tmp_path / "faulted")
-    faulted = submit(xla_cli, faulted_job, *v1, "--set", f"env.FSDP_ORCH_FAULT=crash:step={INTERVAL + 5}:rank=0")
     assert faulted["state"] == "SUCCEEDED" and faulted["attempts"] == 2, why(faulted)
     final = result(faulted)
     assert final["resumed_from"] == INTERVAL
