@@ -152,3 +152,19 @@ def test_nccl_ras_counts_come_from_its_client_where_it_is_installed():
     assert ras_counts(run, which=lambda name: None) == {}
     assert ras_counts(lambda argv, timeout: CommandResult(1, "", "connection refused"),
                       which=lambda name: "/usr/bin/ncclras") == {}
+
+
+def test_on_xla_a_host_in_the_steps_graph_waits_and_a_host_in_its_own_code_is_stuck():
+    # Collectives run inside XLA's compiled graph: a host waiting for its peers sits where the
+    # graph runs, torch_xla.sync() (the stack the first XLA test run here showed while it compiled)
+    xla = "/work/main/.venv-xla/lib/python3.11/site-packages"
+    roots = (*ROOTS, xla)
+    waiting = place_of(0, main_only(("sync", f"{xla}/torch_xla/torch_xla.py", 87),
+                                    ("main", "/job/train.py", 142)), roots)
+    stuck = place_of(1, main_only(("load_batch", "/job/train.py", 60), ("main", "/job/train.py", 130)), roots)
+    assert (waiting.tier, waiting.collective) == (IN_COLLECTIVE, "sync")
+    assert stuck.tier == NOT_IN_COLLECTIVE
+    assert culprit_order({0: waiting, 1: stuck}, [0, 1]) == [1, 0]
+    mark_step = place_of(0, main_only(("mark_step", f"{xla}/torch_xla/core/xla_model.py", 1060),
+                                      ("main", "/job/train.py", 99)), roots)
+    assert (mark_step.tier, mark_step.collective) == (IN_COLLECTIVE, "mark_step")
