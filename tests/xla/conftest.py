@@ -8,28 +8,16 @@ a lock while it works, and a second call finds the environment made)."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_harness import REPO, Cli, make_cli
+import xla_env
+from cli_harness import Cli, make_cli
+from xla_env import SMALL_DEMO, XLA_DEVICES  # noqa: F401 (test_xla_fsdp imports SMALL_DEMO from here)
 
-XLA_VENV = REPO / ".venv-xla"
-# The demo at a size that compiles in seconds on 2 CPU cores (compiling dominates XLA's start-up).
-SMALL_DEMO = ["--vocab", "64", "--dim", "32", "--layers", "2", "--heads", "2", "--seq-len", "16",
-              "--batch-size", "16", "--lr", "0.01"]
-XLA_DEVICES = 4
+xla_python = xla_env.xla_python  # the session fixture, shared with tests/ssh
 SPMD_ENV = ["--set", "env.PJRT_DEVICE=CPU", "--set", f"env.CPU_NUM_DEVICES={XLA_DEVICES}"]
-
-
-@pytest.fixture(scope="session")
-def xla_python() -> Path:
-    """The XLA environment's python, made (or waited for) by scripts/setup-xla.sh."""
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "setup-xla.sh")], capture_output=True,
-                          text=True, timeout=1800)
-    assert proc.returncode == 0, f"scripts/setup-xla.sh failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return XLA_VENV / "bin" / "python"
 
 
 def xla_profile(python: Path, name: str = "xla-cpu") -> str:

@@ -41,8 +41,9 @@ class TpuVmProfile(ProfileBase):
     # preempted. False: someone else owns it; fsdp-orch only waits for it to be READY.
     owns_vm: bool = False
     ready_timeout: int = Field(default=1800, gt=0)  # seconds an attempt waits for READY
-    # TPU: torch_xla on the TPU. CPU: the plain CPU path (gloo) on the same workers; what the test
-    # workers run, with no TPU and no torch_xla.
+    # TPU: torch_xla on the TPU. CPU, for workers with no TPU (the tests'): where the profile's python
+    # has torch_xla, its CPU client (one worker: a world of one per process; the job's env
+    # CPU_NUM_DEVICES gives it devices), else the plain CPU path (gloo).
     pjrt_device: Literal["TPU", "CPU"] = "TPU"
     # Each worker's own disk: the job's run folders go to <remote_workdir>/runs/<id>.
     remote_workdir: str = "/var/tmp/fsdp-orch"

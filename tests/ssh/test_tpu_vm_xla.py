@@ -1,0 +1,67 @@
+"""`--cluster tpu-vm` with real torch_xla on its worker: the stand-in gcloud (tests/ssh/tpu_stand.py)
+with ONE worker (a v4-8) whose profile runs the XLA environment's python (``.venv-xla``), and the
+``xla`` launcher: PJRT_DEVICE=CPU from the profile's pjrt_device, 4 virtual CPU devices from the
+job's env. The demo runs FSDPv2 (SPMD, a (4, 1) mesh, one process) on the worker, crashes, and
+resumes from its checkpoint in the bucket to the clean run's numbers. One worker: PJRT's CPU client
+is a world of one per process, so two workers would each be alone (the runtime refuses that)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import xla_env
+from cli_harness import copy_demo
+from tpu_stand import Stand, explained, tpu_stand
+from xla_env import SMALL_DEMO, XLA_DEVICES
+
+pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.xla]
+
+xla_python = xla_env.xla_python  # the session fixture of tests/xla
+
+STEPS = 40
+INTERVAL = 10
+XLA_JOB = ["--set", f"args={json.dumps(['--steps', str(STEPS), *SMALL_DEMO])}",
+           "--set", f"checkpoint.interval={INTERVAL}",
+           "--set", f"env.CPU_NUM_DEVICES={XLA_DEVICES}"]
+
+
+@pytest.fixture
+def xla_stand(ssh_hosts, xla_python: Path) -> Iterator[Stand]:  # type: ignore[no-untyped-def]
+    """A TPU VM of one worker (host 1, a v4-8) whose profile runs the XLA environment's python."""
+    yield from tpu_stand(ssh_hosts, xla_python, num_workers=1, env={"OMP_NUM_THREADS": "2"})
+
+
+def test_fsdpv2_on_a_one_worker_tpu_vm_resumes_after_a_crash_to_the_clean_runs_numbers(
+        ssh_hosts, xla_stand: Stand, xla_python: Path) -> None:
+    clean = xla_stand.submit(*XLA_JOB, demo=copy_demo(xla_stand.demo.parent.parent / "clean"))
+    assert isinstance(clean, dict) and clean["state"] == "SUCCEEDED", explained(clean)
+    assert clean["attempts"] == 1 and clean["failures"] == [], explained(clean)
+    reference = json.loads(xla_stand.on_worker(ssh_hosts, 0, clean["id"], "result.json"))
+
+    faulted = xla_stand.submit(*XLA_JOB, "--set", f"env.FSDP_ORCH_FAULT=crash:step={INTERVAL + 5}:rank=0")
+    assert isinstance(faulted, dict) and faulted["state"] == "SUCCEEDED", explained(faulted)
+    assert faulted["attempts"] == 2, explained(faulted)
+    [crash] = faulted["failures"]
+    assert crash["category"] == "injected_fault" and crash["action"] == "restart", crash
+    job_id = faulted["id"]
+    result = json.loads(xla_stand.on_worker(ssh_hosts, 0, job_id, "result.json"))
+    # the runtime's plan on the worker: FSDPv2 over the 4 virtual CPU devices of one process
+    for run in (reference, result):
+        plan = run["plan"]["plan"]
+        assert (plan["wrapper"], plan["spmd"], plan["devices"], plan["processes"]) == (
+            "SpmdFullyShardedDataParallel", True, XLA_DEVICES, 1), plan
+        assert plan["mesh_shape"] == [XLA_DEVICES, 1], plan
+    assert result["resumed_from"] == INTERVAL and result["final_step"] == STEPS, result
+    # the crash came after step 10's checkpoint (in the bucket); XLA's CPU backend is deterministic
+    # and the checkpoint holds the sharded weights, the optimizer's state and the RNG states
+    assert result["final_loss"] == reference["final_loss"], (result["final_loss"], reference["final_loss"])
+    assert result["param_sha256"] == reference["param_sha256"]
+    # the node scripts: the profile's pjrt_device, the job's device count, the XLA environment's python
+    for attempt in (0, 1):
+        script = xla_stand.on_worker(ssh_hosts, 0, job_id, f"attempt-{attempt}/node-0.sh")
+        assert "export PJRT_DEVICE=CPU" in script and f"export CPU_NUM_DEVICES={XLA_DEVICES}" in script, script
+        assert "WORLD_SIZE=1 " in script, script
+        assert f"exec {xla_python} -u train.py" in script, script
