@@ -118,17 +118,24 @@ def _init_xla(timeout_s: float, pjrt_device: str, *, spmd: bool) -> DistInfo:
     backend = "gloo" if spmd else "xla"
     if not dist.is_initialized():
         dist.init_process_group(backend, init_method="xla://", timeout=timedelta(seconds=timeout_s))
-    launched = int(os.environ.get("WORLD_SIZE", "1"))
-    if dist.get_world_size() < launched:
-        raise TorchXlaUnavailable(
-            f"{launched} processes were started (WORLD_SIZE={launched}), but the PJRT {pjrt_device} "
-            f"client sees a world of {dist.get_world_size()}: each process would train alone. "
-            "PJRT's CPU client is one process (give it devices with CPU_NUM_DEVICES and use "
-            "FSDPv2); on a TPU, start one process per worker (launcher: xla)")
+    check_xla_world(os.environ.get("WORLD_SIZE"), dist.get_world_size(), pjrt_device)
     local_rank, local_world = (0, 1) if spmd else (xr.local_ordinal(), xr.local_process_count())
     return DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
                     local_world_size=local_world, device=torch_xla.device(), backend=backend,
                     xla_spmd=spmd)
+
+
+def check_xla_world(launched: str | None, pjrt_world: int, pjrt_device: str) -> None:
+    """Refuse a launch of more processes than the PJRT client joins into one world: PJRT's CPU
+    client is a world of one per process (measured with torch_xla 2.9.0: two processes under
+    torchrun each saw ``world_size() == 1``), and each would train alone, reporting success."""
+    started = int(launched) if launched and launched.isdigit() else 1
+    if pjrt_world < started:
+        raise TorchXlaUnavailable(
+            f"{started} processes were started (WORLD_SIZE={started}), but the PJRT {pjrt_device} "
+            f"client sees a world of {pjrt_world}: each process would train alone. PJRT's CPU "
+            "client is one process (give it devices with CPU_NUM_DEVICES and use FSDPv2); on a "
+            "TPU, start one process per worker (launcher: xla)")
 
 
 def _torch_xla_missing(pjrt_device: str, what: str) -> str:
@@ -145,4 +152,5 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-__all__ = ["DistInfo", "TorchXlaUnavailable", "init_distributed", "shutdown", "xla_choice"]
+__all__ = ["DistInfo", "TorchXlaUnavailable", "check_xla_world", "init_distributed", "shutdown",
+           "xla_choice"]

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from fsdp_orch.jobspec.schema import FsdpOptions
-from fsdp_orch.runtime.dist import xla_choice
+from fsdp_orch.runtime.dist import TorchXlaUnavailable, check_xla_world, xla_choice
 from fsdp_orch.runtime.fsdp import layers_to_checkpoint, wrap_targets
 from fsdp_orch.runtime.settings import from_env
 from fsdp_orch.runtime.xla_fsdp import _first_tensor
@@ -334,3 +334,12 @@ def test_per_rank_state_saves_a_complete_checkpoint_and_restores_it(tmp_path: Pa
     # Another world size: refused, naming the key that rank would need.
     assert "no checkpoint could be loaded" in proc.stdout
     assert "xla_fsdp_rank_0_of_2" in proc.stderr
+
+
+def test_more_processes_than_the_pjrt_world_is_refused_not_trained_alone():
+    # PJRT's CPU client: two processes under torchrun each saw a world of one (torch_xla 2.9.0)
+    with pytest.raises(TorchXlaUnavailable, match=r"2 processes were started .* a world of 1: each "
+                                                  r"process would train alone"):
+        check_xla_world("2", 1, "CPU")
+    check_xla_world("4", 4, "TPU")  # a TPU slice's PJRT world spans its workers
+    check_xla_world(None, 1, "CPU")  # the xla or python launcher: no WORLD_SIZE, one process
