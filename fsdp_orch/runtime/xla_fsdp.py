@@ -155,7 +155,7 @@ def xla_full_state(model: nn.Module, info: DistInfo) -> dict[str, torch.Tensor] 
     XlaFullyShardedDataParallel: every rank's shards are gathered to process 0 and consolidated
     with torch_xla's ``consolidate_sharded_state_dicts``."""
     if info.xla_spmd:
-        full = {_unwrapped_name(k): v.cpu() for k, v in model.state_dict().items()}
+        full = {unwrapped_name(k): v.cpu() for k, v in model.state_dict().items()}
         return full if info.rank == 0 else None
     from torch_xla.distributed.fsdp import consolidate_sharded_state_dicts
 
@@ -170,10 +170,10 @@ def xla_full_state(model: nn.Module, info: DistInfo) -> dict[str, torch.Tensor] 
         return None
     full = consolidate_sharded_state_dicts([s["model"] for s in everyone],
                                            everyone[0]["shard_metadata"])  # the same on every rank
-    return {_unwrapped_name(k): v for k, v in full.items()}
+    return {unwrapped_name(k): v for k, v in full.items()}
 
 
-def _unwrapped_name(name: str) -> str:
+def unwrapped_name(name: str) -> str:
     """A parameter's name in the model as built: the wrappers' own prefixes taken out."""
     parts = [p for p in name.split(".")
              if p not in ("_orig_module", "_fpw_module", "_fsdp_wrapped_module", "module")]
@@ -286,4 +286,4 @@ def _to_cpu(value: Any) -> Any:
 
 
 __all__ = ["PerRankState", "SpmdState", "XlaSharded", "checkpoint_state", "shard_batch",
-           "shard_on_xla", "xla_full_state"]
+           "shard_on_xla", "unwrapped_name", "xla_full_state"]
