@@ -38,6 +38,7 @@ from pathlib import Path
 
 import bootstrap_cost
 
+from fsdp_orch.nodeagent.beat_dir import read_node_heartbeats
 from fsdp_orch.observe.heartbeats import read_heartbeats
 from fsdp_orch.observe.proctree import job_processes_with, signal_pids
 from fsdp_orch.record.store import Store
@@ -48,6 +49,12 @@ HANG_STEP = 30
 QUICK_RESTART = ("restart.backoff.initial=1s", "restart.backoff.jitter=0")
 HF_SAVE_STEPS = 20
 DEMO_INTERVAL = 10
+
+
+def beats_of(run_dir: Path, attempt: int) -> dict:  # type: ignore[type-arg]
+    """A job's heartbeats: on its node's local tmp under fsdp-orch (the job id is the run folder's
+    name), in the run folder for a plain torchrun run with only FSDP_ORCH_RUN_DIR set."""
+    return read_node_heartbeats(run_dir.name, attempt) or read_heartbeats(run_dir, attempt)
 
 
 def log(*parts: object) -> None:
@@ -118,7 +125,7 @@ def hang_and_recovery(home: Path, job: Path, *sets: str) -> dict:
     attempts = [{"first_step_at": a.first_step_at} for _, a in sorted(job.attempt_records.items())]
     out = {"state": status["state"], "categories": [f[1] for f in failures], "wall_s": wall,
            "detection_s": None, "recovery_s": None}
-    hung = read_heartbeats(home / "runs" / status["id"], 0).get(1)
+    hung = beats_of(home / "runs" / status["id"], 0).get(1)
     if failures and hung is not None:
         out["detection_s"] = failures[0][0] - hung.progress_time
     if failures and len(attempts) > 1 and attempts[1]["first_step_at"] is not None:
@@ -147,12 +154,12 @@ class StepSampler:
 
     def _sample(self) -> None:
         while not self._stop.wait(0.05):
-            for folder in self.runs.glob("*/heartbeats/attempt-*"):
-                run_dir = folder.parent.parent
-                if run_dir in self._old:
+            for folder in self.runs.glob("*/attempt-*"):
+                run_dir = folder.parent
+                if run_dir in self._old or not folder.name.split("-")[1].isdigit():
                     continue
                 attempt = int(folder.name.split("-")[1])
-                beat = read_heartbeats(run_dir, attempt).get(0)
+                beat = beats_of(run_dir, attempt).get(0)
                 if beat is not None and beat.state == "training":
                     self.progress.setdefault((run_dir.name, attempt), {}).setdefault(beat.step,
                                                                                       beat.progress_time)

@@ -12,7 +12,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fsdp_orch.backends.files import FileObservation
+from fsdp_orch.backends.node_channel import AgentObservation
 from fsdp_orch.backends.ports import free_port
 from fsdp_orch.backends.supervised_here import SupervisedHere
 from fsdp_orch.jobspec.profiles import ProfileBase
@@ -24,6 +24,7 @@ from fsdp_orch.observe.checkpoints import LOCAL, Storage
 from fsdp_orch.observe.proctree import job_processes, stop_job_processes
 from fsdp_orch.places.private import make_private_dirs, open_private
 from fsdp_orch.record.model import JobStatus
+from fsdp_orch.vocab.categories import NODE_LOST_EXIT
 from fsdp_orch.vocab.errors import InputError
 
 
@@ -46,11 +47,11 @@ LOST = -1000  # exit status of an attempt whose processes vanished without an ex
 EXIT_FILE = "exit-node-0"
 
 
-class LocalAttempt(FileObservation):
+class LocalAttempt(AgentObservation):
     def __init__(self, submission: Submission, attempt: int, pgid: int,
                  proc: subprocess.Popen | None = None):  # type: ignore[type-arg]
         attempt_dir = Path(submission.attempt_dir(attempt))
-        super().__init__(submission.run_dir, attempt, attempt_dir)
+        super().__init__(submission.run_dir, attempt, attempt_dir, bind="127.0.0.1", announce="127.0.0.1")
         self.job_id = submission.job_id
         self.pgid = pgid
         self.exit_file = attempt_dir / EXIT_FILE
@@ -66,7 +67,12 @@ class LocalAttempt(FileObservation):
         else:
             code = self._adopted_exit()
         if code is None:
+            lost = self.lost_node()
+            if lost is not None:
+                print(f"fsdp-orch supervisor: {lost}", flush=True)
+                return NODE_LOST_EXIT
             return None
+        self.agents_settle()  # the ranks' last states (done) come in the agent's last line
         # The launcher is gone; a worker it left behind would still hold ports or a GPU.
         if job_processes(self.job_id, self.attempt):
             stop_job_processes(self.job_id, self.attempt, grace=2.0)
@@ -85,6 +91,7 @@ class LocalAttempt(FileObservation):
             return LOST
 
     def stop(self, grace: float) -> None:
+        self.stop_ranks(grace)
         stop_job_processes(self.job_id, self.attempt, grace=grace, pgid=self.pgid)
         if self.proc is not None:
             try:

@@ -32,6 +32,7 @@ STEP_WRITE_MIN_S = 0.2  # after a step, write at once unless the last write is y
 class Agent:
     def __init__(self, env: Mapping[str, str], clock: Callable[[], float] = time.time):
         self.run_dir = os.path.expanduser(env["FSDP_ORCH_RUN_DIR"])
+        self.beat_dir = env.get("FSDP_ORCH_BEAT_DIR") or None  # node-local, read by the node's agent
         self.attempt = _int(env.get("FSDP_ORCH_ATTEMPT"), 0)
         self.attempt_dir = env.get("FSDP_ORCH_ATTEMPT_DIR") or None
         self.fault_text = env.get("FSDP_ORCH_FAULT") or None
@@ -155,13 +156,11 @@ class Agent:
         from fsdp_orch.bootstrap.compute_meter import ComputeMeter
         from fsdp_orch.bootstrap.io_meter import WriteMeter
         from fsdp_orch.bootstrap.probe import MainThreadProbe
-        from fsdp_orch.observe.heartbeats import heartbeat_path
+        from fsdp_orch.nodeagent.beat_dir import rank_beat_path
 
         self._host = socket.gethostname()
         self.rank = rank
-        path = heartbeat_path(self.run_dir, self.attempt, rank)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._path = str(path)
+        self._path = rank_beat_path(self.beat_dir, self.run_dir, self.attempt, rank)
         self._probe = MainThreadProbe(self.clock)
         self._io = WriteMeter(self.clock)
         self._compute = ComputeMeter(self.clock)

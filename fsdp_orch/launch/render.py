@@ -14,6 +14,7 @@ from typing import Protocol
 import jinja2
 
 from fsdp_orch.launch.plan import PATH_ENV, LaunchPlan, slug, spec_json
+from fsdp_orch.nodeagent.beat_dir import NODE_TMP
 from fsdp_orch.places.builtin import builtin_dir, home
 from fsdp_orch.vocab.errors import InputError
 from fsdp_orch.vocab.version import __version__
@@ -68,6 +69,11 @@ def sbatch_path(value: object) -> str:
     return sbatch_value(str(value).replace("%", "%%"))
 
 
+def package_root(bootstrap_dir: object) -> str:
+    """The folder to import fsdp_orch from, given the bootstrap's (``<root>/fsdp_orch/bootstrap/site``)."""
+    return posixpath.dirname(posixpath.dirname(posixpath.dirname(str(bootstrap_dir))))
+
+
 def template_dirs(cwd: Path | None = None) -> list[Path]:
     """Project ``./templates``, then ``$FSDP_ORCH_HOME/templates``, then the built-in ones."""
     dirs = [(cwd or Path.cwd()) / "templates", home() / "templates", builtin_dir("templates")]
@@ -95,6 +101,8 @@ def make_environment(search: list[Path]) -> jinja2.Environment:
     env.filters["sbatch_path"] = sbatch_path
     env.globals["version"] = __version__
     env.globals["path_env"] = PATH_ENV
+    env.globals["node_tmp"] = NODE_TMP
+    env.filters["package_root"] = package_root
     return env
 
 

@@ -74,7 +74,11 @@ def heartbeat_path(run_dir: str | os.PathLike[str], attempt: int, rank: int) -> 
 
 def parse_heartbeat(text: str) -> Heartbeat:
     """Parse one heartbeat file's text. Raises ValueError naming what is wrong."""
-    data = json.loads(text)
+    return heartbeat_from_dict(json.loads(text))
+
+
+def heartbeat_from_dict(data: Any) -> Heartbeat:
+    """A heartbeat from its decoded JSON (a file's, or one in a node summary). Raises ValueError."""
     if not isinstance(data, dict):
         raise ValueError("expected a JSON object")
     for key, kind in (("rank", int), ("attempt", int), ("step", int), ("pid", int)):
@@ -137,5 +141,5 @@ def write_heartbeat(path: str | os.PathLike[str], beat: Heartbeat) -> None:
     os.replace(tmp, target)
 
 
-__all__ = ["Heartbeat", "STATES", "heartbeat_dir", "heartbeat_path", "parse_heartbeat",
+__all__ = ["Heartbeat", "STATES", "heartbeat_dir", "heartbeat_from_dict", "heartbeat_path", "parse_heartbeat",
            "read_heartbeats", "write_heartbeat"]

@@ -14,20 +14,21 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_orch.bootstrap.agent import current as bootstrap_agent
-from fsdp_orch.observe.heartbeats import STATES, Heartbeat, heartbeat_path, write_heartbeat
+from fsdp_orch.nodeagent.beat_dir import rank_beat_path
+from fsdp_orch.observe.heartbeats import STATES, Heartbeat, write_heartbeat
 
 
 class HeartbeatWriter:
     def __init__(self, run_dir: Path | None, attempt: int, rank: int):
-        self.path = heartbeat_path(run_dir, attempt, rank) if run_dir is not None else None
+        beat_dir = os.environ.get("FSDP_ORCH_BEAT_DIR") or None
+        path = rank_beat_path(beat_dir, str(run_dir), attempt, rank) if run_dir is not None else None
+        self.path = Path(path) if path is not None else None
         self.attempt = attempt
         self.rank = rank
         self.step = 0
         self.loss: float | None = None
         self.state = "starting"
         self.metrics: dict[str, Any] = {}
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
 
     @property
     def enabled(self) -> bool:

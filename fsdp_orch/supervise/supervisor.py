@@ -58,6 +58,7 @@ STOP_GRACE_S = 5.0
 # A lost peer is usually the symptom of a rank that died first: after a communication error the
 # supervisor gives torchrun this long to report which rank failed first.
 SETTLE_S = 5.0
+PROGRESS_EVERY_S = 5.0  # progress events: the first step at once, then at most one per this
 
 
 class AttemptFailed(Exception):
@@ -134,6 +135,7 @@ class Supervisor:
         self.workers: tuple[str, ...] = ()  # the machines the kind found for the latest attempt
         self._last_step: int | None = None  # the progress last recorded for the running attempt
         self._last_loss: float | None = None
+        self._progress_at = 0.0  # when it was recorded (the supervisor's clock)
         self._follower: LogFollower | None = None  # the running attempt's: its console loss
         self._window: float | None = None  # the hang window last recorded for the running attempt
         self._last_ckpt: int | None = None
@@ -362,7 +364,7 @@ class Supervisor:
                     last = handle.heartbeats() or beats  # reports can trail the exit (hosts with own disks)
                     self._check_ranks_started(attempt, ranks_seen | set(last), world, before, checkpoint_dir)
                     follower.poll(final=True)  # the last lines: a progress bar drawn once, at the end
-                    self._record_progress(last, clock)
+                    self._record_progress(last, clock, final=True)
                     return
                 if finished_at is not None and self._killed_by_a_signal(code, follower):
                     self.journal.add_event(attempt=attempt, kind="teardown_crash", message=(
@@ -485,7 +487,7 @@ class Supervisor:
             return True
         return (self.sub.run_dir / CANCEL_MARKER).exists()
 
-    def _record_progress(self, beats: dict, clock: StepClock) -> None:  # type: ignore[type-arg]
+    def _record_progress(self, beats: dict, clock: StepClock, final: bool = False) -> None:  # type: ignore[type-arg]
         """Rank 0's step and the latest loss (the runtime's in its heartbeat, else the one its console
         printed last), when either changed; and the hang window in force."""
         if not beats:
@@ -499,7 +501,9 @@ class Supervisor:
             loss, source = finite(self._follower.loss[0]), self._follower.loss[1]
         if lead.step == self._last_step and loss == self._last_loss:
             return
-        self._last_step, self._last_loss = lead.step, loss
+        if not final and self._last_step is not None and self.clock() - self._progress_at < PROGRESS_EVERY_S:
+            return  # the event log is on the shared filesystem: a line per PROGRESS_EVERY_S at most
+        self._last_step, self._last_loss, self._progress_at = lead.step, loss, self.clock()
         self.journal.progress(lead.step, loss, lead.progress_time, loss_source=source)
 
     def _record_window(self, lead, clock: StepClock) -> None:  # type: ignore[no-untyped-def]

@@ -14,7 +14,7 @@ import time
 import pytest
 from cli_harness import why
 
-from fsdp_orch.observe.heartbeats import read_heartbeats
+from fsdp_orch.nodeagent.beat_dir import read_node_heartbeats
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +53,7 @@ def test_a_rank_sigkilled_from_outside_is_killed_sigkill_under_accelerate(cli, d
     try:
         running = cli.wait_until(job_id, lambda s: (s["progress"] or {}).get("step", 0) >= 3
                                  or s["state"] not in ("PENDING", "RUNNING"), timeout=90, what="a few steps")
-        beats = read_heartbeats(running["run_dir"], 0)
+        beats = read_node_heartbeats(job_id, 0)  # this machine is the node
         assert running["state"] == "RUNNING" and 1 in beats, why(running)
         os.kill(beats[1].pid, signal.SIGKILL)
         failure = the_failure(cli, ended(cli, job_id))

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fsdp_orch.nodeagent.beat_dir import read_node_heartbeats
 from fsdp_orch.observe.checkpoints import latest_complete, list_checkpoints
-from fsdp_orch.observe.heartbeats import read_heartbeats
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ def test_spawn_example_under_the_python_launcher_trains_checkpoints_and_resumes(
     out = run(["bash", str(first / "launch.sh")]).stdout
     assert [line.split()[0] for line in out.splitlines() if line.startswith("step=")] == [
         "step=1", "step=2", "step=3", "step=4"]
-    beats = read_heartbeats(home / "runs" / job_id, 0)
+    beats = read_node_heartbeats(job_id, 0)
     assert sorted(beats) == [0, 1] and all(b.state == "done" and b.step == 4 for b in beats.values())
     ckpt_dir = example / "checkpoints" / "spawn-example"
     assert [(c.step, c.complete) for c in list_checkpoints(ckpt_dir)] == [(2, True), (4, True)]
@@ -97,7 +97,7 @@ def test_accelerate_example_reads_an_accelerate_config_and_runs_two_cpu_processe
     env = {"OMP_NUM_THREADS": "1"}
     out = run(argv, cwd=example, env=env).stdout
     assert "distributed_type=MULTI_CPU num_processes=2" in out
-    beats = read_heartbeats(home / "runs" / job_id, 0)
+    beats = read_node_heartbeats(job_id, 0)
     assert sorted(beats) == [0, 1] and all(b.state == "done" and b.step == 4 for b in beats.values())
     ckpt_dir = Path(exports["FSDP_ORCH_CHECKPOINT_DIR"])
     assert [(c.step, c.complete, c.layout) for c in list_checkpoints(ckpt_dir)] == [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import time
 from pathlib import Path
@@ -16,6 +17,8 @@ import pytest
 from cli_harness import culprit_leads
 
 from fsdp_orch.backends.slurm.kind import slurm_job_id
+from fsdp_orch.nodeagent.server import NODE_TIMEOUT_S
+from fsdp_orch.observe.proctree import job_processes_with
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -64,6 +67,9 @@ def test_the_demo_runs_on_both_nodes_and_writes_checkpoints(slurm_cluster, clean
     assert len(attempt_steps) == 1 and attempt_steps[0]["State"] == "COMPLETED"
     assert attempt_steps[0]["NodeList"] == "node[1-2]", rows
     shared_run = Path(status["run_dir"])
+    # Heartbeats stayed on the nodes: the agents streamed them to the supervisor over TCP.
+    assert not (shared_run / "heartbeats").exists(), list((shared_run / "heartbeats").rglob("*"))
+    assert (shared_run / "attempt-0" / "agent.json").stat().st_mode & 0o777 == 0o600
     node_logs = sorted(p.name for p in (shared_run / "attempt-0").glob("console-node-*.log"))
     assert node_logs == ["console-node-0.log", "console-node-1.log"]
     assert list(shared_run.glob("slurm-*.out")) and shared_run.parent.parent != cli.home
@@ -85,10 +91,43 @@ def test_a_hang_on_the_second_node_restarts_as_a_new_step_of_the_same_job(slurm_
     sid = slurm_id(cli, status["id"])
     names = [r["JobName"] for r in slurm_cluster.sacct(sid, "JobID", "JobName")]
     assert "fsdp-orch-attempt-0" in names and "fsdp-orch-attempt-1" in names  # one SLURM job, two steps
+    assert not (run_dir(cli, status["id"]) / "heartbeats").exists()  # none through the hang and restart either
     result = result_of(cli, status["id"])
     assert result["resumed_from"] >= 5
     assert result["final_loss"] == reference["final_loss"]
     assert result["param_sha256"] == reference["param_sha256"]
+
+
+def node_agent_of(job_id: str, node_rank: int) -> int | None:
+    """The pid of the node agent of ``job_id``'s ``node_rank`` (the test cluster's nodes run here)."""
+    for pid in job_processes_with(f"FSDP_ORCH_JOB_ID={job_id}", f"FSDP_ORCH_NODE_RANK={node_rank}"):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"fsdp_orch.nodeagent" in argv:
+            return pid
+    return None
+
+
+def test_a_killed_node_agent_is_a_lost_node_within_the_node_timeout_and_the_job_restarts(slurm_cluster, cli, demo):
+    job_id = cli.run("submit", "--cluster", "slurm", str(demo), *TWO_NODES, "--set", "args=[--steps, 100, --sleep-per-step, 0.3]", check=True).stdout.strip()
+    cli.wait_until(job_id, lambda s: (s.get("last_checkpoint_step") or 0) >= 5, timeout=300,
+                   what="a checkpoint at step 5")
+    pid = node_agent_of(job_id, 1)
+    assert pid is not None, "no node agent runs for node 1"
+    os.kill(pid, signal.SIGKILL)
+    killed = time.time()
+    failing = cli.wait_until(job_id, lambda s: bool(s["failures"]) or s["state"] not in ("PENDING", "RUNNING"),
+                             timeout=120, what="the lost node")
+    named_after = time.time() - killed
+    [failure, *_] = failing["failures"]
+    assert failure["category"] == "preemption_or_node_lost", failure
+    assert failure["evidence"].startswith("node 1 (host ") and " is lost" in failure["evidence"], failure["evidence"]
+    assert NODE_TIMEOUT_S <= named_after <= NODE_TIMEOUT_S + 8, named_after
+    final = cli.wait_until(job_id, lambda s: s["state"] not in ("PENDING", "RUNNING"), timeout=400, what="the end")
+    assert final["state"] == "SUCCEEDED" and final["attempts"] == 2, final
+    assert result_of(cli, job_id)["resumed_from"] >= 5
 
 
 def test_scontrol_requeue_brings_the_job_back_and_it_resumes(slurm_cluster, cli, demo):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fsdp_orch.backends.base import AllocationEnding
-from fsdp_orch.backends.files import FileObservation
+from fsdp_orch.backends.node_channel import AgentObservation
 from fsdp_orch.backends.ports import free_port
 from fsdp_orch.backends.slurm.profile import SlurmProfile
 from fsdp_orch.launch.plan import LaunchPlan
@@ -23,6 +23,7 @@ from fsdp_orch.observe import command
 from fsdp_orch.observe.checkpoints import LOCAL, Storage
 from fsdp_orch.observe.command import CommandResult, Runner, run_command
 from fsdp_orch.vocab.backoff import SLURM_QUERY, Sleep, retrying
+from fsdp_orch.vocab.categories import NODE_LOST_EXIT
 
 NODE_SCRIPT = "node.sh"
 # What squeue says of a job the controller no longer holds (ended a while ago): an answer.
@@ -46,14 +47,15 @@ def query_runner(runner: Runner | None = None, sleep: Sleep = time.sleep) -> Run
     return run
 
 
-class SlurmStep(FileObservation):
-    """One attempt: an ``srun`` job step over every node of the allocation. The nodes share the run
-    directory with this one, so the attempt is observed through its files."""
+class SlurmStep(AgentObservation):
+    """One attempt: an ``srun`` job step over every node of the allocation. Each node's agent streams
+    its ranks' summary to this supervisor (on the first node); logs and checkpoints are read from
+    the run directory the nodes share with it."""
 
-    def __init__(self, submission: Submission, attempt: int, proc: subprocess.Popen,  # type: ignore[type-arg]
-                 slurm_job: str, step_name: str):
-        super().__init__(submission.run_dir, attempt, Path(submission.attempt_dir(attempt)))
-        self.proc = proc
+    def __init__(self, submission: Submission, attempt: int, slurm_job: str, step_name: str):
+        super().__init__(submission.run_dir, attempt, Path(submission.attempt_dir(attempt)),
+                         bind="0.0.0.0", announce=node_address())
+        self.proc: subprocess.Popen | None = None  # type: ignore[type-arg]
         self.slurm_job = slurm_job
         self.step_name = step_name
 
@@ -62,9 +64,20 @@ class SlurmStep(FileObservation):
         return f"slurm:{self.slurm_job}:{self.step_name}"
 
     def poll(self) -> int | None:
-        return self.proc.poll()
+        assert self.proc is not None
+        code = self.proc.poll()
+        if code is None:
+            lost = self.lost_node()
+            if lost is not None:
+                print(f"fsdp-orch supervisor: {lost}", flush=True)
+                return NODE_LOST_EXIT
+            return None
+        self.agents_settle()  # the ranks' last states (done) come in the agents' last lines
+        return code
 
     def stop(self, grace: float) -> None:
+        assert self.proc is not None
+        self.stop_ranks(grace)  # every node at once, by its agent; then the step itself
         step = self._step_id()
         if step is not None:
             command.run(["scancel", f"{self.slurm_job}.{step}"])
@@ -165,6 +178,7 @@ class SlurmStepLauncher:
         slurm_job = os.environ["SLURM_JOB_ID"]
         env = dict(os.environ)
         env["RDZV_HOST"] = node_address()
-        proc = subprocess.Popen(step_argv(plan, script), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
-        return SlurmStep(self.submission, plan.attempt, proc, slurm_job, step_name(plan.attempt))
+        step = SlurmStep(self.submission, plan.attempt, slurm_job, step_name(plan.attempt))  # announces itself first
+        step.proc = subprocess.Popen(step_argv(plan, script), env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        return step

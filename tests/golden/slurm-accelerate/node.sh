@@ -30,8 +30,14 @@ RDZV_HOST="${RDZV_HOST:?set by the batch script}"
 NODE_LOG_DIR=/srv/fsdp-orch/runs/j0123456789a/attempt-1/node-"$NODE_RANK"
 mkdir -p -- "$NODE_LOG_DIR"
 export FSDP_ORCH_NODE_RANK="$NODE_RANK"
+# Heartbeats stay on this node: its ranks write them under node-local tmp, never the shared run folder.
+FSDP_ORCH_BEAT_DIR=/tmp/fsdp-orch-"$(id -u)"/j0123456789a/attempt-1/node-"$NODE_RANK"
+export FSDP_ORCH_BEAT_DIR
 # fsdp-orch's bootstrap in every Python process: step progress, liveness probe, injected faults.
 export PYTHONPATH=/opt/fsdp-orch/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
+# This node's agent: sends the supervisor one summary of these ranks a second over TCP (the address
+# is in the attempt's agent.json), takes their stacks and stops them when it asks. Ends with the launcher.
+PYTHONPATH=/opt/fsdp-orch${PYTHONPATH:+:"$PYTHONPATH"} /shared/venvs/train/bin/python -m fsdp_orch.nodeagent "$NODE_RANK" "$$" &
 cd -- /srv/jobs/demo
 # accelerate launch with the generated config; restarts belong to the fsdp-orch supervisor.
 # Its torchrun path tees each rank's output as torchrun does: the node's log tags every line with

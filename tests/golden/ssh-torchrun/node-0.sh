@@ -31,6 +31,9 @@ NODE_ADDR=node1.example.internal
 NODE_LOG_DIR=/srv/fsdp-orch/runs/j0123456789a/attempt-1/node-"$NODE_RANK"
 mkdir -p -- "$NODE_LOG_DIR"
 export FSDP_ORCH_NODE_RANK="$NODE_RANK"
+# Heartbeats stay on this node: its ranks write them under node-local tmp, never the shared run folder.
+FSDP_ORCH_BEAT_DIR=/tmp/fsdp-orch-"$(id -u)"/j0123456789a/attempt-1/node-"$NODE_RANK"
+export FSDP_ORCH_BEAT_DIR
 # fsdp-orch's bootstrap in every Python process: step progress, liveness probe, injected faults.
 export PYTHONPATH=/opt/fsdp-orch/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
 cd -- /shared/work

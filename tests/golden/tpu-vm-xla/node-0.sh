@@ -27,6 +27,9 @@ export RANK="$NODE_RANK" LOCAL_RANK=0 WORLD_SIZE=4 LOCAL_WORLD_SIZE=1
 NODE_LOG_DIR=/var/tmp/fsdp-orch/runs/j0123456789a/attempt-1/node-"$NODE_RANK"
 mkdir -p -- "$NODE_LOG_DIR"
 export FSDP_ORCH_NODE_RANK="$NODE_RANK"
+# Heartbeats stay on this node: its ranks write them under node-local tmp, never the shared run folder.
+FSDP_ORCH_BEAT_DIR=/tmp/fsdp-orch-"$(id -u)"/j0123456789a/attempt-1/node-"$NODE_RANK"
+export FSDP_ORCH_BEAT_DIR
 # This host has its own disk: fsdp-orch's copy of itself, sent with the job.
 export PYTHONPATH=/var/tmp/fsdp-orch/runs/j0123456789a/lib${PYTHONPATH:+:"$PYTHONPATH"}
 # fsdp-orch's bootstrap in every Python process: step progress, liveness probe, injected faults.

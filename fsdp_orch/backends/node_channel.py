@@ -1,0 +1,53 @@
+"""Observing an attempt through its node agents (local, SLURM): every node's agent streams one summary
+of its ranks to the server this attempt opens; logs, checkpoints and flight-recorder dumps are still
+read from the run folder the nodes share with the supervisor."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from fsdp_orch.backends.files import FileObservation
+from fsdp_orch.nodeagent.endpoint import write_endpoint
+from fsdp_orch.nodeagent.server import SummaryServer
+from fsdp_orch.nodeagent.summary import dump_from_wire
+from fsdp_orch.observe.attempt_files import STACKS_DIR
+from fsdp_orch.observe.heartbeats import Heartbeat
+from fsdp_orch.observe.stacks import StackCapture
+
+SETTLE_S = 3.0  # after the launchers ended: how long the agents' last lines may take
+
+
+class AgentObservation(FileObservation):
+    """``bind``: the address the server listens on; ``announce``: the one the agents connect to."""
+
+    def __init__(self, run_dir: Path, attempt: int, attempt_dir: Path, bind: str, announce: str):
+        super().__init__(run_dir, attempt, attempt_dir)
+        token = secrets.token_hex(16)
+        self.channel = SummaryServer(token, host=bind)
+        port = self.channel.start()
+        write_endpoint(str(attempt_dir), announce, port, token)
+
+    def heartbeats(self) -> dict[int, Heartbeat]:
+        return self.channel.heartbeats()
+
+    def capture_stacks(self, beats: dict[int, Heartbeat]) -> StackCapture:
+        """py-spy on every node at once, each agent on its own ranks."""
+        folder = self.attempt_dir / STACKS_DIR
+        replies = self.channel.capture_stacks({rank: beat.pid for rank, beat in beats.items()}, str(folder))
+        dumps = {}
+        for reply in replies.values():
+            for rank, wire in (reply.get("dumps") or {}).items():
+                dumps[int(rank)] = dump_from_wire(wire)
+        if not dumps:
+            return StackCapture({}, None, "no node agent answered with stacks")
+        return StackCapture(dict(sorted(dumps.items())), str(folder))
+
+    def lost_node(self) -> str | None:
+        return self.channel.lost_node()
+
+    def agents_settle(self) -> None:
+        self.channel.settle(SETTLE_S)
+
+    def stop_ranks(self, grace: float) -> None:
+        self.channel.stop_ranks(grace)

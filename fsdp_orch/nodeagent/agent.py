@@ -1,0 +1,129 @@
+"""One node's agent: reads its ranks' heartbeats (node-local), sends the supervisor one summary line a
+second (sooner when a rank starts, saves or ends), and carries out the supervisor's orders for its
+own ranks: their stacks, their end. asyncio, so that the scale bench runs hundreds in one process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fsdp_orch.nodeagent.summary import changed_beats, state_changed, summary_line
+
+SUMMARY_EVERY_S = 1.0  # a line at least this often: the node's liveness
+LOOK_EVERY_S = 0.25  # how often the ranks' files are read
+RECONNECT_EVERY_S = 0.5
+_RANK_FILE = re.compile(r"rank-(\d+)\.json")
+
+Beats = dict[int, dict[str, Any]]
+
+
+def read_beat_files(beat_dir: str) -> Beats:
+    """The decoded heartbeat of every rank with a file in ``beat_dir``; unreadable ones skipped."""
+    try:
+        names = os.listdir(beat_dir)
+    except OSError:
+        return {}
+    out: Beats = {}
+    for name in names:
+        match = _RANK_FILE.fullmatch(name)
+        if not match:
+            continue
+        try:
+            with open(os.path.join(beat_dir, name), encoding="utf-8") as f:
+                data = json.loads(f.read())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("rank") == int(match.group(1)):
+            out[int(match.group(1))] = data
+    return out
+
+
+class NodeAgent:
+    """``read_beats``: this node's ranks now; ``endpoint``: (host, port, token) or None while there is
+    none; ``launcher_alive``: False once the node's launcher ended (one last line, then the end);
+    ``on_stop(grace)`` and ``on_stacks(pids, folder)`` run in a thread and return the reply's body."""
+
+    def __init__(self, node: int, host: str, read_beats: Callable[[], Beats],
+                 endpoint: Callable[[], tuple[str, int, str] | None], *,
+                 launcher_alive: Callable[[], bool] = lambda: True,
+                 on_stop: Callable[[float], dict[str, Any]] | None = None,
+                 on_stacks: Callable[[dict[int, int], str], dict[str, Any]] | None = None,
+                 clock: Callable[[], float] = time.time, every: float = SUMMARY_EVERY_S,
+                 look_every: float = LOOK_EVERY_S):
+        self.node, self.host = node, host
+        self.read_beats, self.endpoint = read_beats, endpoint
+        self.launcher_alive = launcher_alive
+        self.on_stop, self.on_stacks = on_stop, on_stacks
+        self.clock, self.every, self.look_every = clock, every, look_every
+        self.ending = False  # set from outside (SIGTERM): send the last line and end
+        self.lines_sent = 0
+
+    async def run(self) -> None:
+        while True:
+            found = self.endpoint()
+            if found is not None:
+                try:
+                    if await self._connected(*found):
+                        return
+                except (OSError, ConnectionError):
+                    pass
+            if self.ending or not self.launcher_alive():
+                return
+            await asyncio.sleep(RECONNECT_EVERY_S)
+
+    async def _connected(self, host: str, port: int, token: str) -> bool:
+        reader, writer = await asyncio.open_connection(host, port, limit=4 << 20)
+        writer.write((json.dumps({"hello": token, "node": self.node, "host": self.host}) + "\n").encode())
+        listening = asyncio.ensure_future(self._listen(reader, writer))
+        try:
+            return await self._stream(writer, listening)
+        finally:
+            listening.cancel()
+            writer.close()
+
+    async def _stream(self, writer: asyncio.StreamWriter, listening: asyncio.Future[None]) -> bool:
+        sent: Beats = {}  # a new connection: every rank again
+        last = 0.0
+        while not listening.done():  # the supervisor hung up: connect again
+            ending = self.ending or not self.launcher_alive()
+            current = self.read_beats()
+            now = self.clock()
+            if ending or now - last >= self.every or state_changed(current, sent):
+                line = summary_line(self.node, self.host, now, changed_beats(current, sent), final=ending)
+                writer.write(line.encode() + b"\n")
+                await writer.drain()
+                sent, last = current, now
+                self.lines_sent += 1
+            if ending:
+                return True
+            await asyncio.sleep(self.look_every)
+        return False
+
+    async def _listen(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            line = await reader.readline()
+            if not line:
+                return
+            try:
+                order = json.loads(line)
+                if order.get("stop") and self.on_stop is not None:
+                    body = await loop.run_in_executor(None, self.on_stop, float(order.get("grace", 5.0)))
+                    reply = {"stopped": order["id"], **body}
+                elif order.get("stacks") and self.on_stacks is not None:
+                    pids = {int(r): int(p) for r, p in order["pids"].items()}
+                    body = await loop.run_in_executor(None, self.on_stacks, pids, str(order["folder"]))
+                    reply = {"stacks_done": order["id"], **body}
+                else:
+                    continue
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue
+            writer.write((json.dumps(reply, separators=(",", ":")) + "\n").encode())
+
+
+__all__ = ["LOOK_EVERY_S", "NodeAgent", "SUMMARY_EVERY_S", "read_beat_files"]

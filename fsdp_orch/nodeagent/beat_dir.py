@@ -1,0 +1,119 @@
+"""Where a node's ranks put their heartbeat files: node-local tmp, never the shared run folder.
+
+``/tmp/fsdp-orch-<uid>/<job>/attempt-<A>/node-<N>``: the node rank is in the path because several
+nodes of a test cluster (or an oversubscribed machine) share one ``/tmp``. The first folder is the
+user's alone; one that another account made, or can write, is refused (``private_beat_dir``).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+NODE_TMP = "/tmp"
+
+
+def user_tmp_root(uid: int | None = None, tmp: str = NODE_TMP) -> str:
+    return os.path.join(tmp, f"fsdp-orch-{os.getuid() if uid is None else uid}")
+
+
+def node_beat_dir(job_id: str, attempt: int, node_rank: int, uid: int | None = None,
+                  tmp: str = NODE_TMP) -> str:
+    return os.path.join(user_tmp_root(uid, tmp), job_id, f"attempt-{attempt}", f"node-{node_rank}")
+
+
+def private_beat_dir(path: str) -> str | None:
+    """Create ``path`` (0700 folders) below a user root that is ours and closed to others; the
+    reason it must not be used, or None. A root another account owns is never written into."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(path)))  # <root>/<job>/attempt-A/node-N
+    if not os.path.basename(root).startswith("fsdp-orch-"):
+        return f"{path} is not a node beat folder (<tmp>/fsdp-orch-<uid>/<job>/attempt-<A>/node-<N>)"
+    try:
+        os.mkdir(root, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        return f"{root}: {exc.strerror}"
+    try:
+        st = os.lstat(root)
+    except OSError as exc:
+        return f"{root}: {exc.strerror}"
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        return f"{root} is not a folder of this user's (uid {st.st_uid}, mode {stat.filemode(st.st_mode)})"
+    if st.st_mode & 0o077:
+        os.chmod(root, 0o700)
+    here = root
+    for part in os.path.relpath(path, root).split(os.sep):
+        here = os.path.join(here, part)
+        try:
+            os.mkdir(here, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            return f"{here}: {exc.strerror}"
+    return None
+
+
+def rank_beat_path(beat_dir: str | None, run_dir: str, attempt: int, rank: int) -> str | None:
+    """Where a rank writes its heartbeat: in its node's beat folder (``FSDP_ORCH_BEAT_DIR``, set by
+    every launch script fsdp-orch renders), else the run folder's ``heartbeats/`` (a process started
+    by hand with only ``FSDP_ORCH_RUN_DIR``). None when the node folder cannot be used: no heartbeat,
+    said once on stderr (the supervisor then reports that hang detection has no signal)."""
+    if beat_dir:
+        problem = private_beat_dir(beat_dir)
+        if problem is not None:
+            import sys
+
+            print(f"[fsdp-orch] no heartbeat for rank {rank}: {problem}", file=sys.stderr, flush=True)
+            return None
+        return os.path.join(beat_dir, f"rank-{rank}.json")
+    from fsdp_orch.observe.heartbeats import heartbeat_path
+
+    path = heartbeat_path(run_dir, attempt, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
+def read_node_heartbeats(job_id: str, attempt: int, tmp: str = NODE_TMP) -> dict:  # type: ignore[type-arg]
+    """Every heartbeat of ``attempt`` that this machine's nodes hold (all its ``node-N`` folders), by
+    rank: what a test or a bench on the nodes' machine reads; the supervisor gets them from the agents."""
+    from fsdp_orch.observe.heartbeats import parse_heartbeat
+
+    folder = os.path.join(user_tmp_root(None, tmp), job_id, f"attempt-{attempt}")
+    out = {}
+    try:
+        nodes = sorted(os.listdir(folder))
+    except OSError:
+        return {}
+    for node in nodes:
+        try:
+            names = os.listdir(os.path.join(folder, node))
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith("rank-") and name.endswith(".json"):
+                try:
+                    with open(os.path.join(folder, node, name), encoding="utf-8") as f:
+                        beat = parse_heartbeat(f.read())
+                except (OSError, ValueError):
+                    continue
+                out[beat.rank] = beat
+    return dict(sorted(out.items()))
+
+
+def remove_earlier_attempts(job_id: str, attempt: int, tmp: str = NODE_TMP) -> None:
+    """The beat folders this node kept of the job's earlier attempts (kept for reading after an
+    attempt ends; gone once the next one starts here)."""
+    import shutil
+
+    folder = os.path.join(user_tmp_root(None, tmp), job_id)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith("attempt-") and name[8:].isdigit() and int(name[8:]) < attempt:
+            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+
+
+__all__ = ["read_node_heartbeats", "remove_earlier_attempts", "NODE_TMP", "node_beat_dir", "private_beat_dir", "rank_beat_path", "user_tmp_root"]

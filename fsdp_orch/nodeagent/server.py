@@ -1,0 +1,213 @@
+"""The supervisor's end of the node channel: a TCP server (asyncio streams, JSON lines, in a thread
+of its own) that keeps the latest summary of every node, says which node went silent, and sends the
+agents their orders (stop, stacks). Its work per second grows with the number of nodes: one line
+per node per tick, whatever the number of ranks on it."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fsdp_orch.nodeagent.summary import parse_summary
+from fsdp_orch.observe.heartbeats import Heartbeat
+
+NODE_TIMEOUT_S = 10.0  # an agent says something every second; this long without a word: lost
+MAX_LINE = 4 << 20
+
+
+@dataclass
+class NodeState:
+    node: int
+    host: str
+    seen: float  # the server's clock at its last line
+    connected: bool = True
+    final: bool = False
+    closed_at: float | None = None
+
+
+class SummaryServer:
+    def __init__(self, token: str, host: str = "127.0.0.1", port: int = 0,
+                 clock: Callable[[], float] = time.monotonic, node_timeout: float = NODE_TIMEOUT_S):
+        self.token, self.host, self.port = token, host, port
+        self.clock = clock
+        self.node_timeout = node_timeout
+        self._lock = threading.Lock()
+        self._beats: dict[int, Heartbeat] = {}
+        self._node_of: dict[int, int] = {}  # rank -> the node whose agent reported it
+        self._nodes: dict[int, NodeState] = {}
+        self._writers: dict[int, asyncio.StreamWriter] = {}
+        self._replies: dict[int, dict[int, Any]] = {}  # order id: node -> its reply
+        self._orders = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._ready = threading.Event()
+        self.lines = 0  # summaries taken, for the bench
+
+    # --- running ----------------------------------------------------------------------------
+
+    def start(self) -> int:
+        """Listen (in a daemon thread) and return the port."""
+        threading.Thread(target=self._run, name="fsdp-orch-node-channel", daemon=True).start()
+        self._ready.wait(10)
+        if self._server is None:
+            raise OSError(f"the node channel could not listen on {self.host}:{self.port}")
+        return self.port
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            self._server = loop.run_until_complete(asyncio.start_server(
+                self._serve, self.host, self.port, limit=MAX_LINE, backlog=4096))
+            self.port = self._server.sockets[0].getsockname()[1]
+        except OSError:
+            self._server = None
+            self._ready.set()
+            return
+        self._ready.set()
+        loop.run_forever()
+
+    def close(self) -> None:
+        loop, server = self._loop, self._server
+        if loop is None or server is None:
+            return
+
+        def shut() -> None:
+            server.close()
+            for writer in self._writers.values():
+                writer.close()
+            loop.stop()
+        loop.call_soon_threadsafe(shut)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        node = None
+        try:
+            hello = json.loads(await asyncio.wait_for(reader.readline(), 10))
+            if not isinstance(hello, dict) or not hmac.compare_digest(str(hello.get("hello", "")), self.token):
+                return  # not one of this attempt's agents
+            node, host = int(hello["node"]), str(hello.get("host", ""))
+            with self._lock:
+                self._nodes[node] = NodeState(node, host, self.clock())
+                self._writers[node] = writer
+            while True:
+                line = await reader.readline()
+                if not line:
+                    return
+                self._take(node, json.loads(line))
+        except (OSError, ValueError, KeyError, TypeError, asyncio.TimeoutError, asyncio.LimitOverrunError):
+            return
+        finally:
+            if node is not None:
+                with self._lock:
+                    state = self._nodes.get(node)
+                    if state is not None and self._writers.get(node) is writer:
+                        state.connected, state.closed_at = False, self.clock()
+                        del self._writers[node]
+            writer.close()
+
+    def _take(self, node: int, data: dict[str, Any]) -> None:
+        now = self.clock()
+        if "stacks_done" in data or "stopped" in data:
+            order = int(data.get("stacks_done") or data.get("stopped") or 0)
+            with self._lock:
+                self._nodes[node].seen = now
+                self._replies.setdefault(order, {})[node] = data
+            return
+        summary = parse_summary(data)
+        with self._lock:
+            state = self._nodes[node]
+            state.seen, state.host = now, summary.host
+            state.final = state.final or summary.final
+            new_rank = any(rank not in self._beats for rank in summary.beats)
+            self._beats.update(summary.beats)
+            if new_rank:
+                self._beats = dict(sorted(self._beats.items()))
+                self._node_of.update((rank, node) for rank in summary.beats)
+            self.lines += 1
+
+    # --- what the supervisor asks -----------------------------------------------------------
+
+    def heartbeats(self) -> dict[int, Heartbeat]:
+        with self._lock:
+            return dict(self._beats)
+
+    def nodes(self) -> dict[int, NodeState]:
+        with self._lock:
+            return {n: NodeState(**vars(s)) for n, s in self._nodes.items()}
+
+    def lost_node(self) -> str | None:
+        """The first node whose agent has said nothing for ``node_timeout`` (silent, or its
+        connection closed and not opened again), before its launcher ended."""
+        now = self.clock()
+        with self._lock:
+            for state in sorted(self._nodes.values(), key=lambda s: s.node):
+                if state.final or now - state.seen <= self.node_timeout:
+                    continue
+                how = "its connection closed" if not state.connected else "its connection went silent"
+                return (f"node {state.node} (host {state.host}) is lost: its agent has said nothing for "
+                        f"{now - state.seen:.1f}s ({how}; node timeout {self.node_timeout:g}s)")
+        return None
+
+    def settle(self, timeout: float, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Wait (up to ``timeout``) for every connected agent's last summary, after the launchers ended."""
+        deadline = self.clock() + timeout
+        while self.clock() < deadline:
+            with self._lock:
+                if all(s.final or not s.connected for s in self._nodes.values()):
+                    return
+            sleep(0.05)
+
+    def _order(self, message_of: Callable[[int], dict[str, Any] | None], wait: float,
+               sleep: Callable[[float], None] = time.sleep, ended_is_done: bool = False) -> dict[int, Any]:
+        """Send each connected node its message (None: none) and wait up to ``wait`` for the replies
+        (``ended_is_done``: a node whose agent ended meanwhile counts as answered)."""
+        order = next(self._orders)
+        with self._lock:
+            sent = {}
+            for node, writer in self._writers.items():
+                message = message_of(node)
+                if message is not None:
+                    sent[node] = writer
+                    message = {**message, "id": order}
+                    self._send(writer, message)
+        deadline = self.clock() + wait
+        while sent and self.clock() < deadline:
+            with self._lock:
+                answered = set(self._replies.get(order, {}))
+                if ended_is_done:
+                    answered |= {n for n in sent if self._nodes[n].final or not self._nodes[n].connected}
+                if answered >= set(sent):
+                    break
+            sleep(0.05)
+        with self._lock:
+            return self._replies.pop(order, {})
+
+    def _send(self, writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:
+        line = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(writer.write, line)
+
+    def stop_ranks(self, grace: float) -> dict[int, Any]:
+        """Every agent ends its node's ranks (SIGTERM, SIGKILL after ``grace``), all at once."""
+        return self._order(lambda node: {"stop": True, "grace": grace}, grace + 5, ended_is_done=True)
+
+    def capture_stacks(self, pids: dict[int, int], folder: str, wait: float = 30.0) -> dict[int, Any]:
+        """Each agent dumps the stacks of its own ranks among ``pids`` into ``folder``, in parallel;
+        its reply by node: ``{"dumps": {rank: {"path", "source", "error"}}}``."""
+        with self._lock:
+            node_of = dict(self._node_of)
+
+        def message(node: int) -> dict[str, Any] | None:
+            mine = {str(r): p for r, p in pids.items() if node_of.get(r) == node}
+            return {"stacks": True, "pids": mine, "folder": folder} if mine else None
+        return self._order(message, wait)
+
+
+__all__ = ["NODE_TIMEOUT_S", "NodeState", "SummaryServer"]

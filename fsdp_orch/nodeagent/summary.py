@@ -1,0 +1,95 @@
+"""A node summary: what one node's agent tells the supervisor in one JSON line. Pure.
+
+    {"node": N, "host": "...", "at": UNIX_TIME, "beats": [<heartbeat objects that changed>], "final": bool}
+
+``beats`` holds only the ranks whose heartbeat changed since the agent's last line (their full
+heartbeat, as ``observe.heartbeats`` lays it out); ``at`` is the node's own liveness; ``final`` says
+the node's launcher has ended and nothing more will come. The other lines of the channel:
+
+    agent -> supervisor  {"hello": TOKEN, "node": N, "host": "..."}      first, once per connection
+                         {"stacks_done": ID, "dumps": {RANK: {"path", "source", "error"}}}
+                         {"stopped": ID, "killed": [PID, ...]}
+    supervisor -> agent  {"stop": ID, "grace": SECONDS}                  end this node's ranks
+                         {"stacks": ID, "pids": {RANK: PID}, "folder": PATH}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from fsdp_orch.observe.heartbeats import Heartbeat, heartbeat_from_dict
+
+
+def changed_beats(current: dict[int, dict[str, Any]], sent: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The heartbeats of ``current`` that differ from what was last ``sent``, by rank."""
+    return [beat for rank, beat in sorted(current.items()) if sent.get(rank) != beat]
+
+
+def summary_line(node: int, host: str, at: float, beats: list[dict[str, Any]], final: bool = False) -> str:
+    return json.dumps({"node": node, "host": host, "at": round(at, 3), "beats": beats, "final": final},
+                      separators=(",", ":"))
+
+
+def state_changed(current: dict[int, dict[str, Any]], sent: dict[int, dict[str, Any]]) -> bool:
+    """A rank appeared or changed state (started, saving, done): worth a line before the next tick."""
+    return any(rank not in sent or sent[rank].get("state") != beat.get("state") for rank, beat in current.items())
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    node: int
+    host: str
+    at: float
+    beats: dict[int, Heartbeat] = field(default_factory=dict)
+    final: bool = False
+
+
+def parse_summary(data: Any) -> NodeSummary:
+    """A summary from its decoded JSON line; ValueError naming the field that is wrong. A heartbeat
+    in it that does not parse is dropped (one bad file must not hide the node's other ranks)."""
+    if not isinstance(data, dict):
+        raise ValueError("expected a JSON object")
+    node, host, at = data.get("node"), data.get("host"), data.get("at")
+    if not isinstance(node, int) or isinstance(node, bool) or node < 0:
+        raise ValueError(f"node: expected a node rank, got {node!r}")
+    if not isinstance(host, str):
+        raise ValueError(f"host: expected a string, got {host!r}")
+    if not isinstance(at, (int, float)) or isinstance(at, bool) or not math.isfinite(at):
+        raise ValueError(f"at: expected a unix time, got {at!r}")
+    raw = data.get("beats") or []
+    if not isinstance(raw, list):
+        raise ValueError(f"beats: expected a list, got {type(raw).__name__}")
+    beats = {}
+    for item in raw:
+        try:
+            beat = heartbeat_from_dict(item)
+        except ValueError:
+            continue
+        beats[beat.rank] = beat
+    return NodeSummary(node, host, float(at), beats, bool(data.get("final")))
+
+
+
+
+
+def dump_to_wire(dump: Any) -> dict[str, Any]:
+    """A ``StackDump`` as JSON: what an agent sends back after taking its ranks' stacks."""
+    return {"rank": dump.rank, "pid": dump.pid, "source": dump.source, "error": dump.error,
+            "path": None if dump.path is None else str(dump.path),
+            "threads": [{"id": t.id, "name": t.name, "active": t.active, "gil": t.gil, "current": t.current,
+                         "frames": [[f.function, f.file, f.line] for f in t.frames]} for t in dump.threads]}
+
+
+def dump_from_wire(data: dict[str, Any]) -> Any:
+    from pathlib import Path
+
+    from fsdp_orch.observe.stacks import Frame, StackDump, ThreadStack
+
+    threads = tuple(ThreadStack(t["id"], t["name"], t["active"], tuple(Frame(*f) for f in t["frames"]),
+                                bool(t.get("gil")), bool(t.get("current"))) for t in data.get("threads", []))
+    return StackDump(int(data["rank"]), int(data["pid"]), threads, str(data.get("source", "")),
+                     Path(data["path"]) if data.get("path") else None, str(data.get("error", "")))
+__all__ = ["NodeSummary", "changed_beats", "dump_from_wire", "dump_to_wire", "parse_summary", "state_changed", "summary_line"]
