@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from cli_harness import Cli, copy_demo, make_cli
 
+from fsdp_orch.nodeagent.beat_dir import node_beat_dir
+
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
 TWO_HOSTS = ["--set", "nodes=2", "--set", "procs_per_node=1", "--set", "checkpoint.interval=5",
@@ -86,7 +88,13 @@ def test_the_demo_runs_from_copies_on_each_hosts_own_disk(ssh_hosts, apart):
     for i in (0, 1):
         assert (run_dir / "attempt-0" / f"console-node-{i}.log").read_text() == \
             on_host(ssh_hosts, i, job_id, f"attempt-0/console-node-{i}.log")
-    assert sorted(p.name for p in (run_dir / "heartbeats" / "attempt-0").iterdir()) == ["rank-0.json", "rank-1.json"]
+    # the heartbeats stayed on each host (node-local tmp) and came back over the report streams only
+    assert not (run_dir / "heartbeats").exists()
+    for i in (0, 1):
+        host_beat = ssh_hosts.ssh(i, "cat", f"{node_beat_dir(job_id, 0, i, uid=0)}/rank-{i}.json").stdout
+        assert json.loads(host_beat)["state"] == "done", host_beat
+        assert ssh_hosts.ssh(i, "test", "-e", f"{ssh_hosts.dir}/host-disk/fsdp-orch/runs/{job_id}/heartbeats",
+                             check=False).returncode == 1, f"host {i} wrote heartbeats into the run folder"
 
 
 def test_a_hang_with_own_disks_restarts_from_the_copied_checkpoint_to_the_exact_loss(ssh_hosts, apart, tmp_path):

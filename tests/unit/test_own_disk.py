@@ -23,7 +23,7 @@ from fsdp_orch.backends.over_ssh.staging import CODE_LIMIT_BYTES, job_archive
 from fsdp_orch.backends.registry import parse_profile
 from fsdp_orch.jobspec.loading import load_job
 from fsdp_orch.launch.plan import PlanContext
-from fsdp_orch.observe.heartbeats import Heartbeat, heartbeat_path
+from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.runtime import ckpt_files
 from fsdp_orch.vocab.errors import FsdpOrchError
 
@@ -96,11 +96,11 @@ def test_a_host_reports_log_growth_beats_and_then_its_exit(tmp_path: Path) -> No
     attempt.mkdir(parents=True)
     (attempt / "console-node-1.log").write_bytes(b"already sent\n")
     lines: list[dict] = []
+    beats = tmp_path / "node-tmp" / "node-1"  # the node's beat folder (node-local tmp: test_node_report.py)
     report = NodeReport(str(run), 0, 1, 0, {"console-node-1.log": 5},
-                        write=lambda line: lines.append(json.loads(line)), clock=lambda: 0.0)
-    beat_file = heartbeat_path(run, 0, 1)
-    beat_file.parent.mkdir(parents=True)
-    beat_file.write_text(beat(1, 3).to_json())
+                        write=lambda line: lines.append(json.loads(line)), clock=lambda: 0.0, beat_dir=str(beats))
+    beats.mkdir(parents=True)
+    (beats / "rank-1.json").write_text(beat(1, 3).to_json())
     assert report.look() is False
     assert lines == [{"log": "console-node-1.log", "at": 5, "data": base64.b64encode(b"dy sent\n").decode()},
                      {"beat": beat(1, 3).to_json()}]
@@ -135,7 +135,8 @@ def test_the_supervisor_mirrors_a_report_once_even_when_it_comes_again(tmp_path:
         reports._mirror(message)
     assert (tmp_path / "attempt-0" / "console-node-1.log").read_bytes() == b"hello world\nmore\n"
     reports._mirror({"beat": beat(1, 4).to_json()})
-    assert heartbeat_path(tmp_path, 0, 1).read_text() == beat(1, 4).to_json()
+    assert reports.heartbeats() == {1: beat(1, 4)}  # kept in memory, never a file in the run folder
+    assert not (tmp_path / "heartbeats").exists()
     assert not reports.ended.is_set()
     reports._mirror({"exit": 0})
     assert (tmp_path / "attempt-0" / "exit-node-1").read_text() == "0\n" and reports.ended.is_set()

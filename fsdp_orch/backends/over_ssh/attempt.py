@@ -1,8 +1,9 @@
 """An attempt on an SSH cluster: every host's ``node-N.sh`` started at once over SSH, each in a session
 of its own (so its whole tree can be stopped), with its exit status written beside its console log.
-Starting and stopping go over SSH. The attempt is observed through its files: those of the run
+Starting and stopping go over SSH. The logs and exit statuses are read from files: those of the run
 folder the hosts share with the supervisor, or the local mirror that ``ssh_reports`` keeps of
-hosts with their own disks."""
+hosts with their own disks. The heartbeats stay on each node (node-local tmp): the attempts of
+``ssh_reports`` get them from every host's report stream (one SSH channel a host)."""
 
 from __future__ import annotations
 

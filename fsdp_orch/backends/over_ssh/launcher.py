@@ -1,6 +1,7 @@
 """The SSH kind's attempts: every host's node script started at once (``ssh_attempt``), on hosts that
 share the run folder or, with ``shared_filesystem: false``, after the job was put on each host's own
-disk (``ssh_staging``) and watched through the reports the hosts send back (``ssh_reports``)."""
+disk (``ssh_staging``); either way watched through the reports the hosts send back (``ssh_reports``):
+the heartbeats only, from hosts that share the run folder; the logs and exit statuses too otherwise."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 from fsdp_orch.backends.over_ssh.attempt import SshAttempt, start_command
 from fsdp_orch.backends.over_ssh.connect import on_every_host, run_on, run_with_input
-from fsdp_orch.backends.over_ssh.reports import OwnDiskAttempt
+from fsdp_orch.backends.over_ssh.reports import OwnDiskAttempt, SharedFsAttempt
 from fsdp_orch.backends.over_ssh.sftp_storage import SftpStorage
 from fsdp_orch.backends.over_ssh.staging import plan_hosts, put_on_own_disks
 from fsdp_orch.launch.plan import LaunchPlan, host_port
@@ -47,7 +48,7 @@ class SshLauncher:
 
     def _attempt(self, attempt: int, pgids: dict[int, int], hosts: list[Any]) -> SshAttempt:
         if self.ssh.shared_filesystem:
-            return SshAttempt(self.submission, attempt, pgids, hosts=hosts, ssh=self.ssh)
+            return SharedFsAttempt(self.submission, attempt, pgids, hosts=hosts, ssh=self.ssh)
         return OwnDiskAttempt(self.submission, attempt, pgids, self.checkpoints, hosts=hosts, ssh=self.ssh)
 
     def port_for_attempt(self, attempt: int) -> int | None:

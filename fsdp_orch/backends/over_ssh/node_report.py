@@ -1,13 +1,20 @@
-"""Runs on an SSH host with its own disk while an attempt runs there: follows that host's heartbeats,
+"""Runs on an SSH host (or TPU VM worker) while an attempt runs there: follows that node's heartbeats,
 logs and node exit status and reports them as JSON lines on standard output, which is the SSH channel
-to the supervisor. Stdlib only (the host has the copy of fsdp_orch sent with the job).
+to the supervisor. Stdlib only (a host with its own disk has only the copy of fsdp_orch sent with the job).
 
-    python -m fsdp_orch.backends.over_ssh.node_report RUN_DIR ATTEMPT NODE_RANK PGID [OFFSETS_JSON]
+    python -m fsdp_orch.backends.over_ssh.node_report [--beats-only] [--job-id JOB] RUN_DIR ATTEMPT NODE_RANK PGID [OFFSETS_JSON]
+
+The heartbeats are read from the node's own beat folder in node-local tmp (``node_beat_dir``, computed
+here: the uid on the host may not be the supervisor's), never from the run folder. ``--job-id``
+defaults to RUN_DIR's last part (the run folder is ``<root>/runs/<job id>``). ``--beats-only``: the
+hosts share the run folder with the supervisor, which reads the logs and exit files there itself;
+only the heartbeats, the liveness and the end are reported (the exit file is still read, to end).
 
 Lines, each a JSON object:
-  {"beat": "<a heartbeat file's text>"}        a heartbeat file of a rank on this host changed
+  {"beat": "<a heartbeat file's text>"}        a heartbeat file of a rank on this node changed
   {"log": NAME, "at": OFFSET, "data": BASE64}  a log (NAME relative to the attempt's folder) grew
-  {"exit": CODE}                               the node script ended (its status file appeared)
+  {"exit": CODE}                               the node script ended (its status file appeared),
+                                               sent after the heartbeats and logs read with it
   {"gone": "<why>"}                            the node script's process group is gone, no status
   {"alive": UNIX_TIME}                         at least every ALIVE_EVERY_S, whatever else happens
 
@@ -17,14 +24,17 @@ does not send them again. It ends after reporting the exit, or when the supervis
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from fsdp_orch.nodeagent.beat_dir import node_beat_dir
 from fsdp_orch.observe.file_tail import FileTail
 
 ALIVE_EVERY_S = 1.0
@@ -50,12 +60,16 @@ def group_alive(pgid: int) -> bool:
 
 class NodeReport:
     def __init__(self, run_dir: str, attempt: int, rank: int, pgid: int, offsets: dict[str, int],
-                 write=None, clock=time.time):  # type: ignore[no-untyped-def]
+                 write: Callable[[str], None] | None = None, clock: Callable[[], float] = time.time, *,
+                 job_id: str | None = None, beats_only: bool = False, beat_dir: str | None = None):
+        """``beat_dir``: where this node's ranks write their heartbeats (default: ``node_beat_dir``
+        of the job, attempt and node rank, on this host)."""
         self.attempt_dir = f"{run_dir}/attempt-{attempt}"
-        self.beat_dir = Path(run_dir) / "heartbeats" / f"attempt-{attempt}"
+        job = job_id or os.path.basename(os.path.normpath(run_dir))
+        self.beat_dir = Path(beat_dir or node_beat_dir(job, attempt, rank))
         self.rank = rank
         self.pgid = pgid
-        self.tail = FileTail(Path(self.attempt_dir), offsets=offsets)
+        self.tail = None if beats_only else FileTail(Path(self.attempt_dir), offsets=offsets)
         self.beats: dict[str, str] = {}
         self.write = write or self._write_stdout
         self.clock = clock
@@ -77,9 +91,10 @@ class NodeReport:
             code: int | None = int(Path(exit_file(self.attempt_dir, self.rank)).read_text().strip())
         except (OSError, ValueError):
             code = None
-        for name, data in self.tail.chunks():
-            at = self.tail.offsets[Path(self.attempt_dir) / name] - len(data)
-            self.send({"log": name, "at": at, "data": base64.b64encode(data).decode()})
+        if self.tail is not None:
+            for name, data in self.tail.chunks():
+                at = self.tail.offsets[Path(self.attempt_dir) / name] - len(data)
+                self.send({"log": name, "at": at, "data": base64.b64encode(data).decode()})
         try:
             names = sorted(os.listdir(self.beat_dir))
         except OSError:
@@ -116,10 +131,18 @@ def _end_when_stdin_closes() -> None:
 
 
 def main(argv: list[str]) -> int:
-    run_dir, attempt, rank, pgid = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
-    offsets = json.loads(argv[4]) if len(argv) > 4 else {}
+    parser = argparse.ArgumentParser(prog="python -m fsdp_orch.backends.over_ssh.node_report")
+    parser.add_argument("--beats-only", action="store_true")
+    parser.add_argument("--job-id")
+    parser.add_argument("run_dir")
+    parser.add_argument("attempt", type=int)
+    parser.add_argument("rank", type=int)
+    parser.add_argument("pgid", type=int)
+    parser.add_argument("offsets", nargs="?", default="{}")
+    args = parser.parse_args(argv)
     threading.Thread(target=_end_when_stdin_closes, daemon=True).start()
-    report = NodeReport(run_dir, attempt, rank, pgid, offsets)
+    report = NodeReport(args.run_dir, args.attempt, args.rank, args.pgid, json.loads(args.offsets),
+                        job_id=args.job_id, beats_only=args.beats_only)
     try:
         while not report.look():
             time.sleep(LOOK_EVERY_S)
@@ -129,4 +152,11 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+    # Not a normal exit: the thread still blocked reading stdin would make the interpreter's shutdown
+    # abort (SIGABRT, "could not acquire lock for <stdin>") once the node's end has been reported.
+    os._exit(code)

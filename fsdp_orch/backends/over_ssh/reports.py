@@ -1,33 +1,42 @@
-"""Watching an attempt on SSH hosts with their own disks (``shared_filesystem: false``).
+"""Watching an attempt through the reports its SSH hosts send back.
 
-Each host runs ``fsdp_orch.backends.over_ssh.node_report`` over one SSH channel for the whole attempt; a thread here
-reads its lines and mirrors them into the supervisor's copy of the run folder: logs appended at the
-offsets they were read at, heartbeat files replaced, the node's exit status written. Everything
-downstream (the watchdog, the log classifier, ``fsdp-orch logs``, ``status``) then reads the same
-files as on a shared filesystem. The stream also tells whether a host is alive: a report says
-something at least every second, so a channel silent for ``SILENT_S`` is opened again (tenacity,
-``backoff.REPORT_STREAM``), and a host that does not answer a new connection is lost."""
+Each host runs ``fsdp_orch.backends.over_ssh.node_report`` over one SSH channel for the whole attempt;
+a thread here (``HostReports``) reads its lines. The heartbeats it reports (read on the host from its
+node-local beat folder) are kept in memory, the latest of each rank: nothing is written under the run
+folder for them. On hosts with their own disks (``shared_filesystem: false``, and TPU VM workers) the
+logs are mirrored into the supervisor's copy of the run folder, appended at the offsets they were read
+at, and the node's exit status written there, so the watchdog, the log classifier, ``fsdp-orch logs``
+and ``status`` read the same files as on a shared filesystem. On hosts that share the run folder the
+report runs ``--beats-only``: the logs and exit files are there already. The stream also tells whether
+a host is alive: a report says something at least every second, so a channel silent for ``SILENT_S``
+is opened again (tenacity, ``backoff.REPORT_STREAM``), and a host that does not answer a new
+connection is lost."""
 
 from __future__ import annotations
 
 import base64
 import json
 import os
+import posixpath
 import shlex
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from fsdp_orch.backends.over_ssh.attempt import SshAttempt, host_python, own_disk_run_dir
 from fsdp_orch.backends.over_ssh.connect import HostKeyRejected, HostUnreachable, connect, where
 from fsdp_orch.backends.over_ssh.node_report import exit_file
+from fsdp_orch.launch.render import package_root
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.checkpoints import Storage
-from fsdp_orch.observe.heartbeats import heartbeat_path, parse_heartbeat
+from fsdp_orch.observe.heartbeats import Heartbeat, parse_heartbeat
 from fsdp_orch.vocab.backoff import REPORT_STREAM, retrying
 from fsdp_orch.vocab.categories import NODE_LOST_EXIT
 
 SILENT_S = 5.0  # node_report says something every second
+# After a node's exit status appeared: how long its report may take to bring the last heartbeats.
+REPORTS_SETTLE_S = 3.0
 
 
 class StreamSilent(Exception):
@@ -42,27 +51,48 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 class HostReports(threading.Thread):
-    """One host's report stream, mirrored into ``local_run_dir``; ``lost`` says why the host is
-    taken for lost, ``ended`` that its node script's end was reported."""
+    """One host's report stream: its logs and exit status mirrored into ``local_run_dir`` (not with
+    ``beats_only``), its ranks' latest heartbeats kept in memory (``heartbeats``); ``lost`` says why
+    the host is taken for lost, ``ended`` that its node script's end was reported.
+
+    ``run_dir``: the job's run folder as the host sees it (default: the one on its own disk);
+    ``python``: the shell words that run python with fsdp_orch importable there (default:
+    ``host_python``)."""
 
     def __init__(self, host: Any, profile: Any, job_id: str, attempt: int, rank: int, pgid: int,
-                 local_run_dir: Path):
+                 local_run_dir: Path, *, beats_only: bool = False, run_dir: str | None = None,
+                 python: str | None = None):
         super().__init__(daemon=True, name=f"fsdp-orch-reports-node-{rank}")
         self.host, self.profile, self.job_id = host, profile, job_id
         self.attempt, self.rank, self.pgid = attempt, rank, pgid
         self.local_run_dir = local_run_dir
         self.local_attempt = local_run_dir / f"attempt-{attempt}"
+        self.beats_only = beats_only
+        self.run_dir, self.python = run_dir, python
         self.offsets: dict[str, int] = {}
+        self._beats: dict[int, Heartbeat] = {}
+        self._beats_lock = threading.Lock()
         self.lost: str | None = None
         self.gone: str | None = None
         self.ended = threading.Event()
+        # The thread ended (``is_alive`` is not usable: ``_stop`` below hides threading.Thread's own).
+        self.finished = threading.Event()
         self._stop = threading.Event()
         self._conn: Any = None
 
     def command(self) -> str:
-        words = [str(own_disk_run_dir(self.profile, self.job_id)), str(self.attempt), str(self.rank), str(self.pgid),
-                 json.dumps(self.offsets, separators=(",", ":"))]
-        return f"{host_python(self.profile, self.job_id)} -m fsdp_orch.backends.over_ssh.node_report {shlex.join(words)}"
+        run_dir = self.run_dir or str(own_disk_run_dir(self.profile, self.job_id))
+        words = ["--job-id", self.job_id, *(["--beats-only"] if self.beats_only else []),
+                 run_dir, str(self.attempt), str(self.rank), str(self.pgid)]
+        if not self.beats_only:
+            words.append(json.dumps(self.offsets, separators=(",", ":")))
+        python = self.python or host_python(self.profile, self.job_id)
+        return f"{python} -m fsdp_orch.backends.over_ssh.node_report {shlex.join(words)}"
+
+    def heartbeats(self) -> dict[int, Heartbeat]:
+        """The latest heartbeat this host reported of each of its ranks."""
+        with self._beats_lock:
+            return dict(self._beats)
 
     def run(self) -> None:
         # Silent, broken or ended without the node's end: a new connection decides.
@@ -75,6 +105,8 @@ class HostReports(threading.Thread):
         except (HostUnreachable, HostKeyRejected) as exc:
             if not self._stop.is_set():
                 self.lost = f"host {where(self.host)} (node {self.rank}) stopped answering: {exc}"
+        finally:
+            self.finished.set()
 
     def _done(self) -> bool:
         return self._stop.is_set() or self.ended.is_set()
@@ -119,10 +151,16 @@ class HostReports(threading.Thread):
                 f.write(data)
             self.offsets[name] = max(have, at) + len(data)
         elif "beat" in message:
-            beat = parse_heartbeat(message["beat"])
-            write_atomically(heartbeat_path(self.local_run_dir, self.attempt, beat.rank), message["beat"].encode())
+            try:
+                beat = parse_heartbeat(message["beat"])
+            except ValueError:
+                return  # a file caught half-written, or not fsdp-orch's: the next look has it whole
+            with self._beats_lock:
+                self._beats[beat.rank] = beat
         elif "exit" in message:
-            write_atomically(Path(exit_file(str(self.local_attempt), self.rank)), f"{int(message['exit'])}\n".encode())
+            if not self.beats_only:  # on a shared run folder the node wrote it there itself
+                write_atomically(Path(exit_file(str(self.local_attempt), self.rank)),
+                                 f"{int(message['exit'])}\n".encode())
             self.ended.set()
         elif "gone" in message:
             self.gone = str(message["gone"])
@@ -138,21 +176,76 @@ class HostReports(threading.Thread):
         self._close()
 
 
-class OwnDiskAttempt(SshAttempt):
+class ReportedAttempt(SshAttempt):
+    """An SSH attempt whose hosts each run a report stream (``HostReports``) for it: the heartbeats
+    (``heartbeats``) are the merge of what the reports brought. ``MIRROR``: the reports bring the logs
+    and exit statuses too (hosts with their own disks); else they run ``--beats-only``."""
+
+    MIRROR = False
+
+    def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int],
+                 attempt_dir: Path | None = None, hosts: list[Any] | None = None, ssh: Any = None):
+        super().__init__(submission, attempt, pgids, attempt_dir=attempt_dir, hosts=hosts, ssh=ssh)
+        import fabric  # noqa: F401 - here, in one thread: paramiko's circular imports fail in several at once
+
+        job_id = submission.job_id
+        shared_fs: dict[str, Any] = {}
+        if not self.MIRROR:  # the run folder as the hosts see it; fsdp_orch from where their bootstrap is
+            python, bootstrap = host_python(self.profile, job_id), submission.base_plan.bootstrap_dir
+            if bootstrap:
+                python = f"PYTHONPATH={shlex.quote(package_root(bootstrap))} {python}"
+            shared_fs = {"beats_only": True, "run_dir": posixpath.dirname(submission.attempt_dir(attempt)),
+                      "python": python}
+        self.reports = {rank: HostReports(self.hosts[rank], self.profile, job_id, attempt, rank, pgid,
+                                          submission.run_dir, **shared_fs)
+                        for rank, pgid in pgids.items()}
+        for report in self.reports.values():
+            report.start()
+
+    def heartbeats(self) -> dict[int, Heartbeat]:
+        """The latest heartbeat of every rank, merged over the hosts' reports."""
+        beats: dict[int, Heartbeat] = {}
+        for report in self.reports.values():
+            beats.update(report.heartbeats())
+        return dict(sorted(beats.items()))
+
+    def poll(self) -> int | None:
+        code = super().poll()
+        if code is not None:
+            self._reports_settle()
+        return code
+
+    def _reports_settle(self) -> None:
+        """The reports of the nodes whose exit status is in end once they sent the heartbeats they read
+        with it: wait for them (``REPORTS_SETTLE_S`` at most), so that the last steps and states count."""
+        deadline = time.monotonic() + REPORTS_SETTLE_S
+        for rank, report in self.reports.items():
+            if not Path(exit_file(str(self.attempt_dir), rank)).exists():
+                continue
+            while not report.finished.is_set() and not report.ended.is_set() and time.monotonic() < deadline:
+                report.ended.wait(0.1)
+
+    def stop(self, grace: float) -> None:
+        super().stop(grace)
+        for report in self.reports.values():
+            report.stop()
+
+
+class SharedFsAttempt(ReportedAttempt):
+    """An attempt on hosts that share the run folder with the supervisor: the logs and exit statuses
+    are read there; the reports, ``--beats-only``, bring the heartbeats (node-local on each host)."""
+
+
+class OwnDiskAttempt(ReportedAttempt):
     """An attempt on hosts with their own disks: read from the local mirror the reports keep."""
+
+    MIRROR = True
 
     def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int], storage: Storage,
                  hosts: list[Any] | None = None, ssh: Any = None):
         local_attempt = submission.run_dir / f"attempt-{attempt}"
         super().__init__(submission, attempt, pgids, attempt_dir=local_attempt, hosts=hosts, ssh=ssh)
         self.storage = storage
-        import fabric  # noqa: F401 - here, in one thread: paramiko's circular imports fail in several at once
-
-        self.reports = {rank: HostReports(self.hosts[rank], self.profile, submission.job_id, attempt, rank, pgid,
-                                          submission.run_dir)
-                        for rank, pgid in pgids.items()}
-        for report in self.reports.values():
-            report.start()
 
     @property
     def checkpoints(self) -> Storage:
@@ -170,8 +263,3 @@ class OwnDiskAttempt(SshAttempt):
                 print(f"fsdp-orch supervisor: host {where(report.host)} (node {rank}): {report.gone}", flush=True)
                 return NODE_LOST_EXIT
         return None
-
-    def stop(self, grace: float) -> None:
-        super().stop(grace)
-        for report in self.reports.values():
-            report.stop()

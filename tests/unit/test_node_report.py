@@ -1,0 +1,156 @@
+"""The SSH hosts' report stream and the heartbeats: ``node_report`` reads a node's heartbeats from its
+beat folder in node-local tmp (``node_beat_dir``, never the run folder), and the supervisor's
+``HostReports`` keeps the latest of each rank in memory, writing no heartbeat file. The whole path
+runs on the namespace hosts in tests/ssh/."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fsdp_orch.backends.over_ssh.node_report import NodeReport
+from fsdp_orch.backends.over_ssh.reports import HostReports, ReportedAttempt
+from fsdp_orch.nodeagent.beat_dir import node_beat_dir, user_tmp_root
+from fsdp_orch.observe.heartbeats import Heartbeat, heartbeat_path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def beat(rank: int, step: int, state: str = "training") -> Heartbeat:
+    return Heartbeat(rank=rank, attempt=2, step=step, loss=1.0, time=100.0 + step, state=state, pid=7)
+
+
+@pytest.fixture
+def job_id() -> Iterator[str]:
+    """A job id of its own, whose beat folders in this machine's node-local tmp go afterwards."""
+    job = f"jtest{uuid.uuid4().hex[:10]}"
+    yield job
+    shutil.rmtree(Path(user_tmp_root()) / job, ignore_errors=True)
+
+
+def write_beat(job: str, node: int, b: Heartbeat) -> None:
+    folder = Path(node_beat_dir(job, b.attempt, node))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"rank-{b.rank}.json").write_text(b.to_json())
+
+
+def reporter(run: Path, node: int, **kwargs) -> tuple[NodeReport, list[dict]]:  # type: ignore[no-untyped-def]
+    lines: list[dict] = []
+    report = NodeReport(str(run), 2, node, 0, {}, write=lambda line: lines.append(json.loads(line)),
+                        clock=lambda: 0.0, **kwargs)
+    return report, lines
+
+
+def test_the_report_reads_its_nodes_beat_folder_in_node_local_tmp(tmp_path: Path, job_id: str) -> None:
+    run = tmp_path / "runs" / job_id  # the run folder's name is the job id
+    (run / "attempt-2").mkdir(parents=True)
+    write_beat(job_id, 1, beat(3, 5))
+    write_beat(job_id, 0, beat(0, 9))  # another node's (a shared /tmp): not this report's
+    (Path(node_beat_dir(job_id, 2, 1)) / "rank-3.json.tmp").write_text("half")
+    stale = heartbeat_path(run, 2, 4)  # the run folder's heartbeats are no longer read
+    stale.parent.mkdir(parents=True)
+    stale.write_text(beat(4, 1).to_json())
+    report, lines = reporter(run, 1)
+    assert report.beat_dir == Path(f"/tmp/fsdp-orch-{__import__('os').getuid()}/{job_id}/attempt-2/node-1")
+    assert report.look() is False
+    assert lines == [{"beat": beat(3, 5).to_json()}]
+    lines.clear()
+    assert report.look() is False and lines == []  # unchanged: not sent again
+    write_beat(job_id, 1, beat(3, 6))
+    assert report.look() is False and lines == [{"beat": beat(3, 6).to_json()}]
+
+
+def test_the_job_id_can_be_given_when_the_run_folder_is_not_named_after_it(tmp_path: Path, job_id: str) -> None:
+    write_beat(job_id, 0, beat(0, 2))
+    report, lines = reporter(tmp_path / "elsewhere", 0, job_id=job_id)
+    report.look()
+    assert lines[0] == {"beat": beat(0, 2).to_json()}
+
+
+def test_beats_only_reports_no_log_and_ends_at_the_exit_after_the_last_beats(tmp_path: Path, job_id: str) -> None:
+    run = tmp_path / job_id
+    (run / "attempt-2").mkdir(parents=True)
+    (run / "attempt-2" / "console-node-0.log").write_text("on the shared folder already\n")
+    report, lines = reporter(run, 0, beats_only=True)
+    assert report.look() is False and lines == []  # the log is not sent
+    write_beat(job_id, 0, beat(0, 20, "done"))
+    (run / "attempt-2" / "exit-node-0").write_text("0\n")
+    assert report.look() is True
+    assert lines == [{"beat": beat(0, 20, "done").to_json()}, {"exit": 0}]
+    assert sorted(p.name for p in run.rglob("*")) == ["attempt-2", "console-node-0.log", "exit-node-0"]
+
+
+def test_the_module_runs_on_a_host_with_the_hosts_arguments(tmp_path: Path, job_id: str) -> None:
+    """What HostReports runs over SSH, as a process: its words, its lines, its end."""
+    run = tmp_path / "shared" / "runs" / job_id
+    (run / "attempt-2").mkdir(parents=True)
+    write_beat(job_id, 1, beat(1, 7, "done"))
+    (run / "attempt-2" / "exit-node-1").write_text("0\n")
+    reports = HostReports(host=None, profile=None, job_id=job_id, attempt=2, rank=1, pgid=0,
+                          local_run_dir=tmp_path / "supervisor", beats_only=True, run_dir=str(run),
+                          python=f"PYTHONPATH={REPO} {sys.executable}")
+    command = reports.command()
+    assert command.endswith(f"node_report --job-id {job_id} --beats-only {run} 2 1 0")
+    proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    out = proc.stdout.read()  # type: ignore[union-attr]
+    proc.stdin.close()  # type: ignore[union-attr]
+    assert proc.wait(timeout=30) == 0
+    for line in out.splitlines():
+        reports._mirror(json.loads(line))
+    assert reports.ended.is_set() and reports.heartbeats() == {1: beat(1, 7, "done")}
+    assert not (tmp_path / "supervisor").exists()  # nothing mirrored: no heartbeat, no exit file
+
+
+def test_the_supervisor_keeps_the_latest_beats_in_memory_and_merges_the_hosts(tmp_path: Path) -> None:
+    def host(rank: int) -> HostReports:
+        return HostReports(host=None, profile=None, job_id="j1", attempt=2, rank=rank, pgid=9, local_run_dir=tmp_path)
+
+    first, second = host(0), host(1)
+    first._mirror({"beat": beat(0, 4).to_json()})
+    first._mirror({"beat": beat(1, 4).to_json()})
+    first._mirror({"beat": beat(0, 5).to_json()})
+    first._mirror({"beat": "{\"rank\": 0, \"half"})  # caught mid-write: skipped, the last one kept
+    second._mirror({"beat": beat(2, 3).to_json()})
+    assert first.heartbeats() == {0: beat(0, 5), 1: beat(1, 4)}
+    attempt = ReportedAttempt.__new__(ReportedAttempt)  # only its reports matter here
+    attempt.reports = {0: first, 1: second}
+    assert attempt.heartbeats() == {0: beat(0, 5), 1: beat(1, 4), 2: beat(2, 3)}
+    assert list(tmp_path.iterdir()) == []  # no heartbeat file anywhere under the run folder
+
+
+class ScriptedHost(HostReports):
+    """A report stream that brings the node's last beat, then its end, with no SSH channel."""
+
+    def __init__(self, local_run_dir: Path, rank: int, last: Heartbeat):
+        super().__init__(host=None, profile=None, job_id="j1", attempt=2, rank=rank, pgid=9,
+                         local_run_dir=local_run_dir, beats_only=True)
+        self.last = last
+
+    def _stream(self) -> None:
+        self._mirror({"beat": self.last.to_json()})
+        self._mirror({"exit": 0})
+
+
+def test_an_attempt_whose_nodes_ended_waits_for_their_reports_last_beats(tmp_path: Path) -> None:
+    attempt_dir = tmp_path / "attempt-2"
+    attempt_dir.mkdir()
+    attempt = ReportedAttempt.__new__(ReportedAttempt)
+    attempt.attempt_dir, attempt.pgids = attempt_dir, {0: 11, 1: 12}
+    attempt.reports = {rank: ScriptedHost(tmp_path, rank, beat(rank, 20, "done")) for rank in (0, 1)}
+    for rank in (0, 1):
+        (attempt_dir / f"exit-node-{rank}").write_text("0\n")  # on the shared run folder
+    for report in attempt.reports.values():
+        report.start()
+    assert attempt.poll() == 0
+    assert attempt.heartbeats() == {0: beat(0, 20, "done"), 1: beat(1, 20, "done")}
+    for report in attempt.reports.values():
+        assert report.finished.wait(5)  # (not join: HostReports' _stop hides threading.Thread's)
+    attempt._reports_settle()  # ended threads: no wait, no error
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["attempt-2", "exit-node-0", "exit-node-1"]
