@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
 
     agent = NodeAgent(node, socket.gethostname(), lambda: read_beat_files(beat_dir),
                       lambda: read_endpoint(attempt_dir), launcher_alive=lambda: process_alive(launcher),
-                      on_stop=stop, on_stacks=stacks)
+                      on_stop=stop, on_stacks=stacks, attempt=attempt)
 
     async def run() -> None:
         def ending() -> None:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fsdp_orch.nodeagent.summary import changed_beats, state_changed, summary_line
+from fsdp_orch.nodeagent.summary import changed_beats, compact, state_changed, summary_line
 
 SUMMARY_EVERY_S = 1.0  # a line at least this often: the node's liveness
 LOOK_EVERY_S = 0.25  # how often the ranks' files are read
@@ -54,13 +54,14 @@ class NodeAgent:
                  on_stop: Callable[[float], dict[str, Any]] | None = None,
                  on_stacks: Callable[[dict[int, int], str], dict[str, Any]] | None = None,
                  clock: Callable[[], float] = time.time, every: float = SUMMARY_EVERY_S,
-                 look_every: float = LOOK_EVERY_S):
-        self.node, self.host = node, host
+                 look_every: float = LOOK_EVERY_S, attempt: int = 0):
+        self.node, self.host, self.attempt = node, host, attempt
         self.read_beats, self.endpoint = read_beats, endpoint
         self.launcher_alive = launcher_alive
         self.on_stop, self.on_stacks = on_stop, on_stacks
         self.clock, self.every, self.look_every = clock, every, look_every
         self.ending = False  # set from outside (SIGTERM): send the last line and end
+        self._answering: asyncio.Future[None] | None = None  # the reply to an order, being made
         self.lines_sent = 0
 
     async def run(self) -> None:
@@ -91,15 +92,18 @@ class NodeAgent:
         last = 0.0
         while not listening.done():  # the supervisor hung up: connect again
             ending = self.ending or not self.launcher_alive()
-            current = self.read_beats()
+            current = {rank: compact(beat) for rank, beat in self.read_beats().items()}
             now = self.clock()
             if ending or now - last >= self.every or state_changed(current, sent):
-                line = summary_line(self.node, self.host, now, changed_beats(current, sent), final=ending)
+                line = summary_line(self.node, self.host, now, changed_beats(current, sent), final=ending,
+                                    attempt=self.attempt)
                 writer.write(line.encode() + b"\n")
                 await writer.drain()
                 sent, last = current, now
                 self.lines_sent += 1
             if ending:
+                if self._answering is not None:  # the reply to the order that ended us goes out first
+                    await asyncio.wait([self._answering], timeout=2.0)
                 return True
             await asyncio.sleep(self.look_every)
         return False
@@ -113,17 +117,25 @@ class NodeAgent:
             try:
                 order = json.loads(line)
                 if order.get("stop") and self.on_stop is not None:
-                    body = await loop.run_in_executor(None, self.on_stop, float(order.get("grace", 5.0)))
-                    reply = {"stopped": order["id"], **body}
+                    work = loop.run_in_executor(None, self.on_stop, float(order.get("grace", 5.0)))
+                    key = "stopped"
                 elif order.get("stacks") and self.on_stacks is not None:
                     pids = {int(r): int(p) for r, p in order["pids"].items()}
-                    body = await loop.run_in_executor(None, self.on_stacks, pids, str(order["folder"]))
-                    reply = {"stacks_done": order["id"], **body}
+                    work = loop.run_in_executor(None, self.on_stacks, pids, str(order["folder"]))
+                    key = "stacks_done"
                 else:
                     continue
+                self._answering = asyncio.ensure_future(self._answer(work, key, order["id"], writer))
+                await asyncio.shield(self._answering)
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue
-            writer.write((json.dumps(reply, separators=(",", ":")) + "\n").encode())
+
+    @staticmethod
+    async def _answer(work: asyncio.Future[dict[str, Any]], key: str, order: Any,
+                      writer: asyncio.StreamWriter) -> None:
+        body = await work
+        writer.write((json.dumps({key: order, **body}, separators=(",", ":")) + "\n").encode())
+        await writer.drain()
 
 
 __all__ = ["LOOK_EVERY_S", "NodeAgent", "SUMMARY_EVERY_S", "read_beat_files"]

@@ -41,6 +41,7 @@ class SummaryServer:
         self._lock = threading.Lock()
         self._beats: dict[int, Heartbeat] = {}
         self._node_of: dict[int, int] = {}  # rank -> the node whose agent reported it
+        self._unsorted = False  # ranks appeared since heartbeats() last sorted them
         self._nodes: dict[int, NodeState] = {}
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._replies: dict[int, dict[int, Any]] = {}  # order id: node -> its reply
@@ -125,17 +126,21 @@ class SummaryServer:
             state = self._nodes[node]
             state.seen, state.host = now, summary.host
             state.final = state.final or summary.final
-            new_rank = any(rank not in self._beats for rank in summary.beats)
+            new = [rank for rank in summary.beats if rank not in self._node_of]
+            if new:
+                self._node_of.update((rank, node) for rank in new)
+                self._unsorted = True
             self._beats.update(summary.beats)
-            if new_rank:
-                self._beats = dict(sorted(self._beats.items()))
-                self._node_of.update((rank, node) for rank in summary.beats)
             self.lines += 1
 
     # --- what the supervisor asks -----------------------------------------------------------
 
     def heartbeats(self) -> dict[int, Heartbeat]:
+        """Every rank's latest heartbeat, by rank (sorted once after ranks appeared, not per line)."""
         with self._lock:
+            if self._unsorted:
+                self._beats = dict(sorted(self._beats.items()))
+                self._unsorted = False
             return dict(self._beats)
 
     def nodes(self) -> dict[int, NodeState]:

@@ -1,9 +1,10 @@
 """A node summary: what one node's agent tells the supervisor in one JSON line. Pure.
 
-    {"node": N, "host": "...", "at": UNIX_TIME, "beats": [<heartbeat objects that changed>], "final": bool}
+    {"node": N, "host": "...", "attempt": A, "at": UNIX_TIME, "beats": [<heartbeats that changed>], "final": bool}
 
-``beats`` holds only the ranks whose heartbeat changed since the agent's last line (their full
-heartbeat, as ``observe.heartbeats`` lays it out); ``at`` is the node's own liveness; ``final`` says
+``beats`` holds only the ranks whose heartbeat changed since the agent's last line (their heartbeat,
+as ``observe.heartbeats`` lays it out, less ``time``, ``host`` and ``attempt``: the line's own, see
+``compact``); ``at`` is the node's own liveness and each sent heartbeat's ``time``; ``final`` says
 the node's launcher has ended and nothing more will come. The other lines of the channel:
 
     agent -> supervisor  {"hello": TOKEN, "node": N, "host": "..."}      first, once per connection
@@ -22,15 +23,31 @@ from typing import Any
 
 from fsdp_orch.observe.heartbeats import Heartbeat, heartbeat_from_dict
 
+# What the node's line says once for all its ranks (``at``, ``host``, ``attempt``): left out of each.
+_PER_NODE = ("time", "host", "attempt")
+_TIMES = ("progress_at", "python_at", "io_at", "compute_at")
+
+
+def compact(beat: dict[str, Any]) -> dict[str, Any]:
+    """A rank's heartbeat as the line carries it: without what the node says once, times to the
+    millisecond. A rank hung in a native call then reads the same tick after tick, and is not sent."""
+    out = {k: v for k, v in beat.items() if k not in _PER_NODE}
+    for key in _TIMES:
+        value = out.get(key)
+        if isinstance(value, float):
+            out[key] = round(value, 3)
+    return out
+
 
 def changed_beats(current: dict[int, dict[str, Any]], sent: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
     """The heartbeats of ``current`` that differ from what was last ``sent``, by rank."""
     return [beat for rank, beat in sorted(current.items()) if sent.get(rank) != beat]
 
 
-def summary_line(node: int, host: str, at: float, beats: list[dict[str, Any]], final: bool = False) -> str:
-    return json.dumps({"node": node, "host": host, "at": round(at, 3), "beats": beats, "final": final},
-                      separators=(",", ":"))
+def summary_line(node: int, host: str, at: float, beats: list[dict[str, Any]], final: bool = False,
+                 attempt: int = 0) -> str:
+    return json.dumps({"node": node, "host": host, "attempt": attempt, "at": round(at, 3), "beats": beats,
+                       "final": final}, separators=(",", ":"))
 
 
 def state_changed(current: dict[int, dict[str, Any]], sent: dict[int, dict[str, Any]]) -> bool:
@@ -62,10 +79,11 @@ def parse_summary(data: Any) -> NodeSummary:
     raw = data.get("beats") or []
     if not isinstance(raw, list):
         raise ValueError(f"beats: expected a list, got {type(raw).__name__}")
+    per_node = {"time": float(at), "host": host, "attempt": data.get("attempt", 0)}
     beats = {}
     for item in raw:
         try:
-            beat = heartbeat_from_dict(item)
+            beat = heartbeat_from_dict({**item, **per_node} if isinstance(item, dict) else item)
         except ValueError:
             continue
         beats[beat.rank] = beat
@@ -92,4 +110,4 @@ def dump_from_wire(data: dict[str, Any]) -> Any:
                                 bool(t.get("gil")), bool(t.get("current"))) for t in data.get("threads", []))
     return StackDump(int(data["rank"]), int(data["pid"]), threads, str(data.get("source", "")),
                      Path(data["path"]) if data.get("path") else None, str(data.get("error", "")))
-__all__ = ["NodeSummary", "changed_beats", "dump_from_wire", "dump_to_wire", "parse_summary", "state_changed", "summary_line"]
+__all__ = ["NodeSummary", "changed_beats", "compact", "dump_from_wire", "dump_to_wire", "parse_summary", "state_changed", "summary_line"]

@@ -67,6 +67,8 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
         return None
     started = [b for b in beats.values() if b.state != "starting"]
     window = progress_window(watch, clock or StepClock())
+    if _none_can_be_late(beats, world_size, attempt_started, now, min(window, watch.startup_timeout)):
+        return None  # the common case, decided without the walk below: thousands of ranks each poll
     late: list[tuple[int, float, str]] = []
     for rank in range(world_size):
         beat = beats.get(rank)
@@ -119,8 +121,34 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
     in_save = "".join(f"; {what}" for rank, _, what in late if rank in saving and rank != first[0])
     return HangVerdict(stalled, ranks,
                        f"no progress for {stalled:.1f}s (window {window:g}s): {first[2]}, "
-                       f"{first[1]:.1f}s ago; ranks past the window: {', '.join(map(str, ranks))}"
+                       f"{first[1]:.1f}s ago; ranks past the window: {rank_list(ranks)}"
                        + in_save, suspects, saving)
+
+
+def _none_can_be_late(beats: dict[int, Heartbeat], world_size: int, attempt_started: float, now: float,
+                      shortest: float) -> bool:
+    """Every rank has a heartbeat and each moved within the shortest window any rank can have: no
+    rank is late, so there is no verdict (the walk in ``check_hang`` would find none either)."""
+    if len(beats) != world_size or min(beats) != 0 or max(beats) != world_size - 1:
+        return False
+    oldest = min(attempt_started if b.state == "starting" else b.progress_time for b in beats.values())
+    return now - oldest <= shortest
+
+
+def rank_list(ranks: list[int], spell_out: int = 16) -> str:
+    """``0, 1, 5`` up to ``spell_out`` ranks; more as runs (``0-4094, 4096-8191 (8191 ranks)``): at
+    8,192 ranks the evidence stays a line."""
+    if len(ranks) <= spell_out:
+        return ", ".join(map(str, ranks))
+    runs: list[list[int]] = []
+    for rank in sorted(ranks):
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:spell_out])
+    more = f", ... ({len(runs) - spell_out} more runs)" if len(runs) > spell_out else ""
+    return f"{text}{more} ({len(ranks)} ranks)"
 
 
 def _last_report(rank: int, beat: Heartbeat | None) -> str:

@@ -198,3 +198,11 @@ def test_an_xla_process_compiling_past_the_window_is_not_a_hang_until_its_cpu_st
                           progress_at=100.0, python_at=100.0, compute_at=139.5)}
     verdict = check_hang(beats, world_size=1, attempt_started=0.0, now=150.0, watch=WATCH)
     assert verdict is not None and verdict.ranks == [0]
+
+
+def test_a_verdict_over_thousands_of_ranks_names_them_as_runs():
+    from fsdp_orch.supervise.watchdog import rank_list
+
+    assert rank_list([3, 1, 2]) == "3, 1, 2"
+    assert rank_list([r for r in range(8192) if r != 4095]) == "0-4094, 4096-8191 (8191 ranks)"
+    assert rank_list(list(range(0, 80, 2))).endswith("... (24 more runs) (40 ranks)")
