@@ -221,7 +221,7 @@ class ScriptedReports(HostReports):
         self.script = script
         self.streams = 0
         self.slept: list[float] = []
-        self._stop.wait = self.record  # type: ignore[method-assign]
+        self._halt.wait = self.record  # type: ignore[method-assign]
 
     def record(self, seconds: float | None = None) -> bool:
         self.slept.append(float(seconds or 0))

@@ -75,9 +75,9 @@ class HostReports(threading.Thread):
         self.lost: str | None = None
         self.gone: str | None = None
         self.ended = threading.Event()
-        # The thread ended (``is_alive`` is not usable: ``_stop`` below hides threading.Thread's own).
+        # The thread ended (set last in run(): also after a stream that was never opened).
         self.finished = threading.Event()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._conn: Any = None
 
     def command(self) -> str:
@@ -96,20 +96,20 @@ class HostReports(threading.Thread):
 
     def run(self) -> None:
         # Silent, broken or ended without the node's end: a new connection decides.
-        again = retrying(REPORT_STREAM, sleep=self._stop.wait,
+        again = retrying(REPORT_STREAM, sleep=self._halt.wait,
                          stop_when=self._done,
                          transient=lambda e: not isinstance(e, (HostUnreachable, HostKeyRejected)),
                          not_yet=lambda result: True, gave_up=lambda state: None)
         try:
             again(self._follow)
         except (HostUnreachable, HostKeyRejected) as exc:
-            if not self._stop.is_set():
+            if not self._halt.is_set():
                 self.lost = f"host {where(self.host)} (node {self.rank}) stopped answering: {exc}"
         finally:
             self.finished.set()
 
     def _done(self) -> bool:
-        return self._stop.is_set() or self.ended.is_set()
+        return self._halt.is_set() or self.ended.is_set()
 
     def _follow(self) -> None:
         if self._done():
@@ -120,12 +120,12 @@ class HostReports(threading.Thread):
             self._close()
 
     def _stream(self) -> None:
-        self._conn = connect(self.host, self.profile, sleep=self._stop.wait)
+        self._conn = connect(self.host, self.profile, sleep=self._halt.wait)
         channel = self._conn.client.get_transport().open_session()
         channel.settimeout(SILENT_S)
         channel.exec_command(self.command())
         pending = b""
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 data = channel.recv(1 << 16)
             except TimeoutError:
@@ -172,7 +172,7 @@ class HostReports(threading.Thread):
             conn.close()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self._close()
 
 
