@@ -86,7 +86,7 @@ def test_accelerate_example_reads_an_accelerate_config_and_runs_two_cpu_processe
     assert config["distributed_type"] == "MULTI_CPU" and config["use_cpu"] is True
     exports = {}  # the FSDP_ORCH_* environment the launch script exports
     for line in (attempt / "launch.sh").read_text().splitlines():
-        if line.startswith("export FSDP_ORCH_") and "$" not in line:
+        if line.startswith("export FSDP_ORCH_") and "=" in line and "$" not in line:
             name, value = line.removeprefix("export ").split("=", 1)
             exports[name] = shlex.split(value)[0]
     # The rendered launch script itself: on CPU it takes Accelerate's torchrun path (--multi_gpu
