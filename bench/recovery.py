@@ -116,16 +116,32 @@ def submit_wait(home: Path, job: Path, *sets: str) -> tuple[dict, float]:
 
 
 def hang_and_recovery(home: Path, job: Path, *sets: str) -> dict:
-    """A hang on rank 1 at HANG_STEP of the first attempt: detection and recovery."""
-    status, wall = submit_wait(home, job, *sets, f"watch.heartbeat_timeout={HEARTBEAT_TIMEOUT}s",
-                               *QUICK_RESTART, f"env.FSDP_ORCH_FAULT=hang:step={HANG_STEP}:rank=1")
+    """A hang on rank 1 at HANG_STEP of the first attempt: detection and recovery. Rank 1's heartbeat
+    is sampled while the job runs: its node keeps attempt 0's folder only until attempt 1 starts."""
+    last: dict[str, object] = {}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            for run_dir in (home / "runs").glob("*"):
+                beat = beats_of(run_dir, 0).get(1)
+                if beat is not None:
+                    last["beat"] = beat
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
+    try:
+        status, wall = submit_wait(home, job, *sets, f"watch.heartbeat_timeout={HEARTBEAT_TIMEOUT}s",
+                                   *QUICK_RESTART, f"env.FSDP_ORCH_FAULT=hang:step={HANG_STEP}:rank=1")
+    finally:
+        done.set()
+        watcher.join()
     job = Store(home / "jobs.db").job(status["id"])
     assert job is not None
     failures = [(f.detected_at, f.category) for f in job.failures]
     attempts = [{"first_step_at": a.first_step_at} for _, a in sorted(job.attempt_records.items())]
     out = {"state": status["state"], "categories": [f[1] for f in failures], "wall_s": wall,
            "detection_s": None, "recovery_s": None}
-    hung = beats_of(home / "runs" / status["id"], 0).get(1)
+    hung = beats_of(home / "runs" / status["id"], 0).get(1) or last.get("beat")
     if failures and hung is not None:
         out["detection_s"] = failures[0][0] - hung.progress_time
     if failures and len(attempts) > 1 and attempts[1]["first_step_at"] is not None:
@@ -186,9 +202,12 @@ def clean_run(home: Path, job: Path, steps: int, *sets: str) -> dict:
     step_time = sampler.step_time()
     if step_time is None:
         raise SystemExit(f"clean run {job}: too few steps in rank 0's heartbeats ({status['state']})")
-    attempt = Store(home / "jobs.db").attempts(status["id"])[0]
+    job_status = Store(home / "jobs.db").job(status["id"])
+    assert job_status is not None
+    attempt = job_status.attempt_records[0]
+    assert attempt.first_step_at is not None
     return {"state": status["state"], "steps": steps, "wall_s": wall, "step_time_s": step_time,
-            "startup_s": attempt["first_step_at"] - attempt["started_at"],
+            "startup_s": attempt.first_step_at - attempt.started_at,
             "overhead_s": wall - steps * step_time}
 
 
