@@ -111,7 +111,10 @@ class NodeAgent:
     async def _listen(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            line = await reader.readline()
+            try:
+                line = await reader.readline()
+            except (OSError, ValueError):  # reset, or a line past the limit: the supervisor went away
+                return  # quietly: the agent's stderr is the node's console log, which is classified
             if not line:
                 return
             try:
@@ -129,13 +132,18 @@ class NodeAgent:
                 await asyncio.shield(self._answering)
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue
+            except Exception:  # noqa: BLE001 - an order that failed (py-spy, a vanished process): no answer
+                continue
 
     @staticmethod
     async def _answer(work: asyncio.Future[dict[str, Any]], key: str, order: Any,
                       writer: asyncio.StreamWriter) -> None:
-        body = await work
-        writer.write((json.dumps({key: order, **body}, separators=(",", ":")) + "\n").encode())
-        await writer.drain()
+        try:
+            body = await work
+            writer.write((json.dumps({key: order, **body}, separators=(",", ":")) + "\n").encode())
+            await writer.drain()
+        except Exception:  # noqa: BLE001 - a failed order or a closed connection: no answer, no noise
+            return
 
 
 __all__ = ["LOOK_EVERY_S", "NodeAgent", "SUMMARY_EVERY_S", "read_beat_files"]

@@ -207,3 +207,14 @@ def test_a_node_whose_launcher_ended_is_not_lost(server):
     assert server.nodes()[0].final and server.heartbeats()[0].state == "done"  # the last line carried the end
     time.sleep(1.3)
     assert server.lost_node() is None
+
+
+def test_an_order_that_fails_gets_no_answer_and_the_agent_goes_on(server, tmp_path, capfd):
+    node = Node(0, server.port, "tok", {0: beat(0, 1)})
+    node.agent.on_stacks = lambda pids, folder: (_ for _ in ()).throw(RuntimeError("py-spy vanished"))
+    assert wait_for(lambda: 0 in server.heartbeats())
+    assert server.capture_stacks({0: 1000}, str(tmp_path), wait=1.0) == {}
+    node.ranks = {0: beat(0, 2)}
+    assert wait_for(lambda: server.heartbeats()[0].step == 2)  # still streaming
+    node.kill()
+    assert "py-spy vanished" not in capfd.readouterr().err  # the node's console log stays clean
