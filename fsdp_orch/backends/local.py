@@ -66,13 +66,9 @@ class LocalAttempt(AgentObservation):
             code = self.proc.poll()
         else:
             code = self._adopted_exit()
-        if code is None:
-            lost = self.lost_node()
-            if lost is not None:
-                print(f"fsdp-orch supervisor: {lost}", flush=True)
-                return NODE_LOST_EXIT
-            return None
-        self.agents_settle()  # the ranks' last states (done) come in the agent's last line
+        code = self.judge_exit(code)
+        if code is None or code == NODE_LOST_EXIT:
+            return code
         # The launcher is gone; a worker it left behind would still hold ports or a GPU.
         if job_processes(self.job_id, self.attempt):
             stop_job_processes(self.job_id, self.attempt, grace=2.0)

@@ -14,6 +14,7 @@ from fsdp_orch.nodeagent.summary import dump_from_wire
 from fsdp_orch.observe.attempt_files import STACKS_DIR
 from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.observe.stacks import StackCapture
+from fsdp_orch.vocab.categories import NODE_LOST_EXIT
 
 SETTLE_S = 3.0  # after the launchers ended: how long the agents' last lines may take
 
@@ -46,8 +47,18 @@ class AgentObservation(FileObservation):
     def lost_node(self) -> str | None:
         return self.channel.lost_node()
 
-    def agents_settle(self) -> None:
+    def judge_exit(self, code: int | None) -> int | None:
+        """The attempt's exit code as the launcher gave it (``code``), once the agents' last lines
+        are in (the ranks' final states); while it runs, NODE_LOST_EXIT when a node's agent went
+        silent past the node timeout, else None."""
+        if code is None:
+            lost = self.lost_node()
+            if lost is None:
+                return None
+            print(f"fsdp-orch supervisor: {lost}", flush=True)
+            return NODE_LOST_EXIT
         self.channel.settle(SETTLE_S)
+        return code
 
     def stop_ranks(self, grace: float) -> None:
         self.channel.stop_ranks(grace)

@@ -30,7 +30,6 @@ class NodeState:
     seen: float  # the server's clock at its last line
     connected: bool = True
     final: bool = False
-    closed_at: float | None = None
 
 
 class SummaryServer:
@@ -103,7 +102,7 @@ class SummaryServer:
         with self._lock:
             state = self._nodes.get(node)
             if state is not None and self._writers.get(node) is transport:
-                state.connected, state.closed_at = False, self.clock()
+                state.connected = False
                 del self._writers[node]
 
     def _take(self, node: int, data: dict[str, Any]) -> None:

@@ -23,7 +23,6 @@ from fsdp_orch.observe import command
 from fsdp_orch.observe.checkpoints import LOCAL, Storage
 from fsdp_orch.observe.command import CommandResult, Runner, run_command
 from fsdp_orch.vocab.backoff import SLURM_QUERY, Sleep, retrying
-from fsdp_orch.vocab.categories import NODE_LOST_EXIT
 
 NODE_SCRIPT = "node.sh"
 # What squeue says of a job the controller no longer holds (ended a while ago): an answer.
@@ -65,15 +64,7 @@ class SlurmStep(AgentObservation):
 
     def poll(self) -> int | None:
         assert self.proc is not None
-        code = self.proc.poll()
-        if code is None:
-            lost = self.lost_node()
-            if lost is not None:
-                print(f"fsdp-orch supervisor: {lost}", flush=True)
-                return NODE_LOST_EXIT
-            return None
-        self.agents_settle()  # the ranks' last states (done) come in the agents' last lines
-        return code
+        return self.judge_exit(self.proc.poll())
 
     def stop(self, grace: float) -> None:
         assert self.proc is not None
