@@ -41,8 +41,11 @@ class Journal:
         """Handed to the scheduler (a SLURM job id)."""
         self._append(model.Scheduled(job=self.job_id, backend_ref=backend_ref), now)
 
-    def start_attempt(self, attempt: int, *, resume_from: str | None, now: float | None = None) -> None:
-        self._append(model.AttemptStarted(job=self.job_id, attempt=attempt, resume_from=resume_from), now)
+    def start_attempt(self, attempt: int, *, resume_from: str | None, resume_step: int | None = None,
+                      now: float | None = None) -> None:
+        """``resume_step``: the step of the checkpoint it resumes from, when known (goodput's lost work)."""
+        self._append(model.AttemptStarted(job=self.job_id, attempt=attempt, resume_from=resume_from,
+                                          resume_step=resume_step), now)
 
     def launched(self, attempt: int, backend_ref: str, now: float | None = None) -> None:
         self._append(model.AttemptLaunched(job=self.job_id, attempt=attempt, backend_ref=backend_ref), now)
