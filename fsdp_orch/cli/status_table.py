@@ -96,14 +96,13 @@ def detail_lines(job: JobStatus, now: float | None = None) -> list[str]:
 
 def goodput_line(job: JobStatus) -> str:
     """``goodput: 91.3% of 2m (largest loss: detection 12.1s)``: to the end, or to the latest event."""
-    g = job.goodput()
-    pct = g.goodput_pct
-    if pct is None:
+    g = job.goodput_json()  # status --json's figures, rounded as there
+    if g["goodput_pct"] is None:
         return "goodput: no time yet"
     so_far = "" if job.ended else " so far"
-    loss = g.largest_loss()
-    largest = "" if loss is None else f" (largest loss: {loss[0]} {loss[1]:.1f}s)"
-    return f"goodput: {pct:.1f}% of {duration(g.wall_s)}{so_far}{largest}"
+    loss = g["largest_loss"]
+    largest = "" if loss is None else f" (largest loss: {loss['bucket']} {loss['seconds']:.1f}s)"
+    return f"goodput: {g['goodput_pct']:.1f}% of {duration(g['wall_s'])}{so_far}{largest}"
 
 
 def _loss_from(source: str | None) -> str:

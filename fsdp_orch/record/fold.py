@@ -130,6 +130,8 @@ def _progress(status: JobStatus, event: Progress) -> None:
         if record.first_progress_step is None:
             record.first_progress_step = event.step
         record.last_step = event.step
+        if event.checkpoint_s is not None:
+            record.checkpoint_s = max(record.checkpoint_s, float(event.checkpoint_s))
         record.last_step_at = float(event.at) if event.progress_at is None else float(event.progress_at)
 
 

@@ -6,6 +6,8 @@ The buckets, in the order a job lives through them:
 - ``queue``: submission to the first attempt's start, and a requeued allocation's wait;
 - ``startup``: an attempt's start to its first step (launching, imports, process group, loading);
 - ``productive``: first step to last step of an attempt, less the steps trained again;
+- ``checkpoint``: within the first to last step, the seconds the runtime's checkpoint saves held
+  training up (rank 0's own measure, carried by its heartbeat; 0 for a script that saves by itself);
 - ``lost_work``: steps an attempt trained again after resuming from an older checkpoint than an
   earlier attempt had reached, at that attempt's own step time;
 - ``detection``: an attempt's last step to the supervisor's verdict (a hang's stall, a crash seen);
@@ -22,7 +24,8 @@ from typing import Any
 
 PRODUCTIVE = "productive"
 TRAINING = "training"  # an attempt's first to last step, before its split into productive and lost work
-BUCKETS = ("productive", "queue", "startup", "detection", "restart", "lost_work", "teardown", "unaccounted")
+BUCKETS = ("productive", "queue", "startup", "checkpoint", "detection", "restart", "lost_work", "teardown",
+           "unaccounted")
 BADPUT = BUCKETS[1:]
 
 
@@ -44,6 +47,7 @@ class AttemptRecord:
     verdict_at: float | None = None  # its first failure's verdict
     stalled_for_s: float | None = None  # that verdict's stall (a hang): last step = verdict - stall
     requeued: bool = False  # the allocation was requeued after it: the wait for the next is queue
+    checkpoint_s: float = 0.0  # seconds its checkpoint saves held training up, to its last progress
 
 
 @dataclass(frozen=True)
@@ -148,7 +152,9 @@ def _tile(marks: list[tuple[float, str, int | None]], until: float) -> list[Span
 
 
 def _split_training(spans: list[Span], attempts: list[AttemptRecord]) -> list[Span]:
-    """Each attempt's training span as lost work (the steps it trained again, first) and productive."""
+    """Each attempt's training span as lost work (the steps it trained again), blocking checkpoint
+    time and productive, drawn in that order (the totals are measured; where in the span the saves
+    and the steps trained again fell is not)."""
     by_attempt = {r.attempt: r for r in attempts}
     out = []
     for span in spans:
@@ -158,10 +164,14 @@ def _split_training(spans: list[Span], attempts: list[AttemptRecord]) -> list[Sp
         record = by_attempt[span.attempt]  # type: ignore[index]
         earlier = [r.last_step for r in attempts if r.attempt < record.attempt and r.last_step is not None]
         lost = lost_seconds(record, max(earlier, default=None), span.end - span.start)
-        if lost > 0:
-            out.append(Span(span.start, span.start + lost, "lost_work", span.attempt))
-        if span.start + lost < span.end:
-            out.append(Span(span.start + lost, span.end, PRODUCTIVE, span.attempt))
+        saving = min(record.checkpoint_s, span.end - span.start - lost)
+        at = span.start
+        for bucket, seconds in (("lost_work", lost), ("checkpoint", saving)):
+            if seconds > 0:
+                out.append(Span(at, at + seconds, bucket, span.attempt))
+                at += seconds
+        if at < span.end:
+            out.append(Span(at, span.end, PRODUCTIVE, span.attempt))
     return out
 
 

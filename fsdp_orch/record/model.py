@@ -101,6 +101,7 @@ class Progress(Event):
     loss: float | None = None  # None: none reported, or not finite (JSON has no NaN)
     progress_at: float | None = None
     loss_source: str | None = None  # None with a loss: written before sources were (the runtime's)
+    checkpoint_s: float | None = None  # rank 0's seconds blocked in the runtime's saves so far in the attempt
 
 
 @dataclass(frozen=True)
@@ -366,10 +367,10 @@ class JobStatus:
             "hang_detection": {"enabled": self.hang_detection_off is None, "reason": self.hang_detection_off},
             "events": [n.to_json() for n in self.notices],
             "origin": self.origin,
-            "goodput": self._goodput_json(),
+            "goodput": self.goodput_json(),
         }
 
-    def _goodput_json(self) -> dict[str, Any]:
+    def goodput_json(self) -> dict[str, Any]:
         """The breakdown to the job's end, or while it runs to its latest event: the same at any time
         of reading, so the index keeps it as the fold gives it."""
         doc = self.goodput().to_json(running=not self.ended)

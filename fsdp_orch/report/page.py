@@ -22,6 +22,7 @@ MEANING = {
     "productive": "first to last step of each attempt, less the steps trained again",
     "queue": "submission to the first attempt, and a requeued allocation's wait",
     "startup": "an attempt's start to its first step (launch, imports, process group, checkpoint load)",
+    "checkpoint": "the runtime's checkpoint saves holding training up (scripts that save by themselves: 0)",
     "detection": "an attempt's last step to the failure's verdict",
     "restart": "an attempt's end to the next one's start, the backoff included",
     "lost_work": "steps trained again after resuming from an older checkpoint",

@@ -10,7 +10,7 @@ from html import escape
 from fsdp_orch.record.goodput import BUCKETS, Goodput
 
 WIDTH, LEFT, RIGHT = 960, 90, 20
-COLORS = {"productive": "#2e7d32", "queue": "#9e9e9e", "startup": "#1e88e5", "detection": "#e53935",
+COLORS = {"productive": "#2e7d32", "queue": "#9e9e9e", "startup": "#1e88e5", "checkpoint": "#00897b", "detection": "#e53935",
           "restart": "#fb8c00", "lost_work": "#8e24aa", "teardown": "#6d4c41", "unaccounted": "#cfcfcf"}
 ATTEMPT_COLORS = ("#1565c0", "#c62828", "#2e7d32", "#6a1b9a", "#ef6c00", "#00838f")
 assert set(COLORS) == set(BUCKETS)

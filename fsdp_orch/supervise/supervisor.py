@@ -52,6 +52,7 @@ from fsdp_orch.supervise.watchdog import (
 from fsdp_orch.vocab.categories import SIGNAL_ENDINGS
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError
 from fsdp_orch.vocab.hints import hint_for
+from fsdp_orch.vocab.metrics import CHECKPOINT_BLOCK_S
 from fsdp_orch.vocab.states import JobState
 
 STOP_GRACE_S = 5.0
@@ -507,7 +508,9 @@ class Supervisor:
         if not final and self._last_step is not None and self.clock() - self._progress_at < PROGRESS_EVERY_S:
             return  # the event log is on the shared filesystem: a line per PROGRESS_EVERY_S at most
         self._last_step, self._last_loss, self._progress_at = lead.step, loss, self.clock()
-        self.journal.progress(lead.step, loss, lead.progress_time, loss_source=source)
+        blocked = lead.metrics.get(CHECKPOINT_BLOCK_S)
+        self.journal.progress(lead.step, loss, lead.progress_time, loss_source=source,
+                              checkpoint_s=float(blocked) if isinstance(blocked, (int, float)) else None)
 
     def _record_window(self, lead, clock: StepClock) -> None:  # type: ignore[no-untyped-def]
         """The hang window in force once the attempt steps (``clock``: the watch loop's, fed rank 0's

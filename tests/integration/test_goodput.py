@@ -56,6 +56,7 @@ def test_three_faults_add_up_to_the_wall_time(three_faults):
     assert s["restart"] >= 3 * 1.0, "three restarts, each after a backoff of at least 1s"
     assert s["startup"] > 0 and s["queue"] > 0 and s["teardown"] > 0
     assert s["lost_work"] > 0, "the crash at step 8 resumes from step 5: steps 6-8 are trained again"
+    assert 0 < s["checkpoint"] < s["productive"], "the runtime's saves every 5 steps held training up"
     # what nothing explains is only the float tail, here
     assert abs(s["unaccounted"]) < 0.01, g
     assert g["largest_loss"]["bucket"] != "productive"

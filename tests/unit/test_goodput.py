@@ -142,3 +142,14 @@ def test_status_id_says_the_goodput_and_the_largest_loss() -> None:
                    model.Finished(at=T0 + 35, state="FAILED", reason="hang")], "j")
     assert status is not None
     assert "goodput: 48.6% of 35s (largest loss: detection 10.0s)" in detail_lines(status)
+
+
+def test_the_runtimes_blocking_saves_come_out_of_the_training_span() -> None:
+    g = job(model.AttemptStarted(at=T0 + 1, attempt=0),
+            model.FirstStep(at=T0 + 3, attempt=0, first_step_at=T0 + 3),
+            model.Progress(at=T0 + 3, step=1, loss=1.0, progress_at=T0 + 3),
+            model.Progress(at=T0 + 13, step=50, loss=1.0, progress_at=T0 + 13, checkpoint_s=1.5),
+            model.Progress(at=T0 + 23, step=99, loss=1.0, progress_at=T0 + 23, checkpoint_s=2.25),
+            model.AttemptEnded(at=T0 + 24, attempt=0, exit_code=0),
+            model.Finished(at=T0 + 24, state="SUCCEEDED"))
+    assert seconds(g) == {"queue": 1, "startup": 2, "checkpoint": 2.25, "productive": 17.75, "teardown": 1}
