@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fsdp_orch.vocab.times import iso_time
+
 PRODUCTIVE = "productive"
 TRAINING = "training"  # an attempt's first to last step, before its split into productive and lost work
 BUCKETS = ("productive", "queue", "startup", "checkpoint", "detection", "restart", "lost_work", "teardown",
@@ -85,7 +87,7 @@ class Goodput:
         loss = self.largest_loss()
         pct = self.goodput_pct
         return {"wall_s": round(wall, 3), "goodput_pct": None if pct is None else round(pct, 2),
-                "until": self.until, "running": running,
+                "until": iso_time(self.until), "running": running,
                 "seconds": {b: round(self.seconds[b], 3) for b in BUCKETS},
                 "percent": {b: round(100.0 * self.seconds[b] / wall, 2) if wall > 0 else 0.0 for b in BUCKETS},
                 "largest_loss": None if loss is None else {"bucket": loss[0], "seconds": round(loss[1], 3)}}

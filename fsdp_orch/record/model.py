@@ -373,9 +373,7 @@ class JobStatus:
     def goodput_json(self) -> dict[str, Any]:
         """The breakdown to the job's end, or while it runs to its latest event: the same at any time
         of reading, so the index keeps it as the fold gives it."""
-        doc = self.goodput().to_json(running=not self.ended)
-        doc["until"] = iso_time(doc["until"])
-        return doc
+        return self.goodput().to_json(running=not self.ended)
 
     def to_record(self) -> dict[str, Any]:
         """Every field, for the index to keep and give back (``from_record``)."""
