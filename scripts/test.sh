@@ -13,4 +13,9 @@ if ! command -v shellcheck >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v a
   (apt-get install -y -q shellcheck >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q shellcheck >/dev/null; }) \
     || echo "warning: could not install shellcheck; rendered scripts are checked with bash -n only" >&2
 fi
+# Chromium (Debian's package) opens the report page in tests/integration/test_goodput.py; root only.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }) \
+    || echo "warning: could not install chromium; the report's browser test will fail" >&2
+fi
 exec .venv/bin/python -m pytest "$@"

@@ -89,3 +89,28 @@ def culprit_leads(evidence: str | None, rank: int) -> bool:
     """A hang's evidence leads with the hung rank, named as outside a collective (issue 26)."""
     head = (evidence or "").split(";")[0]
     return head.startswith(f"rank {rank} stuck in ") and "(not in a collective" in head
+
+
+def iso_epoch(iso: str) -> float:
+    """``2026-01-01T03:00:00.123Z`` (status --json's times) to seconds since the epoch."""
+    import calendar
+
+    return calendar.timegm(time.strptime(iso[:19], "%Y-%m-%dT%H:%M:%S")) + float(iso[19:-1] or 0)
+
+
+def check_goodput(cli: Cli, status: dict) -> dict:
+    """A finished job's goodput, as ``status --json``, ``status ID`` and ``report`` give it: the
+    buckets add up to the wall time (submission to end) within 1%, the goodput is between 0 and
+    100, the table says it and the page holds the same figures. Returns the breakdown."""
+    g = status["goodput"]
+    wall = iso_epoch(status["ended_at"]) - iso_epoch(status["created_at"])
+    assert abs(g["wall_s"] - wall) <= 0.002, (g["wall_s"], wall)
+    assert abs(sum(g["seconds"].values()) - g["wall_s"]) <= 0.01 * g["wall_s"], g
+    assert 0 < g["goodput_pct"] < 100, g
+    line = [x for x in cli.run("status", status["id"], check=True).stdout.splitlines() if x.startswith("goodput: ")]
+    assert line and line[0].startswith(f"goodput: {g['goodput_pct']:.1f}% of "), line
+    page = cli.run("report", status["id"], check=True).stdout.strip()
+    text = (cli.cwd / page).read_text()
+    for bucket, seconds in g["seconds"].items():
+        assert f"data-bucket='{bucket}' data-seconds='{seconds!r}'" in text, bucket
+    return g

@@ -28,7 +28,7 @@ def _open_index():  # type: ignore[no-untyped-def]
 
 
 # The commands that read or write $FSDP_ORCH_HOME: it must be the caller's own (see places/private).
-_USE_HOME = ("submit", "status", "logs", "events", "cancel", "schedule", "scheduler")
+_USE_HOME = ("submit", "status", "logs", "events", "cancel", "schedule", "scheduler", "report")
 
 
 def _private_home() -> None:
@@ -222,6 +222,33 @@ def cmd_events(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from fsdp_orch.places.private import write_private
+    from fsdp_orch.record.events import read_job
+    from fsdp_orch.record.fold import fold_lines
+    from fsdp_orch.record.model import parse_event
+    from fsdp_orch.report.page import render
+
+    checked_job_id(args.job_id)
+    with _open_index() as index:
+        job_id = _resolve_id(index, args.job_id)
+        run_dir = index.store.run_dir(job_id)
+    lines = read_job(run_dir)[0]
+    status = fold_lines(lines, job_id)  # what status --json says, folded from the same lines as the page
+    if status is None:
+        raise JobNotFound(job_id)
+    events = [e for e in (parse_event(line) for line in lines) if e is not None]
+    out = args.out or f"report-{job_id}.html"
+    if os.path.isdir(out):
+        raise InputError("expected a file to write, not a directory", field="--out", file=out)
+    try:
+        write_private(out, render(status, events))
+    except OSError as exc:
+        raise InputError(f"cannot write the report: {exc.strerror}", field="--out", file=out) from None
+    print(out)
+    return EXIT_OK
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from fsdp_orch.cli.doctor import run_doctor
 
@@ -370,7 +397,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
 
 STATUS_LIMIT = 30  # rows of the status table without --all
 _COMMANDS = ("render", "submit", "status", "logs", "events", "cancel", "diagnose", "clusters", "doctor",
-             "schedule", "scheduler")
+             "schedule", "scheduler", "report")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -447,6 +474,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new events until the job ends")
     p.add_argument("--json", action="store_true", help="one JSON object per line, as written")
     p.set_defaults(func=cmd_events)
+
+    p = sub.add_parser("report", help="write one self-contained HTML page of a job: timeline, loss, goodput, failures")
+    p.add_argument("job_id", metavar="JOB_ID")
+    p.add_argument("--out", metavar="FILE", help="where to write it (default: report-JOB_ID.html here)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("cancel", help="stop a job and every process it started")
     p.add_argument("job_id", metavar="JOB_ID")

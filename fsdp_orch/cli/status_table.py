@@ -73,6 +73,7 @@ def detail_lines(job: JobStatus, now: float | None = None) -> list[str]:
         lines.append(f"stalled: no step for {stall:.0f}s{_window(job, '; ')}")
     elif job.running and job.hang_window_s is not None:
         lines.append(_window(job, ""))
+    lines.append(goodput_line(job))
     if job.reason:
         lines.append(f"reason: {job.reason}")
     for f in job.failures:
@@ -91,6 +92,17 @@ def detail_lines(job: JobStatus, now: float | None = None) -> list[str]:
     if job.run_dir:
         lines.append(f"run dir: {job.run_dir}")
     return lines
+
+
+def goodput_line(job: JobStatus) -> str:
+    """``goodput: 91.3% of 2m (largest loss: detection 12.1s)``: to the end, or to the latest event."""
+    g = job.goodput_json()  # status --json's figures, rounded as there
+    if g["goodput_pct"] is None:
+        return "goodput: no time yet"
+    so_far = "" if job.ended else " so far"
+    loss = g["largest_loss"]
+    largest = "" if loss is None else f" (largest loss: {loss['bucket']} {loss['seconds']:.1f}s)"
+    return f"goodput: {g['goodput_pct']:.1f}% of {duration(g['wall_s'])}{so_far}{largest}"
 
 
 def _loss_from(source: str | None) -> str:

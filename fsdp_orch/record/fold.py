@@ -67,6 +67,7 @@ def apply(status: JobStatus | None, event: Event, job_id: str) -> JobStatus | No
     step = _STEPS.get(type(event))
     if step is not None:
         step(status, event)
+    status.last_event_at = max(status.last_event_at, float(event.at))
     return status
 
 
@@ -104,7 +105,8 @@ def _attempt_started(status: JobStatus, event: AttemptStarted) -> None:
         return
     attempt = int(event.attempt)
     status.attempts, status.restarts, status.state = attempt + 1, attempt, JobState.RUNNING.value
-    status.attempt_records[attempt] = AttemptRecord(attempt, float(event.at), resume_from=event.resume_from)
+    status.attempt_records[attempt] = AttemptRecord(attempt, float(event.at), resume_from=event.resume_from,
+                                                    resume_step=event.resume_step)
     status.stepped_at = None  # the new attempt has not stepped yet; its window comes with its steps
     status.hang_window_s = status.hang_window_mode = None
 
@@ -123,6 +125,14 @@ def _progress(status: JobStatus, event: Progress) -> None:
     status.progress_at = event.progress_at
     # The supervisor reports only its current attempt's progress: the latest attempt started.
     status.progress_attempt = status.attempts - 1 if status.attempts else None
+    record = status.attempt_records.get(status.progress_attempt) if status.progress_attempt is not None else None
+    if record is not None:
+        if record.first_progress_step is None:
+            record.first_progress_step = event.step
+        record.last_step = event.step
+        if event.checkpoint_s is not None:
+            record.checkpoint_s = max(record.checkpoint_s, float(event.checkpoint_s))
+        record.last_step_at = float(event.at) if event.progress_at is None else float(event.progress_at)
 
 
 def _stepped(status: JobStatus, event: Progress) -> None:
@@ -155,6 +165,9 @@ def _failure(status: JobStatus, event: FailureDetected) -> None:
     stalled = None if event.stalled_for_s is None else float(event.stalled_for_s)
     status.failures.append(Failure(int(event.attempt), event.category, event.evidence, float(event.at),
                                    stalled, event.action, event.hint))
+    record = status.attempt_records.get(int(event.attempt))
+    if record is not None and record.verdict_at is None:
+        record.verdict_at, record.stalled_for_s = float(event.at), stalled
 
 
 def _notice(status: JobStatus, event: Notice) -> None:
@@ -171,6 +184,8 @@ def _attempt_ended(status: JobStatus, event: AttemptEnded) -> None:
 
 def _restarting(status: JobStatus, event: RestartScheduled | AllocationRequeued) -> None:
     _set_state(status, JobState.RESTARTING.value, event.reason, float(event.at))
+    if isinstance(event, AllocationRequeued) and status.attempt_records:
+        status.attempt_records[max(status.attempt_records)].requeued = True
 
 
 def _state(status: JobStatus, event: StateChanged) -> None:

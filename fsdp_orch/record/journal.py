@@ -41,8 +41,11 @@ class Journal:
         """Handed to the scheduler (a SLURM job id)."""
         self._append(model.Scheduled(job=self.job_id, backend_ref=backend_ref), now)
 
-    def start_attempt(self, attempt: int, *, resume_from: str | None, now: float | None = None) -> None:
-        self._append(model.AttemptStarted(job=self.job_id, attempt=attempt, resume_from=resume_from), now)
+    def start_attempt(self, attempt: int, *, resume_from: str | None, resume_step: int | None = None,
+                      now: float | None = None) -> None:
+        """``resume_step``: the step of the checkpoint it resumes from, when known (goodput's lost work)."""
+        self._append(model.AttemptStarted(job=self.job_id, attempt=attempt, resume_from=resume_from,
+                                          resume_step=resume_step), now)
 
     def launched(self, attempt: int, backend_ref: str, now: float | None = None) -> None:
         self._append(model.AttemptLaunched(job=self.job_id, attempt=attempt, backend_ref=backend_ref), now)
@@ -51,12 +54,14 @@ class Journal:
         self._append(model.FirstStep(job=self.job_id, attempt=attempt, first_step_at=when))
 
     def progress(self, step: int, loss: float | None, progress_at: float, now: float | None = None, *,
-                 loss_source: str | None = None) -> None:
+                 loss_source: str | None = None, checkpoint_s: float | None = None) -> None:
         """Rank 0's step and the latest loss; ``loss_source``: ``runtime`` (its heartbeat) or the
-        console format it was read in. A loss that is not finite is kept as None, without a source."""
+        console format it was read in. A loss that is not finite is kept as None, without a source.
+        ``checkpoint_s``: the seconds its checkpoint saves held training up so far in the attempt."""
         loss = model.finite(loss)
         self._append(model.Progress(job=self.job_id, step=step, loss=loss, progress_at=progress_at,
-                                    loss_source=loss_source if loss is not None else None), now)
+                                    loss_source=loss_source if loss is not None else None,
+                                    checkpoint_s=checkpoint_s), now)
 
     def hang_window(self, attempt: int, window_s: float, mode: str, now: float | None = None) -> None:
         """The hang window in force for the attempt's stepping ranks (``fixed`` or ``adaptive``)."""

@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from fsdp_orch.record.goodput import AttemptRecord, Goodput, account
 from fsdp_orch.vocab.states import TERMINAL_NAMES, JobState
 from fsdp_orch.vocab.times import iso_time
 
@@ -67,6 +68,7 @@ class AttemptStarted(Event):
     KIND = "attempt_started"
     attempt: int = 0
     resume_from: str | None = None
+    resume_step: int | None = None  # the step of the checkpoint it resumes from, when known
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class Progress(Event):
     loss: float | None = None  # None: none reported, or not finite (JSON has no NaN)
     progress_at: float | None = None
     loss_source: str | None = None  # None with a loss: written before sources were (the runtime's)
+    checkpoint_s: float | None = None  # rank 0's seconds blocked in the runtime's saves so far in the attempt
 
 
 @dataclass(frozen=True)
@@ -263,16 +266,6 @@ class JobNotice:
 
 
 @dataclass
-class AttemptRecord:
-    attempt: int
-    started_at: float
-    resume_from: str | None = None
-    ended_at: float | None = None
-    exit_code: int | None = None
-    first_step_at: float | None = None
-
-
-@dataclass
 class JobStatus:
     """A job as its events tell it. Terminal states are final."""
 
@@ -312,6 +305,7 @@ class JobStatus:
     stepped_at: float | None = None  # the running attempt's last step (None: none yet)
     step_seconds: list[float] = field(default_factory=list)  # recent seconds per step
     progress_attempt: int | None = None  # the attempt whose progress progress_step is
+    last_event_at: float = 0.0  # the latest event folded in: what a running job's breakdown is as of
 
     @property
     def ended(self) -> bool:
@@ -345,6 +339,15 @@ class JobStatus:
             return None
         return round(now - self.stepped_at, 1)
 
+    def goodput(self, now: float | None = None) -> Goodput:
+        """Where the wall time went, to the job's end; while it runs, to ``now`` (None: to its latest
+        event, what the kept ``status --json`` document says)."""
+        if self.ended_at is not None:
+            until = self.ended_at
+        else:
+            until = max(self.created_at, self.last_event_at if now is None else now)
+        return account(self.created_at, list(self.attempt_records.values()), until, self.ended)
+
     def to_json(self, now: float | None = None) -> dict[str, Any]:
         """The ``status --json`` document. ``stalled_for_s`` depends on the time of reading: None
         here without ``now`` (the index keeps that document; ``store`` fills it in as it reads)."""
@@ -364,7 +367,13 @@ class JobStatus:
             "hang_detection": {"enabled": self.hang_detection_off is None, "reason": self.hang_detection_off},
             "events": [n.to_json() for n in self.notices],
             "origin": self.origin,
+            "goodput": self.goodput_json(),
         }
+
+    def goodput_json(self) -> dict[str, Any]:
+        """The breakdown to the job's end, or while it runs to its latest event: the same at any time
+        of reading, so the index keeps it as the fold gives it."""
+        return self.goodput().to_json(running=not self.ended)
 
     def to_record(self) -> dict[str, Any]:
         """Every field, for the index to keep and give back (``from_record``)."""

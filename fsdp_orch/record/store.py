@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from fsdp_orch.record.model import JobStatus
 
-SCHEMA_VERSION = 9  # 7: JobStatus.last_checkpoint_path and _note (checkpoint.file); 8: progress_attempt;
+SCHEMA_VERSION = 10  # 10: the goodput breakdown and the facts it is computed from; 7: JobStatus.last_checkpoint_path and _note (checkpoint.file); 8: progress_attempt;
 # 9: the loss's source, the hang window, stepped_at/stall_from (stalled_for_s filled in as status reads)
 BUSY_TIMEOUT_MS = 30_000
 ACTIVE_STATES = ("PENDING", "RUNNING", "RESTARTING")

@@ -26,6 +26,7 @@ from fsdp_orch.runtime.xla_fsdp import (
     shard_on_xla,
     xla_full_state,
 )
+from fsdp_orch.vocab.metrics import CHECKPOINT_BLOCK_S
 
 
 class Job:
@@ -164,6 +165,8 @@ class Job:
         if self._last_time is not None:
             metrics.setdefault("step_seconds", round(now - self._last_time, 6))
         self._last_time = now
+        if self.ckpt is not None and self.ckpt.block_seconds:
+            metrics.setdefault(CHECKPOINT_BLOCK_S, round(sum(self.ckpt.block_seconds), 3))
         self.last_step = step
         self.heartbeat.beat(step=step, loss=loss, state="training", **metrics)
         self.faults.at_step_end(step)

@@ -52,6 +52,7 @@ from fsdp_orch.supervise.watchdog import (
 from fsdp_orch.vocab.categories import SIGNAL_ENDINGS
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError
 from fsdp_orch.vocab.hints import hint_for
+from fsdp_orch.vocab.metrics import CHECKPOINT_BLOCK_S
 from fsdp_orch.vocab.states import JobState
 
 STOP_GRACE_S = 5.0
@@ -259,7 +260,7 @@ class Supervisor:
                                             workers=self.workers)
             world = plan.world_size
             started = self.clock()
-            self.journal.start_attempt(attempt, resume_from=resume_from, now=started)
+            self.journal.start_attempt(attempt, resume_from=resume_from, resume_step=resume_step, now=started)
             if excluded:
                 used = ", ".join(host_port(node.address, node.port) for node in plan.nodes)
                 self.journal.add_event(attempt=attempt, kind="fewer_hosts", message=(
@@ -371,6 +372,7 @@ class Supervisor:
                         f"every rank finished its script, then the attempt ended with exit code {code} "
                         "while the processes shut down (gloo/NCCL teardown): counted as done"))
                     return
+                self._record_progress(beats, clock, final=True)  # the attempt's last step, for goodput
                 cause = with_flight_recorder(self._cause_at_exit(code, follower), handle.flight_recorder_dumps())
                 cause = node_lost_instead(cause, handle)
                 handle.stop(STOP_GRACE_S)  # one node's end: the others may still run (a rank cut off from a lost host)
@@ -379,6 +381,7 @@ class Supervisor:
             if cause is not None and finished_at is not None and cause.category in SIGNAL_ENDINGS:
                 cause = None  # every script returned: a signal now is the teardown's, judged at the exit
             if cause is not None:
+                self._record_progress(beats, clock, final=True)
                 if cause.category not in COMMUNICATION:
                     raise fail(cause, None)
                 comm_seen = comm_seen if comm_seen is not None else self.clock()
@@ -397,6 +400,7 @@ class Supervisor:
             verdict = check_hang(beats, world_size=world, attempt_started=started, now=detected_at,
                                  watch=watch, clock=clock)
             if verdict is not None:
+                self._record_progress(beats, clock, final=True)
                 asked = ask_for_flight_records(Path(self.sub.attempt_dir(attempt)), self.clock)
                 capture = handle.capture_stacks(beats)
                 counts = (collective_counts(handle.flight_recorder_dumps, verdict.ranks, asked, self.clock,
@@ -504,7 +508,9 @@ class Supervisor:
         if not final and self._last_step is not None and self.clock() - self._progress_at < PROGRESS_EVERY_S:
             return  # the event log is on the shared filesystem: a line per PROGRESS_EVERY_S at most
         self._last_step, self._last_loss, self._progress_at = lead.step, loss, self.clock()
-        self.journal.progress(lead.step, loss, lead.progress_time, loss_source=source)
+        blocked = lead.metrics.get(CHECKPOINT_BLOCK_S)
+        self.journal.progress(lead.step, loss, lead.progress_time, loss_source=source,
+                              checkpoint_s=float(blocked) if isinstance(blocked, (int, float)) else None)
 
     def _record_window(self, lead, clock: StepClock) -> None:  # type: ignore[no-untyped-def]
         """The hang window in force once the attempt steps (``clock``: the watch loop's, fed rank 0's

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_harness import culprit_leads
+from cli_harness import check_goodput, culprit_leads
 
 from fsdp_orch.backends.slurm.kind import slurm_job_id
 from fsdp_orch.nodeagent.server import NODE_TIMEOUT_S
@@ -88,6 +88,8 @@ def test_a_hang_on_the_second_node_restarts_as_a_new_step_of_the_same_job(slurm_
     [failure] = status["failures"]
     assert failure["category"] == "hang" and failure["action"] == "restart"
     assert culprit_leads(failure["evidence"], 1), failure["evidence"]
+    goodput = check_goodput(cli, status)
+    assert goodput["seconds"]["detection"] > 0 and goodput["seconds"]["restart"] > 0, goodput
     sid = slurm_id(cli, status["id"])
     names = [r["JobName"] for r in slurm_cluster.sacct(sid, "JobID", "JobName")]
     assert "fsdp-orch-attempt-0" in names and "fsdp-orch-attempt-1" in names  # one SLURM job, two steps

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_harness import Cli, copy_demo, copy_unchanged, culprit_leads, make_cli
+from cli_harness import Cli, check_goodput, copy_demo, copy_unchanged, culprit_leads, make_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
@@ -92,6 +92,8 @@ def test_a_hang_on_the_second_host_stops_every_host_and_resumes_to_the_same_loss
     [failure] = hung["failures"]
     assert failure["category"] == "hang" and failure["action"] == "restart", failure
     assert culprit_leads(failure["evidence"], 1), failure["evidence"]
+    goodput = check_goodput(cli, hung)
+    assert goodput["seconds"]["detection"] > 0 and goodput["seconds"]["restart"] > 0, goodput
     result = result_of(hung)
     assert result["resumed_from"] >= 5
     assert result["final_loss"] == result_of(clean)["final_loss"]
