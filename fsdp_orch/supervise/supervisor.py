@@ -33,6 +33,7 @@ from fsdp_orch.supervise.hang_evidence import (
     ras_counts,
     with_flight_recorder,
 )
+from fsdp_orch.supervise.hang_window import Window, hang_window, moved
 from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower
 from fsdp_orch.supervise.policy import (
     Decision,
@@ -42,7 +43,6 @@ from fsdp_orch.supervise.policy import (
     hosts_to_exclude,
 )
 from fsdp_orch.supervise.resume import CheckpointSetting, latest, resume_point, setting_of
-from fsdp_orch.supervise.hang_window import Window, hang_window, moved
 from fsdp_orch.supervise.watchdog import check_hang, no_signal, scripts_finished_at
 from fsdp_orch.vocab.categories import SIGNAL_ENDINGS
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError
