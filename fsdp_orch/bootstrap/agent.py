@@ -196,12 +196,20 @@ class Agent:
         threading.Thread(target=self._watch, name="fsdp-orch-heartbeat", daemon=True).start()
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
-        """A full collection of a large object graph holds the main thread in one native call for
-        seconds: the interpreter's own work, so the rank counts as running Python meanwhile."""
-        if info["generation"] == 2:
-            self._gc_since = self.clock() if phase == "start" else None
-            if phase == "stop" and self._probe is not None:
-                self._probe.mark()
+        """A full collection of a large object graph holds the interpreter in one native call for
+        seconds, the watcher thread included: the heartbeat says so as it begins (``collecting_since``),
+        and the rule counts the rank as busy meanwhile."""
+        if info["generation"] != 2 or not self.active:  # a forked child (a data loader worker) never writes
+            return
+        now = self.clock()
+        self._gc_since = now if phase == "start" else None
+        if phase == "stop" and self._probe is not None:
+            self._probe.mark()
+        if self._lock.acquire(False):  # not when the watcher thread's own write set off the collection
+            try:
+                self._write_locked(now)
+            finally:
+                self._lock.release()
 
     def _make_injector(self, rank: int) -> Any:
         if not self.fault_text:
@@ -305,18 +313,17 @@ class Agent:
 
         if self._path is None or self.rank is None:
             return
-        python_at = self._probe.python_at if self._probe is not None else None
-        if self._gc_since is not None:
-            python_at = now
         computed = [m.compute_at for m in (self._compute, self._children) if m is not None and m.compute_at]
         try:
             write_heartbeat(self._path, Heartbeat(
                 rank=self.rank, attempt=self.attempt, step=self.step, loss=self.loss, time=now,
                 state=self.state, pid=os.getpid(), metrics=self.metrics,
-                progress_at=self.progress_at, host=self._host, python_at=python_at,
+                progress_at=self.progress_at, host=self._host,
+                python_at=self._probe.python_at if self._probe is not None else None,
                 io_at=self._io.io_at if self._io is not None else None,
                 compute_at=max(computed) if computed else None,
-                step_s=self._step_times.summary() if self._step_times is not None else None))
+                step_s=self._step_times.summary() if self._step_times is not None else None,
+                collecting_since=self._gc_since))
             self._last_write = now
         except OSError:
             pass  # a full or vanished run directory must not break training

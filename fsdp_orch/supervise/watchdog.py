@@ -26,7 +26,8 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
     step, else the progress window, inside a checkpoint save too (``startup_timeout`` for a saving
     rank with no probe, whose writes are not measured either). Vetoes (its peers wait for it):
     a rank busy in Python past its window (a long evaluation); a probed rank within its window that
-    ran Python within it (it just stepped, or a full garbage collection runs); a rank whose process
+    ran Python within it (it just stepped); a rank inside a full garbage collection, for up to
+    ``startup_timeout`` (``collecting_since``: the interpreter's own work); a rank whose process
     wrote within the window (a save making progress, however slow: bytes written, ``io_at``); an XLA
     rank whose process used CPU within the window (compiling a graph, ``compute_at``), or any rank
     whose child processes did (data loader workers refilling, ``compute_at``); a rank with no heartbeat yet while no
@@ -56,6 +57,8 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
             since, allowed = beat.progress_time, watch.startup_timeout
         else:
             since, allowed = beat.progress_time, window
+        if beat is not None and beat.collecting_since is not None and now - beat.collecting_since <= watch.startup_timeout:
+            return None  # a garbage collection holds the interpreter: busy, and its peers wait for it
         if beat is not None and beat.io_at is not None and now - beat.io_at <= allowed:
             return None  # writing (a save that makes progress): its peers wait for it
         if beat is not None and beat.compute_at is not None and now - beat.compute_at <= allowed:
