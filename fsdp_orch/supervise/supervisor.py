@@ -403,7 +403,8 @@ class Supervisor:
             if self._cancel_requested():
                 stop()
                 raise Cancelled()
-            self.sleep(watch.poll_interval)
+            # A short window is judged at least 4 times over: a verdict comes within a quarter of it.
+            self.sleep(min(watch.poll_interval, window.seconds / 4))
 
     def _check_ranks_started(self, attempt: int, seen: set[int], world: int, before: int | None,
                              checkpoint_dir: Path) -> None:
