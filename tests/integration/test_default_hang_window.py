@@ -58,15 +58,15 @@ def test_a_step_5x_slower_after_a_resume_is_not_a_verdict(cli, tmp_path):
     # 0.4 s steps (window 10 x 0.4 s = 4 s), a crash after step 8, then 2 s steps (each one sleep)
     restart = ("checkpoint: {file: out/ckpt.pt, step_key: step, resume_args: ['--resume']}\n"
                "restart: {max_restarts: 1, backoff: {initial: 1s, max: 1s, jitter: 0s}}\n")
-    job = slowdown_job(tmp_path, "slower", "--step-s", "0.3", "--steps", "14", restart=restart)
-    status = submit(cli, job, "--set", "env.FSDP_ORCH_FAULT=crash:step=8:rank=0")
+    job = slowdown_job(tmp_path, "slower", "--step-s", "0.3", "--steps", "18", restart=restart)
+    status = submit(cli, job, "--set", "env.FSDP_ORCH_FAULT=crash:step=12:rank=0")
     assert status["state"] == "SUCCEEDED" and status["attempts"] == 2, why(status)
     assert [f["category"] for f in status["failures"]] == ["injected_fault"], status["failures"]
     before = shortest_adaptive(cli, status["id"], attempt=0)
     assert before < 5 * 0.3 * 2.5, before  # the slow steps are over half of the old window
     resumed = windows(cli, status["id"], attempt=1)
     assert resumed[0]["mode"] == "warm-up" and resumed[0]["window_s"] == 300.0, resumed
-    assert "rank 0: done at step 14" in cli.run("logs", status["id"], check=True).stdout
+    assert "rank 0: done at step 18" in cli.run("logs", status["id"], check=True).stdout
 
 
 def test_a_hang_under_the_default_window_is_seen_within_seconds(cli, tmp_path):
