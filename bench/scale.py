@@ -191,7 +191,7 @@ def supervisor_main(path: str, world: int, run_dir: str, token: str, timeout: fl
     status line a poll to the bench, and after the hang, the verdict, stacks and stop timings."""
     from fsdp_orch.jobspec.schema import Watch
     from fsdp_orch.observe.heartbeats import read_heartbeats
-    from fsdp_orch.supervise.watchdog import StepClock, check_hang
+    from fsdp_orch.supervise.watchdog import check_hang
 
     raise_fd_limit()
     watch = Watch(heartbeat_timeout=timeout)
@@ -202,15 +202,13 @@ def supervisor_main(path: str, world: int, run_dir: str, token: str, timeout: fl
         server = SummaryServer(token)
         conn.send(("port", server.start()))
     started = time.time()
-    clock = StepClock()
     hang: tuple[float, int] | None = None
     false_verdicts: list[str] = []
     while True:
         t = time.perf_counter()
         beats = server.heartbeats() if server is not None else read_heartbeats(run_dir, 0)
         now = time.time()
-        verdict = check_hang(beats, world_size=world, attempt_started=started, now=now, watch=watch,
-                             clock=clock)
+        verdict = check_hang(beats, world_size=world, attempt_started=started, now=now, watch=watch)
         lost = server.lost_node() if server is not None else None
         poll_s = time.perf_counter() - t
         sample = [b.time for r in range(0, world, max(1, world // 128)) if (b := beats.get(r)) is not None]

@@ -56,6 +56,9 @@ class Agent:
         self._probe: Any = None
         self._io: Any = None
         self._compute: Any = None
+        self._children: Any = None
+        self._step_times: Any = None
+        self._gc_since: float | None = None  # a full garbage collection runs on the main thread since
         self._injector: Any = None
         self._stack_file: Any = None
         self._host: str | None = None
@@ -119,6 +122,7 @@ class Agent:
             return
         with self._lock:
             self.step, self.state, self.progress_at = step, "training", now
+            self._step_times.step_at(now)
             if now - self._last_write >= STEP_WRITE_MIN_S:
                 self._write_locked(now)
         if self._injector:
@@ -143,6 +147,8 @@ class Agent:
         with self._lock:
             if step != self.step or state != self.state:
                 self.progress_at = now
+            if step != self.step and state == "training":
+                self._step_times.step_at(now)
             self.step, self.loss, self.state, self.metrics = step, loss, state, metrics
             self._write_locked(now)
 
@@ -153,10 +159,11 @@ class Agent:
             return
         import socket
 
-        from fsdp_orch.bootstrap.compute_meter import ComputeMeter
+        from fsdp_orch.bootstrap.compute_meter import ChildrenCpu, ComputeMeter
         from fsdp_orch.bootstrap.io_meter import WriteMeter
         from fsdp_orch.bootstrap.probe import MainThreadProbe
         from fsdp_orch.nodeagent.beat_dir import rank_beat_path
+        from fsdp_orch.observe.step_times import StepTimes
 
         self._host = socket.gethostname()
         self.rank = rank
@@ -164,8 +171,13 @@ class Agent:
         self._probe = MainThreadProbe(self.clock)
         self._io = WriteMeter(self.clock)
         self._compute = ComputeMeter(self.clock)
+        self._children = ComputeMeter(self.clock, cpu_seconds=ChildrenCpu(), applies=_always)
+        self._step_times = StepTimes()
         self._injector = self._make_injector(rank)
         self._register_stack_dump(rank)
+        import gc
+
+        gc.callbacks.append(self._on_gc)
         self.active = True
         self.progress_at = self.clock()
         with self._lock:
@@ -182,6 +194,22 @@ class Agent:
             atexit.register(self._at_exit)
         self._prepare_trace_request()
         threading.Thread(target=self._watch, name="fsdp-orch-heartbeat", daemon=True).start()
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        """A full collection of a large object graph holds the interpreter in one native call for
+        seconds, the watcher thread included: the heartbeat says so as it begins (``collecting_since``),
+        and the rule counts the rank as busy meanwhile."""
+        if info["generation"] != 2 or not self.active:  # a forked child (a data loader worker) never writes
+            return
+        now = self.clock()
+        self._gc_since = now if phase == "start" else None
+        if phase == "stop" and self._probe is not None:
+            self._probe.mark()
+        if self._lock.acquire(False):  # not when the watcher thread's own write set off the collection
+            try:
+                self._write_locked(now)
+            finally:
+                self._lock.release()
 
     def _make_injector(self, rank: int) -> Any:
         if not self.fault_text:
@@ -259,6 +287,10 @@ class Agent:
             self._probe.ask()
             self._io.sample()
             self._compute.sample()
+            if self.clock() - self._probe.python_at > TICK_S:
+                self._children.sample()  # only while the main thread waits: it reads /proc
+            else:
+                self._children.pause()
             if self._trace_request is not None:
                 self._serve_trace_request()
             with self._lock:
@@ -281,6 +313,7 @@ class Agent:
 
         if self._path is None or self.rank is None:
             return
+        computed = [m.compute_at for m in (self._compute, self._children) if m is not None and m.compute_at]
         try:
             write_heartbeat(self._path, Heartbeat(
                 rank=self.rank, attempt=self.attempt, step=self.step, loss=self.loss, time=now,
@@ -288,7 +321,9 @@ class Agent:
                 progress_at=self.progress_at, host=self._host,
                 python_at=self._probe.python_at if self._probe is not None else None,
                 io_at=self._io.io_at if self._io is not None else None,
-                compute_at=self._compute.compute_at if self._compute is not None else None))
+                compute_at=max(computed) if computed else None,
+                step_s=self._step_times.summary() if self._step_times is not None else None,
+                collecting_since=self._gc_since))
             self._last_write = now
         except OSError:
             pass  # a full or vanished run directory must not break training
@@ -308,6 +343,10 @@ def _initialising_optimizer_state() -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def _always() -> bool:
+    return True
 
 
 def _distributed_rank() -> int:

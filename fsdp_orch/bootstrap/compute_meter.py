@@ -10,7 +10,8 @@ collectives, or stuck in a sleep, uses next to none.
 
 So on XLA CPU time is progress: ``compute_at`` is the last sample in which the process used at
 least ``min_fraction`` of a core. Only where torch_xla is imported: on CUDA, a rank waiting in an
-NCCL collective spins a core, and its CPU time would hide the hang. Stdlib only.
+NCCL collective spins a core, and its CPU time would hide the hang. In any process, the CPU time
+of its child processes counts the same way (:class:`ChildrenCpu`). Stdlib only.
 """
 
 from __future__ import annotations
@@ -45,17 +46,80 @@ class ComputeMeter:
         self._wall = wall
         self._applies = applies
         self._min_fraction = min_fraction
-        self._last = (wall(), cpu_seconds())
+        self._last: tuple[float, float] | None = (wall(), cpu_seconds())
         self.compute_at: float | None = None
 
     def sample(self) -> None:
         now = (self._wall(), self._cpu())
         last, self._last = self._last, now
+        if last is None:
+            return
         elapsed = now[0] - last[0]
         if elapsed <= 0 or not self._applies():
             return
         if (now[1] - last[1]) / elapsed >= self._min_fraction:
             self.compute_at = self._clock()
 
+    def pause(self) -> None:
+        """Skip sampling until the next :meth:`sample`, which only starts a new measurement."""
+        self._last = None
 
-__all__ = ["MIN_CORE_FRACTION", "ComputeMeter", "xla_imported"]
+
+class ChildrenCpu:
+    """The CPU seconds this process's child processes used since it was made, as a total that only
+    grows (a child that exits keeps what it counted). Data loader workers refilling their queues
+    (at an epoch's start they are made anew, and may load for seconds) keep the main thread waiting
+    in one native call like a hang does, while a hung rank's workers sit idle once their prefetch
+    queue is full. Linux ``/proc``; elsewhere always 0."""
+
+    def __init__(self, pid: int | None = None):
+        import os
+
+        self._pid = os.getpid() if pid is None else pid
+        self._by_task = os.path.exists(f"/proc/{self._pid}/task/{self._pid}/children")
+        self._seen: dict[int, float] = {}
+        self._total = 0.0
+        self._tick = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+
+    def __call__(self) -> float:
+        now = {child: cpu for child in self._children() if (cpu := self._cpu(child)) is not None}
+        for child, cpu in now.items():
+            self._total += max(0.0, cpu - self._seen.get(child, 0.0))
+        self._seen = now
+        return self._total
+
+    def _children(self) -> list[int]:
+        import os
+
+        found: list[int] = []
+        try:
+            if self._by_task:
+                for task in os.listdir(f"/proc/{self._pid}/task"):
+                    with open(f"/proc/{self._pid}/task/{task}/children") as f:
+                        found.extend(int(pid) for pid in f.read().split())
+                return found
+            for name in os.listdir("/proc"):  # kernels without the children file: every process's parent
+                if name.isdigit() and self._parent(name) == self._pid:
+                    found.append(int(name))
+        except (OSError, ValueError):
+            pass
+        return found
+
+    @staticmethod
+    def _parent(pid: str) -> int | None:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return int(f.read().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _cpu(self, pid: int) -> float | None:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            return (int(fields[11]) + int(fields[12])) / self._tick  # utime, stime after the name
+        except (OSError, ValueError, IndexError):
+            return None
+
+
+__all__ = ["MIN_CORE_FRACTION", "ChildrenCpu", "ComputeMeter", "xla_imported"]

@@ -192,9 +192,12 @@ class Watch(StrictModel):
     heartbeat_timeout: PositiveDuration = 300.0
     startup_timeout: PositiveDuration = 900.0
     collective_timeout: PositiveDuration = 600.0
-    hang_detection: Literal["fixed", "adaptive"] = "fixed"
-    adaptive_multiplier: float = Field(default=10.0, gt=1.0)
-    adaptive_min: PositiveDuration = 10.0  # the adaptive window never drops below this
+    # adaptive: the hang window follows the ranks' own step times (supervise/hang_window.py), between
+    # adaptive_min and heartbeat_timeout (the ceiling, and the window until a few steps are timed);
+    # fixed: heartbeat_timeout always.
+    hang_detection: Literal["fixed", "adaptive"] = "adaptive"
+    adaptive_multiplier: float = Field(default=10.0, gt=1.0)  # x the 95th percentile step time
+    adaptive_min: PositiveDuration = 2.0  # the adaptive window never drops below this
     poll_interval: PositiveDuration = 1.0
     # Whether the job starts torch ranks (a Python process that starts a process group or takes an
     # optimizer step, seen by the bootstrap): an attempt that exits 0 with none is then a failure

@@ -25,7 +25,7 @@ from fsdp_orch.observe.heartbeats import Heartbeat, heartbeat_from_dict
 
 # What the node's line says once for all its ranks (``at``, ``host``, ``attempt``): left out of each.
 _PER_NODE = ("time", "host", "attempt")
-_TIMES = ("progress_at", "python_at", "io_at", "compute_at")
+_TIMES = ("progress_at", "python_at", "io_at", "compute_at", "collecting_since")
 
 
 def compact(beat: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,12 @@ Layout: ``<run_dir>/heartbeats/attempt-<A>/rank-<R>.json`` holding
 when the rank's main thread last ran Python bytecode (absent: not probed); ``io_at`` when the rank's
 process last wrote at a rate that counts as I/O progress (absent: never, or not measured: see
 ``fsdp_orch.bootstrap.io_meter``); ``compute_at``, in a process running torch_xla only, when it last
-used a quarter of a core or more (compiling a graph: ``fsdp_orch.bootstrap.compute_meter``). The
+used a quarter of a core or more (compiling a graph: ``fsdp_orch.bootstrap.compute_meter``), or,
+in any process, when its child processes (data loader workers) last did; ``collecting_since``,
+when a full garbage collection began that still runs (it holds the interpreter, so the file is not
+rewritten until it ends; absent: none runs); ``step_s``, the rank's own
+step times (``{"n", "p50", "p95", "max"}``: ``fsdp_orch.observe.step_times``; absent before two
+steps, and in heartbeats of older versions), from which the supervisor sets the hang window. The
 bootstrap on every
 rank writes them (``fsdp_orch.bootstrap.agent``), fed by the runtime where a script uses it; the
 supervisor reads them with :func:`read_heartbeats`.
@@ -42,7 +47,9 @@ class Heartbeat:
     python_at: float | None = None  # the main thread last ran Python; None: not probed
     host: str | None = None  # where ``pid`` lives (a supervisor inspects only its own host's)
     io_at: float | None = None  # the process last made I/O progress (bytes written); None: not seen
-    compute_at: float | None = None  # an XLA process last used CPU (compiling); None: not seen
+    compute_at: float | None = None  # an XLA process or a rank's children last used CPU; None: not seen
+    step_s: dict[str, Any] | None = None  # the rank's recent step times (observe.step_times); None: none yet
+    collecting_since: float | None = None  # a full garbage collection runs since; None: none runs
 
     @property
     def progress_time(self) -> float:
@@ -61,6 +68,10 @@ class Heartbeat:
             data["io_at"] = self.io_at
         if self.compute_at is not None:
             data["compute_at"] = self.compute_at
+        if self.step_s is not None:
+            data["step_s"] = self.step_s
+        if self.collecting_since is not None:
+            data["collecting_since"] = self.collecting_since
         return json.dumps(data, separators=(",", ":"))
 
 
@@ -89,6 +100,7 @@ def heartbeat_from_dict(data: Any) -> Heartbeat:
         rank, attempt, step, pid, when = get("rank"), get("attempt"), get("step"), get("pid"), get("time")
         state, loss, metrics, host = get("state"), get("loss"), get("metrics") or {}, get("host")
         progress_at, python_at, io_at, compute_at = get("progress_at"), get("python_at"), get("io_at"), get("compute_at")
+        step_s, collecting = get("step_s"), get("collecting_since")
         # x - x == 0 holds for finite numbers only (inf - inf and nan - nan are nan); type() is exact: no bool
         if (type(rank) is int and type(attempt) is int and type(step) is int and type(pid) is int
                 and type(when) in _NUMBER and when - when == 0 and state in STATES
@@ -97,12 +109,15 @@ def heartbeat_from_dict(data: Any) -> Heartbeat:
                 and (progress_at is None or (type(progress_at) in _NUMBER and progress_at - progress_at == 0))
                 and (python_at is None or (type(python_at) in _NUMBER and python_at - python_at == 0))
                 and (io_at is None or (type(io_at) in _NUMBER and io_at - io_at == 0))
-                and (compute_at is None or (type(compute_at) in _NUMBER and compute_at - compute_at == 0))):
+                and (compute_at is None or (type(compute_at) in _NUMBER and compute_at - compute_at == 0))
+                and (step_s is None or type(step_s) is dict)
+                and (collecting is None or (type(collecting) in _NUMBER and collecting - collecting == 0))):
             return Heartbeat(rank, attempt, step, None if loss is None else float(loss), float(when), state, pid,
                              metrics, None if progress_at is None else float(progress_at),
                              None if python_at is None else float(python_at), host,
                              None if io_at is None else float(io_at),
-                             None if compute_at is None else float(compute_at))
+                             None if compute_at is None else float(compute_at), step_s,
+                             None if collecting is None else float(collecting))
     return _checked(data)
 
 
@@ -125,7 +140,7 @@ def _checked(data: Any) -> Heartbeat:
     if not isinstance(metrics, dict):
         raise ValueError(f"metrics: expected an object, got {metrics!r}")
     times = {}
-    for key in ("progress_at", "python_at", "io_at", "compute_at"):
+    for key in ("progress_at", "python_at", "io_at", "compute_at", "collecting_since"):
         value = data.get(key)
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
                                   or not math.isfinite(value)):
@@ -134,9 +149,12 @@ def _checked(data: Any) -> Heartbeat:
     host = data.get("host")
     if host is not None and not isinstance(host, str):
         raise ValueError(f"host: expected a string or null, got {host!r}")
+    step_s = data.get("step_s")
+    if step_s is not None and not isinstance(step_s, dict):
+        raise ValueError(f"step_s: expected an object or null, got {step_s!r}")
     return Heartbeat(rank=data["rank"], attempt=data["attempt"], step=data["step"],
                      loss=None if loss is None else float(loss), time=float(when), state=state,
-                     pid=data["pid"], metrics=metrics, host=host, **times)
+                     pid=data["pid"], metrics=metrics, host=host, step_s=step_s, **times)
 
 
 def read_heartbeats(run_dir: str | os.PathLike[str], attempt: int) -> dict[int, Heartbeat]:

@@ -107,7 +107,8 @@ class Progress(Event):
 @dataclass(frozen=True)
 class HangWindow(Event):
     """The hang window in force for the attempt's ranks once they step: ``watch.heartbeat_timeout``
-    (``fixed``) or the adaptive window. Written when it first applies in an attempt and when it
+    (``fixed``, and ``warm-up`` until the ranks have timed a few steps) or the adaptive window
+    (``adaptive``). Written when it first applies in an attempt, when its mode changes and when it
     moves by more than a fifth."""
 
     KIND = "hang_window"

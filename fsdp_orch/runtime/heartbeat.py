@@ -16,6 +16,7 @@ from typing import Any
 from fsdp_orch.bootstrap.agent import current as bootstrap_agent
 from fsdp_orch.nodeagent.beat_dir import rank_beat_path
 from fsdp_orch.observe.heartbeats import STATES, Heartbeat, write_heartbeat
+from fsdp_orch.observe.step_times import StepTimes
 
 
 class HeartbeatWriter:
@@ -29,6 +30,7 @@ class HeartbeatWriter:
         self.loss: float | None = None
         self.state = "starting"
         self.metrics: dict[str, Any] = {}
+        self.step_times = StepTimes()  # where no bootstrap agent writes the file (and times the steps)
 
     @property
     def enabled(self) -> bool:
@@ -37,6 +39,7 @@ class HeartbeatWriter:
     def beat(self, step: int | None = None, loss: Any = None, state: str | None = None,
              **metrics: Any) -> None:
         """Record progress; ``loss`` may be a float or a 0-d tensor (read with ``.item()``)."""
+        stepped = step is not None and int(step) != self.step
         if step is not None:
             self.step = int(step)
         if loss is not None:
@@ -53,9 +56,12 @@ class HeartbeatWriter:
         if agent is not None:  # one writer per heartbeat file: the bootstrap's, fed from here
             agent.report(self.rank, self.step, self.loss, self.state, self.metrics)
             return
+        now = time.time()
+        if stepped and self.state == "training":
+            self.step_times.step_at(now)
         write_heartbeat(self.path, Heartbeat(
-            rank=self.rank, attempt=self.attempt, step=self.step, loss=self.loss, time=time.time(),
-            state=self.state, pid=os.getpid(), metrics=self.metrics))
+            rank=self.rank, attempt=self.attempt, step=self.step, loss=self.loss, time=now,
+            state=self.state, pid=os.getpid(), metrics=self.metrics, step_s=self.step_times.summary()))
 
 
 _default: HeartbeatWriter | None = None

@@ -33,6 +33,7 @@ from fsdp_orch.supervise.hang_evidence import (
     ras_counts,
     with_flight_recorder,
 )
+from fsdp_orch.supervise.hang_window import Window, hang_window, moved
 from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower
 from fsdp_orch.supervise.policy import (
     Decision,
@@ -42,13 +43,7 @@ from fsdp_orch.supervise.policy import (
     hosts_to_exclude,
 )
 from fsdp_orch.supervise.resume import CheckpointSetting, latest, resume_point, setting_of
-from fsdp_orch.supervise.watchdog import (
-    StepClock,
-    check_hang,
-    no_signal,
-    progress_window,
-    scripts_finished_at,
-)
+from fsdp_orch.supervise.watchdog import check_hang, no_signal, scripts_finished_at
 from fsdp_orch.vocab.categories import SIGNAL_ENDINGS
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError
 from fsdp_orch.vocab.hints import hint_for
@@ -138,7 +133,7 @@ class Supervisor:
         self._last_loss: float | None = None
         self._progress_at = 0.0  # when it was recorded (the supervisor's clock)
         self._follower: LogFollower | None = None  # the running attempt's: its console loss
-        self._window: float | None = None  # the hang window last recorded for the running attempt
+        self._window: Window | None = None  # the hang window last recorded for the running attempt
         self._last_ckpt: int | None = None
         self._last_ckpt_seen: tuple[int, str] | None = None  # (step or save mark, path) last recorded
         self._saves: dict[tuple[str, int | None, bytes | None], int] = {}  # files of unknown step, by save
@@ -339,7 +334,6 @@ class Supervisor:
                        before: int | None, follower: LogFollower, stop: Callable[[], None],
                        fail: Callable[..., AttemptFailed], world: int) -> None:
         """``world``: the attempt's world size (smaller than the job's when planned on fewer nodes)."""
-        clock = StepClock()
         watch = self.sub.job.watch
         comm_seen: float | None = None
         first_step_seen = False
@@ -348,14 +342,12 @@ class Supervisor:
             code = handle.poll()
             beats = handle.heartbeats()
             ranks_seen.update(beats)
-            for beat in beats.values():
-                if beat.rank == 0:
-                    clock.observe(beat)
+            window = hang_window(watch, beats)
             if not first_step_seen and any(b.state != "starting" for b in beats.values()):
                 first_step_seen = True
                 self.journal.first_step(attempt, min(b.progress_time for b in beats.values()
                                                                 if b.state != "starting"))
-            self._record_progress(beats, clock)
+            self._record_progress(beats, window)
             self._record_checkpoint(checkpoint_dir)
             self._record_hang_detection(beats, started, watch)
             finished_at = scripts_finished_at(beats, world)
@@ -365,7 +357,7 @@ class Supervisor:
                     last = handle.heartbeats() or beats  # reports can trail the exit (hosts with own disks)
                     self._check_ranks_started(attempt, ranks_seen | set(last), world, before, checkpoint_dir)
                     follower.poll(final=True)  # the last lines: a progress bar drawn once, at the end
-                    self._record_progress(last, clock, final=True)
+                    self._record_progress(last, hang_window(watch, last), final=True)
                     return
                 if finished_at is not None and self._killed_by_a_signal(code, follower):
                     self.journal.add_event(attempt=attempt, kind="teardown_crash", message=(
@@ -398,7 +390,7 @@ class Supervisor:
                 return
             detected_at = self.clock()
             verdict = check_hang(beats, world_size=world, attempt_started=started, now=detected_at,
-                                 watch=watch, clock=clock)
+                                 watch=watch, window=window.seconds)
             if verdict is not None:
                 self._record_progress(beats, clock, final=True)
                 asked = ask_for_flight_records(Path(self.sub.attempt_dir(attempt)), self.clock)
@@ -415,7 +407,8 @@ class Supervisor:
             if self._cancel_requested():
                 stop()
                 raise Cancelled()
-            self.sleep(watch.poll_interval)
+            # A short window is judged at least 4 times over: a verdict comes within a quarter of it.
+            self.sleep(min(watch.poll_interval, window.seconds / 4))
 
     def _check_ranks_started(self, attempt: int, seen: set[int], world: int, before: int | None,
                              checkpoint_dir: Path) -> None:
@@ -491,7 +484,7 @@ class Supervisor:
             return True
         return (self.sub.run_dir / CANCEL_MARKER).exists()
 
-    def _record_progress(self, beats: dict, clock: StepClock, final: bool = False) -> None:  # type: ignore[type-arg]
+    def _record_progress(self, beats: dict, window: Window, final: bool = False) -> None:  # type: ignore[type-arg]
         """Rank 0's step and the latest loss (the runtime's in its heartbeat, else the one its console
         printed last), when either changed; and the hang window in force."""
         if not beats:
@@ -499,7 +492,7 @@ class Supervisor:
         lead = beats.get(0) or next(iter(beats.values()))
         if lead.state == "starting":
             return
-        self._record_window(lead, clock)
+        self._record_window(lead.attempt, window)
         loss, source = finite(lead.loss), RUNTIME_LOSS
         if loss is None and self._follower is not None and self._follower.loss is not None:
             loss, source = finite(self._follower.loss[0]), self._follower.loss[1]
@@ -512,17 +505,14 @@ class Supervisor:
         self.journal.progress(lead.step, loss, lead.progress_time, loss_source=source,
                               checkpoint_s=float(blocked) if isinstance(blocked, (int, float)) else None)
 
-    def _record_window(self, lead, clock: StepClock) -> None:  # type: ignore[no-untyped-def]
-        """The hang window in force once the attempt steps (``clock``: the watch loop's, fed rank 0's
-        heartbeats), recorded when it first applies and when it moves by more than a fifth (the
-        adaptive window follows the step time)."""
-        watch = self.sub.job.watch
-        window = progress_window(watch, clock)
-        if self._window is not None and abs(window - self._window) <= 0.2 * self._window:
+    def _record_window(self, attempt: int, window: Window) -> None:
+        """The hang window in force once the attempt steps, recorded when it first applies, when its
+        mode changes (warm-up to adaptive) and when it moves by more than a fifth (the adaptive
+        window follows the ranks' step times)."""
+        if not moved(self._window, window):
             return
         self._window = window
-        adaptive = watch.hang_detection == "adaptive" and clock.median() is not None
-        self.journal.hang_window(lead.attempt, window, "adaptive" if adaptive else "fixed")
+        self.journal.hang_window(attempt, window.seconds, window.mode)
 
     def _latest_checkpoint(self) -> CheckpointInfo | None:
         """The latest complete checkpoint; a ``checkpoint.file`` counts once its size is the same as

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.observe.heartbeats import Heartbeat
-
-MIN_SAMPLES_FOR_ADAPTIVE = 5
+from fsdp_orch.supervise.hang_window import hang_window
 
 
 @dataclass(frozen=True)
@@ -20,53 +18,27 @@ class HangVerdict:
     saving: list[int] = field(default_factory=list)  # of those, the ranks inside a checkpoint save
 
 
-@dataclass
-class StepClock:
-    """Observed seconds per step (from rank heartbeats), for the adaptive mode."""
-
-    samples: list[float] = field(default_factory=list)
-    _last: tuple[int, float] | None = None
-
-    def observe(self, beat: Heartbeat) -> None:
-        if beat.state != "training":
-            return
-        if self._last is not None and beat.step > self._last[0]:
-            per_step = (beat.progress_time - self._last[1]) / (beat.step - self._last[0])
-            if per_step > 0:
-                self.samples = [*self.samples[-99:], per_step]
-        if self._last is None or beat.step != self._last[0]:
-            self._last = (beat.step, beat.progress_time)
-
-    def median(self) -> float | None:
-        return statistics.median(self.samples) if len(self.samples) >= MIN_SAMPLES_FOR_ADAPTIVE else None
-
-
-def progress_window(watch: Watch, clock: StepClock) -> float:
-    if watch.hang_detection == "adaptive":
-        median = clock.median()
-        if median is not None:
-            return max(watch.adaptive_min, watch.adaptive_multiplier * median)
-    return watch.heartbeat_timeout
-
-
 def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started: float, now: float,
-               watch: Watch, clock: StepClock | None = None) -> HangVerdict | None:
+               watch: Watch, window: float | None = None) -> HangVerdict | None:
     """A hang: some rank has made no progress within its window and sits in one native call (or,
     with no liveness probe in its heartbeat, simply made no progress), while no rank is busy in
     Python or writing. Windows: ``startup_timeout`` from the attempt's start until a rank's first
     step, else the progress window, inside a checkpoint save too (``startup_timeout`` for a saving
     rank with no probe, whose writes are not measured either). Vetoes (its peers wait for it):
     a rank busy in Python past its window (a long evaluation); a probed rank within its window that
-    ran Python within it (it just stepped); a rank whose process wrote within the window (a save
-    making progress, however slow: bytes written, ``io_at``); an XLA rank whose process used CPU
-    within the window (compiling a graph, ``compute_at``); a rank with no heartbeat yet while no
+    ran Python within it (it just stepped); a rank inside a full garbage collection, for up to
+    ``startup_timeout`` (``collecting_since``: the interpreter's own work); a rank whose process
+    wrote within the window (a save making progress, however slow: bytes written, ``io_at``); an XLA
+    rank whose process used CPU within the window (compiling a graph, ``compute_at``), or any rank
+    whose child processes did (data loader workers refilling, ``compute_at``); a rank with no heartbeat yet while no
     rank has finished a step (it may still be importing, while the others wait for it in the
     rendezvous). A rank that is done is never late. With no heartbeat from any rank there is no
-    signal, and no verdict (see :func:`no_signal`)."""
+    signal, and no verdict (see :func:`no_signal`). ``window``: the progress window, else the one
+    ``hang_window`` gives for ``beats``."""
     if not beats:
         return None
     started = [b for b in beats.values() if b.state != "starting"]
-    window = progress_window(watch, clock or StepClock())
+    window = hang_window(watch, beats).seconds if window is None else window
     if _none_can_be_late(beats, world_size, attempt_started, now, min(window, watch.startup_timeout)):
         return None  # the common case, decided without the walk below: thousands of ranks each poll
     late: list[tuple[int, float, str]] = []
@@ -85,10 +57,12 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
             since, allowed = beat.progress_time, watch.startup_timeout
         else:
             since, allowed = beat.progress_time, window
+        if beat is not None and beat.collecting_since is not None and now - beat.collecting_since <= watch.startup_timeout:
+            return None  # a garbage collection holds the interpreter: busy, and its peers wait for it
         if beat is not None and beat.io_at is not None and now - beat.io_at <= allowed:
             return None  # writing (a save that makes progress): its peers wait for it
         if beat is not None and beat.compute_at is not None and now - beat.compute_at <= allowed:
-            return None  # an XLA process using CPU: compiling a graph, however long it takes
+            return None  # an XLA process compiling a graph, or data loader workers loading: computing
         if now - since <= allowed:
             if beat is not None and beat.python_at is not None and now - beat.python_at <= allowed:
                 # Running: a late peer is waiting for it. Just back from a long evaluation, this rank

@@ -15,6 +15,8 @@ from fsdp_orch.bootstrap.importhook import when_imported
 from fsdp_orch.bootstrap.probe import MainThreadProbe
 from fsdp_orch.places.builtin import bootstrap_site_dir
 
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # this checkout's fsdp_orch, not an installed one
+
 
 def run_python(code: str, tmp_path: Path, *, extra_path: str | None = None, **env: str) -> str:
     full = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}
@@ -48,6 +50,28 @@ def test_optimizer_steps_become_heartbeats_with_the_resume_step_as_base(tmp_path
     beat = heartbeat(tmp_path)
     assert beat["step"] == 47 and beat["state"] == "done" and beat["rank"] == 0
     assert beat["python_at"] <= beat["time"] and beat["host"]
+
+
+def test_each_rank_times_its_own_optimizer_steps_into_its_heartbeat(tmp_path):
+    code = ("import time, torch\nm = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+            "for _ in range(7):\n    o.zero_grad(); m(torch.ones(1, 2)).sum().backward(); o.step(); time.sleep(0.05)\n")
+    run_python(code, tmp_path, extra_path=PACKAGE_ROOT)
+    summary = heartbeat(tmp_path)["step_s"]
+    assert summary["n"] == 6  # 7 steps, 6 gaps between them
+    assert 0.05 <= summary["p50"] <= summary["p95"] <= summary["max"] < 5
+
+
+def test_a_full_garbage_collection_is_in_the_heartbeat_while_it_runs(tmp_path):
+    code = ("import gc, json, torch\nfrom fsdp_orch.bootstrap import agent\n"
+            "m = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\no.step()\n"
+            "seen = []\n"
+            "gc.callbacks.append(lambda phase, info: seen.append((phase, json.load(open(agent.current()._path)).get('collecting_since'))))\n"
+            "gc.collect()\nprint(json.dumps(seen))\n")
+    out = run_python(code, tmp_path, extra_path=PACKAGE_ROOT)
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen[0][0] == "start" and seen[0][1] is not None  # written as the collection began
+    assert seen[-1][0] == "stop"
+    assert "collecting_since" not in heartbeat(tmp_path)  # gone once it ended
 
 
 def test_fault_hang_stops_the_main_thread_in_a_native_call(tmp_path):

@@ -43,3 +43,35 @@ def test_the_default_applies_only_once_torch_xla_is_imported():
         pass
     m.sample()
     assert m.compute_at is None
+
+
+def test_after_a_pause_a_sample_only_starts_a_new_measurement():
+    m = meter([0.0, 5.0, 5.0, 5.5])
+    m.pause()
+    m.sample()  # 5 CPU seconds since the constructor's reading: not counted across the pause
+    assert m.compute_at is None
+    m.sample()
+    assert m.compute_at is None  # idle
+    m.sample()  # a whole core
+    assert m.compute_at == 10.0
+
+
+def test_the_cpu_of_child_processes_is_counted_and_kept_after_they_exit():
+    import subprocess
+    import sys
+
+    from fsdp_orch.bootstrap.compute_meter import ChildrenCpu
+
+    children = ChildrenCpu()
+    assert children() == 0.0
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.6\n"
+                             "while time.process_time() < end: pass\ntime.sleep(30)"])
+    try:
+        while children() < 0.5:  # a data loader worker loading: its CPU time grows
+            assert busy.poll() is None
+            time.sleep(0.05)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert children() >= 0.5  # gone, and what it used still counts
+    assert ChildrenCpu(pid=busy.pid)() == 0.0  # a process with no children

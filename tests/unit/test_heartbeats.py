@@ -34,6 +34,16 @@ def test_writer_output_is_read_back_per_rank(tmp_path):
     assert read_heartbeats(tmp_path, 0) == {}  # other attempts are separate
 
 
+def test_the_runtime_writer_without_the_bootstrap_times_its_steps(tmp_path):
+    w = HeartbeatWriter(tmp_path, attempt=0, rank=0)
+    for step in range(1, 8):
+        w.beat(step=step, loss=1.0, state="training")
+        w.beat(step=step, state="saving")  # a save at the same step is no new step
+        w.beat(step=step, state="training")
+    summary = read_heartbeats(tmp_path, 0)[0].step_s
+    assert summary is not None and summary["n"] == 6
+
+
 def test_file_location_and_fields(tmp_path):
     HeartbeatWriter(tmp_path, attempt=3, rank=5).beat(step=1, loss=None, state="done")
     path = tmp_path / "heartbeats" / "attempt-3" / "rank-5.json"
