@@ -364,7 +364,7 @@ class Supervisor:
                         f"every rank finished its script, then the attempt ended with exit code {code} "
                         "while the processes shut down (gloo/NCCL teardown): counted as done"))
                     return
-                self._record_progress(beats, clock, final=True)  # the attempt's last step, for goodput
+                self._record_progress(beats, window, final=True)  # the attempt's last step, for goodput
                 cause = with_flight_recorder(self._cause_at_exit(code, follower), handle.flight_recorder_dumps())
                 cause = node_lost_instead(cause, handle)
                 handle.stop(STOP_GRACE_S)  # one node's end: the others may still run (a rank cut off from a lost host)
@@ -373,7 +373,7 @@ class Supervisor:
             if cause is not None and finished_at is not None and cause.category in SIGNAL_ENDINGS:
                 cause = None  # every script returned: a signal now is the teardown's, judged at the exit
             if cause is not None:
-                self._record_progress(beats, clock, final=True)
+                self._record_progress(beats, window, final=True)
                 if cause.category not in COMMUNICATION:
                     raise fail(cause, None)
                 comm_seen = comm_seen if comm_seen is not None else self.clock()
@@ -392,7 +392,7 @@ class Supervisor:
             verdict = check_hang(beats, world_size=world, attempt_started=started, now=detected_at,
                                  watch=watch, window=window.seconds)
             if verdict is not None:
-                self._record_progress(beats, clock, final=True)
+                self._record_progress(beats, window, final=True)
                 asked = ask_for_flight_records(Path(self.sub.attempt_dir(attempt)), self.clock)
                 capture = handle.capture_stacks(beats)
                 counts = (collective_counts(handle.flight_recorder_dumps, verdict.ranks, asked, self.clock,
