@@ -274,6 +274,12 @@ class LaunchOptions(StrictModel):
     # torch) where the launch allows it, else cold; off: always cold. ``render`` says which and why.
     standby: Literal["auto", "off"] = "auto"
 
+    @field_validator("standby", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        # YAML reads a bare ``off`` as false (and ``on`` as true).
+        return {False: "off", True: "auto"}.get(value, value) if isinstance(value, bool) else value
+
 
 class JobSpec(StrictModel):
     name: str = Field(min_length=1, max_length=200)

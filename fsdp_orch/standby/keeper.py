@@ -100,7 +100,7 @@ def become_rank(order: RankOrder, fds: list[int], closing: list[socket.socket]) 
     os.chdir(order.cwd)
     os.environ.clear()
     os.environ.update(order.env)
-    if order.env.get("PYTHONUNBUFFERED"):
+    if order.unbuffered or order.env.get("PYTHONUNBUFFERED"):
         sys.stdout.reconfigure(line_buffering=True)
         sys.stderr.reconfigure(line_buffering=True)
     sys.argv = child_argv(order.entry, order.program)

@@ -193,7 +193,8 @@ def main(argv: list[str]) -> int:
     orders, fds, ours = [], [], []
     for local_rank in range(nproc):
         env = torchrun_env(layout, local_rank, base) if args.mode == "torchrun" else base
-        orders.append(RankOrder(local_rank, args.entry, list(args.program), cwd, env))
+        orders.append(RankOrder(local_rank, args.entry, list(args.program), cwd, env,
+                                unbuffered=args.mode == "plain"))
         if args.mode == "torchrun":
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()

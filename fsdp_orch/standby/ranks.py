@@ -70,6 +70,7 @@ class RankOrder:
     program: list[str]
     cwd: str
     env: dict[str, str]
+    unbuffered: bool = False  # as ``python -u`` (the python launcher's cold command)
 
 
 def encode_orders(orders: list[RankOrder]) -> bytes:
