@@ -142,9 +142,12 @@ def hang_and_recovery(home: Path, job: Path, *sets: str) -> dict:
     job = Store(home / "jobs.db").job(status["id"])
     assert job is not None
     failures = [(f.detected_at, f.category) for f in job.failures]
-    attempts = [{"first_step_at": a.first_step_at} for _, a in sorted(job.attempt_records.items())]
+    attempts = [{"first_step_at": a.first_step_at, "started_at": a.started_at}
+                for _, a in sorted(job.attempt_records.items())]
     out = {"state": status["state"], "categories": [f[1] for f in failures], "wall_s": wall,
-           "detection_s": None, "recovery_s": None}
+           "detection_s": None, "recovery_s": None, "first_startup_s": None}
+    if attempts and attempts[0]["first_step_at"] is not None:  # launch to first step, nothing warm yet
+        out["first_startup_s"] = attempts[0]["first_step_at"] - attempts[0]["started_at"]
     hung = beats_of(home / "runs" / status["id"], 0).get(1) or last.get("beat")
     if failures and hung is not None:
         out["detection_s"] = failures[0][0] - hung.progress_time
@@ -398,9 +401,13 @@ def standby_rows(r: dict) -> list[tuple[str, str, str, str, float | None, bool |
     share = ratio(warm, cold)
     met = warm is not None and share is not None and warm <= STANDBY_TARGET_S and share <= STANDBY_TARGET_RATIO
     cold_text = "n/a" if cold is None else f"{cold:.1f} s"
+    first_warm, first_cold = r["demo"]["hang"]["first_startup_s"], r["demo"]["hang_cold"]["first_startup_s"]
     return [("demo (runtime): decision -> next first step, warm standby", "n/a" if warm is None else f"{warm:.1f} s",
              f"<= {STANDBY_TARGET_S:g} s, <= {STANDBY_TARGET_RATIO:g} of cold",
-             f"cold path (launch.standby: off) {cold_text}", share, met)]
+             f"cold path (launch.standby: off) {cold_text}", share, met),
+            ("demo (runtime): first attempt's start-up, keeper started at once",
+             "n/a" if first_warm is None else f"{first_warm:.1f} s", "",
+             "cold: " + ("n/a" if first_cold is None else f"{first_cold:.1f} s"), ratio(first_warm, first_cold), None)]
 
 
 def print_table(table: list[tuple[str, str, str, str, float | None, bool | None]]) -> None:

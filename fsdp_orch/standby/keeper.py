@@ -36,6 +36,10 @@ from fsdp_orch.standby.ranks import (
 # Imported here so a rank's start-up finds them loaded: what torch scripts import first.
 PRELOAD = ("torch", "torch.distributed", "torch.distributed.fsdp", "torch.nn", "torch.optim",
            "torch.utils.data", "torch.distributed.checkpoint")
+# Loaded when they can be: what FSDP2 and DCP pull in lazily in a rank's first steps (torch._dynamo
+# alone measured 3.2 s of a warm demo rank's start-up under -X importtime), and fsdp-orch's runtime
+# (0.9 s: pydantic and the job spec), none of which reads the environment when imported.
+PRELOAD_IF_PRESENT = ("torch._dynamo", "torch.distributed.checkpoint._fsspec_filesystem", "fsdp_orch.runtime.job")
 FDS_PER_RANK = 3
 
 
@@ -188,6 +192,11 @@ def main(argv: list[str]) -> RankOrder | int:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    for name in PRELOAD_IF_PRESENT:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
     listener = listen(path)
     try:
         conn = wait_for_claim(listener, starter)
