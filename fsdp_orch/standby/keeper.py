@@ -30,6 +30,7 @@ from fsdp_orch.standby.ranks import (
     child_sys_path0,
     decode_orders,
     exit_code,
+    keeper_pid_file,
     message,
 )
 
@@ -180,6 +181,9 @@ def watch_ranks(conn: socket.socket, children: dict[int, int]) -> None:
     conn.close()
 
 
+keeper_pid = os.getpid()
+
+
 def main(argv: list[str]) -> RankOrder | int:
     path, starter = argv[0], int(argv[1])
     from fsdp_orch.nodeagent.beat_dir import private_beat_dir
@@ -188,6 +192,24 @@ def main(argv: list[str]) -> RankOrder | int:
     if problem is not None:
         print(f"fsdp-orch standby: {problem}", file=sys.stderr, flush=True)
         return 2
+    # While it imports, a launcher that finds no socket waits for this keeper instead of starting another.
+    with open(os.open(keeper_pid_file(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(str(os.getpid()))
+    try:
+        return keep(path, starter)
+    finally:
+        if os.getpid() == keeper_pid:
+            _unlink(keeper_pid_file(path))
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def keep(path: str, starter: int) -> RankOrder | int:
     import importlib
 
     for name in PRELOAD:
@@ -198,10 +220,11 @@ def main(argv: list[str]) -> RankOrder | int:
         except ImportError:
             pass
     listener = listen(path)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # unused: the files go with it
     try:
         conn = wait_for_claim(listener, starter)
     finally:
-        os.unlink(path)  # one attempt per keeper
+        _unlink(path)  # one attempt per keeper
     if conn is None:
         return 0
     return serve(conn, listener)

@@ -24,6 +24,7 @@ import sys
 import time
 
 from fsdp_orch.nodeagent.beat_dir import private_beat_dir, user_tmp_root
+from fsdp_orch.observe.proctree import pid_alive, signal_pids
 from fsdp_orch.standby.ranks import (
     NO_STANDBY_EXIT,
     Layout,
@@ -31,6 +32,7 @@ from fsdp_orch.standby.ranks import (
     RankOrder,
     encode_orders,
     failure_summary,
+    keeper_pid_file,
     keeper_socket,
     standby_folder,
     torchrun_env,
@@ -62,7 +64,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def start_keeper(path: str, attempt: int, nproc: int, log: str, *, nice: int = 0) -> subprocess.Popen[bytes]:
+def start_keeper(path: str, attempt: int, nproc: int, log: str) -> subprocess.Popen[bytes]:
     """A keeper for ``attempt`` in its own session (a stop of this attempt's process group spares it),
     tagged with that attempt so ``stop_job_processes`` finds it and the ranks it forks."""
     env = dict(os.environ)
@@ -73,8 +75,7 @@ def start_keeper(path: str, attempt: int, nproc: int, log: str, *, nice: int = 0
     with open(log, "ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "fsdp_orch.standby.keeper", path, str(os.getpid())], env=env,
-            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
-            preexec_fn=(lambda: os.nice(nice)) if nice else None)
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
 
 
 def connect(path: str) -> socket.socket | None:
@@ -93,18 +94,33 @@ def claim(folder: str, attempt: int, nproc: int) -> tuple[socket.socket | None, 
     sock = connect(path)
     if sock is not None:
         return sock, "prepared by the attempt before"
-    keeper = start_keeper(path, attempt, nproc, os.path.join(folder, f"attempt-{attempt}.log"))
+    starting = preparing_keeper(path)
+    if starting is not None:
+        how = "prepared by the attempt before, still importing when claimed"
+    else:
+        starting = start_keeper(path, attempt, nproc, os.path.join(folder, f"attempt-{attempt}.log")).pid
+        how = "started at once (none was prepared)"
     deadline = time.monotonic() + KEEPER_READY_S
     while time.monotonic() < deadline:
         if os.path.exists(path):
             sock = connect(path)
             if sock is not None:
-                return sock, "started at once (none was prepared)"
-        if keeper.poll() is not None:
-            return None, f"the keeper ended with status {keeper.returncode} before it was ready"
+                return sock, how
+        if not pid_alive(starting, must_contain=path):
+            return None, "the keeper ended before it was ready"
         time.sleep(0.02)
-    keeper.kill()
+    signal_pids([starting], signal.SIGKILL)
     return None, "the keeper was not ready in time"
+
+
+def preparing_keeper(path: str) -> int | None:
+    """The pid of the keeper that is importing for this socket, if one is."""
+    try:
+        with open(keeper_pid_file(path), encoding="ascii") as f:
+            pid = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if pid_alive(pid, must_contain=path) else None
 
 
 def send_orders(sock: socket.socket, orders: list[RankOrder], fds: list[int]) -> None:
@@ -246,7 +262,7 @@ def supervise(sock: socket.socket, selector: selectors.BaseSelector, relay: Rela
     pids = {int(rank): pid for rank, pid in started.items()}
     say(f"attempt {attempt}: {len(pids)} rank(s) started from the standby ({how}), torch preloaded")
     next_keeper = start_keeper(keeper_socket(folder, attempt + 1), attempt + 1, len(pids),
-                               os.path.join(folder, f"attempt-{attempt + 1}.log"), nice=10)
+                               os.path.join(folder, f"attempt-{attempt + 1}.log"))
     code = watch(answers, selector, relay, args, pids)
     if code == 0:  # the job's last attempt, most likely: no one will claim the next keeper
         next_keeper.terminate()

@@ -27,6 +27,11 @@ def keeper_socket(folder: str, attempt: int) -> str:
     return os.path.join(folder, f"attempt-{attempt}.sock")
 
 
+def keeper_pid_file(socket_path: str) -> str:
+    """Where a keeper that is still importing says its pid."""
+    return socket_path + ".pid"
+
+
 @dataclass(frozen=True)
 class Layout:
     """Where this node's ranks sit in the job, as torchrun's agent would place them."""
@@ -145,5 +150,5 @@ def child_sys_path0(entry: str, program: list[str], cwd: str) -> str:
 
 
 __all__ = ["Layout", "NO_STANDBY_EXIT", "RankEnd", "RankOrder", "UNCLAIMED_S", "child_argv", "child_sys_path0",
-           "decode_orders", "encode_orders", "exit_code", "failure_summary", "keeper_socket", "message",
+           "decode_orders", "encode_orders", "exit_code", "failure_summary", "keeper_pid_file", "keeper_socket", "message",
            "standby_folder", "torchrun_env"]

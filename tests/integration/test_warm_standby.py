@@ -49,7 +49,8 @@ def test_the_second_attempt_starts_from_the_standby_without_importing_torch(cli,
     assert all(IMPORTS_TORCH.search(text) for text in cold.values()), "a cold rank imports torch"
 
     console = (warm_dir / "attempt-1" / "console-node-0.log").read_text()
-    assert "attempt 1: 2 rank(s) started from the standby (prepared by the attempt before)" in console
+    # (", still importing when claimed" where the machine is busy: the rank waited for that keeper)
+    assert "attempt 1: 2 rank(s) started from the standby (prepared by the attempt before" in console
     warm = rank_stderr(warm_dir, 1)
     assert sorted(warm) == ["0", "1"]
     for rank, text in warm.items():
