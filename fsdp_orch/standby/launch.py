@@ -276,8 +276,10 @@ def watch(answers: Answers, selector: selectors.BaseSelector, relay: Relay, args
     ended: dict[int, int] = {}
     ends: list[RankEnd] = []
     stop_at: float | None = None
+    signalled_at: list[float] = []
 
     def on_signal(_sig: int, _frame: object) -> None:
+        signalled_at.append(time.monotonic())
         stop(pids, ended, signal.SIGTERM)
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -305,6 +307,8 @@ def watch(answers: Answers, selector: selectors.BaseSelector, relay: Relay, args
                 if code != 0 and stop_at is None:
                     stop_at = time.monotonic() + STOP_GRACE_S
                     stop(pids, ended, signal.SIGTERM)
+        if signalled_at and stop_at is None:
+            stop_at = signalled_at[0] + STOP_GRACE_S
         if stop_at is not None and time.monotonic() > stop_at:
             stop(pids, ended, signal.SIGKILL)
     if args.mode == "plain":
