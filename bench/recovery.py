@@ -8,7 +8,9 @@
    with no ``watch:`` settings at all (ceiling 300 s; target <= 5 s), with the window in force;
 2. time to recover: from the decision to the first completed step of the next attempt (target < 15 s;
    the first step is seen at the supervisor's poll, so this errs long by up to one poll interval),
-   set against a clean run's start-up (launch to first step);
+   set against a clean run's start-up (launch to first step); for the demo, the same hang run again
+   with ``launch.standby: off``: the warm standby against the cold path, in the same run (target: the
+   warm path <= 2.5 s and <= 0.5 of the cold one; ``--standby`` runs only these two);
 3. goodput with a crash, a SIGKILL and a hang (one per attempt, ``--fault-every`` seconds of training
    apart, each halfway between two checkpoints): time on kept steps / wall time (target >= 70%), the
    step time taken from a clean run in the same bench run (the faulty run's own step time, read from
@@ -21,7 +23,7 @@
 
 Progress goes to stderr, the table (or ``--json``) to stdout; exit status 1 if a target is missed.
 
-    .venv/bin/python bench/recovery.py [--collective-timeout 60] [--fault-every 30] [--json]
+    .venv/bin/python bench/recovery.py [--collective-timeout 60] [--fault-every 30] [--standby] [--json]
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ HANG_TARGET_S = {"demo": 3.0, "hf": 5.0}  # hang detected after the last progres
 HANG_STEP = 30
 QUICK_RESTART = ("restart.backoff.initial=1s", "restart.backoff.jitter=0")
 HF_SAVE_STEPS = 20
+STANDBY_TARGET_S = 2.5  # decision to the next attempt's first step from the warm standby
+STANDBY_TARGET_RATIO = 0.5  # of the cold path's
 DEMO_INTERVAL = 10
 
 
@@ -141,12 +145,15 @@ def hang_and_recovery(home: Path, job: Path, *sets: str) -> dict:
     job = Store(home / "jobs.db").job(status["id"])
     assert job is not None
     failures = [(f.detected_at, f.category) for f in job.failures]
-    attempts = [{"first_step_at": a.first_step_at} for _, a in sorted(job.attempt_records.items())]
+    attempts = [{"first_step_at": a.first_step_at, "started_at": a.started_at}
+                for _, a in sorted(job.attempt_records.items())]
     events = [json.loads(line) for line in cli(home, "events", status["id"], "--json").stdout.splitlines()]
     window = [e for e in events if e.get("kind") == "hang_window" and e.get("attempt") == 0]
     out = {"state": status["state"], "categories": [f[1] for f in failures], "wall_s": wall,
-           "detection_s": None, "recovery_s": None,
+           "detection_s": None, "recovery_s": None, "first_startup_s": None,
            "window_s": window[-1]["window_s"] if window else None, "window_mode": window[-1]["mode"] if window else None}
+    if attempts and attempts[0]["first_step_at"] is not None:  # launch to first step, nothing warm yet
+        out["first_startup_s"] = attempts[0]["first_step_at"] - attempts[0]["started_at"]
     hung = beats_of(home / "runs" / status["id"], 0).get(1) or last.get("beat")
     if failures and hung is not None:
         out["detection_s"] = failures[0][0] - hung.progress_time
@@ -358,6 +365,8 @@ def rows(r: dict) -> list[tuple[str, str, str, str, float | None, bool | None]]:
                     f"clean start-up {s(clean['startup_s'])}", ratio(rec, clean["startup_s"]),
                     rec is not None and rec < 15))
         own = good["goodput_own_step_time"]
+        if key == "demo":
+            out += standby_rows(r)
         out.append((f"{label}: goodput, {good['faults']} faults {r['fault_every_s']:g} s of training apart, "
                     f"{good['kept_steps']} kept steps",
                     f"{good['goodput']:.1%} of {good['wall_s']:.0f} s"
@@ -401,6 +410,21 @@ def rows(r: dict) -> list[tuple[str, str, str, str, float | None, bool | None]]:
     return out
 
 
+def standby_rows(r: dict) -> list[tuple[str, str, str, str, float | None, bool | None]]:
+    """The warm standby against the cold path: decision to the next attempt's first step."""
+    warm, cold = r["demo"]["hang"]["recovery_s"], r["demo"]["hang_cold"]["recovery_s"]
+    share = ratio(warm, cold)
+    met = warm is not None and share is not None and warm <= STANDBY_TARGET_S and share <= STANDBY_TARGET_RATIO
+    cold_text = "n/a" if cold is None else f"{cold:.1f} s"
+    first_warm, first_cold = r["demo"]["hang"]["first_startup_s"], r["demo"]["hang_cold"]["first_startup_s"]
+    return [("demo (runtime): decision -> next first step, warm standby", "n/a" if warm is None else f"{warm:.1f} s",
+             f"<= {STANDBY_TARGET_S:g} s, <= {STANDBY_TARGET_RATIO:g} of cold",
+             f"cold path (launch.standby: off) {cold_text}", share, met),
+            ("demo (runtime): first attempt's start-up, keeper started at once",
+             "n/a" if first_warm is None else f"{first_warm:.1f} s", "",
+             "cold: " + ("n/a" if first_cold is None else f"{first_cold:.1f} s"), ratio(first_warm, first_cold), None)]
+
+
 def print_table(table: list[tuple[str, str, str, str, float | None, bool | None]]) -> None:
     head = ("figure", "measured", "target", "baseline (this run)", "ratio", "")
     verdict = {True: "ok", False: "MISSED", None: ""}
@@ -412,6 +436,33 @@ def print_table(table: list[tuple[str, str, str, str, float | None, bool | None]
             print("  ".join("-" * w for w in widths))
 
 
+def standby_runs(r: dict, root: Path, demo_hang: tuple[str, ...]) -> None:
+    """The demo's hang run from the warm standby (the default) and from a cold start, back to back."""
+    r["demo"]["hang"] = hang_and_recovery(root / "hang-home", copy_demo(root / "hang"), *demo_hang)
+    log("demo hang run (warm standby):", json.dumps(r["demo"]["hang"]))
+    r["demo"]["hang_cold"] = hang_and_recovery(root / "hang-cold-home", copy_demo(root / "hang-cold"), *demo_hang,
+                                               "launch.standby=off")
+    log("demo hang run (cold):", json.dumps(r["demo"]["hang_cold"]))
+
+
+def standby_only(r: dict, demo_hang: tuple[str, ...], as_json: bool, t0: float) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        standby_runs(r, Path(tmp), demo_hang)
+    return report(r, standby_rows(r), as_json, t0)
+
+
+def report(r: dict, table: list[tuple[str, str, str, str, float | None, bool | None]], as_json: bool,
+           t0: float) -> int:
+    r["bench_wall_s"] = time.time() - t0
+    r["all_targets_met"] = all(ok is not False for *_, ok in table)
+    if as_json:
+        print(json.dumps(r, indent=1))
+    else:
+        print_table(table)
+        print(f"bench wall time: {r['bench_wall_s']:.0f} s")
+    return 0 if r["all_targets_met"] else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--collective-timeout", type=float, default=60.0,
@@ -419,17 +470,20 @@ def main() -> int:
     parser.add_argument("--fault-every", type=float, default=30.0,
                         help="seconds of training between two faults in the goodput runs")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    parser.add_argument("--standby", action="store_true",
+                        help="only the demo's hang run from the warm standby and from a cold start")
     args = parser.parse_args()
     t0 = time.time()
     r: dict = {"demo": {}, "hf": {}, "fault_every_s": args.fault_every}
+    demo_hang = ("args=[--steps, 40]", f"checkpoint.interval={DEMO_INTERVAL}")
+    if args.standby:
+        return standby_only(r, demo_hang, args.json, t0)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         baseline = TorchrunBaseline(root, args.collective_timeout)
         baseline.wait_until_hung()
         log("baseline hung at step", HANG_STEP, "after", f"{time.time() - t0:.0f} s; hang runs meanwhile")
-        r["demo"]["hang"] = hang_and_recovery(root / "hang-home", copy_demo(root / "hang"),
-                                              "args=[--steps, 40]", f"checkpoint.interval={DEMO_INTERVAL}")
-        log("demo hang run:", json.dumps(r["demo"]["hang"]))
+        standby_runs(r, root, demo_hang)
         r["hf"]["hang"] = hang_and_recovery(root / "hf-hang-home", write_hf_job(root / "hf-hang"),
                                             hf_args(40))
         log("HF hang run:", json.dumps(r["hf"]["hang"]))
@@ -441,15 +495,7 @@ def main() -> int:
         log("HF goodput runs:", json.dumps(r["hf"]["clean"]), json.dumps(r["hf"]["goodput"]))
     r["bootstrap"] = {"startup": bootstrap_cost.startup_cost(), "step": bootstrap_cost.step_cost()}
     log("bootstrap cost:", json.dumps(r["bootstrap"]))
-    r["bench_wall_s"] = time.time() - t0
-    table = rows(r)
-    r["all_targets_met"] = all(ok is not False for *_, ok in table)
-    if args.json:
-        print(json.dumps(r, indent=1))
-    else:
-        print_table(table)
-        print(f"bench wall time: {r['bench_wall_s']:.0f} s")
-    return 0 if r["all_targets_met"] else 1
+    return report(r, rows(r), args.json, t0)
 
 
 if __name__ == "__main__":

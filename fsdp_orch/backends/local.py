@@ -157,7 +157,7 @@ class LocalKind(SupervisedHere[LocalProfile]):
                              field="nodes")
         device = profile.device if profile.device != "auto" else ("cuda" if ctx.local_has_gpu else "cpu")
         return Placement(nnodes=1, nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
-                         device=device, rdzv_host=profile.rdzv_host)
+                         device=device, rdzv_host=profile.rdzv_host, standby=True)
 
     def artifacts(self, plan: LaunchPlan, templates: Templates) -> list[Artifact]:
         return [Artifact(f"{plan.attempt_dir}/{LAUNCH_SCRIPT}", templates(templates.main), True)]

@@ -67,6 +67,7 @@ def cmd_render(args: argparse.Namespace) -> int:
                        accelerate_config=args.accelerate_config, job_id=args.job_id,
                        attempt=args.attempt)
     _say(planned.plan.notices)
+    _say([planned.plan.standby_reason])
     # A preview never holds a secret: references show where their values come from, and plain
     # values of secret-named variables and headers are masked (in files written with --out too).
     artifacts = planned.submission.render(shown_plan(planned.plan))

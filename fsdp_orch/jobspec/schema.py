@@ -272,6 +272,18 @@ class CheckpointPolicy(StrictModel):
         return value
 
 
+class LaunchOptions(StrictModel):
+    # auto: each attempt's ranks start from a warm standby (a process per node that has imported
+    # torch) where the launch allows it, else cold; off: always cold. ``render`` says which and why.
+    standby: Literal["auto", "off"] = "auto"
+
+    @field_validator("standby", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        # YAML reads a bare ``off`` as false (and ``on`` as true).
+        return {False: "off", True: "auto"}.get(value, value) if isinstance(value, bool) else value
+
+
 class JobSpec(StrictModel):
     name: str = Field(min_length=1, max_length=200)
     script: ShellStr | None = None
@@ -290,6 +302,7 @@ class JobSpec(StrictModel):
     checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
     restart: RestartPolicy = Field(default_factory=RestartPolicy)
     watch: Watch = Field(default_factory=Watch)
+    launch: LaunchOptions = Field(default_factory=LaunchOptions)
     notify: list[Webhook] = Field(default_factory=list)
     _min_nodes: int | None = PrivateAttr(default=None)
 

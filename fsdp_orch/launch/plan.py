@@ -127,6 +127,9 @@ class LaunchPlan:
     # Where the launch turns a setting of the user's into something else, one line each, said by
     # submit and render and recorded as the job's ``launch_changed`` events.
     notices: tuple[str, ...] = ()
+    # Whether each attempt's ranks start from a warm standby, and why (or why not), said by ``render``.
+    standby: bool = False
+    standby_reason: str = ""
 
     @property
     def entry_kind(self) -> str:
@@ -172,6 +175,8 @@ class Placement:
     # The kind warns before it takes the nodes away (SLURM's signal before the time limit): the
     # runtime saves a checkpoint when the supervisor asks (FSDP_ORCH_CHECKPOINT_REQUEST).
     checkpoint_on_request: bool = False
+    # The kind's launch scripts can start ranks from a warm standby (``fsdp_orch/standby``).
+    standby: bool = False
 
 
 # A kind's own profile model, which its place() takes (contravariant: a hook that takes any profile
@@ -203,6 +208,26 @@ def accelerate_distributed_type(launcher: str, device: str) -> tuple[str | None,
     if device == "cpu":
         return "MULTI_CPU", (ACCELERATE_FSDP_ON_CPU,)
     return "FSDP", ()
+
+
+# The launchers whose ranks a standby can start: one Python program per rank (torchrun) or per node
+# (python). accelerate launch and XLA set up their processes themselves.
+STANDBY_LAUNCHERS = ("torchrun", "python")
+
+
+def standby_choice(job: JobSpec, kind: str, kind_allows: bool) -> tuple[bool, str]:
+    """Whether the ranks start from a warm standby, and the one-line reason ``render`` says."""
+    if job.launch.standby == "off":
+        return False, "cold start: launch.standby is off"
+    if job.launcher not in STANDBY_LAUNCHERS:
+        return False, (f"cold start: the warm standby runs a Python script or module under "
+                       f"{' or '.join(STANDBY_LAUNCHERS)}, not launcher {job.launcher}")
+    if job.entry[0] == "command":
+        return False, "cold start: the warm standby runs a Python script or module, not a command"
+    if not kind_allows:
+        return False, f"cold start: the {kind} kind starts its ranks cold (the warm standby is not built for it)"
+    return True, (f"warm standby: each attempt's ranks start from a process that has imported torch "
+                  f"({job.launcher}, launch.standby: auto)")
 
 
 def attempt_dir_of(run_dir: str, attempt: int) -> str:
@@ -253,6 +278,7 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
     spec_path = posixpath.join(run_dir, "job.json")
     accel_path = posixpath.join(attempt_dir, "accelerate_config.yaml") if job.launcher == "accelerate" else None
     accel_type, notices = accelerate_distributed_type(job.launcher, device)
+    standby, standby_reason = standby_choice(job, profile.kind, place.standby)
     spec_env = {**profile.env, **job.env}  # the job's own value of a variable wins
     env = [
         *plain(spec_env).items(),
@@ -289,6 +315,7 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
         nodes=place.nodes, accelerate_config_path=accel_path,
         bootstrap_dir=bootstrap_dir, run_root=run_root, package_dir=package_dir,
         supervisor_command=ctx.supervisor_command, accelerate_distributed_type=accel_type, notices=notices,
+        standby=standby, standby_reason=standby_reason,
     )
 
 
@@ -332,4 +359,4 @@ def spec_json(plan: LaunchPlan) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-__all__ = ["LAUNCH_CHANGED", "KindPlanning", "LaunchPlan", "PlanContext", "Placement", "accelerate_distributed_type", "attempt_dir_of", "fixed_node_count", "host_port", "init_arguments", "make_plan", "resume_arguments", "slug", "rendezvous_port"]
+__all__ = ["LAUNCH_CHANGED", "KindPlanning", "LaunchPlan", "PlanContext", "Placement", "accelerate_distributed_type", "attempt_dir_of", "fixed_node_count", "host_port", "init_arguments", "make_plan", "resume_arguments", "slug", "standby_choice", "rendezvous_port"]

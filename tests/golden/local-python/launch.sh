@@ -40,4 +40,22 @@ export NNODES=1
 export NODE_RANK
 export NPROC_PER_NODE=2
 export WORLD_SIZE=2
+# Warm standby: the ranks start from a keeper that has imported torch (prepared by the attempt before,
+# else started now), and the next attempt's keeper is prepared while this one runs. Status 75: no
+# keeper could serve, nothing started: start cold below.
+set +e
+/opt/fsdp/venv/bin/python -m fsdp_orch.standby.launch \
+  --mode plain \
+  --node "$NODE_RANK" \
+  --nnodes 1 \
+  --nproc 2 \
+  --master-addr "$RDZV_HOST" \
+  --master-port 21709 \
+  --run-id j0123456789a-a1 \
+  --log-dir "$NODE_LOG_DIR" \
+  --entry script \
+  -- train.py --steps 300 --lr 3e-4 --tag 'it'"'"'s a test'
+standby_status=$?
+set -e
+[ "$standby_status" = 75 ] || exit "$standby_status"
 exec /opt/fsdp/venv/bin/python -u train.py --steps 300 --lr 3e-4 --tag 'it'"'"'s a test'

@@ -28,6 +28,24 @@ export PYTHONPATH=/opt/fsdp-orch/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHON
 # is in the attempt's agent.json), takes their stacks and stops them when it asks. Ends with the launcher.
 PYTHONPATH=/opt/fsdp-orch${PYTHONPATH:+:"$PYTHONPATH"} /opt/fsdp/venv/bin/python -m fsdp_orch.nodeagent "$NODE_RANK" "$$" &
 cd -- /srv/jobs/demo
+# Warm standby: the ranks start from a keeper that has imported torch (prepared by the attempt before,
+# else started now), and the next attempt's keeper is prepared while this one runs. Status 75: no
+# keeper could serve, nothing started: start cold below.
+set +e
+/opt/fsdp/venv/bin/python -m fsdp_orch.standby.launch \
+  --mode torchrun \
+  --node "$NODE_RANK" \
+  --nnodes 1 \
+  --nproc 2 \
+  --master-addr "$RDZV_HOST" \
+  --master-port 21709 \
+  --run-id j0123456789a-a1 \
+  --log-dir "$NODE_LOG_DIR" \
+  --entry module \
+  -- mypkg.train --config configs/small.yaml
+standby_status=$?
+set -e
+[ "$standby_status" = 75 ] || exit "$standby_status"
 # torchrun: c10d rendezvous on the first node; restarts belong to the fsdp-orch supervisor.
 # The first node hosts the rendezvous store, said outright: torchrun's own guess compares this
 # host's addresses with RDZV_HOST and misses hosts with several interfaces.

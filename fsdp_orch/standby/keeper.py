@@ -1,0 +1,237 @@
+"""The standby keeper of one node and attempt, started detached (its own session) by the launcher:
+
+    python -m fsdp_orch.standby.keeper SOCKET STARTER_PID
+
+It imports torch (never CUDA), then listens on ``SOCKET`` (0600, in the node's private folder) for the
+one launcher of its attempt. The launcher sends its ranks' orders with their stdin, stdout and stderr;
+the keeper forks a child per rank, answers each child's pid and, as they end, their exit codes. A
+rank whose launcher goes away is killed. The keeper ends once its ranks have ended, or unused,
+``UNCLAIMED_S`` after its starter (the attempt before, or the launcher that needed it at once) ended.
+
+Its environment is the attempt's, less ``FSDP_ORCH_RUN_DIR``: the bootstrap stays out of the keeper and
+is installed in each child once the child has its rank's environment.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+
+from fsdp_orch.observe.proctree import pid_alive
+from fsdp_orch.standby.ranks import (
+    UNCLAIMED_S,
+    RankOrder,
+    child_argv,
+    child_sys_path0,
+    decode_orders,
+    exit_code,
+    keeper_pid_file,
+    message,
+)
+
+# Imported here so a rank's start-up finds them loaded: what torch scripts import first.
+PRELOAD = ("torch", "torch.distributed", "torch.distributed.fsdp", "torch.nn", "torch.optim",
+           "torch.utils.data", "torch.distributed.checkpoint")
+# Loaded when they can be: what FSDP2 and DCP pull in lazily in a rank's first steps (torch._dynamo
+# alone measured 3.2 s of a warm demo rank's start-up under -X importtime), and fsdp-orch's runtime
+# (0.9 s: pydantic and the job spec), none of which reads the environment when imported.
+PRELOAD_IF_PRESENT = ("torch._dynamo", "torch.distributed.checkpoint._fsspec_filesystem", "fsdp_orch.runtime.job")
+FDS_PER_RANK = 3
+
+
+def listen(path: str) -> socket.socket:
+    """Bound under a temporary name and renamed: a launcher that sees ``path`` finds the keeper ready."""
+    partial = f"{path}.{os.getpid()}"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(partial)
+    finally:
+        os.umask(old)
+    sock.listen(1)
+    os.rename(partial, path)
+    return sock
+
+
+def wait_for_claim(listener: socket.socket, starter: int) -> socket.socket | None:
+    ended_at = None
+    while True:
+        ready, _, _ = select.select([listener], [], [], 1.0)
+        if ready:
+            conn, _ = listener.accept()
+            return conn
+        if ended_at is None and not pid_alive(starter):
+            ended_at = time.monotonic()
+        if ended_at is not None and time.monotonic() - ended_at > UNCLAIMED_S:
+            return None
+
+
+def _recv_exact(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            raise EOFError("launcher closed the connection")
+        data += chunk
+    return data
+
+
+def receive_orders(conn: socket.socket) -> tuple[list[RankOrder], list[int]]:
+    header, fds, _, _ = socket.recv_fds(conn, 8, 256)
+    if len(header) < 8:
+        header += _recv_exact(conn, 8 - len(header))
+    (size,) = struct.unpack("!Q", header)
+    return decode_orders(_recv_exact(conn, size)), fds
+
+
+def become_rank(order: RankOrder, fds: list[int], closing: list[socket.socket]) -> None:
+    """In the forked child: the rank's own session, streams, folder, environment and bootstrap."""
+    os.setsid()
+    for sock in closing:
+        sock.close()
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(order.cwd)
+    os.environ.clear()
+    os.environ.update(order.env)
+    if order.unbuffered or order.env.get("PYTHONUNBUFFERED"):
+        sys.stdout.reconfigure(line_buffering=True)
+        sys.stderr.reconfigure(line_buffering=True)
+    sys.argv = child_argv(order.entry, order.program)
+    sys.path[0] = child_sys_path0(order.entry, order.program, order.cwd)
+    for entry in reversed(order.env.get("PYTHONPATH", "").split(os.pathsep)):
+        if entry and entry not in sys.path:
+            sys.path.insert(1, entry)
+    if order.env.get("FSDP_ORCH_RUN_DIR"):
+        from fsdp_orch.bootstrap import agent
+
+        agent.install()
+
+
+def run_rank(order: RankOrder) -> None:
+    """The user's program as ``__main__``, as ``python`` runs it."""
+    import runpy
+
+    if order.entry == "script":
+        runpy.run_path(order.program[0], run_name="__main__")
+    else:
+        runpy.run_module(order.program[0], run_name="__main__", alter_sys=True)
+
+
+def serve(conn: socket.socket, listener: socket.socket) -> RankOrder | int:
+    """Forks the ranks; in a child returns its order, in the keeper the keeper's exit status."""
+    orders, fds = receive_orders(conn)
+    if len(fds) != FDS_PER_RANK * len(orders):
+        print(f"fsdp-orch standby: expected {FDS_PER_RANK * len(orders)} descriptors, got {len(fds)}",
+              file=sys.stderr, flush=True)
+        return 2
+    children: dict[int, int] = {}
+    for i, order in enumerate(orders):
+        mine = fds[FDS_PER_RANK * i:FDS_PER_RANK * (i + 1)]
+        pid = os.fork()
+        if pid == 0:
+            for fd in fds:
+                if fd not in mine:
+                    os.close(fd)
+            become_rank(order, mine, [conn, listener])
+            return order
+        children[pid] = order.local_rank
+    for fd in fds:
+        os.close(fd)
+    conn.sendall(message(started={str(rank): pid for pid, rank in children.items()}))
+    watch_ranks(conn, children)
+    return 0
+
+
+def watch_ranks(conn: socket.socket, children: dict[int, int]) -> None:
+    """Reports each rank's end; kills the ranks left when the launcher's connection closes."""
+    launcher_gone = False
+    while children:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid in children:
+            rank = children.pop(pid)
+            if not launcher_gone:
+                try:
+                    conn.sendall(message(exit=[rank, exit_code(status)]))
+                except OSError:
+                    launcher_gone = True
+            continue
+        if not launcher_gone:
+            ready, _, _ = select.select([conn], [], [], 0.05)
+            if ready and not conn.recv(4096):
+                launcher_gone = True
+                for child in children:
+                    try:
+                        os.killpg(child, signal.SIGKILL)
+                    except OSError:
+                        pass
+        else:
+            time.sleep(0.05)
+    conn.close()
+
+
+keeper_pid = os.getpid()
+
+
+def main(argv: list[str]) -> RankOrder | int:
+    path, starter = argv[0], int(argv[1])
+    from fsdp_orch.nodeagent.beat_dir import private_beat_dir
+
+    problem = private_beat_dir(os.path.dirname(path))
+    if problem is not None:
+        print(f"fsdp-orch standby: {problem}", file=sys.stderr, flush=True)
+        return 2
+    # While it imports, a launcher that finds no socket waits for this keeper instead of starting another.
+    with open(os.open(keeper_pid_file(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(str(os.getpid()))
+    try:
+        return keep(path, starter)
+    finally:
+        if os.getpid() == keeper_pid:
+            _unlink(keeper_pid_file(path))
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def keep(path: str, starter: int) -> RankOrder | int:
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    for name in PRELOAD_IF_PRESENT:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    listener = listen(path)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # unused: the files go with it
+    try:
+        conn = wait_for_claim(listener, starter)
+    finally:
+        _unlink(path)  # one attempt per keeper
+    if conn is None:
+        return 0
+    return serve(conn, listener)
+
+
+if __name__ == "__main__":
+    outcome = main(sys.argv[1:])
+    if isinstance(outcome, int):
+        raise SystemExit(outcome)
+    run_rank(outcome)

@@ -1,0 +1,117 @@
+"""The warm standby's pure parts: the plan's choice of warm or cold and its reason, the environment a
+rank gets (torchrun's), the orders' wire format, and torchrun's failure summary as the classifier
+reads it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from planning import SUPERVISOR, plan_on, render
+
+from fsdp_orch.backends.registry import parse_profile
+from fsdp_orch.jobspec.loading import load_job_text
+from fsdp_orch.launch.plan import PlanContext
+from fsdp_orch.places.builtin import builtin_dir
+from fsdp_orch.standby.ranks import (
+    Layout,
+    RankEnd,
+    RankOrder,
+    child_argv,
+    child_sys_path0,
+    decode_orders,
+    encode_orders,
+    failure_summary,
+    torchrun_env,
+)
+from fsdp_orch.supervise.diagnose import diagnose_lines, torchrun_root_cause
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+CTX = PlanContext(job_id="j1", attempt=2, run_root="/h", job_dir="/jobs/demo", supervisor_command=SUPERVISOR)
+
+
+def plan(kind: str, extra: str = "", entry: str = "script: train.py\n"):  # type: ignore[no-untyped-def]
+    job = load_job_text("name: demo\n" + entry + extra)
+    return plan_on(job, parse_profile(FIXTURES / "clusters" / f"{kind}.yaml"), kind, CTX)
+
+
+def launch_script(p) -> str:  # type: ignore[no-untyped-def]
+    return next(a.text for a in render(p, search=[builtin_dir("templates")]) if a.name.endswith(".sh"))
+
+
+@pytest.mark.parametrize("extra,entry", [
+    ("", "script: train.py\n"),
+    ("launcher: python\n", "script: train.py\n"),
+    ("", "module: pkg.train\n"),
+])
+def test_local_torchrun_and_python_programs_start_warm(extra: str, entry: str) -> None:
+    p = plan("local", extra, entry)
+    assert p.standby
+    assert p.standby_reason.startswith("warm standby:")
+    assert "-m fsdp_orch.standby.launch" in launch_script(p)
+
+
+@pytest.mark.parametrize("kind,extra,entry,why", [
+    ("local", "launch:\n  standby: off\n", "script: train.py\n", "launch.standby is off"),
+    ("local", "launcher: accelerate\n", "script: train.py\n", "not launcher accelerate"),
+    ("local", "", "command: [bash, run.sh]\n", "not a command"),
+    ("slurm", "", "script: train.py\n", "the slurm kind starts its ranks cold"),
+    ("ssh", "", "script: train.py\n", "the ssh kind starts its ranks cold"),
+])
+def test_cold_where_the_standby_cannot_apply_with_the_reason(kind: str, extra: str, entry: str, why: str) -> None:
+    p = plan(kind, extra, entry)
+    assert not p.standby
+    assert p.standby_reason.startswith("cold start: ") and why in p.standby_reason
+    assert "fsdp_orch.standby" not in launch_script(p)
+
+
+def test_a_rank_gets_torchruns_environment_over_the_attempts() -> None:
+    layout = Layout(node_rank=1, nnodes=2, nproc_per_node=4, master_addr="n0", master_port=23456, run_id="j1-a2")
+    base = {"FSDP_ORCH_JOB_ID": "j1", "PATH": "/bin", "RANK": "stale"}
+    env = torchrun_env(layout, 3, base)
+    assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
+                                "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+                                "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+                                "TORCHELASTIC_USE_AGENT_STORE", "OMP_NUM_THREADS")} == {
+        "RANK": "7", "LOCAL_RANK": "3", "GROUP_RANK": "1", "ROLE_RANK": "7", "LOCAL_WORLD_SIZE": "4",
+        "WORLD_SIZE": "8", "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "n0", "MASTER_PORT": "23456",
+        "TORCHELASTIC_RUN_ID": "j1-a2", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_USE_AGENT_STORE": "False", "OMP_NUM_THREADS": "1"}
+    assert env["FSDP_ORCH_JOB_ID"] == "j1" and env["PATH"] == "/bin"
+    assert base["RANK"] == "stale"  # the launcher's own environment is not changed
+
+
+def test_the_users_thread_count_wins_and_one_rank_gets_none() -> None:
+    layout = Layout(0, 1, 1, "h", 1, "r")
+    assert "OMP_NUM_THREADS" not in torchrun_env(layout, 0, {})
+    assert torchrun_env(Layout(0, 1, 2, "h", 1, "r"), 0, {"OMP_NUM_THREADS": "8"})["OMP_NUM_THREADS"] == "8"
+
+
+def test_orders_survive_the_wire() -> None:
+    orders = [RankOrder(0, "script", ["t.py", "--x", "é"], "/w", {"A": "1"}),
+              RankOrder(1, "module", ["pkg.m"], "/w", {}, unbuffered=True)]
+    assert decode_orders(encode_orders(orders)) == orders
+
+
+def test_sys_argv_and_path_as_python_sets_them(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    assert child_argv("script", ["sub/t.py", "--a"]) == ["sub/t.py", "--a"]
+    assert child_argv("module", ["pkg.m", "--a"]) == ["-m", "--a"]
+    assert child_sys_path0("script", ["sub/t.py"], str(tmp_path)) == str((tmp_path / "sub").resolve())
+    assert child_sys_path0("module", ["pkg.m"], str(tmp_path)) == str(tmp_path)
+
+
+def test_the_failure_summary_reads_as_torchruns() -> None:
+    first = RankEnd(local_rank=1, rank=5, code=-9, pid=42, at="2026-01-01_00:00:00")
+    other = RankEnd(local_rank=0, rank=4, code=-15, pid=41, at="2026-01-01_00:00:01")
+    text = failure_summary("/usr/bin/python", "train.py", first, [other], "host")
+    assert torchrun_root_cause(text.splitlines()) == (5, 1, -9)
+    assert "train.py FAILED" in text
+    assert diagnose_lines(text.splitlines()).category == "killed_sigkill"
+
+
+def test_a_bad_setting_names_the_field_and_the_choices() -> None:
+    from fsdp_orch.vocab.errors import InputError
+
+    with pytest.raises(InputError, match=r"launch\.standby: expected 'auto' or 'off'; got 'warm'"):
+        load_job_text("name: demo\nscript: train.py\nlaunch:\n  standby: warm\n")
