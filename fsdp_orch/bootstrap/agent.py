@@ -149,6 +149,8 @@ class Agent:
                 self.progress_at = now
             if step != self.step and state == "training":
                 self._step_times.step_at(now)
+            elif state == "saving":
+                self._step_times.saving()
             self.step, self.loss, self.state, self.metrics = step, loss, state, metrics
             self._write_locked(now)
 

@@ -2,7 +2,8 @@
 
 Each rank times its steps from its own step hook (the bootstrap's optimizer-step hook, or the
 runtime's reports): the seconds between two consecutive steps, whatever the step did (forward,
-backward, data loading, a log line). It keeps the last ``RECENT`` of them and sends
+backward, data loading, a log line), except a gap that held a checkpoint save the runtime reported
+(state ``saving``). It keeps the last ``RECENT`` of them and sends
 
     "step_s": {"n": STEPS_TIMED, "p50": SECONDS, "p95": SECONDS, "max": SECONDS}
 
@@ -38,6 +39,13 @@ class StepTimes:
                 self._next = (self._next + 1) % self._size
             self.count += 1
         self._last_at = now
+
+    def saving(self) -> None:
+        """A checkpoint save began after the last step: the gap to the next step is the save's, not
+        a step's. It is not timed (a save is judged by its own rule: a rank inside one is late only
+        when it writes nothing within the window), so a job that saves often keeps a window cut to
+        its steps."""
+        self._last_at = None
 
     def summary(self) -> dict[str, float | int] | None:
         """``{"n", "p50", "p95", "max"}`` for the heartbeat; None before two steps."""

@@ -59,6 +59,8 @@ class HeartbeatWriter:
         now = time.time()
         if stepped and self.state == "training":
             self.step_times.step_at(now)
+        elif self.state == "saving":
+            self.step_times.saving()
         write_heartbeat(self.path, Heartbeat(
             rank=self.rank, attempt=self.attempt, step=self.step, loss=self.loss, time=now,
             state=self.state, pid=os.getpid(), metrics=self.metrics, step_s=self.step_times.summary()))

@@ -50,6 +50,34 @@ def test_the_summary_is_over_the_recent_steps_and_counts_every_step():
     assert summary["n"] == 10 + RECENT and summary["p95"] == pytest.approx(0.1) and summary["max"] == pytest.approx(0.1)
 
 
+def test_a_gap_that_held_a_checkpoint_save_is_not_a_step_time():
+    times = StepTimes()
+    at = 0.0
+    for step in range(1, 41):  # 0.1 s steps, a 1.5 s save after every 10th (the bench's demo)
+        at += 0.1
+        times.step_at(at)
+        if step % 10 == 0:
+            times.saving()
+            at += 1.5
+    summary = times.summary()
+    assert summary is not None and summary["max"] == pytest.approx(0.1), summary
+    assert summary["n"] == 36  # the first step and the three after a save start a new gap
+
+
+def test_a_rank_reporting_a_save_through_the_bootstrap_does_not_time_the_save(tmp_path):
+    from fsdp_orch.bootstrap.agent import Agent
+    now = [0.0]
+    agent = Agent({"FSDP_ORCH_RUN_DIR": str(tmp_path)}, clock=lambda: now[0])
+    agent.active, agent._step_times = True, StepTimes()
+    agent._write_locked = lambda at: None  # type: ignore[method-assign]
+    for at, step, state in [(1.0, 1, "training"), (1.1, 2, "training"), (1.2, 2, "saving"),
+                            (3.0, 3, "training"), (3.1, 4, "training")]:
+        now[0] = at
+        agent.report(0, step, None, state, {})
+    summary = agent._step_times.summary()
+    assert summary is not None and summary["n"] == 2 and summary["max"] == pytest.approx(0.1), summary
+
+
 def test_the_95th_percentile_sees_a_slow_tail_but_not_a_one_off():
     one_off = timed([0.1] * 63 + [30.0]).summary()  # an evaluation pass between two steps
     assert one_off is not None and one_off["p95"] == pytest.approx(0.1) and one_off["max"] == pytest.approx(30.0)

@@ -36,10 +36,11 @@ def test_writer_output_is_read_back_per_rank(tmp_path):
 
 def test_the_runtime_writer_without_the_bootstrap_times_its_steps(tmp_path):
     w = HeartbeatWriter(tmp_path, attempt=0, rank=0)
-    for step in range(1, 8):
+    for step in range(1, 9):
         w.beat(step=step, loss=1.0, state="training")
-        w.beat(step=step, state="saving")  # a save at the same step is no new step
-        w.beat(step=step, state="training")
+        if step == 4:
+            w.beat(step=step, state="saving")  # the gap to step 5 is the save's: not timed
+            w.beat(step=step, state="training")  # and the save's end at the same step is no new step
     summary = read_heartbeats(tmp_path, 0)[0].step_s
     assert summary is not None and summary["n"] == 6
 
