@@ -150,15 +150,20 @@ def comment_lines_hold(art: Artifact) -> None:
     assert any("evil; touch PWNED # $(touch PWNED)" in line for line in header)
 
 
+@pytest.mark.parametrize("standby", ["auto", "off"])
 @pytest.mark.parametrize("launcher", ["torchrun", "accelerate", "python"])
-def test_local_launch_script(box: dict[str, Path], launcher: str) -> None:
-    job, artifacts = render(box, write_job(box), write_profile(box, "local"), [f"launcher={launcher}"])
+def test_local_launch_script(box: dict[str, Path], launcher: str, standby: str) -> None:
+    job, artifacts = render(box, write_job(box), write_profile(box, "local"),
+                            [f"launcher={launcher}", f"launch.standby={standby}"])
     (launch,) = [a for a in artifacts if a.name == "launch.sh"]
     comment_lines_hold(launch)
     run_script(box, launch)
     (record,) = records(box)
     assert_literal(job, record, [job.script or "", *PAYLOADS])
-    assert record["argv"][0] == {"torchrun": "-m", "accelerate": "-m", "python": "-u"}[launcher]
+    if standby == "auto" and launcher != "accelerate":  # the warm launcher gets the program after --
+        assert record["argv"][:2] == ["-m", "fsdp_orch.standby.launch"], record["argv"]
+    else:
+        assert record["argv"][0] == {"torchrun": "-m", "accelerate": "-m", "python": "-u"}[launcher]
     assert_nothing_ran(box)
 
 
