@@ -195,7 +195,9 @@ class Agent:
 
             atexit.register(self._at_exit)
         self._prepare_trace_request()
-        threading.Thread(target=self._watch, name="fsdp-orch-heartbeat", daemon=True).start()
+        watcher = threading.Thread(target=self._watch, name="fsdp-orch-heartbeat", daemon=True)
+        watcher.start()
+        self._watcher_ident = watcher.ident
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         """A full collection of a large object graph holds the interpreter in one native call for
@@ -207,7 +209,10 @@ class Agent:
         self._gc_since = now if phase == "start" else None
         if phase == "stop" and self._probe is not None:
             self._probe.mark()
-        if self._lock.acquire(False):  # not when the watcher thread's own write set off the collection
+        # The watcher's own write may have set off the collection (its lock held): no wait there. On
+        # another thread, wait a little for a write in flight, or collecting_since is never written.
+        own = _thread.get_ident() == getattr(self, "_watcher_ident", None)
+        if self._lock.acquire(not own, -1 if own else 0.5):
             try:
                 self._write_locked(now)
             finally:
