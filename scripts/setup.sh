@@ -7,7 +7,7 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet "torch==2.13.0" numpy
-.venv/bin/python -m pip install --quiet -e ".[test,accelerate,hf]"
+.venv/bin/python -m pip install --quiet --no-cache-dir --upgrade pip
+.venv/bin/python -m pip install --quiet --no-cache-dir "torch==2.13.0" numpy
+.venv/bin/python -m pip install --quiet --no-cache-dir -e ".[test,accelerate,hf]"
 echo "fsdp-orch is set up in $(pwd)/.venv"

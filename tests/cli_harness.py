@@ -85,6 +85,21 @@ def why(status: dict) -> str:  # type: ignore[type-arg]
     return f"{status['state']}: {status.get('reason')}\nfailures: {status['failures']}\n{tail}"
 
 
+def job_events(cli: Cli, job_id: str) -> list[dict]:
+    """The job's event log as ``fsdp-orch events --json`` prints it, in order."""
+    return [json.loads(line) for line in cli.run("events", job_id, "--json", check=True).stdout.splitlines()]
+
+
+def hang_windows(cli: Cli, job_id: str, attempt: int = 0) -> list[dict]:
+    """The hang windows the supervisor recorded for ``attempt`` (``hang_window`` events), in order."""
+    return [e for e in job_events(cli, job_id) if e.get("kind") == "hang_window" and e.get("attempt") == attempt]
+
+
+def notices(cli: Cli, job_id: str, name: str) -> list[dict]:
+    """The supervisor's notices called ``name`` (``stacks``, ``node_silent``...), in order."""
+    return [e for e in job_events(cli, job_id) if e.get("kind") == "notice" and e.get("notice") == name]
+
+
 def culprit_leads(evidence: str | None, rank: int) -> bool:
     """A hang's evidence leads with the hung rank, named as outside a collective (issue 26)."""
     head = (evidence or "").split(";")[0]

@@ -25,6 +25,11 @@ from fsdp_orch.record.model import JobStatus
 from fsdp_orch.vocab.checks import Check
 from fsdp_orch.vocab.errors import FsdpOrchError
 
+# A node channel (a node agent's summaries, an SSH host's report stream) says something every second;
+# silent for longer than this, what came through it is stale. Under the hang window's 2 s floor: a
+# node that died is silent before its peers, who wait for it, can be judged hung.
+CHANNEL_SILENT_S = 1.5
+
 
 class AttemptObservation(Protocol):
     """How the supervisor sees a running attempt, wherever its nodes are."""
@@ -58,6 +63,13 @@ class AttemptObservation(Protocol):
     def lost_hosts(self) -> tuple[str, ...]:
         """The hosts (``address:port``) of the nodes found lost so far: the supervisor plans later
         attempts without them (``PlanContext.excluded_hosts``); () when the kind cannot tell."""
+        ...
+
+    def silent_nodes(self) -> dict[int, float]:
+        """The nodes whose channel to the supervisor has said nothing for longer than it should
+        (``CHANNEL_SILENT_S``), by node rank, with how long. Their ranks' heartbeats come through that
+        channel, so they are as old as its silence: no signal, not a hang. {} where the heartbeats
+        are read without a channel (the run folder)."""
         ...
 
 

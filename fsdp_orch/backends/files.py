@@ -48,5 +48,8 @@ class FileObservation:
     def lost_hosts(self) -> tuple[str, ...]:
         return ()
 
+    def silent_nodes(self) -> dict[int, float]:
+        return {}  # the heartbeats are read from the run folder: no channel to fall silent
+
     def flight_recorder_dumps(self) -> list[str]:
         return [str(p) for p in sorted(self.attempt_dir.glob(f"{FLIGHT_RECORDER_PREFIX}*"))]

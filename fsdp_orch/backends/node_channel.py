@@ -7,6 +7,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
+from fsdp_orch.backends.base import CHANNEL_SILENT_S
 from fsdp_orch.backends.files import FileObservation
 from fsdp_orch.nodeagent.endpoint import write_endpoint
 from fsdp_orch.nodeagent.server import SummaryServer
@@ -46,6 +47,9 @@ class AgentObservation(FileObservation):
 
     def lost_node(self) -> str | None:
         return self.channel.lost_node()
+
+    def silent_nodes(self) -> dict[int, float]:
+        return self.channel.silent_nodes(CHANNEL_SILENT_S)
 
     def judge_exit(self, code: int | None) -> int | None:
         """The attempt's exit code as the launcher gave it (``code``), once the agents' last lines

@@ -13,6 +13,7 @@ the runtime applies the faults.
 from __future__ import annotations
 
 import _thread
+import gc as _gc
 import os
 import sys
 import time
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 TICK_S = 0.5  # the watcher's period: heartbeat file refresh and probe
 STEP_WRITE_MIN_S = 0.2  # after a step, write at once unless the last write is younger than this
+LONG_YOUNG_COLLECTION = 100_000  # young objects past which a collection is worth a heartbeat (about 10 ms of work)
 
 
 class Agent:
@@ -58,7 +60,8 @@ class Agent:
         self._compute: Any = None
         self._children: Any = None
         self._step_times: Any = None
-        self._gc_since: float | None = None  # a full garbage collection runs on the main thread since
+        self._gc_since: float | None = None  # a long garbage collection runs since
+        self._watcher_ident: int | None = None  # the heartbeat thread, once it runs
         self._injector: Any = None
         self._stack_file: Any = None
         self._host: str | None = None
@@ -177,9 +180,7 @@ class Agent:
         self._step_times = StepTimes()
         self._injector = self._make_injector(rank)
         self._register_stack_dump(rank)
-        import gc
-
-        gc.callbacks.append(self._on_gc)
+        _gc.callbacks.append(self._on_gc)
         self.active = True
         self.progress_at = self.clock()
         with self._lock:
@@ -195,28 +196,39 @@ class Agent:
 
             atexit.register(self._at_exit)
         self._prepare_trace_request()
-        watcher = threading.Thread(target=self._watch, name="fsdp-orch-heartbeat", daemon=True)
-        watcher.start()
-        self._watcher_ident = watcher.ident
+        threading.Thread(target=self._watch, name="fsdp-orch-heartbeat", daemon=True).start()
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
-        """A full collection of a large object graph holds the interpreter in one native call for
+        """A collection of a large object graph holds the interpreter in one native call for
         seconds, the watcher thread included: the heartbeat says so as it begins (``collecting_since``),
-        and the rule counts the rank as busy meanwhile."""
-        if info["generation"] != 2 or not self.active:  # a forked child (a data loader worker) never writes
+        and the rule counts the rank as busy meanwhile. Full collections, and young ones with many
+        objects to look at: after ``gc.disable()``/``gc.enable()``, or a burst of allocations, the
+        automatic collection that follows is a young one over all of them (1.3 s for 8M here)."""
+        if not self.active:  # a forked child (a data loader worker) never writes
             return
-        now = self.clock()
-        self._gc_since = now if phase == "start" else None
-        if phase == "stop" and self._probe is not None:
-            self._probe.mark()
-        # The watcher's own write may have set off the collection (its lock held): no wait there. On
-        # another thread, wait a little for a write in flight, or collecting_since is never written.
-        own = _thread.get_ident() == getattr(self, "_watcher_ident", None)
+        if phase == "start":
+            if info["generation"] != 2 and _gc.get_count()[0] < LONG_YOUNG_COLLECTION:
+                return  # the common young collection: milliseconds, and hundreds a second
+            now = self.clock()
+            self._gc_since = now
+        else:
+            if self._gc_since is None:
+                return
+            now = self.clock()
+            self._gc_since = None
+            if self._probe is not None:
+                self._probe.mark()
+        # The watcher's own write may have set off the collection (its lock held): no wait there, and
+        # the write goes through a temp file of its own so the one in flight is not torn. On another
+        # thread, wait a little for a write in flight, or collecting_since is never written.
+        own = _thread.get_ident() == self._watcher_ident
         if self._lock.acquire(not own, -1 if own else 0.5):
             try:
                 self._write_locked(now)
             finally:
                 self._lock.release()
+        elif own:
+            self._write_locked(now, tmp_tag="gc")
 
     def _make_injector(self, rank: int) -> Any:
         if not self.fault_text:
@@ -287,10 +299,21 @@ class Agent:
             pass
 
     def _watch(self) -> None:
+        from fsdp_orch.observe.heartbeats import HELD_AFTER_S
+
+        self._watcher_ident = _thread.get_ident()  # before its first write: a collection it sets off knows it
+        woke = time.monotonic()
         while self.active:
             time.sleep(TICK_S)
             if not self.active:
                 return
+            last, woke = woke, time.monotonic()
+            if woke - last > HELD_AFTER_S:
+                # The interpreter was held until now (this thread could not take it back): whoever
+                # held it was not waiting in a collective, which lets it go. Its old python_at would
+                # otherwise reach the supervisor in this very write, just as the relay stops saying
+                # held_since, and the rank would look hung for a moment.
+                self._probe.mark()
             self._probe.ask()
             self._io.sample()
             self._compute.sample()
@@ -315,7 +338,7 @@ class Agent:
             self._write_locked(self.progress_at)
         self.active = False
 
-    def _write_locked(self, now: float) -> None:
+    def _write_locked(self, now: float, tmp_tag: str = "") -> None:
         from fsdp_orch.observe.heartbeats import Heartbeat, write_heartbeat
 
         if self._path is None or self.rank is None:
@@ -330,7 +353,7 @@ class Agent:
                 io_at=self._io.io_at if self._io is not None else None,
                 compute_at=max(computed) if computed else None,
                 step_s=self._step_times.summary() if self._step_times is not None else None,
-                collecting_since=self._gc_since))
+                collecting_since=self._gc_since), tmp_tag=tmp_tag)
             self._last_write = now
         except OSError:
             pass  # a full or vanished run directory must not break training

@@ -77,16 +77,19 @@ class ChildrenCpu:
 
         self._pid = os.getpid() if pid is None else pid
         self._by_task = os.path.exists(f"/proc/{self._pid}/task/{self._pid}/children")
-        self._seen: dict[int, float] = {}
-        self._total = 0.0
         self._tick = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+        self._seen: dict[int, float] = self._now()  # children already there: from what they used so far
+        self._total = 0.0
 
     def __call__(self) -> float:
-        now = {child: cpu for child in self._children() if (cpu := self._cpu(child)) is not None}
+        now = self._now()
         for child, cpu in now.items():
             self._total += max(0.0, cpu - self._seen.get(child, 0.0))
         self._seen = now
         return self._total
+
+    def _now(self) -> dict[int, float]:
+        return {child: cpu for child in self._children() if (cpu := self._cpu(child)) is not None}
 
     def _children(self) -> list[int]:
         import os

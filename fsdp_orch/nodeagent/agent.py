@@ -92,8 +92,9 @@ class NodeAgent:
         last = 0.0
         while not listening.done():  # the supervisor hung up: connect again
             ending = self.ending or not self.launcher_alive()
-            current = {rank: compact(beat) for rank, beat in self.read_beats().items()}
+            beats = self.read_beats()
             now = self.clock()
+            current = {rank: compact(beat, now) for rank, beat in beats.items()}
             if ending or now - last >= self.every or state_changed(current, sent):
                 line = summary_line(self.node, self.host, now, changed_beats(current, sent), final=ending,
                                     attempt=self.attempt)

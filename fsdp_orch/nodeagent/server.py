@@ -152,6 +152,13 @@ class SummaryServer:
                         f"{now - state.seen:.1f}s ({how}; node timeout {self.node_timeout:g}s)")
         return None
 
+    def silent_nodes(self, after: float) -> dict[int, float]:
+        """The nodes whose agent has said nothing for more than ``after`` seconds (and has not sent its
+        last summary), with how long."""
+        now = self.clock()
+        with self._lock:
+            return {s.node: now - s.seen for s in self._nodes.values() if not s.final and now - s.seen > after}
+
     def settle(self, timeout: float, sleep: Callable[[float], None] = time.sleep) -> None:
         """Wait (up to ``timeout``) for every connected agent's last summary, after the launchers ended."""
         deadline = self.clock() + timeout

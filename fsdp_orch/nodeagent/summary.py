@@ -21,17 +21,22 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsdp_orch.observe.heartbeats import Heartbeat, heartbeat_from_dict
+from fsdp_orch.observe.heartbeats import Heartbeat, heartbeat_from_dict, held_since
 
 # What the node's line says once for all its ranks (``at``, ``host``, ``attempt``): left out of each.
 _PER_NODE = ("time", "host", "attempt")
-_TIMES = ("progress_at", "python_at", "io_at", "compute_at", "collecting_since")
+_TIMES = ("progress_at", "python_at", "io_at", "compute_at", "collecting_since", "held_since")
 
 
-def compact(beat: dict[str, Any]) -> dict[str, Any]:
+def compact(beat: dict[str, Any], now: float) -> dict[str, Any]:
     """A rank's heartbeat as the line carries it: without what the node says once, times to the
-    millisecond. A rank hung in a native call then reads the same tick after tick, and is not sent."""
+    millisecond. A rank hung in a native call then reads the same tick after tick, and is not sent.
+    Its own write time goes, so ``held_since`` (read here, with the node's clock) says when a rank's
+    file stopped being rewritten: once as it stops, once as it starts again."""
     out = {k: v for k, v in beat.items() if k not in _PER_NODE}
+    held = held_since(beat, now)
+    if held is not None:
+        out["held_since"] = held
     for key in _TIMES:
         value = out.get(key)
         if isinstance(value, float):
@@ -51,8 +56,10 @@ def summary_line(node: int, host: str, at: float, beats: list[dict[str, Any]], f
 
 
 def state_changed(current: dict[int, dict[str, Any]], sent: dict[int, dict[str, Any]]) -> bool:
-    """A rank appeared or changed state (started, saving, done): worth a line before the next tick."""
-    return any(rank not in sent or sent[rank].get("state") != beat.get("state") for rank, beat in current.items())
+    """A rank appeared, changed state (started, saving, done) or its file stopped or started being
+    rewritten (``held_since``): worth a line before the next tick."""
+    return any(rank not in sent or sent[rank].get("state") != beat.get("state")
+               or ("held_since" in sent[rank]) != ("held_since" in beat) for rank, beat in current.items())
 
 
 @dataclass(frozen=True)
@@ -110,4 +117,5 @@ def dump_from_wire(data: dict[str, Any]) -> Any:
                                 bool(t.get("gil")), bool(t.get("current"))) for t in data.get("threads", []))
     return StackDump(int(data["rank"]), int(data["pid"]), threads, str(data.get("source", "")),
                      Path(data["path"]) if data.get("path") else None, str(data.get("error", "")))
+
 __all__ = ["NodeSummary", "changed_beats", "compact", "dump_from_wire", "dump_to_wire", "parse_summary", "state_changed", "summary_line"]

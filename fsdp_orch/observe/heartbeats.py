@@ -13,8 +13,9 @@ in any process, when its child processes (data loader workers) last did; ``colle
 when a full garbage collection began that still runs (it holds the interpreter, so the file is not
 rewritten until it ends; absent: none runs); ``step_s``, the rank's own
 step times (``{"n", "p50", "p95", "max"}``: ``fsdp_orch.observe.step_times``; absent before two
-steps, and in heartbeats of older versions), from which the supervisor sets the hang window. The
-bootstrap on every
+steps, and in heartbeats of older versions), from which the supervisor sets the hang window;
+``held_since``, never in a rank's own file: added by the node's relay when the file has not been
+rewritten for a while (:func:`held_since`). The bootstrap on every
 rank writes them (``fsdp_orch.bootstrap.agent``), fed by the runtime where a script uses it; the
 supervisor reads them with :func:`read_heartbeats`.
 """
@@ -30,6 +31,11 @@ from pathlib import Path
 from typing import Any
 
 STATES = ("starting", "training", "saving", "done")
+# A write of the watcher (every 0.5 s) missed by half a tick: the relay reads at 0.25 s (node agent)
+# or 0.5 s (SSH report), so the supervisor knows a rank is held 0.75-1.25 s after its last write, while
+# its python_at (up to a tick older than that write) looks like a hang only past the window's 2 s
+# floor. A write merely late on a busy machine flags it for a moment: that only defers a verdict.
+HELD_AFTER_S = 0.75
 _RANK_FILE = re.compile(r"rank-(\d+)\.json")
 
 
@@ -50,6 +56,7 @@ class Heartbeat:
     compute_at: float | None = None  # an XLA process or a rank's children last used CPU; None: not seen
     step_s: dict[str, Any] | None = None  # the rank's recent step times (observe.step_times); None: none yet
     collecting_since: float | None = None  # a full garbage collection runs since; None: none runs
+    held_since: float | None = None  # the rank's writer fell silent at this time (set by the relay: see held_since)
 
     @property
     def progress_time(self) -> float:
@@ -72,6 +79,8 @@ class Heartbeat:
             data["step_s"] = self.step_s
         if self.collecting_since is not None:
             data["collecting_since"] = self.collecting_since
+        if self.held_since is not None:
+            data["held_since"] = self.held_since
         return json.dumps(data, separators=(",", ":"))
 
 
@@ -100,7 +109,7 @@ def heartbeat_from_dict(data: Any) -> Heartbeat:
         rank, attempt, step, pid, when = get("rank"), get("attempt"), get("step"), get("pid"), get("time")
         state, loss, metrics, host = get("state"), get("loss"), get("metrics") or {}, get("host")
         progress_at, python_at, io_at, compute_at = get("progress_at"), get("python_at"), get("io_at"), get("compute_at")
-        step_s, collecting = get("step_s"), get("collecting_since")
+        step_s, collecting, held = get("step_s"), get("collecting_since"), get("held_since")
         # x - x == 0 holds for finite numbers only (inf - inf and nan - nan are nan); type() is exact: no bool
         if (type(rank) is int and type(attempt) is int and type(step) is int and type(pid) is int
                 and type(when) in _NUMBER and when - when == 0 and state in STATES
@@ -111,13 +120,15 @@ def heartbeat_from_dict(data: Any) -> Heartbeat:
                 and (io_at is None or (type(io_at) in _NUMBER and io_at - io_at == 0))
                 and (compute_at is None or (type(compute_at) in _NUMBER and compute_at - compute_at == 0))
                 and (step_s is None or type(step_s) is dict)
-                and (collecting is None or (type(collecting) in _NUMBER and collecting - collecting == 0))):
+                and (collecting is None or (type(collecting) in _NUMBER and collecting - collecting == 0))
+                and (held is None or (type(held) in _NUMBER and held - held == 0))):
             return Heartbeat(rank, attempt, step, None if loss is None else float(loss), float(when), state, pid,
                              metrics, None if progress_at is None else float(progress_at),
                              None if python_at is None else float(python_at), host,
                              None if io_at is None else float(io_at),
                              None if compute_at is None else float(compute_at), step_s,
-                             None if collecting is None else float(collecting))
+                             None if collecting is None else float(collecting),
+                             None if held is None else float(held))
     return _checked(data)
 
 
@@ -140,7 +151,7 @@ def _checked(data: Any) -> Heartbeat:
     if not isinstance(metrics, dict):
         raise ValueError(f"metrics: expected an object, got {metrics!r}")
     times = {}
-    for key in ("progress_at", "python_at", "io_at", "compute_at", "collecting_since"):
+    for key in ("progress_at", "python_at", "io_at", "compute_at", "collecting_since", "held_since"):
         value = data.get(key)
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
                                   or not math.isfinite(value)):
@@ -155,6 +166,27 @@ def _checked(data: Any) -> Heartbeat:
     return Heartbeat(rank=data["rank"], attempt=data["attempt"], step=data["step"],
                      loss=None if loss is None else float(loss), time=float(when), state=state,
                      pid=data["pid"], metrics=metrics, host=host, step_s=step_s, **times)
+
+
+def held_since(beat: Any, now: float) -> float | None:
+    """When the rank whose decoded heartbeat file is ``beat`` stopped rewriting it (its ``time``), or
+    None while it writes, once it is done, or when ``beat`` is not a heartbeat.
+
+    The bootstrap's watcher thread rewrites the file every ``TICK_S`` (0.5 s) whatever the main
+    thread does: a rank waiting in a collective, a sleep or a blocked read has released the
+    interpreter, and its file stays fresh. A file older than ``HELD_AFTER_S`` means the watcher
+    could not run: the main thread holds the interpreter in one native call that does not let it
+    go (a page fault stalled on memory reclaim, a C extension that keeps the GIL, a large
+    allocation or collection), or the process is frozen. From outside, such a rank may be busy or
+    stuck, and its ``python_at`` ages like a hung rank's: that is no signal, so the hang rule waits
+    for it up to the ceiling. Computed where the file is read, on the rank's own node (its clock):
+    the node agent's summary and the SSH node report carry it."""
+    if type(beat) is not dict:
+        return None
+    written = beat.get("time")
+    if type(written) not in _NUMBER or beat.get("state") == "done" or not now - written > HELD_AFTER_S:
+        return None
+    return float(written)
 
 
 def read_heartbeats(run_dir: str | os.PathLike[str], attempt: int) -> dict[int, Heartbeat]:
@@ -178,14 +210,16 @@ def read_heartbeats(run_dir: str | os.PathLike[str], attempt: int) -> dict[int, 
     return dict(sorted(out.items()))
 
 
-def write_heartbeat(path: str | os.PathLike[str], beat: Heartbeat) -> None:
-    """Replace ``path`` atomically (temp file in the same directory, then rename; no fsync: cheap)."""
+def write_heartbeat(path: str | os.PathLike[str], beat: Heartbeat, tmp_tag: str = "") -> None:
+    """Replace ``path`` atomically (temp file in the same directory, then rename; no fsync: cheap).
+    ``tmp_tag``: a temp file of its own, for a write made while another of this process's is in flight."""
     target = os.fspath(path)
-    tmp = f"{target}.{beat.pid}.tmp"
+    tmp = f"{target}.{beat.pid}{'.' + tmp_tag if tmp_tag else ''}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(beat.to_json())
     os.replace(tmp, target)
 
 
-__all__ = ["Heartbeat", "STATES", "heartbeat_dir", "heartbeat_from_dict", "heartbeat_path", "parse_heartbeat",
+__all__ = ["HELD_AFTER_S", "Heartbeat", "STATES", "heartbeat_dir", "heartbeat_from_dict", "heartbeat_path",
+           "held_since", "parse_heartbeat",
            "read_heartbeats", "write_heartbeat"]

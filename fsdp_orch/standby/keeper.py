@@ -42,6 +42,8 @@ PRELOAD = ("torch", "torch.distributed", "torch.distributed.fsdp", "torch.nn", "
 # (0.9 s: pydantic and the job spec), none of which reads the environment when imported.
 PRELOAD_IF_PRESENT = ("torch._dynamo", "torch.distributed.checkpoint._fsspec_filesystem", "fsdp_orch.runtime.job")
 FDS_PER_RANK = 3
+AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
+STORE_TIMEOUT_S = 1800.0
 
 
 def listen(path: str) -> socket.socket:
@@ -129,6 +131,49 @@ def run_rank(order: RankOrder) -> None:
         runpy.run_module(order.program[0], run_name="__main__", alter_sys=True)
 
 
+def host_store(env: dict[str, str]) -> tuple[int, int] | str:
+    """torchrun's agent store: a forked child of this keeper serves the attempt's TCPStore on
+    ``MASTER_PORT`` before any rank starts, so no rank's first connection finds nothing listening and
+    backs off (0.3 s measured here when a rank 0 hosting it was a few milliseconds late). The store
+    ends when the keeper closes its lifeline (or ends). The child's pid and the lifeline, or why not."""
+    from datetime import timedelta
+
+    ready_r, ready_w = os.pipe()
+    life_r, life_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                signal.signal(sig, signal.SIG_DFL)
+            os.close(ready_r)
+            os.close(life_w)
+            try:
+                import torch.distributed as dist
+
+                store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=True,
+                                      wait_for_workers=False, timeout=timedelta(seconds=STORE_TIMEOUT_S))
+            except Exception as exc:  # noqa: BLE001 - told to the keeper, which falls back
+                os.write(ready_w, b"0" + str(exc).encode()[:400])
+            else:
+                os.write(ready_w, b"1")
+                os.close(ready_w)
+                os.read(life_r, 1)  # end of file: the keeper is done, or gone
+                del store
+                code = 0
+        finally:
+            os._exit(code)
+    os.close(ready_w)
+    os.close(life_r)
+    answer = os.read(ready_r, 512)
+    os.close(ready_r)
+    if answer[:1] == b"1":
+        return pid, life_w
+    os.close(life_w)
+    os.waitpid(pid, 0)
+    return answer[1:].decode(errors="replace") or "the store process ended"
+
+
 def serve(conn: socket.socket, listener: socket.socket) -> RankOrder | int:
     """Forks the ranks; in a child returns its order, in the keeper the keeper's exit status."""
     orders, fds = receive_orders(conn)
@@ -136,6 +181,16 @@ def serve(conn: socket.socket, listener: socket.socket) -> RankOrder | int:
         print(f"fsdp-orch standby: expected {FDS_PER_RANK * len(orders)} descriptors, got {len(fds)}",
               file=sys.stderr, flush=True)
         return 2
+    store: tuple[int, int] | None = None
+    if orders and orders[0].env.get(AGENT_STORE) == "True" and orders[0].env.get("GROUP_RANK") == "0":
+        hosted = host_store(orders[0].env)
+        if isinstance(hosted, str):  # rank 0 hosts it, as without torchrun's agent
+            print(f"fsdp-orch standby: the attempt's store could not be served ({hosted}); rank 0 serves it",
+                  file=sys.stderr, flush=True)
+            for order in orders:
+                order.env[AGENT_STORE] = "False"
+        else:
+            store = hosted
     children: dict[int, int] = {}
     for i, order in enumerate(orders):
         mine = fds[FDS_PER_RANK * i:FDS_PER_RANK * (i + 1)]
@@ -144,6 +199,8 @@ def serve(conn: socket.socket, listener: socket.socket) -> RankOrder | int:
             for fd in fds:
                 if fd not in mine:
                     os.close(fd)
+            if store is not None:
+                os.close(store[1])
             become_rank(order, mine, [conn, listener])
             return order
         children[pid] = order.local_rank
@@ -151,6 +208,9 @@ def serve(conn: socket.socket, listener: socket.socket) -> RankOrder | int:
         os.close(fd)
     conn.sendall(message(started={str(rank): pid for pid, rank in children.items()}))
     watch_ranks(conn, children)
+    if store is not None:
+        os.close(store[1])
+        os.waitpid(store[0], 0)
     return 0
 
 
@@ -209,16 +269,41 @@ def _unlink(path: str) -> None:
         pass
 
 
-def keep(path: str, starter: int) -> RankOrder | int:
+def preload() -> None:
+    """Imports what a rank would, in a thread of its own at idle priority (``SCHED_IDLE``, a policy a
+    thread may always lower itself to and which its process's other threads do not share): the next
+    attempt's keeper starts while this attempt's ranks start up and train, and on a node with no core
+    to spare its import would slow them. The ranks are forked from the main thread, at its priority."""
     import importlib
+    import threading
 
-    for name in PRELOAD:
-        importlib.import_module(name)
-    for name in PRELOAD_IF_PRESENT:
+    failed: list[BaseException] = []
+
+    def work() -> None:
         try:
-            importlib.import_module(name)
-        except ImportError:
-            pass
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except (AttributeError, OSError):
+            pass  # not Linux: imported at the keeper's priority
+        try:
+            for name in PRELOAD:
+                importlib.import_module(name)
+            for name in PRELOAD_IF_PRESENT:
+                try:
+                    importlib.import_module(name)
+                except ImportError:
+                    pass
+        except BaseException as exc:  # noqa: BLE001 - raised again on the main thread
+            failed.append(exc)
+
+    importer = threading.Thread(target=work, name="fsdp-orch-preload")
+    importer.start()
+    importer.join()
+    if failed:
+        raise failed[0]
+
+
+def keep(path: str, starter: int) -> RankOrder | int:
+    preload()
     listener = listen(path)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # unused: the files go with it
     try:

@@ -46,8 +46,9 @@ class Layout:
 
 def torchrun_env(layout: Layout, local_rank: int, base: dict[str, str]) -> dict[str, str]:
     """``base`` plus the variables torchrun's local agent sets for a worker (torch/distributed/elastic/
-    agent/server/local_elastic_agent.py). The ranks host their own store (env:// rendezvous), so
-    ``TORCHELASTIC_USE_AGENT_STORE`` is False."""
+    agent/server/local_elastic_agent.py). As under torchrun, the store is the agent's: node 0's keeper
+    serves it (``TORCHELASTIC_USE_AGENT_STORE`` True; the keeper sets it False, and rank 0 serves it,
+    where it cannot)."""
     world = layout.nnodes * layout.nproc_per_node
     rank = layout.node_rank * layout.nproc_per_node + local_rank
     env = dict(base)
@@ -57,7 +58,7 @@ def torchrun_env(layout: Layout, local_rank: int, base: dict[str, str]) -> dict[
         "WORLD_SIZE": str(world), "GROUP_WORLD_SIZE": str(layout.nnodes), "ROLE_WORLD_SIZE": str(world),
         "MASTER_ADDR": layout.master_addr, "MASTER_PORT": str(layout.master_port),
         "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
-        "TORCHELASTIC_RUN_ID": layout.run_id, "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "TORCHELASTIC_RUN_ID": layout.run_id, "TORCHELASTIC_USE_AGENT_STORE": "True",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": base.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
     })
     if "OMP_NUM_THREADS" not in base and layout.nproc_per_node > 1:

@@ -139,6 +139,7 @@ class Supervisor:
         self._saves: dict[tuple[str, int | None, bytes | None], int] = {}  # files of unknown step, by save
         self._file_look: dict[str, int] = {}  # checkpoint.file: the sizes at the previous poll
         self._hang_detection_off: str | None = None
+        self._silent_in: int | None = None  # the attempt in which a node's channel was silent at the last look
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -159,8 +160,10 @@ class Supervisor:
                         return JobState.FAILED
                     restarts += 1
                     delay = backoff_delay(self.sub.job.restart, restarts, self.rng)
-                    self.journal.restart_scheduled(decision.reason, delay, now=self.clock())
-                    self.backoff_sleep(delay)
+                    now = self.clock()
+                    self.journal.restart_scheduled(decision.reason, delay, now=now)
+                    # The backoff runs from the verdict: the teardown (stacks taken, ranks stopped) is part of it.
+                    self.backoff_sleep(max(0.0, delay - max(0.0, now - failed.detected_at)))
                     if self._cancel_requested():
                         raise Cancelled() from None
                     attempt, adopt = attempt + 1, None
@@ -389,8 +392,9 @@ class Supervisor:
                     "stopped them and counted the attempt as done"))
                 return
             detected_at = self.clock()
-            verdict = check_hang(beats, world_size=world, attempt_started=started, now=detected_at,
-                                 watch=watch, window=window.seconds)
+            silent = self._silent_nodes(attempt, handle)
+            verdict = None if silent else check_hang(beats, world_size=world, attempt_started=started,
+                                                     now=detected_at, watch=watch, window=window.seconds)
             if verdict is not None:
                 self._record_progress(beats, window, final=True)
                 asked = ask_for_flight_records(Path(self.sub.attempt_dir(attempt)), self.clock)
@@ -409,6 +413,19 @@ class Supervisor:
                 raise Cancelled()
             # A short window is judged at least 4 times over: a verdict comes within a quarter of it.
             self.sleep(min(watch.poll_interval, window.seconds / 4))
+
+    def _silent_nodes(self, attempt: int, handle: AttemptHandle) -> dict[int, float]:
+        """The nodes whose channel is silent (``handle.silent_nodes``): while any is, the hang rule
+        waits; such a node is heard again or found lost (``poll``) within the node timeout. Each
+        silence is recorded once, as it begins."""
+        silent = handle.silent_nodes()
+        if silent and self._silent_in != attempt:
+            nodes = ", ".join(f"node {n} for {s:.1f}s" for n, s in sorted(silent.items()))
+            self.journal.add_event(attempt=attempt, kind="node_silent", message=(
+                f"no word from {nodes}: its ranks' heartbeats come through it, so no hang is judged "
+                "until it is heard again or found lost"))
+        self._silent_in = attempt if silent else None
+        return silent
 
     def _check_ranks_started(self, attempt: int, seen: set[int], world: int, before: int | None,
                              checkpoint_dir: Path) -> None:

@@ -27,7 +27,9 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
     rank with no probe, whose writes are not measured either). Vetoes (its peers wait for it):
     a rank busy in Python past its window (a long evaluation); a probed rank within its window that
     ran Python within it (it just stepped); a rank inside a full garbage collection, for up to
-    ``startup_timeout`` (``collecting_since``: the interpreter's own work); a rank whose process
+    ``startup_timeout`` (``collecting_since``: the interpreter's own work); a rank whose heartbeat
+    is not rewritten, for up to ``heartbeat_timeout`` (``held_since``: its watcher thread cannot run,
+    so the interpreter is held by one native call: no signal whether it is busy); a rank whose process
     wrote within the window (a save making progress, however slow: bytes written, ``io_at``); an XLA
     rank whose process used CPU within the window (compiling a graph, ``compute_at``), or any rank
     whose child processes did (data loader workers refilling, ``compute_at``); a rank with no heartbeat yet while no
@@ -59,6 +61,8 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
             since, allowed = beat.progress_time, window
         if beat is not None and beat.collecting_since is not None and now - beat.collecting_since <= watch.startup_timeout:
             return None  # a garbage collection holds the interpreter: busy, and its peers wait for it
+        if beat is not None and beat.held_since is not None and now - beat.held_since <= max(allowed, watch.heartbeat_timeout):
+            return None  # its heartbeat is not rewritten: the interpreter is held, busy or stuck, no signal
         if beat is not None and beat.io_at is not None and now - beat.io_at <= allowed:
             return None  # writing (a save that makes progress): its peers wait for it
         if beat is not None and beat.compute_at is not None and now - beat.compute_at <= allowed:
@@ -76,6 +80,8 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
             what = _last_report(rank, beat) + f", main thread in one native call for {native_for:.1f}s"
         else:
             what = _last_report(rank, beat)
+        if beat is not None and beat.held_since is not None:
+            what += f", its heartbeat not rewritten for {now - beat.held_since:.1f}s (the interpreter held)"
         if beat is not None and beat.state == "saving":
             written = "nothing written" if beat.io_at is None else f"nothing written for {now - beat.io_at:.1f}s"
             what += f", inside a checkpoint save ({written})"

@@ -52,8 +52,14 @@ def test_three_faults_add_up_to_the_wall_time(three_faults):
     assert 0 < g["goodput_pct"] < 100 and g["goodput_pct"] == pytest.approx(
         100 * g["seconds"]["productive"] / g["wall_s"], abs=0.01)
     s = g["seconds"]
-    assert s["detection"] >= 6 * 0.9, "the hang's stall (heartbeat_timeout 6s) is detection"
-    assert s["restart"] >= 3 * 1.0, "three restarts, each after a backoff of at least 1s"
+    # The hang's stall, as the watchdog measured it under the window in force, is detection; the two
+    # crashes add their last step to the verdict (the exit seen at the next poll).
+    stall = status["failures"][2]["stalled_for_s"]
+    assert 2 * 0.9 <= stall <= 6 * 1.5, "past the 2s floor, at most the 6s ceiling and a poll"
+    assert stall <= s["detection"] <= stall + 5, (s["detection"], stall)
+    # The backoff runs from each verdict: teardown (verdict to attempt end) and restart (to the next start) hold it.
+    assert s["teardown"] + s["restart"] >= 3 * 1.0, "three restarts, each at least a 1s backoff after its verdict"
+    assert s["restart"] > 0
     assert s["startup"] > 0 and s["queue"] > 0 and s["teardown"] > 0
     assert s["lost_work"] > 0, "the crash at step 8 resumes from step 5: steps 6-8 are trained again"
     assert 0 < s["checkpoint"] < s["productive"], "the runtime's saves every 5 steps held training up"

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
+from cli_harness import copy_demo, iso_epoch
 
 from fsdp_orch.backends.local import LocalLauncher
 from fsdp_orch.backends.slurm.allocation import on_time_limit_warning
@@ -58,7 +60,8 @@ def test_a_job_that_crashes_every_attempt_stops_at_the_budget_with_growing_delay
     sup, index, job_id, slept = supervise_in_process(
         tmp_path, crashing_job(tmp_path, max_restarts=3, crash_loop_attempts=10))
     assert sup.run() is JobState.FAILED
-    assert slept == [1.0, 2.0, 4.0]  # initial 1s, multiplier 2, no jitter
+    assert slept == pytest.approx([1.0, 2.0, 4.0], abs=0.5)  # initial 1s, multiplier 2, no jitter
+    assert all(s < d for s, d in zip(slept, [1.0, 2.0, 4.0], strict=True))  # counted from each verdict
     status = status_of(index, job_id)
     assert status["state"] == "FAILED"
     assert status["attempts"] == 4 and status["restarts"] == 3
@@ -71,7 +74,7 @@ def test_a_crash_loop_gives_up_before_the_budget(tmp_path):
     sup, index, job_id, slept = supervise_in_process(
         tmp_path, crashing_job(tmp_path, max_restarts=10, crash_loop_attempts=3))
     assert sup.run() is JobState.FAILED
-    assert slept == [1.0, 2.0]
+    assert slept == pytest.approx([1.0, 2.0], abs=0.5)
     status = status_of(index, job_id)
     assert status["attempts"] == 3
     assert "crash loop: 3 attempts in a row made no progress" in status["reason"]
@@ -83,7 +86,7 @@ def test_attempts_the_scheduler_took_away_use_no_restart_budget(tmp_path):
         tmp_path, crashing_job(tmp_path, max_restarts=2, crash_loop_attempts=10))
     sup.requeued_attempts = 3  # attempts 0-2 ended in requeues, as run_supervisor counts them
     assert sup.run(first_attempt=3) is JobState.FAILED
-    assert slept == [1.0, 2.0]
+    assert slept == pytest.approx([1.0, 2.0], abs=0.5)
     status = status_of(index, job_id)
     assert [f["action"] for f in status["failures"]] == ["restart", "restart", "give_up"]
     assert "2 of restart.max_restarts=2" in status["reason"]
@@ -144,3 +147,46 @@ def test_the_warning_before_a_time_limit_records_a_requeue_and_asks_for_it(tmp_p
     [failure] = status["failures"]
     assert failure["action"] == "requeue" and failure["category"] == "preemption_or_node_lost"
     assert "time limit or preemption" in failure["evidence"]
+
+
+class NodeZeroSilentUntil(LocalLauncher):
+    """The real local launcher, whose attempts say node 0's channel is silent until ``until``
+    (monotonic), as a node whose link dropped would, while its ranks run on."""
+
+    def __init__(self, submission, until: list[float]):  # type: ignore[no-untyped-def]
+        super().__init__(submission)
+        self.until = until
+
+    def launch(self, plan, artifacts):  # type: ignore[no-untyped-def]
+        handle = super().launch(plan, artifacts)
+        since = time.monotonic()
+        handle.silent_nodes = lambda: ({0: time.monotonic() - since} if time.monotonic() < self.until[0] else {})
+        return handle
+
+
+def test_the_hang_rule_waits_while_a_node_is_silent_and_judges_the_hang_once_it_is_heard(tmp_path):
+    """No word from a node is not a hang: rank 1 really hangs at step 12 (2 s floor, 4 s ceiling),
+    but while the attempt says node 0 is silent no verdict comes; once it is heard again, the hang
+    is judged, as a hang."""
+    demo = copy_demo(tmp_path)
+    spec = yaml.safe_load(demo.read_text())
+    spec.update(args=["--steps", "60", "--seq-len", "64"], env={**spec["env"], "FSDP_ORCH_FAULT": "hang:step=12:rank=1"},
+                restart={"max_restarts": 0}, watch={**spec["watch"], "heartbeat_timeout": "4s"})
+    demo.write_text(yaml.safe_dump(spec))
+    home = tmp_path / "home"
+    index = JobIndex(Store(home / "jobs.db"), [str(home / "runs")])
+    job_id, _, submission = record_submission(index, demo, "local", home_dir=home)
+    silent_for = 30.0
+    until = [time.monotonic() + silent_for]
+    heard_again = time.time() + silent_for
+    sup = Supervisor(Journal(EventWriter(submission.run_dir, "supervisor"), job_id), submission,
+                     NodeZeroSilentUntil(submission, until), backoff_sleep=lambda s: None, rng=random.Random(0))
+    assert sup.run() is JobState.FAILED
+    status = status_of(index, job_id)
+    [failure] = status["failures"]
+    assert failure["category"] == "hang", failure
+    assert iso_epoch(failure["detected_at"]) >= heard_again - 0.05, "a hang was judged while node 0 was silent"
+    assert iso_epoch(failure["detected_at"]) < heard_again + 5, "the hang was not judged once node 0 was heard"
+    assert status["progress"]["step"] < 60
+    silences = [e for e in status["events"] if e["kind"] == "node_silent"]
+    assert len(silences) == 1 and silences[0]["message"].startswith("no word from node 0 for "), silences

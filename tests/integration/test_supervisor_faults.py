@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_harness import culprit_leads
+from cli_harness import culprit_leads, hang_windows
 
 pytestmark = pytest.mark.slow
 
@@ -57,8 +57,7 @@ def test_fault_is_classified_restarted_and_the_result_is_exact(cli, demo, refere
     assert evidence in (failure["evidence"] or ""), failure
     assert failure["action"] == "restart"
     if category == "hang":  # judged under the window in force: the default follows the step time, 8 s its ceiling
-        events = [json.loads(line) for line in cli.run("events", status["id"], "--json", check=True).stdout.splitlines()]
-        window = [e["window_s"] for e in events if e["kind"] == "hang_window" and e.get("attempt") == 0][-1]
+        window = hang_windows(cli, status["id"])[-1]["window_s"]
         assert 2 <= window <= 8 and window <= failure["stalled_for_s"] < window + 5, (window, failure)
         assert culprit_leads(failure["evidence"], 1), failure["evidence"]
     assert result["resumed_from"] >= 5, "the restart did not resume from a checkpoint"

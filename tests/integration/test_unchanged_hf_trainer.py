@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from cli_harness import culprit_leads
+from cli_harness import culprit_leads, hang_windows
 
 pytestmark = pytest.mark.slow
 
@@ -103,9 +103,7 @@ def test_a_hang_is_detected_with_the_stuck_frame_and_the_trainer_resumes_from_it
     assert stalled, [(s["state"], s["progress"], s["stalled_for_s"]) for s in seen[-5:]]
     assert stalled[-1]["state"] == "RUNNING"
     # the window in force is the default one, following the Trainer's steps below the ceiling, as recorded
-    events = [json.loads(line) for line in cli.run("events", status["id"], "--json", check=True).stdout.splitlines()]
-    recorded = [e["window_s"] for e in events if e["kind"] == "hang_window" and e["attempt"] == 0
-                and e["mode"] == "adaptive"]
+    recorded = [w["window_s"] for w in hang_windows(cli, status["id"]) if w["mode"] == "adaptive"]
     assert stalled[-1]["hang_window_s"] in recorded and stalled[-1]["hang_window_s"] < HEARTBEAT_TIMEOUT, recorded
     evidence = failure["evidence"]
     assert "rank 1 stuck at train.py:" in evidence, evidence  # the stuck rank's frame of user code

@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from fsdp_orch.bootstrap.importhook import when_imported
 from fsdp_orch.bootstrap.probe import MainThreadProbe
 from fsdp_orch.places.builtin import bootstrap_site_dir
@@ -61,17 +63,42 @@ def test_each_rank_times_its_own_optimizer_steps_into_its_heartbeat(tmp_path):
     assert 0.05 <= summary["p50"] <= summary["p95"] <= summary["max"] < 5
 
 
-def test_a_full_garbage_collection_is_in_the_heartbeat_while_it_runs(tmp_path):
+# full: gc.collect(); young: the automatic collection the first allocation sets off after
+# gc.enable(), over every object made while gc was disabled (a generation 0 or 1 collection).
+@pytest.mark.parametrize("collection", ["full", "young"])
+def test_a_long_garbage_collection_is_in_the_heartbeat_while_it_runs(tmp_path, collection):
+    collect = "gc.collect()" if collection == "full" else "gc.enable(); trigger = [[]]"
     code = ("import gc, json, torch\nfrom fsdp_orch.bootstrap import agent\n"
             "m = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\no.step()\n"
+            "gc.disable()\nfor _ in range(300_000): cycle = []; cycle.append(cycle)\n"
             "seen = []\n"
-            "gc.callbacks.append(lambda phase, info: seen.append((phase, json.load(open(agent.current()._path)).get('collecting_since'))))\n"
-            "gc.collect()\nprint(json.dumps(seen))\n")
+            "gc.callbacks.append(lambda phase, info: seen.append((phase, info['generation'], json.load(open(agent.current()._path)).get('collecting_since'))))\n"
+            f"{collect}\ngc.callbacks.clear()\nprint(json.dumps(seen))\n")
     out = run_python(code, tmp_path, extra_path=PACKAGE_ROOT)
     seen = json.loads(out.strip().splitlines()[-1])
-    assert seen[0][0] == "start" and seen[0][1] is not None  # written as the collection began
+    assert seen[0][0] == "start" and seen[0][2] is not None, seen  # written as the collection began
+    assert (seen[0][1] == 2) == (collection == "full"), seen
     assert seen[-1][0] == "stop"
     assert "collecting_since" not in heartbeat(tmp_path)  # gone once it ended
+
+
+def test_after_the_interpreter_was_held_the_first_heartbeat_does_not_show_a_stale_main_thread(tmp_path):
+    # Seen in CI on a loaded machine: a rank held the GIL for 6 s in one native call; the heartbeat
+    # thread's first write after it still carried python_at from before (the main thread had not
+    # run the probe's callback yet), the relay stopped saying held_since, and the rank looked hung
+    # for that moment. Here a second thread holds the GIL while the main thread sleeps, so the
+    # callback cannot run: the write after the hold must still not show 2 s in a native call.
+    code = ("import ctypes, json, threading, time, torch\nfrom fsdp_orch.bootstrap import agent\n"
+            "m = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\no.step()\n"
+            "time.sleep(0.6)\nbefore = json.load(open(agent.current()._path))['python_at']\n"
+            "ended = []\n"
+            "def hold():\n    ctypes.PyDLL(None).usleep(2_000_000)  # keeps the GIL\n    ended.append(time.time())\n"
+            "threading.Thread(target=hold).start()\ntime.sleep(2.4)  # a native wait throughout\n"
+            "beat = json.load(open(agent.current()._path))\n"
+            "print(json.dumps({'before': before, 'ended': ended[0], 'python_at': beat['python_at'], 'time': beat['time']}))\n")
+    seen = json.loads(run_python(code, tmp_path, extra_path=PACKAGE_ROOT).strip().splitlines()[-1])
+    assert seen["time"] >= seen["ended"] - 0.05, seen  # written after the hold
+    assert seen["python_at"] >= seen["ended"] - 0.2 > seen["before"] + 1.5, seen
 
 
 def test_fault_hang_stops_the_main_thread_in_a_native_call(tmp_path):

@@ -75,3 +75,24 @@ def test_the_cpu_of_child_processes_is_counted_and_kept_after_they_exit():
         busy.wait()
     assert children() >= 0.5  # gone, and what it used still counts
     assert ChildrenCpu(pid=busy.pid)() == 0.0  # a process with no children
+
+
+def test_a_child_already_there_counts_only_the_cpu_it_uses_afterwards():
+    # Seen in CI: a process that another test had started was already a child, and its past CPU
+    # time counted at the first reading, as if a data loader worker had just been loading.
+    import subprocess
+    import sys
+
+    from fsdp_orch.bootstrap.compute_meter import ChildrenCpu
+
+    early = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.3\n"
+                              "while time.process_time() < end: pass\ntime.sleep(30)"])
+    try:
+        before = ChildrenCpu()
+        while before() < 0.25:
+            assert early.poll() is None
+            time.sleep(0.05)
+        assert ChildrenCpu()() == 0.0
+    finally:
+        early.kill()
+        early.wait()

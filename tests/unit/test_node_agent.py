@@ -19,6 +19,7 @@ from fsdp_orch.nodeagent.endpoint import read_endpoint, write_endpoint
 from fsdp_orch.nodeagent.server import SummaryServer
 from fsdp_orch.nodeagent.summary import (
     changed_beats,
+    compact,
     dump_from_wire,
     dump_to_wire,
     parse_summary,
@@ -41,6 +42,22 @@ def test_only_changed_ranks_are_sent_and_a_state_change_is_worth_a_line_at_once(
     assert not state_changed(now, sent)
     assert state_changed({**now, 1: beat(1, 6, "saving")}, sent)
     assert state_changed({**now, 2: beat(2, 0, "starting")}, sent)  # a rank appeared
+
+
+def test_a_rank_whose_file_is_not_rewritten_is_sent_held_once_and_fresh_again_when_it_is():
+    # The rank's watcher rewrites its file every 0.5 s unless the interpreter is held (a native call
+    # that keeps the GIL); the line leaves the file's own time out, so the agent says since when.
+    fresh = beat(0, 5, at=100.0)
+    sent = {0: compact(fresh, now=100.7)}
+    assert "held_since" not in sent[0]
+    held = compact(fresh, now=100.8)
+    assert held["held_since"] == 100.0 and state_changed({0: held}, sent)  # a line at once
+    assert changed_beats({0: compact(fresh, now=140.0)}, {0: held}) == []  # once per silence
+    again = compact(beat(0, 5, at=140.5), now=140.6)
+    assert "held_since" not in again and state_changed({0: again}, {0: held})
+    assert "held_since" not in compact(beat(0, 30, "done", at=100.0), now=200.0)  # done: no more writes
+    parsed = parse_summary(json.loads(summary_line(0, "n1", 100.8, [held])))
+    assert parsed.beats[0].held_since == 100.0
 
 
 def test_a_summary_parses_back_and_names_a_wrong_field():
@@ -188,6 +205,23 @@ def test_a_node_whose_agent_dies_is_named_lost_after_the_node_timeout(server):
     assert time.monotonic() - killed >= 0.8  # not before the node timeout (1 s): a reconnect may come
     lost = server.lost_node()
     assert lost.startswith("node 1 (host host1) is lost") and "connection closed" in lost, lost
+    a.kill()
+
+
+def test_a_node_whose_agent_falls_silent_is_silent_before_it_is_lost(server):
+    """What the supervisor's hang rule waits on: a node silent past the channel's beat (its ranks'
+    heartbeats are stale), before the node timeout names it lost."""
+    a = Node(0, server.port, "tok", {0: beat(0, 1)})
+    b = Node(1, server.port, "tok", {1: beat(1, 1)})
+    assert wait_for(lambda: sorted(server.heartbeats()) == [0, 1])
+    time.sleep(0.5)
+    assert server.silent_nodes(0.5) == {}  # both speak every 0.2 s
+    b.kill()
+    assert wait_for(lambda: 1 in server.silent_nodes(0.5), timeout=3)
+    silent = server.silent_nodes(0.5)
+    assert list(silent) == [1] and 0.5 < silent[1] < 1.5, silent
+    assert server.lost_node() is None or silent[1] > 1.0  # silent first; lost only past the node timeout
+    assert wait_for(lambda: server.lost_node() is not None, timeout=5)
     a.kill()
 
 

@@ -67,6 +67,45 @@ def test_the_report_reads_its_nodes_beat_folder_in_node_local_tmp(tmp_path: Path
     assert report.look() is False and lines == [{"beat": beat(3, 6).to_json()}]
 
 
+def test_a_beat_file_not_rewritten_is_reported_held_once_and_fresh_again_when_it_is(tmp_path: Path,
+                                                                                       job_id: str) -> None:
+    # The rank's watcher rewrites its file every 0.5 s unless the interpreter is held (a native call
+    # that keeps the GIL): then its file stands still, and the report says since when, once.
+    now = [105.2]
+    lines: list[dict] = []
+    report = NodeReport(str(tmp_path / job_id), 2, 0, 0, {}, write=lambda line: lines.append(json.loads(line)),
+                        clock=lambda: now[0], beats_only=True)
+    write_beat(job_id, 0, beat(0, 5))  # written at 105.0
+    report.look()
+    assert lines == [{"beat": beat(0, 5).to_json()}]
+    lines.clear()
+    now[0] = 105.7
+    report.look()
+    assert lines == []  # 0.7 s: a write late by less than half a tick
+    now[0] = 105.8
+    report.look()
+    [held] = [line for line in lines if "beat" in line]
+    assert json.loads(held["beat"])["held_since"] == 105.0
+    host = HostReports(host=None, profile=None, job_id=job_id, attempt=2, rank=0, pgid=9, local_run_dir=tmp_path)
+    host._mirror(held)
+    assert host.heartbeats()[0].held_since == 105.0 and host.heartbeats()[0].step == 5
+    lines.clear()
+    now[0] = 130.0
+    report.look()
+    assert [line for line in lines if "beat" in line] == []  # once per silence
+    write_beat(job_id, 0, beat(0, 6))  # rewritten: the interpreter let go
+    report.look()
+    assert [line for line in lines if "beat" in line] == [{"beat": beat(0, 6).to_json()}]
+    host._mirror({"beat": beat(0, 6).to_json()})
+    assert host.heartbeats()[0].held_since is None
+    lines.clear()
+    write_beat(job_id, 0, beat(0, 7, "done"))  # a rank that is done no longer writes: never held
+    report.look()
+    now[0] = 200.0
+    report.look()
+    assert [line for line in lines if "beat" in line] == [{"beat": beat(0, 7, "done").to_json()}]
+
+
 def test_the_job_id_can_be_given_when_the_run_folder_is_not_named_after_it(tmp_path: Path, job_id: str) -> None:
     write_beat(job_id, 0, beat(0, 2))
     report, lines = reporter(tmp_path / "elsewhere", 0, job_id=job_id)

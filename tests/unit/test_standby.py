@@ -76,7 +76,7 @@ def test_a_rank_gets_torchruns_environment_over_the_attempts() -> None:
         "RANK": "7", "LOCAL_RANK": "3", "GROUP_RANK": "1", "ROLE_RANK": "7", "LOCAL_WORLD_SIZE": "4",
         "WORLD_SIZE": "8", "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "n0", "MASTER_PORT": "23456",
         "TORCHELASTIC_RUN_ID": "j1-a2", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
-        "TORCHELASTIC_USE_AGENT_STORE": "False", "OMP_NUM_THREADS": "1"}
+        "TORCHELASTIC_USE_AGENT_STORE": "True", "OMP_NUM_THREADS": "1"}
     assert env["FSDP_ORCH_JOB_ID"] == "j1" and env["PATH"] == "/bin"
     assert base["RANK"] == "stale"  # the launcher's own environment is not changed
 

@@ -195,3 +195,27 @@ def test_a_verdict_over_thousands_of_ranks_names_them_as_runs():
     assert rank_list([3, 1, 2]) == "3, 1, 2"
     assert rank_list([r for r in range(8192) if r != 4095]) == "0-4094, 4096-8191 (8191 ranks)"
     assert rank_list(list(range(0, 80, 2))).endswith("... (24 more runs) (40 ranks)")
+
+
+def test_a_rank_whose_heartbeat_is_not_rewritten_is_no_signal_until_the_ceiling():
+    # Seen in CI: rank 0 holds the interpreter in one native call (a page fault stalled under memory
+    # pressure, a C call that keeps the GIL): its watcher cannot rewrite the file, its python_at ages
+    # like a hung rank's, and rank 1 waits for it in a collective. Its node's relay says since when.
+    def held(rank: int, since: float | None) -> Heartbeat:
+        return Heartbeat(rank=rank, attempt=0, step=30, loss=1.0, time=since or 100.0, state="training",
+                         pid=1, progress_at=100.0, python_at=since or 100.0, held_since=since)
+
+    beats = {0: held(0, 104.0), 1: probed(1, 30, 100.0, 100.0)}
+    for now in (110.5, 112.0, 113.9):  # past the window (10 s): rank 1 waits natively, rank 0 is held
+        assert check_hang(beats, world_size=2, attempt_started=0.0, now=now, watch=WATCH) is None
+    # held past heartbeat_timeout (10 s): judged, and the evidence says the interpreter was held
+    verdict = check_hang(beats, world_size=2, attempt_started=0.0, now=114.5, watch=WATCH)
+    assert verdict is not None and verdict.ranks == [0, 1]
+    first = {0: held(0, 99.0), 1: probed(1, 30, 100.0, 100.0)}  # rank 0 stopped first: it leads
+    verdict = check_hang(first, world_size=2, attempt_started=0.0, now=110.5, watch=WATCH)
+    assert verdict is not None and verdict.suspects == [0, 1]
+    assert "rank 0 last reported step 30, main thread in one native call for 11.5s, its heartbeat " \
+           "not rewritten for 11.5s (the interpreter held)" in verdict.evidence, verdict.evidence
+    # the same rank without the relay's word (its file merely unchanged): judged after the window
+    plain = {0: held(0, None), 1: probed(1, 30, 100.0, 100.0)}
+    assert check_hang(plain, world_size=2, attempt_started=0.0, now=110.5, watch=WATCH) is not None

@@ -11,7 +11,8 @@ hosts share the run folder with the supervisor, which reads the logs and exit fi
 only the heartbeats, the liveness and the end are reported (the exit file is still read, to end).
 
 Lines, each a JSON object:
-  {"beat": "<a heartbeat file's text>"}        a heartbeat file of a rank on this node changed
+  {"beat": "<a heartbeat file's text>"}        a heartbeat file of a rank on this node changed, or
+                                               was not rewritten for HELD_AFTER_S (``held_since`` added)
   {"log": NAME, "at": OFFSET, "data": BASE64}  a log (NAME relative to the attempt's folder) grew
   {"exit": CODE}                               the node script ended (its status file appeared),
                                                sent after the heartbeats and logs read with it
@@ -36,6 +37,7 @@ from pathlib import Path
 
 from fsdp_orch.nodeagent.beat_dir import node_beat_dir
 from fsdp_orch.observe.file_tail import FileTail
+from fsdp_orch.observe.heartbeats import held_since
 
 ALIVE_EVERY_S = 1.0
 LOOK_EVERY_S = 0.5
@@ -71,6 +73,7 @@ class NodeReport:
         self.pgid = pgid
         self.tail = None if beats_only else FileTail(Path(self.attempt_dir), offsets=offsets)
         self.beats: dict[str, str] = {}
+        self.held: set[str] = set()  # beat files reported as no longer rewritten (held_since)
         self.write = write or self._write_stdout
         self.clock = clock
         self.last_sent = 0.0
@@ -84,6 +87,18 @@ class NodeReport:
     def send(self, message: dict) -> None:  # type: ignore[type-arg]
         self.write(json.dumps(message, separators=(",", ":")))
         self.last_sent = self.clock()
+
+    def _held_text(self, text: str) -> str | None:
+        """The heartbeat with ``held_since`` added, once its file has not been rewritten for a while
+        (read with this host's clock: the ranks' own); None while it is fresh."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        held = held_since(data, self.clock())
+        if held is None:
+            return None
+        return json.dumps({**data, "held_since": held}, separators=(",", ":"))
 
     def look(self) -> bool:
         """Report what changed; True once the node script's end has been reported."""
@@ -108,7 +123,11 @@ class NodeReport:
                 continue
             if text and self.beats.get(name) != text:
                 self.beats[name] = text
+                self.held.discard(name)
                 self.send({"beat": text})
+            elif text and name not in self.held and (held := self._held_text(text)) is not None:
+                self.held.add(name)  # once per silence: the next rewrite clears it
+                self.send({"beat": held})
         if code is not None:
             self.send({"exit": code})
             return True

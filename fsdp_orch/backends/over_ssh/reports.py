@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fsdp_orch.backends.base import CHANNEL_SILENT_S
 from fsdp_orch.backends.over_ssh.attempt import SshAttempt, host_python, own_disk_run_dir
 from fsdp_orch.backends.over_ssh.connect import HostKeyRejected, HostUnreachable, connect, where
 from fsdp_orch.backends.over_ssh.node_report import exit_file
@@ -35,6 +36,9 @@ from fsdp_orch.vocab.backoff import REPORT_STREAM, retrying
 from fsdp_orch.vocab.categories import NODE_LOST_EXIT
 
 SILENT_S = 5.0  # node_report says something every second
+# A host that answers SSH but whose report has said nothing for this long is lost all the same (its
+# node script or filesystem stuck): the supervisor's hang rule waits while a report is silent.
+REPORT_LOST_S = 3 * SILENT_S
 # After a node's exit status appeared: how long its report may take to bring the last heartbeats.
 REPORTS_SETTLE_S = 3.0
 
@@ -79,6 +83,7 @@ class HostReports(threading.Thread):
         self.finished = threading.Event()
         self._halt = threading.Event()
         self._conn: Any = None
+        self.heard_at = time.monotonic()  # when the host last said something (from the start: connecting)
 
     def command(self) -> str:
         run_dir = self.run_dir or str(own_disk_run_dir(self.profile, self.job_id))
@@ -114,6 +119,10 @@ class HostReports(threading.Thread):
     def _follow(self) -> None:
         if self._done():
             return  # stopped while it waited to open the stream again
+        silent = time.monotonic() - self.heard_at
+        if silent > REPORT_LOST_S:
+            raise HostUnreachable(f"its report stream said nothing for {silent:.0f}s though the host "
+                                  "answers SSH")
         try:
             self._stream()
         finally:
@@ -130,6 +139,7 @@ class HostReports(threading.Thread):
                 data = channel.recv(1 << 16)
             except TimeoutError:
                 raise StreamSilent() from None
+            self.heard_at = time.monotonic()
             if not data:
                 return  # the report ended: after the node's end, or killed (then it is started again)
             pending += data
@@ -208,6 +218,14 @@ class ReportedAttempt(SshAttempt):
         for report in self.reports.values():
             beats.update(report.heartbeats())
         return dict(sorted(beats.items()))
+
+    def silent_nodes(self) -> dict[int, float]:
+        """The hosts whose report stream has said nothing for ``CHANNEL_SILENT_S`` while it should
+        (not ended, not yet found lost): reconnecting, or about to be found lost."""
+        now = time.monotonic()
+        return {rank: now - report.heard_at for rank, report in self.reports.items()
+                if not report.ended.is_set() and not report.finished.is_set()
+                and now - report.heard_at > CHANNEL_SILENT_S}
 
     def poll(self) -> int | None:
         code = super().poll()
