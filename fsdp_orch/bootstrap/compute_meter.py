@@ -46,23 +46,17 @@ class ComputeMeter:
         self._wall = wall
         self._applies = applies
         self._min_fraction = min_fraction
-        self._last: tuple[float, float] | None = (wall(), cpu_seconds())
+        self._last = (wall(), cpu_seconds())
         self.compute_at: float | None = None
 
     def sample(self) -> None:
         now = (self._wall(), self._cpu())
         last, self._last = self._last, now
-        if last is None:
-            return
         elapsed = now[0] - last[0]
         if elapsed <= 0 or not self._applies():
             return
         if (now[1] - last[1]) / elapsed >= self._min_fraction:
             self.compute_at = self._clock()
-
-    def pause(self) -> None:
-        """Skip sampling until the next :meth:`sample`, which only starts a new measurement."""
-        self._last = None
 
 
 class ChildrenCpu:

@@ -12,7 +12,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fsdp_orch.nodeagent.summary import changed_beats, compact, state_changed, summary_line
+from fsdp_orch.nodeagent.summary import (
+    changed_beats,
+    compact,
+    state_changed,
+    summary_line,
+    work_while_waiting,
+)
 
 SUMMARY_EVERY_S = 1.0  # a line at least this often: the node's liveness
 LOOK_EVERY_S = 0.25  # how often the ranks' files are read
@@ -95,7 +101,8 @@ class NodeAgent:
             beats = self.read_beats()
             now = self.clock()
             current = {rank: compact(beat, now) for rank, beat in beats.items()}
-            if ending or now - last >= self.every or state_changed(current, sent):
+            if (ending or now - last >= self.every or state_changed(current, sent)
+                    or work_while_waiting(current, sent, now)):
                 line = summary_line(self.node, self.host, now, changed_beats(current, sent), final=ending,
                                     attempt=self.attempt)
                 writer.write(line.encode() + b"\n")

@@ -62,6 +62,26 @@ def state_changed(current: dict[int, dict[str, Any]], sent: dict[int, dict[str, 
                or ("held_since" in sent[rank]) != ("held_since" in beat) for rank, beat in current.items())
 
 
+# A rank whose file shows no Python for this long waits in a native call (the file is rewritten
+# every 0.5 s, with a fresh python_at whenever the main thread runs Python).
+WAITING_AFTER_S = 1.0
+_WORK = ("io_at", "compute_at")  # what a waiting rank's process or its children show of work
+
+
+def work_while_waiting(current: dict[int, dict[str, Any]], sent: dict[int, dict[str, Any]], now: float) -> bool:
+    """A rank whose main thread waits (no Python for ``WAITING_AFTER_S``) shows new work: bytes
+    written (a save) or CPU used (its data loader workers loading, an XLA compile). Worth a line at
+    once: the hang rule's window can be 2 s, and a line a second would bring that news up to 1.25 s
+    late. A hung rank shows none, so it adds no lines."""
+    for rank, beat in current.items():
+        python_at, before = beat.get("python_at"), sent.get(rank)
+        if before is None or not isinstance(python_at, (int, float)) or now - python_at <= WAITING_AFTER_S:
+            continue
+        if any(beat.get(key) != before.get(key) for key in _WORK if beat.get(key) is not None):
+            return True
+    return False
+
+
 @dataclass(frozen=True)
 class NodeSummary:
     node: int
@@ -118,4 +138,6 @@ def dump_from_wire(data: dict[str, Any]) -> Any:
     return StackDump(int(data["rank"]), int(data["pid"]), threads, str(data.get("source", "")),
                      Path(data["path"]) if data.get("path") else None, str(data.get("error", "")))
 
-__all__ = ["NodeSummary", "changed_beats", "compact", "dump_from_wire", "dump_to_wire", "parse_summary", "state_changed", "summary_line"]
+
+__all__ = ["NodeSummary", "changed_beats", "compact", "dump_from_wire", "dump_to_wire", "parse_summary",
+           "state_changed", "summary_line", "work_while_waiting"]

@@ -101,6 +101,20 @@ def test_after_the_interpreter_was_held_the_first_heartbeat_does_not_show_a_stal
     assert seen["python_at"] >= seen["ended"] - 0.2 > seen["before"] + 1.5, seen
 
 
+def test_child_processes_cpu_is_measured_every_tick_so_a_wait_on_them_is_seen_at_once(tmp_path):
+    # Data loader workers starting anew keep the main thread waiting; their CPU time is the hang
+    # rule's veto. Seen in CI: measured only from the second tick of a wait, the news reached the
+    # supervisor after a 2 s window. So it is measured while the main thread runs Python too.
+    code = ("import json, subprocess, sys, time, torch\nfrom fsdp_orch.bootstrap import agent\n"
+            "m = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\no.step()\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
+            "started = time.time()\nwhile time.time() < started + 1.5: sum(range(1000))  # Python, busy\n"
+            "beat = json.load(open(agent.current()._path))\nchild.kill()\n"
+            "print(json.dumps({'started': started, 'compute_at': beat.get('compute_at'), 'python_at': beat['python_at']}))\n")
+    seen = json.loads(run_python(code, tmp_path, extra_path=PACKAGE_ROOT).strip().splitlines()[-1])
+    assert seen["compute_at"] is not None and seen["compute_at"] > seen["started"], seen
+
+
 def test_fault_hang_stops_the_main_thread_in_a_native_call(tmp_path):
     code = ("import subprocess, sys, time, json, torch\n"
             "m = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"

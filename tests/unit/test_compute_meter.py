@@ -45,17 +45,6 @@ def test_the_default_applies_only_once_torch_xla_is_imported():
     assert m.compute_at is None
 
 
-def test_after_a_pause_a_sample_only_starts_a_new_measurement():
-    m = meter([0.0, 5.0, 5.0, 5.5])
-    m.pause()
-    m.sample()  # 5 CPU seconds since the constructor's reading: not counted across the pause
-    assert m.compute_at is None
-    m.sample()
-    assert m.compute_at is None  # idle
-    m.sample()  # a whole core
-    assert m.compute_at == 10.0
-
-
 def test_the_cpu_of_child_processes_is_counted_and_kept_after_they_exit():
     import subprocess
     import sys

@@ -25,6 +25,7 @@ from fsdp_orch.nodeagent.summary import (
     parse_summary,
     state_changed,
     summary_line,
+    work_while_waiting,
 )
 from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.observe.stacks import Frame, StackDump, ThreadStack
@@ -58,6 +59,21 @@ def test_a_rank_whose_file_is_not_rewritten_is_sent_held_once_and_fresh_again_wh
     assert "held_since" not in compact(beat(0, 30, "done", at=100.0), now=200.0)  # done: no more writes
     parsed = parse_summary(json.loads(summary_line(0, "n1", 100.8, [held])))
     assert parsed.beats[0].held_since == 100.0
+
+
+def test_work_shown_by_a_waiting_rank_is_worth_a_line_at_once_and_a_hung_rank_adds_none():
+    # Rank 0's main thread last ran Python at 100.0; its data loader workers load (compute_at).
+    waiting = {**beat(0, 5, at=100.0), "compute_at": 100.5}
+    sent = {0: compact(waiting, now=100.6)}
+    loading = {0: compact({**waiting, "compute_at": 101.0}, now=101.1)}
+    assert work_while_waiting(loading, sent, now=101.1)  # no Python for 1.1 s, and its workers worked
+    assert not work_while_waiting(sent, sent, now=101.1)  # nothing new: a hung rank's workers idle
+    writing = {0: compact({**waiting, "io_at": 101.0}, now=101.1)}
+    assert work_while_waiting(writing, sent, now=101.1)  # a save that writes
+    # Running Python (a steady training loop whose workers prefetch): with the tick's line, not at once.
+    running = {0: compact({**beat(0, 6, at=101.0), "compute_at": 101.0}, now=101.1)}
+    assert not work_while_waiting(running, sent, now=101.1)
+    assert not work_while_waiting(loading, {}, now=101.1)  # a new rank: state_changed sends it
 
 
 def test_a_summary_parses_back_and_names_a_wrong_field():
