@@ -13,11 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from fsdp_orch.nodeagent.summary import (
+    alive_between_steps,
     changed_beats,
     compact,
     state_changed,
     summary_line,
-    work_while_waiting,
 )
 
 SUMMARY_EVERY_S = 1.0  # a line at least this often: the node's liveness
@@ -102,7 +102,7 @@ class NodeAgent:
             now = self.clock()
             current = {rank: compact(beat, now) for rank, beat in beats.items()}
             if (ending or now - last >= self.every or state_changed(current, sent)
-                    or work_while_waiting(current, sent, now)):
+                    or alive_between_steps(current, sent, now)):
                 line = summary_line(self.node, self.host, now, changed_beats(current, sent), final=ending,
                                     attempt=self.attempt)
                 writer.write(line.encode() + b"\n")

@@ -62,22 +62,25 @@ def state_changed(current: dict[int, dict[str, Any]], sent: dict[int, dict[str, 
                or ("held_since" in sent[rank]) != ("held_since" in beat) for rank, beat in current.items())
 
 
-# A rank whose file shows no Python for this long waits in a native call (the file is rewritten
-# every 0.5 s, with a fresh python_at whenever the main thread runs Python).
-WAITING_AFTER_S = 1.0
-_WORK = ("io_at", "compute_at")  # what a waiting rank's process or its children show of work
+# A rank that has not stepped for this long is between steps: an evaluation, a save, a wait on its
+# data loader workers, or a hang. Steady training steps more often and keeps one line a second.
+BETWEEN_STEPS_AFTER_S = 1.0
+_LIVENESS = ("python_at", "io_at", "compute_at")  # ran Python, wrote, used CPU (itself or its children)
 
 
-def work_while_waiting(current: dict[int, dict[str, Any]], sent: dict[int, dict[str, Any]], now: float) -> bool:
-    """A rank whose main thread waits (no Python for ``WAITING_AFTER_S``) shows new work: bytes
-    written (a save) or CPU used (its data loader workers loading, an XLA compile). Worth a line at
-    once: the hang rule's window can be 2 s, and a line a second would bring that news up to 1.25 s
-    late. A hung rank shows none, so it adds no lines."""
+def alive_between_steps(current: dict[int, dict[str, Any]], sent: dict[int, dict[str, Any]], now: float) -> bool:
+    """A rank between steps (none for ``BETWEEN_STEPS_AFTER_S``) shows it is alive: it ran Python
+    (an evaluation), wrote (a save) or used CPU (its data loader workers loading). Worth a line at
+    once: the hang rule's window can be 2 s, and with a line a second that news would reach the
+    supervisor up to 1.75 s old (a tick, a look and a line), a healthy rank looking hung. A hung
+    rank shows none, so it adds no lines; neither does a rank that is starting (its window is
+    ``startup_timeout``) or done."""
     for rank, beat in current.items():
-        python_at, before = beat.get("python_at"), sent.get(rank)
-        if before is None or not isinstance(python_at, (int, float)) or now - python_at <= WAITING_AFTER_S:
+        progress_at, before = beat.get("progress_at"), sent.get(rank)
+        if (before is None or beat.get("state") in ("starting", "done")
+                or not isinstance(progress_at, (int, float)) or now - progress_at <= BETWEEN_STEPS_AFTER_S):
             continue
-        if any(beat.get(key) != before.get(key) for key in _WORK if beat.get(key) is not None):
+        if any(beat.get(key) != before.get(key) for key in _LIVENESS if beat.get(key) is not None):
             return True
     return False
 
@@ -139,5 +142,5 @@ def dump_from_wire(data: dict[str, Any]) -> Any:
                      Path(data["path"]) if data.get("path") else None, str(data.get("error", "")))
 
 
-__all__ = ["NodeSummary", "changed_beats", "compact", "dump_from_wire", "dump_to_wire", "parse_summary",
-           "state_changed", "summary_line", "work_while_waiting"]
+__all__ = ["NodeSummary", "alive_between_steps", "changed_beats", "compact", "dump_from_wire", "dump_to_wire",
+           "parse_summary", "state_changed", "summary_line"]

@@ -18,6 +18,7 @@ from fsdp_orch.nodeagent.beat_dir import node_beat_dir, private_beat_dir, rank_b
 from fsdp_orch.nodeagent.endpoint import read_endpoint, write_endpoint
 from fsdp_orch.nodeagent.server import SummaryServer
 from fsdp_orch.nodeagent.summary import (
+    alive_between_steps,
     changed_beats,
     compact,
     dump_from_wire,
@@ -25,7 +26,6 @@ from fsdp_orch.nodeagent.summary import (
     parse_summary,
     state_changed,
     summary_line,
-    work_while_waiting,
 )
 from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.observe.stacks import Frame, StackDump, ThreadStack
@@ -61,19 +61,22 @@ def test_a_rank_whose_file_is_not_rewritten_is_sent_held_once_and_fresh_again_wh
     assert parsed.beats[0].held_since == 100.0
 
 
-def test_work_shown_by_a_waiting_rank_is_worth_a_line_at_once_and_a_hung_rank_adds_none():
-    # Rank 0's main thread last ran Python at 100.0; its data loader workers load (compute_at).
-    waiting = {**beat(0, 5, at=100.0), "compute_at": 100.5}
-    sent = {0: compact(waiting, now=100.6)}
-    loading = {0: compact({**waiting, "compute_at": 101.0}, now=101.1)}
-    assert work_while_waiting(loading, sent, now=101.1)  # no Python for 1.1 s, and its workers worked
-    assert not work_while_waiting(sent, sent, now=101.1)  # nothing new: a hung rank's workers idle
-    writing = {0: compact({**waiting, "io_at": 101.0}, now=101.1)}
-    assert work_while_waiting(writing, sent, now=101.1)  # a save that writes
-    # Running Python (a steady training loop whose workers prefetch): with the tick's line, not at once.
-    running = {0: compact({**beat(0, 6, at=101.0), "compute_at": 101.0}, now=101.1)}
-    assert not work_while_waiting(running, sent, now=101.1)
-    assert not work_while_waiting(loading, {}, now=101.1)  # a new rank: state_changed sends it
+def test_a_rank_alive_between_steps_is_worth_a_line_at_once_and_a_hung_or_stepping_rank_adds_none():
+    # Rank 0 last stepped at 100.0 (progress_at); what it shows since goes out at the next look,
+    # not with the next second's line: the hang window can be 2 s.
+    between = {**beat(0, 5, at=100.0), "compute_at": 100.5}
+    sent = {0: compact(between, now=100.6)}
+    at = 101.3
+    for shows in ({"compute_at": 101.0},  # its data loader workers load
+                  {"io_at": 101.0},  # a save writes
+                  {"python_at": 101.0}):  # an evaluation runs Python
+        assert alive_between_steps({0: compact({**between, **shows}, now=at)}, sent, now=at), shows
+    assert not alive_between_steps(sent, sent, now=at)  # nothing new: a hung rank adds no lines
+    stepping = {0: compact({**beat(0, 6, at=101.0), "compute_at": 101.0}, now=at)}
+    assert not alive_between_steps(stepping, sent, now=at)  # steady training: with the second's line
+    started = {0: compact({**between, "state": "starting", "python_at": 101.0}, now=at)}
+    assert not alive_between_steps(started, sent, now=at)  # start-up: its window is startup_timeout
+    assert not alive_between_steps({0: compact({**between, "python_at": 101.0}, now=at)}, {}, now=at)  # new: state_changed
 
 
 def test_a_summary_parses_back_and_names_a_wrong_field():
