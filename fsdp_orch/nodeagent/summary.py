@@ -21,11 +21,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsdp_orch.observe.heartbeats import Heartbeat, heartbeat_from_dict, held_since
+from fsdp_orch.observe.heartbeats import TIME_FIELDS, Heartbeat, heartbeat_from_dict, held_since
 
 # What the node's line says once for all its ranks (``at``, ``host``, ``attempt``): left out of each.
 _PER_NODE = ("time", "host", "attempt")
-_TIMES = ("progress_at", "python_at", "io_at", "compute_at", "collecting_since", "held_since")
 
 
 def compact(beat: dict[str, Any], now: float) -> dict[str, Any]:
@@ -37,7 +36,7 @@ def compact(beat: dict[str, Any], now: float) -> dict[str, Any]:
     held = held_since(beat, now)
     if held is not None:
         out["held_since"] = held
-    for key in _TIMES:
+    for key in TIME_FIELDS:
         value = out.get(key)
         if isinstance(value, float):
             out[key] = round(value, 3)

@@ -36,6 +36,8 @@ STATES = ("starting", "training", "saving", "done")
 # its python_at (up to a tick older than that write) looks like a hang only past the window's 2 s
 # floor. A write merely late on a busy machine flags it for a moment: that only defers a verdict.
 HELD_AFTER_S = 0.75
+# The optional unix times a heartbeat may carry (``None``: not seen), each validated the same way.
+TIME_FIELDS = ("progress_at", "python_at", "io_at", "compute_at", "collecting_since", "held_since")
 _RANK_FILE = re.compile(r"rank-(\d+)\.json")
 
 
@@ -151,7 +153,7 @@ def _checked(data: Any) -> Heartbeat:
     if not isinstance(metrics, dict):
         raise ValueError(f"metrics: expected an object, got {metrics!r}")
     times = {}
-    for key in ("progress_at", "python_at", "io_at", "compute_at", "collecting_since", "held_since"):
+    for key in TIME_FIELDS:
         value = data.get(key)
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
                                   or not math.isfinite(value)):
@@ -220,6 +222,5 @@ def write_heartbeat(path: str | os.PathLike[str], beat: Heartbeat, tmp_tag: str 
     os.replace(tmp, target)
 
 
-__all__ = ["HELD_AFTER_S", "Heartbeat", "STATES", "heartbeat_dir", "heartbeat_from_dict", "heartbeat_path",
-           "held_since", "parse_heartbeat",
-           "read_heartbeats", "write_heartbeat"]
+__all__ = ["HELD_AFTER_S", "Heartbeat", "STATES", "TIME_FIELDS", "heartbeat_dir", "heartbeat_from_dict",
+           "heartbeat_path", "held_since", "parse_heartbeat", "read_heartbeats", "write_heartbeat"]
