@@ -23,6 +23,7 @@ import argparse
 import hashlib
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -111,7 +112,14 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--sleep-per-step", type=float, default=0.0, help="stand-in for a slower model")
+    p.add_argument("--deterministic", action="store_true",
+                   help="deterministic kernels only: on a GPU the embedding and attention backward "
+                        "otherwise add with atomics, so a resumed run is close to, not equal to, one "
+                        "that never stopped")
     args = p.parse_args()
+    if args.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS starts
+        torch.use_deterministic_algorithms(True)
 
     job = runtime.setup()
     torch.manual_seed(args.seed)
@@ -128,7 +136,9 @@ def main() -> None:
     # FSDP averages the ranks' gradients: a rank with more than its share of the blocks weighs more.
     weight = len(blocks) * job.world_size / data_ranks
 
+    step_seconds: list[float] = []
     for step in range(start + 1, args.steps + 1):
+        began = time.perf_counter()
         parts = [batch(args.seed, step, block, args) for block in blocks]
         tokens = job.place_batch(torch.cat([p[0] for p in parts]))
         targets = job.place_batch(torch.cat([p[1] for p in parts]))
@@ -143,7 +153,8 @@ def main() -> None:
         progress["loss"] = job.mean(loss)
         if job.is_main:
             print(f"step={step} loss={progress['loss']:.6f}", flush=True)
-        job.step_done(step, progress["loss"])
+        job.step_done(step, progress["loss"])  # the loss read above waited for the device
+        step_seconds.append(time.perf_counter() - began)
         if args.sleep_per_step:
             time.sleep(args.sleep_per_step)
 
@@ -156,7 +167,10 @@ def main() -> None:
             "resumed_from": start, "world_size": job.world_size, "data_ranks": data_ranks,
             "saved_world_size": ckpt.saved_world_size,
             "plan": job.plan.as_dict() if job.plan else None,
-            "save_block_seconds": ckpt.block_seconds,
+            "save_block_seconds": ckpt.block_seconds, "load_seconds": ckpt.load_seconds,
+            "step_seconds_median": statistics.median(step_seconds) if step_seconds else None,
+            "max_memory_allocated": (torch.cuda.max_memory_allocated(job.device)
+                                     if job.device.type == "cuda" else None),
         }, indent=2) + "\n")
 
 

@@ -31,6 +31,34 @@ STEP_WRITE_MIN_S = 0.2  # after a step, write at once unless the last write is y
 LONG_YOUNG_COLLECTION = 100_000  # young objects past which a collection is worth a heartbeat (about 10 ms of work)
 
 
+
+# NCCL's recorder first: on a GPU the collectives that hang are NCCL's, and ``_dump_fr_trace`` (the
+# recorder gloo writes to) holds none of them (an H200 with torch 2.11 gave an empty dump there).
+FLIGHT_RECORDER_DUMPERS = ("_dump_nccl_trace", "_dump_fr_trace")
+
+
+def flight_recorder_dump(c10d: object) -> bytes | None:
+    """This process's flight recorder (a pickle): the first of :data:`FLIGHT_RECORDER_DUMPERS` that
+    this torch has and whose dump holds entries, else the last one it has (its group statuses)."""
+    dump = None
+    for name in FLIGHT_RECORDER_DUMPERS:
+        dumper = getattr(c10d, name, None)
+        if dumper is None:
+            continue
+        dump = dumper()
+        if _has_entries(dump):
+            return dump
+    return dump
+
+
+def _has_entries(dump: bytes) -> bool:
+    import pickle
+
+    try:
+        return bool(pickle.loads(dump).get("entries"))  # this process's own dump, written just now
+    except Exception:
+        return False
+
 class Agent:
     def __init__(self, env: Mapping[str, str], clock: Callable[[], float] = time.time):
         self.run_dir = os.path.expanduser(env["FSDP_ORCH_RUN_DIR"])
@@ -264,10 +292,10 @@ class Agent:
 
     def _prepare_trace_request(self) -> None:
         """Where to look for the supervisor's request of a flight-recorder dump, when this torch can
-        dump one (``_dump_fr_trace``, NCCL and gloo alike); the dump goes where NCCL's would (the
-        launch's prefix, else the attempt's folder)."""
+        dump one (:func:`flight_recorder_dump`); the dump goes where NCCL's would (the launch's
+        prefix, else the attempt's folder)."""
         c10d = sys.modules.get("torch._C._distributed_c10d")
-        if self.attempt_dir is None or not hasattr(c10d, "_dump_fr_trace"):
+        if self.attempt_dir is None or not any(hasattr(c10d, name) for name in FLIGHT_RECORDER_DUMPERS):
             return
         from fsdp_orch.observe.attempt_files import FLIGHT_RECORDER_REQUEST
         from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIX
@@ -287,7 +315,9 @@ class Agent:
         self._trace_request = None
         target = f"{self._trace_prefix}{self.rank}"
         try:
-            data = sys.modules["torch._C._distributed_c10d"]._dump_fr_trace()
+            data = flight_recorder_dump(sys.modules["torch._C._distributed_c10d"])
+            if data is None:
+                return
             fd = os.open(f"{target}.{os.getpid()}.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)

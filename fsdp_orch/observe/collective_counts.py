@@ -199,6 +199,19 @@ def counts_from_dumps(records: Mapping[int, FlightRecord], group: str | None = N
     return {} if key is None else _counts(records, key)
 
 
+def pending_collectives(records: Mapping[int, FlightRecord]) -> dict[int, str]:
+    """``{rank: collective}`` for each rank that has a collective enqueued and not completed, in the
+    lowest-numbered group that has one ("nccl:all_reduce"). On NCCL a rank blocks in a CUDA
+    synchronisation (``.item()``, ``torch.cuda.synchronize``), not in the collective's Python call,
+    which returned at once: its dump is what says it waits for its peers."""
+    out = {}
+    for rank, record in records.items():
+        waiting = [g.waiting_in for g in record.groups.values() if g.waiting_in]
+        if waiting:
+            out[rank] = waiting[0]
+    return out
+
+
 def ranks_behind(counts: Mapping[int, int]) -> list[int]:
     """The ranks whose count is below the highest, the furthest behind first (then by rank)."""
     if not counts:

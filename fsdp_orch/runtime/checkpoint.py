@@ -136,6 +136,7 @@ class Checkpointer:
         self.init_optimizer = init_optimizer
         self.last_saved_step: int | None = None
         self.restored_from: Path | None = None
+        self.load_seconds: float | None = None  # how long the checkpoint restored from took to load
         # The world size the restored checkpoint was saved with (None: nothing restored). A script
         # whose data is laid out per rank reads it to keep its data order when the world changed.
         self.saved_world_size: int | None = None
@@ -383,6 +384,7 @@ class Checkpointer:
         for raw in choice[0]:
             path = Path(raw)
             state = self.sharded_state.for_load()
+            started = time.perf_counter()
             try:
                 dcp.load(state, checkpoint_id=str(path), process_group=self.group,
                          planner=self.sharded_state.load_planner())
@@ -391,6 +393,7 @@ class Checkpointer:
                 failed.append(str(path))
                 continue
             self.sharded_state.apply(state)
+            self.load_seconds = time.perf_counter() - started
             step = self._restore_rank_state(path)
             self.last_saved_step = step
             self.restored_from = path

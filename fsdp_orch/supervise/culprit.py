@@ -10,7 +10,11 @@ A rank is inside a collective when a frame between its innermost frame and its i
 user code is one of torch.distributed's collectives, or one of the wrappers that Accelerate,
 Lightning and the HF Trainer put around them (:data:`COLLECTIVE_FRAMES`). A rank inside autograd's
 backward with no such frame is most likely in DDP's gradient all-reduce (its reducer waits in C++,
-with no Python frame): it ranks between the two.
+with no Python frame): it ranks between the two. So does a rank waiting for the GPU in a CUDA
+synchronisation (:data:`DEVICE_WAIT_FRAMES`): on NCCL a collective's Python call returns at once and
+the rank blocks at the next synchronisation, so that is where a rank waiting for a missing peer sits.
+Where the rank's flight recorder says it has a collective queued and not finished (``pending``),
+it waits in that collective, whatever its stack shows.
 """
 
 from __future__ import annotations
@@ -70,6 +74,12 @@ SAVE_FRAMES = _frame_table(
     (r".*", r"(?:.*\.)?(?:save_pretrained|save_state|save_checkpoint|_save_checkpoint|save_model|"
             r"_save)"),
 )
+# The Python frames that wait for the GPU: torch.cuda.synchronize, a stream's or an event's
+# synchronize or wait (``loss.item()`` and ``.cpu()`` wait in C++, with no Python frame of their own).
+DEVICE_WAIT_FRAMES = _frame_table(
+    (r"torch/cuda/__init__\.py$", r"synchronize"),
+    (r"torch/cuda/streams\.py$", r"(?:.*\.)?(?:synchronize|wait_event|wait_stream|query)"),
+)
 NOT_IN_COLLECTIVE, IN_BACKWARD, IN_COLLECTIVE, NO_STACK = 0, 1, 2, 3
 
 
@@ -82,6 +92,7 @@ class RankPlace:
     where: str  # its innermost frame of user code, "train.py:63 main" (else its innermost frame)
     collective: str | None = None  # the collective it waits in ("broadcast")
     in_save: bool = False  # inside a checkpoint save
+    on_device: bool = False  # its main thread waits for the GPU (a CUDA synchronisation)
 
 
 def _matches(frame: Frame, table: FrameTable) -> bool:
@@ -111,8 +122,10 @@ def _collective_name(top: Sequence[Frame]) -> str | None:
 
 
 def place_of(rank: int, threads: Sequence[ThreadStack], library_roots: Iterable[str],
-             main_thread_id: int | None = None, saving: bool = False) -> RankPlace:
-    """Where ``rank``'s main thread is, from its stack dump; ``saving``: its heartbeat said so."""
+             main_thread_id: int | None = None, saving: bool = False,
+             pending: str | None = None) -> RankPlace:
+    """Where ``rank``'s main thread is, from its stack dump; ``saving``: its heartbeat said so;
+    ``pending``: the collective its flight recorder has queued and not finished ("nccl:all_reduce")."""
     roots = tuple(library_roots)
     main = main_thread(threads, main_thread_id)
     if main is None or not main.frames:
@@ -124,10 +137,15 @@ def place_of(rank: int, threads: Sequence[ThreadStack], library_roots: Iterable[
     where = f"{display_path(shown.file, roots)}{line} {shown.function}"
     in_save = saving or any(_matches(f, SAVE_FRAMES) for f in main.frames)
     collective = _collective_name(top)
+    on_device = any(_matches(f, DEVICE_WAIT_FRAMES) for f in top)
     if collective is not None:
-        return RankPlace(rank, IN_COLLECTIVE, where, collective, in_save)
-    if any(_matches(f, BACKWARD_FRAMES) for f in top):
-        return RankPlace(rank, IN_BACKWARD, where, None, in_save)
+        return RankPlace(rank, IN_COLLECTIVE, where, collective, in_save, on_device)
+    if pending is not None:
+        name = pending.rsplit(":", 1)[-1]
+        return RankPlace(rank, IN_COLLECTIVE, where, f"{name} (queued, per its flight recorder)",
+                         in_save, on_device)
+    if on_device or any(_matches(f, BACKWARD_FRAMES) for f in top):
+        return RankPlace(rank, IN_BACKWARD, where, None, in_save, on_device)
     return RankPlace(rank, NOT_IN_COLLECTIVE, where, None, in_save)
 
 
@@ -159,6 +177,9 @@ def headline(order: Sequence[int], places: dict[int, RankPlace],
     save = "; in a checkpoint save" if first.in_save else ""
     if first.tier == NOT_IN_COLLECTIVE:
         text = f"rank {first.rank} stuck in {first.where} (not in a collective{save})"
+    elif first.tier == IN_BACKWARD and first.on_device:
+        text = (f"rank {first.rank} stuck in {first.where} (waiting for the GPU in a CUDA "
+                f"synchronisation: a collective queued behind it, or a kernel that does not end{save})")
     elif first.tier == IN_BACKWARD:
         text = (f"rank {first.rank} stuck in {first.where} (inside backward with no collective frame: "
                 f"DDP's gradient all-reduce, or a slow backward{save})")
@@ -169,7 +190,8 @@ def headline(order: Sequence[int], places: dict[int, RankPlace],
                 f"in {first.collective} at {first.where}{save.replace(';', ',')}")
     groups: dict[str, list[RankPlace]] = {}
     for place in others:
-        label = place.collective or ("backward" if place.tier == IN_BACKWARD else "user code")
+        label = place.collective or ("a CUDA synchronisation" if place.on_device else
+                                     "backward" if place.tier == IN_BACKWARD else "user code")
         groups.setdefault(label, []).append(place)
     for label, members in groups.items():
         verb = "waiting in" if label != "user code" else "also stuck outside a collective"
@@ -181,5 +203,5 @@ def headline(order: Sequence[int], places: dict[int, RankPlace],
     return text
 
 
-__all__ = ["COLLECTIVE_FRAMES", "IN_BACKWARD", "IN_COLLECTIVE", "NOT_IN_COLLECTIVE", "NO_STACK",
+__all__ = ["COLLECTIVE_FRAMES", "DEVICE_WAIT_FRAMES", "IN_BACKWARD", "IN_COLLECTIVE", "NOT_IN_COLLECTIVE", "NO_STACK",
            "RankPlace", "culprit_order", "headline", "place_of"]

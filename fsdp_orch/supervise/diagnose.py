@@ -131,6 +131,12 @@ WEAK = [
     *_rule("preemption_or_node_lost", r"got signal: 15", r"Terminated\s*$"),
 ]
 
+# A SIGKILL reported after one of these is its root cause (a peer killed, the survivors then lost it),
+# except after NCCL's watchdog timeout: that line comes a whole process-group timeout after a peer
+# stopped, so a peer's SIGKILL on the node would have been reported first, and one reported later is
+# the timed-out rank's own teardown (seen on an H200: the supervisor's stop after the timeout line).
+KILL_EXPLAINS = COMMUNICATION - {"nccl_timeout"}
+
 # Consequences of a failure elsewhere: never the evidence. (torchrun's "failed (exitcode: N)" for a
 # rank that exited with a status; one killed by a signal, "exitcode: -9", is a signal's line.)
 CONSEQUENCE = re.compile(
@@ -259,7 +265,7 @@ class LineScanner:
         body = _PREFIX.sub("", raw.rstrip("\r\n"))
         line = body.strip()
         if self.first is not None:
-            if self.first.category in COMMUNICATION and self._killed_after is None and line:
+            if self.first.category in KILL_EXPLAINS and self._killed_after is None and line:
                 if not self._note_summary(line):
                     self._killed_after = self._signal(line, only="killed_sigkill")
             return self.first

@@ -18,6 +18,7 @@ from fsdp_orch.observe.collective_counts import (
     counts_from_dumps,
     parse_dumps,
     parse_ras_status,
+    pending_collectives,
 )
 from fsdp_orch.observe.command import Runner
 from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIX
@@ -36,18 +37,30 @@ class HangExplanation:
     order: list[int]  # the hung ranks, the culprit first
 
 
+@dataclass(frozen=True)
+class FlightRecords:
+    """What the hung ranks' flight-recorder dumps say: each rank's collective count (where two or
+    more ranks' dumps could be compared) and the collective each rank has queued and not finished."""
+
+    counts: dict[int, int] = dataclasses.field(default_factory=dict)
+    pending: dict[int, str] = dataclasses.field(default_factory=dict)
+
+
 def explain_hang(verdict: HangVerdict, capture: StackCapture,
                  collective_counts: dict[int, int] | None = None,
-                 library_roots: tuple[str, ...] | None = None) -> HangExplanation:
+                 library_roots: tuple[str, ...] | None = None,
+                 pending: dict[int, str] | None = None) -> HangExplanation:
     """The hang's evidence: which rank is the culprit and what the others wait in (from their
-    stacks, then ``collective_counts``, then the watchdog's timing), then the watchdog's own words
-    and the culprit-first frames."""
+    stacks and ``pending``, the collective a rank's flight recorder has queued and not finished,
+    then ``collective_counts``, then the watchdog's timing), then the watchdog's own words and the
+    culprit-first frames."""
     timing = list(verdict.suspects or verdict.ranks)
     if not capture.dumps:
         return HangExplanation(f"{verdict.evidence}; {capture.note or 'no stacks could be taken'}",
                                None, timing)
     roots = library_roots or default_library_roots()
-    places = {rank: place_of(rank, dump.threads, roots, saving=rank in verdict.saving)
+    places = {rank: place_of(rank, dump.threads, roots, saving=rank in verdict.saving,
+                             pending=(pending or {}).get(rank))
               for rank, dump in capture.dumps.items() if rank in timing and dump.threads}
     order = culprit_order(places, timing, collective_counts)
     named = [describe_stuck(rank, capture.dumps[rank].threads, roots)
@@ -77,12 +90,12 @@ def ask_for_flight_records(attempt_dir: Path, clock: Callable[[], float]) -> flo
     return clock()
 
 
-def collective_counts(dumps: Callable[[], list[str]], ranks: list[int], asked: float,
-                      clock: Callable[[], float], sleep: Callable[[float], None]) -> dict[int, int]:
-    """Each hung rank's collective count from the flight-recorder dumps (``dumps`` lists their
-    files: NCCL's own on a timeout, or the bootstrap's answers to the request), waiting up to
-    FLIGHT_RECORDER_WAIT_S after the request for every hung rank's; {} when fewer than two ranks'
-    can be read."""
+def flight_records(dumps: Callable[[], list[str]], ranks: list[int], asked: float,
+                   clock: Callable[[], float], sleep: Callable[[float], None]) -> FlightRecords:
+    """The hung ranks' flight-recorder dumps (``dumps`` lists their files: NCCL's own on a timeout,
+    or the bootstrap's answers to the request), waiting up to FLIGHT_RECORDER_WAIT_S after the
+    request for every hung rank's: their collective counts ({} when fewer than two ranks' can be
+    read) and the collectives they have queued."""
     records: dict[int, FlightRecord] = {}
     for _ in range(int(FLIGHT_RECORDER_WAIT_S / 0.1) + 1):
         files = {}
@@ -95,7 +108,8 @@ def collective_counts(dumps: Callable[[], list[str]], ranks: list[int], asked: f
         if set(ranks) <= set(records) or clock() - asked >= FLIGHT_RECORDER_WAIT_S:
             break
         sleep(0.1)
-    return counts_from_dumps(records) if len(records) >= 2 else {}
+    return FlightRecords(counts_from_dumps(records) if len(records) >= 2 else {},
+                         pending_collectives(records))
 
 
 RAS_CLIENT = "ncclras"  # NCCL >= 2.24's RAS client: asks the job's NCCL processes on this node

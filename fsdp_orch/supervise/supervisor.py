@@ -27,9 +27,10 @@ from fsdp_orch.record.journal import Journal, read_status
 from fsdp_orch.record.model import RUNTIME_LOSS, JobStatus, finite
 from fsdp_orch.supervise.diagnose import Diagnosis, cause_at_exit, died_of_a_signal
 from fsdp_orch.supervise.hang_evidence import (
+    FlightRecords,
     ask_for_flight_records,
-    collective_counts,
     explain_hang,
+    flight_records,
     ras_counts,
     with_flight_recorder,
 )
@@ -399,11 +400,12 @@ class Supervisor:
                 self._record_progress(beats, window, final=True)
                 asked = ask_for_flight_records(Path(self.sub.attempt_dir(attempt)), self.clock)
                 capture = handle.capture_stacks(beats)
-                counts = (collective_counts(handle.flight_recorder_dumps, verdict.ranks, asked, self.clock,
-                                            self.sleep) if asked is not None else {})
+                records = (flight_records(handle.flight_recorder_dumps, verdict.ranks, asked, self.clock,
+                                          self.sleep) if asked is not None else FlightRecords())
+                counts = records.counts
                 if not counts and self.sub.base_plan.device == "cuda":
                     counts = ras_counts()
-                explained = explain_hang(verdict, capture, counts)
+                explained = explain_hang(verdict, capture, counts, pending=records.pending)
                 if explained.stacks is not None:
                     self.journal.add_event(attempt=attempt, kind="stacks",
                                            message=f"stacks of the hung attempt: {explained.stacks}")

@@ -266,3 +266,20 @@ def test_a_cut_ras_reply_never_raises():
     for cut in range(len(text)):
         report = parse_ras_status(text[:cut])
         assert report is None or isinstance(report.counts(), dict)
+
+
+def test_a_real_nccl_timeout_dump_from_a_gpu_names_the_queued_all_reduce():
+    """NCCL's own dump on its watchdog's timeout (an H200, torch 2.11.0+cu130, NCCL 2.28.9; made by
+    tests/fixtures/gpu_broken/nccl_timeout.py): 80 all_reduces done, the 81st queued behind a kernel."""
+    from fsdp_orch.observe.collective_counts import pending_collectives
+
+    records = dumps("nccl-h200-timeout")
+    record = records[0]
+    assert (record.version, record.entries) == ("2.10", 81)
+    default = record.groups["0"]
+    assert (default.desc, default.last_enqueued, default.last_started, default.last_completed) == \
+        ("default_pg", 81, -1, 80)
+    assert (default.last_collective, default.waiting_in) == ("nccl:all_reduce", "nccl:all_reduce")
+    assert pending_collectives(records) == {0: "nccl:all_reduce"}
+    empty = parse_flight_recorder((FIXTURES / "nccl-h200-timeout" / "empty_fr_trace_of_an_nccl_rank").read_bytes(), 0)
+    assert empty is not None and empty.entries == 0 and pending_collectives({0: empty}) == {}

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests" / "fixtures" / "corpus"
 SOURCE = re.compile(r"^[\w.-]+/[\w.-]+#\d+ \(https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull|discussions)/\d+\)$")
 # Or lines produced here by running a broken configuration kept beside the corpus.
-PRODUCED = re.compile(r"^produced here: (?P<script>tests/fixtures/xla_broken/\w+\.py) under \S.*\)")
+PRODUCED = re.compile(r"^produced here: (?P<script>tests/fixtures/(?:xla|gpu)_broken/\w+\.py) under \S.*\)")
 MIN_PER_CATEGORY = 12
 
 

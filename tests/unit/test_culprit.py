@@ -168,3 +168,22 @@ def test_on_xla_a_host_in_the_steps_graph_waits_and_a_host_in_its_own_code_is_st
     mark_step = place_of(0, main_only(("mark_step", f"{xla}/torch_xla/core/xla_model.py", 1060),
                                       ("main", "/job/train.py", 99)), roots)
     assert (mark_step.tier, mark_step.collective) == (IN_COLLECTIVE, "mark_step")
+
+
+def test_on_nccl_the_rank_in_user_code_leads_the_rank_waiting_for_the_gpu():
+    """On NCCL a collective returns at once and its rank blocks at the next CUDA synchronisation:
+    the healthy rank waiting for a hung peer is there, not in a collective frame (the frame as an
+    H200 showed it: tests/fixtures/stacks/pyspy-h200-cuda-synchronize.txt)."""
+    syncing = main_only(("synchronize", f"{SITE}/torch/cuda/__init__.py", 1162), ("main", "/job/train.py", 70))
+    event_wait = main_only(("Event.synchronize", f"{SITE}/torch/cuda/streams.py", 230), ("main", "/job/train.py", 71))
+    stuck = main_only(("main", "/job/train.py", 63))
+    places = {0: place_of(0, syncing, ROOTS), 1: place_of(1, stuck, ROOTS), 2: place_of(2, event_wait, ROOTS)}
+    assert places[0].tier == places[2].tier == IN_BACKWARD and places[0].on_device
+    assert places[1].tier == NOT_IN_COLLECTIVE
+    assert culprit_order(places, [0, 2, 1]) == [1, 0, 2]
+    assert headline([1, 0, 2], places) == (
+        "rank 1 stuck in train.py:63 main (not in a collective); 2 ranks waiting in a CUDA synchronisation: "
+        "rank 0 at train.py:70 main, rank 2 at train.py:71 main")
+    # what the flight recorder says wins over the stack: rank 0 has an all_reduce queued
+    queued = place_of(0, syncing, ROOTS, pending="nccl:all_reduce")
+    assert (queued.tier, queued.collective) == (IN_COLLECTIVE, "all_reduce (queued, per its flight recorder)")
