@@ -192,7 +192,11 @@ class Agent:
             return
         import socket
 
-        from fsdp_orch.bootstrap.compute_meter import ChildrenCpu, ComputeMeter
+        from fsdp_orch.bootstrap.compute_meter import (
+            ChildrenCpu,
+            ComputeMeter,
+            fraction_at_this_load,
+        )
         from fsdp_orch.bootstrap.io_meter import WriteMeter
         from fsdp_orch.bootstrap.probe import MainThreadProbe
         from fsdp_orch.nodeagent.beat_dir import rank_beat_path
@@ -204,7 +208,9 @@ class Agent:
         self._probe = MainThreadProbe(self.clock)
         self._io = WriteMeter(self.clock)
         self._compute = ComputeMeter(self.clock)
-        self._children = ComputeMeter(self.clock, cpu_seconds=ChildrenCpu(), applies=_always)
+        # Loading workers at a loaded machine's share of a core still count (the veto holds under load).
+        self._children = ComputeMeter(self.clock, cpu_seconds=ChildrenCpu(), applies=_always,
+                                      min_fraction=fraction_at_this_load)
         self._step_times = StepTimes()
         self._injector = self._make_injector(rank)
         self._register_stack_dump(rank)

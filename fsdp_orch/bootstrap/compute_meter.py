@@ -28,6 +28,26 @@ if TYPE_CHECKING:
 MIN_CORE_FRACTION = 0.25
 
 
+def fraction_at_load(load: float, cpus: int, base: float = MIN_CORE_FRACTION) -> float:
+    """``base``, or half the share of a core that one busy process gets at this load average, when
+    that is less: on a machine with more runnable processes than cores a busy process gets less than
+    a core (on 2 cores at load 13, about 0.15), and data loader workers that are loading must
+    still count. An idle hung rank's workers use next to none at any load."""
+    cpus = max(cpus, 1)
+    share = cpus / max(load, cpus)
+    return min(base, share / 2)
+
+
+def fraction_at_this_load() -> float:
+    import os
+
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return MIN_CORE_FRACTION
+    return fraction_at_load(load, os.cpu_count() or 1)
+
+
 def xla_imported() -> bool:
     return "torch_xla" in sys.modules
 
@@ -40,7 +60,7 @@ class ComputeMeter:
                  cpu_seconds: Callable[[], float] = time.process_time,
                  wall: Callable[[], float] = time.monotonic,
                  applies: Callable[[], bool] = xla_imported,
-                 min_fraction: float = MIN_CORE_FRACTION):
+                 min_fraction: float | Callable[[], float] = MIN_CORE_FRACTION):
         self._clock = clock
         self._cpu = cpu_seconds
         self._wall = wall
@@ -55,7 +75,8 @@ class ComputeMeter:
         elapsed = now[0] - last[0]
         if elapsed <= 0 or not self._applies():
             return
-        if (now[1] - last[1]) / elapsed >= self._min_fraction:
+        least = self._min_fraction() if callable(self._min_fraction) else self._min_fraction
+        if (now[1] - last[1]) / elapsed >= least:
             self.compute_at = self._clock()
 
 

@@ -85,3 +85,20 @@ def test_a_child_already_there_counts_only_the_cpu_it_uses_afterwards():
     finally:
         early.kill()
         early.wait()
+
+
+def test_under_load_a_busy_child_needs_only_half_the_share_of_a_core_it_can_get():
+    from fsdp_orch.bootstrap.compute_meter import fraction_at_load
+
+    assert fraction_at_load(0.3, 2) == MIN_CORE_FRACTION  # an idle machine: a quarter of a core
+    assert fraction_at_load(4.0, 2) == MIN_CORE_FRACTION  # twice the load: a busy process gets 0.5
+    assert abs(fraction_at_load(13.0, 2) - 1 / 13) < 1e-9  # load 13 on 2 cores: 0.15 a process
+    assert fraction_at_load(13.0, 0) == 0.5 / 13
+    # a worker at load 13 got 0.1 core over a 0.5 s sample: seen at that load's threshold, not at a
+    # fixed quarter of a core
+    for least, seen in ((MIN_CORE_FRACTION, False), (lambda: fraction_at_load(13.0, 2), True)):
+        walls, cpus = iter([0.0, 0.5]), iter([0.0, 0.05])
+        worker = ComputeMeter(clock=lambda: 10.0, cpu_seconds=cpus.__next__, wall=walls.__next__,
+                              applies=lambda: True, min_fraction=least)
+        worker.sample()
+        assert (worker.compute_at is not None) is seen
