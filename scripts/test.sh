@@ -2,13 +2,21 @@
 # Sets up a fresh machine (scripts/setup.sh) and runs the whole test suite: unit tests and the
 # integration tests with real torchrun processes, and the XLA path in its own environment
 # (scripts/setup-xla.sh). Extra arguments go to pytest.
+#   bash scripts/test.sh --quick   the quick tier: the unit tests and one short real job per launcher
+#                                  (torchrun, python with mp.spawn, accelerate) on the local kind; no
+#                                  root, no apt, no XLA environment
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --quick ]; then
+  shift
+  bash scripts/setup.sh
+  exec .venv/bin/python -m pytest -m "(unit or quick) and not root and not slurm and not xla" "$@"
+fi
 bash scripts/setup.sh
 # The XLA environment (torch 2.9.0 + torch_xla 2.9.0, about 3 GB of wheels) is made in the
 # background while the suite runs; tests/xla, which run last, wait for it (tests/xla/conftest.py).
 nice -n 19 bash scripts/setup-xla.sh > .venv-xla.log 2>&1 &  # at the lowest priority: the suite keeps its timing
-# shellcheck lints every rendered script in the golden tests; install it where we can (Debian, root).
+# The golden tests lint every rendered script with shellcheck: install it where we can (Debian, root).
 if ! command -v shellcheck >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   (apt-get install -y -q shellcheck >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q shellcheck >/dev/null; }) \
     || echo "warning: could not install shellcheck; rendered scripts are checked with bash -n only" >&2

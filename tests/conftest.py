@@ -16,6 +16,8 @@ import pytest
 from cli_harness import Cli, copy_demo, copy_unchanged, make_cli
 from status_is_fold import CHECKED, CLIS, mismatches
 
+pytest_plugins = ["suite_times"]  # FSDP_ORCH_TEST_TIMES=FILE: where the suite's time goes
+
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "demo" / "train.py"
 # The demo at a size that trains in a fraction of a second per step on 2 CPU cores.
@@ -229,3 +231,12 @@ def pytest_runtest_call(item: pytest.Item):  # type: ignore[no-untyped-def]
         if wrong:
             pytest.fail("status --json is not fold(events) for:\n" + "\n".join(wrong), pytrace=False)
     return result
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/unit is marked ``unit``: ``scripts/test.sh --quick`` runs those and the
+    few marked ``quick`` (one short real job per launcher)."""
+    unit = REPO / "tests" / "unit"
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(unit):
+            item.add_marker(pytest.mark.unit)

@@ -24,6 +24,7 @@ def result_of(cli, job_id: str) -> dict:
     return json.loads((cli.home / "runs" / job_id / "result.json").read_text())
 
 
+@pytest.mark.quick
 def test_submit_wait_runs_fsdp_to_success_with_checkpoints(cli, demo):
     proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo), *SHORT)
     assert proc.returncode == 0, proc.stderr

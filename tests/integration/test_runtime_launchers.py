@@ -51,6 +51,7 @@ def run(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = N
     return proc
 
 
+@pytest.mark.quick
 def test_spawn_example_under_the_python_launcher_trains_checkpoints_and_resumes(tmp_path):
     example = copy_example("spawn", tmp_path)
     home, job_id = tmp_path / "home", f"spawn-{tmp_path.name}"
@@ -73,6 +74,7 @@ def test_spawn_example_under_the_python_launcher_trains_checkpoints_and_resumes(
     assert latest_complete(ckpt_dir).step == 12
 
 
+@pytest.mark.quick
 def test_accelerate_example_reads_an_accelerate_config_and_runs_two_cpu_processes(tmp_path):
     example = copy_example("accelerate", tmp_path)
     home, job_id = tmp_path / "home", f"accel-{tmp_path.name}"

@@ -38,10 +38,12 @@ def heartbeat(tmp_path: Path, rank: int = 0) -> dict:
 
 def test_start_up_imports_no_torch_and_starts_no_thread(tmp_path):
     out = run_python("import sys, threading; print('torch' in sys.modules, threading.active_count(),"
-                     " sys.modules['sitecustomize'].__file__)", tmp_path)
-    torch_loaded, threads, site = out.split()
+                     " 'fsdp_orch.bootstrap.agent' in sys.modules)", tmp_path)
+    torch_loaded, threads, agent_loaded = out.split()
     assert torch_loaded == "False" and threads == "1"
-    assert site.startswith(str(bootstrap_site_dir()))
+    # Ours ran; sys.modules['sitecustomize'] may be the one it chained to (Debian's python3 has one,
+    # /usr/lib/python3.11/sitecustomize.py: the quick tier run as a plain user met it)
+    assert agent_loaded == "True"
     assert not (tmp_path / "run" / "heartbeats").exists()  # passive until a step or a process group
 
 

@@ -75,12 +75,13 @@ def test_a_child_already_there_counts_only_the_cpu_it_uses_afterwards():
     from fsdp_orch.bootstrap.compute_meter import ChildrenCpu
 
     early = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.3\n"
-                              "while time.process_time() < end: pass\ntime.sleep(30)"])
+                              "while time.process_time() < end: pass\nprint('idle', flush=True)\n"
+                              "time.sleep(30)"], stdout=subprocess.PIPE, text=True)
     try:
         before = ChildrenCpu()
-        while before() < 0.25:
-            assert early.poll() is None
-            time.sleep(0.05)
+        # idle from here on: a meter made while it still spun could read its last 10 ms tick
+        assert early.stdout is not None and early.stdout.readline() == "idle\n"
+        assert before() >= 0.25
         assert ChildrenCpu()() == 0.0
     finally:
         early.kill()
