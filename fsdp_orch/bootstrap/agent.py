@@ -30,8 +30,6 @@ TICK_S = 0.5  # the watcher's period: heartbeat file refresh and probe
 STEP_WRITE_MIN_S = 0.2  # after a step, write at once unless the last write is younger than this
 LONG_YOUNG_COLLECTION = 100_000  # young objects past which a collection is worth a heartbeat (about 10 ms of work)
 
-
-
 # NCCL's recorder first: on a GPU the collectives that hang are NCCL's, and ``_dump_fr_trace`` (the
 # recorder gloo writes to) holds none of them (an H200 with torch 2.11 gave an empty dump there).
 FLIGHT_RECORDER_DUMPERS = ("_dump_nccl_trace", "_dump_fr_trace")
@@ -52,12 +50,11 @@ def flight_recorder_dump(c10d: object) -> bytes | None:
 
 
 def _has_entries(dump: bytes) -> bool:
-    import pickle
+    from fsdp_orch.observe.collective_counts import parse_flight_recorder
 
-    try:
-        return bool(pickle.loads(dump).get("entries"))  # this process's own dump, written just now
-    except Exception:
-        return False
+    record = parse_flight_recorder(dump)
+    return record is not None and record.entries > 0
+
 
 class Agent:
     def __init__(self, env: Mapping[str, str], clock: Callable[[], float] = time.time):

@@ -203,5 +203,5 @@ def headline(order: Sequence[int], places: dict[int, RankPlace],
     return text
 
 
-__all__ = ["COLLECTIVE_FRAMES", "DEVICE_WAIT_FRAMES", "IN_BACKWARD", "IN_COLLECTIVE", "NOT_IN_COLLECTIVE", "NO_STACK",
-           "RankPlace", "culprit_order", "headline", "place_of"]
+__all__ = ["COLLECTIVE_FRAMES", "DEVICE_WAIT_FRAMES", "IN_BACKWARD", "IN_COLLECTIVE", "NOT_IN_COLLECTIVE",
+           "NO_STACK", "RankPlace", "culprit_order", "headline", "place_of"]
