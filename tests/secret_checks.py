@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 from cli_harness import Cli
 
+USERADD_NAME_IN_USE = 9  # useradd(8)
 OTHER = "fsdporchtest"  # the second account (as in tests/integration/test_shared_scratch.py)
 ENV_NAME = "TEST_HF_TOKEN"  # where `submit` takes HF_TOKEN from
 
@@ -81,7 +82,9 @@ def other_account() -> tuple[int, int]:
     try:
         entry = pwd.getpwnam(OTHER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", OTHER], check=True)
+        made = subprocess.run(["useradd", "--system", "--no-create-home", OTHER], capture_output=True, text=True)
+        if made.returncode not in (0, USERADD_NAME_IN_USE):  # 9: another pytest worker made it first
+            raise AssertionError(f"useradd {OTHER} exited {made.returncode}: {made.stderr}") from None
         entry = pwd.getpwnam(OTHER)
     return entry.pw_uid, entry.pw_gid
 

@@ -29,7 +29,8 @@ def _busy_seconds() -> float:
 
 def _record(item: pytest.Item, phase: str, wall: float, busy: float) -> None:
     line = json.dumps({"test": item.nodeid, "phase": phase, "wall_s": round(wall, 3),
-                       "busy_cpu_s": round(busy, 3), "cores": os.cpu_count()})
+                       "busy_cpu_s": round(busy, 3), "cores": os.cpu_count(),
+                       "worker": os.environ.get("PYTEST_XDIST_WORKER", "")})  # under xdist the CPU is the machine's, shared
     with open(_OUT, "a") as f:  # type: ignore[arg-type]
         f.write(line + "\n")
 
