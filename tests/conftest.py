@@ -16,7 +16,10 @@ import pytest
 from cli_harness import Cli, copy_demo, copy_unchanged, make_cli
 from status_is_fold import CHECKED, CLIS, mismatches
 
-pytest_plugins = ["suite_times"]  # FSDP_ORCH_TEST_TIMES=FILE: where the suite's time goes
+pytest_plugins = [
+    "suite_times",  # FSDP_ORCH_TEST_TIMES=FILE: where the suite's time goes
+    "side_by_side",  # how pytest-xdist workers share the tests
+]
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "demo" / "train.py"
@@ -233,25 +236,10 @@ def pytest_runtest_call(item: pytest.Item):  # type: ignore[no-untyped-def]
     return result
 
 
-# Tests that share one machine-wide service run in one pytest-xdist worker, one after another
-# (``--dist loadgroup``): the SLURM cluster's daemons and state, the sshd hosts' namespaces and bridge.
-SHARED_SERVICES = {"slurm": REPO / "tests" / "slurm", "ssh": REPO / "tests" / "ssh"}
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test under tests/unit is marked ``unit``: ``scripts/test.sh --quick`` runs those and the
-    few marked ``quick`` (one short real job per launcher). Under pytest-xdist a worker takes a
-    whole file at a time (its module fixtures, such as a reference run, are made once), and the
-    tests of each shared service are one group that comes first: each is the longest unit of work a
-    worker takes (10 min), so it starts at once instead of after every file has been handed out."""
+    few marked ``quick`` (one short real job per launcher)."""
     unit = REPO / "tests" / "unit"
-    groups: dict[str, list[pytest.Item]] = {name: [] for name in SHARED_SERVICES}
-    rest = []
     for item in items:
-        path = Path(str(item.fspath))
-        if path.is_relative_to(unit):
+        if Path(str(item.fspath)).is_relative_to(unit):
             item.add_marker(pytest.mark.unit)
-        group = next((name for name, folder in SHARED_SERVICES.items() if path.is_relative_to(folder)), None)
-        item.add_marker(pytest.mark.xdist_group(group or str(path.relative_to(REPO))))
-        (rest if group is None else groups[group]).append(item)
-    items[:] = [*(item for name in SHARED_SERVICES for item in groups[name]), *rest]
