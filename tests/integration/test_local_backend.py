@@ -98,11 +98,13 @@ def test_resume_after_cancel_matches_an_uninterrupted_run_bit_for_bit(cli, demo)
 
 def test_failing_job_ends_failed_and_wait_exits_1(cli, tmp_path):
     job = tmp_path / "fails.yaml"
-    job.write_text("name: fails\nlauncher: python\ncommand: [bash, -c, 'echo boom >&2; exit 3']\n")
+    job.write_text("name: fails\nlauncher: python\ncommand: [bash, -c, 'echo boom >&2; exit 3']\n"  # test-sized backoff
+                   "restart: {backoff: {initial: 0.2s, max: 0.2s, jitter: 0s}}\n")  # (the defaults: 10 s, 20 s)
     proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(job))
     assert proc.returncode == 1
     status = json.loads(proc.stdout)
     assert status["state"] == "FAILED"
+    assert status["attempts"] == 3 and "crash loop: 3 attempts" in status["reason"], status  # restarted, then gave up
     assert "code 3" in status["reason"]
     assert "boom" in cli.run("logs", status["id"], check=True).stdout
 
