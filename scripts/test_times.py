@@ -44,6 +44,15 @@ def main() -> None:
     rows = fold(lines, args.tests)
     total = sum(r["wall_s"] for r in rows)
     print(f"{len(rows)} {'tests' if args.tests else 'files'}, {total / 60:.1f} min of test wall time")
+    workers = sorted({line.get("worker") or "" for line in lines} - {""})
+    timed = [line for line in lines if "at" in line]
+    if workers and timed:
+        span = max(t["at"] for t in timed) - min(t["at"] - t["wall_s"] for t in timed)
+        print(f"{len(workers)} pytest-xdist workers side by side: {span / 60:.1f} min from the first test's start "
+              "to the last one's end; a file's cores busy counts every worker's CPU meanwhile")
+    failed = sorted({line["test"] for line in lines if line.get("outcome") == "failed"})
+    for test in failed:
+        print(f"failed: {test}")
     print("| file | tests | wall | of all | set-up + teardown | cores busy | waiting |")
     print("|---|---|---|---|---|---|---|")
     for row in rows[:args.most]:

@@ -27,9 +27,12 @@ def _busy_seconds() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def _record(item: pytest.Item, phase: str, wall: float, busy: float) -> None:
+_PHASE = pytest.StashKey[dict]()
+
+
+def _record(item: pytest.Item, phase: str, wall: float, busy: float, outcome: str) -> None:
     line = json.dumps({"test": item.nodeid, "phase": phase, "wall_s": round(wall, 3),
-                       "busy_cpu_s": round(busy, 3), "cores": os.cpu_count(),
+                       "busy_cpu_s": round(busy, 3), "cores": os.cpu_count(), "outcome": outcome, "at": round(time.time(), 3),
                        "worker": os.environ.get("PYTEST_XDIST_WORKER", "")})  # under xdist the CPU is the machine's, shared
     with open(_OUT, "a") as f:  # type: ignore[arg-type]
         f.write(line + "\n")
@@ -39,8 +42,8 @@ def _timed(item: pytest.Item, phase: str):  # type: ignore[no-untyped-def]
     wall, busy = time.monotonic(), _busy_seconds()
     try:
         yield
-    finally:
-        _record(item, phase, time.monotonic() - wall, _busy_seconds() - busy)
+    finally:  # written with its outcome once the phase's report is made
+        item.stash.setdefault(_PHASE, {})[phase] = (time.monotonic() - wall, _busy_seconds() - busy)
 
 
 if _OUT:
@@ -55,3 +58,10 @@ if _OUT:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_teardown(item: pytest.Item):  # type: ignore[no-untyped-def]
         yield from _timed(item, "teardown")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type: ignore[no-untyped-def]
+        made = yield
+        timed = item.stash.get(_PHASE, {}).pop(call.when, None)
+        if timed is not None:
+            _record(item, call.when, *timed, made.get_result().outcome)
