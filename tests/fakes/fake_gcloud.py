@@ -171,8 +171,11 @@ def main(argv: list[str]) -> int:
                 return _fail(f"ERROR: (gcloud.compute.tpus.tpu-vm.create) ALREADY_EXISTS: Resource '{where}' already exists")
             for worker in state["workers"]:  # a new machine: nothing of the old one runs, an empty disk
                 _kill_everything_on(worker)
-                subprocess.run(["bash", str(HOSTS_SH), "restart", str(worker["host"])], check=True, capture_output=True,
-                               env={**os.environ, "FSDP_ORCH_SSH_DIR": state["ssh_dir"]}, timeout=120)
+                restarted = subprocess.run(["bash", str(HOSTS_SH), "restart", str(worker["host"])], capture_output=True,
+                                           text=True, env={**os.environ, "FSDP_ORCH_SSH_DIR": state["ssh_dir"]}, timeout=300)
+                if restarted.returncode != 0:
+                    return _fail(f"FAKE gcloud: hosts.sh restart {worker['host']} exited {restarted.returncode}: "
+                                 f"{restarted.stderr[-2000:]}")
             chips = int(flags["accelerator-type"].rpartition("-")[2]) // 2
             state["vms"][name] = {"state": "CREATING", "describes_left": state["creating_describes"],
                                   "id": str(random.randrange(10**18, 10**19)),

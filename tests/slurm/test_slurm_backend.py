@@ -184,7 +184,10 @@ def test_one_status_refresh_is_one_scheduler_query_for_fifty_jobs(slurm_cluster,
         listed = {j["id"] for j in json.loads(proc.stdout)}
         assert set(ids) <= listed
         assert log.read_text().split() == ["sacct"], log.read_text()
-        assert elapsed < 1.0, f"status took {elapsed:.2f}s"
+        # A bound that holds at twice the load, not a speed target (under 1 s on an idle machine): a
+        # fixed 1 s failed at 1.9 s beside stress-ng --cpu 2 and two busy test workers. A refresh that
+        # queried the scheduler once per job would take over 50 sacct calls (0.1 s each there): 5 s
+        assert elapsed < 4.0, f"status took {elapsed:.2f}s"
     finally:
         sids = [slurm_id(cli, i) for i in ids]
         slurm_cluster.run("scancel", *sids, check=False)

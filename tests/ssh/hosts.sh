@@ -28,7 +28,9 @@ PYTHON=${FSDP_ORCH_SSH_PYTHON:-$REPO/.venv/bin/python}
 BRIDGE=fo-br0
 SUBNET=10.77.0
 SSHD=/usr/sbin/sshd
-WAIT_S=${FSDP_ORCH_SSH_WAIT_S:-30}
+# How long an sshd may take to answer: generous, because a loaded machine (the suite's workers beside
+# stress-ng) took over 30 s to start one, and a host that fails to start fails every test after it.
+WAIT_S=${FSDP_ORCH_SSH_WAIT_S:-120}
 # The file by which `down` knows that it may delete the state directory.
 MARKER=made-by-hosts.sh
 
@@ -154,7 +156,8 @@ fail() {
     echo "----- last lines of $log" >&2
     tail -n 15 "$log" >&2
   done
-  down
+  # A half-built set of hosts goes; a failed restart of one host leaves the others to their tests.
+  [ "${cmd:-}" = restart ] || down
   exit 1
 }
 
