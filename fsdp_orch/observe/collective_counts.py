@@ -199,14 +199,21 @@ def counts_from_dumps(records: Mapping[int, FlightRecord], group: str | None = N
     return {} if key is None else _counts(records, key)
 
 
+# Backends whose collective's Python call returns at once, the wait coming at a device synchronisation.
+ASYNC_BACKENDS = ("nccl", "xccl")
+
+
 def pending_collectives(records: Mapping[int, FlightRecord]) -> dict[int, str]:
-    """``{rank: collective}`` for each rank that has a collective enqueued and not completed, in the
-    lowest-numbered group that has one ("nccl:all_reduce"). On NCCL a rank blocks in a CUDA
-    synchronisation (``.item()``, ``torch.cuda.synchronize``), not in the collective's Python call,
-    which returned at once: its dump is what says it waits for its peers."""
+    """``{rank: collective}`` for each rank that has a collective enqueued and not completed on a
+    device backend, in the lowest-numbered group that has one ("nccl:all_reduce"). On NCCL a rank
+    blocks in a CUDA synchronisation (``.item()``, ``torch.cuda.synchronize``), not in the
+    collective's Python call, which returned at once: its dump is what says it waits for its peers.
+    On gloo the call, or its work's ``wait()``, blocks where the stack shows it, so a queued gloo
+    collective (an FSDP prefetch not yet waited for) says nothing of a rank stuck in user code."""
     out = {}
     for rank, record in records.items():
-        waiting = [g.waiting_in for g in record.groups.values() if g.waiting_in]
+        waiting = [g.waiting_in for g in record.groups.values()
+                   if g.waiting_in and g.waiting_in.split(":", 1)[0] in ASYNC_BACKENDS]
         if waiting:
             out[rank] = waiting[0]
     return out

@@ -19,6 +19,7 @@ from fsdp_orch.observe.collective_counts import (
     parse_dumps,
     parse_flight_recorder,
     parse_ras_status,
+    pending_collectives,
     rank_from_name,
     ranks_behind,
 )
@@ -52,6 +53,9 @@ def test_a_real_gloo_dump_gives_each_groups_sequence_numbers_and_where_the_rank_
     assert behind.groups["0"].last_enqueued == 5 and behind.groups["0"].waiting_in is None
     assert behind.groups["0"].last_collective == "gloo:barrier"
     assert waiting.groups["1"].desc == "undefined" and waiting.groups["1"].last_enqueued == 1
+    # A queued gloo collective does not place a rank: its stack shows where it blocks (a rank hung
+    # in user code with an FSDP prefetch queued was called "in all_reduce (queued)" under load)
+    assert pending_collectives(records) == {}
 
 
 @pytest.mark.parametrize("json_form", [False, True], ids=["pickle", "json"])
