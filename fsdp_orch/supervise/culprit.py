@@ -13,8 +13,9 @@ backward with no such frame is most likely in DDP's gradient all-reduce (its red
 with no Python frame): it ranks between the two. So does a rank waiting for the GPU in a CUDA
 synchronisation (:data:`DEVICE_WAIT_FRAMES`): on NCCL a collective's Python call returns at once and
 the rank blocks at the next synchronisation, so that is where a rank waiting for a missing peer sits.
-Where the rank's flight recorder says it has a collective queued and not finished (``pending``),
-it waits in that collective, whatever its stack shows.
+Where the rank's flight recorder says it has an NCCL collective queued and not finished
+(``pending``, ``observe.collective_counts.pending_collectives``), it waits in that collective,
+whatever its stack shows.
 """
 
 from __future__ import annotations
