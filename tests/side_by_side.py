@@ -12,11 +12,8 @@ pytest 9.2 no longer reads."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-TESTS = Path(__file__).resolve().parent
 SHARED_SERVICES = ("slurm", "ssh")  # folders under tests/ whose tests share one service
 
 
