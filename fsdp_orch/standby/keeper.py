@@ -1,8 +1,8 @@
 """The standby keeper of one node and attempt, started detached (its own session) by the launcher:
 
-    python -m fsdp_orch.standby.keeper SOCKET STARTER_PID
+    python -m fsdp_orch.standby.keeper SOCKET STARTER_PID [waited-on]
 
-It imports torch (never CUDA), then listens on ``SOCKET`` (0600, in the node's private folder) for the
+It imports torch (never CUDA; at idle priority unless a launcher is ``waited-on`` it now), then listens on ``SOCKET`` (0600, in the node's private folder) for the
 one launcher of its attempt. The launcher sends its ranks' orders with their stdin, stdout and stderr;
 the keeper forks a child per rank, answers each child's pid and, as they end, their exit codes. A
 rank whose launcher goes away is killed. The keeper ends once its ranks have ended, or unused,
@@ -25,6 +25,7 @@ import time
 from fsdp_orch.observe.proctree import pid_alive
 from fsdp_orch.standby.ranks import (
     UNCLAIMED_S,
+    WAITED_ON,
     RankOrder,
     child_argv,
     child_sys_path0,
@@ -245,7 +246,7 @@ keeper_pid = os.getpid()
 
 
 def main(argv: list[str]) -> RankOrder | int:
-    path, starter = argv[0], int(argv[1])
+    path, starter, waited_on = argv[0], int(argv[1]), argv[2:3] == [WAITED_ON]
     from fsdp_orch.nodeagent.beat_dir import private_beat_dir
 
     problem = private_beat_dir(os.path.dirname(path))
@@ -256,7 +257,7 @@ def main(argv: list[str]) -> RankOrder | int:
     with open(os.open(keeper_pid_file(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         f.write(str(os.getpid()))
     try:
-        return keep(path, starter)
+        return keep(path, starter, waited_on)
     finally:
         if os.getpid() == keeper_pid:
             _unlink(keeper_pid_file(path))
@@ -269,11 +270,12 @@ def _unlink(path: str) -> None:
         pass
 
 
-def preload() -> None:
-    """Imports what a rank would, in a thread of its own at idle priority (``SCHED_IDLE``, a policy a
-    thread may always lower itself to and which its process's other threads do not share): the next
-    attempt's keeper starts while this attempt's ranks start up and train, and on a node with no core
-    to spare its import would slow them. The ranks are forked from the main thread, at its priority."""
+def preload(idle: bool) -> None:
+    """Imports what a rank would, in a thread of its own, at idle priority when ``idle`` (``SCHED_IDLE``,
+    a policy a thread may always lower itself to and which its process's other threads do not share):
+    the next attempt's keeper starts while this attempt's ranks start up and train, and on a node with
+    no core to spare its import would slow them. A keeper a launcher waits on imports at the normal
+    priority. The ranks are forked from the main thread, at its priority."""
     import importlib
     import threading
 
@@ -281,7 +283,8 @@ def preload() -> None:
 
     def work() -> None:
         try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            if idle:
+                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         except (AttributeError, OSError):
             pass  # not Linux: imported at the keeper's priority
         try:
@@ -302,8 +305,8 @@ def preload() -> None:
         raise failed[0]
 
 
-def keep(path: str, starter: int) -> RankOrder | int:
-    preload()
+def keep(path: str, starter: int, waited_on: bool) -> RankOrder | int:
+    preload(idle=not waited_on)
     listener = listen(path)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # unused: the files go with it
     try:

@@ -27,6 +27,7 @@ from fsdp_orch.nodeagent.beat_dir import private_beat_dir, user_tmp_root
 from fsdp_orch.observe.proctree import pid_alive, signal_pids
 from fsdp_orch.standby.ranks import (
     NO_STANDBY_EXIT,
+    WAITED_ON,
     Layout,
     RankEnd,
     RankOrder,
@@ -64,9 +65,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def start_keeper(path: str, attempt: int, nproc: int, log: str) -> subprocess.Popen[bytes]:
+def start_keeper(path: str, attempt: int, nproc: int, log: str, *, waited_on: bool) -> subprocess.Popen[bytes]:
     """A keeper for ``attempt`` in its own session (a stop of this attempt's process group spares it),
-    tagged with that attempt so ``stop_job_processes`` finds it and the ranks it forks."""
+    tagged with that attempt so ``stop_job_processes`` finds it and the ranks it forks. One that a
+    launcher is ``waited_on`` now imports at the normal priority; a next attempt's at idle priority."""
     env = dict(os.environ)
     env["FSDP_ORCH_ATTEMPT"] = str(attempt)
     env.pop("FSDP_ORCH_RUN_DIR", None)  # no bootstrap in the keeper itself
@@ -74,7 +76,8 @@ def start_keeper(path: str, attempt: int, nproc: int, log: str) -> subprocess.Po
         env.setdefault("OMP_NUM_THREADS", "1")
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "fsdp_orch.standby.keeper", path, str(os.getpid())], env=env,
+            [sys.executable, "-m", "fsdp_orch.standby.keeper", path, str(os.getpid()),
+             *([WAITED_ON] if waited_on else [])], env=env,
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
 
 
@@ -98,7 +101,8 @@ def claim(folder: str, attempt: int, nproc: int) -> tuple[socket.socket | None, 
     if starting is not None:
         how = "prepared by the attempt before, still importing when claimed"
     else:
-        starting = start_keeper(path, attempt, nproc, os.path.join(folder, f"attempt-{attempt}.log")).pid
+        starting = start_keeper(path, attempt, nproc, os.path.join(folder, f"attempt-{attempt}.log"),
+                                waited_on=True).pid
         how = "started at once (none was prepared)"
     deadline = time.monotonic() + KEEPER_READY_S
     while time.monotonic() < deadline:
@@ -262,7 +266,7 @@ def supervise(sock: socket.socket, selector: selectors.BaseSelector, relay: Rela
     pids = {int(rank): pid for rank, pid in started.items()}
     say(f"attempt {attempt}: {len(pids)} rank(s) started from the standby ({how}), torch preloaded")
     next_keeper = start_keeper(keeper_socket(folder, attempt + 1), attempt + 1, len(pids),
-                               os.path.join(folder, f"attempt-{attempt + 1}.log"))
+                               os.path.join(folder, f"attempt-{attempt + 1}.log"), waited_on=False)
     code = watch(answers, selector, relay, args, pids)
     if code == 0:  # the job's last attempt, most likely: no one will claim the next keeper
         next_keeper.terminate()

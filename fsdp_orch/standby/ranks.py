@@ -16,6 +16,9 @@ ROLE = "default"
 # A keeper the attempt before prepared waits this long for its attempt after that attempt's
 # launcher has ended (the supervisor's verdict and backoff); then it ends, unused.
 UNCLAIMED_S = 120.0
+# The keeper's third argument when a launcher waits on it now (none was prepared): it imports at the
+# normal priority, since at idle priority a busy node (other jobs, stress) can starve the very start it holds up.
+WAITED_ON = "waited-on"
 
 
 def standby_folder(user_root: str, job_id: str, node_rank: int) -> str:

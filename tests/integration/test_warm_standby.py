@@ -6,10 +6,17 @@ job with ``launch.standby: off`` shows it in every rank. Both runs end with the 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import time
 from pathlib import Path
 
 import pytest
+
+from fsdp_orch.nodeagent.beat_dir import private_beat_dir, user_tmp_root
+from fsdp_orch.standby.launch import start_keeper
+from fsdp_orch.standby.ranks import keeper_socket, standby_folder
 
 pytestmark = pytest.mark.slow
 
@@ -65,3 +72,39 @@ def test_the_second_attempt_starts_from_the_standby_without_importing_torch(cli,
     assert warm_result["resumed_from"] == cold_result["resumed_from"] == 5
     assert warm_result["param_sha256"] == cold_result["param_sha256"]
     assert warm_result["final_loss"] == cold_result["final_loss"]
+
+
+SCHED_IDLE = 5  # linux/sched.h; field 41 ("policy") of /proc/<pid>/task/<tid>/stat
+
+
+def policies_while_importing(pid: int, socket_path: str, deadline_s: float = 120.0) -> set[int]:
+    """The scheduling policies the keeper's threads showed, sampled from /proc until its socket
+    appears (its import done). Python 3.11 does not name its threads in /proc, so every thread counts."""
+    seen: set[int] = set()
+    end = time.monotonic() + deadline_s
+    while not os.path.exists(socket_path):
+        assert time.monotonic() < end, f"keeper {pid} did not finish importing in {deadline_s:g} s"
+        for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+            try:
+                seen.add(int(stat.read_text().rsplit(")", 1)[1].split()[38]))
+            except (OSError, IndexError):
+                continue
+        time.sleep(0.002)
+    return seen
+
+
+@pytest.mark.parametrize(("waited_on", "policies"), [(True, {os.SCHED_OTHER}), (False, {os.SCHED_OTHER, SCHED_IDLE})])
+def test_a_keeper_a_launch_waits_on_imports_at_the_normal_priority_a_next_attempts_at_idle(
+        tmp_path: Path, waited_on: bool, policies: set[int]) -> None:
+    # Under load (stress-ng at the normal priority) an idle-priority import starved the very first
+    # attempt's start that waited on it; only the next attempt's keeper, prepared ahead, may yield.
+    folder = standby_folder(user_tmp_root(), f"prio{os.getpid()}x{int(waited_on)}", 0)
+    assert private_beat_dir(folder) is None
+    path = keeper_socket(folder, 1)
+    keeper = start_keeper(path, 1, 2, str(tmp_path / "keeper.log"), waited_on=waited_on)
+    try:
+        assert policies_while_importing(keeper.pid, path) == policies
+    finally:
+        keeper.kill()
+        keeper.wait()
+        shutil.rmtree(os.path.dirname(os.path.dirname(folder)), ignore_errors=True)
