@@ -109,11 +109,17 @@ def test_killing_the_supervisor_and_reattaching_keeps_one_attempt_and_succeeds(c
 
     status = cli.status(job_id)  # notices the dead supervisor and re-attaches a new one
     assert status["state"] == "RUNNING"
-    for _ in range(3):
-        cli.run("status", check=True)  # more refreshes must not start a second supervisor or attempt
-    time.sleep(1.0)
+    # The new supervisor records its own pid once it holds the job's lock: a Python start-up away,
+    # which took over 1 s beside stress-ng. (A refresh meanwhile starts another, which finds the lock
+    # held and exits.) 60 s: a start-up many times slower than a loaded machine's.
+    deadline = time.monotonic() + 60
+    while store.job(job_id).supervisor_pid == old and time.monotonic() < deadline:
+        time.sleep(0.1)
     new = store.job(job_id).supervisor_pid
     assert new != old and pid_alive(new, must_contain=job_id)
+    for _ in range(3):
+        cli.run("status", check=True)  # more refreshes must not start a second supervisor or attempt
+    assert store.job(job_id).supervisor_pid == new
     supervisors = [p for p in os.listdir("/proc") if p.isdigit() and pid_alive(int(p), must_contain=job_id)
                    and b"fsdp_orch.supervise" in Path(f"/proc/{p}/cmdline").read_bytes()]
     assert len(supervisors) == 1, supervisors
