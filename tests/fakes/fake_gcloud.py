@@ -66,10 +66,23 @@ def calls(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in file.read_text().splitlines()] if file.exists() else []
 
 
+# How long the killed processes of a worker may take to be gone. kill -9 returns at once; an sshd
+# still exiting holds port 22, and the new one then fails to bind it ("Address already in use":
+# a create that failed in a full run on 2 busy cores). 120 s: many times what a loaded machine took.
+GONE_WITHIN_S = 120.0
+
+
+def _namespace_pids(namespace: str) -> list[str]:
+    return subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout.split()
+
+
 def _kill_everything_on(worker: dict[str, Any]) -> None:
-    pids = subprocess.run(["ip", "netns", "pids", worker["namespace"]], capture_output=True, text=True).stdout.split()
-    for pid in pids:
+    """Every process of the worker killed, and gone: as a machine that is deleted or preempted."""
+    for pid in _namespace_pids(worker["namespace"]):
         subprocess.run(["kill", "-9", pid], check=False)
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while _namespace_pids(worker["namespace"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def preempt(path: Path, name: str) -> None:
