@@ -133,12 +133,15 @@ def test_twenty_parallel_submits_and_status_calls_lose_nothing(cli, tmp_path):
 
 def test_submit_returns_fast_and_the_supervisor_outlives_the_cli(cli, tmp_path):
     job = tmp_path / "sleepy.yaml"
-    job.write_text("name: sleepy\nlauncher: python\ncommand: [sleep, '3']\n")
+    job.write_text("name: sleepy\nlauncher: python\ncommand: [sleep, '15']\n")
     t0 = time.monotonic()
     job_id = cli.run("submit", "--cluster", "local", str(job), check=True).stdout.strip()
     elapsed = time.monotonic() - t0
-    assert elapsed < 5, f"submit took {elapsed:.1f}s"
+    # Submit returns without waiting for the job: the job, 15 s of sleep, has not ended. The bound
+    # holds at well over twice the load: submit took 1-2 s here, 5.2 s beside stress-ng and 3 workers.
+    assert elapsed < 12, f"submit took {elapsed:.1f}s"
     row = Store(cli.home / "jobs.db").job(job_id)
+    assert row.state in ("PENDING", "RUNNING"), row.state
     assert pid_alive(row.supervisor_pid, must_contain=job_id)
     final = cli.wait_until(job_id, lambda s: s["state"] == "SUCCEEDED", timeout=60, what="SUCCEEDED")
     assert final["attempts"] == 1

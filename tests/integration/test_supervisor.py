@@ -109,12 +109,15 @@ def test_killing_the_supervisor_and_reattaching_keeps_one_attempt_and_succeeds(c
 
     status = cli.status(job_id)  # notices the dead supervisor and re-attaches a new one
     assert status["state"] == "RUNNING"
-    # The new supervisor records its own pid once it holds the job's lock: a Python start-up away,
-    # which took over 1 s beside stress-ng. (A refresh meanwhile starts another, which finds the lock
-    # held and exits.) 60 s: a start-up many times slower than a loaded machine's.
+    # The new supervisor records its own pid (an event) once it holds the job's lock: a Python
+    # start-up away, which took over 1 s beside stress-ng. Read into the index here as status reads
+    # it, without status's refresh (which, meanwhile, would start another supervisor that finds the
+    # lock held and exits). 60 s: a start-up many times slower than a loaded machine's.
+    index = JobIndex(store, [str(cli.home / "runs")])
     deadline = time.monotonic() + 60
     while store.job(job_id).supervisor_pid == old and time.monotonic() < deadline:
         time.sleep(0.1)
+        index.ingest([job_id])
     new = store.job(job_id).supervisor_pid
     assert new != old and pid_alive(new, must_contain=job_id)
     for _ in range(3):
