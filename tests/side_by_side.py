@@ -42,14 +42,8 @@ def unit_of(nodeid: str) -> str:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The shared services' tests first (in that order), then the longest files (longest first), then
     the rest as collected."""
-    def rank(item: pytest.Item) -> int:
-        unit = unit_of(item.nodeid)
-        if unit in SHARED_SERVICES:
-            return SHARED_SERVICES.index(unit)
-        if unit in LONGEST_FILES:
-            return len(SHARED_SERVICES) + LONGEST_FILES.index(unit)
-        return len(SHARED_SERVICES) + len(LONGEST_FILES)
-    items.sort(key=rank)  # stable: the order within each part stays
+    first = {unit: place for place, unit in enumerate((*SHARED_SERVICES, *LONGEST_FILES))}
+    items.sort(key=lambda item: first.get(unit_of(item.nodeid), len(first)))  # stable: each part keeps its order
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -2,10 +2,11 @@
 
     python -m fsdp_orch.standby.keeper SOCKET STARTER_PID [waited-on]
 
-It imports torch (never CUDA; at idle priority unless a launcher is ``waited-on`` it now), then listens on ``SOCKET`` (0600, in the node's private folder) for the
-one launcher of its attempt. The launcher sends its ranks' orders with their stdin, stdout and stderr;
-the keeper forks a child per rank, answers each child's pid and, as they end, their exit codes. A
-rank whose launcher goes away is killed. The keeper ends once its ranks have ended, or unused,
+It imports torch (never CUDA; at idle priority, unless ``waited-on``: a launcher waits on it now),
+then listens on ``SOCKET`` (0600, in the node's private folder) for the one launcher of its attempt.
+The launcher sends its ranks' orders with their stdin, stdout and stderr; the keeper forks a child
+per rank, answers each child's pid and, as they end, their exit codes. A rank whose launcher goes
+away is killed. The keeper ends once its ranks have ended, or unused,
 ``UNCLAIMED_S`` after its starter (the attempt before, or the launcher that needed it at once) ended.
 
 Its environment is the attempt's, less ``FSDP_ORCH_RUN_DIR``: the bootstrap stays out of the keeper and
