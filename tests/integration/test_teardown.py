@@ -17,10 +17,12 @@ SCRIPT = Path(__file__).resolve().parents[1] / "fixtures" / "scripts" / "teardow
 
 def run(cli, tmp_path: Path, teardown: str) -> dict:  # type: ignore[no-untyped-def]
     shutil.copy(SCRIPT, tmp_path / "train.py")
+    marks = tmp_path / "returned"
+    marks.mkdir()
     job = tmp_path / "job.yaml"
     job.write_text(json.dumps({
         "name": f"teardown-{teardown}", "script": "train.py", "procs_per_node": 2,
-        "args": ["--teardown", teardown], "env": {"OMP_NUM_THREADS": "1"},
+        "args": ["--teardown", teardown], "env": {"OMP_NUM_THREADS": "1", "TEARDOWN_MARKS": str(marks)},
         "restart": {"max_restarts": 0}, "watch": {"startup_timeout": "8s", "heartbeat_timeout": "5s"}}))
     proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(job), timeout=180)
     assert proc.stdout.strip(), proc.stderr
