@@ -1,0 +1,223 @@
+"""One attempt watched to its end, as torchelastic's agent monitors its workers: observe (the exit
+status, the heartbeats, the logs), record (progress, checkpoints, the hang window), decide, and
+return how it ended as a value (``outcomes``). What ends the attempt stops it first."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from fsdp_orch.backends.base import AttemptHandle
+from fsdp_orch.launch.submission import Submission
+from fsdp_orch.record.journal import Journal
+from fsdp_orch.supervise.checkpoint_tracker import CheckpointTracker
+from fsdp_orch.supervise.diagnose import Diagnosis, cause_at_exit, died_of_a_signal
+from fsdp_orch.supervise.hang_evidence import (
+    FlightRecords,
+    ask_for_flight_records,
+    explain_hang,
+    flight_records,
+    ras_counts,
+    with_flight_recorder,
+)
+from fsdp_orch.supervise.hang_window import Window, hang_window
+from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower
+from fsdp_orch.supervise.outcomes import Cancelled, Failed, Outcome, Succeeded, TornDown
+from fsdp_orch.supervise.progress_events import ProgressEvents
+from fsdp_orch.supervise.watchdog import HangVerdict, check_hang, scripts_finished_at
+from fsdp_orch.vocab.categories import SIGNAL_ENDINGS
+
+STOP_GRACE_S = 5.0
+# A lost peer is usually the symptom of a rank that died first: after a communication error the
+# supervisor gives torchrun this long to report which rank failed first.
+SETTLE_S = 5.0
+
+
+def node_lost_instead(diagnosis: Diagnosis, handle: AttemptHandle) -> Diagnosis:
+    """A peer lost or a process killed may be a node that died: when the kind finds one that stopped
+    answering, that is the failure (the survivors' errors only echo it)."""
+    if diagnosis.category not in (*COMMUNICATION, "hang", "unknown", "preemption_or_node_lost"):
+        return diagnosis
+    lost = handle.lost_node()
+    if lost is None:
+        return diagnosis
+    return Diagnosis("preemption_or_node_lost", True, lost)
+
+
+class AttemptWatch:
+    """``world``: the attempt's world size (smaller than the job's when planned on fewer nodes);
+    ``before``: the latest complete checkpoint's mark when it started."""
+
+    def __init__(self, journal: Journal, submission: Submission, handle: AttemptHandle, *, attempt: int,
+                 started: float, world: int, before: int | None, progress: ProgressEvents,
+                 checkpoints: CheckpointTracker, cancel_requested: Callable[[], bool],
+                 clock: Callable[[], float], sleep: Callable[[float], None]):
+        self.journal = journal
+        self.sub = submission
+        self.handle = handle
+        self.attempt = attempt
+        self.started = started
+        self.world = world
+        self.before = before
+        self.progress = progress
+        self.checkpoints = checkpoints
+        self.cancel_requested = cancel_requested
+        self.clock = clock
+        self.sleep = sleep
+        self.follower = LogFollower(handle.log_chunks)
+        self._silent = False  # a node's channel was silent at the last look
+        progress.begin(self.follower)
+
+    def run(self) -> Outcome:
+        outcome = self._watch()
+        if isinstance(outcome, Failed):
+            return replace(outcome, lost_hosts=self.handle.lost_hosts())
+        return outcome
+
+    def _watch(self) -> Outcome:
+        watch = self.sub.job.watch
+        comm_seen: float | None = None
+        first_step_seen = False
+        ranks_seen: set[int] = set()
+        while True:
+            code = self.handle.poll()
+            beats = self.handle.heartbeats()
+            ranks_seen.update(beats)
+            window = hang_window(watch, beats)
+            if not first_step_seen and any(b.state != "starting" for b in beats.values()):
+                first_step_seen = True
+                self.journal.first_step(self.attempt, min(b.progress_time for b in beats.values()
+                                                          if b.state != "starting"))
+            self.progress.progress(beats, window)
+            self.checkpoints.record()
+            self.progress.hang_detection(beats, self.started, watch)
+            finished_at = scripts_finished_at(beats, self.world)
+            if code is not None:
+                return self._at_exit(code, beats, ranks_seen, finished_at)
+            cause = self.follower.poll()
+            if cause is not None and finished_at is not None and cause.category in SIGNAL_ENDINGS:
+                cause = None  # every script returned: a signal now is the teardown's, judged at the exit
+            if cause is not None:
+                self.progress.progress(beats, window, final=True)
+                if cause.category not in COMMUNICATION:
+                    return self._fail(cause, None)
+                comm_seen = comm_seen if comm_seen is not None else self.clock()
+                if self.clock() - comm_seen >= SETTLE_S:
+                    return self._fail(cause, None)
+                self.sleep(min(watch.poll_interval, 0.5))
+                continue
+            if finished_at is not None and self.clock() - finished_at > watch.startup_timeout:
+                return self._teardown_hang(finished_at)
+            detected_at = self.clock()
+            verdict = None if self._silent_nodes() else check_hang(
+                beats, world_size=self.world, attempt_started=self.started, now=detected_at, watch=watch,
+                window=window.seconds)
+            if verdict is not None:
+                return self._hang(verdict, beats, window, detected_at)
+            if self.cancel_requested():
+                self._stop()
+                return Cancelled()
+            # A short window is judged at least 4 times over: a verdict comes within a quarter of it.
+            self.sleep(min(watch.poll_interval, window.seconds / 4))
+
+    def _stop(self) -> None:
+        self.handle.stop(STOP_GRACE_S)
+        self.journal.end_attempt(self.attempt, self.handle.poll(), now=self.clock())
+
+    def _fail(self, diagnosis: Diagnosis, stalled: float | None, detected_at: float | None = None) -> Failed:
+        now = self.clock() if detected_at is None else detected_at
+        diagnosis = node_lost_instead(diagnosis, self.handle)
+        self._stop()
+        return Failed(with_flight_recorder(diagnosis, self.handle.flight_recorder_dumps()), now, stalled,
+                      self.before, self.checkpoints.step())
+
+    def _at_exit(self, code: int, beats: dict, ranks_seen: set[int],  # type: ignore[type-arg]
+                 finished_at: float | None) -> Outcome:
+        watch = self.sub.job.watch
+        self.journal.end_attempt(self.attempt, code, now=self.clock())
+        if code == 0:
+            last = self.handle.heartbeats() or beats  # reports can trail the exit (hosts with own disks)
+            no_ranks = self._no_ranks_started(ranks_seen | set(last))
+            if no_ranks is not None:
+                return no_ranks
+            self.follower.poll(final=True)  # the last lines: a progress bar drawn once, at the end
+            self.progress.progress(last, hang_window(watch, last), final=True)
+            return Succeeded()
+        if finished_at is not None and died_of_a_signal(code, self.follower.poll(final=True),
+                                                        self.follower.root_cause_rank()):
+            # The first failed rank died of a signal (SIGABRT, SIGSEGV) with no error in the logs
+            # beyond a lost peer or the signal: how a gloo teardown crash looks.
+            self.journal.add_event(attempt=self.attempt, kind="teardown_crash", message=(
+                f"every rank finished its script, then the attempt ended with exit code {code} "
+                "while the processes shut down (gloo/NCCL teardown): counted as done"))
+            return TornDown("teardown_crash")
+        self.progress.progress(beats, hang_window(watch, beats), final=True)  # the last step, for goodput
+        cause = with_flight_recorder(self._cause_at_exit(code), self.handle.flight_recorder_dumps())
+        cause = node_lost_instead(cause, self.handle)
+        self.handle.stop(STOP_GRACE_S)  # one node's end: the others may still run (a rank cut off from a lost host)
+        return Failed(cause, self.clock(), None, self.before, self.checkpoints.step())
+
+    def _cause_at_exit(self, code: int) -> Diagnosis:
+        """The logs' root cause, unless torchrun says another rank failed first, or a rank's SIGKILL
+        is reported, and the logs only show its peers losing it; then that rank's ending is the cause
+        (``diagnose.cause_at_exit``)."""
+        cause = self.follower.poll(final=True)
+        return cause_at_exit(code, cause, self.follower.root_cause_rank(), self.follower.cause_rank(),
+                             self.follower.tail.values())
+
+    def _teardown_hang(self, finished_at: float) -> TornDown:
+        self._stop()
+        self.journal.add_event(attempt=self.attempt, kind="teardown_hang", message=(
+            f"every rank finished its script {self.clock() - finished_at:.0f}s ago but the "
+            f"processes did not exit within startup_timeout ({self.sub.job.watch.startup_timeout:g}s); "
+            "stopped them and counted the attempt as done"))
+        return TornDown("teardown_hang")
+
+    def _hang(self, verdict: HangVerdict, beats: dict, window: Window,  # type: ignore[type-arg]
+              detected_at: float) -> Failed:
+        """The hang rule's verdict, explained: the stacks, the flight recorder's collectives, the culprit."""
+        self.progress.progress(beats, window, final=True)
+        asked = ask_for_flight_records(Path(self.sub.attempt_dir(self.attempt)), self.clock)
+        capture = self.handle.capture_stacks(beats)
+        records = (flight_records(self.handle.flight_recorder_dumps, verdict.ranks, asked, self.clock,
+                                  self.sleep) if asked is not None else FlightRecords())
+        counts = records.counts
+        if not counts and self.sub.base_plan.device == "cuda":
+            counts = ras_counts()
+        explained = explain_hang(verdict, capture, counts, pending=records.pending)
+        if explained.stacks is not None:
+            self.journal.add_event(attempt=self.attempt, kind="stacks",
+                                   message=f"stacks of the hung attempt: {explained.stacks}")
+        return self._fail(Diagnosis("hang", True, explained.evidence), verdict.stalled_for_s, detected_at)
+
+    def _silent_nodes(self) -> dict[int, float]:
+        """The nodes whose channel is silent (``handle.silent_nodes``): while any is, the hang rule
+        waits; such a node is heard again or found lost (``poll``) within the node timeout. Each
+        silence is recorded once, as it begins."""
+        silent = self.handle.silent_nodes()
+        if silent and not self._silent:
+            nodes = ", ".join(f"node {n} for {s:.1f}s" for n, s in sorted(silent.items()))
+            self.journal.add_event(attempt=self.attempt, kind="node_silent", message=(
+                f"no word from {nodes}: its ranks' heartbeats come through it, so no hang is judged "
+                "until it is heard again or found lost"))
+        self._silent = bool(silent)
+        return silent
+
+    def _no_ranks_started(self, seen: set[int]) -> Failed | None:
+        """An attempt of a job that starts torch ranks and exited 0 without a single one (mp.spawn
+        of ``torch.cuda.device_count()`` processes on a machine with no GPU) failed: it trained
+        nothing. Fewer ranks than planned is said in an event."""
+        if not self.sub.job.expects_ranks or (seen and len(seen) >= self.world):
+            return None
+        if seen:
+            self.journal.add_event(attempt=self.attempt, kind="fewer_ranks", message=(
+                f"{len(seen)} of the {self.world} planned ranks started a process group or an optimizer "
+                f"step (ranks {', '.join(map(str, sorted(seen)))})"))
+            return None
+        evidence = (f"the attempt exited 0, but none of the {self.world} ranks it was launched for "
+                    f"({self.sub.job.nodes} node(s) x {self.world // max(1, self.sub.job.nodes)} per node) "
+                    "started: no process started a torch process group or took an optimizer step "
+                    "(0 ranks appeared)")
+        return Failed(Diagnosis("no_ranks_started", False, evidence), self.clock(), None, self.before,
+                      self.checkpoints.step())

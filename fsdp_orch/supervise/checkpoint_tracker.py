@@ -1,0 +1,119 @@
+"""The job's checkpoints as the supervisor follows them across attempts: the latest complete one (a
+``checkpoint.file`` once its size holds still between two looks), a mark for a file of unknown step
+(the Nth save of it seen), each new one recorded once, the resume point of an attempt, and a
+checkpoint asked for before the scheduler takes the allocation away."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cached_property
+from pathlib import Path
+
+from fsdp_orch.backends.base import AttemptHandle
+from fsdp_orch.launch.plan import CHECKPOINT_REQUEST_FILE
+from fsdp_orch.launch.submission import Submission
+from fsdp_orch.observe.checkpoint_files import file_sizes, fingerprint
+from fsdp_orch.observe.checkpoints import CheckpointInfo, Storage
+from fsdp_orch.record.journal import Journal
+from fsdp_orch.supervise.resume import CheckpointSetting, latest, resume_point, setting_of
+from fsdp_orch.vocab.errors import FsdpOrchError
+
+
+class CheckpointTracker:
+    def __init__(self, journal: Journal, submission: Submission, storage: Storage, *,
+                 clock: Callable[[], float], sleep: Callable[[float], None]):
+        self.journal = journal
+        self.sub = submission
+        self.storage = storage
+        self.clock = clock
+        self.sleep = sleep
+        self.last: int | None = None  # the latest complete checkpoint's mark, as last recorded
+        self._last_seen: tuple[int, str] | None = None  # (step or save mark, path) last recorded
+        self._saves: dict[tuple[str, int | None, bytes | None], int] = {}  # files of unknown step, by save
+        self._file_look: dict[str, int] = {}  # checkpoint.file: the sizes at the previous poll
+
+    @cached_property
+    def setting(self) -> CheckpointSetting:
+        plan, cp = self.sub.base_plan, self.sub.job.checkpoint
+        return setting_of(plan.checkpoint_dir, plan.checkpoint_file, cp.step_key, plan.workdir,
+                          guarded=bool(cp.resume_args or cp.dir or cp.file))
+
+    def latest(self) -> CheckpointInfo | None:
+        """The latest complete checkpoint; a ``checkpoint.file`` counts once its size is the same as
+        at the previous poll."""
+        if self.setting.layout is None:
+            return latest(self.setting, self.storage)
+        info = latest(self.setting, self.storage, self._file_look or None)  # the first poll: one look
+        self._file_look = file_sizes(self.setting.layout, self.storage)
+        return info
+
+    def step(self) -> int | None:
+        """The latest complete checkpoint's step, or for a file of unknown step -N for the Nth save of
+        it seen (the restart policy compares these to tell a crash loop); while the storage cannot be
+        reached (the first host of hosts with their own disks, lost or preempted), the latest one seen."""
+        try:
+            info = self.latest()
+        except FsdpOrchError:
+            return self.last
+        return self._mark(info)
+
+    def _mark(self, info: CheckpointInfo | None) -> int | None:
+        if info is None:
+            return None
+        if info.step_known:
+            return info.step
+        key = (str(info.path), *fingerprint(str(info.path), self.storage))
+        return -self._saves.setdefault(key, len(self._saves) + 1)
+
+    def record(self) -> None:
+        """A checkpoint event for a complete checkpoint not recorded yet."""
+        try:
+            info = self.latest()
+        except FsdpOrchError:
+            return
+        mark = self._mark(info)
+        if info is None or mark is None:
+            return
+        step = info.step if info.step_known else None
+        if (mark, str(info.path)) != self._last_seen:
+            self._last_seen = (mark, str(info.path))
+            self.last = mark
+            self.journal.checkpoint(step, path=str(info.path), step_note=info.step_note)
+
+    def resume_point(self, attempt: int) -> tuple[str | None, int | None]:
+        """The checkpoint the attempt starts from (the latest complete one), after moving aside the
+        partial ones newer than it (HF's ``get_last_checkpoint`` takes the highest number, complete
+        or not) and, before a restart from scratch, the files that no layout reads (resume.py)."""
+        cp = self.sub.job.checkpoint
+        point = resume_point(self.setting, self.storage, attempt,
+                             resume=attempt > 0 or cp.resume == "auto", sleep=self.sleep)
+        for kind, message in point.events:
+            self.journal.add_event(attempt=attempt, kind=kind, message=message)
+        info = point.info  # never, or an explicit path the runtime reads from FSDP_ORCH_RESUME: None
+        if info is None:
+            return None, None
+        return str(info.path), info.step if info.step_known else None
+
+    def before_the_end(self, attempt: int, handle: AttemptHandle, within: float) -> None:
+        """The scheduler warned that the nodes go away: ask the attempt for a checkpoint (a file the
+        runtime looks for at each step; FSDP_ORCH_CHECKPOINT_REQUEST) and wait up to ``within``
+        seconds for one newer than what is committed now. Scripts without the fsdp-orch runtime
+        do not answer; they resume from their own latest checkpoint."""
+        if not any(name == "FSDP_ORCH_CHECKPOINT_REQUEST" for name, _ in self.sub.base_plan.env):
+            return
+        before = self.step()
+        asked = self.clock()
+        request = Path(self.sub.attempt_dir(attempt)) / CHECKPOINT_REQUEST_FILE
+        request.write_text(f"{asked}\n")
+        while self.clock() - asked < within and handle.poll() is None:
+            step = self.step()
+            if step is not None and (before is None or step > before):
+                self.record()
+                self.journal.add_event(attempt=attempt, kind="checkpoint_on_warning", message=(
+                    f"checkpoint of step {step} saved {self.clock() - asked:.1f}s after the scheduler's "
+                    "warning, before the requeue"))
+                return
+            self.sleep(0.5)
+        self.journal.add_event(attempt=attempt, kind="checkpoint_on_warning", message=(
+            f"no new checkpoint within {within:g}s of the scheduler's warning: the next allocation "
+            f"resumes from step {before if before is not None else 0}"))

@@ -1,0 +1,123 @@
+"""The supervisor's process, around its loop: one per job (a lock in the run folder), re-attached to
+the attempt a dead supervisor left running or started in a scheduler's allocation (a requeue), the
+launch's notices said once, and the values that came by reference forgotten once the job ended.
+
+Run as ``python -m fsdp_orch.supervise.supervisor JOB_ID [--run-dir DIR] [--reattach | --in-allocation]``
+(that module passes its loop in, so that this one does not import it back)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from fsdp_orch.backends.registry import cluster_kind
+from fsdp_orch.launch.plan import LAUNCH_CHANGED
+from fsdp_orch.launch.submission import SUBMISSION_FILE, Submission
+from fsdp_orch.places import secrets
+from fsdp_orch.places.builtin import home, local_has_gpu
+from fsdp_orch.places.private import open_private
+from fsdp_orch.record.events import EventWriter
+from fsdp_orch.record.journal import Journal, read_status
+from fsdp_orch.record.model import JobStatus
+from fsdp_orch.supervise.outcomes import Adopt
+from fsdp_orch.supervise.stop_flag import StopFlag
+from fsdp_orch.vocab.hints import hint_for
+from fsdp_orch.vocab.states import JobState
+
+
+class Loop(Protocol):
+    requeued_attempts: int
+
+    def run(self, adopt: Adopt | None = None, first_attempt: int = 0) -> JobState: ...
+
+
+MakeLoop = Callable[..., Loop]  # (journal, submission, launcher, *, stop_flag, allocation_ending, ...)
+
+
+def run_supervisor(make_loop: MakeLoop, job_id: str, run_dir: str | None = None, reattach: bool = False,
+                   in_allocation: bool = False) -> int:
+    """``in_allocation``: run by a scheduler's batch script (SLURM), which owns the signals; a requeued
+    job goes on with its next attempt. It reads and writes only the job's run folder (events,
+    heartbeats, logs), never the index database."""
+    folder = Path(run_dir) if run_dir else home() / "runs" / job_id
+    if not (folder / SUBMISSION_FILE).is_file():
+        print(f"fsdp-orch supervisor: no job {job_id} in {folder.parent}", flush=True)
+        return 2
+    # One supervisor per job: the lock lives as long as this process.
+    lock = os.fdopen(open_private(str(folder / "supervisor.lock"), os.O_WRONLY | os.O_APPEND), "a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"fsdp-orch supervisor: job {job_id} already has a supervisor", flush=True)
+        return 0
+    kind = cluster_kind(Submission.kind_name(folder))
+    submission = Submission.load(folder, kind)
+    view = read_status(str(folder), job_id) or JobStatus(job_id, "", "", "", str(folder), 0.0)
+    if view.ended:
+        secrets.forget(job_id, "env")
+        return 0
+    journal = Journal(EventWriter(folder, "supervisor"), job_id)
+    if view.supervisor_pid != os.getpid():  # a kind that starts it here records it already (its pid)
+        journal.supervisor_started()
+    stop_flag = StopFlag()
+    if not in_allocation:
+        stop_flag.install()
+    launcher = kind.attempt_launcher(submission)
+    has_gpu = local_has_gpu()  # this machine's: what every attempt this supervisor starts is planned with
+    loop = make_loop(journal, submission, launcher, stop_flag=stop_flag, allocation_ending=kind.allocation_ending,
+                     local_has_gpu=has_gpu, excluded_hosts=view.excluded_hosts)
+    adopt, first_attempt = _where_to_begin(journal, loop, launcher, view, job_id, reattach, in_allocation)
+    # What the launch changes of the job's settings, as planned here; each said once per job.
+    attempt = adopt.attempt if adopt else first_attempt
+    said = {n.message for n in view.notices if n.kind == LAUNCH_CHANGED}
+    for notice in submission.launch_plan(attempt, local_has_gpu=has_gpu).notices:
+        if notice not in said:
+            journal.add_event(attempt=attempt, kind=LAUNCH_CHANGED, message=notice)
+    state = JobState.FAILED
+    try:
+        state = loop.run(adopt, first_attempt)
+    except SystemExit:
+        journal.set_state(JobState.FAILED, reason="supervisor exited")
+        raise
+    except BaseException as exc:
+        journal.set_state(JobState.FAILED, reason=f"supervisor error: {exc!r}")
+        raise
+    finally:
+        if state != JobState.RESTARTING:  # ended: no supervisor will need the values again
+            secrets.forget(job_id, "env")
+    print(f"fsdp-orch supervisor: job {job_id} ended {state.value}", flush=True)
+    return 0
+
+
+def _where_to_begin(journal: Journal, loop: Loop, launcher, view: JobStatus,  # type: ignore[no-untyped-def]
+                    job_id: str, reattach: bool, in_allocation: bool) -> tuple[Adopt | None, int]:
+    """The attempt to adopt (re-attaching to a running one), or the attempt to start with."""
+    attempts = view.attempt_records
+    first_attempt = max(attempts) + 1 if attempts else 0
+    if in_allocation:
+        requeued = {f.attempt for f in view.failures if f.action == "requeue"}
+        unfinished = [n for n, a in attempts.items() if a.ended_at is None]
+        if unfinished:  # the previous allocation ended under it: requeued (time limit, preemption)
+            last = max(unfinished)
+            if last not in requeued:
+                evidence = "the allocation ended during the attempt (requeued)"
+                journal.add_failure(attempt=last, category="preemption_or_node_lost", evidence=evidence,
+                                    action="requeue", hint=hint_for("preemption_or_node_lost", evidence))
+                requeued.add(last)
+            journal.end_attempt(last, None)
+        loop.requeued_attempts = len(requeued)
+        print(f"fsdp-orch supervisor: job {job_id} in its allocation, attempt {first_attempt}", flush=True)
+        return None, first_attempt
+    if not reattach:
+        return None, 0
+    if view.state == JobState.RUNNING.value and attempts:
+        attempt = max(attempts)
+        adopt = Adopt(attempt, launcher.adopt(attempt, view.backend_ref), attempts[attempt].started_at)
+        print(f"fsdp-orch supervisor: re-attached to job {job_id} attempt {attempt}", flush=True)
+        return adopt, first_attempt
+    # died before launching, or while backing off: the next attempt starts now
+    print(f"fsdp-orch supervisor: resuming job {job_id} at attempt {first_attempt}", flush=True)
+    return None, first_attempt

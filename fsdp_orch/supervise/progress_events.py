@@ -1,0 +1,74 @@
+"""What the supervisor records of a running attempt's progress, throttled: rank 0's step and loss, the
+hang window in force, and whether hang detection is off for lack of any signal."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fsdp_orch.jobspec.schema import Watch
+from fsdp_orch.record.journal import Journal
+from fsdp_orch.record.model import RUNTIME_LOSS, finite
+from fsdp_orch.supervise.hang_window import Window, moved
+from fsdp_orch.supervise.logfollow import LogFollower
+from fsdp_orch.supervise.watchdog import no_signal
+from fsdp_orch.vocab.metrics import CHECKPOINT_BLOCK_S
+
+PROGRESS_EVERY_S = 5.0  # progress events: the first step at once, then at most one per this
+
+
+class ProgressEvents:
+    """One per supervisor; ``begin`` at each attempt."""
+
+    def __init__(self, journal: Journal, clock: Callable[[], float]):
+        self.journal = journal
+        self.clock = clock
+        self._last_step: int | None = None  # the progress last recorded for the running attempt
+        self._last_loss: float | None = None
+        self._progress_at = 0.0  # when it was recorded (the supervisor's clock)
+        self._follower: LogFollower | None = None  # the running attempt's: its console loss
+        self._window: Window | None = None  # the hang window last recorded for the running attempt
+        self._hang_detection_off: str | None = None
+
+    def begin(self, follower: LogFollower) -> None:
+        self._follower = follower
+        self._window, self._last_step, self._last_loss = None, None, None
+
+    def progress(self, beats: dict, window: Window, final: bool = False) -> None:  # type: ignore[type-arg]
+        """Rank 0's step and the latest loss (the runtime's in its heartbeat, else the one its console
+        printed last), when either changed; and the hang window in force."""
+        if not beats:
+            return
+        lead = beats.get(0) or next(iter(beats.values()))
+        if lead.state == "starting":
+            return
+        self._record_window(lead.attempt, window)
+        loss, source = finite(lead.loss), RUNTIME_LOSS
+        if loss is None and self._follower is not None and self._follower.loss is not None:
+            loss, source = finite(self._follower.loss[0]), self._follower.loss[1]
+        if lead.step == self._last_step and loss == self._last_loss:
+            return
+        if not final and self._last_step is not None and self.clock() - self._progress_at < PROGRESS_EVERY_S:
+            return  # the event log is on the shared filesystem: a line per PROGRESS_EVERY_S at most
+        self._last_step, self._last_loss, self._progress_at = lead.step, loss, self.clock()
+        blocked = lead.metrics.get(CHECKPOINT_BLOCK_S)
+        self.journal.progress(lead.step, loss, lead.progress_time, loss_source=source,
+                              checkpoint_s=float(blocked) if isinstance(blocked, (int, float)) else None)
+
+    def _record_window(self, attempt: int, window: Window) -> None:
+        """The hang window in force once the attempt steps, recorded when it first applies, when its
+        mode changes (warm-up to adaptive) and when it moves by more than a fifth (the adaptive
+        window follows the ranks' step times)."""
+        if not moved(self._window, window):
+            return
+        self._window = window
+        self.journal.hang_window(attempt, window.seconds, window.mode)
+
+    def hang_detection(self, beats: dict, started: float, watch: Watch) -> None:  # type: ignore[type-arg]
+        """``status`` says when hang detection is off for lack of any signal, and why."""
+        why = no_signal(beats, attempt_started=started, now=self.clock(), watch=watch)
+        if why is not None and self._hang_detection_off != why:
+            self._hang_detection_off = why
+            self.journal.hang_detection(why)
+        elif beats and self._hang_detection_off is not None:
+            self._hang_detection_off = None
+            self.journal.hang_detection(None)
