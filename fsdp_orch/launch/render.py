@@ -168,20 +168,12 @@ def render_plan(plan: LaunchPlan, kind: KindArtifacts, *, profile_template: Path
 def write_artifacts(artifacts: list[Artifact], out_dir: Path | None = None) -> list[Path]:
     """Write each artifact (to its own path, or by name into ``out_dir``); files appear whole or not at
     all, private to this user (folders 0700, scripts 0700, the rest 0600: they hold env values)."""
-    import os
-
-    from fsdp_orch.places.private import make_private_dirs
+    from fsdp_orch.places.private import make_private_dirs, write_atomically
 
     written = []
     for art in artifacts:
         target = (out_dir / art.name) if out_dir else Path(art.path)
         make_private_dirs(str(target.parent))
-        tmp = target.with_name(f".{target.name}.tmp")
-        mode = 0o700 if art.executable else 0o600
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "w") as f:
-            os.fchmod(f.fileno(), mode)
-            f.write(art.text)
-        tmp.replace(target)
+        write_atomically(target, art.text, mode=0o700 if art.executable else 0o600)
         written.append(target)
     return written

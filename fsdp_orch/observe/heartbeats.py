@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fsdp_orch.places.private import write_atomically
+
 STATES = ("starting", "training", "saving", "done")
 # A write of the watcher (every 0.5 s) missed by half a tick: the relay reads at 0.25 s (node agent)
 # or 0.5 s (SSH report), so the supervisor knows a rank is held 0.75-1.25 s after its last write, while
@@ -215,11 +217,7 @@ def read_heartbeats(run_dir: str | os.PathLike[str], attempt: int) -> dict[int, 
 def write_heartbeat(path: str | os.PathLike[str], beat: Heartbeat, tmp_tag: str = "") -> None:
     """Replace ``path`` atomically (temp file in the same directory, then rename; no fsync: cheap).
     ``tmp_tag``: a temp file of its own, for a write made while another of this process's is in flight."""
-    target = os.fspath(path)
-    tmp = f"{target}.{beat.pid}{'.' + tmp_tag if tmp_tag else ''}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(beat.to_json())
-    os.replace(tmp, target)
+    write_atomically(path, beat.to_json(), tmp_tag=tmp_tag or "hb")
 
 
 __all__ = ["HELD_AFTER_S", "Heartbeat", "STATES", "TIME_FIELDS", "heartbeat_dir", "heartbeat_from_dict",

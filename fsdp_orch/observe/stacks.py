@@ -24,6 +24,7 @@ from pathlib import Path
 from fsdp_orch.observe import command
 from fsdp_orch.observe.attempt_files import faulthandler_dump_name, pyspy_dump_name
 from fsdp_orch.observe.command import Runner
+from fsdp_orch.places.private import write_atomically
 
 # Full paths: py-spy's default short names ("threading.py", "train.py") do not tell library
 # code from the user's.
@@ -237,12 +238,6 @@ def pyspy_error(returncode: int, stderr: str) -> str:
     return f"py-spy: {summary}"
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _read_from(path: Path, offset: int) -> str:
     try:
         with open(path, "rb") as f:
@@ -290,7 +285,7 @@ def _pyspy_dump(run: Runner, binary: str, pid: int, timeout: float,
         returncode, stdout, stderr = run(pyspy_argv(binary, pid, nonblocking=nonblocking), timeout)
         threads = parse_pyspy_dump(stdout) if returncode == 0 else []
         if threads:
-            _atomic_write(path, stdout)
+            write_atomically(path, stdout)
             return threads, "py-spy --nonblocking" if nonblocking else "py-spy", error
         error = error or (pyspy_error(returncode, stderr) if returncode else "py-spy: no Python threads")
         if returncode == 127:  # no py-spy

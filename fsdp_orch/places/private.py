@@ -126,16 +126,36 @@ def make_private_dirs(path: str) -> None:
         os.chmod(folder, DIR_MODE)
 
 
+def write_atomically(path: str | os.PathLike[str], data: bytes | str, *, mode: int | None = None,
+                     fsync: bool = False, tmp_tag: str = "") -> None:
+    """The one way fsdp-orch replaces a whole file: a hidden temporary file beside it, then a rename,
+    so that a reader (or a glob of the folder) sees the old content or the new, never half. ``mode``:
+    the new file's, whatever the umask (None: as the umask has it); ``fsync`` before the rename, for
+    what must outlive a crash (a checkpoint's commit record); ``tmp_tag``: a temporary name of its
+    own, for a write made while another of this process's is in flight."""
+    target = os.fspath(path)
+    folder, name = os.path.split(target)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{tmp_tag or os.urandom(3).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
+    if mode is not None:
+        os.fchmod(fd, mode)
+    with os.fdopen(fd, "wb") as f:  # one os.write may write only part of a large file
+        f.write(data.encode() if isinstance(data, str) else data)
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, target)
+
+
 def write_private(path: str, data: bytes | str, *, atomic: bool = True) -> None:
     """Write a whole file, created 0600 (through a temporary file and a rename when ``atomic``)."""
-    raw = data.encode() if isinstance(data, str) else data
-    target = f"{path}.{os.getpid()}.{os.urandom(3).hex()}.tmp" if atomic else path
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    os.fchmod(fd, FILE_MODE)
-    with os.fdopen(fd, "wb") as f:  # one os.write may write only part of a large file
-        f.write(raw)
     if atomic:
-        os.replace(target, path)
+        write_atomically(path, data, mode=FILE_MODE)
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    os.fchmod(fd, FILE_MODE)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
 
 
 def open_private(path: str, flags: int) -> int:

@@ -16,19 +16,15 @@ import numpy as np
 import torch
 
 from fsdp_orch.observe.checkpoints import COMMIT_FILE, METADATA_FILE, list_checkpoints, parse_commit
+from fsdp_orch.places.private import write_atomically
 
 RANK_STATE = "rank-{rank}.state.pt"
 
 
 def atomic_write(path: Path, data: bytes, fsync: bool = True) -> None:
-    """Write to a temp name in the same directory, fsync, rename: readers see all or nothing."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        if fsync:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Written whole or not at all, fsynced unless told (``places.private.write_atomically``), with the
+    umask's mode: a checkpoint's files are the user's, shared as they share their folder."""
+    write_atomically(path, data, fsync=fsync)
 
 
 def write_commit(path: Path, step: int, world_size: int, attempt: int, async_save: bool) -> None:

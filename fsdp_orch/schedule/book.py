@@ -34,10 +34,6 @@ class ScheduleState:
             del self.runs[:-KEEP_RUNS]
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    write_private(str(path), text)  # 0600, through a temporary file and a rename
-
-
 def _state_of(data: Any) -> ScheduleState | None:
     """``state.json``'s content as a ScheduleState; None when it is not that shape."""
     if not isinstance(data, dict):
@@ -81,7 +77,7 @@ class ScheduleBook:
         except FileExistsError:
             raise InputError(f"a schedule named {schedule.name!r} exists; remove it first "
                              f"(fsdp-orch schedule remove {schedule.name})", field=NAME_FIELD) from None
-        _write_atomic(self._dir(schedule.name) / "schedule.json", schedule.to_json())
+        write_private(str(self._dir(schedule.name) / "schedule.json"), schedule.to_json())
         self.writer(schedule.name, "cli").append("schedule_added", cron=schedule.cron, tz=schedule.tz,
                                                   cluster=schedule.cluster, job_file=schedule.job_file)
 
@@ -130,7 +126,7 @@ class ScheduleBook:
             self._warn(f"skipping schedule {path.parent.name}: {why}")
 
     def save(self, schedule: Schedule) -> None:
-        _write_atomic(self._dir(schedule.name) / "schedule.json", schedule.to_json())
+        write_private(str(self._dir(schedule.name) / "schedule.json"), schedule.to_json())
 
     def remove(self, name: str) -> None:
         """Works on a schedule whose files are broken too (that is when one wants it gone)."""
@@ -157,7 +153,7 @@ class ScheduleBook:
     def save_state(self, name: str, state: ScheduleState) -> None:
         if not self._dir(name).is_dir():
             return  # removed meanwhile
-        _write_atomic(self._dir(name) / "state.json",
+        write_private(str(self._dir(name) / "state.json"),
                       json.dumps({"last_tick": state.last_tick, "runs": state.runs}, indent=2) + "\n")
 
     def writer(self, name: str, role: str, clock=None) -> EventWriter:  # type: ignore[no-untyped-def]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import posixpath
 import shlex
 import threading
@@ -32,6 +31,7 @@ from fsdp_orch.launch.render import package_root
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.checkpoints import Storage
 from fsdp_orch.observe.heartbeats import Heartbeat, parse_heartbeat
+from fsdp_orch.places.private import write_atomically
 from fsdp_orch.vocab.backoff import REPORT_STREAM, retrying
 from fsdp_orch.vocab.categories import NODE_LOST_EXIT
 
@@ -47,11 +47,9 @@ class StreamSilent(Exception):
     pass
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_report(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    write_atomically(path, data)
 
 
 class HostReports(threading.Thread):
@@ -169,7 +167,7 @@ class HostReports(threading.Thread):
                 self._beats[beat.rank] = beat
         elif "exit" in message:
             if not self.beats_only:  # on a shared run folder the node wrote it there itself
-                write_atomically(Path(exit_file(str(self.local_attempt), self.rank)),
+                write_report(Path(exit_file(str(self.local_attempt), self.rank)),
                                  f"{int(message['exit'])}\n".encode())
             self.ended.set()
         elif "gone" in message:
