@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fsdp_orch.jobspec.schema import Watch
@@ -18,25 +19,50 @@ class HangVerdict:
     saving: list[int] = field(default_factory=list)  # of those, the ranks inside a checkpoint save
 
 
+@dataclass(frozen=True)
+class Veto:
+    """A rank's state that stops the hang rule: the rank is busy (its peers wait for it) or gives no
+    signal. ``holds(beat, now, allowed, watch)``; ``allowed``: the rank's window."""
+
+    name: str
+    holds: Callable[[Heartbeat, float, float, Watch], bool]
+    why: str
+
+
+VETOES = (
+    Veto("collecting", lambda b, now, allowed, w: b.collecting_since is not None
+         and now - b.collecting_since <= w.startup_timeout,
+         "inside a full garbage collection, for up to startup_timeout: the interpreter's own work"),
+    Veto("held", lambda b, now, allowed, w: b.held_since is not None
+         and now - b.held_since <= max(allowed, w.heartbeat_timeout),
+         "its heartbeat is not rewritten, for up to heartbeat_timeout: its watcher thread cannot run, so "
+         "one native call holds the interpreter, busy or stuck: no signal"),
+    Veto("writing", lambda b, now, allowed, w: b.io_at is not None and now - b.io_at <= allowed,
+         "its process wrote within the window: a save making progress, however slow"),
+    Veto("computing", lambda b, now, allowed, w: b.compute_at is not None and now - b.compute_at <= allowed,
+         "its process (an XLA graph compiling) or its children (data loader workers refilling) used CPU "
+         "within the window"),
+    Veto("in_python", lambda b, now, allowed, w: b.python_at is not None and now - b.python_at <= allowed,
+         "its main thread ran Python within the window: just stepped, or busy past it (a long evaluation); "
+         "a late peer is waiting for it (back from an evaluation, its heartbeat lags the peer's by a tick)"),
+)
+
+
+def veto_of(beat: Heartbeat, now: float, allowed: float, watch: Watch) -> Veto | None:
+    return next((v for v in VETOES if v.holds(beat, now, allowed, watch)), None)
+
+
 def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started: float, now: float,
                watch: Watch, window: float | None = None) -> HangVerdict | None:
     """A hang: some rank has made no progress within its window and sits in one native call (or,
-    with no liveness probe in its heartbeat, simply made no progress), while no rank is busy in
-    Python or writing. Windows: ``startup_timeout`` from the attempt's start until a rank's first
-    step, else the progress window, inside a checkpoint save too (``startup_timeout`` for a saving
-    rank with no probe, whose writes are not measured either). Vetoes (its peers wait for it):
-    a rank busy in Python past its window (a long evaluation); a probed rank within its window that
-    ran Python within it (it just stepped); a rank inside a full garbage collection, for up to
-    ``startup_timeout`` (``collecting_since``: the interpreter's own work); a rank whose heartbeat
-    is not rewritten, for up to ``heartbeat_timeout`` (``held_since``: its watcher thread cannot run,
-    so the interpreter is held by one native call: no signal whether it is busy); a rank whose process
-    wrote within the window (a save making progress, however slow: bytes written, ``io_at``); an XLA
-    rank whose process used CPU within the window (compiling a graph, ``compute_at``), or any rank
-    whose child processes did (data loader workers refilling, ``compute_at``); a rank with no heartbeat yet while no
-    rank has finished a step (it may still be importing, while the others wait for it in the
-    rendezvous). A rank that is done is never late. With no heartbeat from any rank there is no
-    signal, and no verdict (see :func:`no_signal`). ``window``: the progress window, else the one
-    ``hang_window`` gives for ``beats``."""
+    with no liveness probe in its heartbeat, simply made no progress), while no rank is vetoed
+    (``VETOES``: busy, so its peers wait for it, or with no signal). Windows: ``startup_timeout`` from
+    the attempt's start until a rank's first step, else the progress window, inside a checkpoint save
+    too (``startup_timeout`` for a saving rank with no probe, whose writes are not measured either).
+    A rank with no heartbeat yet while no rank has finished a step gives no signal either (it may
+    still be importing, while the others wait for it in the rendezvous). A rank that is done is
+    never late. With no heartbeat from any rank there is no signal, and no verdict (see
+    :func:`no_signal`). ``window``: the progress window, else the one ``hang_window`` gives for ``beats``."""
     if not beats:
         return None
     started = [b for b in beats.values() if b.state != "starting"]
@@ -50,44 +76,46 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
             continue
         if beat is None and not started:
             return None  # no signal from this rank yet (still importing?): nothing to judge by
-        if beat is None:  # silent while others have stepped: it never got going
-            since, allowed = attempt_started, window
-        elif beat.state == "starting":
-            since, allowed = attempt_started, watch.startup_timeout
-        elif beat.state == "saving" and beat.python_at is None:
-            # Not probed: no agent in the process, so its writes are not measured either.
-            since, allowed = beat.progress_time, watch.startup_timeout
-        else:
-            since, allowed = beat.progress_time, window
-        if beat is not None and beat.collecting_since is not None and now - beat.collecting_since <= watch.startup_timeout:
-            return None  # a garbage collection holds the interpreter: busy, and its peers wait for it
-        if beat is not None and beat.held_since is not None and now - beat.held_since <= max(allowed, watch.heartbeat_timeout):
-            return None  # its heartbeat is not rewritten: the interpreter is held, busy or stuck, no signal
-        if beat is not None and beat.io_at is not None and now - beat.io_at <= allowed:
-            return None  # writing (a save that makes progress): its peers wait for it
-        if beat is not None and beat.compute_at is not None and now - beat.compute_at <= allowed:
-            return None  # an XLA process compiling a graph, or data loader workers loading: computing
-        if now - since <= allowed:
-            if beat is not None and beat.python_at is not None and now - beat.python_at <= allowed:
-                # Running: a late peer is waiting for it. Just back from a long evaluation, this rank
-                # has stepped while the peer's heartbeat still shows the wait (it lags by a tick).
-                return None
-            continue
-        if beat is not None and beat.python_at is not None:
-            native_for = now - beat.python_at
-            if native_for <= allowed:
-                return None  # busy in Python: not hung, and its peers wait for it
-            what = _last_report(rank, beat) + f", main thread in one native call for {native_for:.1f}s"
-        else:
-            what = _last_report(rank, beat)
-        if beat is not None and beat.held_since is not None:
-            what += f", its heartbeat not rewritten for {now - beat.held_since:.1f}s (the interpreter held)"
-        if beat is not None and beat.state == "saving":
-            written = "nothing written" if beat.io_at is None else f"nothing written for {now - beat.io_at:.1f}s"
-            what += f", inside a checkpoint save ({written})"
-        late.append((rank, now - since, what))
+        since, allowed = _rank_window(beat, attempt_started, window, watch)
+        if beat is not None and veto_of(beat, now, allowed, watch) is not None:
+            return None
+        if now - since > allowed:
+            late.append((rank, now - since, _lateness(rank, beat, now)))
     if not late:
         return None
+    return _verdict(late, beats, started, attempt_started, now, window, watch)
+
+
+def _rank_window(beat: Heartbeat | None, attempt_started: float, window: float,
+                 watch: Watch) -> tuple[float, float]:
+    """Since when a rank is judged, and for how long it may go without progress."""
+    if beat is None:  # silent while others have stepped: it never got going
+        return attempt_started, window
+    if beat.state == "starting":
+        return attempt_started, watch.startup_timeout
+    if beat.state == "saving" and beat.python_at is None:
+        # Not probed: no agent in the process, so its writes are not measured either.
+        return beat.progress_time, watch.startup_timeout
+    return beat.progress_time, window
+
+
+def _lateness(rank: int, beat: Heartbeat | None, now: float) -> str:
+    """What a late rank's heartbeat says of it, in words for the evidence."""
+    what = _last_report(rank, beat)
+    if beat is None:
+        return what
+    if beat.python_at is not None:
+        what += f", main thread in one native call for {now - beat.python_at:.1f}s"
+    if beat.held_since is not None:
+        what += f", its heartbeat not rewritten for {now - beat.held_since:.1f}s (the interpreter held)"
+    if beat.state == "saving":
+        written = "nothing written" if beat.io_at is None else f"nothing written for {now - beat.io_at:.1f}s"
+        what += f", inside a checkpoint save ({written})"
+    return what
+
+
+def _verdict(late: list[tuple[int, float, str]], beats: dict[int, Heartbeat], started: list[Heartbeat],
+             attempt_started: float, now: float, window: float, watch: Watch) -> HangVerdict:
     ranks = [r for r, _, _ in late]
     suspects = sorted(ranks, key=lambda r: _stop_order(beats.get(r)))
     saving = [r for r in ranks if (b := beats.get(r)) is not None and b.state == "saving"]
