@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from fsdp_orch.places.home import store_path
-from fsdp_orch.record.model import Failure, JobStatus
+from fsdp_orch.record.status import Failure, JobStatus
 from fsdp_orch.record.store import Store
 from fsdp_orch.vocab.states import JobState
 

@@ -21,7 +21,7 @@ from fsdp_orch.observe.file_tail import LogChunk
 from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.observe.stacks import StackCapture
 from fsdp_orch.record.index import JobIndex
-from fsdp_orch.record.model import JobStatus
+from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.checks import Check
 from fsdp_orch.vocab.errors import FsdpOrchError
 

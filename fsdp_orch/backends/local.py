@@ -23,7 +23,7 @@ from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.checkpoints import LOCAL, Storage
 from fsdp_orch.observe.proctree import job_processes, stop_job_processes
 from fsdp_orch.places.private import make_private_dirs, open_private
-from fsdp_orch.record.model import JobStatus
+from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.categories import NODE_LOST_EXIT
 from fsdp_orch.vocab.errors import InputError
 

@@ -16,7 +16,7 @@ from fsdp_orch.launch.plan import LaunchPlan, NodeTarget, Placement, PlanContext
 from fsdp_orch.launch.render import Artifact, Templates
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.command import Runner
-from fsdp_orch.record.model import JobStatus
+from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.checks import Check
 from fsdp_orch.vocab.errors import InputError
 

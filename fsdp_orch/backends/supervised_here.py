@@ -16,7 +16,7 @@ from fsdp_orch.places import secrets
 from fsdp_orch.places.builtin import supervisor_command
 from fsdp_orch.places.private import make_private_dirs, open_private
 from fsdp_orch.record.index import JobIndex
-from fsdp_orch.record.model import JobStatus
+from fsdp_orch.record.status import JobStatus
 
 CANCEL_WAIT_S = 15.0
 

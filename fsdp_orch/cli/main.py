@@ -225,9 +225,9 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from fsdp_orch.places.private import write_private
+    from fsdp_orch.record.event_types import parse_event
     from fsdp_orch.record.events import read_job
     from fsdp_orch.record.fold import fold_lines
-    from fsdp_orch.record.model import parse_event
     from fsdp_orch.report.page import render
 
     checked_job_id(args.job_id)

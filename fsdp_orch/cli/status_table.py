@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fsdp_orch.record.model import RUNTIME_LOSS, JobStatus
+from fsdp_orch.record.event_types import RUNTIME_LOSS
+from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.times import iso_time
 
 

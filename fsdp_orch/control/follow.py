@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from fsdp_orch.record.model import JobStatus
+from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.states import TERMINAL_NAMES
 
 

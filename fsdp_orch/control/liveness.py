@@ -10,7 +10,7 @@ from fsdp_orch.record.index import JobIndex
 
 TYPE_CHECKING = False  # typing and the record model cost ``status`` milliseconds at start-up
 if TYPE_CHECKING:
-    from fsdp_orch.record.model import JobStatus
+    from fsdp_orch.record.status import JobStatus
     from fsdp_orch.record.store import ActiveJob
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_orch.observe.attempt_files import STACKS_DIR
-from fsdp_orch.record.model import JobStatus
+from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.errors import InputError
 from fsdp_orch.vocab.redact import masked, secret_header, secret_name
 

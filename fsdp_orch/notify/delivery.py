@@ -14,7 +14,7 @@ from fsdp_orch.jobspec.notify import Webhook
 from fsdp_orch.notify.due import Due, Logged, due, ended
 from fsdp_orch.notify.payload import body
 from fsdp_orch.record.events import event_files, order_key, read_from
-from fsdp_orch.record.model import JobStatus
+from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.backoff import WEBHOOK, TriedByTheCaller
 
 FIRST_RETRY_S = WEBHOOK.first

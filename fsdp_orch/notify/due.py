@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fsdp_orch.jobspec.notify import Webhook
+from fsdp_orch.record.event_types import parse_event
 from fsdp_orch.record.fold import apply, fold_lines
-from fsdp_orch.record.model import JobStatus, parse_event
+from fsdp_orch.record.status import JobStatus
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from fsdp_orch.notify.due import Due
-from fsdp_orch.record.model import JobStatus
+from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.times import iso_time
 
 

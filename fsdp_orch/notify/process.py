@@ -84,7 +84,7 @@ def main(run_dir: str) -> int:
     from fsdp_orch.record.events import EventWriter
     from fsdp_orch.record.index import open_index
     from fsdp_orch.record.journal import Journal
-    from fsdp_orch.record.model import JobStatus
+    from fsdp_orch.record.status import JobStatus
 
     path = Path(run_dir)
     if _hold_lock(path / NOTIFY_DIR) is None:

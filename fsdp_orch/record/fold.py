@@ -12,25 +12,20 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from fsdp_orch.record.model import (
+from fsdp_orch.record.event_types import (
     HOST_EXCLUDED,
     RUNTIME_LOSS,
-    STEP_SAMPLES,
     AllocationRequeued,
     AttemptEnded,
     AttemptLaunched,
-    AttemptRecord,
     AttemptStarted,
     CheckpointCommitted,
     Event,
-    Failure,
     FailureDetected,
     Finished,
     FirstStep,
     HangDetection,
     HangWindow,
-    JobNotice,
-    JobStatus,
     Notice,
     Progress,
     RestartScheduled,
@@ -41,6 +36,8 @@ from fsdp_orch.record.model import (
     finite,
     parse_event,
 )
+from fsdp_orch.record.goodput import AttemptRecord
+from fsdp_orch.record.status import STEP_SAMPLES, Failure, JobNotice, JobStatus
 from fsdp_orch.vocab.states import JobState
 
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    from fsdp_orch.record.model import JobStatus
+    from fsdp_orch.record.status import JobStatus
 
 SCHEMA_VERSION = 10  # 10: the goodput breakdown and the facts it is computed from; 7: JobStatus.last_checkpoint_path and _note (checkpoint.file); 8: progress_attempt;
 # 9: the loss's source, the hang window, stepped_at/stall_from (stalled_for_s filled in as status reads)
@@ -392,6 +392,6 @@ def _loads(text: str) -> Any:
 def _status(record: str) -> JobStatus:
     import json
 
-    from fsdp_orch.record.model import JobStatus
+    from fsdp_orch.record.status import JobStatus
 
     return JobStatus.from_record(json.loads(record))

@@ -7,15 +7,15 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from fsdp_orch.record.goodput import BUCKETS
-from fsdp_orch.record.model import (
+from fsdp_orch.record.event_types import (
     AttemptStarted,
     CheckpointCommitted,
     Event,
-    JobStatus,
     Progress,
     finite,
 )
+from fsdp_orch.record.goodput import BUCKETS
+from fsdp_orch.record.status import JobStatus
 from fsdp_orch.report.svg import COLORS, Bar, Mark, loss_curve, timeline
 
 MEANING = {

@@ -21,7 +21,7 @@ from fsdp_orch.places.builtin import home, local_has_gpu
 from fsdp_orch.places.private import open_private
 from fsdp_orch.record.events import EventWriter
 from fsdp_orch.record.journal import Journal, read_status
-from fsdp_orch.record.model import JobStatus
+from fsdp_orch.record.status import JobStatus
 from fsdp_orch.supervise.outcomes import Adopt
 from fsdp_orch.supervise.stop_flag import StopFlag
 from fsdp_orch.vocab.hints import hint_for

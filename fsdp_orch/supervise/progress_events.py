@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fsdp_orch.jobspec.schema import Watch
+from fsdp_orch.record.event_types import RUNTIME_LOSS, finite
 from fsdp_orch.record.journal import Journal
-from fsdp_orch.record.model import RUNTIME_LOSS, finite
 from fsdp_orch.supervise.hang_window import Window, moved
 from fsdp_orch.supervise.logfollow import LogFollower
 from fsdp_orch.supervise.watchdog import no_signal

@@ -200,12 +200,12 @@ def test_the_file_layout_module_does_not_import_torch():
 def test_status_says_when_a_checkpoint_step_is_unknown_and_why():
     from fsdp_orch.cli.status_table import detail_lines, format_jobs
     from fsdp_orch.control.follow import progress_line
-    from fsdp_orch.record import model
+    from fsdp_orch.record import event_types
     from fsdp_orch.record.fold import fold
 
     why = "the name has no step and checkpoint.step_key is not set"
-    status = fold([model.Submitted(at=1.0, job="j1", name="n", cluster="local", run_dir="/r"),
-                   model.CheckpointCommitted(at=2.0, step=None, path="/w/out/ckpt.pt", step_note=why)], "j1")
+    status = fold([event_types.Submitted(at=1.0, job="j1", name="n", cluster="local", run_dir="/r"),
+                   event_types.CheckpointCommitted(at=2.0, step=None, path="/w/out/ckpt.pt", step_note=why)], "j1")
     assert status is not None
     doc = status.to_json()
     assert doc["last_checkpoint_step"] is None
@@ -214,9 +214,9 @@ def test_status_says_when_a_checkpoint_step_is_unknown_and_why():
     assert format_jobs([status]).splitlines()[1].split()[-3] == "?"  # the CKPT column
     assert f"checkpoint: /w/out/ckpt.pt (step unknown: {why})" in detail_lines(status)
     assert progress_line(status).endswith("checkpoint (step unknown)")
-    later = fold([model.Submitted(at=1.0, job="j1", name="n", cluster="local", run_dir="/r"),
-                  model.CheckpointCommitted(at=2.0, step=None, path="/w/out/ckpt.pt", step_note=why),
-                  model.CheckpointCommitted(at=3.0, step=30, path="/w/out/ckpt.pt")], "j1")
+    later = fold([event_types.Submitted(at=1.0, job="j1", name="n", cluster="local", run_dir="/r"),
+                  event_types.CheckpointCommitted(at=2.0, step=None, path="/w/out/ckpt.pt", step_note=why),
+                  event_types.CheckpointCommitted(at=3.0, step=30, path="/w/out/ckpt.pt")], "j1")
     assert later is not None and later.to_json()["last_checkpoint"]["step_unknown_because"] is None
 
 

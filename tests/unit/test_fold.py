@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.record import model
+from fsdp_orch.record import event_types
 from fsdp_orch.record.events import EventWriter, read_job
 from fsdp_orch.record.fold import fold, fold_lines
 from fsdp_orch.record.index import JobIndex
 from fsdp_orch.record.journal import Journal
+from fsdp_orch.record.status import STEP_SAMPLES, JobStatus, stall_threshold
 from fsdp_orch.record.store import Store
 from fsdp_orch.vocab.states import JobState
 
@@ -24,22 +25,22 @@ JOB_KEYS = ["id", "name", "cluster", "state", "attempts", "restarts", "created_a
 FAILURE_KEYS = ["attempt", "category", "evidence", "detected_at", "stalled_for_s", "action", "hint"]
 
 
-def submitted(at: float = T0, **fields: object) -> model.Submitted:
-    return model.Submitted(at=at, job="j1", name="demo", cluster="local", run_dir="/runs/j1", **fields)  # type: ignore[arg-type]
+def submitted(at: float = T0, **fields: object) -> event_types.Submitted:
+    return event_types.Submitted(at=at, job="j1", name="demo", cluster="local", run_dir="/runs/j1", **fields)  # type: ignore[arg-type]
 
 
 def test_the_status_document_has_its_keys_in_order_and_its_times_in_utc() -> None:
     status = fold([
         submitted(origin={"tick": "2026-01-01T03:00:00Z", "schedule": "nightly"}),
-        model.AttemptStarted(at=T0 + 1, attempt=0),
-        model.Progress(at=T0 + 2, step=42, loss=2.5, progress_at=T0 + 2),
-        model.CheckpointCommitted(at=T0 + 2.5, step=40),
-        model.FailureDetected(at=T0 + 3, attempt=0, category="nccl_timeout", evidence="Watchdog caught collective",
+        event_types.AttemptStarted(at=T0 + 1, attempt=0),
+        event_types.Progress(at=T0 + 2, step=42, loss=2.5, progress_at=T0 + 2),
+        event_types.CheckpointCommitted(at=T0 + 2.5, step=40),
+        event_types.FailureDetected(at=T0 + 3, attempt=0, category="nccl_timeout", evidence="Watchdog caught collective",
                               action="restart", stalled_for_s=12.5, hint="raise the collective timeout"),
-        model.Notice(at=T0 + 3.5, attempt=0, notice="stacks_dumped", message="stacks of 2 ranks"),
-        model.AttemptStarted(at=T0 + 4, attempt=1, resume_from="/ck/step-40"),
-        model.HangDetection(at=T0 + 4.5, off_because="no heartbeats"),
-        model.Finished(at=T0 + 100, state="SUCCEEDED"),
+        event_types.Notice(at=T0 + 3.5, attempt=0, notice="stacks_dumped", message="stacks of 2 ranks"),
+        event_types.AttemptStarted(at=T0 + 4, attempt=1, resume_from="/ck/step-40"),
+        event_types.HangDetection(at=T0 + 4.5, off_because="no heartbeats"),
+        event_types.Finished(at=T0 + 100, state="SUCCEEDED"),
     ], "j1")
     assert status is not None
     doc = status.to_json()
@@ -61,31 +62,31 @@ def test_the_status_document_has_its_keys_in_order_and_its_times_in_utc() -> Non
 
 
 def test_nothing_is_known_of_a_job_before_its_submission() -> None:
-    assert fold([model.AttemptStarted(at=T0, attempt=0)], "j1") is None
+    assert fold([event_types.AttemptStarted(at=T0, attempt=0)], "j1") is None
 
 
 @pytest.mark.parametrize("final", ["SUCCEEDED", "FAILED", "CANCELLED"])
 def test_a_terminal_state_is_final(final: str) -> None:
-    later = [model.Finished(at=T0 + 9, state=s, reason="late") for s in ("SUCCEEDED", "FAILED", "CANCELLED")]
-    status = fold([submitted(), model.StateChanged(at=T0 + 1, state="RUNNING"),
-                   model.Finished(at=T0 + 5, state=final, reason="done"),
-                   model.AttemptStarted(at=T0 + 6, attempt=1),  # a supervisor that lost a race with a cancel
-                   model.RestartScheduled(at=T0 + 7, reason="again"), *later], "j1")
+    later = [event_types.Finished(at=T0 + 9, state=s, reason="late") for s in ("SUCCEEDED", "FAILED", "CANCELLED")]
+    status = fold([submitted(), event_types.StateChanged(at=T0 + 1, state="RUNNING"),
+                   event_types.Finished(at=T0 + 5, state=final, reason="done"),
+                   event_types.AttemptStarted(at=T0 + 6, attempt=1),  # a supervisor that lost a race with a cancel
+                   event_types.RestartScheduled(at=T0 + 7, reason="again"), *later], "j1")
     assert status is not None
     assert (status.state, status.ended_at, status.reason, status.attempts) == (final, T0 + 5, "done", 0)
 
 
 def test_a_success_clears_the_reason_a_restart_left_and_other_states_keep_it() -> None:
-    status = fold([submitted(), model.RestartScheduled(at=T0 + 1, reason="restart 1 after hang"),
-                   model.StateChanged(at=T0 + 2, state="RUNNING")], "j1")
+    status = fold([submitted(), event_types.RestartScheduled(at=T0 + 1, reason="restart 1 after hang"),
+                   event_types.StateChanged(at=T0 + 2, state="RUNNING")], "j1")
     assert status is not None and (status.state, status.reason) == ("RUNNING", "restart 1 after hang")
-    status = fold([model.Finished(at=T0 + 3, state="SUCCEEDED")], "j1", status)
+    status = fold([event_types.Finished(at=T0 + 3, state="SUCCEEDED")], "j1", status)
     assert status is not None and (status.state, status.reason) == ("SUCCEEDED", None)
 
 
 @pytest.mark.parametrize("loss", [float("nan"), float("inf"), float("-inf")])
 def test_a_diverged_loss_shows_as_null(loss: float) -> None:
-    status = fold([submitted(), model.Progress(at=T0 + 1, step=7, loss=loss)], "j1")
+    status = fold([submitted(), event_types.Progress(at=T0 + 1, step=7, loss=loss)], "j1")
     assert status is not None
     doc = json.loads(json.dumps(status.to_json(), allow_nan=False))
     assert doc["progress"]["step"] == 7 and doc["progress"]["loss"] is None
@@ -99,12 +100,12 @@ def test_a_log_line_of_a_kind_this_version_does_not_know_is_passed_over() -> Non
 
 
 def test_the_record_round_trips() -> None:
-    status = fold([submitted(idempotency_key="k"), model.SupervisorStarted(at=T0 + 1, pid=7),
-                   model.AttemptStarted(at=T0 + 2, attempt=0), model.FirstStep(at=T0 + 3, attempt=0, first_step_at=T0 + 3),
-                   model.Notice(at=T0 + 4, attempt=0, notice=model.HOST_EXCLUDED, message="m", host="10.0.0.2:22"),
-                   model.AttemptEnded(at=T0 + 5, attempt=0, exit_code=1)], "j1")
+    status = fold([submitted(idempotency_key="k"), event_types.SupervisorStarted(at=T0 + 1, pid=7),
+                   event_types.AttemptStarted(at=T0 + 2, attempt=0), event_types.FirstStep(at=T0 + 3, attempt=0, first_step_at=T0 + 3),
+                   event_types.Notice(at=T0 + 4, attempt=0, notice=event_types.HOST_EXCLUDED, message="m", host="10.0.0.2:22"),
+                   event_types.AttemptEnded(at=T0 + 5, attempt=0, exit_code=1)], "j1")
     assert status is not None
-    again = model.JobStatus.from_record(json.loads(json.dumps(status.to_record())))
+    again = JobStatus.from_record(json.loads(json.dumps(status.to_record())))
     assert again == status and again.excluded_hosts == ["10.0.0.2:22"]
     assert again.attempt_records[0].exit_code == 1 and again.supervisor_pid == 7
 
@@ -183,13 +184,13 @@ def test_the_status_of_an_ended_job_still_takes_its_supervisors_last_events(tmp_
 
 
 def test_the_loss_keeps_its_source_and_an_older_log_without_one_is_the_runtimes() -> None:
-    status = fold([submitted(), model.AttemptStarted(at=T0 + 1, attempt=0),
-                   model.Progress(at=T0 + 2, step=10, loss=2.5, progress_at=T0 + 2, loss_source="hf_trainer")], "j1")
+    status = fold([submitted(), event_types.AttemptStarted(at=T0 + 1, attempt=0),
+                   event_types.Progress(at=T0 + 2, step=10, loss=2.5, progress_at=T0 + 2, loss_source="hf_trainer")], "j1")
     assert status is not None
     assert status.to_json()["progress"]["loss_source"] == "hf_trainer"
-    fold([model.Progress(at=T0 + 3, step=11, loss=2.4, progress_at=T0 + 3)], "j1", status)
+    fold([event_types.Progress(at=T0 + 3, step=11, loss=2.4, progress_at=T0 + 3)], "j1", status)
     assert status.to_json()["progress"]["loss_source"] == "runtime"  # written before sources were
-    fold([model.Progress(at=T0 + 4, step=12, loss=float("nan"), progress_at=T0 + 4, loss_source="print")], "j1", status)
+    fold([event_types.Progress(at=T0 + 4, step=12, loss=float("nan"), progress_at=T0 + 4, loss_source="print")], "j1", status)
     assert status.to_json()["progress"] == {"step": 12, "loss": None, "loss_source": None,
                                             "updated_at": "2023-11-14T22:13:24.000Z"}
 
@@ -202,61 +203,61 @@ def test_the_journal_writes_no_source_for_a_loss_it_cannot_keep(tmp_path: Path) 
     assert [(line["loss"], line["loss_source"]) for line in lines] == [(None, None), (1.5, "lightning")]
 
 
-def running(*events: model.Event) -> model.JobStatus:
-    status = fold([submitted(), model.AttemptStarted(at=T0, attempt=0), *events], "j1")
+def running(*events: event_types.Event) -> JobStatus:
+    status = fold([submitted(), event_types.AttemptStarted(at=T0, attempt=0), *events], "j1")
     assert status is not None
     return status
 
 
-def steps(start: float, first: int, count: int, every: float, per_event: int = 1) -> list[model.Event]:
+def steps(start: float, first: int, count: int, every: float, per_event: int = 1) -> list[event_types.Event]:
     """Progress events every ``every`` seconds, ``per_event`` steps apart."""
-    return [model.Progress(at=start + i * every, step=first + i * per_event, progress_at=start + i * every)
+    return [event_types.Progress(at=start + i * every, step=first + i * per_event, progress_at=start + i * every)
             for i in range(count)]
 
 
 def test_the_stall_threshold_is_three_step_times_and_at_least_30s_or_half_the_window() -> None:
-    assert model.stall_threshold([], None) == 30.0
-    assert model.stall_threshold([], 10.0) == 5.0  # a short window: a stall shows before the verdict
-    assert model.stall_threshold([0.05] * 9, 300.0) == 30.0
-    assert model.stall_threshold([20.0, 21.0, 100.0], 600.0) == 63.0  # the median, not one slow step
-    assert model.stall_threshold([1.0, 2.0, 30.0, 40.0], 300.0) == 48.0  # even count: the mean of the middle two
+    assert stall_threshold([], None) == 30.0
+    assert stall_threshold([], 10.0) == 5.0  # a short window: a stall shows before the verdict
+    assert stall_threshold([0.05] * 9, 300.0) == 30.0
+    assert stall_threshold([20.0, 21.0, 100.0], 600.0) == 63.0  # the median, not one slow step
+    assert stall_threshold([1.0, 2.0, 30.0, 40.0], 300.0) == 48.0  # even count: the mean of the middle two
 
 
 def test_a_running_job_whose_steps_stopped_is_stalled_by_the_clock_passed_in() -> None:
     status = running(*steps(T0 + 10, 1, 20, every=1.0, per_event=4))  # 0.25 s per step
     last = T0 + 29
-    assert status.step_seconds[-1] == 0.25 and len(status.step_seconds) == model.STEP_SAMPLES
+    assert status.step_seconds[-1] == 0.25 and len(status.step_seconds) == STEP_SAMPLES
     assert status.stepped_at == last and status.stall_from == last + 30
     assert status.stalled_for_s(last + 30) is None
     assert status.stalled_for_s(last + 42.04) == 42.0
     assert status.to_json(last + 42.04)["stalled_for_s"] == 42.0
     assert status.to_json()["stalled_for_s"] is None  # the kept document: filled in as status reads
-    fold([model.HangWindow(at=last, attempt=0, window_s=20.0, mode="fixed")], "j1", status)
+    fold([event_types.HangWindow(at=last, attempt=0, window_s=20.0, mode="fixed")], "j1", status)
     assert status.stalled_for_s(last + 10.5) == 10.5  # half the window in force
     assert status.to_json()["hang_window_s"] == 20.0
 
 
 def test_a_progress_event_that_repeats_the_step_with_a_new_loss_is_no_step() -> None:
     status = running(*steps(T0 + 10, 1, 6, every=2.0))
-    fold([model.Progress(at=T0 + 30, step=6, loss=1.0, progress_at=T0 + 20, loss_source="print")], "j1", status)
+    fold([event_types.Progress(at=T0 + 30, step=6, loss=1.0, progress_at=T0 + 20, loss_source="print")], "j1", status)
     assert status.stepped_at == T0 + 20 and status.step_seconds == [2.0] * 5
 
 
 def test_no_stall_before_the_attempts_first_step_nor_once_it_is_not_running() -> None:
     status = running(*steps(T0 + 10, 1, 6, every=2.0),
-                     model.HangWindow(at=T0 + 11, attempt=0, window_s=300.0, mode="adaptive"),
-                     model.RestartScheduled(at=T0 + 40, reason="hang"),
-                     model.AttemptStarted(at=T0 + 45, attempt=1))
+                     event_types.HangWindow(at=T0 + 11, attempt=0, window_s=300.0, mode="adaptive"),
+                     event_types.RestartScheduled(at=T0 + 40, reason="hang"),
+                     event_types.AttemptStarted(at=T0 + 45, attempt=1))
     assert status.running and status.stepped_at is None and status.stall_from is None
     assert status.stalled_for_s(T0 + 10_000) is None  # starting up is not a stall
     assert status.to_json()["hang_window_s"] is None  # the new attempt's comes with its steps
     assert status.step_seconds == [2.0] * 5  # step times carry over
-    fold([model.Progress(at=T0 + 60, step=3, progress_at=T0 + 60)], "j1", status)
+    fold([event_types.Progress(at=T0 + 60, step=3, progress_at=T0 + 60)], "j1", status)
     assert status.stepped_at == T0 + 60 and status.step_seconds == [2.0] * 5  # no sample across attempts
     assert status.stalled_for_s(T0 + 100) == 40.0
-    fold([model.Finished(at=T0 + 101, state="FAILED")], "j1", status)
+    fold([event_types.Finished(at=T0 + 101, state="FAILED")], "j1", status)
     assert status.stall_from is None and status.stalled_for_s(T0 + 200) is None
-    again = model.JobStatus.from_record(json.loads(json.dumps(status.to_record())))
+    again = JobStatus.from_record(json.loads(json.dumps(status.to_record())))
     assert again == status
 
 
@@ -320,9 +321,9 @@ def test_the_cached_list_keeps_no_time_and_a_stalled_jobs_document_is_put_in_as_
 def test_the_status_table_says_stalled_with_the_window_and_the_detail_says_where_the_loss_came_from() -> None:
     from fsdp_orch.cli.status_table import detail_lines, format_jobs
 
-    status = running(*[model.Progress(at=T0 + 10 + i, step=i, loss=2.0 - i / 100, progress_at=T0 + 10 + i,
+    status = running(*[event_types.Progress(at=T0 + 10 + i, step=i, loss=2.0 - i / 100, progress_at=T0 + 10 + i,
                                       loss_source="hf_trainer") for i in range(1, 6)],
-                     model.HangWindow(at=T0 + 11, attempt=0, window_s=300.0, mode="fixed"))
+                     event_types.HangWindow(at=T0 + 11, attempt=0, window_s=300.0, mode="fixed"))
     last = T0 + 15
     row = format_jobs([status], now=last + 5).splitlines()[1]
     assert " RUNNING " in row and "stalled" not in row and "1.9500" in row

@@ -6,43 +6,43 @@ from __future__ import annotations
 import json
 
 from fsdp_orch.control.follow import progress_line
-from fsdp_orch.record import model
+from fsdp_orch.record import event_types
 from fsdp_orch.record.fold import fold
-from fsdp_orch.record.model import JobStatus
+from fsdp_orch.record.status import JobStatus
 
 T0 = 1_700_000_000.0
 SPEC = json.dumps({"restart": {"max_restarts": 3}})
 
 
-def line(*events: model.Event) -> str:
-    status = fold([model.Submitted(at=T0, job="j1", name="demo", cluster="local", run_dir="/runs/j1",
+def line(*events: event_types.Event) -> str:
+    status = fold([event_types.Submitted(at=T0, job="j1", name="demo", cluster="local", run_dir="/runs/j1",
                                    spec_json=SPEC), *events], "j1")
     assert isinstance(status, JobStatus)
     return progress_line(status)
 
 
-FIRST = (model.AttemptStarted(at=T0 + 1, attempt=0), model.Progress(at=T0 + 2, step=120, loss=2.5, progress_at=T0 + 2),
-         model.FailureDetected(at=T0 + 3, attempt=0, category="hang", action="restart"),
-         model.RestartScheduled(at=T0 + 3, delay=1.0))
+FIRST = (event_types.AttemptStarted(at=T0 + 1, attempt=0), event_types.Progress(at=T0 + 2, step=120, loss=2.5, progress_at=T0 + 2),
+         event_types.FailureDetected(at=T0 + 3, attempt=0, category="hang", action="restart"),
+         event_types.RestartScheduled(at=T0 + 3, delay=1.0))
 
 
 def test_attempts_are_numbered_from_0() -> None:
     assert line() == "j1  PENDING"
     assert line(FIRST[0]) == "j1  RUNNING  attempt 0"
     assert line(*FIRST[:2]) == "j1  RUNNING  attempt 0  step 120  loss 2.5000"
-    assert line(*FIRST, model.AttemptStarted(at=T0 + 5, attempt=1)) == "j1  RUNNING  attempt 1 (restart 1 of 3)"
+    assert line(*FIRST, event_types.AttemptStarted(at=T0 + 5, attempt=1)) == "j1  RUNNING  attempt 1 (restart 1 of 3)"
 
 
 def test_a_restarted_attempt_shows_no_step_until_it_reports_one_of_its_own() -> None:
-    restarted = (*FIRST, model.CheckpointCommitted(at=T0 + 2, step=100), model.AttemptStarted(at=T0 + 5, attempt=1))
+    restarted = (*FIRST, event_types.CheckpointCommitted(at=T0 + 2, step=100), event_types.AttemptStarted(at=T0 + 5, attempt=1))
     assert "step 120" not in line(*restarted)
     assert line(*restarted) == "j1  RUNNING  attempt 1 (restart 1 of 3)  checkpoint 100"
-    assert line(*restarted, model.Progress(at=T0 + 6, step=102, progress_at=T0 + 6)) == (
+    assert line(*restarted, event_types.Progress(at=T0 + 6, step=102, progress_at=T0 + 6)) == (
         "j1  RUNNING  attempt 1 (restart 1 of 3)  step 102  checkpoint 100")
 
 
 def test_an_attempt_the_scheduler_requeued_uses_no_restart() -> None:
-    requeued = (model.AttemptStarted(at=T0 + 1, attempt=0),
-                model.FailureDetected(at=T0 + 2, attempt=0, category="preemption_or_node_lost", action="requeue"),
-                model.AllocationRequeued(at=T0 + 2, reason="requeued"), model.AttemptStarted(at=T0 + 5, attempt=1))
+    requeued = (event_types.AttemptStarted(at=T0 + 1, attempt=0),
+                event_types.FailureDetected(at=T0 + 2, attempt=0, category="preemption_or_node_lost", action="requeue"),
+                event_types.AllocationRequeued(at=T0 + 2, reason="requeued"), event_types.AttemptStarted(at=T0 + 5, attempt=1))
     assert line(*requeued) == "j1  RUNNING  attempt 1 (restart 0 of 3, 1 requeue)"

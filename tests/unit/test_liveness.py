@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from fsdp_orch.control.liveness import needs_settling
-from fsdp_orch.record.model import JobStatus
+from fsdp_orch.record.status import JobStatus
 
 
 def row(**fields: object) -> JobStatus:

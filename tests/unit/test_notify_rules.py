@@ -16,7 +16,7 @@ from fsdp_orch.notify.due import Logged, changes, due
 from fsdp_orch.notify.payload import body
 from fsdp_orch.notify.process import main as notifier_main
 from fsdp_orch.record.events import EventWriter
-from fsdp_orch.record.model import JobStatus
+from fsdp_orch.record.status import JobStatus
 
 
 def ev(at: float, kind: str, seq: int, writer: str = "supervisor-a.jsonl", **fields) -> Logged:

@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from fsdp_orch.record import model
+from fsdp_orch.record import event_types
 from fsdp_orch.record.fold import fold
 from fsdp_orch.report.page import render
 
@@ -15,23 +15,23 @@ T0 = 1_700_000_000.0
 NASTY = "<script>alert('x')</script> & \"quoted\""
 
 
-def events() -> list[model.Event]:
-    return [model.Submitted(at=T0, job="j", name=NASTY, cluster="local", run_dir="/r/<b>"),
-            model.AttemptStarted(at=T0 + 1, attempt=0),
-            model.FirstStep(at=T0 + 3, attempt=0, first_step_at=T0 + 3),
-            model.Progress(at=T0 + 3, step=1, loss=4.0, progress_at=T0 + 3),
-            model.CheckpointCommitted(at=T0 + 8, step=5, path="/ck/step-5"),
-            model.Progress(at=T0 + 10, step=9, loss=3.0, progress_at=T0 + 10),
-            model.FailureDetected(at=T0 + 20, attempt=0, category="hang", action="restart", stalled_for_s=10.0,
+def events() -> list[event_types.Event]:
+    return [event_types.Submitted(at=T0, job="j", name=NASTY, cluster="local", run_dir="/r/<b>"),
+            event_types.AttemptStarted(at=T0 + 1, attempt=0),
+            event_types.FirstStep(at=T0 + 3, attempt=0, first_step_at=T0 + 3),
+            event_types.Progress(at=T0 + 3, step=1, loss=4.0, progress_at=T0 + 3),
+            event_types.CheckpointCommitted(at=T0 + 8, step=5, path="/ck/step-5"),
+            event_types.Progress(at=T0 + 10, step=9, loss=3.0, progress_at=T0 + 10),
+            event_types.FailureDetected(at=T0 + 20, attempt=0, category="hang", action="restart", stalled_for_s=10.0,
                                   evidence=f"rank 1 </td><img src=http://x/y.png> {NASTY}", hint=NASTY),
-            model.AttemptEnded(at=T0 + 21, attempt=0, exit_code=-9),
-            model.RestartScheduled(at=T0 + 21, delay=1.0),
-            model.AttemptStarted(at=T0 + 22, attempt=1, resume_from="/ck/step-5", resume_step=5),
-            model.FirstStep(at=T0 + 24, attempt=1, first_step_at=T0 + 24),
-            model.Progress(at=T0 + 24, step=6, loss=3.5, progress_at=T0 + 24),
-            model.Progress(at=T0 + 34, step=20, loss=2.0, progress_at=T0 + 34),
-            model.AttemptEnded(at=T0 + 35, attempt=1, exit_code=0),
-            model.Finished(at=T0 + 36, state="SUCCEEDED")]
+            event_types.AttemptEnded(at=T0 + 21, attempt=0, exit_code=-9),
+            event_types.RestartScheduled(at=T0 + 21, delay=1.0),
+            event_types.AttemptStarted(at=T0 + 22, attempt=1, resume_from="/ck/step-5", resume_step=5),
+            event_types.FirstStep(at=T0 + 24, attempt=1, first_step_at=T0 + 24),
+            event_types.Progress(at=T0 + 24, step=6, loss=3.5, progress_at=T0 + 24),
+            event_types.Progress(at=T0 + 34, step=20, loss=2.0, progress_at=T0 + 34),
+            event_types.AttemptEnded(at=T0 + 35, attempt=1, exit_code=0),
+            event_types.Finished(at=T0 + 36, state="SUCCEEDED")]
 
 
 def page() -> tuple[str, dict]:

@@ -17,7 +17,7 @@ from fsdp_orch.control.resubmit import (
     start_fresh,
     writer_of,
 )
-from fsdp_orch.record.model import JobStatus
+from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.errors import InputError
 
 

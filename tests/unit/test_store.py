@@ -17,7 +17,7 @@ import pytest
 from fsdp_orch.record.events import EventWriter
 from fsdp_orch.record.index import JobIndex
 from fsdp_orch.record.journal import Journal
-from fsdp_orch.record.model import JobStatus
+from fsdp_orch.record.status import JobStatus
 from fsdp_orch.record.store import SCHEMA_VERSION, Store
 
 

@@ -30,7 +30,7 @@ from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.command import Runner, run, run_command
 from fsdp_orch.places import secrets
 from fsdp_orch.record.index import JobIndex
-from fsdp_orch.record.model import JobStatus
+from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.backoff import SLURM_STEPS_GONE, Clock, Sleep, retrying
 from fsdp_orch.vocab.checks import Check
 from fsdp_orch.vocab.errors import InputError
