@@ -15,6 +15,8 @@ import os
 import sqlite3
 import time
 
+from fsdp_orch.record.listing_cache import ListingCache, with_docs
+
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
     from pathlib import Path
@@ -317,47 +319,26 @@ class Store:
         return self._all_docs_cached(now)
 
     def _all_docs_cached(self, now: float) -> bytes:
-        """The full list, from a file named after the store's generation when nothing changed since
-        it was written (status in a polling pipeline), else built by SQLite and cached; the documents
-        of the running jobs stalled at ``now`` are then put in for the kept ones (a few, and among the
-        newest: found from the end)."""
+        """The full list, from the listing cache when nothing changed since it was written (status in
+        a polling pipeline), else built by SQLite and cached; the documents of the running jobs
+        stalled at ``now`` are then put in for the kept ones (a few, and among the newest)."""
+        cache = ListingCache(os.path.join(os.path.dirname(self.path) or ".", "cache"))
         self.conn.execute("BEGIN")
         try:
             stalled = self.conn.execute(f"SELECT CAST(doc AS BLOB), CAST({_DOC_AT} AS BLOB) FROM jobs"
                                         f" WHERE {_ACTIVE} AND stall_from < ?", (now, now, now)).fetchall()
             generation = self.conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0]
-            cache = os.path.join(os.path.dirname(self.path) or ".", "cache", f"status-{generation}.json")
-            try:
-                with open(cache, "rb") as f:
-                    return _with_docs(f.read(), stalled)
-            except FileNotFoundError:
-                pass
+            kept = cache.read(generation)
+            if kept is not None:
+                return with_docs(kept, stalled)
             row = self.conn.execute(
                 "SELECT CAST('[' || coalesce(group_concat(doc, ','), '') || ']' AS BLOB)"
                 " FROM (SELECT doc FROM jobs ORDER BY created_at, rowid)").fetchone()
         finally:
             self.conn.execute("COMMIT")
         data = bytes(row[0])
-        self._write_cache(cache, data)
-        return _with_docs(data, stalled)
-
-    @staticmethod
-    def _write_cache(path: str, data: bytes) -> None:
-        from fsdp_orch.places.private import make_private_dirs, write_private
-
-        directory = os.path.dirname(path)
-        try:
-            make_private_dirs(directory)
-            write_private(path, data)
-            keep = os.path.basename(path)
-            for name in os.listdir(directory):
-                if name.startswith("status-") and name != keep and not name.endswith(".tmp"):
-                    try:
-                        os.unlink(os.path.join(directory, name))
-                    except FileNotFoundError:
-                        pass
-        except OSError:
-            pass  # a cache that cannot be written only costs speed
+        cache.write(generation, data)
+        return with_docs(data, stalled)
 
 
 class ActiveJob:
@@ -367,20 +348,6 @@ class ActiveJob:
 
     def __init__(self, id: str, kind: str, supervisor_pid: int | None, backend_ref: str | None):
         self.id, self.kind, self.supervisor_pid, self.backend_ref = id, kind, supervisor_pid, backend_ref
-
-
-def _with_docs(listing: bytes, replacements: list[tuple[bytes, bytes]]) -> bytes:
-    """``listing`` with each (kept document, document as read now) put in (each document holds its
-    job's id, so it is found once)."""
-    found = sorted((at, kept, now) for kept, now in replacements if (at := listing.rfind(kept)) >= 0)
-    if not found:
-        return listing
-    view, parts, done = memoryview(listing), [], 0
-    for at, kept, now in found:  # one copy of the megabytes, not one per document
-        parts += [view[done:at], now]
-        done = at + len(kept)
-    parts.append(view[done:])
-    return b"".join(parts)
 
 
 def _loads(text: str) -> Any:
