@@ -25,6 +25,7 @@ from fsdp_orch.vocab.categories import (
     NODE_LOST_EXIT,
     NOT_RETRYABLE,
     SIGNAL_ENDINGS,
+    FailureCategory,
 )
 from fsdp_orch.vocab.hints import hint_for
 
@@ -33,10 +34,13 @@ CATEGORIES = FAILURE_CATEGORIES
 
 @dataclass(frozen=True)
 class Diagnosis:
-    category: str
+    category: FailureCategory  # given as its string, made the word (an unknown one is a ValueError)
     retryable: bool
     evidence: str | None  # the line that decided it
     line: int | None = None  # 1-based line number in the text it came from
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "category", FailureCategory(self.category))
 
     @property
     def hint(self) -> str:

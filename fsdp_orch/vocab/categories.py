@@ -1,11 +1,30 @@
 """The failure categories: what the classifier names and the restart policy retries. Stdlib only."""
 
-FAILURE_CATEGORIES = (
-    "hang", "nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost", "rendezvous_failure",
-    "cuda_oom", "hardware_fault", "preemption_or_node_lost", "user_code_error",
-    "checkpoint_error", "xla_error", "killed_sigkill", "crashed_signal", "injected_fault",
-    "no_ranks_started", "unknown",
-)
+from __future__ import annotations
+
+from fsdp_orch.vocab.states import Word
+
+
+class FailureCategory(Word):
+    HANG = "hang"
+    NCCL_TIMEOUT = "nccl_timeout"
+    NCCL_ERROR = "nccl_error"
+    GLOO_TIMEOUT_OR_PEER_LOST = "gloo_timeout_or_peer_lost"
+    RENDEZVOUS_FAILURE = "rendezvous_failure"
+    CUDA_OOM = "cuda_oom"
+    HARDWARE_FAULT = "hardware_fault"
+    PREEMPTION_OR_NODE_LOST = "preemption_or_node_lost"
+    USER_CODE_ERROR = "user_code_error"
+    CHECKPOINT_ERROR = "checkpoint_error"
+    XLA_ERROR = "xla_error"
+    KILLED_SIGKILL = "killed_sigkill"
+    CRASHED_SIGNAL = "crashed_signal"
+    INJECTED_FAULT = "injected_fault"
+    NO_RANKS_STARTED = "no_ranks_started"
+    UNKNOWN = "unknown"
+
+
+FAILURE_CATEGORIES = tuple(c.value for c in FailureCategory)
 # A bug in the script or a checkpoint it cannot read fails the same way on every attempt.
 # An attempt that started no rank (mp.spawn of 0 processes) starts none the next time either.
 NOT_RETRYABLE = frozenset({"user_code_error", "checkpoint_error", "no_ranks_started"})

@@ -8,7 +8,15 @@ from __future__ import annotations
 from enum import Enum
 
 
-class JobState(str, Enum):
+class Word(str, Enum):
+    """A word of fsdp-orch's vocabulary: an enum member that is its string everywhere, on disk, in
+    JSON and in text (``f"{JobState.RUNNING}"`` is ``RUNNING``, as ``enum.StrEnum`` from 3.11 has it)."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+class JobState(Word):
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     RESTARTING = "RESTARTING"
