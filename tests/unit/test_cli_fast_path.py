@@ -8,7 +8,8 @@ import pytest
 
 @pytest.mark.parametrize("argv", [["status"], ["status", "--json"]])
 def test_the_plain_status_fast_path_reads_its_command_line_as_argparse_does(argv: list[str]) -> None:
-    from fsdp_orch.cli.main import _plain_status, build_parser
+    from fsdp_orch.cli.commands.status import plain as _plain_status
+    from fsdp_orch.cli.main import build_parser
 
     assert vars(_plain_status(argv)) == vars(build_parser(only="status").parse_args(argv))
     assert _plain_status([*argv, "--all"]) is None and _plain_status(["status", "abc"]) is None

@@ -1,0 +1,52 @@
+"""``fsdp-orch render``: every script and config submit would write or run; runs nothing."""
+
+from __future__ import annotations
+
+import sys
+
+from fsdp_orch.cli.common import EXIT_OK, add_job_options, say
+from fsdp_orch.vocab.errors import InputError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+
+HELP = "print every script and config submit would write or run; runs nothing"
+USES_HOME = False
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_job_options(p)
+    p.add_argument("--out", metavar="DIR", help="write the artifacts into DIR instead of printing them")
+    p.add_argument("--job-id", default="JOBID", help="job id to render with (default: JOBID)")
+    p.add_argument("--attempt", type=int, default=0, help="attempt number to render, from 0 (default: 0, the first)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from fsdp_orch.control.job_control import plan_job
+    from fsdp_orch.launch.plan import shown_plan
+    from fsdp_orch.launch.render import write_artifacts
+
+    planned = plan_job(Path(args.job), args.cluster, overrides=args.set,
+                       accelerate_config=args.accelerate_config, job_id=args.job_id,
+                       attempt=args.attempt)
+    say(planned.plan.notices)
+    say([planned.plan.standby_reason])
+    # A preview never holds a secret: references show where their values come from, and plain
+    # values of secret-named variables and headers are masked (in files written with --out too).
+    artifacts = planned.submission.render(shown_plan(planned.plan))
+    if args.out:
+        out = Path(args.out)
+        if out.exists() and not out.is_dir():
+            raise InputError("expected a directory", field="--out", file=str(out))
+        for path in write_artifacts(artifacts, out):
+            print(path)
+        return EXIT_OK
+    for art in artifacts:
+        sys.stdout.write(f"==> {art.path} <==\n{art.text}")
+        if not art.text.endswith("\n"):
+            sys.stdout.write("\n")
+        sys.stdout.write("\n")
+    return EXIT_OK

@@ -1,0 +1,62 @@
+"""``fsdp-orch status``: the jobs (a table, or ``--json``), each kind's active jobs settled first."""
+
+from __future__ import annotations
+
+import sys
+
+from fsdp_orch.cli.common import EXIT_OK, open_index, print_table, resolve_id
+from fsdp_orch.vocab.inputs import job_id as checked_job_id
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+
+HELP = "show jobs (a table, or --json)"
+USES_HOME = True
+STATUS_LIMIT = 30  # rows of the status table without --all
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job_id", nargs="?", metavar="JOB_ID")
+    p.add_argument("--json", action="store_true", help="JSON: a list of all jobs, or one object with JOB_ID")
+    p.add_argument("--all", action="store_true", help="table: show every job, not only the latest")
+    p.add_argument("--limit", type=int, default=STATUS_LIMIT,
+                   help=f"table: how many recent jobs (default {STATUS_LIMIT})")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.job_id is not None:  # `status ""` is a mistake (an unset variable), not "every job"
+        checked_job_id(args.job_id)
+    with open_index() as index:
+        store = index.store
+        if args.job_id is not None:
+            job_id = resolve_id(index, args.job_id)
+            from fsdp_orch.control.liveness import refresh
+
+            refresh(index, [job_id])
+            if args.json:
+                print(store.status_json(job_id))
+            else:
+                print_table([store.job(job_id)], detail=True)
+            return EXIT_OK
+        from fsdp_orch.control.liveness import refresh
+
+        index.ingest()
+        refresh(index, None)
+        if args.json:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(store.status_json_bytes() + b"\n")
+            return EXIT_OK
+        print_table(store.jobs(limit=None if args.all else args.limit))
+        return EXIT_OK
+
+
+def plain(argv: list[str]):  # type: ignore[no-untyped-def]
+    """``status`` and ``status --json``, what pipelines poll, without argparse (a fifth of the
+    call's time); None for any other command line."""
+    if argv not in (["status"], ["status", "--json"]):
+        return None
+    from types import SimpleNamespace
+
+    return SimpleNamespace(command="status", func=run, job_id=None, json=len(argv) == 2,
+                           all=False, limit=STATUS_LIMIT)
