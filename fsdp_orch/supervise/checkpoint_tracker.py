@@ -20,17 +20,24 @@ from fsdp_orch.vocab.errors import FsdpOrchError
 
 
 class CheckpointTracker:
-    def __init__(self, journal: Journal, submission: Submission, storage: Storage, *,
+    """``storage``: where the checkpoints are read, asked again at each use: a kind knows it only once
+    its machines are (a TPU VM's workers), and a re-created VM has other workers."""
+
+    def __init__(self, journal: Journal, submission: Submission, storage: Callable[[], Storage], *,
                  clock: Callable[[], float], sleep: Callable[[float], None]):
         self.journal = journal
         self.sub = submission
-        self.storage = storage
+        self._storage = storage
         self.clock = clock
         self.sleep = sleep
         self.last: int | None = None  # the latest complete checkpoint's mark, as last recorded
         self._last_seen: tuple[int, str] | None = None  # (step or save mark, path) last recorded
         self._saves: dict[tuple[str, int | None, bytes | None], int] = {}  # files of unknown step, by save
         self._file_look: dict[str, int] = {}  # checkpoint.file: the sizes at the previous poll
+
+    @property
+    def storage(self) -> Storage:
+        return self._storage()
 
     @cached_property
     def setting(self) -> CheckpointSetting:

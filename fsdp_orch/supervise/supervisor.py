@@ -59,7 +59,8 @@ class Supervisor:
         self.excluded_hosts = list(excluded_hosts or [])  # later attempts are planned without them
         self.workers: tuple[str, ...] = ()  # the machines the kind found for the latest attempt
         self.progress = ProgressEvents(journal, clock)
-        self.checkpoints = CheckpointTracker(journal, submission, launcher.checkpoints, clock=clock, sleep=sleep)
+        self.checkpoints = CheckpointTracker(journal, submission, lambda: launcher.checkpoints, clock=clock,
+                                             sleep=sleep)
 
     # --- the loop ---------------------------------------------------------------------------
 
