@@ -37,7 +37,7 @@ from torch import nn
 from torch.distributed.checkpoint.staging import AsyncStager
 
 from fsdp_orch.bootstrap.faults import FaultInjector
-from fsdp_orch.observe.checkpoints import (
+from fsdp_orch.checkpoints.folders import (
     COMMIT_FILE,
     CheckpointInfo,
     checkpoint_info,

@@ -11,7 +11,9 @@ import sys
 
 import pytest
 
-from fsdp_orch.observe.checkpoint_files import (
+from fsdp_orch.checkpoints.folders import INCOMPLETE_DIR, LOCAL
+from fsdp_orch.checkpoints.resume import FROM_SCRATCH, UNREADABLE, resume_point, setting_of
+from fsdp_orch.checkpoints.single_file import (
     FileLayout,
     file_sizes,
     fixed_folder,
@@ -21,8 +23,6 @@ from fsdp_orch.observe.checkpoint_files import (
     step_from_name,
     whole_file,
 )
-from fsdp_orch.observe.checkpoints import INCOMPLETE_DIR, LOCAL
-from fsdp_orch.supervise.resume import FROM_SCRATCH, UNREADABLE, resume_point, setting_of
 
 
 def nanogpt_bytes(iter_num: int, zip_format: bool = True) -> bytes:
@@ -192,7 +192,7 @@ def test_the_file_layout_resumes_the_complete_file_and_never_moves_it(tmp_path):
 
 
 def test_the_file_layout_module_does_not_import_torch():
-    code = ("import sys, fsdp_orch.observe.checkpoint_files, fsdp_orch.supervise.resume; "
+    code = ("import sys, fsdp_orch.checkpoints.single_file, fsdp_orch.checkpoints.resume; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.observe.checkpoints import (
+from fsdp_orch.checkpoints.folders import (
     ACCELERATE,
     checkpoint_info,
     latest_complete,
@@ -120,7 +120,7 @@ def _zip(path: Path) -> None:
 def test_a_globbed_folder_follows_the_newest_version(tmp_path: Path) -> None:
     """Lightning's default folders: every run logs to a new version_N; the newest complete checkpoint
     across every match wins, by step."""
-    from fsdp_orch.observe.checkpoints import matching_dirs, move_aside
+    from fsdp_orch.checkpoints.folders import matching_dirs, move_aside
 
     logs = tmp_path / "lightning_logs"
     _zip(logs / "version_0" / "checkpoints" / "epoch=0-step=40.ckpt")

@@ -1,4 +1,4 @@
-"""Checkpoint discovery (fsdp_orch.observe.checkpoints): which checkpoints count as complete, in each
+"""Checkpoint discovery (fsdp_orch.checkpoints.folders): which checkpoints count as complete, in each
 layout (ours, plain DCP, Hugging Face, Lightning), and moving partial ones out of the way."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.observe.checkpoints import (
+from fsdp_orch.checkpoints.folders import (
     INCOMPLETE_DIR,
     checkpoint_info,
     latest_complete,
@@ -376,7 +376,7 @@ def test_parse_commit():
 
 
 def test_discovery_and_heartbeat_modules_do_not_import_torch():
-    code = ("import sys, fsdp_orch.observe.checkpoints, fsdp_orch.observe.heartbeats, fsdp_orch.bootstrap.faults, "
+    code = ("import sys, fsdp_orch.checkpoints.folders, fsdp_orch.observe.heartbeats, fsdp_orch.bootstrap.faults, "
             "fsdp_orch.runtime.heartbeat, fsdp_orch.runtime.settings, fsdp_orch.runtime; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

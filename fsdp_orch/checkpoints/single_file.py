@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.observe.checkpoints import (
+from fsdp_orch.checkpoints.folders import (
     FILE,
     CheckpointInfo,
     Storage,

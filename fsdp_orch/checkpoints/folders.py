@@ -29,7 +29,7 @@ Layouts (``CheckpointInfo.layout``):
   whole zip. Only ``step_N`` tells the step; ``epoch_N`` and ``checkpoint_N`` (a count of saves) are
   ordered by N with the step unknown.
 * ``file``: one file per checkpoint, named by ``checkpoint.file`` (nanoGPT's ``out/ckpt.pt``);
-  see :mod:`fsdp_orch.observe.checkpoint_files`.
+  see :mod:`fsdp_orch.checkpoints.single_file`.
 
 The functions take a small storage protocol so the supervisor can ask the same question of a
 remote filesystem; ``LocalStorage`` is the default. Only :func:`move_aside` changes anything.

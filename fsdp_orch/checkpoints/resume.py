@@ -7,7 +7,16 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fsdp_orch.observe.checkpoint_files import (
+from fsdp_orch.checkpoints.folders import (
+    DCP,
+    CheckpointInfo,
+    Storage,
+    latest_complete,
+    list_checkpoints,
+    move_aside,
+    partial_newer_than_latest,
+)
+from fsdp_orch.checkpoints.single_file import (
     FileLayout,
     describe_file,
     file_sizes,
@@ -16,15 +25,6 @@ from fsdp_orch.observe.checkpoint_files import (
     looked_twice,
     stray_files,
     suggested_setting,
-)
-from fsdp_orch.observe.checkpoints import (
-    DCP,
-    CheckpointInfo,
-    Storage,
-    latest_complete,
-    list_checkpoints,
-    move_aside,
-    partial_newer_than_latest,
 )
 
 MOVED_ASIDE = "checkpoint_moved_aside"

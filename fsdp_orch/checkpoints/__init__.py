@@ -1,0 +1,2 @@
+"""What a checkpoint is, seen from the supervisor: found, judged complete or partial, and moved
+aside, without torch."""
