@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from fsdp_orch.checkpoints.folders import Storage
+from fsdp_orch.checkpoints.storage import Storage
 from fsdp_orch.launch.plan import LaunchPlan
 from fsdp_orch.launch.render import Artifact
 from fsdp_orch.launch.submission import P, PlanningKind, Submission  # P: a kind's own profile model

@@ -15,7 +15,7 @@ from pydantic import Field
 from fsdp_orch.backends.node_channel import AgentObservation
 from fsdp_orch.backends.ports import free_port
 from fsdp_orch.backends.supervised_here import SupervisedHere
-from fsdp_orch.checkpoints.folders import LOCAL, Storage
+from fsdp_orch.checkpoints.storage import LOCAL, Storage
 from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.launch.plan import LaunchPlan, Placement, PlanContext

@@ -7,15 +7,13 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fsdp_orch.checkpoints.aside import move_aside
 from fsdp_orch.checkpoints.folders import (
-    DCP,
-    CheckpointInfo,
-    Storage,
     latest_complete,
     list_checkpoints,
-    move_aside,
     partial_newer_than_latest,
 )
+from fsdp_orch.checkpoints.info import DCP, CheckpointInfo
 from fsdp_orch.checkpoints.single_file import (
     FileLayout,
     describe_file,
@@ -26,6 +24,7 @@ from fsdp_orch.checkpoints.single_file import (
     stray_files,
     suggested_setting,
 )
+from fsdp_orch.checkpoints.storage import Storage
 
 MOVED_ASIDE = "checkpoint_moved_aside"
 UNREADABLE = "checkpoint_unreadable"  # kept aside: a checkpoint to the script, none of our layouts

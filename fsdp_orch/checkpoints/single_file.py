@@ -27,12 +27,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.checkpoints.folders import (
-    FILE,
-    CheckpointInfo,
-    Storage,
-    zip_complete,
-)
+from fsdp_orch.checkpoints.formats import zip_complete
+from fsdp_orch.checkpoints.info import FILE, CheckpointInfo
+from fsdp_orch.checkpoints.storage import Storage
 
 STEP_PLACEHOLDER = "{step}"
 SETTLE_S = 0.5  # the pause between the two looks at a file's size

@@ -10,8 +10,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from fsdp_orch.checkpoints.folders import LOCAL, latest_complete, list_checkpoints, move_aside
+from fsdp_orch.checkpoints.aside import move_aside
+from fsdp_orch.checkpoints.folders import latest_complete, list_checkpoints
 from fsdp_orch.checkpoints.single_file import FileLayout, file_sizes, latest_file, list_files
+from fsdp_orch.checkpoints.storage import LOCAL
 from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.errors import InputError
 

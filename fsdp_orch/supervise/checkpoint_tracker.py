@@ -10,9 +10,10 @@ from functools import cached_property
 from pathlib import Path
 
 from fsdp_orch.backends.base import AttemptHandle
-from fsdp_orch.checkpoints.folders import CheckpointInfo, Storage
+from fsdp_orch.checkpoints.info import CheckpointInfo
 from fsdp_orch.checkpoints.resume import CheckpointSetting, latest, resume_point, setting_of
 from fsdp_orch.checkpoints.single_file import file_sizes, fingerprint
+from fsdp_orch.checkpoints.storage import Storage
 from fsdp_orch.launch.plan import CHECKPOINT_REQUEST_FILE
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.record.journal import Journal

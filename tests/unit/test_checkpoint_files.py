@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from fsdp_orch.checkpoints.folders import INCOMPLETE_DIR, LOCAL
+from fsdp_orch.checkpoints.aside import INCOMPLETE_DIR
 from fsdp_orch.checkpoints.resume import FROM_SCRATCH, UNREADABLE, resume_point, setting_of
 from fsdp_orch.checkpoints.single_file import (
     FileLayout,
@@ -23,6 +23,7 @@ from fsdp_orch.checkpoints.single_file import (
     step_from_name,
     whole_file,
 )
+from fsdp_orch.checkpoints.storage import LOCAL
 
 
 def nanogpt_bytes(iter_num: int, zip_format: bool = True) -> bytes:

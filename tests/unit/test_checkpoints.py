@@ -13,17 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from fsdp_orch.checkpoints.aside import INCOMPLETE_DIR, move_aside
 from fsdp_orch.checkpoints.folders import (
-    INCOMPLETE_DIR,
     checkpoint_info,
     latest_complete,
     list_checkpoints,
-    move_aside,
-    parse_commit,
     partial_newer_than_latest,
-    step_dir_name,
-    zip_tail_complete,
 )
+from fsdp_orch.checkpoints.formats import zip_tail_complete
+from fsdp_orch.checkpoints.layouts.dcp import parse_commit, step_dir_name
 
 
 def make_step(base: Path, step: int, *, name: str | None = None, metadata: bool = True,

@@ -27,7 +27,7 @@ from fsdp_orch.backends.base import CHANNEL_SILENT_S
 from fsdp_orch.backends.over_ssh.attempt import SshAttempt, host_python, own_disk_run_dir
 from fsdp_orch.backends.over_ssh.connect import HostKeyRejected, HostUnreachable, connect, where
 from fsdp_orch.backends.over_ssh.node_report import exit_file
-from fsdp_orch.checkpoints.folders import Storage
+from fsdp_orch.checkpoints.storage import Storage
 from fsdp_orch.launch.render import package_root
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.heartbeats import Heartbeat, parse_heartbeat

@@ -16,7 +16,7 @@ from fsdp_orch.backends.base import AllocationEnding
 from fsdp_orch.backends.node_channel import AgentObservation
 from fsdp_orch.backends.ports import free_port
 from fsdp_orch.backends.slurm.profile import SlurmProfile
-from fsdp_orch.checkpoints.folders import LOCAL, Storage
+from fsdp_orch.checkpoints.storage import LOCAL, Storage
 from fsdp_orch.launch.plan import LaunchPlan
 from fsdp_orch.launch.render import Artifact, write_artifacts
 from fsdp_orch.launch.submission import Submission
