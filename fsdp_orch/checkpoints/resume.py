@@ -13,12 +13,11 @@ from fsdp_orch.checkpoints.folders import (
     list_checkpoints,
     partial_newer_than_latest,
 )
-from fsdp_orch.checkpoints.info import DCP, CheckpointInfo
+from fsdp_orch.checkpoints.info import DCP, CheckpointInfo, latest_of
 from fsdp_orch.checkpoints.single_file import (
     FileLayout,
     describe_file,
     file_sizes,
-    latest_file,
     list_files,
     looked_twice,
     stray_files,
@@ -56,7 +55,7 @@ def latest(setting: CheckpointSetting, storage: Storage,
     if setting.layout is None:
         return latest_complete(setting.folder, storage)
     look = file_sizes(setting.layout, storage) if first_look is None else first_look
-    return latest_file(list_files(setting.layout, storage, look))
+    return latest_of(list_files(setting.layout, storage, look))
 
 
 def resume_point(setting: CheckpointSetting, storage: Storage, attempt: int, *, resume: bool,
@@ -69,7 +68,7 @@ def resume_point(setting: CheckpointSetting, storage: Storage, attempt: int, *, 
     events: list[tuple[str, str]] = []
     if setting.layout is not None:
         found = looked_twice(setting.layout, storage, sleep)
-        newest = latest_file(found)
+        newest = latest_of(found)
         partial = [c for c in found if not c.complete and (
             newest is None or not newest.step_known or not c.step_known or c.step > newest.step)]
     else:

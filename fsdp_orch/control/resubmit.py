@@ -12,7 +12,8 @@ from typing import Literal
 
 from fsdp_orch.checkpoints.aside import move_aside
 from fsdp_orch.checkpoints.folders import latest_complete, list_checkpoints
-from fsdp_orch.checkpoints.single_file import FileLayout, file_sizes, latest_file, list_files
+from fsdp_orch.checkpoints.info import latest_of
+from fsdp_orch.checkpoints.single_file import FileLayout, file_sizes, list_files
 from fsdp_orch.checkpoints.storage import LOCAL
 from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.errors import InputError
@@ -57,7 +58,7 @@ def existing_checkpoint(checkpoint_dir: str, jobs: Iterable[JobStatus],
     if layout is None:
         found = latest_complete(checkpoint_dir)
     else:
-        found = latest_file(list_files(layout, LOCAL, file_sizes(layout, LOCAL)))
+        found = latest_of(list_files(layout, LOCAL, file_sizes(layout, LOCAL)))
     if found is None:
         return None
     step = found.step if found.step_known else None

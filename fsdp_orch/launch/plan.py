@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from fsdp_orch.checkpoints.single_file import fixed_folder
+from fsdp_orch.checkpoints.globs import fixed_folder
 from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.jobspec.secrets import plain, references

@@ -12,16 +12,16 @@ import sys
 import pytest
 
 from fsdp_orch.checkpoints.aside import INCOMPLETE_DIR
+from fsdp_orch.checkpoints.globs import fixed_folder
+from fsdp_orch.checkpoints.pickles import whole_file
 from fsdp_orch.checkpoints.resume import FROM_SCRATCH, UNREADABLE, resume_point, setting_of
 from fsdp_orch.checkpoints.single_file import (
     FileLayout,
     file_sizes,
-    fixed_folder,
     list_files,
     looked_twice,
     matching_files,
     step_from_name,
-    whole_file,
 )
 from fsdp_orch.checkpoints.storage import LOCAL
 
