@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from fsdp_orch.checkpoints.aside import PREVIOUS_DIR
 from fsdp_orch.control.resubmit import (
-    PREVIOUS_DIR,
     Existing,
     decide,
     existing_checkpoint,
