@@ -10,19 +10,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fsdp_orch.checkpoints.globs import is_pattern, matching_dirs
-from fsdp_orch.checkpoints.info import CheckpointInfo, latest_of
+from fsdp_orch.checkpoints.info import CheckpointInfo, Step, latest_of
 from fsdp_orch.checkpoints.registry import LAYOUTS, Layout, entry_for
 from fsdp_orch.checkpoints.storage import LOCAL, Storage
 
 # A checkpoint with where it sorts: by step, then the layout's tiebreak (Lightning's last after
 # the numbered files), complete before partial, then by name.
 Keyed = tuple[tuple[int, int, bool, str], CheckpointInfo]
-Deferred = tuple[Layout, re.Match[str], str]  # an entry whose step rule reads its siblings
+Deferred = tuple[Layout, re.Match[str], str]  # a match whose step rule reads its siblings
 
 
 def _keyed(layout: Layout, match: re.Match[str], path: Path, storage: Storage,
-           siblings: Sequence[CheckpointInfo] = ()) -> Keyed:
-    info = layout.describe(match, path, storage, siblings)
+           step: Step) -> Keyed:
+    info = layout.describe(match, path, storage, step)
     return (info.step, layout.tiebreak(match), not info.complete, info.path.name), info
 
 
@@ -47,10 +47,10 @@ def _by_name(base: str, storage: Storage, layouts: Sequence[Layout],
         layout, match = hit
         if layout.folders_only and not storage.is_dir(full):
             continue
-        if layout.reads_siblings:
+        if (step := layout.step(match, None)) is None:
             deferred.append((layout, match, full))
         else:
-            found.append(_keyed(layout, match, Path(full), storage))
+            found.append(_keyed(layout, match, Path(full), storage, step))
     return found, deferred
 
 
@@ -60,8 +60,9 @@ def _scan(base: str, storage: Storage, layouts: Sequence[Layout],
     if deferred:
         named = found if only is None else _by_name(base, storage, layouts)[0]
         siblings = [info for _, info in named]
-        found += [_keyed(layout, match, Path(full), storage, siblings)
-                  for layout, match, full in deferred]
+        for layout, match, full in deferred:
+            step = layout.step(match, siblings) or Step(0)
+            found.append(_keyed(layout, match, Path(full), storage, step))
     return sorted(found, key=lambda keyed: keyed[0])
 
 
@@ -70,8 +71,8 @@ def checkpoint_info(path: str | os.PathLike[str], storage: Storage = LOCAL,
     """Describe one checkpoint (folder or Lightning file); None when its name is not one."""
     path = Path(os.path.expanduser(os.fspath(path)))
     hit = entry_for(path.name, layouts)
-    if hit is not None and hit[0].judged_alone:
-        return hit[0].describe(hit[1], path, storage)
+    if hit is not None and hit[0].judged_alone and (step := hit[0].step(hit[1], None)):
+        return hit[0].describe(hit[1], path, storage, step)
     found = _scan(str(path.parent), storage, layouts, only=path.name)
     return found[0][1] if found else None
 

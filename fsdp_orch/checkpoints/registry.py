@@ -18,10 +18,12 @@ from fsdp_orch.checkpoints.layouts import dcp, hugging_face, lightning
 from fsdp_orch.checkpoints.storage import Storage
 
 CompletenessRule = Callable[[Path, int, Storage], Verdict]  # (path, step number, storage)
-StepRule = Callable[[re.Match[str], Sequence[CheckpointInfo]], Step]  # (name match, siblings)
+# (name match, siblings) -> the step. ``siblings`` is None at first; a rule that needs the
+# folder's other checkpoints returns None then, and is asked again with them.
+StepRule = Callable[[re.Match[str], Sequence[CheckpointInfo] | None], Step | None]
 
 
-def step_in_name(match: re.Match[str], siblings: Sequence[CheckpointInfo]) -> Step:
+def step_in_name(match: re.Match[str], siblings: Sequence[CheckpointInfo] | None) -> Step:
     """The step is the pattern's group ``step``."""
     return Step(int(match["step"]))
 
@@ -36,10 +38,9 @@ class Layout:
 
     ``name``: what ``CheckpointInfo.layout`` says (a completeness rule may name a kindred layout:
     ``dcp`` tells its own folders from plain ``dcp-plain`` ones). ``pattern``: an entry's whole
-    name. ``judge``: the completeness rule. ``step``: the step rule; one that ``reads_siblings``
-    is given the folder's checkpoints found by the other entries (Lightning's ``last.ckpt`` takes
-    the newest one's step). ``tiebreak``: where, at one step, the checkpoint sorts (higher is
-    newer). ``folders_only``: an entry of that name that is a file is none. ``subfolder``: a
+    name. ``judge``: the completeness rule. ``step``: the step rule. ``tiebreak``: where, at one
+    step, the checkpoint sorts (higher is newer: Lightning's ``last.ckpt`` after the numbered
+    files). ``folders_only``: an entry of that name that is a file is none. ``subfolder``: a
     folder inside the checkpoint folder where this layout's checkpoints are also looked for
     (Accelerate's automatic ``checkpoints/``). ``judged_alone``: ``checkpoint_info`` describes a
     path of this name as it is, without listing its folder or asking whether it is a folder.
@@ -49,16 +50,14 @@ class Layout:
     pattern: re.Pattern[str]
     judge: CompletenessRule
     step: StepRule = step_in_name
-    reads_siblings: bool = False
     tiebreak: Callable[[re.Match[str]], int] = no_tiebreak
     folders_only: bool = True
     subfolder: str | None = None
     judged_alone: bool = False
 
     def describe(self, match: re.Match[str], path: Path, storage: Storage,
-                 siblings: Sequence[CheckpointInfo] = ()) -> CheckpointInfo:
-        """The checkpoint at ``path``, whose name gave ``match``."""
-        step = self.step(match, siblings)
+                 step: Step) -> CheckpointInfo:
+        """The checkpoint at ``path``, whose name gave ``match`` and the step rule ``step``."""
         verdict = self.judge(path, step.number, storage)
         return CheckpointInfo(step.number, path, not verdict.reason, verdict.layout or self.name,
                               verdict.reason, step_known=not step.note, step_note=step.note)
@@ -71,9 +70,8 @@ LAYOUTS: tuple[Layout, ...] = (
     Layout(ACCELERATE, re.compile(r"(?P<kind>step|epoch|checkpoint)_(?P<step>\d+)"),
            hugging_face.judge_save_state, step=hugging_face.save_state_step,
            subfolder=hugging_face.ACCELERATE_AUTOMATIC_DIR),
-    Layout(LIGHTNING, lightning.NUMBERED, lightning.judge, folders_only=False),
-    Layout(LIGHTNING, lightning.LAST, lightning.judge, step=lightning.last_step,
-           reads_siblings=True, tiebreak=lightning.last_version, folders_only=False),
+    Layout(LIGHTNING, lightning.CKPT, lightning.judge, step=lightning.ckpt_step,
+           tiebreak=lightning.last_version, folders_only=False),
 )
 
 

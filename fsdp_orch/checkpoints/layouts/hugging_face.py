@@ -102,7 +102,7 @@ def judge_save_state(path: Path, step: int, storage: Storage) -> Verdict:
     return Verdict(save_state_missing(path, storage.list_dir(str(path)), storage), ACCELERATE)
 
 
-def save_state_step(match: re.Match[str], siblings: Sequence[CheckpointInfo]) -> Step:
+def save_state_step(match: re.Match[str], siblings: Sequence[CheckpointInfo] | None) -> Step:
     """``step_N`` names the step; ``epoch_N`` and ``checkpoint_N`` only an order."""
     return Step(int(match["step"]), ACCELERATE_UNKNOWN_STEP.get(match["kind"], ""))
 

@@ -18,9 +18,9 @@ from fsdp_orch.checkpoints.layouts.dcp import METADATA_FILE
 from fsdp_orch.checkpoints.storage import Storage
 
 LIGHTNING_SHARDED_META = "meta.pt"
-# A .ckpt whose name holds step=N (the first one): epoch=0-step=100.ckpt. No last*.ckpt has one.
-NUMBERED = re.compile(r"(?s).*?step=(?P<step>\d+).*\.ckpt")
-LAST = re.compile(r"last(?:-v(?P<version>\d+))?\.ckpt")
+# last.ckpt, last-v1.ckpt...; or a .ckpt whose name holds step=N (the first one):
+# epoch=0-step=100.ckpt.
+CKPT = re.compile(r"(?s)(?:(?P<last>last(?:-v(?P<version>\d+))?)|.*?step=(?P<step>\d+).*)\.ckpt")
 
 
 def judge(path: Path, step: int, storage: Storage) -> Verdict:
@@ -37,18 +37,22 @@ def judge(path: Path, step: int, storage: Storage) -> Verdict:
     return Verdict(reason)
 
 
-def last_step(match: re.Match[str], siblings: Sequence[CheckpointInfo]) -> Step:
-    """The step ``last.ckpt`` stands for: the newest complete numbered ``.ckpt`` (else any; 0
-    when there is none)."""
+def ckpt_step(match: re.Match[str], siblings: Sequence[CheckpointInfo] | None) -> Step | None:
+    """``step=N`` in the name; for a ``last``, the newest complete numbered ``.ckpt``'s (else any
+    one's; 0 when there is none), so it is asked again with its ``siblings``."""
+    if match["last"] is None:
+        return Step(int(match["step"]))
+    if siblings is None:
+        return None
     numbered = [c for c in siblings if c.layout == LIGHTNING]
     complete = [c.step for c in numbered if c.complete]
     return Step(max(complete or [c.step for c in numbered] or [0]))
 
 
 def last_version(match: re.Match[str]) -> int:
-    """Where a ``last`` sorts among the checkpoints of its step: 1 for ``last.ckpt``, 2 for
-    ``last-v1.ckpt``..., after the numbered files (0)."""
-    return 1 + int(match["version"] or 0)
+    """Where a checkpoint sorts among those of its step: numbered files first (0), then
+    ``last.ckpt`` (1), ``last-v1.ckpt`` (2)..."""
+    return 0 if match["last"] is None else 1 + int(match["version"] or 0)
 
 
-__all__ = ["LAST", "NUMBERED", "judge", "last_step", "last_version"]
+__all__ = ["CKPT", "ckpt_step", "judge", "last_version"]
