@@ -1,5 +1,6 @@
-"""One checkpoint as discovery describes it (``CheckpointInfo``), the names of the layouts, and
-the two small values a layout's rules return: a ``Verdict`` (complete or why not) and a ``Step``."""
+"""One checkpoint as discovery describes it (``CheckpointInfo``), the names of the layouts, the
+latest complete one of a list, and the two small values a layout's rules return: a ``Verdict``
+(complete or why not) and a ``Step``."""
 
 from __future__ import annotations
 

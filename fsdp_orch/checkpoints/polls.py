@@ -21,6 +21,7 @@ class PolledCheckpoints:
         self._saves: dict[SaveKey, int] = {}  # files of unknown step, by save
 
     def latest(self) -> CheckpointInfo | None:
+        """This poll's latest complete checkpoint; its sizes are the next poll's first look."""
         info = self.source.latest(self._look or None)
         self._look = self.source.sizes()
         return info

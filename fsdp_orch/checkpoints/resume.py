@@ -55,14 +55,15 @@ def resume_point(setting: CheckpointSetting, storage: Storage, attempt: int, *, 
     if attempt > 0 and newest is None and setting.guarded:
         events += _keep_strays(source, setting.workdir, tag)
     elif attempt > 0 and newest is None and (strays := source.strays()):
-        events.append((FROM_SCRATCH, f"attempt {attempt} starts from scratch, with {', '.join(strays)} "
-                                     "left in place (no checkpoint.dir, file or resume_args says they "
-                                     "are the job's checkpoints): a script that saves there overwrites them"))
+        events.append((FROM_SCRATCH, (
+            f"attempt {attempt} starts from scratch, with {', '.join(strays)} left in place (no "
+            "checkpoint.dir, file or resume_args says they are the job's checkpoints): a script "
+            "that saves there overwrites them")))
         return ResumePoint(None, events)
     if attempt > 0 and newest is None and events:
-        events.append((FROM_SCRATCH, f"attempt {attempt} starts from scratch: no complete checkpoint "
-                                     f"in {source.where}"
-                                     " (what was there is moved aside and kept, above)"))
+        events.append((FROM_SCRATCH, (
+            f"attempt {attempt} starts from scratch: no complete checkpoint in {source.where} "
+            "(what was there is moved aside and kept, above)")))
     return ResumePoint(newest if resume else None, events)
 
 
@@ -70,8 +71,8 @@ def _moved_aside(moved: Moved, partial: list[CheckpointInfo]) -> Events:
     events = []
     for src, dst in moved:
         why = next((c.reason for c in partial if c.path == src), "")
-        events.append((MOVED_ASIDE, f"{src} is incomplete ({why}) and newer than the latest complete "
-                                    f"checkpoint: moved to {dst}"))
+        events.append((MOVED_ASIDE, f"{src} is incomplete ({why}) and newer than the latest "
+                                    f"complete checkpoint: moved to {dst}"))
     return events
 
 
@@ -86,17 +87,20 @@ def _keep_strays(source: CheckpointSource, workdir: str, tag: str) -> Events:
         rel = suggested_setting(str(src), workdir)
         if info.complete:
             what = ("a whole torch.save/pickle file that no checkpoint.dir layout reads; "
-                    f"set checkpoint.file: {rel} (and checkpoint.step_key, e.g. iter_num) to resume from it")
+                    f"set checkpoint.file: {rel} (and checkpoint.step_key, e.g. iter_num) to "
+                    "resume from it")
         else:
             what = (f"not a checkpoint fsdp-orch can read ({info.reason}); checkpoint.file: {rel} "
                     "would name it as a single-file checkpoint")
-        events.append((UNREADABLE, f"{src} is {what}. The restart finds no complete checkpoint and would "
-                                   f"start over and overwrite it: moved to {dst} and kept"))
+        events.append((UNREADABLE, (
+            f"{src} is {what}. The restart finds no complete checkpoint and would start over and "
+            f"overwrite it: moved to {dst} and kept")))
     return events
 
 
-def setting_of(checkpoint_dir: str, checkpoint_file: str | None, step_key: str | None, workdir: str,
-               guarded: bool) -> CheckpointSetting:
+def setting_of(checkpoint_dir: str, checkpoint_file: str | None, step_key: str | None,
+               workdir: str, guarded: bool) -> CheckpointSetting:
+    """The job's settings resolved, with ``~`` expanded."""
     expand = os.path.expanduser
     layout = FileLayout(expand(checkpoint_file), step_key) if checkpoint_file else None
     return CheckpointSetting(expand(checkpoint_dir), layout, expand(workdir), guarded)

@@ -80,7 +80,8 @@ def step_from_name(name_pattern: str, name: str) -> int | None:
 
 
 def matching_files(layout: FileLayout, storage: Storage) -> list[str]:
-    """The files ``layout.pattern`` names, sorted (never inside a folder fsdp-orch moved them to)."""
+    """The files ``layout.pattern`` names, sorted (never inside a folder fsdp-orch moved them
+    to)."""
     parts = layout.pattern.split("/")
     folders = ["/" if layout.pattern.startswith("/") else "."]
     for part in [p for p in parts[:-1] if p]:

@@ -32,9 +32,14 @@ class CheckpointSource(Protocol):
     messages. ``first_look``: the sizes of an earlier look (:meth:`sizes`), against which a file
     counts as complete only when its size held; None takes this look as both."""
 
-    folder: str
-    where: str
-    storage: Storage
+    @property
+    def folder(self) -> str: ...
+
+    @property
+    def where(self) -> str: ...
+
+    @property
+    def storage(self) -> Storage: ...
 
     def sizes(self) -> dict[str, int]:
         """A first look at the sizes of what may still be written (files; a folder needs none)."""

@@ -73,7 +73,8 @@ class CheckpointTracker:
     def resume_point(self, attempt: int) -> tuple[str | None, int | None]:
         """The checkpoint the attempt starts from (the latest complete one), after moving aside the
         partial ones newer than it (HF's ``get_last_checkpoint`` takes the highest number, complete
-        or not) and, before a restart from scratch, the files that no layout reads (resume.py)."""
+        or not) and, before a restart from scratch, the files that no layout reads
+        (checkpoints/resume.py)."""
         cp = self.sub.job.checkpoint
         point = resume_point(self.setting, self.storage, attempt,
                              resume=attempt > 0 or cp.resume == "auto", sleep=self.sleep)

@@ -376,7 +376,8 @@ def test_parse_commit():
 
 def test_discovery_and_heartbeat_modules_do_not_import_torch():
     code = ("import sys, fsdp_orch.checkpoints.folders, fsdp_orch.checkpoints.source, "
-            "fsdp_orch.checkpoints.polls, fsdp_orch.observe.heartbeats, fsdp_orch.bootstrap.faults, "
+            "fsdp_orch.checkpoints.polls, fsdp_orch.observe.heartbeats, "
+            "fsdp_orch.bootstrap.faults, "
             "fsdp_orch.runtime.heartbeat, fsdp_orch.runtime.settings, fsdp_orch.runtime; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

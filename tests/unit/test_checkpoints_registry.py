@@ -100,6 +100,7 @@ def test_the_first_entry_that_matches_a_name_decides(tmp_path: Path) -> None:
     titan = tmp_path / "step-10"
     titan.mkdir()
     (titan / ".metadata").write_bytes(b"pickled metadata")
-    mine = Layout("mine", re.compile(r"step-(?P<step>\d+)"), lambda path, step, storage: Verdict(""))
+    mine = Layout("mine", re.compile(r"step-(?P<step>\d+)"),
+                  lambda path, step, storage: Verdict(""))
     assert summary(tmp_path, (mine, *LAYOUTS)) == [("step-10", 10, True, "mine")]
     assert summary(tmp_path, (*LAYOUTS, mine)) == [("step-10", 10, True, "dcp-plain")]

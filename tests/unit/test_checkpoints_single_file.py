@@ -1,6 +1,7 @@
 """The single-file checkpoint layout (checkpoint.file): whole zip / legacy torch.save / pickle,
 truncations, the step from the name or from step_key, the glob, size stability across two looks,
-and what a restart keeps (checkpoints/resume.py). Files are written by torch itself where it matters."""
+and what a restart keeps (checkpoints/resume.py). Files are written by torch itself where it
+matters."""
 
 from __future__ import annotations
 

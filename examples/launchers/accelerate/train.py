@@ -4,7 +4,7 @@ Accelerate does the distribution (FSDP from the config on GPUs; on CPU, fsdp-orc
 MULTI_CPU config and Accelerate uses DDP over gloo). fsdp-orch needs only two things from the
 script: a heartbeat per step and checkpoints it can find. Checkpoints are Accelerate's
 ``save_state`` folders named ``checkpoint-<step>``, marked complete with ``trainer_state.json``
-(as the Hugging Face Trainer does), which is what ``fsdp_orch.checkpoints.folders`` looks for.
+(as the Hugging Face Trainer does), which is what ``fsdp_orch.checkpoints`` looks for.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hugging Face's checkpoint folders: the Trainer's ``checkpoint-N`` and Accelerate's ``save_state``.
+"""Hugging Face's checkpoint folders: the Trainer's ``checkpoint-N``, Accelerate's ``save_state``.
 
 * ``hf``, the Hugging Face Trainer (or a script using Accelerate's ``save_state`` the same way):
   ``checkpoint-N/``. Complete = ``trainer_state.json`` (written after the model, optimizer and
@@ -50,7 +50,8 @@ ACCELERATE_UNKNOWN_STEP = {
 # --- the Trainer's checkpoint-N ----------------------------------------------------------------
 
 def judge_trainer(path: Path, step: int, storage: Storage) -> Verdict:
-    """A ``checkpoint-N`` folder: the Trainer's (``hf``), or Accelerate's named the Trainer's way."""
+    """A ``checkpoint-N`` folder: the Trainer's (``hf``), or Accelerate's named the Trainer's
+    way."""
     text = storage.read_text(str(path / HF_COMPLETE_FILE))
     if text is None:
         if not save_state_missing(path, storage.list_dir(str(path)), storage):
