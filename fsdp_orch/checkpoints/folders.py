@@ -56,6 +56,8 @@ def _by_name(base: str, storage: Storage, layouts: Sequence[Layout],
 
 def _scan(base: str, storage: Storage, layouts: Sequence[Layout],
           only: str | None = None) -> list[Keyed]:
+    """The checkpoints in ``base`` (only ``only``, where given), sorted; a step rule that reads
+    its siblings is given every checkpoint of ``base`` whose name tells its step."""
     found, deferred = _by_name(base, storage, layouts, only)
     if deferred:
         named = found if only is None else _by_name(base, storage, layouts)[0]
