@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from fsdp_orch.checkpoints.storage import Storage
 from fsdp_orch.launch.plan import LaunchPlan
 from fsdp_orch.launch.render import Artifact
 from fsdp_orch.launch.submission import P, PlanningKind, Submission  # P: a kind's own profile model
-from fsdp_orch.observe.checkpoints import Storage
 from fsdp_orch.observe.command import Runner
 from fsdp_orch.observe.file_tail import LogChunk
 from fsdp_orch.observe.heartbeats import Heartbeat

@@ -6,8 +6,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+from fsdp_orch.checkpoints.storage import LOCAL, Storage
 from fsdp_orch.observe.attempt_files import STACKS_DIR
-from fsdp_orch.observe.checkpoints import LOCAL, Storage
 from fsdp_orch.observe.file_tail import FileTail, LogChunk
 from fsdp_orch.observe.heartbeats import Heartbeat, read_heartbeats
 from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIX

@@ -15,12 +15,12 @@ from pydantic import Field
 from fsdp_orch.backends.node_channel import AgentObservation
 from fsdp_orch.backends.ports import free_port
 from fsdp_orch.backends.supervised_here import SupervisedHere
+from fsdp_orch.checkpoints.storage import LOCAL, Storage
 from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.launch.plan import LaunchPlan, Placement, PlanContext
 from fsdp_orch.launch.render import Artifact, Templates, write_artifacts
 from fsdp_orch.launch.submission import Submission
-from fsdp_orch.observe.checkpoints import LOCAL, Storage
 from fsdp_orch.observe.proctree import job_processes, stop_job_processes
 from fsdp_orch.places.private import make_private_dirs, open_private
 from fsdp_orch.record.status import JobStatus

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fsdp_orch.backends.registry import cluster_kind, load_profile
+from fsdp_orch.checkpoints.single_file import FileLayout
 from fsdp_orch.control.resubmit import Choice, decide, existing_checkpoint, said, start_fresh
 from fsdp_orch.control.warm_start import InitSource, resolve_init_from
 from fsdp_orch.jobspec.loading import load_job
@@ -19,7 +20,6 @@ from fsdp_orch.launch.plan import LaunchPlan, spec_json
 from fsdp_orch.launch.render import Artifact
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.notify.process import start_notifier
-from fsdp_orch.observe.checkpoint_files import FileLayout
 from fsdp_orch.places import secrets
 from fsdp_orch.places.builtin import home, local_has_gpu
 from fsdp_orch.record.index import JobIndex

@@ -10,15 +10,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from fsdp_orch.observe.checkpoint_files import FileLayout, file_sizes, latest_file, list_files
-from fsdp_orch.observe.checkpoints import LOCAL, latest_complete, list_checkpoints, move_aside
+from fsdp_orch.checkpoints.aside import PREVIOUS_DIR
+from fsdp_orch.checkpoints.single_file import FileLayout
+from fsdp_orch.checkpoints.source import source_of
+from fsdp_orch.checkpoints.storage import LOCAL
 from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.errors import InputError
 
 Choice = Literal["resume", "fresh"]
-# Where --fresh puts the checkpoints it moves aside, inside the checkpoint folder (a dot-folder: no
-# script's glob for checkpoint-*, step_* or *.ckpt takes it).
-PREVIOUS_DIR = ".fsdp-orch-previous"
 
 
 @dataclass(frozen=True)
@@ -52,10 +51,7 @@ def writer_of(checkpoint_dir: str, jobs: Iterable[JobStatus]) -> JobStatus | Non
 def existing_checkpoint(checkpoint_dir: str, jobs: Iterable[JobStatus],
                         layout: FileLayout | None = None) -> Existing | None:
     """``layout``: the job's ``checkpoint.file`` (its files, not the folder layouts, are its checkpoints)."""
-    if layout is None:
-        found = latest_complete(checkpoint_dir)
-    else:
-        found = latest_file(list_files(layout, LOCAL, file_sizes(layout, LOCAL)))
+    found = source_of(checkpoint_dir, layout, LOCAL).latest()
     if found is None:
         return None
     step = found.step if found.step_known else None
@@ -90,10 +86,10 @@ def start_fresh(checkpoint_dir: str, job_id: str, layout: FileLayout | None = No
     """Move every checkpoint in ``checkpoint_dir`` (every file of ``layout``, where given) to
     ``<dir>/.fsdp-orch-previous/<name>.<job id>``; the folder they went to. Nothing is deleted or
     overwritten."""
-    found = list_checkpoints(checkpoint_dir) if layout is None else list_files(layout, LOCAL, {})
-    move_aside(found, checkpoint_dir, job_id, into=PREVIOUS_DIR)
+    source = source_of(checkpoint_dir, layout, LOCAL)
+    source.move_aside(source.checkpoints(), job_id, into=PREVIOUS_DIR)
     return os.path.join(os.path.expanduser(checkpoint_dir), PREVIOUS_DIR)
 
 
-__all__ = ["Choice", "Existing", "PREVIOUS_DIR", "checkpoint_dir_of", "decide", "existing_checkpoint", "said",
+__all__ = ["Choice", "Existing", "checkpoint_dir_of", "decide", "existing_checkpoint", "said",
            "start_fresh", "writer_of"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from fsdp_orch.observe.checkpoints import checkpoint_info, latest_complete
+from fsdp_orch.checkpoints.folders import checkpoint_info, latest_complete
 from fsdp_orch.record.index import JobIndex
 from fsdp_orch.vocab.errors import InputError
 from fsdp_orch.vocab.inputs import init_from as checked_init_from

@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from fsdp_orch.checkpoints.globs import fixed_folder
 from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.jobspec.secrets import plain, references
-from fsdp_orch.observe.checkpoint_files import fixed_folder
 from fsdp_orch.observe.nccl_env import missing_defaults, nccl_env_defaults
 from fsdp_orch.vocab.errors import InputError
 from fsdp_orch.vocab.redact import MASK, secret_name, shown_env, shown_headers

@@ -1,1 +1,2 @@
-"""Reading what running ranks leave behind: heartbeats, logs, checkpoints, stacks, processes; the command runner."""
+"""Reading what running ranks leave behind: heartbeats, logs, stacks, processes; the command runner
+(checkpoints have a package of their own: fsdp_orch.checkpoints)."""

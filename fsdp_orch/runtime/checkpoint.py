@@ -37,13 +37,9 @@ from torch import nn
 from torch.distributed.checkpoint.staging import AsyncStager
 
 from fsdp_orch.bootstrap.faults import FaultInjector
-from fsdp_orch.observe.checkpoints import (
-    COMMIT_FILE,
-    CheckpointInfo,
-    checkpoint_info,
-    list_checkpoints,
-    step_dir_name,
-)
+from fsdp_orch.checkpoints.folders import checkpoint_info, list_checkpoints
+from fsdp_orch.checkpoints.info import CheckpointInfo
+from fsdp_orch.checkpoints.layouts.dcp import COMMIT_FILE, step_dir_name
 from fsdp_orch.runtime import ckpt_files as files
 from fsdp_orch.runtime.dist import DistInfo
 from fsdp_orch.runtime.heartbeat import HeartbeatWriter

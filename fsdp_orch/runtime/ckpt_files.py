@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fsdp_orch.observe.checkpoints import COMMIT_FILE, METADATA_FILE, list_checkpoints, parse_commit
+from fsdp_orch.checkpoints.folders import list_checkpoints
+from fsdp_orch.checkpoints.layouts.dcp import COMMIT_FILE, METADATA_FILE, parse_commit
 from fsdp_orch.places.private import write_atomically
 
 RANK_STATE = "rank-{rank}.state.pt"

@@ -1,7 +1,6 @@
-"""The job's checkpoints as the supervisor follows them across attempts: the latest complete one (a
-``checkpoint.file`` once its size holds still between two looks), a mark for a file of unknown step
-(the Nth save of it seen), each new one recorded once, the resume point of an attempt, and a
-checkpoint asked for before the scheduler takes the allocation away."""
+"""The job's checkpoints as the supervisor follows them across attempts: the latest complete one
+and its mark (polled: fsdp_orch.checkpoints.polls), each new one recorded once, the resume point
+of an attempt, and a checkpoint asked for before the scheduler takes the allocation away."""
 
 from __future__ import annotations
 
@@ -10,12 +9,13 @@ from functools import cached_property
 from pathlib import Path
 
 from fsdp_orch.backends.base import AttemptHandle
+from fsdp_orch.checkpoints.info import CheckpointInfo
+from fsdp_orch.checkpoints.polls import PolledCheckpoints
+from fsdp_orch.checkpoints.resume import CheckpointSetting, resume_point, setting_of
+from fsdp_orch.checkpoints.storage import Storage
 from fsdp_orch.launch.plan import CHECKPOINT_REQUEST_FILE
 from fsdp_orch.launch.submission import Submission
-from fsdp_orch.observe.checkpoint_files import file_sizes, fingerprint
-from fsdp_orch.observe.checkpoints import CheckpointInfo, Storage
 from fsdp_orch.record.journal import Journal
-from fsdp_orch.supervise.resume import CheckpointSetting, latest, resume_point, setting_of
 from fsdp_orch.vocab.errors import FsdpOrchError
 
 
@@ -32,8 +32,6 @@ class CheckpointTracker:
         self.sleep = sleep
         self.last: int | None = None  # the latest complete checkpoint's mark, as last recorded
         self._last_seen: tuple[int, str] | None = None  # (step or save mark, path) last recorded
-        self._saves: dict[tuple[str, int | None, bytes | None], int] = {}  # files of unknown step, by save
-        self._file_look: dict[str, int] = {}  # checkpoint.file: the sizes at the previous poll
 
     @property
     def storage(self) -> Storage:
@@ -45,14 +43,14 @@ class CheckpointTracker:
         return setting_of(plan.checkpoint_dir, plan.checkpoint_file, cp.step_key, plan.workdir,
                           guarded=bool(cp.resume_args or cp.dir or cp.file))
 
+    @cached_property
+    def polled(self) -> PolledCheckpoints:
+        return PolledCheckpoints(self.setting.source(self.storage))
+
     def latest(self) -> CheckpointInfo | None:
         """The latest complete checkpoint; a ``checkpoint.file`` counts once its size is the same as
         at the previous poll."""
-        if self.setting.layout is None:
-            return latest(self.setting, self.storage)
-        info = latest(self.setting, self.storage, self._file_look or None)  # the first poll: one look
-        self._file_look = file_sizes(self.setting.layout, self.storage)
-        return info
+        return self.polled.latest()
 
     def step(self) -> int | None:
         """The latest complete checkpoint's step, or for a file of unknown step -N for the Nth save of
@@ -62,15 +60,7 @@ class CheckpointTracker:
             info = self.latest()
         except FsdpOrchError:
             return self.last
-        return self._mark(info)
-
-    def _mark(self, info: CheckpointInfo | None) -> int | None:
-        if info is None:
-            return None
-        if info.step_known:
-            return info.step
-        key = (str(info.path), *fingerprint(str(info.path), self.storage))
-        return -self._saves.setdefault(key, len(self._saves) + 1)
+        return self.polled.mark(info)
 
     def record(self) -> None:
         """A checkpoint event for a complete checkpoint not recorded yet."""
@@ -78,7 +68,7 @@ class CheckpointTracker:
             info = self.latest()
         except FsdpOrchError:
             return
-        mark = self._mark(info)
+        mark = self.polled.mark(info)
         if info is None or mark is None:
             return
         step = info.step if info.step_known else None
@@ -90,7 +80,8 @@ class CheckpointTracker:
     def resume_point(self, attempt: int) -> tuple[str | None, int | None]:
         """The checkpoint the attempt starts from (the latest complete one), after moving aside the
         partial ones newer than it (HF's ``get_last_checkpoint`` takes the highest number, complete
-        or not) and, before a restart from scratch, the files that no layout reads (resume.py)."""
+        or not) and, before a restart from scratch, the files that no layout reads
+        (checkpoints/resume.py)."""
         cp = self.sub.job.checkpoint
         point = resume_point(self.setting, self.storage, attempt,
                              resume=attempt > 0 or cp.resume == "auto", sleep=self.sleep)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from fsdp_orch.observe.checkpoints import step_dir_name as step
+from fsdp_orch.checkpoints.layouts.dcp import step_dir_name as step
 from tests.cli_harness import copy_demo, make_cli
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.observe.checkpoints import latest_complete, list_checkpoints, step_dir_name
+from fsdp_orch.checkpoints.folders import latest_complete, list_checkpoints
+from fsdp_orch.checkpoints.layouts.dcp import step_dir_name
 from fsdp_orch.observe.heartbeats import read_heartbeats
 
 CKPT = {"interval": 2, "keep_last": 2}

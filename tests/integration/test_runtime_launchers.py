@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fsdp_orch.checkpoints.folders import latest_complete, list_checkpoints
 from fsdp_orch.nodeagent.beat_dir import read_node_heartbeats
-from fsdp_orch.observe.checkpoints import latest_complete, list_checkpoints
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

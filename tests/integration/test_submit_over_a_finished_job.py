@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from fsdp_orch.control.resubmit import PREVIOUS_DIR
-from fsdp_orch.observe.checkpoints import step_dir_name as step
+from fsdp_orch.checkpoints.aside import PREVIOUS_DIR
+from fsdp_orch.checkpoints.layouts.dcp import step_dir_name as step
 from tests.cli_harness import copy_demo, make_cli
 
 pytestmark = pytest.mark.slow

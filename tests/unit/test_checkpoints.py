@@ -1,5 +1,6 @@
-"""Checkpoint discovery (fsdp_orch.observe.checkpoints): which checkpoints count as complete, in each
-layout (ours, plain DCP, Hugging Face, Lightning), and moving partial ones out of the way."""
+"""Checkpoint discovery (fsdp_orch.checkpoints.folders and its layouts): which checkpoints count
+as complete, in each layout (ours, plain DCP, Hugging Face, Lightning), and moving partial ones out
+of the way."""
 
 from __future__ import annotations
 
@@ -13,17 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.observe.checkpoints import (
-    INCOMPLETE_DIR,
+from fsdp_orch.checkpoints.aside import INCOMPLETE_DIR, move_aside
+from fsdp_orch.checkpoints.folders import (
     checkpoint_info,
     latest_complete,
     list_checkpoints,
-    move_aside,
-    parse_commit,
     partial_newer_than_latest,
-    step_dir_name,
-    zip_tail_complete,
 )
+from fsdp_orch.checkpoints.formats import zip_tail_complete
+from fsdp_orch.checkpoints.layouts.dcp import parse_commit, step_dir_name
 
 
 def make_step(base: Path, step: int, *, name: str | None = None, metadata: bool = True,
@@ -376,7 +375,9 @@ def test_parse_commit():
 
 
 def test_discovery_and_heartbeat_modules_do_not_import_torch():
-    code = ("import sys, fsdp_orch.observe.checkpoints, fsdp_orch.observe.heartbeats, fsdp_orch.bootstrap.faults, "
+    code = ("import sys, fsdp_orch.checkpoints.folders, fsdp_orch.checkpoints.source, "
+            "fsdp_orch.checkpoints.polls, fsdp_orch.observe.heartbeats, "
+            "fsdp_orch.bootstrap.faults, "
             "fsdp_orch.runtime.heartbeat, fsdp_orch.runtime.settings, fsdp_orch.runtime; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

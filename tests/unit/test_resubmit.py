@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from fsdp_orch.checkpoints.aside import PREVIOUS_DIR
 from fsdp_orch.control.resubmit import (
-    PREVIOUS_DIR,
     Existing,
     decide,
     existing_checkpoint,
@@ -73,7 +73,7 @@ def test_fresh_moves_every_checkpoint_aside_and_keeps_it(tmp_path: Path) -> None
 def test_a_checkpoint_file_is_found_said_and_moved_by_fresh(tmp_path: Path) -> None:
     import pickle
 
-    from fsdp_orch.observe.checkpoint_files import FileLayout
+    from fsdp_orch.checkpoints.single_file import FileLayout
 
     out = tmp_path / "out"
     out.mkdir()

@@ -282,7 +282,7 @@ import sys
 from pathlib import Path
 import torch, torch.distributed as dist
 from torch import nn
-from fsdp_orch.observe.checkpoints import list_checkpoints
+from fsdp_orch.checkpoints.folders import list_checkpoints
 from fsdp_orch.runtime.checkpoint import Checkpointer
 from fsdp_orch.runtime.dist import DistInfo
 from fsdp_orch.runtime.xla_fsdp import PerRankState

@@ -4,7 +4,7 @@ Accelerate does the distribution (FSDP from the config on GPUs; on CPU, fsdp-orc
 MULTI_CPU config and Accelerate uses DDP over gloo). fsdp-orch needs only two things from the
 script: a heartbeat per step and checkpoints it can find. Checkpoints are Accelerate's
 ``save_state`` folders named ``checkpoint-<step>``, marked complete with ``trainer_state.json``
-(as the Hugging Face Trainer does), which is what ``fsdp_orch.observe.checkpoints`` looks for.
+(as the Hugging Face Trainer does), which is what ``fsdp_orch.checkpoints`` looks for.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from accelerate import Accelerator
 from torch import nn
 
-from fsdp_orch.observe.checkpoints import checkpoint_info, latest_complete, list_checkpoints
+from fsdp_orch.checkpoints.folders import checkpoint_info, latest_complete, list_checkpoints
 from fsdp_orch.runtime.heartbeat import heartbeat
 
 

@@ -16,10 +16,10 @@ from fsdp_orch.backends.over_ssh.connect import on_every_host, run_on, run_with_
 from fsdp_orch.backends.over_ssh.reports import OwnDiskAttempt, SharedFsAttempt
 from fsdp_orch.backends.over_ssh.sftp_storage import SftpStorage
 from fsdp_orch.backends.over_ssh.staging import plan_hosts, put_on_own_disks
+from fsdp_orch.checkpoints.storage import LOCAL, Storage
 from fsdp_orch.launch.plan import LaunchPlan, host_port
 from fsdp_orch.launch.render import Artifact, write_artifacts
 from fsdp_orch.launch.submission import Submission
-from fsdp_orch.observe.checkpoints import LOCAL, Storage
 
 
 def handed_values(plan: LaunchPlan) -> bytes:

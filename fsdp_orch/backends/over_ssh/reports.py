@@ -27,9 +27,9 @@ from fsdp_orch.backends.base import CHANNEL_SILENT_S
 from fsdp_orch.backends.over_ssh.attempt import SshAttempt, host_python, own_disk_run_dir
 from fsdp_orch.backends.over_ssh.connect import HostKeyRejected, HostUnreachable, connect, where
 from fsdp_orch.backends.over_ssh.node_report import exit_file
+from fsdp_orch.checkpoints.storage import Storage
 from fsdp_orch.launch.render import package_root
 from fsdp_orch.launch.submission import Submission
-from fsdp_orch.observe.checkpoints import Storage
 from fsdp_orch.observe.heartbeats import Heartbeat, parse_heartbeat
 from fsdp_orch.places.private import write_atomically
 from fsdp_orch.vocab.backoff import REPORT_STREAM, retrying

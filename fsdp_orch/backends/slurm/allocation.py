@@ -16,11 +16,11 @@ from fsdp_orch.backends.base import AllocationEnding
 from fsdp_orch.backends.node_channel import AgentObservation
 from fsdp_orch.backends.ports import free_port
 from fsdp_orch.backends.slurm.profile import SlurmProfile
+from fsdp_orch.checkpoints.storage import LOCAL, Storage
 from fsdp_orch.launch.plan import LaunchPlan
 from fsdp_orch.launch.render import Artifact, write_artifacts
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe import command
-from fsdp_orch.observe.checkpoints import LOCAL, Storage
 from fsdp_orch.observe.command import CommandResult, Runner, run_command
 from fsdp_orch.vocab.backoff import SLURM_QUERY, Sleep, retrying
 

@@ -15,8 +15,8 @@ from fsdp_orch.backends.over_ssh.reports import OwnDiskAttempt
 from fsdp_orch.backends.over_ssh.sftp_storage import SftpStorage
 from fsdp_orch.backends.tpu_vm.gcloud import USABLE
 from fsdp_orch.backends.tpu_vm.lifecycle import TpuVm
+from fsdp_orch.checkpoints.storage import Storage
 from fsdp_orch.launch.submission import Submission
-from fsdp_orch.observe.checkpoints import Storage
 from fsdp_orch.vocab.errors import FsdpOrchError
 
 

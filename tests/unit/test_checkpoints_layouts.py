@@ -14,12 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.observe.checkpoints import (
-    ACCELERATE,
-    checkpoint_info,
-    latest_complete,
-    list_checkpoints,
-)
+from fsdp_orch.checkpoints.folders import checkpoint_info, latest_complete, list_checkpoints
+from fsdp_orch.checkpoints.info import ACCELERATE
 
 WRITE = r"""
 import os, sys
@@ -120,7 +116,8 @@ def _zip(path: Path) -> None:
 def test_a_globbed_folder_follows_the_newest_version(tmp_path: Path) -> None:
     """Lightning's default folders: every run logs to a new version_N; the newest complete checkpoint
     across every match wins, by step."""
-    from fsdp_orch.observe.checkpoints import matching_dirs, move_aside
+    from fsdp_orch.checkpoints.aside import move_aside
+    from fsdp_orch.checkpoints.globs import matching_dirs
 
     logs = tmp_path / "lightning_logs"
     _zip(logs / "version_0" / "checkpoints" / "epoch=0-step=40.ckpt")

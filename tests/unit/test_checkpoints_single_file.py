@@ -1,6 +1,7 @@
 """The single-file checkpoint layout (checkpoint.file): whole zip / legacy torch.save / pickle,
 truncations, the step from the name or from step_key, the glob, size stability across two looks,
-and what a restart keeps (supervise/resume.py). Files are written by torch itself where it matters."""
+and what a restart keeps (checkpoints/resume.py). Files are written by torch itself where it
+matters."""
 
 from __future__ import annotations
 
@@ -11,18 +12,19 @@ import sys
 
 import pytest
 
-from fsdp_orch.observe.checkpoint_files import (
+from fsdp_orch.checkpoints.aside import INCOMPLETE_DIR
+from fsdp_orch.checkpoints.globs import fixed_folder
+from fsdp_orch.checkpoints.pickles import whole_file
+from fsdp_orch.checkpoints.resume import FROM_SCRATCH, UNREADABLE, resume_point, setting_of
+from fsdp_orch.checkpoints.single_file import (
     FileLayout,
     file_sizes,
-    fixed_folder,
     list_files,
     looked_twice,
     matching_files,
     step_from_name,
-    whole_file,
 )
-from fsdp_orch.observe.checkpoints import INCOMPLETE_DIR, LOCAL
-from fsdp_orch.supervise.resume import FROM_SCRATCH, UNREADABLE, resume_point, setting_of
+from fsdp_orch.checkpoints.storage import LOCAL
 
 
 def nanogpt_bytes(iter_num: int, zip_format: bool = True) -> bytes:
@@ -192,7 +194,7 @@ def test_the_file_layout_resumes_the_complete_file_and_never_moves_it(tmp_path):
 
 
 def test_the_file_layout_module_does_not_import_torch():
-    code = ("import sys, fsdp_orch.observe.checkpoint_files, fsdp_orch.supervise.resume; "
+    code = ("import sys, fsdp_orch.checkpoints.single_file, fsdp_orch.checkpoints.resume; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
