@@ -4,6 +4,8 @@ restarts) can be told even for a file whose step nothing tells."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fsdp_orch.checkpoints.info import CheckpointInfo
 from fsdp_orch.checkpoints.single_file import fingerprint
 from fsdp_orch.checkpoints.source import CheckpointSource
@@ -12,18 +14,20 @@ SaveKey = tuple[str, int | None, bytes | None]  # a file of unknown step: path, 
 
 
 class PolledCheckpoints:
-    """The latest complete checkpoint of ``source`` at each poll. A ``checkpoint.file`` counts
-    once its size is the one of the previous poll (the first poll takes one look as both)."""
+    """The latest complete checkpoint of ``source()`` at each poll (asked at each use: a TPU VM's
+    storage is known once its workers are, and changes with a re-created VM). A ``checkpoint.file``
+    counts once its size is the one of the previous poll (the first poll takes one look as both)."""
 
-    def __init__(self, source: CheckpointSource):
+    def __init__(self, source: Callable[[], CheckpointSource]):
         self.source = source
         self._look: dict[str, int] = {}  # checkpoint.file: the sizes at the previous poll
         self._saves: dict[SaveKey, int] = {}  # files of unknown step, by save
 
     def latest(self) -> CheckpointInfo | None:
         """This poll's latest complete checkpoint; its sizes are the next poll's first look."""
-        info = self.source.latest(self._look or None)
-        self._look = self.source.sizes()
+        source = self.source()
+        info = source.latest(self._look or None)
+        self._look = source.sizes()
         return info
 
     def mark(self, info: CheckpointInfo | None) -> int | None:
@@ -32,7 +36,7 @@ class PolledCheckpoints:
             return None
         if info.step_known:
             return info.step
-        key = (str(info.path), *fingerprint(str(info.path), self.source.storage))
+        key = (str(info.path), *fingerprint(str(info.path), self.source().storage))
         return -self._saves.setdefault(key, len(self._saves) + 1)
 
 

@@ -45,7 +45,7 @@ class CheckpointTracker:
 
     @cached_property
     def polled(self) -> PolledCheckpoints:
-        return PolledCheckpoints(self.setting.source(self.storage))
+        return PolledCheckpoints(lambda: self.setting.source(self.storage))
 
     def latest(self) -> CheckpointInfo | None:
         """The latest complete checkpoint; a ``checkpoint.file`` counts once its size is the same as

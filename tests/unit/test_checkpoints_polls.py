@@ -20,7 +20,7 @@ def save(path: Path, iter_num: int, padding: int = 0) -> None:
 def test_a_file_counts_once_its_size_held_since_the_previous_poll(tmp_path: Path) -> None:
     path = tmp_path / "ckpt.pt"
     save(path, 10)
-    polled = PolledCheckpoints(FileSource(FileLayout(str(path), "iter_num"), str(tmp_path), LOCAL))
+    polled = PolledCheckpoints(lambda: FileSource(FileLayout(str(path), "iter_num"), str(tmp_path), LOCAL))
     assert polled.latest().step == 10  # the first poll: one look as both
     save(path, 20, padding=100)  # rewritten between two polls
     assert polled.latest() is None
@@ -30,7 +30,7 @@ def test_a_file_counts_once_its_size_held_since_the_previous_poll(tmp_path: Path
 def test_saves_of_a_file_of_unknown_step_get_a_new_mark_each(tmp_path: Path) -> None:
     path = tmp_path / "ckpt.pt"
     save(path, 1)
-    polled = PolledCheckpoints(FileSource(FileLayout(str(path)), str(tmp_path), LOCAL))
+    polled = PolledCheckpoints(lambda: FileSource(FileLayout(str(path)), str(tmp_path), LOCAL))
     first = polled.latest()
     assert first is not None and not first.step_known
     assert polled.mark(first) == -1
@@ -47,6 +47,6 @@ def test_a_folder_is_polled_without_a_size_look(tmp_path: Path) -> None:
     (step / ".metadata").write_bytes(b"pickled metadata")
     source = source_of(str(tmp_path), None, LOCAL)
     assert source.sizes() == {}
-    polled = PolledCheckpoints(source)
+    polled = PolledCheckpoints(lambda: source)
     info = polled.latest()
     assert info is not None and polled.mark(info) == 7
