@@ -30,32 +30,6 @@ TICK_S = 0.5  # the watcher's period: heartbeat file refresh and probe
 STEP_WRITE_MIN_S = 0.2  # after a step, write at once unless the last write is younger than this
 LONG_YOUNG_COLLECTION = 100_000  # young objects past which a collection is worth a heartbeat (about 10 ms of work)
 
-# NCCL's recorder first: on a GPU the collectives that hang are NCCL's, and ``_dump_fr_trace`` (the
-# recorder gloo writes to) holds none of them (an H200 with torch 2.11 gave an empty dump there).
-FLIGHT_RECORDER_DUMPERS = ("_dump_nccl_trace", "_dump_fr_trace")
-
-
-def flight_recorder_dump(c10d: object) -> bytes | None:
-    """This process's flight recorder (a pickle): the first of :data:`FLIGHT_RECORDER_DUMPERS` that
-    this torch has and whose dump holds entries, else the last one it has (its group statuses)."""
-    dump = None
-    for name in FLIGHT_RECORDER_DUMPERS:
-        dumper = getattr(c10d, name, None)
-        if dumper is None:
-            continue
-        dump = dumper()
-        if _has_entries(dump):
-            return dump
-    return dump
-
-
-def _has_entries(dump: bytes) -> bool:
-    from fsdp_orch.observe.collective_counts import parse_flight_recorder
-
-    record = parse_flight_recorder(dump)
-    return record is not None and record.entries > 0
-
-
 class Agent:
     def __init__(self, env: Mapping[str, str], clock: Callable[[], float] = time.time):
         self.run_dir = os.path.expanduser(env["FSDP_ORCH_RUN_DIR"])
@@ -104,38 +78,13 @@ class Agent:
         module.register_optimizer_step_post_hook(self._after_optimizer_step)
 
     def _on_distributed_module(self, module: ModuleType) -> None:
-        original = getattr(module, "init_process_group", None)
-        if original is None:  # torch built without distributed support
-            return
-        wrapped = self._wrap_init_process_group(original)
-        for name, loaded in list(sys.modules.items()):
-            if (name == "torch.distributed" or name.startswith("torch.distributed.")) and \
-                    getattr(loaded, "init_process_group", None) is original:
-                loaded.init_process_group = wrapped  # type: ignore[attr-defined]
+        from fsdp_orch.bootstrap.torch_hooks import wrap_init_process_group_everywhere
 
-    def _wrap_init_process_group(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        import functools
-
-        @functools.wraps(original)
-        def init_process_group(*args: Any, **kwargs: Any) -> Any:
-            if self.collective_timeout and "timeout" not in kwargs and len(args) < 3:
-                import datetime
-
-                kwargs["timeout"] = datetime.timedelta(seconds=self.collective_timeout)
-            rank = kwargs.get("rank", args[4] if len(args) > 4 else -1)
-            rank = rank if isinstance(rank, int) and rank >= 0 else self.env_rank
-            if rank >= 0:
-                self.activate(rank)  # before: a rank stuck inside the rendezvous is visible
-            result = original(*args, **kwargs)
-            if not self.active:
-                self.activate(_distributed_rank())
-            return result
-
-        return init_process_group
+        wrap_init_process_group_everywhere(module, self)
 
     def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.active:
-            self.activate(_distributed_rank())
+            self.activate(self.process_group_rank())
         if not self.active:
             return
         now = self.clock()
@@ -155,6 +104,17 @@ class Agent:
                 self._write_locked(now)
         if self._injector:
             self._injector.at_step_end(step)
+
+    def process_group_rank(self) -> int:
+        """This process's rank in its process group, else ``RANK`` (0 when unset)."""
+        try:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                return int(dist.get_rank())
+        except Exception:
+            pass
+        return _int(os.environ.get("RANK"), 0)
 
     def _after_fork_in_child(self) -> None:
         if self.active:
@@ -194,8 +154,10 @@ class Agent:
             ComputeMeter,
             fraction_at_this_load,
         )
+        from fsdp_orch.bootstrap.flight_recorder import trace_request
         from fsdp_orch.bootstrap.io_meter import WriteMeter
         from fsdp_orch.bootstrap.probe import MainThreadProbe
+        from fsdp_orch.bootstrap.process_hooks import call_when_main_returns, register_stack_dump
         from fsdp_orch.nodeagent.beat_dir import rank_beat_path
         from fsdp_orch.observe.step_times import StepTimes
 
@@ -210,23 +172,18 @@ class Agent:
                                       min_fraction=fraction_at_this_load)
         self._step_times = StepTimes()
         self._injector = self._make_injector(rank)
-        self._register_stack_dump(rank)
+        self._stack_file = register_stack_dump(self.attempt_dir, rank)
         _gc.callbacks.append(self._on_gc)
         self.active = True
         self.progress_at = self.clock()
         with self._lock:
             self._write_locked(self.progress_at)
+        call_when_main_returns(self._at_exit)  # "done" before the interpreter's teardown
+        asked = trace_request(self.attempt_dir)
+        if asked is not None:
+            self._trace_request, self._trace_prefix = asked
         import threading
 
-        # "done" as soon as the main module returns: before the interpreter joins other threads
-        # and tears down process groups, which can take a while and is not a hang.
-        try:
-            threading._register_atexit(self._at_exit)  # type: ignore[attr-defined]
-        except (AttributeError, RuntimeError):
-            import atexit
-
-            atexit.register(self._at_exit)
-        self._prepare_trace_request()
         threading.Thread(target=self._watch, name="fsdp-orch-heartbeat", daemon=True).start()
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
@@ -274,41 +231,6 @@ class Agent:
         injector = FaultInjector(faults, rank, self.attempt, self.collective_timeout or 600.0)
         return injector if injector else None
 
-    def _register_stack_dump(self, rank: int) -> None:
-        """``kill -USR1`` writes every thread's stack to the attempt's stacks folder: the
-        supervisor's fallback where py-spy cannot attach. Left alone if the script uses USR1."""
-        import signal
-
-        if self.attempt_dir is None or signal.getsignal(signal.SIGUSR1) != signal.SIG_DFL:
-            return
-        import faulthandler
-
-        from fsdp_orch.observe.attempt_files import STACKS_DIR, faulthandler_dump_name
-
-        try:
-            folder = os.path.join(os.path.expanduser(self.attempt_dir), STACKS_DIR)
-            os.makedirs(folder, exist_ok=True)
-            self._stack_file = open(os.path.join(folder, faulthandler_dump_name(rank)), "w")  # noqa: SIM115
-            faulthandler.register(signal.SIGUSR1, file=self._stack_file, all_threads=True)
-        except (OSError, RuntimeError, ValueError):
-            self._stack_file = None
-
-    def _prepare_trace_request(self) -> None:
-        """Where to look for the supervisor's request of a flight-recorder dump, when this torch can
-        dump one (:func:`flight_recorder_dump`); the dump goes where NCCL's would (the launch's
-        prefix, else the attempt's folder)."""
-        c10d = sys.modules.get("torch._C._distributed_c10d")
-        if self.attempt_dir is None or not any(hasattr(c10d, name) for name in FLIGHT_RECORDER_DUMPERS):
-            return
-        from fsdp_orch.observe.attempt_files import FLIGHT_RECORDER_REQUEST
-        from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIX
-
-        folder = os.path.expanduser(self.attempt_dir)
-        self._trace_request = os.path.join(folder, FLIGHT_RECORDER_REQUEST)
-        self._trace_prefix = (os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
-                              or os.environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
-                              or os.path.join(folder, FLIGHT_RECORDER_PREFIX))
-
     def _serve_trace_request(self) -> None:
         """Once per attempt, from the watcher thread (the main thread may be stuck in a collective):
         this rank's flight recorder, dumped where NCCL's own dump on a timeout would go (one that
@@ -316,20 +238,9 @@ class Agent:
         if self._trace_request is None or not os.path.exists(self._trace_request):
             return
         self._trace_request = None
-        target = f"{self._trace_prefix}{self.rank}"
-        try:
-            data = flight_recorder_dump(sys.modules["torch._C._distributed_c10d"])
-            if data is None:
-                return
-            fd = os.open(f"{target}.{os.getpid()}.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            if not os.path.exists(target):
-                os.replace(f"{target}.{os.getpid()}.tmp", target)
-            else:
-                os.unlink(f"{target}.{os.getpid()}.tmp")
-        except Exception:  # a dump is evidence, never a reason to disturb training
-            pass
+        from fsdp_orch.bootstrap.flight_recorder import write_dump
+
+        write_dump(f"{self._trace_prefix}{self.rank}")
 
     def _watch(self) -> None:
         from fsdp_orch.observe.heartbeats import HELD_AFTER_S
@@ -409,17 +320,6 @@ def _initialising_optimizer_state() -> bool:
 
 def _always() -> bool:
     return True
-
-
-def _distributed_rank() -> int:
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank())
-    except Exception:
-        pass
-    return _int(os.environ.get("RANK"), 0)
 
 
 def _int(text: str | None, default: int) -> int:

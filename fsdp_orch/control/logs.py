@@ -102,44 +102,23 @@ def show_logs(index: Any, job_id: str, *, rank: int | None = None, node: int | N
         raise InputError("expected one of --rank or --node, not both", field="--rank/--node")
     row = index.store.job(job_id)
     run_dir = Path(row.run_dir)
-    attempts = attempt_dirs(run_dir)
-    if not attempts:
-        raise InputError(f"job {job_id} has no attempt logs yet", field="logs")
-    chosen = max(attempts) if attempt is None else attempt
-    if chosen not in attempts:
-        raise InputError(f"job {job_id} has attempts {sorted(attempts)}, not {chosen}", field="--attempt")
+    attempts, chosen = _chosen_attempt(job_id, run_dir, attempt)
     layout = Layout.of(row)
     local: int | None = None  # with --rank under a launcher that tags lines: whose lines to keep
     if rank is not None:
-        if rank < 0 or (layout.world_size is not None and rank >= layout.world_size):
-            raise InputError(f"job {job_id} has ranks 0-{(layout.world_size or 1) - 1}, not {rank}", field="--rank")
-        node, local = divmod(rank, layout.nproc_per_node)
-        how = RANK_LINES.get(layout.launcher, MIXED)
+        node, local, how = _rank_place(job_id, rank, layout)
         if how == MIXED:
             out.write(rank_has_no_log(job_id, rank, node, chosen, attempt is None, layout,
                                       node_logs(attempts[chosen])))
             out.flush()
             return 0
-        local = local if how == TAGGED else None
     what = "--rank" if rank is not None else "--node"
     logs = _chosen_logs(attempts[chosen], node, chosen, what, follow)
     positions = {n: 0 for n in logs}
     hidden = secret_values(row)
     printed, tagged = 0, [False]
     while True:
-        for number, path in sorted(logs.items()):
-            with open(path, errors="replace") as f:
-                f.seek(positions[number])
-                chunk = f.read()
-                positions[number] = f.tell()
-            lines: Iterator[str] = iter(chunk.splitlines(keepends=True))
-            if local is not None:
-                lines = filter_rank(lines, local, tagged)
-            prefix = f"[node {number}] " if len(logs) > 1 else ""
-            for line in lines:
-                out.write(prefix + masked(line, hidden))
-                printed += 1
-        out.flush()
+        printed += _print_new(logs, positions, local, tagged, hidden, out)
         ended = not follow
         if follow:
             index.ingest([job_id])
@@ -158,6 +137,50 @@ def show_logs(index: Any, job_id: str, *, rank: int | None = None, node: int | N
         for number in logs:
             positions.setdefault(number, 0)
         time.sleep(0.5)
+
+
+def _chosen_attempt(job_id: str, run_dir: Path, attempt: int | None) -> tuple[dict[int, Path], int]:
+    """The job's attempt folders, and the one asked for (the latest when none was)."""
+    attempts = attempt_dirs(run_dir)
+    if not attempts:
+        raise InputError(f"job {job_id} has no attempt logs yet", field="logs")
+    chosen = max(attempts) if attempt is None else attempt
+    if chosen not in attempts:
+        raise InputError(f"job {job_id} has attempts {sorted(attempts)}, not {chosen}",
+                         field="--attempt")
+    return attempts, chosen
+
+
+def _rank_place(job_id: str, rank: int, layout: Layout) -> tuple[int, int | None, str]:
+    """Where ``rank``'s output is: its node, its local rank when its lines are tagged with it (else
+    None), and how the node's log holds its ranks' lines (:data:`RANK_LINES`)."""
+    if rank < 0 or (layout.world_size is not None and rank >= layout.world_size):
+        raise InputError(f"job {job_id} has ranks 0-{(layout.world_size or 1) - 1}, not {rank}",
+                         field="--rank")
+    node, local = divmod(rank, layout.nproc_per_node)
+    how = RANK_LINES.get(layout.launcher, MIXED)
+    return node, local if how == TAGGED else None, how
+
+
+def _print_new(logs: dict[int, Path], positions: dict[int, int], local: int | None,
+               tagged: list[bool], hidden: list[str], out: Any) -> int:
+    """Prints what each log gained since its position (then moved on), only ``local``'s lines where
+    given, secrets masked; returns how many lines it printed."""
+    printed = 0
+    for number, path in sorted(logs.items()):
+        with open(path, errors="replace") as f:
+            f.seek(positions[number])
+            chunk = f.read()
+            positions[number] = f.tell()
+        lines: Iterator[str] = iter(chunk.splitlines(keepends=True))
+        if local is not None:
+            lines = filter_rank(lines, local, tagged)
+        prefix = f"[node {number}] " if len(logs) > 1 else ""
+        for line in lines:
+            out.write(prefix + masked(line, hidden))
+            printed += 1
+    out.flush()
+    return printed
 
 
 def _chosen_logs(attempt_dir: Path, node: int | None, attempt: int, what: str, follow: bool) -> dict[int, Path]:

@@ -9,13 +9,15 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from fsdp_orch.checkpoints.globs import fixed_folder
 from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
-from fsdp_orch.jobspec.secrets import plain, references
+from fsdp_orch.jobspec.secrets import SecretRef, plain, references
+from fsdp_orch.launch.start_choices import accelerate_distributed_type, standby_choice
 from fsdp_orch.observe.nccl_env import missing_defaults, nccl_env_defaults
 from fsdp_orch.vocab.errors import InputError
 from fsdp_orch.vocab.redact import MASK, secret_name, shown_env, shown_headers
@@ -37,10 +39,6 @@ PATH_ENV = frozenset({"FSDP_ORCH_RUN_DIR", "FSDP_ORCH_ATTEMPT_DIR", "FSDP_ORCH_S
                       "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE"})
 # The kind of the job's event (a notice) that records one of ``LaunchPlan.notices``.
 LAUNCH_CHANGED = "launch_changed"
-# Accelerate runs FSDP only on GPUs: on CPU the config fsdp-orch writes says MULTI_CPU, and
-# ``accelerate launch`` runs the ranks as DDP over gloo (the plain config would fail there).
-ACCELERATE_FSDP_ON_CPU = ("accelerate config: distributed_type FSDP runs as MULTI_CPU (DDP; the fsdp options do "
-                          "not apply) on CPU: Accelerate runs FSDP only on GPUs")
 
 
 @dataclass(frozen=True)
@@ -200,36 +198,6 @@ def fixed_node_count(job: JobSpec, why: str) -> None:
                          f"(nodes: {job.nodes})", field="nodes")
 
 
-def accelerate_distributed_type(launcher: str, device: str) -> tuple[str | None, tuple[str, ...]]:
-    """The ``distributed_type`` of the accelerate config fsdp-orch writes, and the notice when it is
-    not the FSDP the job asks for."""
-    if launcher != "accelerate":
-        return None, ()
-    if device == "cpu":
-        return "MULTI_CPU", (ACCELERATE_FSDP_ON_CPU,)
-    return "FSDP", ()
-
-
-# The launchers whose ranks a standby can start: one Python program per rank (torchrun) or per node
-# (python). accelerate launch and XLA set up their processes themselves.
-STANDBY_LAUNCHERS = ("torchrun", "python")
-
-
-def standby_choice(job: JobSpec, kind: str, kind_allows: bool) -> tuple[bool, str]:
-    """Whether the ranks start from a warm standby, and the one-line reason ``render`` says."""
-    if job.launch.standby == "off":
-        return False, "cold start: launch.standby is off"
-    if job.launcher not in STANDBY_LAUNCHERS:
-        return False, (f"cold start: the warm standby runs a Python script or module under "
-                       f"{' or '.join(STANDBY_LAUNCHERS)}, not launcher {job.launcher}")
-    if job.entry[0] == "command":
-        return False, "cold start: the warm standby runs a Python script or module, not a command"
-    if not kind_allows:
-        return False, f"cold start: the {kind} kind starts its ranks cold (the warm standby is not built for it)"
-    return True, (f"warm standby: each attempt's ranks start from a process that has imported torch "
-                  f"({job.launcher}, launch.standby: auto)")
-
-
 def attempt_dir_of(run_dir: str, attempt: int) -> str:
     return posixpath.join(run_dir, f"attempt-{attempt}")
 
@@ -241,31 +209,83 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
             f"launcher {job.launcher!r} cannot run on cluster {cluster!r} (kind {profile.kind}); "
             f"expected one of: {', '.join(profile.launchers)}", field="launcher")
     place = kind.place(job, profile, cluster, ctx)
+    paths = _node_paths(job, ctx, place)
+    checkpoint_dir, checkpoint_file = _checkpoint_paths(job, ctx, paths.workdir)
+    rdzv_port = ctx.rdzv_port or place.rdzv_port or rendezvous_port(ctx.job_id, ctx.attempt)
+    nnodes, nproc, device = place.nnodes, place.nproc_per_node, place.device
+    program = _program(job, ctx)
+    accel_path = (posixpath.join(paths.attempt_dir, "accelerate_config.yaml")
+                  if job.launcher == "accelerate" else None)
+    accel_type, notices = accelerate_distributed_type(job.launcher, device)
+    standby, standby_reason = standby_choice(job, profile.kind, place.standby)
+    spec_env = {**profile.env, **job.env}  # the job's own value of a variable wins
+    env = _rank_env(job, ctx, place, paths, checkpoint_dir, spec_env)
+    secret_env = [(name, ref.source) for name, ref in references(spec_env).items()]
+    return LaunchPlan(
+        job=job, profile=profile, cluster=cluster, job_id=ctx.job_id, attempt=ctx.attempt,
+        launcher=job.launcher, device=device, nnodes=nnodes, nproc_per_node=nproc,
+        world_size=nnodes * nproc, rdzv_id=f"{ctx.job_id}-a{ctx.attempt}",
+        rdzv_host=place.rdzv_host, rdzv_port=rdzv_port, python=profile.python,
+        workdir=paths.workdir, run_dir=paths.run_dir, attempt_dir=paths.attempt_dir,
+        checkpoint_dir=checkpoint_dir, checkpoint_file=checkpoint_file, spec_path=paths.spec_path,
+        resume_from=ctx.resume_from, program=program, env=env, secret_env=secret_env,
+        nodes=place.nodes, accelerate_config_path=accel_path,
+        bootstrap_dir=paths.bootstrap_dir, run_root=paths.run_root, package_dir=paths.package_dir,
+        supervisor_command=ctx.supervisor_command, accelerate_distributed_type=accel_type,
+        notices=notices, standby=standby, standby_reason=standby_reason,
+    )
+
+
+@dataclass(frozen=True)
+class _NodePaths:
+    """Where an attempt's folders are, as the nodes see them."""
+
+    run_root: str
+    run_dir: str
+    attempt_dir: str
+    spec_path: str
+    package_dir: str | None  # the nodes' copy of fsdp_orch, on hosts with their own disks
+    bootstrap_dir: str | None
+    workdir: str
+
+
+def _node_paths(job: JobSpec, ctx: PlanContext, place: Placement) -> _NodePaths:
+    """The run folder under the run root (the nodes' own, with copies of fsdp_orch and of the job's
+    folder, where they have their own disks), and the job's workdir."""
     run_root = place.own_run_root or ctx.run_root
     run_dir = posixpath.join(run_root, "runs", ctx.job_id)
     package_dir, bootstrap_dir, workdir_base = None, ctx.bootstrap_dir, place.workdir_base
     if place.own_run_root:
         package_dir = posixpath.join(run_dir, OWN_DISK_PACKAGE)
-        bootstrap_dir = posixpath.join(package_dir, "fsdp_orch", "bootstrap", "site") if ctx.bootstrap_dir else None
+        bootstrap_dir = (posixpath.join(package_dir, "fsdp_orch", "bootstrap", "site")
+                         if ctx.bootstrap_dir else None)
         workdir_base = posixpath.join(run_dir, OWN_DISK_CODE)
     if workdir_base:
         workdir = _join(workdir_base, job.workdir) if job.workdir != "." else workdir_base
     else:
         workdir = _join(ctx.job_dir, job.workdir)
-    attempt_dir = attempt_dir_of(run_dir, ctx.attempt)
+    return _NodePaths(run_root, run_dir, attempt_dir_of(run_dir, ctx.attempt),
+                      posixpath.join(run_dir, "job.json"), package_dir, bootstrap_dir, workdir)
+
+
+def _checkpoint_paths(job: JobSpec, ctx: PlanContext, workdir: str) -> tuple[str, str | None]:
+    """The job's checkpoint folder, and its checkpoint file where it writes one file per
+    checkpoint."""
     written = job.checkpoint.dir
-    checkpoint_file = None
     if job.checkpoint.file:  # one file per checkpoint: its folder is the checkpoint folder
         checkpoint_file = _join(workdir, job.checkpoint.file.replace(JOB_ID_PLACEHOLDER, ctx.job_id))
-        checkpoint_dir = fixed_folder(checkpoint_file)
-    elif written:  # the user's folder; {job_id} in it (and in the args) keeps runs apart
-        checkpoint_dir = _join(workdir, written.replace(JOB_ID_PLACEHOLDER, ctx.job_id))
-    else:
-        checkpoint_dir = _join(workdir, posixpath.join("checkpoints", slug(job.name)))
-        if ctx.checkpoint_per_job:
-            checkpoint_dir = posixpath.join(checkpoint_dir, ctx.job_id)
-    rdzv_port = ctx.rdzv_port or place.rdzv_port or rendezvous_port(ctx.job_id, ctx.attempt)
-    nnodes, nproc, device = place.nnodes, place.nproc_per_node, place.device
+        return fixed_folder(checkpoint_file), checkpoint_file
+    if written:  # the user's folder; {job_id} in it (and in the args) keeps runs apart
+        return _join(workdir, written.replace(JOB_ID_PLACEHOLDER, ctx.job_id)), None
+    checkpoint_dir = _join(workdir, posixpath.join("checkpoints", slug(job.name)))
+    if ctx.checkpoint_per_job:
+        checkpoint_dir = posixpath.join(checkpoint_dir, ctx.job_id)
+    return checkpoint_dir, None
+
+
+def _program(job: JobSpec, ctx: PlanContext) -> list[str]:
+    """What the launcher runs on each rank: the script, module or command with its arguments
+    ({job_id} filled in), then the resume or warm-start arguments."""
     entry_form, _ = job.entry
     if entry_form == "script":
         program = [job.script or "", *job.args]
@@ -274,49 +294,41 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
     else:
         program = [*(job.command or []), *job.args]
     program = [arg.replace(JOB_ID_PLACEHOLDER, ctx.job_id) for arg in program]
-    program += resume_arguments(job, ctx) + init_arguments(job, ctx)
-    spec_path = posixpath.join(run_dir, "job.json")
-    accel_path = posixpath.join(attempt_dir, "accelerate_config.yaml") if job.launcher == "accelerate" else None
-    accel_type, notices = accelerate_distributed_type(job.launcher, device)
-    standby, standby_reason = standby_choice(job, profile.kind, place.standby)
-    spec_env = {**profile.env, **job.env}  # the job's own value of a variable wins
+    return program + resume_arguments(job, ctx) + init_arguments(job, ctx)
+
+
+def _rank_env(job: JobSpec, ctx: PlanContext, place: Placement, paths: _NodePaths,
+              checkpoint_dir: str,
+              spec_env: Mapping[str, str | SecretRef]) -> list[tuple[str, str]]:
+    """The variables every rank gets: the spec's plain ones, fsdp-orch's, NCCL's defaults on
+    GPUs."""
     env = [
         *plain(spec_env).items(),
         ("FSDP_ORCH_JOB_ID", ctx.job_id),
         ("FSDP_ORCH_JOB_NAME", job.name),
         ("FSDP_ORCH_ATTEMPT", str(ctx.attempt)),
-        ("FSDP_ORCH_RUN_DIR", run_dir),
-        ("FSDP_ORCH_ATTEMPT_DIR", attempt_dir),
-        ("FSDP_ORCH_SPEC", spec_path),
+        ("FSDP_ORCH_RUN_DIR", paths.run_dir),
+        ("FSDP_ORCH_ATTEMPT_DIR", paths.attempt_dir),
+        ("FSDP_ORCH_SPEC", paths.spec_path),
         ("FSDP_ORCH_CHECKPOINT_DIR", checkpoint_dir),
         ("FSDP_ORCH_RESUME", ctx.resume_from or job.checkpoint.resume),
         ("FSDP_ORCH_COLLECTIVE_TIMEOUT", f"{job.watch.collective_timeout:g}"),
     ]
     if place.checkpoint_on_request:
-        env.append(("FSDP_ORCH_CHECKPOINT_REQUEST", posixpath.join(attempt_dir, CHECKPOINT_REQUEST_FILE)))
+        env.append(("FSDP_ORCH_CHECKPOINT_REQUEST",
+                    posixpath.join(paths.attempt_dir, CHECKPOINT_REQUEST_FILE)))
     if ctx.resume_from:
         env.append(("FSDP_ORCH_RESUME_FROM", ctx.resume_from))
         if ctx.resume_step is not None:
             env.append(("FSDP_ORCH_RESUME_STEP", str(ctx.resume_step)))
     if ctx.init_from and not ctx.resume_from:
-        env += [("FSDP_ORCH_INIT_FROM", ctx.init_from), ("FSDP_ORCH_INIT_OPTIMIZER", "1" if ctx.init_optimizer else "0")]
-    if device == "cuda":
-        env += missing_defaults(nccl_env_defaults(attempt_dir), dict(env)).items()
+        env += [("FSDP_ORCH_INIT_FROM", ctx.init_from),
+                ("FSDP_ORCH_INIT_OPTIMIZER", "1" if ctx.init_optimizer else "0")]
+    if place.device == "cuda":
+        env += missing_defaults(nccl_env_defaults(paths.attempt_dir), dict(env)).items()
     if job.launcher == "xla":
-        env.append(("PJRT_DEVICE", device.upper()))
-    return LaunchPlan(
-        job=job, profile=profile, cluster=cluster, job_id=ctx.job_id, attempt=ctx.attempt,
-        launcher=job.launcher, device=device, nnodes=nnodes, nproc_per_node=nproc, world_size=nnodes * nproc,
-        rdzv_id=f"{ctx.job_id}-a{ctx.attempt}", rdzv_host=place.rdzv_host, rdzv_port=rdzv_port,
-        python=profile.python, workdir=workdir, run_dir=run_dir, attempt_dir=attempt_dir,
-        checkpoint_dir=checkpoint_dir, checkpoint_file=checkpoint_file, spec_path=spec_path,
-        resume_from=ctx.resume_from,
-        program=program, env=env, secret_env=[(name, ref.source) for name, ref in references(spec_env).items()],
-        nodes=place.nodes, accelerate_config_path=accel_path,
-        bootstrap_dir=bootstrap_dir, run_root=run_root, package_dir=package_dir,
-        supervisor_command=ctx.supervisor_command, accelerate_distributed_type=accel_type, notices=notices,
-        standby=standby, standby_reason=standby_reason,
-    )
+        env.append(("PJRT_DEVICE", place.device.upper()))
+    return env
 
 
 def resume_arguments(job: JobSpec, ctx: PlanContext) -> list[str]:
@@ -359,4 +371,6 @@ def spec_json(plan: LaunchPlan) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-__all__ = ["LAUNCH_CHANGED", "KindPlanning", "LaunchPlan", "PlanContext", "Placement", "accelerate_distributed_type", "attempt_dir_of", "fixed_node_count", "host_port", "init_arguments", "make_plan", "resume_arguments", "slug", "standby_choice", "rendezvous_port"]
+__all__ = ["LAUNCH_CHANGED", "KindPlanning", "LaunchPlan", "PlanContext", "Placement",
+           "attempt_dir_of", "fixed_node_count", "host_port", "init_arguments", "make_plan",
+           "resume_arguments", "slug", "rendezvous_port"]

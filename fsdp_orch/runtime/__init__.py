@@ -28,14 +28,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fsdp_orch.runtime.checkpoint import Checkpointer, CheckpointError
+    from fsdp_orch.runtime.checkpoint import Checkpointer
+    from fsdp_orch.runtime.ckpt_errors import CheckpointError
     from fsdp_orch.runtime.fsdp import ShardPlan
     from fsdp_orch.runtime.job import Job
 
 _LAZY = {
     "Job": "fsdp_orch.runtime.job",
     "Checkpointer": "fsdp_orch.runtime.checkpoint",
-    "CheckpointError": "fsdp_orch.runtime.checkpoint",
+    "CheckpointError": "fsdp_orch.runtime.ckpt_errors",
     "ShardPlan": "fsdp_orch.runtime.fsdp",
 }
 

@@ -17,16 +17,19 @@ a dedicated gloo process group (gloo is not safe to share with the training thre
 collectives); training continues meanwhile. Rank 0 commits from the writer thread as soon as the
 write is done. At most one save is in flight: the next save, and :meth:`Checkpointer.finalize`,
 wait for it.
+
+The parts: a checkpoint's files (:mod:`~fsdp_orch.runtime.ckpt_files`), DCP's writers
+(:mod:`~fsdp_orch.runtime.dcp_writing`), the check before a save
+(:mod:`~fsdp_orch.runtime.ckpt_preflight`) and the pieces of a restore
+(:mod:`~fsdp_orch.runtime.ckpt_restore`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -34,72 +37,27 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.staging import AsyncStager
 
 from fsdp_orch.bootstrap.faults import FaultInjector
-from fsdp_orch.checkpoints.folders import checkpoint_info, list_checkpoints
 from fsdp_orch.checkpoints.info import CheckpointInfo
 from fsdp_orch.checkpoints.layouts.dcp import COMMIT_FILE, step_dir_name
 from fsdp_orch.runtime import ckpt_files as files
+from fsdp_orch.runtime.ckpt_errors import CheckpointError, warn
+from fsdp_orch.runtime.ckpt_preflight import preflight_save
+from fsdp_orch.runtime.ckpt_restore import (
+    initialise_from,
+    readable_paths,
+    restore_candidates,
+    restore_rank_state,
+    saved_step_and_world,
+    supersede_after,
+)
+from fsdp_orch.runtime.dcp_writing import CachingStager, crashing_writer, no_crc32
 from fsdp_orch.runtime.dist import DistInfo
 from fsdp_orch.runtime.heartbeat import HeartbeatWriter
 from fsdp_orch.runtime.sharded_state import Fsdp2State, ShardedState
-from fsdp_orch.vocab.errors import FsdpOrchError
 
 FULL_MODEL_DIR = "full"
-
-
-class CheckpointError(FsdpOrchError):
-    """A checkpoint could not be saved or restored; raised on every rank."""
-
-
-def _warn(message: str) -> None:
-    print(f"[fsdp-orch] warning: {message}", file=sys.stderr, flush=True)
-
-
-def _crashing_writer(path: Path, faults: FaultInjector, step: int):
-    from torch.distributed.checkpoint import FileSystemWriter
-
-    class CrashingWriter(FileSystemWriter):
-        """Writes this rank's shards, then dies before the save can be committed."""
-
-        def write_data(self, plan, planner):  # type: ignore[no-untyped-def]
-            result = super().write_data(plan, planner)
-            result.wait()
-            faults.crash_in_checkpoint(step, [p.name for p in path.iterdir()])
-            return result
-
-    return CrashingWriter(str(path))
-
-
-class _CachingStager(AsyncStager):
-    """DCP async stager that copies the state into CPU buffers allocated once and reused by every
-    later save (pinned on CUDA). Allocating fresh buffers each time costs page faults that, on a
-    CPU-only machine, dominate the time training is blocked. The buffers are rebuilt when the
-    state's structure changes; they are free for reuse because a save waits for the previous one.
-    """
-
-    _synchronize_after_execute = False
-
-    def __init__(self) -> None:
-        self.cache: dict[str, Any] | None = None
-
-    def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
-        from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
-
-        if self.cache is not None:
-            try:
-                return _copy_state_dict(state_dict, self.cache)
-            except Exception:  # noqa: BLE001 - a changed structure: rebuild the buffers below
-                self.cache = None
-        self.cache = _create_cpu_state_dict(state_dict, pin_memory=torch.cuda.is_available())
-        return _copy_state_dict(state_dict, self.cache)
-
-    def synchronize_staging(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.cache = None
 
 
 class Checkpointer:
@@ -139,7 +97,7 @@ class Checkpointer:
         self.block_seconds: list[float] = []  # how long each save held up training...
         self.wait_seconds: list[float] = []  # ...of which waiting for the previous async save
         self._pending: tuple[int, Path, Future, threading.Event] | None = None
-        self._stager = _CachingStager() if async_save else None
+        self._stager = CachingStager() if async_save else None
         self._pruner: threading.Thread | None = None
         # One group for every checkpoint collective: DCP's plans, the preflight, the restore choice.
         self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
@@ -169,11 +127,12 @@ class Checkpointer:
             self.wait_seconds.append(time.perf_counter() - started)
             path = self.directory / step_dir_name(step)
             state = self.sharded_state.for_save()
-            self._preflight(path, state)
+            preflight_save(self.directory, path, self.sharded_state.nbytes(state), self.info,
+                           self.group)
             files.write_rank_state(path, self.info.rank, step, self.info.world_size,
                                    self.info.device, self.extras)
             if self.faults is not None and self.faults.checkpoint_crash_due(step):
-                writer = _crashing_writer(path, self.faults, step)
+                writer = crashing_writer(path, self.faults, step)
             else:
                 writer = FileSystemWriter(str(path))
             if self.async_save:
@@ -187,7 +146,7 @@ class Checkpointer:
                         self._commit_async, step=step, path=path, done=committed))
                 self._pending = (step, path, future, committed)
             else:
-                with _no_crc32():
+                with no_crc32():
                     dcp.save(state, storage_writer=writer, process_group=self.group,
                              planner=self.sharded_state.save_planner())
                 dist.barrier(group=self.group)
@@ -202,43 +161,6 @@ class Checkpointer:
         self.last_saved_step = step
         self.block_seconds.append(time.perf_counter() - started)
 
-    def _preflight(self, path: Path, state: dict[str, Any]) -> None:
-        """Fail fast, on every rank, when any rank cannot write (no collective save is started).
-
-        Rank 0 prepares the step folder. A host that does not see it (its own disk: an SSH host
-        with ``shared_filesystem: false``) has its first local rank prepare its own, and drop the
-        step folders rank 0 has pruned; the supervisor makes a checkpoint whole before a resume."""
-        local = self.sharded_state.nbytes(state)
-        sizes: list[Any] = [None] * self.info.world_size
-        dist.all_gather_object(sizes, local, group=self.group)
-        need = int(sum(sizes) * 1.05)
-        first: list[Any] = [None]
-        if self.info.rank == 0:
-            error = files.preflight(self.directory, path, 0, True, need)
-            if error is None:
-                files.mark_prepared(path)
-            first = [(error, files.step_dirs(self.directory))]
-        dist.broadcast_object_list(first, src=0, group=self.group)
-        error, kept = first[0]
-        if error:
-            raise CheckpointError(f"checkpoint save into {path} refused before writing (rank 0): {error}")
-        own_disk = self.info.rank != 0 and not files.is_prepared(path)
-        prepared = None
-        if own_disk and self.info.local_rank == 0:
-            prepared = files.preflight(self.directory, path, self.info.rank, True, 0)
-            files.drop_step_dirs_not_in(self.directory, kept, protect=path)
-        errors: list[Any] = [None] * self.info.world_size
-        dist.all_gather_object(errors, prepared, group=self.group)  # also: no probe before a host prepared
-        if not any(errors):
-            mine = None if self.info.rank == 0 else files.preflight(self.directory, path, self.info.rank,
-                                                                    False, 0)
-            dist.all_gather_object(errors, mine, group=self.group)
-        failed = [(r, e) for r, e in enumerate(errors) if e]
-        if failed:
-            rank, error = failed[0]
-            raise CheckpointError(f"checkpoint save into {path} refused before writing (rank {rank}): "
-                                  f"{error}")
-
     def _commit_async(self, future: Future, step: int, path: Path, done: threading.Event) -> None:
         """Rank 0, in the writer thread once its future completed: DCP's coordinator finished
         only after gathering every rank's write results, so the save is whole."""
@@ -246,7 +168,7 @@ class Checkpointer:
             if future.exception() is None:
                 files.write_commit(path, step, self.info.world_size, self.attempt, True)
         except OSError as exc:
-            _warn(f"could not commit checkpoint {path}: {exc}")
+            warn(f"could not commit checkpoint {path}: {exc}")
         finally:
             done.set()
 
@@ -334,19 +256,7 @@ class Checkpointer:
         supervisor passes on a restart): that checkpoint, then the complete ones before it in its
         directory, in case it turns out unreadable. ``never``: none.
         """
-        mode = self.resume.strip()
-        if mode == "never":
-            return []
-        if mode == "auto":
-            return [c for c in reversed(list_checkpoints(self.directory))
-                    if c.layout == "dcp" and c.complete]
-        info = checkpoint_info(Path(mode).expanduser())
-        if info is None or info.layout != "dcp" or not info.complete:
-            raise CheckpointError(f"FSDP_ORCH_RESUME={mode}: not a complete step-N checkpoint "
-                                  "(needs .metadata and COMMITTED)")
-        older = [c for c in reversed(list_checkpoints(info.path.parent))
-                 if c.layout == "dcp" and c.complete and c.step < info.step]
-        return [info, *older]
+        return restore_candidates(self.resume, self.directory)
 
     def restore(self) -> int:
         """Load the newest usable checkpoint; returns the step to continue from (0: none).
@@ -363,14 +273,7 @@ class Checkpointer:
         choice: list[Any] = [None]
         if self.info.rank == 0:
             try:
-                paths = []
-                for cand in self.candidates():
-                    problem = files.check_metadata(cand.path)
-                    if problem:
-                        _warn(f"skipping checkpoint {cand.path}: {problem}; trying an older one")
-                    else:
-                        paths.append(str(cand.path))
-                choice = [paths]
+                choice = [readable_paths(self.candidates())]
             except CheckpointError as exc:
                 choice = [exc]
         dist.broadcast_object_list(choice, src=0, group=self.group)
@@ -385,95 +288,28 @@ class Checkpointer:
                 dcp.load(state, checkpoint_id=str(path), process_group=self.group,
                          planner=self.sharded_state.load_planner())
             except (Exception, CheckpointException) as exc:  # DCP's own is a BaseException
-                _warn(f"skipping checkpoint {path}: load failed ({type(exc).__name__}: {exc})")
+                warn(f"skipping checkpoint {path}: load failed ({type(exc).__name__}: {exc})")
                 failed.append(str(path))
                 continue
             self.sharded_state.apply(state)
             self.load_seconds = time.perf_counter() - started
-            step = self._restore_rank_state(path)
+            step, self.saved_world_size = saved_step_and_world(path)
+            restore_rank_state(path, self.info, self.extras, self.saved_world_size)
             self.last_saved_step = step
             self.restored_from = path
             if self.info.is_main:
                 print(f"[fsdp-orch] resumed from {path} (step {step})", file=sys.stderr, flush=True)
-            self._supersede_after(step)
+            if self.info.rank == 0:
+                supersede_after(self.directory, step)
             return step
         if failed:  # the model may hold part of a failed load: never train from that
             raise CheckpointError(f"no checkpoint could be loaded (tried {', '.join(failed)})")
-        self._supersede_after(0)
+        if self.info.rank == 0:
+            supersede_after(self.directory, 0)
         if self.init_from is not None:
-            self._initialise_from(self.init_from)
+            initialise_from(self.init_from, self.sharded_state,
+                            self.init_optimizer and self.optimizer is not None, self.group,
+                            self.info.is_main)
         return 0
 
-    def _initialise_from(self, path: Path) -> None:
-        """A warm start: another run's weights (and optimizer state, if asked) at step 0. The step,
-        RNG states and extras are not taken: this is a new run that begins from those weights."""
-        import torch.distributed.checkpoint as dcp
-
-        info = checkpoint_info(path)
-        if info is None or not info.complete or files.check_metadata(path):
-            raise CheckpointError(f"FSDP_ORCH_INIT_FROM={path}: not a complete step-N checkpoint")
-        take_optimizer = self.init_optimizer and self.optimizer is not None
-        model_only = getattr(self.sharded_state, "for_load_model", None)
-        apply_model = getattr(self.sharded_state, "apply_model", None)
-        if not take_optimizer and (model_only is None or apply_model is None):
-            raise CheckpointError(f"FSDP_ORCH_INIT_FROM={path}: this sharding loads weights only with "
-                                  "the optimizer state (submit --init-optimizer)")
-        wanted = self.sharded_state.for_load() if take_optimizer else model_only()
-        dcp.load(wanted, checkpoint_id=str(path), process_group=self.group,
-                 planner=self.sharded_state.load_planner())
-        if take_optimizer:
-            self.sharded_state.apply(wanted)
-        else:
-            apply_model(wanted)
-        if self.info.is_main:
-            what = "weights and optimizer state" if take_optimizer else "weights"
-            print(f"[fsdp-orch] initialised from {path} ({what}); starting at step 0", file=sys.stderr,
-                  flush=True)
-
-    def _supersede_after(self, step: int) -> None:
-        if self.info.rank != 0:
-            return
-        done = files.supersede(self.directory, step)
-        if done:
-            _warn(f"starting from step {step}: superseded newer checkpoint(s) "
-                  f"{', '.join(p.name for p in done)} (COMMITTED renamed to {files.SUPERSEDED})")
-
-    def _restore_rank_state(self, path: Path) -> int:
-        """Rank R restores what rank R saved (RNG states, extras), whatever the world size now: on
-        fewer ranks, the state of the ranks beyond the new world is not restored on any rank; on more,
-        the new ranks have none (a warning each). DCP has resharded the model and optimizer."""
-        info = checkpoint_info(path)
-        commit = files.parse_commit_file(path)
-        step = commit["step"] if commit else (info.step if info else 0)
-        self.saved_world_size = int(commit["world_size"]) if commit and commit.get("world_size") else None
-        saved_world, world = self.saved_world_size, self.info.world_size
-        if saved_world is not None and saved_world != world and self.info.is_main:
-            gone = ", ".join(str(r) for r in range(world, saved_world))
-            dropped = f"; the RNG states and extras of rank(s) {gone} are not restored" if gone else ""
-            print(f"[fsdp-orch] {path} was saved by {saved_world} ranks and is restored on {world}: model "
-                  f"and optimizer resharded by DCP, each rank's RNG states and extras taken from the rank "
-                  f"of its number{dropped}", file=sys.stderr, flush=True)
-        saved = files.read_rank_state(path, self.info.rank)
-        if saved is None:
-            _warn(f"{path} has no state for rank {self.info.rank} (saved with a different world "
-                  "size?): RNG states and extras not restored")
-            return step
-        files.set_rng_state(saved["rng"], self.info.device)
-        files.load_extras(self.extras, saved.get("extras", {}))
-        return step
-
-
-@contextlib.contextmanager
-def _no_crc32() -> Iterator[None]:
-    """torch.save writes a CRC-32 per record that torch.load never checks (DCP loads through
-    torch.load); skipping it makes a sync save about 20% faster. Only around a sync save, while
-    the training thread is ours: the switch is process-wide."""
-    previous = torch.serialization.get_crc32_options()
-    torch.serialization.set_crc32_options(False)
-    try:
-        yield
-    finally:
-        torch.serialization.set_crc32_options(previous)
-
-
-__all__ = ["Checkpointer", "CheckpointError", "FULL_MODEL_DIR"]
+__all__ = ["Checkpointer", "FULL_MODEL_DIR"]

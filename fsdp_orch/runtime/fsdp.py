@@ -173,59 +173,20 @@ def shard_model(model_or_factory: nn.Module | Callable[[], nn.Module], options: 
                 info: DistInfo) -> tuple[nn.Module, ShardPlan]:
     """Apply activation checkpointing and ``fully_shard`` per ``options``; broadcast rank 0's weights."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-    from torch.distributed.fsdp import (
-        CPUOffloadPolicy,
-        FSDPModule,
-        MixedPrecisionPolicy,
-        OffloadPolicy,
-        fully_shard,
-    )
+    from torch.distributed.fsdp import fully_shard
 
     notes = _notes(options)
-    if isinstance(model_or_factory, nn.Module):
-        model = model_or_factory
-    elif options.cpu_ram_efficient_loading and info.rank != 0:
-        with torch.device("meta"):
-            model = model_or_factory()
-    else:
-        model = model_or_factory()
-    on_meta = any(p.is_meta for p in model.parameters())
-    any_meta = _all_ranks_any(on_meta, info)
-    rank0_meta = _rank0_flag(on_meta, info)
-    if rank0_meta and any_meta and (options.sync_module_states or options.cpu_ram_efficient_loading) \
-            and info.world_size > 1:
-        notes.append("model on the meta device on rank 0: no weights to broadcast; call "
-                     "model.to_empty(device=...) and initialise the weights yourself")
-    broadcast = (info.world_size > 1 and not rank0_meta
-                 and (options.sync_module_states or options.cpu_ram_efficient_loading or any_meta))
-
+    model = _build(model_or_factory, options, info)
+    any_meta, rank0_meta, broadcast = _weights_source(model, options, info, notes)
     classes = layer_classes(model, options)
     targets = wrap_targets(model, options)
     preorder = [n for n, _ in model.named_modules()]
-    ac_targets: list[str] = []
-    if options.activation_checkpointing:
-        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-
-        ac_targets = layers_to_checkpoint(model, classes, targets)
-        if not ac_targets:
-            notes.append("activation_checkpointing: no layer to checkpoint (no layer classes and "
-                         "no wrapped submodules)")
-        for name in ac_targets:
-            _replace(model, name, checkpoint_wrapper(_resolve(model, name)))
+    ac_targets = _checkpoint_activations(model, options, classes, targets, notes)
     full_state = model.state_dict() if broadcast and info.rank == 0 else {}
 
     mesh, shape, names = _mesh(options.sharding_strategy, info)
-    layer_reshard = (options.reshard_after_forward if options.reshard_after_forward is not None
-                     else _RESHARD[options.sharding_strategy])
-    root_reshard = options.reshard_after_forward if options.reshard_after_forward is not None else False
-    if options.sharding_strategy == "NO_SHARD":
-        layer_reshard = root_reshard = False
-    mp = MixedPrecisionPolicy()
-    if options.mixed_precision in _DTYPES:
-        mp = MixedPrecisionPolicy(param_dtype=_DTYPES[options.mixed_precision],
-                                  reduce_dtype=torch.float32)
-    offload = CPUOffloadPolicy(pin_memory=info.device.type == "cuda") if options.offload_params \
-        else OffloadPolicy()
+    layer_reshard, root_reshard = _reshard_after_forward(options)
+    mp, offload = _policies(options, info)
     kwargs = {"mesh": mesh, "mp_policy": mp, "offload_policy": offload}
 
     for name in targets:
@@ -239,20 +200,7 @@ def shard_model(model_or_factory: nn.Module | Callable[[], nn.Module], options: 
             full_state_dict=True, broadcast_from_rank0=True))
         del full_state
 
-    ordered = sorted(_outermost(targets), key=preorder.index)  # module (≈ forward) order
-    forward_pairs: list[tuple[str, str]] = []
-    if options.forward_prefetch and ordered:
-        chain = ["", *ordered]
-        for a, b in zip(chain[:-1], chain[1:], strict=True):
-            _fsdp(model, a, FSDPModule).set_modules_to_forward_prefetch([_fsdp(model, b, FSDPModule)])
-            forward_pairs.append((a, b))
-    backward = "previous-layer (default)"
-    if options.backward_prefetch == "NO_PREFETCH":
-        for name in [*targets, ""]:
-            module = _fsdp(model, name, FSDPModule)
-            module.set_modules_to_backward_prefetch([module])
-        backward = "none"
-
+    forward_pairs, backward = _set_prefetch(model, options, targets, preorder)
     init = "local"
     if broadcast:
         init = "meta+broadcast_from_rank0" if any_meta else "broadcast_from_rank0"
@@ -266,6 +214,100 @@ def shard_model(model_or_factory: nn.Module | Callable[[], nn.Module], options: 
         offload_params=options.offload_params, forward_prefetch=forward_pairs,
         backward_prefetch=backward, init=init, notes=notes)
     return model, plan
+
+
+def _build(model_or_factory: nn.Module | Callable[[], nn.Module], options: FsdpOptions,
+           info: DistInfo) -> nn.Module:
+    """The model given, or the factory's: on the meta device on ranks other than 0 under
+    ``cpu_ram_efficient_loading`` (their shards are allocated after sharding)."""
+    if isinstance(model_or_factory, nn.Module):
+        return model_or_factory
+    if options.cpu_ram_efficient_loading and info.rank != 0:
+        with torch.device("meta"):
+            return model_or_factory()
+    return model_or_factory()
+
+
+def _weights_source(model: nn.Module, options: FsdpOptions, info: DistInfo,
+                    notes: list[str]) -> tuple[bool, bool, bool]:
+    """Whether any rank's model is on the meta device, whether rank 0's is (a collective each),
+    and whether rank 0's weights are to be broadcast after sharding; a note added where rank 0 has
+    none to broadcast."""
+    on_meta = any(p.is_meta for p in model.parameters())
+    any_meta = _all_ranks_any(on_meta, info)
+    rank0_meta = _rank0_flag(on_meta, info)
+    asked = options.sync_module_states or options.cpu_ram_efficient_loading
+    if rank0_meta and any_meta and asked and info.world_size > 1:
+        notes.append("model on the meta device on rank 0: no weights to broadcast; call "
+                     "model.to_empty(device=...) and initialise the weights yourself")
+    broadcast = info.world_size > 1 and not rank0_meta and (asked or any_meta)
+    return any_meta, rank0_meta, broadcast
+
+
+def _checkpoint_activations(model: nn.Module, options: FsdpOptions, classes: list[str],
+                            targets: list[str], notes: list[str]) -> list[str]:
+    """Wraps the layers to checkpoint (:func:`layers_to_checkpoint`) in ``checkpoint_wrapper`` when
+    ``activation_checkpointing`` asks; returns their names (a note added where there are none)."""
+    if not options.activation_checkpointing:
+        return []
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    ac_targets = layers_to_checkpoint(model, classes, targets)
+    if not ac_targets:
+        notes.append("activation_checkpointing: no layer to checkpoint (no layer classes and "
+                     "no wrapped submodules)")
+    for name in ac_targets:
+        _replace(model, name, checkpoint_wrapper(_resolve(model, name)))
+    return ac_targets
+
+
+def _reshard_after_forward(options: FsdpOptions) -> tuple[bool, bool]:
+    """``reshard_after_forward`` for the wrapped layers and for the root."""
+    layer_reshard = (options.reshard_after_forward if options.reshard_after_forward is not None
+                     else _RESHARD[options.sharding_strategy])
+    root_reshard = (options.reshard_after_forward if options.reshard_after_forward is not None
+                    else False)
+    if options.sharding_strategy == "NO_SHARD":
+        layer_reshard = root_reshard = False
+    return layer_reshard, root_reshard
+
+
+def _policies(options: FsdpOptions, info: DistInfo) -> tuple[Any, Any]:
+    """FSDP2's mixed precision and offload policies for ``options``."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
+
+    mp = MixedPrecisionPolicy()
+    if options.mixed_precision in _DTYPES:
+        mp = MixedPrecisionPolicy(param_dtype=_DTYPES[options.mixed_precision],
+                                  reduce_dtype=torch.float32)
+    offload = CPUOffloadPolicy(pin_memory=info.device.type == "cuda") if options.offload_params \
+        else OffloadPolicy()
+    return mp, offload
+
+
+def _set_prefetch(model: nn.Module, options: FsdpOptions, targets: list[str],
+                  preorder: list[str]) -> tuple[list[tuple[str, str]], str]:
+    """Sets the sharded model's prefetching: each outermost wrapped layer prefetches the next one's
+    all-gather in forward (``forward_prefetch``), in module order (``preorder``); nothing is
+    prefetched in backward under ``NO_PREFETCH``. Returns the forward pairs and what backward
+    does."""
+    from torch.distributed.fsdp import FSDPModule
+
+    ordered = sorted(_outermost(targets), key=preorder.index)  # module (≈ forward) order
+    forward_pairs: list[tuple[str, str]] = []
+    if options.forward_prefetch and ordered:
+        chain = ["", *ordered]
+        for a, b in zip(chain[:-1], chain[1:], strict=True):
+            following = _fsdp(model, b, FSDPModule)
+            _fsdp(model, a, FSDPModule).set_modules_to_forward_prefetch([following])
+            forward_pairs.append((a, b))
+    backward = "previous-layer (default)"
+    if options.backward_prefetch == "NO_PREFETCH":
+        for name in [*targets, ""]:
+            module = _fsdp(model, name, FSDPModule)
+            module.set_modules_to_backward_prefetch([module])
+        backward = "none"
+    return forward_pairs, backward
 
 
 def _resolve(model: nn.Module, name: str) -> nn.Module:

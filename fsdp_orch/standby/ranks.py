@@ -124,8 +124,9 @@ def _failure_block(index: int, end: RankEnd, host: str) -> list[str]:
 
 
 def failure_summary(binary: str, program: str, first: RankEnd, others: list[RankEnd], host: str) -> str:
-    """torchrun's report of a failed worker group, line for line the shape ``supervise/diagnose.py``
-    reads (the first failure's "Root Cause" block; ``failed (exitcode: N) local_rank: R``)."""
+    """torchrun's report of a failed worker group, line for line the shape the supervisor reads
+    (the first failure's "Root Cause" block: ``supervise/torchrun_summary.py``; ``failed (exitcode:
+    N) local_rank: R``: ``supervise/log_signatures.py``)."""
     bar, rule = "=" * 60, "-" * 60
     lines = [f"torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: {first.code}) "
              f"local_rank: {first.local_rank} (pid: {first.pid}) of binary: {binary}",

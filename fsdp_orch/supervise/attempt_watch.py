@@ -12,7 +12,8 @@ from fsdp_orch.backends.base import AttemptHandle
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.record.journal import Journal
 from fsdp_orch.supervise.checkpoint_tracker import CheckpointTracker
-from fsdp_orch.supervise.diagnose import Diagnosis, cause_at_exit, died_of_a_signal
+from fsdp_orch.supervise.diagnose import Diagnosis
+from fsdp_orch.supervise.exit_cause import cause_at_exit, died_of_a_signal
 from fsdp_orch.supervise.hang_evidence import (
     FlightRecords,
     ask_for_flight_records,
@@ -161,7 +162,7 @@ class AttemptWatch:
     def _cause_at_exit(self, code: int) -> Diagnosis:
         """The logs' root cause, unless torchrun says another rank failed first, or a rank's SIGKILL
         is reported, and the logs only show its peers losing it; then that rank's ending is the cause
-        (``diagnose.cause_at_exit``)."""
+        (``exit_cause.cause_at_exit``)."""
         cause = self.follower.poll(final=True)
         return cause_at_exit(code, cause, self.follower.root_cause_rank(), self.follower.cause_rank(),
                              self.follower.tail.values())

@@ -17,11 +17,11 @@ from fsdp_orch.observe.collective_counts import (
     FlightRecord,
     counts_from_dumps,
     parse_dumps,
-    parse_ras_status,
     pending_collectives,
 )
 from fsdp_orch.observe.command import Runner
 from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIX
+from fsdp_orch.observe.nccl_ras import parse_ras_status
 from fsdp_orch.observe.stacks import StackCapture, default_library_roots, describe_stuck
 from fsdp_orch.supervise.culprit import culprit_order, headline, place_of
 from fsdp_orch.supervise.diagnose import Diagnosis

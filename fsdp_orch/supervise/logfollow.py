@@ -8,7 +8,8 @@ from collections.abc import Callable
 from pathlib import PurePosixPath
 
 from fsdp_orch.observe.console_loss import LossReader
-from fsdp_orch.supervise.diagnose import Diagnosis, LineScanner, torchrun_root_cause
+from fsdp_orch.supervise.diagnose import Diagnosis, LineScanner
+from fsdp_orch.supervise.torchrun_summary import torchrun_root_cause
 
 # Failures of communication are most often the symptom of a peer that died first: when causes
 # surface in the same poll, the others win.

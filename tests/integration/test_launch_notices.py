@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from cli_harness import why
 
-from fsdp_orch.launch.plan import ACCELERATE_FSDP_ON_CPU, LAUNCH_CHANGED
+from fsdp_orch.launch.plan import LAUNCH_CHANGED
+from fsdp_orch.launch.start_choices import ACCELERATE_FSDP_ON_CPU
 from fsdp_orch.places.builtin import local_has_gpu
 
 pytestmark = pytest.mark.slow

@@ -146,7 +146,7 @@ def test_fsdp_on_a_machine_without_gpu_runs_as_multi_cpu_and_the_plan_says_so(
     the events repeat."""
     from dataclasses import replace
 
-    from fsdp_orch.launch.plan import ACCELERATE_FSDP_ON_CPU
+    from fsdp_orch.launch.start_choices import ACCELERATE_FSDP_ON_CPU
 
     job, _ = load_job(job_file(tmp_path), ["launcher=accelerate", "nodes=1", "procs_per_node=2"],
                       accelerate_config=BERT)

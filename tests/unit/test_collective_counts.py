@@ -18,11 +18,11 @@ from fsdp_orch.observe.collective_counts import (
     counts_from_dumps,
     parse_dumps,
     parse_flight_recorder,
-    parse_ras_status,
     pending_collectives,
     rank_from_name,
     ranks_behind,
 )
+from fsdp_orch.observe.nccl_ras import parse_ras_status
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "collective_counts"
 

@@ -12,10 +12,10 @@ import pytest
 from fsdp_orch.supervise.diagnose import (
     CATEGORIES,
     LineScanner,
-    diagnose_exit,
     diagnose_text,
     quoted,
 )
+from fsdp_orch.supervise.exit_cause import diagnose_exit
 from fsdp_orch.vocab.categories import NOT_IN_PUBLIC_LOGS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -430,7 +430,7 @@ def _follow(tmp_path: Path, console: str):  # type: ignore[no-untyped-def]
 
 def test_at_exit_torchruns_root_cause_outranks_the_lost_peer_under_accelerate(tmp_path):
     """``accelerate launch`` exits 1 whatever ended the rank: torchrun's summary says SIGKILL."""
-    from fsdp_orch.supervise.diagnose import cause_at_exit
+    from fsdp_orch.supervise.exit_cause import cause_at_exit
 
     follower, cause = _follow(tmp_path, GLOO_LOST + "\n" + KILLED_SUMMARY)
     assert cause is not None and cause.category == "gloo_timeout_or_peer_lost"  # read first, while live
@@ -441,7 +441,7 @@ def test_at_exit_torchruns_root_cause_outranks_the_lost_peer_under_accelerate(tm
 
 def test_at_exit_a_sigkill_reported_after_the_lost_peer_is_the_cause_without_a_summary(tmp_path):
     """mp.spawn's parent reports the SIGKILL after a surviving worker lost its peer."""
-    from fsdp_orch.supervise.diagnose import cause_at_exit
+    from fsdp_orch.supervise.exit_cause import cause_at_exit
 
     spawn_end = "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGKILL"
     follower, cause = _follow(tmp_path, GLOO_LOST + "\n" + spawn_end + "\n")
@@ -455,7 +455,7 @@ def test_at_exit_a_sigkill_reported_after_the_lost_peer_is_the_cause_without_a_s
 def test_a_crash_in_teardown_still_counts_as_one_when_the_logs_name_the_signal(tmp_path):
     """After every rank finished, a SIGABRT in the processes' teardown counts as done (supervisor's
     teardown rule); the classifier now names the signal, which must not hide that it was one."""
-    from fsdp_orch.supervise.diagnose import died_of_a_signal
+    from fsdp_orch.supervise.exit_cause import died_of_a_signal
 
     follower, cause = _follow(tmp_path, "Fatal Python error: Aborted\n")
     assert cause is not None and cause.category == "crashed_signal"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pickle
 from types import SimpleNamespace
 
-from fsdp_orch.bootstrap.agent import flight_recorder_dump
+from fsdp_orch.bootstrap.flight_recorder import flight_recorder_dump
 
 
 def _dump(entries: list) -> bytes:

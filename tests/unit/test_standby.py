@@ -24,7 +24,8 @@ from fsdp_orch.standby.ranks import (
     failure_summary,
     torchrun_env,
 )
-from fsdp_orch.supervise.diagnose import diagnose_lines, torchrun_root_cause
+from fsdp_orch.supervise.diagnose import diagnose_lines
+from fsdp_orch.supervise.torchrun_summary import torchrun_root_cause
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CTX = PlanContext(job_id="j1", attempt=2, run_root="/h", job_dir="/jobs/demo", supervisor_command=SUPERVISOR)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.observe.heartbeats import Heartbeat
-from fsdp_orch.supervise.diagnose import torchrun_root_cause
+from fsdp_orch.supervise.torchrun_summary import torchrun_root_cause
 from fsdp_orch.supervise.watchdog import check_hang, no_signal, scripts_finished_at
 
 WATCH = Watch.model_validate({"heartbeat_timeout": "10s", "startup_timeout": "60s"})

@@ -1,0 +1,47 @@
+"""How a job's ranks start where its spec leaves it to the launch: the ``distributed_type`` of
+the accelerate config (with a notice where it is not the FSDP the job asks for), and a warm standby
+or a cold start. Pure."""
+
+from __future__ import annotations
+
+from fsdp_orch.jobspec.schema import JobSpec
+
+# Accelerate runs FSDP only on GPUs: on CPU the config fsdp-orch writes says MULTI_CPU, and
+# ``accelerate launch`` runs the ranks as DDP over gloo (the plain config would fail there).
+ACCELERATE_FSDP_ON_CPU = ("accelerate config: distributed_type FSDP runs as MULTI_CPU (DDP; the "
+                          "fsdp options do not apply) on CPU: Accelerate runs FSDP only on GPUs")
+
+
+def accelerate_distributed_type(launcher: str, device: str) -> tuple[str | None, tuple[str, ...]]:
+    """The ``distributed_type`` of the accelerate config fsdp-orch writes, and the notice when it is
+    not the FSDP the job asks for."""
+    if launcher != "accelerate":
+        return None, ()
+    if device == "cpu":
+        return "MULTI_CPU", (ACCELERATE_FSDP_ON_CPU,)
+    return "FSDP", ()
+
+
+# The launchers whose ranks a standby can start: one Python program per rank (torchrun) or per node
+# (python). accelerate launch and XLA set up their processes themselves.
+STANDBY_LAUNCHERS = ("torchrun", "python")
+
+
+def standby_choice(job: JobSpec, kind: str, kind_allows: bool) -> tuple[bool, str]:
+    """Whether the ranks start from a warm standby, and the one-line reason ``render`` says."""
+    if job.launch.standby == "off":
+        return False, "cold start: launch.standby is off"
+    if job.launcher not in STANDBY_LAUNCHERS:
+        return False, (f"cold start: the warm standby runs a Python script or module under "
+                       f"{' or '.join(STANDBY_LAUNCHERS)}, not launcher {job.launcher}")
+    if job.entry[0] == "command":
+        return False, "cold start: the warm standby runs a Python script or module, not a command"
+    if not kind_allows:
+        return False, (f"cold start: the {kind} kind starts its ranks cold (the warm standby is not "
+                       "built for it)")
+    return True, (f"warm standby: each attempt's ranks start from a process that has imported torch "
+                  f"({job.launcher}, launch.standby: auto)")
+
+
+__all__ = ["ACCELERATE_FSDP_ON_CPU", "STANDBY_LAUNCHERS", "accelerate_distributed_type",
+           "standby_choice"]
