@@ -1,67 +1,26 @@
-"""From a job file and a cluster name to a submission and its artifacts (pure but for reading
-files), and to a recorded, started job (doing)."""
+"""From a job file and a cluster name to a recorded, started job (doing); the planning is
+control/planning's."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from fsdp_orch.backends.registry import cluster_kind, load_profile
+from fsdp_orch.backends.registry import cluster_kind
+from fsdp_orch.control.planning import plan_job
 from fsdp_orch.control.resubmit import Choice, decide, existing_checkpoint, said, start_fresh
-from fsdp_orch.control.warm_start import InitSource, resolve_init_from
-from fsdp_orch.jobspec.loading import load_job
-from fsdp_orch.jobspec.profiles import ProfileRef
+from fsdp_orch.control.warm_start import resolve_init_from
 from fsdp_orch.jobspec.secrets import resolve_submission
 from fsdp_orch.launch.plan import LaunchPlan, spec_json
-from fsdp_orch.launch.render import Artifact
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.notify.process import start_notifier
 from fsdp_orch.observe.checkpoint_files import FileLayout
 from fsdp_orch.places import secrets
-from fsdp_orch.places.builtin import home, local_has_gpu
 from fsdp_orch.record.index import JobIndex
-from fsdp_orch.record.run_roots import shared_run_root
-from fsdp_orch.supervise import supervisor_command
 from fsdp_orch.vocab.errors import InputError, JobNotFound
 from fsdp_orch.vocab.states import JobState
-
-
-@dataclass(frozen=True)
-class PlannedJob:
-    submission: Submission
-    profile_ref: ProfileRef
-    plan: LaunchPlan
-    artifacts: list[Artifact]
-    job_file: Path
-
-
-def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None,
-             accelerate_config: str | None = None, job_id: str = "JOBID", attempt: int = 0,
-             resume_from: str | None = None, rdzv_port: int | None = None,
-             home_dir: Path | None = None, init: InitSource | None = None, init_optimizer: bool = False,
-             checkpoint_per_job: bool = False) -> PlannedJob:
-    """Load and validate everything, then plan and render. Raises InputError; writes nothing."""
-    job, doc = load_job(job_file, overrides, Path(accelerate_config) if accelerate_config else None)
-    profile, ref = load_profile(cluster)
-    template = (ref.path.parent / profile.template).expanduser() if profile.template else None
-    submission = Submission(
-        job_id=job_id, cluster=ref.name, job=job, profile=profile, job_dir=str(job_file.resolve().parent),
-        run_root=shared_run_root(profile.shared_dir) if profile.shared_dir else str(home_dir or home()), kind=cluster_kind(profile.kind), supervisor_command=supervisor_command(),
-        profile_template=str(template) if template else None, init_from=init.path if init else None,
-        init_step=init.step if init else None, init_optimizer=init_optimizer,
-        checkpoint_per_job=checkpoint_per_job or init is not None)
-    try:
-        plan, artifacts = submission.plan(attempt, resume_from=resume_from, rdzv_port=rdzv_port,
-                                          local_has_gpu=local_has_gpu())
-    except InputError as exc:
-        if exc.file is not None:
-            raise
-        line = doc.line_of((exc.field,)) if exc.field else None
-        raise InputError(exc.detail, file=str(job_file), field=exc.field, line=line) from None
-    return PlannedJob(submission, ref, plan, artifacts, job_file)
 
 
 def check_submission(job_file: Path, cluster: str, *, overrides: list[str] | None = None,

@@ -45,7 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from fsdp_orch.control.job_control import check_submission, plan_job, submit
+    from fsdp_orch.control.job_control import check_submission, submit
+    from fsdp_orch.control.planning import plan_job
 
     timeout = _wait_timeout(args)
     if args.init_from is not None:  # before the index is opened: bad input writes nothing
