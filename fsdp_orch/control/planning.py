@@ -1,16 +1,19 @@
-"""From a job file and a cluster name to a submission, its plan and its artifacts. Pure but for
-reading files: nothing is opened for writing, so bad input exits 2 having written nothing (not even
-the index)."""
+"""From a job file and a cluster name to a submission, its plan and its artifacts; from a submit
+request to that plan with the values its references point at. Pure but for reading files: nothing
+is opened for writing, so bad input exits 2 having written nothing (not even the index)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fsdp_orch.backends.registry import cluster_kind, load_profile
+from fsdp_orch.control.submit_request import SubmitRequest
 from fsdp_orch.control.warm_start import InitSource
 from fsdp_orch.jobspec.loading import load_job
 from fsdp_orch.jobspec.profiles import ProfileRef
+from fsdp_orch.jobspec.secrets import resolve_submission
 from fsdp_orch.launch.plan import LaunchPlan
 from fsdp_orch.launch.render import Artifact
 from fsdp_orch.launch.submission import Submission
@@ -63,4 +66,50 @@ def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None
     return PlannedJob(submission, ref, plan, artifacts, job_file)
 
 
-__all__ = ["PLACEHOLDER_JOB_ID", "PlannedJob", "plan_job"]
+@dataclass(frozen=True)
+class PlannedSubmission:
+    """A submit request planned (attempt 0, under the placeholder job id), with the values its
+    references point at: what submit records. ``init``: the warm start it was planned with."""
+
+    job: PlannedJob
+    env_values: dict[str, str]
+    header_values: dict[str, dict[str, str]]
+    init: InitSource | None = None
+
+    @property
+    def plan(self) -> LaunchPlan:
+        return self.job.plan
+
+    @property
+    def submission(self) -> Submission:
+        return self.job.submission
+
+
+def _plan_request(request: SubmitRequest, init: InitSource | None) -> PlannedJob:
+    return plan_job(request.job_file, request.cluster, overrides=list(request.overrides),
+                    accelerate_config=request.accelerate_config, home_dir=request.home_dir,
+                    init=init, init_optimizer=request.init_optimizer,
+                    checkpoint_per_job=request.checkpoint_per_job)
+
+
+def plan_submission(request: SubmitRequest, init: InitSource | None = None) -> PlannedSubmission:
+    """What submit checks of the job, its profile and its references: the plan, and the values
+    read from the environment and files. Raises InputError; writes nothing."""
+    planned = _plan_request(request, init)
+    env_values, header_values = resolve_submission(
+        planned.submission.profile, planned.submission.job, os.environ, str(request.job_file),
+        str(planned.profile_ref.path))
+    return PlannedSubmission(planned, env_values, header_values, init)
+
+
+def warm_started(request: SubmitRequest, planned: PlannedSubmission,
+                 init: InitSource) -> PlannedSubmission:
+    """``planned`` starting from ``init``'s checkpoint. The warm start is part of the plan (its
+    arguments, its env, the job's own checkpoint folder), and which checkpoint it is is known only
+    once the index is open, after the plan that checked the request: so this plans once more. The
+    references are not read again."""
+    return replace(planned, job=_plan_request(request, init), init=init)
+
+
+__all__ = ["PLACEHOLDER_JOB_ID", "PlannedJob", "PlannedSubmission", "plan_job", "plan_submission",
+           "warm_started"]
