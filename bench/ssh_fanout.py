@@ -44,7 +44,7 @@ def hosts_up() -> dict[str, str]:
 def launch_seconds(work: Path, hosts: dict[str, str], count: int, repeat: int) -> list[float]:
     from fsdp_orch.backends.over_ssh.launcher import SshLauncher
     from fsdp_orch.backends.over_ssh.node_report import exit_file
-    from fsdp_orch.control.job_control import plan_job
+    from fsdp_orch.control.planning import plan_job
 
     profile = work / f"ssh{count}.yaml"
     lines = ["kind: ssh", "device: cpu", "hosts:"]

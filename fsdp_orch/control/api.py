@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fsdp_orch.control.submit_request import API_WORDS, SubmitRequest
 from fsdp_orch.vocab import inputs
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError, JobNotFound
 
@@ -140,52 +141,53 @@ class Job:
         return [shown_event(event) for event in read_job(self.status()["run_dir"])[0]]
 
 
-def submit(job: str | os.PathLike[str], cluster: str = "local", *, overrides: Overrides | None = None,
-           wait: bool = False, timeout: float | None = None, idempotency_key: str | None = None,
-           accelerate_config: str | None = None, init_from: str | None = None,
-           init_optimizer: bool = False, resume: bool = False, fresh: bool = False) -> Job:
-    """Submit ``job`` (a job.yaml) to ``cluster``; with ``wait``, return once it ended (``timeout``:
-    ``WaitTimedOut``). ``overrides``: ``{"args": [...], "restart.max_restarts": 5}`` or
-    ``["k=v", ...]``, as ``--set``. ``init_from``: a job id or checkpoint to start from (``--init-from``).
-    ``resume`` / ``fresh``: the checkpoint folder already holds a checkpoint of a job that ended
-    SUCCEEDED: continue it, or move it aside (kept) and start over (``--resume`` / ``--fresh``);
-    without either such a submission raises InputError."""
-    # Every argument is checked before the index is opened: bad input submits and writes nothing.
+def _request(job: str | os.PathLike[str], cluster: str, overrides: Overrides | None, wait: bool,
+             timeout: float | None, idempotency_key: str | None, accelerate_config: str | None,
+             init_from: str | None, init_optimizer: bool, resume: bool,
+             fresh: bool) -> SubmitRequest:
+    """The arguments of ``submit`` as the request the CLI makes of its flags: each of the right
+    type here, the rules for combining them the request's own (control/submit_request)."""
     job_file = _path(job, "job")
     inputs.of_type(cluster, str, "cluster", "a cluster profile name (a str)")
     lines = _override_lines(overrides)
     inputs.of_type(wait, bool, "wait", "True or False")
     seconds = _timeout(timeout)
-    if seconds is not None and not wait:
-        raise InputError("only with wait=True (how long to wait for the job to end)", field="timeout")
     inputs.of_type(idempotency_key, str, "idempotency_key", "a str or None", optional=True)
-    if idempotency_key == "":
-        raise InputError("expected a non-empty key, or None", field="idempotency_key")
     accelerate = _path(accelerate_config, "accelerate_config", optional=True)
-    if init_from is not None:
-        inputs.init_from(init_from, field="init_from")
     inputs.of_type(init_optimizer, bool, "init_optimizer", "True or False")
-    if init_optimizer and init_from is None:
-        raise InputError("only with init_from (the checkpoint whose optimizer state to take)",
-                         field="init_optimizer")
     inputs.of_type(resume, bool, "resume", "True or False")
     inputs.of_type(fresh, bool, "fresh", "True or False")
-    if resume and fresh:
-        raise InputError("expected one of resume=True or fresh=True, not both", field="resume/fresh")
+    return SubmitRequest(
+        Path(str(job_file)), cluster, tuple(lines), accelerate_config=accelerate, wait=wait,
+        timeout=seconds, idempotency_key=idempotency_key, init_from=init_from,
+        init_optimizer=init_optimizer, resume=resume, fresh=fresh, words=API_WORDS)
 
-    from fsdp_orch.control.job_control import check_submission
+
+def submit(job: str | os.PathLike[str], cluster: str = "local", *,
+           overrides: Overrides | None = None, wait: bool = False, timeout: float | None = None,
+           idempotency_key: str | None = None, accelerate_config: str | None = None,
+           init_from: str | None = None, init_optimizer: bool = False, resume: bool = False,
+           fresh: bool = False) -> Job:
+    """Submit ``job`` (a job.yaml) to ``cluster``; with ``wait``, return once it ended (``timeout``:
+    ``WaitTimedOut``). ``overrides``: ``{"args": [...], "restart.max_restarts": 5}`` or
+    ``["k=v", ...]``, as ``--set``. ``init_from``: a job id or checkpoint to start from
+    (``--init-from``). ``resume`` / ``fresh``: the checkpoint folder already holds a checkpoint of
+    a job that ended SUCCEEDED: continue it, or move it aside (kept) and start over (``--resume`` /
+    ``--fresh``); without either such a submission raises InputError."""
+    # Every argument is checked, and the job planned, before the index is opened: bad input
+    # submits and writes nothing.
+    request = _request(job, cluster, overrides, wait, timeout, idempotency_key, accelerate_config,
+                       init_from, init_optimizer, resume, fresh)
     from fsdp_orch.control.job_control import submit as submit_job
+    from fsdp_orch.control.planning import plan_submission
     from fsdp_orch.record.index import open_index
 
-    check_submission(Path(str(job_file)), cluster, overrides=lines, accelerate_config=accelerate)
+    planned = plan_submission(request)
     with open_index() as index:
-        job_id, created = submit_job(index, Path(str(job_file)), cluster, overrides=lines,
-                                     accelerate_config=accelerate, idempotency_key=idempotency_key,
-                                     init_from=init_from, init_optimizer=init_optimizer,
-                                     checkpoint_choice="resume" if resume else "fresh" if fresh else None)
+        job_id, created = submit_job(index, request, planned)
     handle = Job(job_id, created)
     if wait:
-        handle.wait(seconds)
+        handle.wait(request.wait_s)
     return handle
 
 

@@ -1,148 +1,133 @@
-"""From a job file and a cluster name to a submission and its artifacts (pure but for reading
-files), and to a recorded, started job (doing)."""
+"""From a planned submission to a recorded, started job, and a job cancelled (doing). The plan is
+made before (control/planning), and passed on: submit records what it planned."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
-from fsdp_orch.backends.registry import cluster_kind, load_profile
+from fsdp_orch.backends.registry import cluster_kind
 from fsdp_orch.checkpoints.single_file import FileLayout
-from fsdp_orch.control.resubmit import Choice, decide, existing_checkpoint, said, start_fresh
-from fsdp_orch.control.warm_start import InitSource, resolve_init_from
-from fsdp_orch.jobspec.loading import load_job
-from fsdp_orch.jobspec.profiles import ProfileRef
-from fsdp_orch.jobspec.secrets import resolve_submission
+from fsdp_orch.control.planning import PlannedSubmission, plan_submission, warm_started
+from fsdp_orch.control.resubmit import (
+    Choice,
+    Existing,
+    decide,
+    existing_checkpoint,
+    said,
+    start_fresh,
+)
+from fsdp_orch.control.submit_request import SubmitRequest
+from fsdp_orch.control.warm_start import resolve_init_from
 from fsdp_orch.launch.plan import LaunchPlan, spec_json
-from fsdp_orch.launch.render import Artifact
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.notify.process import start_notifier
 from fsdp_orch.places import secrets
-from fsdp_orch.places.builtin import home, local_has_gpu
 from fsdp_orch.record.index import JobIndex
-from fsdp_orch.record.run_roots import shared_run_root
-from fsdp_orch.supervise import supervisor_command
 from fsdp_orch.vocab.errors import InputError, JobNotFound
 from fsdp_orch.vocab.states import JobState
 
-
-@dataclass(frozen=True)
-class PlannedJob:
-    submission: Submission
-    profile_ref: ProfileRef
-    plan: LaunchPlan
-    artifacts: list[Artifact]
-    job_file: Path
-
-
-def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None,
-             accelerate_config: str | None = None, job_id: str = "JOBID", attempt: int = 0,
-             resume_from: str | None = None, rdzv_port: int | None = None,
-             home_dir: Path | None = None, init: InitSource | None = None, init_optimizer: bool = False,
-             checkpoint_per_job: bool = False) -> PlannedJob:
-    """Load and validate everything, then plan and render. Raises InputError; writes nothing."""
-    job, doc = load_job(job_file, overrides, Path(accelerate_config) if accelerate_config else None)
-    profile, ref = load_profile(cluster)
-    template = (ref.path.parent / profile.template).expanduser() if profile.template else None
-    submission = Submission(
-        job_id=job_id, cluster=ref.name, job=job, profile=profile, job_dir=str(job_file.resolve().parent),
-        run_root=shared_run_root(profile.shared_dir) if profile.shared_dir else str(home_dir or home()), kind=cluster_kind(profile.kind), supervisor_command=supervisor_command(),
-        profile_template=str(template) if template else None, init_from=init.path if init else None,
-        init_step=init.step if init else None, init_optimizer=init_optimizer,
-        checkpoint_per_job=checkpoint_per_job or init is not None)
-    try:
-        plan, artifacts = submission.plan(attempt, resume_from=resume_from, rdzv_port=rdzv_port,
-                                          local_has_gpu=local_has_gpu())
-    except InputError as exc:
-        if exc.file is not None:
-            raise
-        line = doc.line_of((exc.field,)) if exc.field else None
-        raise InputError(exc.detail, file=str(job_file), field=exc.field, line=line) from None
-    return PlannedJob(submission, ref, plan, artifacts, job_file)
-
-
-def check_submission(job_file: Path, cluster: str, *, overrides: list[str] | None = None,
-                     accelerate_config: str | None = None) -> None:
-    """What ``submit`` checks of the job, its profile and its references, done before anything is
-    opened or written: bad input exits 2 having written nothing (not even the index)."""
-    planned = plan_job(job_file, cluster, overrides=overrides, accelerate_config=accelerate_config)
-    resolve_submission(planned.submission.profile, planned.submission.job, os.environ, str(job_file),
-                       str(planned.profile_ref.path))
+Say = Callable[[str], None]
 
 
 def spec_hash(plan: LaunchPlan) -> str:
     return hashlib.sha256(spec_json(plan).encode()).hexdigest()[:16]
 
 
-def record_submission(index: JobIndex, job_file: Path, cluster: str, *, overrides: list[str] | None = None,
-                      accelerate_config: str | None = None, idempotency_key: str | None = None,
-                      home_dir: Path | None = None, origin: dict | None = None,
-                      init_from: str | None = None, init_optimizer: bool = False,
-                      checkpoint_choice: Choice | None = None, say: Callable[[str], None] | None = None,
+def _origin(request: SubmitRequest, planned: PlannedSubmission) -> dict | None:
+    origin = dict(request.origin or {})
+    init = planned.init
+    if init is not None:
+        origin.update(init_from=init.path, init_step=init.step,
+                      **({"init_job": init.job_id} if init.job_id else {}))
+    return origin or None
+
+
+def _file_layout(planned: PlannedSubmission) -> FileLayout | None:
+    plan, job = planned.plan, planned.submission.job
+    if not plan.checkpoint_file:
+        return None
+    return FileLayout(os.path.expanduser(plan.checkpoint_file), job.checkpoint.step_key)
+
+
+def _checkpoint_there(index: JobIndex, request: SubmitRequest, planned: PlannedSubmission,
+                      ) -> tuple[Existing | None, Choice | None]:
+    """The complete checkpoint already in the job's checkpoint folder, and what to do with it."""
+    submission = planned.submission
+    if submission.checkpoint_per_job or submission.job.checkpoint.resume != "auto":
+        return None, None
+    found = existing_checkpoint(planned.plan.checkpoint_dir, index.store.jobs(),
+                                _file_layout(planned))
+    return found, decide(found, request.checkpoint_choice, field="--resume/--fresh")
+
+
+def _record(index: JobIndex, request: SubmitRequest, planned: PlannedSubmission) -> Submission:
+    """The submission frozen in its run folder under a new job id, its secret values kept, and its
+    first event written (which puts it in the index)."""
+    submission = dataclasses.replace(planned.submission, job_id=os.urandom(6).hex())
+    submission.save()
+    # read back by whatever hands them on (the kind's start)
+    secrets.keep(submission.job_id, "env", planned.env_values)
+    secrets.keep(submission.job_id, "notify", planned.header_values)
+    plan, job_file = planned.plan, request.job_file
+    index.journal(submission.job_id, role="submit", run_dir=str(submission.run_dir)).submitted(
+        name=submission.job.name, cluster=planned.job.profile_ref.name,
+        kind=submission.profile.kind, spec_json=spec_json(plan), run_dir=str(submission.run_dir),
+        job_file=str(job_file.resolve()), spec_hash=spec_hash(plan),
+        idempotency_key=request.idempotency_key, origin=_origin(request, planned))
+    return submission
+
+
+def _act_on_checkpoint(index: JobIndex, submission: Submission, planned: PlannedSubmission,
+                       found: Existing, choice: Choice, say: Say | None) -> None:
+    """``--fresh`` moves the checkpoints aside; either choice is recorded and said."""
+    job_id, checkpoint_dir = submission.job_id, planned.plan.checkpoint_dir
+    moved_to = (start_fresh(checkpoint_dir, job_id, _file_layout(planned))
+                if choice == "fresh" else None)
+    line = said(found, choice, moved_to)
+    index.journal(job_id, role="submit", run_dir=str(submission.run_dir)).add_event(
+        attempt=None, kind=f"submit_{choice}", message=line)
+    if say is not None:
+        say(line)
+
+
+def record_submission(index: JobIndex, request: SubmitRequest,
+                      planned: PlannedSubmission | None = None, say: Say | None = None,
                       ) -> tuple[str, bool, Submission | None]:
-    """Validate and plan, freeze the submission in its run folder and record it as the job's first
-    event (which puts it in the index). Returns (job id, created, submission); nothing is started.
-    ``checkpoint_choice``: what to do with a complete checkpoint already in the job's checkpoint
-    folder (control/resubmit); ``say`` hears which one is resumed or moved aside."""
-    import dataclasses
+    """Freeze the submission in its run folder and record it as the job's first event. Returns
+    (job id, created, submission); nothing is started. ``planned``: the request as planned before
+    the index was opened (None: planned here). ``say`` hears which checkpoint already in the job's
+    checkpoint folder is resumed or moved aside (control/resubmit)."""
     import shutil
 
-    init = resolve_init_from(index, init_from) if init_from is not None else None
-    origin = dict(origin or {})
-    if init is not None:
-        origin.update(init_from=init.path, init_step=init.step, **({"init_job": init.job_id} if init.job_id else {}))
-    planned = plan_job(job_file, cluster, overrides=overrides, accelerate_config=accelerate_config,
-                       home_dir=home_dir, init=init, init_optimizer=init_optimizer,
-                       checkpoint_per_job="schedule" in origin)
-    env_values, header_values = resolve_submission(planned.submission.profile, planned.submission.job, os.environ,
-                                                   str(job_file), str(planned.profile_ref.path))
-    if idempotency_key:
-        existing = index.store.job_for_key(idempotency_key)
+    init = resolve_init_from(index, request.init_from) if request.init_from is not None else None
+    if planned is None:
+        planned = plan_submission(request, init)
+    elif init is not None:
+        planned = warm_started(request, planned, init)
+    key = request.idempotency_key
+    if key:
+        existing = index.store.job_for_key(key)
         if existing is not None:
             return existing, False, None
-    found, choice = None, None
-    file_layout = (FileLayout(os.path.expanduser(planned.plan.checkpoint_file), planned.submission.job.checkpoint.step_key)
-                   if planned.plan.checkpoint_file else None)
-    if not planned.submission.checkpoint_per_job and planned.submission.job.checkpoint.resume == "auto":
-        found = existing_checkpoint(planned.plan.checkpoint_dir, index.store.jobs(), file_layout)
-        choice = decide(found, checkpoint_choice, field="--resume/--fresh")
-    job_id = os.urandom(6).hex()
-    submission = dataclasses.replace(planned.submission, job_id=job_id)
-    submission.save()
-    secrets.keep(job_id, "env", env_values)  # read back by whatever hands them on (the kind's start)
-    secrets.keep(job_id, "notify", header_values)
-    index.journal(job_id, role="submit", run_dir=str(submission.run_dir)).submitted(
-        name=submission.job.name, cluster=planned.profile_ref.name, kind=submission.profile.kind,
-        spec_json=spec_json(planned.plan), run_dir=str(submission.run_dir), job_file=str(job_file.resolve()),
-        spec_hash=spec_hash(planned.plan), idempotency_key=idempotency_key, origin=origin or None)
+    found, choice = _checkpoint_there(index, request, planned)
+    submission = _record(index, request, planned)
+    job_id = submission.job_id
     if index.store.job(job_id) is None:  # another submit with the same key got there first
         shutil.rmtree(submission.run_dir, ignore_errors=True)
         secrets.forget(job_id)
-        return str(index.store.job_for_key(idempotency_key or "")), False, None
+        return str(index.store.job_for_key(key or "")), False, None
     if found is not None and choice is not None:
-        moved_to = start_fresh(planned.plan.checkpoint_dir, job_id, file_layout) if choice == "fresh" else None
-        line = said(found, choice, moved_to)
-        index.journal(job_id, role="submit", run_dir=str(submission.run_dir)).add_event(
-            attempt=None, kind=f"submit_{choice}", message=line)
-        if say is not None:
-            say(line)
+        _act_on_checkpoint(index, submission, planned, found, choice, say)
     return job_id, True, submission
 
 
-def submit(index: JobIndex, job_file: Path, cluster: str, *, overrides: list[str] | None = None,
-           accelerate_config: str | None = None, idempotency_key: str | None = None,
-           home_dir: Path | None = None, origin: dict | None = None, init_from: str | None = None,
-           init_optimizer: bool = False, checkpoint_choice: Choice | None = None,
-           say: Callable[[str], None] | None = None) -> tuple[str, bool]:
-    """Validate, record the job, hand it to its cluster kind. Returns (job id, created).
-    ``init_from``: a job id or checkpoint path the job starts from (a warm start)."""
-    job_id, created, submission = record_submission(
-        index, job_file, cluster, overrides=overrides, accelerate_config=accelerate_config,
-        idempotency_key=idempotency_key, home_dir=home_dir, origin=origin, init_from=init_from,
-        init_optimizer=init_optimizer, checkpoint_choice=checkpoint_choice, say=say)
+def submit(index: JobIndex, request: SubmitRequest, planned: PlannedSubmission | None = None,
+           say: Say | None = None) -> tuple[str, bool]:
+    """Record the job and hand it to its cluster kind. Returns (job id, created)."""
+    job_id, created, submission = record_submission(index, request, planned, say)
     if submission is None:
         return job_id, created
     try:
@@ -164,8 +149,9 @@ def cancel(index: JobIndex, job_id: str) -> str:
         raise JobNotFound(job_id)
     problem = run_folder_problem(row.run_dir)
     if problem:
-        raise InputError(f"not cancelled: {problem} (fsdp-orch acts only on run folders of your own; "
-                         f"see 'fsdp-orch doctor')")
+        raise InputError(f"not cancelled: {problem} (fsdp-orch acts only on run folders of your "
+                         f"own; see 'fsdp-orch doctor')")
     said = cluster_kind(row.kind).cancel(index, row)
-    secrets.forget(row.id, "env")  # the notifier, which may still have the end to send, forgets its own
+    # the notifier, which may still have the end to send, forgets its own
+    secrets.forget(row.id, "env")
     return said

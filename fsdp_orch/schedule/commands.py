@@ -23,7 +23,7 @@ def book() -> ScheduleBook:
 def add_schedule(schedule: Schedule, now: float | None = None) -> Schedule:
     """Plans the job on its cluster now (everything a tick will need) before writing; stores the
     files as absolute paths and the time of creation."""
-    from fsdp_orch.control.job_control import plan_job
+    from fsdp_orch.control.planning import plan_job
 
     plan_job(Path(schedule.job_file), schedule.cluster, overrides=list(schedule.overrides),
              accelerate_config=schedule.accelerate_config)

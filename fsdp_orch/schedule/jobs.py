@@ -40,11 +40,13 @@ class IndexJobs:
 
     def submit(self, schedule: Schedule, key: str, origin: dict[str, str], init_from: str | None) -> str:
         from fsdp_orch.control.job_control import submit
+        from fsdp_orch.control.submit_request import SubmitRequest
 
-        extra = {"init_from": init_from} if init_from else {}
-        job_id, _ = submit(self.index, Path(schedule.job_file), schedule.cluster,
-                           overrides=list(schedule.overrides), accelerate_config=schedule.accelerate_config,
-                           idempotency_key=key, origin=origin, **extra)
+        request = SubmitRequest(Path(schedule.job_file), schedule.cluster,
+                                tuple(schedule.overrides),
+                                accelerate_config=schedule.accelerate_config, idempotency_key=key,
+                                init_from=init_from or None, origin=origin)
+        job_id, _ = submit(self.index, request)
         if self.after_submit is not None:
             self.after_submit(job_id)
         return job_id

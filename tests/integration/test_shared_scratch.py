@@ -46,6 +46,7 @@ def planted_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: Path, m
     ``target`` with a ``supervisor_command`` that writes ``marker``: what the other account copies
     in. Returns (job id, the folder to copy), readable by everyone."""
     from fsdp_orch.control.job_control import record_submission
+    from fsdp_orch.control.submit_request import SubmitRequest
     from fsdp_orch.record.index import open_index
 
     src = tmp_path / "template"
@@ -57,7 +58,7 @@ def planted_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: Path, m
     dead = subprocess.Popen(["true"])
     dead.wait()
     with open_index(str(src / "home")) as index:
-        job_id, _, submission = record_submission(index, Path("job.yaml"), "plain")
+        job_id, _, submission = record_submission(index, SubmitRequest(Path("job.yaml"), "plain"))
         assert submission is not None
         index.journal(job_id).supervisor_started(pid=dead.pid)
     folder = submission.run_dir

@@ -18,6 +18,7 @@ from cli_harness import copy_demo, iso_epoch
 from fsdp_orch.backends.local import LocalLauncher
 from fsdp_orch.backends.slurm.allocation import on_time_limit_warning
 from fsdp_orch.control.job_control import record_submission
+from fsdp_orch.control.submit_request import SubmitRequest
 from fsdp_orch.observe.proctree import job_processes, pid_alive, stop_job_processes
 from fsdp_orch.record.events import EventWriter
 from fsdp_orch.record.index import JobIndex
@@ -43,7 +44,7 @@ def supervise_in_process(tmp_path: Path, job: Path) -> tuple[Supervisor, JobInde
     """The supervisor writes the job's events; the test reads them through the index, as the CLI does."""
     home = tmp_path / "home"
     index = JobIndex(Store(home / "jobs.db"), [str(home / "runs")])
-    job_id, _, submission = record_submission(index, job, "local", home_dir=home)
+    job_id, _, submission = record_submission(index, SubmitRequest(job, "local", home_dir=home))
     slept: list[float] = []
     journal = Journal(EventWriter(submission.run_dir, "supervisor"), job_id)
     sup = Supervisor(journal, submission, LocalLauncher(submission), backoff_sleep=slept.append,
@@ -184,7 +185,7 @@ def test_the_hang_rule_waits_while_a_node_is_silent_and_judges_the_hang_once_it_
     demo.write_text(yaml.safe_dump(spec))
     home = tmp_path / "home"
     index = JobIndex(Store(home / "jobs.db"), [str(home / "runs")])
-    job_id, _, submission = record_submission(index, demo, "local", home_dir=home)
+    job_id, _, submission = record_submission(index, SubmitRequest(demo, "local", home_dir=home))
     silent_for = 30.0
     until = [time.monotonic() + silent_for]
     heard_again = time.time() + silent_for

@@ -24,7 +24,7 @@ from fsdp_orch.backends.registry import (
     unregister,
 )
 from fsdp_orch.cli import main as cli
-from fsdp_orch.control.job_control import plan_job
+from fsdp_orch.control.planning import plan_job
 from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.launch.plan import LaunchPlan, Placement, PlanContext

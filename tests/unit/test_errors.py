@@ -126,11 +126,13 @@ def test_render_out_writes_every_artifact(sandbox: Path, capsys: pytest.CaptureF
 def test_an_empty_id_names_no_job_even_when_one_exists(sandbox: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``JOB=""; fsdp-orch cancel "$JOB"`` cancelled a running job: "" is a prefix of every id."""
     from fsdp_orch.control.job_control import record_submission
+    from fsdp_orch.control.submit_request import SubmitRequest
     from fsdp_orch.record.index import open_index
 
     materialize(sandbox, {"job.yaml": OK_JOB})
     with open_index() as index:
-        job_id, created, _ = record_submission(index, Path("job.yaml"), "local")  # recorded, not started
+        # recorded, not started
+        job_id, created, _ = record_submission(index, SubmitRequest(Path("job.yaml"), "local"))
     assert created
     before = listing(sandbox.parent)
     for argv in (("cancel", ""), ("status", ""), ("logs", ""), ("events", ""), ("cancel", " ")):

@@ -121,6 +121,7 @@ def test_event_files_ledger_artifacts_and_schedule_lock_are_private(tmp_path: Pa
 def test_a_submission_makes_its_run_root_and_run_folder_private(tmp_path: Path, umask0: None,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from fsdp_orch.control.job_control import record_submission
+    from fsdp_orch.control.submit_request import SubmitRequest
     from fsdp_orch.places.private import user_name
     from fsdp_orch.record.index import open_index
 
@@ -129,7 +130,7 @@ def test_a_submission_makes_its_run_root_and_run_folder_private(tmp_path: Path, 
     (tmp_path / "job.yaml").write_text("name: sleeper\nlauncher: python\ncommand: [sleep, '1']\n")
     monkeypatch.chdir(tmp_path)
     with open_index(str(tmp_path / "home")) as index:
-        job_id, _, submission = record_submission(index, Path("job.yaml"), "shared")
+        job_id, _, submission = record_submission(index, SubmitRequest(Path("job.yaml"), "shared"))
     assert submission is not None
     user_root = tmp_path / "scratch" / user_name()
     assert submission.run_dir == user_root / "runs" / job_id

@@ -11,7 +11,7 @@ from planning import plan_on
 
 from fsdp_orch.backends.registry import KINDS, load_profile, parse_profile, profile_models
 from fsdp_orch.cli import main as cli
-from fsdp_orch.control.job_control import plan_job
+from fsdp_orch.control.planning import plan_job
 from fsdp_orch.jobspec.loading import load_job_text
 from fsdp_orch.jobspec.profiles import (
     discover,

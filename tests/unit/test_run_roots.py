@@ -9,6 +9,7 @@ import pytest
 
 from fsdp_orch.backends.registry import parse_profile
 from fsdp_orch.control.job_control import record_submission
+from fsdp_orch.control.submit_request import SubmitRequest
 from fsdp_orch.places.private import user_name
 from fsdp_orch.record.index import open_index
 from fsdp_orch.record.run_roots import runs_roots, shared_dir_of
@@ -30,7 +31,8 @@ def login(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_a_submission_on_one_login_node_is_listed_by_another_with_its_own_home(login: Path) -> None:
     with open_index(str(login / "home-a")) as a:
-        job_id, created, submission = record_submission(a, Path("job.yaml"), "shared")
+        request = SubmitRequest(Path("job.yaml"), "shared")
+        job_id, created, submission = record_submission(a, request)
         assert created and submission is not None
         assert submission.run_dir == login / "nfs" / user_name() / "runs" / job_id
         assert not (login / "home-a" / "runs").exists()

@@ -137,6 +137,7 @@ def test_a_node_failure_is_recorded_and_resubmitted_while_the_budget_allows(tmp_
     from fsdp_orch.backends.slurm.kind import refresh
     from fsdp_orch.backends.slurm.parse import SlurmJob
     from fsdp_orch.control.job_control import record_submission
+    from fsdp_orch.control.submit_request import SubmitRequest
     from fsdp_orch.record.index import JobIndex
     from fsdp_orch.record.store import Store
 
@@ -144,7 +145,7 @@ def test_a_node_failure_is_recorded_and_resubmitted_while_the_budget_allows(tmp_
     job.write_text("name: n\nlauncher: python\ncommand: ['true']\nrestart: {max_restarts: 1}\n")
     index = JobIndex(Store(tmp_path / "home" / "jobs.db"), [str(tmp_path / "home" / "runs")])
     store = index.store
-    job_id, _, _ = record_submission(index, job, "slurm", home_dir=tmp_path / "home")
+    job_id, _, _ = record_submission(index, SubmitRequest(job, "slurm", home_dir=tmp_path / "home"))
     index.journal(job_id).scheduled("slurm:41")
     index.journal(job_id).start_attempt(0, resume_from=None)
     resubmitted = []

@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from fsdp_orch.control.job_control import plan_job
+    from fsdp_orch.control.planning import plan_job
     from fsdp_orch.launch.plan import shown_plan
     from fsdp_orch.launch.render import write_artifacts
 

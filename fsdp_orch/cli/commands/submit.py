@@ -13,11 +13,13 @@ from fsdp_orch.cli.common import (
     print_table,
     say,
 )
-from fsdp_orch.vocab.errors import InputError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+
+    from fsdp_orch.control.submit_request import SubmitRequest
+    from fsdp_orch.record.index import JobIndex
 
 HELP = "submit a job; prints its id"
 USES_HOME = True
@@ -42,73 +44,57 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="move the checkpoints already in the checkpoint folder aside (kept) and start over")
 
 
-def run(args: argparse.Namespace) -> int:
+def submit_request(args: argparse.Namespace) -> SubmitRequest:
+    """The flags as the request the Python API makes too; its rules are checked in making it."""
     from pathlib import Path
 
-    from fsdp_orch.control.job_control import check_submission, plan_job, submit
+    from fsdp_orch.control.submit_request import CLI_WORDS, SubmitRequest
 
-    timeout = _wait_timeout(args)
-    if args.init_from is not None:  # before the index is opened: bad input writes nothing
-        from fsdp_orch.vocab.inputs import init_from
+    return SubmitRequest(
+        Path(args.job), args.cluster, tuple(args.set), accelerate_config=args.accelerate_config,
+        wait=args.wait, timeout=args.timeout, idempotency_key=args.idempotency_key,
+        init_from=args.init_from, init_optimizer=args.init_optimizer, resume=args.resume,
+        fresh=args.fresh, words=CLI_WORDS)
 
-        init_from(args.init_from)
-    if args.idempotency_key is not None and not args.idempotency_key.strip():
-        raise InputError(f"expected a non-empty key; got {args.idempotency_key!r}", field="--idempotency-key")
-    if args.init_optimizer and not args.init_from:
-        raise InputError("only with --init-from (the checkpoint whose optimizer state to take)",
-                         field="--init-optimizer")
-    if args.resume and args.fresh:
-        raise InputError("expected one of --resume (continue the checkpoint there) or --fresh (move it aside "
-                         "and start over), not both", field="--resume/--fresh")
-    choice = "resume" if args.resume else "fresh" if args.fresh else None
-    check_submission(Path(args.job), args.cluster, overrides=args.set, accelerate_config=args.accelerate_config)
-    # What the launch changes of the job's settings, as planned on this machine (the supervisor
-    # records it as the job's launch_changed events).
-    notices = plan_job(Path(args.job), args.cluster, overrides=args.set,
-                       accelerate_config=args.accelerate_config).plan.notices
+
+def run(args: argparse.Namespace) -> int:
+    from fsdp_orch.control.job_control import submit
+    from fsdp_orch.control.planning import plan_submission
+
+    request = submit_request(args)
+    planned = plan_submission(request)  # before the index is opened: bad input writes nothing
     with open_index() as index:
-        store = index.store
-        job_id, created = submit(index, Path(args.job), args.cluster, overrides=args.set,
-                                 accelerate_config=args.accelerate_config,
-                                 idempotency_key=args.idempotency_key, init_from=args.init_from,
-                                 init_optimizer=args.init_optimizer, checkpoint_choice=choice,
-                                 say=lambda line: say([line]))
+        job_id, created = submit(index, request, planned, say=lambda line: say([line]))
         if created:
-            say(notices)
+            # What the launch changes of the job's settings, as planned (the supervisor records
+            # it as the job's launch_changed events).
+            say(planned.plan.notices)
         if not args.wait:
             _print_submitted(args, job_id, created)
             return EXIT_OK
-        if not args.json:
-            print(job_id if created else f"{job_id} (already submitted with this idempotency key)",
-                  flush=True)
-        from fsdp_orch.control.follow import wait_for
-        from fsdp_orch.vocab.states import TERMINAL_NAMES
-
-        state = wait_for(index, job_id, show_progress=not args.json and sys.stderr.isatty(),
-                         quiet=args.json, timeout=timeout)
-        if args.json:
-            print(store.status_json(job_id))
-        else:
-            print_table([store.job(job_id)])
-        if state not in TERMINAL_NAMES:
-            print(f"fsdp-orch: stopped waiting after --timeout {args.timeout}; job {job_id} is {state} and "
-                  "goes on (fsdp-orch status / wait with the Python API)", file=sys.stderr)
-            return EXIT_WAIT_TIMED_OUT
-        return EXIT_OK if state == "SUCCEEDED" else EXIT_JOB_FAILED
+        return _wait(args, index, job_id, created, request.wait_s)
 
 
-def _wait_timeout(args: argparse.Namespace) -> float | None:
-    """Seconds ``submit --wait`` waits (``--timeout``); None: until the job ends."""
-    if args.timeout is None:
-        return None
-    if not args.wait:
-        raise InputError("only with --wait (how long to wait for the job to end)", field="--timeout")
-    from fsdp_orch.jobspec.durations import parse_duration
+def _wait(args: argparse.Namespace, index: JobIndex, job_id: str, created: bool,
+          timeout: float | None) -> int:
+    """``--wait``: follow the job to its end (or ``--timeout``), then print its status."""
+    from fsdp_orch.control.follow import wait_for
+    from fsdp_orch.vocab.states import TERMINAL_NAMES
 
-    try:
-        return parse_duration(args.timeout)
-    except ValueError as exc:
-        raise InputError(str(exc), field="--timeout") from None
+    if not args.json:
+        print(job_id if created else f"{job_id} (already submitted with this idempotency key)",
+              flush=True)
+    state = wait_for(index, job_id, show_progress=not args.json and sys.stderr.isatty(),
+                     quiet=args.json, timeout=timeout)
+    if args.json:
+        print(index.store.status_json(job_id))
+    else:
+        print_table([index.store.job(job_id)])
+    if state not in TERMINAL_NAMES:
+        print(f"fsdp-orch: stopped waiting after --timeout {args.timeout}; job {job_id} is {state} "
+              "and goes on (fsdp-orch status / wait with the Python API)", file=sys.stderr)
+        return EXIT_WAIT_TIMED_OUT
+    return EXIT_OK if state == "SUCCEEDED" else EXIT_JOB_FAILED
 
 
 def _print_submitted(args: argparse.Namespace, job_id: str, created: bool) -> None:

@@ -1,0 +1,115 @@
+"""From a job file and a cluster name to a submission, its plan and its artifacts; from a submit
+request to that plan with the values its references point at. Pure but for reading files: nothing
+is opened for writing, so bad input exits 2 having written nothing (not even the index)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from fsdp_orch.backends.registry import cluster_kind, load_profile
+from fsdp_orch.control.submit_request import SubmitRequest
+from fsdp_orch.control.warm_start import InitSource
+from fsdp_orch.jobspec.loading import load_job
+from fsdp_orch.jobspec.profiles import ProfileRef
+from fsdp_orch.jobspec.secrets import resolve_submission
+from fsdp_orch.launch.plan import LaunchPlan
+from fsdp_orch.launch.render import Artifact
+from fsdp_orch.launch.submission import Submission
+from fsdp_orch.places.builtin import home, local_has_gpu
+from fsdp_orch.record.run_roots import shared_run_root
+from fsdp_orch.supervise import supervisor_command
+from fsdp_orch.vocab.errors import InputError
+
+# The job id a plan is made with before the job has one (submit draws it only once the plan is
+# recorded; what it records is planned with this, so the same spec has the same spec hash).
+PLACEHOLDER_JOB_ID = "JOBID"
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    submission: Submission
+    profile_ref: ProfileRef
+    plan: LaunchPlan
+    artifacts: list[Artifact]
+    job_file: Path
+
+
+def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None,
+             accelerate_config: str | None = None, job_id: str = PLACEHOLDER_JOB_ID,
+             attempt: int = 0, resume_from: str | None = None, rdzv_port: int | None = None,
+             home_dir: Path | None = None, init: InitSource | None = None,
+             init_optimizer: bool = False, checkpoint_per_job: bool = False) -> PlannedJob:
+    """Load and validate everything, then plan and render. Raises InputError; writes nothing."""
+    job, doc = load_job(job_file, overrides, Path(accelerate_config) if accelerate_config else None)
+    profile, ref = load_profile(cluster)
+    template = (ref.path.parent / profile.template).expanduser() if profile.template else None
+    shared = profile.shared_dir
+    run_root = shared_run_root(shared) if shared else str(home_dir or home())
+    submission = Submission(
+        job_id=job_id, cluster=ref.name, job=job, profile=profile,
+        job_dir=str(job_file.resolve().parent), run_root=run_root, kind=cluster_kind(profile.kind),
+        supervisor_command=supervisor_command(),
+        profile_template=str(template) if template else None,
+        init_from=init.path if init else None, init_step=init.step if init else None,
+        init_optimizer=init_optimizer,
+        checkpoint_per_job=checkpoint_per_job or init is not None)
+    try:
+        plan, artifacts = submission.plan(attempt, resume_from=resume_from, rdzv_port=rdzv_port,
+                                          local_has_gpu=local_has_gpu())
+    except InputError as exc:
+        if exc.file is not None:
+            raise
+        line = doc.line_of((exc.field,)) if exc.field else None
+        raise InputError(exc.detail, file=str(job_file), field=exc.field, line=line) from None
+    return PlannedJob(submission, ref, plan, artifacts, job_file)
+
+
+@dataclass(frozen=True)
+class PlannedSubmission:
+    """A submit request planned (attempt 0, under the placeholder job id), with the values its
+    references point at: what submit records. ``init``: the warm start it was planned with."""
+
+    job: PlannedJob
+    env_values: dict[str, str]
+    header_values: dict[str, dict[str, str]]
+    init: InitSource | None = None
+
+    @property
+    def plan(self) -> LaunchPlan:
+        return self.job.plan
+
+    @property
+    def submission(self) -> Submission:
+        return self.job.submission
+
+
+def _plan_request(request: SubmitRequest, init: InitSource | None) -> PlannedJob:
+    return plan_job(request.job_file, request.cluster, overrides=list(request.overrides),
+                    accelerate_config=request.accelerate_config, home_dir=request.home_dir,
+                    init=init, init_optimizer=request.init_optimizer,
+                    checkpoint_per_job=request.checkpoint_per_job)
+
+
+def plan_submission(request: SubmitRequest, init: InitSource | None = None) -> PlannedSubmission:
+    """What submit checks of the job, its profile and its references: the plan, and the values
+    read from the environment and files. Raises InputError; writes nothing."""
+    planned = _plan_request(request, init)
+    env_values, header_values = resolve_submission(
+        planned.submission.profile, planned.submission.job, os.environ, str(request.job_file),
+        str(planned.profile_ref.path))
+    return PlannedSubmission(planned, env_values, header_values, init)
+
+
+def warm_started(request: SubmitRequest, planned: PlannedSubmission,
+                 init: InitSource) -> PlannedSubmission:
+    """``planned`` starting from ``init``'s checkpoint. The warm start is part of the plan (its
+    arguments, its env, the job's own checkpoint folder), and which checkpoint it is is known only
+    once the index is open, after the plan that checked the request: so this plans once more. The
+    references are not read again."""
+    return replace(planned, job=_plan_request(request, init), init=init)
+
+
+__all__ = ["PLACEHOLDER_JOB_ID", "PlannedJob", "PlannedSubmission", "plan_job", "plan_submission",
+           "warm_started"]

@@ -1,0 +1,116 @@
+"""The submit request: the rules for combining submit's options are the request's, so the command
+line and the Python API refuse the same combinations (each in its own words: one line, exit 2,
+nothing written); and a submit plans the job once, passing that plan on to the record."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import fsdp_orch
+from fsdp_orch.cli import main as cli
+from fsdp_orch.control.submit_request import API_WORDS, CLI_WORDS, SubmitRequest
+from fsdp_orch.vocab.errors import InputError
+
+JOB = "name: demo\nscript: train.py\n"
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "job.yaml").write_text(JOB)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("FSDP_ORCH_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+# (rule, the CLI's flags, the API's arguments, the CLI's message, the API's message)
+RULES = [
+    ("timeout-without-wait", ["--timeout", "10"], {"timeout": 10},
+     "--timeout: only with --wait (how long to wait for the job to end)",
+     "timeout: only with wait=True (how long to wait for the job to end)"),
+    ("blank-key", ["--idempotency-key", "  "], {"idempotency_key": "  "},
+     "--idempotency-key: expected a non-empty key; got '  '",
+     "idempotency_key: expected a non-empty key, or None"),
+    ("empty-key", ["--idempotency-key", ""], {"idempotency_key": ""},
+     "--idempotency-key: expected a non-empty key; got ''",
+     "idempotency_key: expected a non-empty key, or None"),
+    ("empty-init-from", ["--init-from", ""], {"init_from": ""},
+     "--init-from: expected a job id or a checkpoint path; got '' (leave it out for a cold start)",
+     "init_from: expected a job id or a checkpoint path; got '' (leave it out for a cold start)"),
+    ("init-optimizer-alone", ["--init-optimizer"], {"init_optimizer": True},
+     "--init-optimizer: only with --init-from (the checkpoint whose optimizer state to take)",
+     "init_optimizer: only with init_from (the checkpoint whose optimizer state to take)"),
+    ("resume-and-fresh", ["--resume", "--fresh"], {"resume": True, "fresh": True},
+     "--resume/--fresh: expected one of --resume (continue the checkpoint there) or --fresh "
+     "(move it aside and start over), not both",
+     "resume/fresh: expected one of resume=True or fresh=True, not both"),
+]
+IDS = [rule[0] for rule in RULES]
+
+
+def listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize(("rule", "flags", "kwargs", "cli_says", "api_says"), RULES, ids=IDS)
+def test_the_cli_and_the_api_refuse_the_same_options(home, capsys, rule, flags, kwargs,
+                                                     cli_says, api_says):
+    before = listing(home.parent)
+    assert cli.main(["submit", "job.yaml", "--cluster", "local", *flags]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", f"fsdp-orch: error: {cli_says}\n")
+    with pytest.raises(InputError) as raised:
+        fsdp_orch.submit("job.yaml", "local", **kwargs)
+    assert str(raised.value) == api_says and raised.value.exit_code == 2
+    assert listing(home.parent) == before, "a refused submit wrote something"
+
+
+@pytest.mark.parametrize(("rule", "flags", "kwargs", "cli_says", "api_says"), RULES, ids=IDS)
+def test_the_rules_are_the_requests(rule, flags, kwargs, cli_says, api_says):
+    """Each surface's error is the one the request raises in that surface's words."""
+    for words, says in ((CLI_WORDS, cli_says), (API_WORDS, api_says)):
+        with pytest.raises(InputError) as raised:
+            SubmitRequest(Path("job.yaml"), "local", words=words, **kwargs)
+        assert str(raised.value) == says
+
+
+def test_a_request_holds_what_was_asked():
+    request = SubmitRequest(Path("job.yaml"), "slurm", ("nodes=2",), wait=True, timeout="1h30m",
+                            fresh=True)
+    assert request.wait_s == 5400.0 and request.checkpoint_choice == "fresh"
+    assert not request.checkpoint_per_job
+    assert SubmitRequest(Path("j"), "c", wait=True, timeout=2.5, words=API_WORDS).wait_s == 2.5
+    scheduled = SubmitRequest(Path("j"), "c", idempotency_key="k", origin={"schedule": "s"})
+    assert scheduled.checkpoint_per_job and scheduled.checkpoint_choice is None
+    with pytest.raises(InputError, match="expected a duration"):
+        SubmitRequest(Path("j"), "c", wait=True, timeout="soon")
+
+
+def test_a_submit_plans_once_and_says_the_plans_notices(home, capsys, monkeypatch):
+    """The plan that checked the job before the index was opened is the one recorded; its notices
+    are said from it, not from a plan made again."""
+    import fsdp_orch.launch.submission as submission
+    from fsdp_orch.backends.registry import cluster_kind
+    from fsdp_orch.control import job_control, planning
+
+    (home.parent / "work" / "job.yaml").write_text(JOB + "launcher: accelerate\n")
+    calls: Counter[str] = Counter()
+    make_plan = submission.make_plan
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["make_plan"] += 1
+        return make_plan(*args, **kwargs)
+
+    monkeypatch.setattr(submission, "make_plan", counted)
+    monkeypatch.setattr(planning, "local_has_gpu", lambda: False)  # accelerate's FSDP runs as DDP
+    monkeypatch.setattr(type(cluster_kind("local")), "start",
+                        lambda self, index, sub: calls.update(["start"]))
+    monkeypatch.setattr(job_control, "start_notifier", lambda sub: None)
+    assert cli.main(["submit", "job.yaml", "--cluster", "local"]) == 0
+    out, err = capsys.readouterr()
+    assert calls == Counter(make_plan=1, start=1)
+    assert len(out.split()) == 1 and err.count("MULTI_CPU") == 1, err
