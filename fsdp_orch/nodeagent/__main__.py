@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.nodeagent.agent import NodeAgent, read_beat_files
-from fsdp_orch.nodeagent.beat_dir import remove_earlier_attempts
+from fsdp_orch.nodeagent.agent import NodeAgent
+from fsdp_orch.nodeagent.beat_dir import read_beat_files, remove_earlier_attempts
 from fsdp_orch.nodeagent.endpoint import read_endpoint
 from fsdp_orch.nodeagent.summary import dump_to_wire
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,30 +21,8 @@ from fsdp_orch.nodeagent.summary import (
 SUMMARY_EVERY_S = 1.0  # a line at least this often: the node's liveness
 LOOK_EVERY_S = 0.25  # how often the ranks' files are read
 RECONNECT_EVERY_S = 0.5
-_RANK_FILE = re.compile(r"rank-(\d+)\.json")
 
 Beats = dict[int, dict[str, Any]]
-
-
-def read_beat_files(beat_dir: str) -> Beats:
-    """The decoded heartbeat of every rank with a file in ``beat_dir``; unreadable ones skipped."""
-    try:
-        names = os.listdir(beat_dir)
-    except OSError:
-        return {}
-    out: Beats = {}
-    for name in names:
-        match = _RANK_FILE.fullmatch(name)
-        if not match:
-            continue
-        try:
-            with open(os.path.join(beat_dir, name), encoding="utf-8") as f:
-                data = json.loads(f.read())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and data.get("rank") == int(match.group(1)):
-            out[int(match.group(1))] = data
-    return out
 
 
 class NodeAgent:
@@ -154,4 +130,4 @@ class NodeAgent:
             return
 
 
-__all__ = ["LOOK_EVERY_S", "NodeAgent", "SUMMARY_EVERY_S", "read_beat_files"]
+__all__ = ["LOOK_EVERY_S", "NodeAgent", "SUMMARY_EVERY_S"]

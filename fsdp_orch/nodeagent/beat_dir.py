@@ -3,14 +3,19 @@
 ``/tmp/fsdp-orch-<uid>/<job>/attempt-<A>/node-<N>``: the node rank is in the path because several
 nodes of a test cluster (or an oversubscribed machine) share one ``/tmp``. The first folder is the
 user's alone; one that another account made, or can write, is refused (``private_beat_dir``).
+A node's relay (its agent, or an SSH host's report) reads the folder with ``read_beat_files``.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import stat
+from typing import Any
 
 NODE_TMP = "/tmp"
+_RANK_FILE = re.compile(r"rank-(\d+)\.json")
 
 
 def user_tmp_root(uid: int | None = None, tmp: str = NODE_TMP) -> str:
@@ -74,6 +79,28 @@ def rank_beat_path(beat_dir: str | None, run_dir: str, attempt: int, rank: int) 
     return str(path)
 
 
+def read_beat_files(beat_dir: str) -> dict[int, dict[str, Any]]:
+    """The decoded heartbeat of every rank with a file in ``beat_dir``, by rank; unreadable ones
+    skipped: what a node's relay (its agent, or an SSH host's report) reads each look."""
+    try:
+        names = os.listdir(beat_dir)
+    except OSError:
+        return {}
+    out: dict[int, dict[str, Any]] = {}
+    for name in names:
+        match = _RANK_FILE.fullmatch(name)
+        if not match:
+            continue
+        try:
+            with open(os.path.join(beat_dir, name), encoding="utf-8") as f:
+                data = json.loads(f.read())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("rank") == int(match.group(1)):
+            out[int(match.group(1))] = data
+    return out
+
+
 def read_node_heartbeats(job_id: str, attempt: int, tmp: str = NODE_TMP) -> dict:  # type: ignore[type-arg]
     """Every heartbeat of ``attempt`` that this machine's nodes hold (all its ``node-N`` folders), by
     rank: what a test or a bench on the nodes' machine reads; the supervisor gets them from the agents."""
@@ -116,4 +143,5 @@ def remove_earlier_attempts(job_id: str, attempt: int, tmp: str = NODE_TMP) -> N
             shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
 
 
-__all__ = ["read_node_heartbeats", "remove_earlier_attempts", "NODE_TMP", "node_beat_dir", "private_beat_dir", "rank_beat_path", "user_tmp_root"]
+__all__ = ["NODE_TMP", "node_beat_dir", "private_beat_dir", "rank_beat_path", "read_beat_files",
+           "read_node_heartbeats", "remove_earlier_attempts", "user_tmp_root"]

@@ -1,11 +1,15 @@
-"""A node summary: what one node's agent tells the supervisor in one JSON line. Pure.
+"""A node summary: what one node's relay tells the supervisor of its ranks in one JSON line. Pure.
+The one format for rank heartbeats on every transport: the node agent's TCP channel (local, SLURM)
+and an SSH host's report stream (SSH, TPU VM: ``backends.over_ssh.node_report``, which sends its
+logs and its node's end beside it); ``parse_summary`` is the supervisor's one reader of them.
 
-    {"node": N, "host": "...", "attempt": A, "at": UNIX_TIME, "beats": [<heartbeats that changed>], "final": bool}
+    {"node": N, "host": "...", "attempt": A, "at": UNIX_TIME, "beats": [<heartbeats that changed>],
+     "final": bool}
 
-``beats`` holds only the ranks whose heartbeat changed since the agent's last line (their heartbeat,
+``beats`` holds only the ranks whose heartbeat changed since the relay's last line (their heartbeat,
 as ``observe.heartbeats`` lays it out, less ``time``, ``host`` and ``attempt``: the line's own, see
 ``compact``); ``at`` is the node's own liveness and each sent heartbeat's ``time``; ``final`` says
-the node's launcher has ended and nothing more will come. The other lines of the channel:
+the node's launcher has ended and nothing more will come. The other lines of the agent's channel:
 
     agent -> supervisor  {"hello": TOKEN, "node": N, "host": "..."}      first, once per connection
                          {"stacks_done": ID, "dumps": {RANK: {"path", "source", "error"}}}

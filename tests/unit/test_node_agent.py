@@ -13,8 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_orch.nodeagent.agent import NodeAgent, read_beat_files
-from fsdp_orch.nodeagent.beat_dir import node_beat_dir, private_beat_dir, rank_beat_path
+from fsdp_orch.nodeagent.agent import NodeAgent
+from fsdp_orch.nodeagent.beat_dir import (
+    node_beat_dir,
+    private_beat_dir,
+    rank_beat_path,
+    read_beat_files,
+)
 from fsdp_orch.nodeagent.endpoint import read_endpoint, write_endpoint
 from fsdp_orch.nodeagent.server import SummaryServer
 from fsdp_orch.nodeagent.summary import (

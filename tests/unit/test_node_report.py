@@ -7,24 +7,45 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fsdp_orch.backends.over_ssh.node_report import NodeReport
 from fsdp_orch.backends.over_ssh.reports import HostReports, ReportedAttempt
 from fsdp_orch.nodeagent.beat_dir import node_beat_dir, user_tmp_root
+from fsdp_orch.nodeagent.summary import compact, parse_summary, summary_line
 from fsdp_orch.observe.heartbeats import Heartbeat, heartbeat_path
 
 REPO = Path(__file__).resolve().parents[2]
+HOST = "h1"
 
 
 def beat(rank: int, step: int, state: str = "training") -> Heartbeat:
     return Heartbeat(rank=rank, attempt=2, step=step, loss=1.0, time=100.0 + step, state=state, pid=7)
+
+
+def relayed(b: Heartbeat, at: float, host: str = HOST) -> Heartbeat:
+    """``b`` as the supervisor reads it from a summary line sent at ``at`` (its time and host)."""
+    return replace(b, time=at, host=host)
+
+
+def summary(node: int, at: float, *beats: Heartbeat, final: bool = False) -> dict[str, Any]:
+    """The summary line a node's relay sends with ``beats`` (the node agents' encoder), decoded."""
+    wire = [compact(json.loads(b.to_json()), at) for b in beats]
+    return json.loads(summary_line(node, HOST, at, wire, final=final, attempt=2))
+
+
+def beats_in(lines: list[dict]) -> list[Heartbeat]:
+    """The heartbeats the report's summary lines carry, read by the one reader of summaries."""
+    return [b for line in lines if "beats" in line for b in parse_summary(line).beats.values()]
 
 
 @pytest.fixture
@@ -44,7 +65,7 @@ def write_beat(job: str, node: int, b: Heartbeat) -> None:
 def reporter(run: Path, node: int, **kwargs) -> tuple[NodeReport, list[dict]]:  # type: ignore[no-untyped-def]
     lines: list[dict] = []
     report = NodeReport(str(run), 2, node, 0, {}, write=lambda line: lines.append(json.loads(line)),
-                        clock=lambda: 0.0, **kwargs)
+                        clock=lambda: 0.0, host=HOST, **kwargs)
     return report, lines
 
 
@@ -54,66 +75,71 @@ def test_the_report_reads_its_nodes_beat_folder_in_node_local_tmp(tmp_path: Path
     write_beat(job_id, 1, beat(3, 5))
     write_beat(job_id, 0, beat(0, 9))  # another node's (a shared /tmp): not this report's
     (Path(node_beat_dir(job_id, 2, 1)) / "rank-3.json.tmp").write_text("half")
+    (Path(node_beat_dir(job_id, 2, 1)) / "rank-5.json").write_text('{"rank": 5, "ha')  # mid-write
     stale = heartbeat_path(run, 2, 4)  # the run folder's heartbeats are no longer read
     stale.parent.mkdir(parents=True)
     stale.write_text(beat(4, 1).to_json())
     report, lines = reporter(run, 1)
     assert report.beat_dir == Path(f"/tmp/fsdp-orch-{__import__('os').getuid()}/{job_id}/attempt-2/node-1")
     assert report.look() is False
-    assert lines == [{"beat": beat(3, 5).to_json()}]
+    assert lines == [summary(1, 0.0, beat(3, 5))]  # the node agents' line, byte for byte
+    assert beats_in(lines) == [relayed(beat(3, 5), 0.0)]
     lines.clear()
     assert report.look() is False and lines == []  # unchanged: not sent again
     write_beat(job_id, 1, beat(3, 6))
-    assert report.look() is False and lines == [{"beat": beat(3, 6).to_json()}]
+    assert report.look() is False and beats_in(lines) == [relayed(beat(3, 6), 0.0)]
 
 
-def test_a_beat_file_not_rewritten_is_reported_held_once_and_fresh_again_when_it_is(tmp_path: Path,
-                                                                                       job_id: str) -> None:
+def test_a_beat_file_not_rewritten_is_reported_held_once_and_fresh_again_when_it_is(
+        tmp_path: Path, job_id: str) -> None:
     # The rank's watcher rewrites its file every 0.5 s unless the interpreter is held (a native call
     # that keeps the GIL): then its file stands still, and the report says since when, once.
     now = [105.2]
     lines: list[dict] = []
-    report = NodeReport(str(tmp_path / job_id), 2, 0, 0, {}, write=lambda line: lines.append(json.loads(line)),
-                        clock=lambda: now[0], beats_only=True)
+    report = NodeReport(str(tmp_path / job_id), 2, 0, 0, {},
+                        write=lambda line: lines.append(json.loads(line)), clock=lambda: now[0],
+                        beats_only=True, host=HOST)
+    host = HostReports(host=None, profile=None, job_id=job_id, attempt=2, rank=0, pgid=9,
+                       local_run_dir=tmp_path)
     write_beat(job_id, 0, beat(0, 5))  # written at 105.0
     report.look()
-    assert lines == [{"beat": beat(0, 5).to_json()}]
+    assert beats_in(lines) == [relayed(beat(0, 5), 105.2)]
     lines.clear()
     now[0] = 105.7
     report.look()
     assert lines == []  # 0.7 s: a write late by less than half a tick
     now[0] = 105.8
     report.look()
-    [held] = [line for line in lines if "beat" in line]
-    assert json.loads(held["beat"])["held_since"] == 105.0
-    host = HostReports(host=None, profile=None, job_id=job_id, attempt=2, rank=0, pgid=9, local_run_dir=tmp_path)
-    host._mirror(held)
-    assert host.heartbeats()[0].held_since == 105.0 and host.heartbeats()[0].step == 5
+    [line] = lines
+    assert [b["held_since"] for b in line["beats"]] == [105.0]  # read with the host's clock
+    host._mirror(line)
+    assert host.heartbeats() == {0: replace(relayed(beat(0, 5), 105.8), held_since=105.0)}
     lines.clear()
     now[0] = 130.0
     report.look()
-    assert [line for line in lines if "beat" in line] == []  # once per silence
-    write_beat(job_id, 0, beat(0, 6))  # rewritten: the interpreter let go
+    assert beats_in(lines) == [] and lines[0]["beats"] == []  # once per silence: liveness only
+    write_beat(job_id, 0, replace(beat(0, 6), time=129.9))  # rewritten: the interpreter let go
     report.look()
-    assert [line for line in lines if "beat" in line] == [{"beat": beat(0, 6).to_json()}]
-    host._mirror({"beat": beat(0, 6).to_json()})
+    assert beats_in(lines) == [relayed(beat(0, 6), 130.0)]
+    host._mirror(lines[-1])
     assert host.heartbeats()[0].held_since is None
     lines.clear()
     write_beat(job_id, 0, beat(0, 7, "done"))  # a rank that is done no longer writes: never held
     report.look()
     now[0] = 200.0
     report.look()
-    assert [line for line in lines if "beat" in line] == [{"beat": beat(0, 7, "done").to_json()}]
+    assert beats_in(lines) == [relayed(beat(0, 7, "done"), 130.0)]
 
 
 def test_the_job_id_can_be_given_when_the_run_folder_is_not_named_after_it(tmp_path: Path, job_id: str) -> None:
     write_beat(job_id, 0, beat(0, 2))
     report, lines = reporter(tmp_path / "elsewhere", 0, job_id=job_id)
     report.look()
-    assert lines[0] == {"beat": beat(0, 2).to_json()}
+    assert beats_in(lines) == [relayed(beat(0, 2), 0.0)]
 
 
-def test_beats_only_reports_no_log_and_ends_at_the_exit_after_the_last_beats(tmp_path: Path, job_id: str) -> None:
+def test_beats_only_reports_no_log_and_ends_at_the_exit_after_the_last_beats(tmp_path: Path,
+                                                                            job_id: str) -> None:
     run = tmp_path / job_id
     (run / "attempt-2").mkdir(parents=True)
     (run / "attempt-2" / "console-node-0.log").write_text("on the shared folder already\n")
@@ -122,7 +148,8 @@ def test_beats_only_reports_no_log_and_ends_at_the_exit_after_the_last_beats(tmp
     write_beat(job_id, 0, beat(0, 20, "done"))
     (run / "attempt-2" / "exit-node-0").write_text("0\n")
     assert report.look() is True
-    assert lines == [{"beat": beat(0, 20, "done").to_json()}, {"exit": 0}]
+    assert lines == [summary(0, 0.0, beat(0, 20, "done"), final=True), {"exit": 0}]
+    assert parse_summary(lines[0]).final  # the last summary says so, before the end
     assert sorted(p.name for p in run.rglob("*")) == ["attempt-2", "console-node-0.log", "exit-node-0"]
 
 
@@ -143,24 +170,31 @@ def test_the_module_runs_on_a_host_with_the_hosts_arguments(tmp_path: Path, job_
     assert proc.wait(timeout=30) == 0
     for line in out.splitlines():
         reports._mirror(json.loads(line))
-    assert reports.ended.is_set() and reports.heartbeats() == {1: beat(1, 7, "done")}
+    *_, last, end = out.splitlines()
+    assert json.loads(last)["final"] is True and json.loads(end) == {"exit": 0}
+    [got] = reports.heartbeats().values()
+    assert reports.ended.is_set()
+    assert got == relayed(beat(1, 7, "done"), got.time, socket.gethostname())
     assert not (tmp_path / "supervisor").exists()  # nothing mirrored: no heartbeat, no exit file
 
 
 def test_the_supervisor_keeps_the_latest_beats_in_memory_and_merges_the_hosts(tmp_path: Path) -> None:
     def host(rank: int) -> HostReports:
-        return HostReports(host=None, profile=None, job_id="j1", attempt=2, rank=rank, pgid=9, local_run_dir=tmp_path)
+        return HostReports(host=None, profile=None, job_id="j1", attempt=2, rank=rank, pgid=9,
+                           local_run_dir=tmp_path)
 
     first, second = host(0), host(1)
-    first._mirror({"beat": beat(0, 4).to_json()})
-    first._mirror({"beat": beat(1, 4).to_json()})
-    first._mirror({"beat": beat(0, 5).to_json()})
-    first._mirror({"beat": "{\"rank\": 0, \"half"})  # caught mid-write: skipped, the last one kept
-    second._mirror({"beat": beat(2, 3).to_json()})
-    assert first.heartbeats() == {0: beat(0, 5), 1: beat(1, 4)}
+    first._mirror(summary(0, 10.0, beat(0, 4), beat(1, 4)))
+    first._mirror(summary(0, 11.0, beat(0, 5)))
+    first._mirror({**summary(0, 12.0), "beats": [{"rank": 0, "half": 1}]})  # not a beat: dropped
+    first._mirror({**summary(0, 12.0, beat(0, 6)), "node": "?"})  # not a summary: skipped whole
+    first._mirror(summary(0, 13.0))  # liveness only: no beat changed
+    second._mirror(summary(1, 10.0, beat(2, 3)))
+    assert first.heartbeats() == {0: relayed(beat(0, 5), 11.0), 1: relayed(beat(1, 4), 10.0)}
     attempt = ReportedAttempt.__new__(ReportedAttempt)  # only its reports matter here
     attempt.reports = {0: first, 1: second}
-    assert attempt.heartbeats() == {0: beat(0, 5), 1: beat(1, 4), 2: beat(2, 3)}
+    assert attempt.heartbeats() == {0: relayed(beat(0, 5), 11.0), 1: relayed(beat(1, 4), 10.0),
+                                    2: relayed(beat(2, 3), 10.0)}
     assert list(tmp_path.iterdir()) == []  # no heartbeat file anywhere under the run folder
 
 
@@ -173,7 +207,7 @@ class ScriptedHost(HostReports):
         self.last = last
 
     def _stream(self) -> None:
-        self._mirror({"beat": self.last.to_json()})
+        self._mirror(summary(self.rank, 50.0, self.last, final=True))
         self._mirror({"exit": 0})
 
 
@@ -188,7 +222,8 @@ def test_an_attempt_whose_nodes_ended_waits_for_their_reports_last_beats(tmp_pat
     for report in attempt.reports.values():
         report.start()
     assert attempt.poll() == 0
-    assert attempt.heartbeats() == {0: beat(0, 20, "done"), 1: beat(1, 20, "done")}
+    assert attempt.heartbeats() == {0: relayed(beat(0, 20, "done"), 50.0),
+                                    1: relayed(beat(1, 20, "done"), 50.0)}
     for report in attempt.reports.values():
         assert report.finished.wait(5)  # (not join: HostReports' _stop hides threading.Thread's)
     attempt._reports_settle()  # ended threads: no wait, no error

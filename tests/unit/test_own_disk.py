@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from fsdp_orch.backends.over_ssh.staging import CODE_LIMIT_BYTES, job_archive
 from fsdp_orch.backends.registry import parse_profile
 from fsdp_orch.jobspec.loading import load_job
 from fsdp_orch.launch.plan import PlanContext
+from fsdp_orch.nodeagent.summary import compact, parse_summary, summary_line
 from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.runtime import ckpt_files
 from fsdp_orch.vocab.errors import FsdpOrchError
@@ -90,6 +92,15 @@ def beat(rank: int, step: int) -> Heartbeat:
     return Heartbeat(rank=rank, attempt=0, step=step, loss=1.0, time=100.0 + step, state="training", pid=7)
 
 
+FIELDS = ["node", "host", "attempt", "at", "beats", "final"]  # a node summary's
+
+
+def summary(node: int, at: float, *beats: Heartbeat, final: bool = False) -> dict:
+    """The node summary a host's report sends with ``beats``, decoded (host "h1")."""
+    wire = [compact(json.loads(b.to_json()), at) for b in beats]
+    return json.loads(summary_line(node, "h1", at, wire, final=final))
+
+
 def test_a_host_reports_log_growth_beats_and_then_its_exit(tmp_path: Path) -> None:
     run = tmp_path / "run"
     attempt = run / "attempt-0"
@@ -98,19 +109,23 @@ def test_a_host_reports_log_growth_beats_and_then_its_exit(tmp_path: Path) -> No
     lines: list[dict] = []
     beats = tmp_path / "node-tmp" / "node-1"  # the node's beat folder (node-local tmp: test_node_report.py)
     report = NodeReport(str(run), 0, 1, 0, {"console-node-1.log": 5},
-                        write=lambda line: lines.append(json.loads(line)), clock=lambda: 0.0, beat_dir=str(beats))
+                        write=lambda line: lines.append(json.loads(line)), clock=lambda: 0.0,
+                        beat_dir=str(beats), host="h1")
     beats.mkdir(parents=True)
     (beats / "rank-1.json").write_text(beat(1, 3).to_json())
     assert report.look() is False
-    assert lines == [{"log": "console-node-1.log", "at": 5, "data": base64.b64encode(b"dy sent\n").decode()},
-                     {"beat": beat(1, 3).to_json()}]
+    assert lines == [{"log": "console-node-1.log", "at": 5,
+                      "data": base64.b64encode(b"dy sent\n").decode()},
+                     summary(1, 0.0, beat(1, 3))]
+    assert parse_summary(lines[1]).beats == {1: replace(beat(1, 3), time=0.0, host="h1")}
     lines.clear()
     assert report.look() is False and lines == []  # nothing new, and the last line was just now
     with open(attempt / "console-node-1.log", "ab") as f:
         f.write(b"last words\n")
     (attempt / "exit-node-1").write_text("3\n")
     assert report.look() is True
-    assert [list(m) for m in lines] == [["log", "at", "data"], ["exit"]] and lines[-1] == {"exit": 3}
+    assert [list(m) for m in lines] == [["log", "at", "data"], FIELDS, ["exit"]]
+    assert lines[1] == summary(1, 0.0, final=True) and lines[-1] == {"exit": 3}
 
 
 def test_a_node_script_killed_without_a_status_is_reported_gone(tmp_path: Path) -> None:
@@ -123,6 +138,7 @@ def test_a_node_script_killed_without_a_status_is_reported_gone(tmp_path: Path) 
     assert report.look() is False
     now[0] = GONE_AFTER_S + 0.1
     assert report.look() is True and "gone" in lines[-1] and str(child.pid) in lines[-1]["gone"]
+    assert parse_summary(lines[-2]).final  # the last summary, then why the node ended
 
 
 def test_the_supervisor_mirrors_a_report_once_even_when_it_comes_again(tmp_path: Path) -> None:
@@ -134,8 +150,9 @@ def test_the_supervisor_mirrors_a_report_once_even_when_it_comes_again(tmp_path:
     for message in (log(0, b"hello "), log(0, b"hello "), log(3, b"lo world\n"), log(6, b"world\nmore\n")):
         reports._mirror(message)
     assert (tmp_path / "attempt-0" / "console-node-1.log").read_bytes() == b"hello world\nmore\n"
-    reports._mirror({"beat": beat(1, 4).to_json()})
-    assert reports.heartbeats() == {1: beat(1, 4)}  # kept in memory, never a file in the run folder
+    reports._mirror(summary(1, 9.0, beat(1, 4)))
+    # kept in memory, never a file in the run folder
+    assert reports.heartbeats() == {1: replace(beat(1, 4), time=9.0, host="h1")}
     assert not (tmp_path / "heartbeats").exists()
     assert not reports.ended.is_set()
     reports._mirror({"exit": 0})

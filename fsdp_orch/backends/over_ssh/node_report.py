@@ -1,23 +1,32 @@
-"""Runs on an SSH host (or TPU VM worker) while an attempt runs there: follows that node's heartbeats,
-logs and node exit status and reports them as JSON lines on standard output, which is the SSH channel
-to the supervisor. Stdlib only (a host with its own disk has only the copy of fsdp_orch sent with the job).
+"""Runs on an SSH host (or TPU VM worker) while an attempt runs there: follows that node's
+heartbeats, logs and node exit status and reports them as JSON lines on standard output, which is
+the SSH channel to the supervisor. Stdlib only (a host with its own disk has only the copy of
+fsdp_orch sent with the job).
 
-    python -m fsdp_orch.backends.over_ssh.node_report [--beats-only] [--job-id JOB] RUN_DIR ATTEMPT NODE_RANK PGID [OFFSETS_JSON]
+    python -m fsdp_orch.backends.over_ssh.node_report [--beats-only] [--job-id JOB]
+        RUN_DIR ATTEMPT NODE_RANK PGID [OFFSETS_JSON]
 
-The heartbeats are read from the node's own beat folder in node-local tmp (``node_beat_dir``, computed
-here: the uid on the host may not be the supervisor's), never from the run folder. ``--job-id``
-defaults to RUN_DIR's last part (the run folder is ``<root>/runs/<job id>``). ``--beats-only``: the
-hosts share the run folder with the supervisor, which reads the logs and exit files there itself;
-only the heartbeats, the liveness and the end are reported (the exit file is still read, to end).
+The heartbeats are read from the node's own beat folder in node-local tmp (``node_beat_dir``,
+computed here: the uid on the host may not be the supervisor's), never from the run folder.
+``--job-id`` defaults to RUN_DIR's last part (the run folder is ``<root>/runs/<job id>``).
+``--beats-only``: the hosts share the run folder with the supervisor, which reads the logs and exit
+files there itself; only the heartbeats, the liveness and the end are reported (the exit file is
+still read, to end).
 
 Lines, each a JSON object:
-  {"beat": "<a heartbeat file's text>"}        a heartbeat file of a rank on this node changed, or
-                                               was not rewritten for HELD_AFTER_S (``held_since`` added)
-  {"log": NAME, "at": OFFSET, "data": BASE64}  a log (NAME relative to the attempt's folder) grew
-  {"exit": CODE}                               the node script ended (its status file appeared),
-                                               sent after the heartbeats and logs read with it
-  {"gone": "<why>"}                            the node script's process group is gone, no status
-  {"alive": UNIX_TIME}                         at least every ALIVE_EVERY_S, whatever else happens
+  {"node": N, "host": ..., "attempt": A, "at": T, "beats": [...], "final": BOOL}
+      a node summary, the node agents' line (``nodeagent.summary``, encoded by its ``compact``,
+      ``changed_beats`` and ``summary_line``, read by its ``parse_summary``): the ranks whose
+      heartbeat changed, ``held_since`` added (with this host's clock) once a file was not
+      rewritten for HELD_AFTER_S; at least every ALIVE_EVERY_S (with no beats: the liveness);
+      ``final`` on the last, just before the exit or gone line
+  {"log": NAME, "at": OFFSET, "data": BASE64}
+      a log (NAME relative to the attempt's folder) grew
+  {"exit": CODE}
+      the node script ended (its status file appeared), sent after the heartbeats and logs read
+      with it
+  {"gone": "<why>"}
+      the node script's process group is gone, no status
 
 OFFSETS_JSON gives the bytes of each log the supervisor already has, so a report that reconnects
 does not send them again. It ends after reporting the exit, or when the supervisor hangs up.
@@ -29,15 +38,17 @@ import argparse
 import base64
 import json
 import os
+import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from fsdp_orch.nodeagent.beat_dir import node_beat_dir
+from fsdp_orch.nodeagent.beat_dir import node_beat_dir, read_beat_files
+from fsdp_orch.nodeagent.summary import changed_beats, compact, summary_line
 from fsdp_orch.observe.file_tail import FileTail
-from fsdp_orch.observe.heartbeats import held_since
 
 ALIVE_EVERY_S = 1.0
 LOOK_EVERY_S = 0.5
@@ -62,18 +73,19 @@ def group_alive(pgid: int) -> bool:
 
 class NodeReport:
     def __init__(self, run_dir: str, attempt: int, rank: int, pgid: int, offsets: dict[str, int],
-                 write: Callable[[str], None] | None = None, clock: Callable[[], float] = time.time, *,
-                 job_id: str | None = None, beats_only: bool = False, beat_dir: str | None = None):
+                 write: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.time, *, job_id: str | None = None,
+                 beats_only: bool = False, beat_dir: str | None = None, host: str | None = None):
         """``beat_dir``: where this node's ranks write their heartbeats (default: ``node_beat_dir``
-        of the job, attempt and node rank, on this host)."""
+        of the job, attempt and node rank, on this host); ``host``: this host's name in the
+        summaries (default: ``socket.gethostname()``, as the node agent's)."""
         self.attempt_dir = f"{run_dir}/attempt-{attempt}"
         job = job_id or os.path.basename(os.path.normpath(run_dir))
         self.beat_dir = Path(beat_dir or node_beat_dir(job, attempt, rank))
-        self.rank = rank
-        self.pgid = pgid
+        self.attempt, self.rank, self.pgid = attempt, rank, pgid
+        self.host = host or socket.gethostname()
         self.tail = None if beats_only else FileTail(Path(self.attempt_dir), offsets=offsets)
-        self.beats: dict[str, str] = {}
-        self.held: set[str] = set()  # beat files reported as no longer rewritten (held_since)
+        self.sent: dict[int, dict[str, Any]] = {}  # the ranks' compact heartbeats, as last sent
         self.write = write or self._write_stdout
         self.clock = clock
         self.last_sent = 0.0
@@ -84,63 +96,56 @@ class NodeReport:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
 
-    def send(self, message: dict) -> None:  # type: ignore[type-arg]
-        self.write(json.dumps(message, separators=(",", ":")))
+    def send_line(self, line: str) -> None:
+        self.write(line)
         self.last_sent = self.clock()
 
-    def _held_text(self, text: str) -> str | None:
-        """The heartbeat with ``held_since`` added, once its file has not been rewritten for a while
-        (read with this host's clock: the ranks' own); None while it is fresh."""
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return None
-        held = held_since(data, self.clock())
-        if held is None:
-            return None
-        return json.dumps({**data, "held_since": held}, separators=(",", ":"))
+    def send(self, message: dict) -> None:  # type: ignore[type-arg]
+        self.send_line(json.dumps(message, separators=(",", ":")))
 
     def look(self) -> bool:
         """Report what changed; True once the node script's end has been reported."""
-        try:  # read first: once the status exists, the logs read below are whole
-            code: int | None = int(Path(exit_file(self.attempt_dir, self.rank)).read_text().strip())
-        except (OSError, ValueError):
-            code = None
-        if self.tail is not None:
-            for name, data in self.tail.chunks():
-                at = self.tail.offsets[Path(self.attempt_dir) / name] - len(data)
-                self.send({"log": name, "at": at, "data": base64.b64encode(data).decode()})
-        try:
-            names = sorted(os.listdir(self.beat_dir))
-        except OSError:
-            names = []
-        for name in names:
-            if not (name.startswith("rank-") and name.endswith(".json")):
-                continue
-            try:
-                text = (self.beat_dir / name).read_text(encoding="utf-8")
-            except OSError:
-                continue
-            if text and self.beats.get(name) != text:
-                self.beats[name] = text
-                self.held.discard(name)
-                self.send({"beat": text})
-            elif text and name not in self.held and (held := self._held_text(text)) is not None:
-                self.held.add(name)  # once per silence: the next rewrite clears it
-                self.send({"beat": held})
+        code = self._exit_code()  # read first: once the status exists, what is read below is whole
+        self._send_logs()
+        now = self.clock()
+        beats = read_beat_files(str(self.beat_dir))
+        current = {rank: compact(beat, now) for rank, beat in beats.items()}
+        gone = None if code is not None else self._gone(now)
+        ending = code is not None or gone is not None
+        changed = changed_beats(current, self.sent)
+        if changed or ending or now - self.last_sent >= ALIVE_EVERY_S:
+            self.send_line(summary_line(self.rank, self.host, now, changed, final=ending,
+                                        attempt=self.attempt))
+            self.sent = current
         if code is not None:
             self.send({"exit": code})
-            return True
-        if self.pgid and not group_alive(self.pgid):
-            now = self.clock()
-            if self.gone_since is None:
-                self.gone_since = now
-            if now - self.gone_since >= GONE_AFTER_S:
-                self.send({"gone": f"the node script (process group {self.pgid}) ended without an exit status"})
-                return True
-        if self.clock() - self.last_sent >= ALIVE_EVERY_S:
-            self.send({"alive": self.clock()})
-        return False
+        elif gone is not None:
+            self.send({"gone": gone})
+        return ending
+
+    def _exit_code(self) -> int | None:
+        try:
+            return int(Path(exit_file(self.attempt_dir, self.rank)).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _send_logs(self) -> None:
+        if self.tail is None:
+            return
+        for name, data in self.tail.chunks():
+            at = self.tail.offsets[Path(self.attempt_dir) / name] - len(data)
+            self.send({"log": name, "at": at, "data": base64.b64encode(data).decode()})
+
+    def _gone(self, now: float) -> str | None:
+        """Why the node script is taken for ended without a status: its process group has been
+        gone for GONE_AFTER_S; None while it runs (or was gone for less)."""
+        if not self.pgid or group_alive(self.pgid):
+            return None
+        if self.gone_since is None:
+            self.gone_since = now
+        if now - self.gone_since < GONE_AFTER_S:
+            return None
+        return f"the node script (process group {self.pgid}) ended without an exit status"
 
 
 def _end_when_stdin_closes() -> None:
@@ -176,6 +181,7 @@ if __name__ == "__main__":
         sys.stdout.flush()
     except BrokenPipeError:
         pass
-    # Not a normal exit: the thread still blocked reading stdin would make the interpreter's shutdown
-    # abort (SIGABRT, "could not acquire lock for <stdin>") once the node's end has been reported.
+    # Not a normal exit: the thread still blocked reading stdin would make the interpreter's
+    # shutdown abort (SIGABRT, "could not acquire lock for <stdin>") once the node's end has been
+    # reported.
     os._exit(code)

@@ -1,16 +1,17 @@
 """Watching an attempt through the reports its SSH hosts send back.
 
-Each host runs ``fsdp_orch.backends.over_ssh.node_report`` over one SSH channel for the whole attempt;
-a thread here (``HostReports``) reads its lines. The heartbeats it reports (read on the host from its
-node-local beat folder) are kept in memory, the latest of each rank: nothing is written under the run
-folder for them. On hosts with their own disks (``shared_filesystem: false``, and TPU VM workers) the
-logs are mirrored into the supervisor's copy of the run folder, appended at the offsets they were read
-at, and the node's exit status written there, so the watchdog, the log classifier, ``fsdp-orch logs``
-and ``status`` read the same files as on a shared filesystem. On hosts that share the run folder the
-report runs ``--beats-only``: the logs and exit files are there already. The stream also tells whether
-a host is alive: a report says something at least every second, so a channel silent for ``SILENT_S``
-is opened again (tenacity, ``backoff.REPORT_STREAM``), and a host that does not answer a new
-connection is lost."""
+Each host runs ``fsdp_orch.backends.over_ssh.node_report`` over one SSH channel for the whole
+attempt; a thread here (``HostReports``) reads its lines. The heartbeats it reports (read on the
+host from its node-local beat folder) come as the node agents' summary lines, read by the same
+``nodeagent.summary.parse_summary`` as the node channel's; they are kept in memory, the latest of
+each rank: nothing is written under the run folder for them. On hosts with their own disks
+(``shared_filesystem: false``, and TPU VM workers) the logs are mirrored into the supervisor's copy
+of the run folder, appended at the offsets they were read at, and the node's exit status written
+there, so the watchdog, the log classifier, ``fsdp-orch logs`` and ``status`` read the same files
+as on a shared filesystem. On hosts that share the run folder the report runs ``--beats-only``: the
+logs and exit files are there already. The stream also tells whether a host is alive: a report says
+something at least every second, so a channel silent for ``SILENT_S`` is opened again (tenacity,
+``backoff.REPORT_STREAM``), and a host that does not answer a new connection is lost."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ from fsdp_orch.backends.over_ssh.node_report import exit_file
 from fsdp_orch.checkpoints.storage import Storage
 from fsdp_orch.launch.render import package_root
 from fsdp_orch.launch.submission import Submission
-from fsdp_orch.observe.heartbeats import Heartbeat, parse_heartbeat
+from fsdp_orch.nodeagent.summary import parse_summary
+from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.places.private import write_atomically
 from fsdp_orch.vocab.backoff import REPORT_STREAM, retrying
 from fsdp_orch.vocab.categories import NODE_LOST_EXIT
@@ -158,13 +160,13 @@ class HostReports(threading.Thread):
             with open(path, "ab") as f:
                 f.write(data)
             self.offsets[name] = max(have, at) + len(data)
-        elif "beat" in message:
+        elif "beats" in message:  # a node summary, the node agents' line (nodeagent.summary)
             try:
-                beat = parse_heartbeat(message["beat"])
+                summary = parse_summary(message)
             except ValueError:
-                return  # a file caught half-written, or not fsdp-orch's: the next look has it whole
+                return  # not a summary after all: the next one brings the ranks again
             with self._beats_lock:
-                self._beats[beat.rank] = beat
+                self._beats.update(summary.beats)
         elif "exit" in message:
             if not self.beats_only:  # on a shared run folder the node wrote it there itself
                 write_report(Path(exit_file(str(self.local_attempt), self.rank)),
