@@ -1,7 +1,8 @@
 """fsdp-orch: run multi-node PyTorch FSDP jobs on real clusters and keep them alive.
 
 Kept import-free on purpose: the CLI must start fast on a login node. The Python API
-(``fsdp_orch.submit``, ``Job``, ``WaitTimedOut``; see ``fsdp_orch.control.api``) is loaded on first use.
+(``fsdp_orch.submit``, ``Job``, ``WaitTimedOut``; see
+``fsdp_orch.control.api``) is loaded on first use.
 """
 
 from fsdp_orch.vocab.version import __version__ as __version__

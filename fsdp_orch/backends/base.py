@@ -25,9 +25,9 @@ from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.checks import Check
 from fsdp_orch.vocab.errors import FsdpOrchError
 
-# A node channel (a node agent's summaries, an SSH host's report stream) says something every second;
-# silent for longer than this, what came through it is stale. Under the hang window's 2 s floor: a
-# node that died is silent before its peers, who wait for it, can be judged hung.
+# A node channel (a node agent's summaries, an SSH host's report stream) says something every
+# second; silent for longer than this, what came through it is stale. Under the hang window's 2 s
+# floor: a node that died is silent before its peers, who wait for it, can be judged hung.
 CHANNEL_SILENT_S = 1.5
 
 
@@ -67,9 +67,9 @@ class AttemptObservation(Protocol):
 
     def silent_nodes(self) -> dict[int, float]:
         """The nodes whose channel to the supervisor has said nothing for longer than it should
-        (``CHANNEL_SILENT_S``), by node rank, with how long. Their ranks' heartbeats come through that
-        channel, so they are as old as its silence: no signal, not a hang. {} where the heartbeats
-        are read without a channel (the run folder)."""
+        (``CHANNEL_SILENT_S``), by node rank, with how long. Their ranks' heartbeats come through
+        that channel, so they are as old as its silence: no signal, not a hang. {} where the
+        heartbeats are read without a channel (the run folder)."""
         ...
 
 
@@ -81,7 +81,8 @@ class AttemptHandle(AttemptObservation, Protocol):
         ...
 
     def stop(self, grace: float) -> None:
-        """End every process of the attempt on every node: politely, then by force after ``grace``."""
+        """End every process of the attempt on every node: politely,
+        then by force after ``grace``."""
         ...
 
 
@@ -106,25 +107,26 @@ class AttemptLauncher(Protocol):
         ...
 
     def machines(self, attempt: int, say: Callable[[str], None]) -> tuple[str, ...]:
-        """Have the machines for ``attempt`` ready (a preempted TPU VM deleted and created again), and
-        return their addresses where the kind finds them only now (``PlanContext.workers``); () where
-        the profile or the scheduler names them. ``say``: records what was done, as the job's events.
-        A FsdpOrchError when there are none to run on."""
+        """Have the machines for ``attempt`` ready (a preempted TPU VM deleted and created again),
+        and return their addresses where the kind finds them only now (``PlanContext.workers``); ()
+        where the profile or the scheduler names them. ``say``: records what was done, as the job's
+        events. A FsdpOrchError when there are none to run on."""
         ...
 
 
 class ClusterKind(PlanningKind[P], Protocol[P]):
     """Everything fsdp-orch knows about one kind of cluster, ``P`` being its profile model. Subclass
-    it explicitly, naming that model (``class SlurmKind(ClusterKind[SlurmProfile])``), to inherit the
-    defaults (an allocation that never ends early) and ``profile_of``."""
+    it explicitly, naming that model (``class SlurmKind(ClusterKind[SlurmProfile])``),
+    to inherit the defaults (an allocation that never ends early) and ``profile_of``."""
 
     def profile_of(self, holder: Submission | LaunchPlan) -> P:
         """The profile of a submission or plan of this kind, as the kind's own model (they hold any
         kind's, as ``ProfileBase``); a FsdpOrchError when it is another kind's."""
         profile = holder.profile
         if not isinstance(profile, self.profile_model):
-            raise FsdpOrchError(f"cluster kind {self.name!r} was given a profile of kind {profile.kind!r} "
-                                f"({type(profile).__name__}); expected a {self.profile_model.__name__}")
+            raise FsdpOrchError(f"cluster kind {self.name!r} was given a profile of kind "
+                                f"{profile.kind!r} ({type(profile).__name__}); "
+                                f"expected a {self.profile_model.__name__}")
         return profile
 
     def attempt_launcher(self, submission: Submission) -> AttemptLauncher:
@@ -150,7 +152,8 @@ class ClusterKind(PlanningKind[P], Protocol[P]):
         return []
 
     def allocation_ending(self) -> bool:
-        """Is the scheduler taking the allocation this process runs in away (requeue, preemption)?"""
+        """Is the scheduler taking the allocation this process runs
+        in away (requeue, preemption)?"""
         return False
 
 
@@ -158,8 +161,8 @@ class AllocationEnding(Exception):
     """The scheduler is taking the allocation away (requeue, preemption, time limit): the next
     allocation goes on with the next attempt; restarting inside this one would be lost work.
     ``requeue``, when given, asks the scheduler for that next allocation (after it was warned ahead,
-    as SLURM's signal before the time limit does). ``checkpoint_within``: seconds the running attempt
-    may take to save a checkpoint first (0: no time for one)."""
+    as SLURM's signal before the time limit does). ``checkpoint_within``:
+    seconds the running attempt may take to save a checkpoint first (0: no time for one)."""
 
     def __init__(self, evidence: str, requeue: Any = None, checkpoint_within: float = 0.0):
         super().__init__(evidence)

@@ -38,7 +38,8 @@ class FileObservation:
         here = socket.gethostname()
         pids = {rank: beat.pid for rank, beat in beats.items() if beat.host in (None, here)}
         if not pids:
-            return StackCapture({}, None, "no rank runs on the supervisor's host, so no stacks were taken")
+            return StackCapture({}, None,
+                                "no rank runs on the supervisor's host, so no stacks were taken")
         folder = self.attempt_dir / STACKS_DIR
         return StackCapture(capture_stacks(pids, folder), str(folder))
 

@@ -51,7 +51,8 @@ class LocalAttempt(AgentObservation):
     def __init__(self, submission: Submission, attempt: int, pgid: int,
                  proc: subprocess.Popen | None = None):  # type: ignore[type-arg]
         attempt_dir = Path(submission.attempt_dir(attempt))
-        super().__init__(submission.run_dir, attempt, attempt_dir, bind="127.0.0.1", announce="127.0.0.1")
+        super().__init__(submission.run_dir, attempt, attempt_dir, bind="127.0.0.1",
+                         announce="127.0.0.1")
         self.job_id = submission.job_id
         self.pgid = pgid
         self.exit_file = attempt_dir / EXIT_FILE
@@ -133,7 +134,8 @@ class LocalLauncher:
         make_private_dirs(str(console.parent))
         exit_file = Path(plan.attempt_dir) / EXIT_FILE
         with os.fdopen(open_private(str(console), os.O_WRONLY | os.O_APPEND), "ab") as out:
-            proc = subprocess.Popen(["bash", "-c", _WRAPPER, "fsdp-orch-attempt", script, str(exit_file)],
+            proc = subprocess.Popen(["bash", "-c", _WRAPPER, "fsdp-orch-attempt", script,
+                                     str(exit_file)],
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True, cwd=plan.attempt_dir)
         return LocalAttempt(self.submission, plan.attempt, proc.pid, proc)
@@ -151,12 +153,16 @@ class LocalKind(SupervisedHere[LocalProfile]):
     profile_model = LocalProfile
     main_template = "local.sh.j2"
 
-    def place(self, job: JobSpec, profile: LocalProfile, cluster: str, ctx: PlanContext) -> Placement:
+    def place(self, job: JobSpec, profile: LocalProfile, cluster: str,
+              ctx: PlanContext) -> Placement:
         if job.nodes != 1:
-            raise InputError(f"cluster {cluster!r} is this one machine; expected nodes: 1, got {job.nodes_text}",
+            raise InputError(f"cluster {cluster!r} is this one machine; expected nodes: 1, "
+                             f"got {job.nodes_text}",
                              field="nodes")
-        device = profile.device if profile.device != "auto" else ("cuda" if ctx.local_has_gpu else "cpu")
-        return Placement(nnodes=1, nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
+        device = (profile.device if profile.device != "auto"
+                  else ("cuda" if ctx.local_has_gpu else "cpu"))
+        return Placement(nnodes=1,
+                         nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
                          device=device, rdzv_host=profile.rdzv_host, standby=True)
 
     def artifacts(self, plan: LaunchPlan, templates: Templates) -> list[Artifact]:

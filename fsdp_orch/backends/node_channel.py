@@ -1,6 +1,6 @@
-"""Observing an attempt through its node agents (local, SLURM): every node's agent streams one summary
-of its ranks to the server this attempt opens; logs, checkpoints and flight-recorder dumps are still
-read from the run folder the nodes share with the supervisor."""
+"""Observing an attempt through its node agents (local, SLURM): every node's agent streams one
+summary of its ranks to the server this attempt opens; logs, checkpoints and flight-recorder dumps
+are still read from the run folder the nodes share with the supervisor."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ class AgentObservation(FileObservation):
     def capture_stacks(self, beats: dict[int, Heartbeat]) -> StackCapture:
         """py-spy on every node at once, each agent on its own ranks."""
         folder = self.attempt_dir / STACKS_DIR
-        replies = self.channel.capture_stacks({rank: beat.pid for rank, beat in beats.items()}, str(folder))
+        replies = self.channel.capture_stacks({rank: beat.pid for rank, beat in beats.items()},
+                                              str(folder))
         dumps = {}
         for reply in replies.values():
             for rank, wire in (reply.get("dumps") or {}).items():

@@ -40,14 +40,16 @@ def register(name: str, kind: str | ClusterKind[Any]) -> None:
     if name in _KINDS:
         raise ValueError(f"cluster kind {name!r} is already registered")
     if not isinstance(kind, str) and kind.name != name:
-        raise ValueError(f"cluster kind {kind.name!r} registered as {name!r}; expected the same name")
+        raise ValueError(f"cluster kind {kind.name!r} registered as {name!r}; "
+                         "expected the same name")
     _KINDS[name] = kind
 
 
 def unregister(name: str) -> None:
     """Take away a kind ``register`` added; the built-in kinds stay."""
     if name in KIND_MODULES:
-        raise ValueError(f"cluster kind {name!r} is built in; only registered kinds can be unregistered")
+        raise ValueError(f"cluster kind {name!r} is built in; "
+                         "only registered kinds can be unregistered")
     if _KINDS.pop(name, None) is None:
         raise ValueError(f"cluster kind {name!r} is not registered")
 
@@ -65,7 +67,8 @@ def registered(name: str, kind: str | ClusterKind[Any]) -> Iterator[None]:
 def cluster_kind(name: str) -> ClusterKind[Any]:
     found = _KINDS.get(name)
     if found is None:
-        raise InputError(f"unknown cluster kind {name!r}; expected one of {', '.join(kind_names())}",
+        raise InputError(f"unknown cluster kind {name!r}; "
+                         f"expected one of {', '.join(kind_names())}",
                          field="kind")
     if not isinstance(found, str):
         return found

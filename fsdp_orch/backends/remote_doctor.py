@@ -30,7 +30,8 @@ def ssh_argv(host, profile, *command: str) -> list[str]:  # type: ignore[no-unty
     strict = {"strict": "yes", "accept-new": "accept-new", "warn": "no"}[profile.host_key_policy]
     argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={profile.connect_timeout}",
             "-o", f"StrictHostKeyChecking={strict}",
-            "-o", f"UserKnownHostsFile={os.path.expanduser(profile.known_hosts)}", "-p", str(host.port)]
+            "-o", f"UserKnownHostsFile={os.path.expanduser(profile.known_hosts)}",
+            "-p", str(host.port)]
     if host.identity_file:
         argv += ["-i", os.path.expanduser(host.identity_file)]
     target = f"{host.user}@{host.address}" if host.user else host.address
@@ -46,31 +47,39 @@ def ssh_checks(profile, torch_version: str | None, run: Runner,  # type: ignore[
         try:
             connect((host.address, host.port), float(profile.connect_timeout))
         except OSError as exc:
-            checks.append(Check(f"{where} reachable", False, f"no TCP connection: {exc.strerror or exc}",
-                                "check the address and port in the profile, and that sshd runs there"))
+            checks.append(Check(f"{where} reachable", False,
+                                f"no TCP connection: {exc.strerror or exc}",
+                                "check the address and port in the profile, "
+                                "and that sshd runs there"))
             continue
         checks.append(Check(f"{where} reachable", True, "sshd's port answers"))
         pattern = host_pattern(host.address, host.port)
         found = run(["ssh-keygen", "-F", pattern, "-f", known_hosts], 30.0)
         if found.returncode != 0 or not found.stdout.strip():
-            fix = (f"verify the host's key and add it: ssh-keyscan -p {host.port} {host.address} >> {known_hosts} "
-                   "(compare its fingerprint with the host's own first)")
+            fix = (f"verify the host's key and add it: ssh-keyscan -p {host.port} {host.address} "
+                   f">> {known_hosts} (compare its fingerprint with the host's own first)")
             if profile.host_key_policy == "strict":
-                checks.append(Check(f"{where} host key", False, f"{pattern} is not in {known_hosts}", fix))
+                checks.append(Check(f"{where} host key", False,
+                                    f"{pattern} is not in {known_hosts}", fix))
                 continue
             checks.append(Check(f"{where} host key", True, f"{pattern} is not in {known_hosts}; "
-                                f"host_key_policy {profile.host_key_policy} takes it on first use", fix))
+                                f"host_key_policy {profile.host_key_policy} takes it on first use",
+                                fix))
         else:
             checks.append(Check(f"{where} host key", True, f"{pattern} is in {known_hosts}"))
         # ssh hands the remote shell one string: quote each word for it
-        remote = run(ssh_argv(host, profile, shlex.quote(profile.python), "-c", shlex.quote(TORCH_VERSION)), 120.0)
-        version = remote.stdout.strip().splitlines()[-1] if remote.returncode == 0 and remote.stdout.strip() else None
+        remote = run(ssh_argv(host, profile, shlex.quote(profile.python), "-c",
+                              shlex.quote(TORCH_VERSION)), 120.0)
+        version = (remote.stdout.strip().splitlines()[-1]
+                   if remote.returncode == 0 and remote.stdout.strip() else None)
         if version is None:
             detail = (remote.stderr.strip().splitlines() or ["no output"])[-1][:300]
             checks.append(Check(f"{where} torch", False, f"{profile.python} there: {detail}",
-                                "set python: or venv: in the profile to an interpreter with torch on that host"))
+                                "set python: or venv: in the profile to an "
+                                "interpreter with torch on that host"))
         elif torch_version is not None and version != torch_version:
-            checks.append(Check(f"{where} torch", False, f"torch {version} there, {torch_version} here",
+            checks.append(Check(f"{where} torch", False,
+                                f"torch {version} there, {torch_version} here",
                                 "use the same torch on every host"))
         else:
             checks.append(Check(f"{where} torch", True, f"{profile.python}: torch {version}"))

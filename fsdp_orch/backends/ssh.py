@@ -28,21 +28,23 @@ class SshKind(SupervisedHere[SshProfile]):
 
     def place(self, job: JobSpec, profile: SshProfile, cluster: str, ctx: PlanContext) -> Placement:
         if job.min_nodes > len(profile.hosts):
-            raise InputError(f"the job asks for {job.nodes_text} nodes but cluster {cluster!r} lists "
-                             f"{len(profile.hosts)} host(s)", field="nodes")
+            raise InputError(f"the job asks for {job.nodes_text} nodes but cluster {cluster!r} "
+                             f"lists {len(profile.hosts)} host(s)", field="nodes")
         # The first hosts listed that were not lost in an earlier attempt; with nodes: MIN-MAX, as
         # many as there are up to MAX, and at least MIN.
         left = [h for h in profile.hosts if host_port(h.address, h.port) not in ctx.excluded_hosts]
         if len(left) < job.min_nodes:
-            raise InputError(f"cluster {cluster!r} has {len(left)} of its {len(profile.hosts)} hosts left "
-                             f"({', '.join(ctx.excluded_hosts)} lost); the job needs "
+            raise InputError(f"cluster {cluster!r} has {len(left)} of its {len(profile.hosts)} "
+                             f"hosts left ({', '.join(ctx.excluded_hosts)} lost); the job needs "
                              f"{job.min_nodes} (nodes: {job.nodes_text})", field="nodes")
         nodes = tuple(NodeTarget(i, h.address, h.port, h.user, h.identity_file)
                       for i, h in enumerate(left[:job.nodes]))
         shared = profile.shared_filesystem
-        return Placement(nnodes=len(nodes), nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
+        return Placement(nnodes=len(nodes),
+                         nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
                          device=profile.device, rdzv_host=nodes[0].address,
-                         rdzv_port=profile.rdzv_port, workdir_base=profile.remote_workdir if shared else None,
+                         rdzv_port=profile.rdzv_port,
+                         workdir_base=profile.remote_workdir if shared else None,
                          own_run_root=None if shared else profile.remote_workdir, nodes=nodes)
 
     def attempt_launcher(self, submission: Submission) -> Any:
@@ -55,19 +57,23 @@ class SshKind(SupervisedHere[SshProfile]):
         from fsdp_orch.backends.over_ssh.connect import connect, on_every_host
 
         profile = self.profile_of(submission)
-        on_every_host(list(profile.hosts[:submission.job.nodes]), lambda i, host: connect(host, profile).close())
+        on_every_host(list(profile.hosts[:submission.job.nodes]),
+                      lambda i, host: connect(host, profile).close())
 
     def leftovers(self, job_id: str, row: JobStatus) -> bool:
-        return False  # the supervisor stops every host's processes itself; stop_leftovers sweeps after it
+        # the supervisor stops every host's processes itself; stop_leftovers sweeps after it
+        return False
 
     def stop_leftovers(self, job_id: str, row: JobStatus) -> None:
-        """Every process of the job on every host, whatever attempt (the supervisor may have died)."""
+        """Every process of the job on every host, whatever attempt
+        (the supervisor may have died)."""
         from fsdp_orch.backends.over_ssh.attempt import stop_on_host
         from fsdp_orch.backends.over_ssh.connect import on_every_host
 
         profile = self.profile_of(Submission.load(Path(row.run_dir), self))
         on_every_host(list(profile.hosts),
-                      lambda i, host: stop_on_host(host, profile, job_id, None, None, 2.0, timeout=60))
+                      lambda i, host: stop_on_host(host, profile, job_id, None, None, 2.0,
+                                                   timeout=60))
 
     def doctor(self, profile: SshProfile, torch_version: str | None, run: Runner) -> list[Check]:
         from fsdp_orch.backends.remote_doctor import ssh_checks
@@ -77,8 +83,8 @@ class SshKind(SupervisedHere[SshProfile]):
     def artifacts(self, plan: LaunchPlan, templates: Templates) -> list[Artifact]:
         out = [Artifact(f"{plan.attempt_dir}/hosts.txt", templates("ssh-hosts.txt.j2"))]
         for node in plan.nodes:
-            out.append(Artifact(f"{plan.attempt_dir}/node-{node.rank}.sh", templates(templates.main, node=node),
-                                True))
+            out.append(Artifact(f"{plan.attempt_dir}/node-{node.rank}.sh",
+                                templates(templates.main, node=node), True))
         return out
 
 

@@ -24,21 +24,25 @@ CANCEL_WAIT_S = 15.0
 def supervisor_argv(job_id: str, run_dir: str, reattach: bool) -> list[str]:
     """The supervisor's command line: the installed fsdp-orch's, with arguments built here (never a
     command read from a file: ``submission.json``'s ``supervisor_command`` is not run)."""
-    return [*supervisor_command(), job_id, "--run-dir", run_dir, *(["--reattach"] if reattach else [])]
+    return [*supervisor_command(), job_id, "--run-dir", run_dir,
+            *(["--reattach"] if reattach else [])]
 
 
 def spawn_supervisor(submission: Submission, reattach: bool) -> int:
     """The job's supervisor, detached, logging to the run dir."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_") or k == "FSDP_ORCH_HOME"}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("FSDP_ORCH_") or k == "FSDP_ORCH_HOME"}
     # The values that came by reference: in its environment only, whence its nodes get them (a
     # re-attached supervisor too: they wait in the private home until the job has ended).
     env.update(secrets.read(submission.job_id, "env"))
     run_dir = submission.run_dir
     argv = supervisor_argv(submission.job_id, str(run_dir), reattach)
     make_private_dirs(str(run_dir))
-    with os.fdopen(open_private(str(run_dir / "supervisor.log"), os.O_WRONLY | os.O_APPEND), "ab") as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True, env=env, cwd=run_dir)
+    with os.fdopen(open_private(str(run_dir / "supervisor.log"), os.O_WRONLY | os.O_APPEND),
+                   "ab") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                                env=env, cwd=run_dir)
     return proc.pid
 
 

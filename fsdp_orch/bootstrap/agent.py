@@ -4,10 +4,10 @@ liveness and injected faults for scripts that never import fsdp_orch.
 Passive until the process starts a process group (``init_process_group``, wrapped when
 ``torch.distributed`` is imported) or takes an optimizer step (torch's global optimizer-step post
 hook, registered when ``torch.optim.optimizer`` is imported). Then it writes the rank's heartbeat
-file (``fsdp_orch.observe.heartbeats``) after steps and every ``TICK_S`` from a watcher thread that also
-keeps the main-thread probe asking. A script that uses ``fsdp_orch.runtime`` reports its own steps,
-loss and saves through :meth:`Agent.report`; from then on optimizer steps are not counted twice and
-the runtime applies the faults.
+file (``fsdp_orch.observe.heartbeats``) after steps and every ``TICK_S`` from a watcher thread that
+also keeps the main-thread probe asking. A script that uses ``fsdp_orch.runtime`` reports its own
+steps, loss and saves through :meth:`Agent.report`; from then on optimizer steps are not counted
+twice and the runtime applies the faults.
 """
 
 from __future__ import annotations
@@ -28,12 +28,14 @@ if TYPE_CHECKING:
 
 TICK_S = 0.5  # the watcher's period: heartbeat file refresh and probe
 STEP_WRITE_MIN_S = 0.2  # after a step, write at once unless the last write is younger than this
-LONG_YOUNG_COLLECTION = 100_000  # young objects past which a collection is worth a heartbeat (about 10 ms of work)
+# young objects past which a collection is worth a heartbeat (about 10 ms of work)
+LONG_YOUNG_COLLECTION = 100_000
 
 class Agent:
     def __init__(self, env: Mapping[str, str], clock: Callable[[], float] = time.time):
         self.run_dir = os.path.expanduser(env["FSDP_ORCH_RUN_DIR"])
-        self.beat_dir = env.get("FSDP_ORCH_BEAT_DIR") or None  # node-local, read by the node's agent
+        # node-local, read by the node's agent
+        self.beat_dir = env.get("FSDP_ORCH_BEAT_DIR") or None
         self.attempt = _int(env.get("FSDP_ORCH_ATTEMPT"), 0)
         self.attempt_dir = env.get("FSDP_ORCH_ATTEMPT_DIR") or None
         self.fault_text = env.get("FSDP_ORCH_FAULT") or None
@@ -64,7 +66,8 @@ class Agent:
         self._injector: Any = None
         self._stack_file: Any = None
         self._host: str | None = None
-        self._trace_request: str | None = None  # where the supervisor asks for a flight-recorder dump
+        # where the supervisor asks for a flight-recorder dump
+        self._trace_request: str | None = None
         self._trace_prefix = ""
 
     # --- hooks -------------------------------------------------------------------------------
@@ -167,7 +170,8 @@ class Agent:
         self._probe = MainThreadProbe(self.clock)
         self._io = WriteMeter(self.clock)
         self._compute = ComputeMeter(self.clock)
-        # Loading workers at a loaded machine's share of a core still count (the veto holds under load).
+        # Loading workers at a loaded machine's share of a core still count
+        # (the veto holds under load).
         self._children = ComputeMeter(self.clock, cpu_seconds=ChildrenCpu(), applies=_always,
                                       min_fraction=fraction_at_this_load)
         self._step_times = StepTimes()
@@ -188,10 +192,11 @@ class Agent:
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         """A collection of a large object graph holds the interpreter in one native call for
-        seconds, the watcher thread included: the heartbeat says so as it begins (``collecting_since``),
-        and the rule counts the rank as busy meanwhile. Full collections, and young ones with many
-        objects to look at: after ``gc.disable()``/``gc.enable()``, or a burst of allocations, the
-        automatic collection that follows is a young one over all of them (1.3 s for 8M here)."""
+        seconds, the watcher thread included: the heartbeat says so as it begins
+        (``collecting_since``), and the rule counts the rank as busy meanwhile. Full collections,
+        and young ones with many objects to look at: after ``gc.disable()``/``gc.enable()``, or a
+        burst of allocations, the automatic collection that follows is a young one over all of them
+        (1.3 s for 8M here)."""
         if not self.active:  # a forked child (a data loader worker) never writes
             return
         if phase == "start":
@@ -206,9 +211,9 @@ class Agent:
             self._gc_since = None
             if self._probe is not None:
                 self._probe.mark()
-        # The watcher's own write may have set off the collection (its lock held): no wait there, and
-        # the write goes through a temp file of its own so the one in flight is not torn. On another
-        # thread, wait a little for a write in flight, or collecting_since is never written.
+        # The watcher's own write may have set off the collection (its lock held): no wait there,
+        # and the write goes through a temp file of its own so the one in flight is not torn. On
+        # another thread, wait a little for a write in flight, or collecting_since is never written.
         own = _thread.get_ident() == self._watcher_ident
         if self._lock.acquire(not own, -1 if own else 0.5):
             try:
@@ -245,7 +250,8 @@ class Agent:
     def _watch(self) -> None:
         from fsdp_orch.observe.heartbeats import HELD_AFTER_S
 
-        self._watcher_ident = _thread.get_ident()  # before its first write: a collection it sets off knows it
+        # before its first write: a collection it sets off knows it
+        self._watcher_ident = _thread.get_ident()
         woke = time.monotonic()
         while self.active:
             time.sleep(TICK_S)
@@ -262,7 +268,8 @@ class Agent:
             self._io.sample()
             self._compute.sample()
             # Every tick, not only once the main thread waits (0.1 ms of /proc here): then the first
-            # tick of a wait on data loader workers already says they load, well inside a 2 s window.
+            # tick of a wait on data loader workers already says they
+            # load, well inside a 2 s window.
             self._children.sample()
             if self._trace_request is not None:
                 self._serve_trace_request()
@@ -286,7 +293,8 @@ class Agent:
 
         if self._path is None or self.rank is None:
             return
-        computed = [m.compute_at for m in (self._compute, self._children) if m is not None and m.compute_at]
+        computed = [m.compute_at for m in (self._compute, self._children)
+                    if m is not None and m.compute_at]
         try:
             write_heartbeat(self._path, Heartbeat(
                 rank=self.rank, attempt=self.attempt, step=self.step, loss=self.loss, time=now,

@@ -93,7 +93,8 @@ class ChildrenCpu:
         self._pid = os.getpid() if pid is None else pid
         self._by_task = os.path.exists(f"/proc/{self._pid}/task/{self._pid}/children")
         self._tick = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
-        self._seen: dict[int, float] = self._now()  # children already there: from what they used so far
+        # children already there: from what they used so far
+        self._seen: dict[int, float] = self._now()
         self._total = 0.0
 
     def __call__(self) -> float:
@@ -116,7 +117,8 @@ class ChildrenCpu:
                     with open(f"/proc/{self._pid}/task/{task}/children") as f:
                         found.extend(int(pid) for pid in f.read().split())
                 return found
-            for name in os.listdir("/proc"):  # kernels without the children file: every process's parent
+            # kernels without the children file: every process's parent
+            for name in os.listdir("/proc"):
                 if name.isdigit() and self._parent(name) == self._pid:
                     found.append(int(name))
         except (OSError, ValueError):

@@ -1,4 +1,5 @@
-"""Fault injection for testing the supervisor: ``FSDP_ORCH_FAULT`` names what goes wrong, where and when.
+"""Fault injection for testing the supervisor: ``FSDP_ORCH_FAULT`` names
+what goes wrong, where and when.
 
 Syntax: one or more ``kind:step=N:rank=R[:attempt=K][:seconds=S]`` separated by ``;``. ``attempt``
 defaults to 0, so the restarted attempt runs clean. Kinds:
@@ -42,7 +43,8 @@ class Fault:
 def _parse_one(item: str) -> Fault:
     kind, *fields = [p.strip() for p in item.split(":")]
     if kind not in KINDS:
-        raise ValueError(f"fault {item!r}: unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+        raise ValueError(f"fault {item!r}: unknown kind {kind!r}; "
+                         f"expected one of {', '.join(KINDS)}")
     values: dict[str, str] = {}
     for part in fields:
         key, sep, value = part.partition("=")
@@ -63,7 +65,8 @@ def _parse_one(item: str) -> Fault:
             try:
                 ints[key] = int(values[key])
             except ValueError:
-                raise ValueError(f"fault {item!r}: {key}: expected an integer, got {values[key]!r}") from None
+                raise ValueError(f"fault {item!r}: {key}: expected an integer, "
+                                 f"got {values[key]!r}") from None
             if ints[key] < 0:
                 raise ValueError(f"fault {item!r}: {key}: expected >= 0, got {ints[key]}")
     seconds = None
@@ -73,9 +76,11 @@ def _parse_one(item: str) -> Fault:
         try:
             seconds = float(values["seconds"])
         except ValueError:
-            raise ValueError(f"fault {item!r}: seconds: expected a number, got {values['seconds']!r}") from None
+            raise ValueError(f"fault {item!r}: seconds: expected a number, "
+                             f"got {values['seconds']!r}") from None
         if not seconds > 0 or seconds == float("inf"):
-            raise ValueError(f"fault {item!r}: seconds: expected a positive number, got {values['seconds']!r}")
+            raise ValueError(f"fault {item!r}: seconds: expected a positive number, "
+                             f"got {values['seconds']!r}")
     elif kind == "slow":
         raise ValueError(f"fault {item!r}: 'slow' needs seconds=S (the delay per step)")
     return Fault(kind, ints["step"], ints["rank"], ints.get("attempt", 0), seconds)
@@ -125,13 +130,15 @@ class FaultInjector:
                 self._say(f"injected SIGKILL at step {step}")
                 os.kill(os.getpid(), signal.SIGKILL)
             elif fault.kind == "hang":
-                self._say(f"injected hang at step {step}: sleeping forever before the next collective")
+                self._say(f"injected hang at step {step}: "
+                          "sleeping forever before the next collective")
                 while True:
                     self._sleep(3600)
             elif fault.kind == "collective_timeout":
                 wait = self.collective_timeout + 10.0
-                self._say(f"injected collective timeout at step {step}: skipping the next collective "
-                          f"({wait:g}s, the process group timeout is {self.collective_timeout:g}s)")
+                self._say(f"injected collective timeout at step {step}: skipping the next "
+                          f"collective ({wait:g}s, the process group timeout is "
+                          f"{self.collective_timeout:g}s)")
                 self._sleep(wait)
                 self._say("exiting after the skipped collective")
                 self._exit_now(1)

@@ -16,7 +16,8 @@ EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_WAIT_TIMED_OUT = 0, 1, 2, 3
 
 
 def open_index():  # type: ignore[no-untyped-def]
-    """The index of the event logs under $FSDP_ORCH_HOME (os.path, not pathlib: `status` starts fast)."""
+    """The index of the event logs under $FSDP_ORCH_HOME (os.path,
+    not pathlib: `status` starts fast)."""
     from fsdp_orch.record.index import open_index as opened
 
     return opened()
@@ -31,7 +32,8 @@ def private_home() -> None:
     ensure_private_root(home, create=False)  # made 0700 by whatever first writes there
     apart = local_store_folders(home)
     if apart:
-        ensure_private_root(apart[0], above=apart[1:2] if os.environ.get("XDG_RUNTIME_DIR") else apart[1:],
+        ensure_private_root(apart[0],
+                            above=apart[1:2] if os.environ.get("XDG_RUNTIME_DIR") else apart[1:],
                             create=False)
 
 
@@ -60,7 +62,8 @@ def print_table(jobs, detail: bool = False) -> None:  # type: ignore[no-untyped-
 
 def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", metavar="JOB_YAML", help="the job spec")
-    p.add_argument("--cluster", required=True, help="cluster profile name (see 'fsdp-orch clusters') or a YAML path")
+    p.add_argument("--cluster", required=True,
+                   help="cluster profile name (see 'fsdp-orch clusters') or a YAML path")
     p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a job spec field, e.g. --set nodes=2 (repeatable)")
     p.add_argument("--accelerate-config", metavar="FILE",

@@ -34,7 +34,8 @@ def home_checks(home: str | None = None, mounts: str | None = None) -> list[Chec
     fs = filesystem_of(root, mounts) or "unknown"
     db = store_path(root, mounts)
     if on_network_filesystem(root, mounts):
-        return [Check("FSDP_ORCH_HOME", True, f"{root} is on {fs}, a network filesystem: the nodes can "
+        return [Check("FSDP_ORCH_HOME", True,
+                      f"{root} is on {fs}, a network filesystem: the nodes can "
                       f"share its runs folder; the index database is kept locally at {db}")]
     return [Check("FSDP_ORCH_HOME", True, f"{root} is on {fs} (local); the index database is {db}",
                   "for a multi-host cluster, put FSDP_ORCH_HOME on the filesystem the nodes share")]
@@ -44,8 +45,9 @@ SHOWN_PATHS = 20  # untrusted paths named one by one; the rest are counted
 
 
 def _run_roots(home: str, cwd: str | None) -> list[str]:
-    """Every runs folder to look at: the home's, each profile's ``<shared_dir>/<user>/runs``, and the
-    ``<shared_dir>/runs`` where fsdp-orch before per-user roots put runs (and others may plant)."""
+    """Every runs folder to look at: the home's, each profile's
+    ``<shared_dir>/<user>/runs``, and the ``<shared_dir>/runs`` where fsdp-orch before
+    per-user roots put runs (and others may plant)."""
     from fsdp_orch.record.run_roots import all_shared_dirs, shared_run_root
 
     roots = [os.path.join(home, "runs")]
@@ -113,16 +115,22 @@ def trust_checks(home: str | None = None, cwd: str | None = None) -> list[Check]
     if found is not None:
         verdict, why = root_verdict(found, os.getuid())
         checks.append(Check("FSDP_ORCH_HOME private", verdict != "refuse",
-                            why or f"{root} is yours and 0700" + (" (made so at the next command)" if verdict == "tighten" else ""),
-                            "" if verdict != "refuse" else f"chmod 700 {root}, or set FSDP_ORCH_HOME to a folder of your own"))
+                            why or f"{root} is yours and 0700"
+                            + (" (made so at the next command)" if verdict == "tighten" else ""),
+                            "" if verdict != "refuse"
+                            else f"chmod 700 {root}, or set FSDP_ORCH_HOME to a folder "
+                                 "of your own"))
     paths, trusted = untrusted_paths(root, cwd)
     for line in paths[:SHOWN_PATHS]:
         checks.append(Check("not yours, not read", False, line,
-                            "remove it if you do not know it; fsdp-orch never lists, adopts or runs it"))
+                            "remove it if you do not know it; "
+                            "fsdp-orch never lists, adopts or runs it"))
     if len(paths) > SHOWN_PATHS:
-        checks.append(Check("not yours, not read", False, f"and {len(paths) - SHOWN_PATHS} more", ""))
+        checks.append(Check("not yours, not read", False, f"and {len(paths) - SHOWN_PATHS} more",
+                            ""))
     if not paths:
-        checks.append(Check("files others could write", True, "every run folder, event file and schedule "
+        checks.append(Check("files others could write", True,
+                            "every run folder, event file and schedule "
                             "read is yours and writable by you alone"))
     checks += checkpoint_checks(trusted)
     checks += secret_checks()
@@ -141,16 +149,22 @@ def secret_checks() -> list[Check]:
         names = sorted(os.listdir(folder))
         mode = os.stat(folder).st_mode
     except OSError:
-        return [Check("secrets kept", True, "no value that came by reference is kept (none is needed now)")]
+        return [Check("secrets kept", True,
+                      "no value that came by reference is kept (none is needed now)")]
     bad = [name for name in names
-           if (st := os.lstat(os.path.join(folder, name))).st_uid != os.getuid() or st.st_mode & 0o077]
+           if (st := os.lstat(os.path.join(folder, name))).st_uid != os.getuid()
+           or st.st_mode & 0o077]
     if mode & 0o077 or bad:
-        return [Check("secrets kept", False, f"{folder} (mode {stat.S_IMODE(mode):04o}) holds files others "
+        return [Check("secrets kept", False,
+                      f"{folder} (mode {stat.S_IMODE(mode):04o}) holds files others "
                       f"could read or that are not yours: {', '.join(bad) or 'the folder itself'}",
-                      f"chmod 700 {folder}; chmod 600 the files named, and remove any you did not make")]
+                      f"chmod 700 {folder}; chmod 600 the files named, "
+                      "and remove any you did not make")]
     jobs = sorted({name.split(".")[0] for name in names})
-    return [Check("secrets kept", True, f"{len(jobs)} job(s) have values kept 0600 in {folder} while a supervisor "
-                  "or notifier on this machine may need them" if jobs else "no value that came by reference is kept")]
+    return [Check("secrets kept", True,
+                  f"{len(jobs)} job(s) have values kept 0600 in {folder} while a supervisor "
+                  "or notifier on this machine may need them" if jobs
+                  else "no value that came by reference is kept")]
 
 
 def checkpoint_checks(run_folders: list[str]) -> list[Check]:
@@ -176,14 +190,16 @@ def checkpoint_checks(run_folders: list[str]) -> list[Check]:
             continue
         if mode & (stat.S_IRGRP | stat.S_IROTH):
             checks.append(Check("checkpoint.dir readable by others", False,
-                                f"{directory} (mode {stat.S_IMODE(mode):04o}): other accounts can read "
-                                f"these checkpoints", f"chmod 700 {directory} if they are not meant to be shared"))
+                                f"{directory} (mode {stat.S_IMODE(mode):04o}): "
+                                "other accounts can read these checkpoints",
+                                f"chmod 700 {directory} if they are not meant to be shared"))
     return checks
 
 
 def report(checks: list[Check], as_json: bool) -> str:
     if as_json:
-        return json.dumps({"ok": all(c.ok for c in checks), "checks": [asdict(c) for c in checks]}, indent=2)
+        return json.dumps({"ok": all(c.ok for c in checks), "checks": [asdict(c) for c in checks]},
+                          indent=2)
     lines = []
     for c in checks:
         lines.append(f"[{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}")
@@ -202,5 +218,5 @@ def run_doctor(cluster: str | None, as_json: bool, run: Runner = command.run) ->
     return report(checks, as_json), all(c.ok for c in checks)
 
 
-__all__ = ["Check", "checkpoint_checks", "home_checks", "report", "run_doctor", "torch_here", "trust_checks",
-           "untrusted_paths"]
+__all__ = ["Check", "checkpoint_checks", "home_checks", "report", "run_doctor", "torch_here",
+           "trust_checks", "untrusted_paths"]

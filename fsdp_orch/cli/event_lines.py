@@ -1,4 +1,5 @@
-"""``fsdp-orch events``: a job's event log, as lines a person reads or as JSON lines (stdlib only)."""
+"""``fsdp-orch events``: a job's event log, as lines a person reads
+or as JSON lines (stdlib only)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from typing import Any
 from fsdp_orch.record.events import read_new
 from fsdp_orch.vocab.redact import shown_event
 
-_SHOWN = ("state", "attempt", "category", "action", "step", "loss", "delay", "backend_ref", "exit_code",
-          "resume_from", "pid", "host", "off_because", "reason", "notice", "message", "evidence")
+_SHOWN = ("state", "attempt", "category", "action", "step", "loss", "delay", "backend_ref",
+          "exit_code", "resume_from", "pid", "host", "off_because", "reason", "notice", "message",
+          "evidence")
 
 
 # A schedule's events (``fsdp-orch schedule events``).
-SCHEDULE_SHOWN = ("tick", "job", "init_from", "cancelled", "replaced", "reason", "count", "first", "last",
-                  "error", "cron", "tz", "cluster")
+SCHEDULE_SHOWN = ("tick", "job", "init_from", "cancelled", "replaced", "reason", "count", "first",
+                  "last", "error", "cron", "tz", "cluster")
 
 
 def format_event(event: dict[str, Any], shown: tuple[str, ...] = _SHOWN) -> str:
@@ -27,7 +29,8 @@ def format_event(event: dict[str, Any], shown: tuple[str, ...] = _SHOWN) -> str:
 
 
 def show_events(run_dir: str, *, as_json: bool, follow: bool, interval: float = 0.5,
-                out=sys.stdout, err=sys.stderr, sleep=time.sleep) -> None:  # type: ignore[no-untyped-def]
+                out=sys.stdout, err=sys.stderr,  # type: ignore[no-untyped-def]
+                sleep=time.sleep) -> None:
     """Print the job's events in time order; with ``follow``, keep printing new ones until the job's
     ``finished`` event."""
     offsets: dict[str, tuple[int, int]] = {}

@@ -11,10 +11,12 @@ from fsdp_orch.vocab.times import iso_time
 
 
 def format_rows(columns: list[str], rows: list[dict[str, Any]]) -> str:
-    cells = [[c.upper() for c in columns]] + [["" if r.get(c) is None else str(r.get(c)) for c in columns]
+    cells = [[c.upper() for c in columns]] + [["" if r.get(c) is None else str(r.get(c))
+                                                for c in columns]
                                                for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+                     for row in cells)
 
 
 def _loss(loss: float | None) -> str:
@@ -48,7 +50,8 @@ def format_jobs(jobs: list[JobStatus], detail: bool = False, now: float | None =
              "attempts": j.attempts, "step": j.progress_step, "loss": _loss(j.progress_loss),
              "ckpt": _ckpt(j), "created": (iso_time(j.created_at) or "")[:19].replace("T", " ")}
             for j in jobs]
-    text = format_rows(["id", "name", "cluster", "state", "attempts", "step", "loss", "ckpt", "created"], rows)
+    text = format_rows(["id", "name", "cluster", "state", "attempts", "step", "loss", "ckpt",
+                        "created"], rows)
     if not detail:
         return text
     return "\n".join([text, *(line for j in jobs for line in detail_lines(j, now))])
@@ -79,7 +82,8 @@ def detail_lines(job: JobStatus, now: float | None = None) -> list[str]:
         lines.append(f"reason: {job.reason}")
     for f in job.failures:
         stalled = f" (stalled {f.stalled_for_s:.1f}s)" if f.stalled_for_s is not None else ""
-        lines.append(f"attempt {f.attempt}: {f.category}{stalled} -> {f.action}: {f.evidence or ''}")
+        lines.append(f"attempt {f.attempt}: {f.category}{stalled} -> {f.action}: "
+                     f"{f.evidence or ''}")
         if f.hint:
             lines.append(f"  hint: {f.hint}")
     if job.last_checkpoint_path:
@@ -96,7 +100,8 @@ def detail_lines(job: JobStatus, now: float | None = None) -> list[str]:
 
 
 def goodput_line(job: JobStatus) -> str:
-    """``goodput: 91.3% of 2m (largest loss: detection 12.1s)``: to the end, or to the latest event."""
+    """``goodput: 91.3% of 2m (largest loss: detection 12.1s)``:
+    to the end, or to the latest event."""
     g = job.goodput_json()  # status --json's figures, rounded as there
     if g["goodput_pct"] is None:
         return "goodput: no time yet"

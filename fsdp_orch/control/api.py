@@ -1,4 +1,5 @@
-"""The Python API: what the CLI does, for a pipeline written in Python (an Airflow task, a notebook).
+"""The Python API: what the CLI does, for a pipeline written in Python
+(an Airflow task, a notebook).
 
     import fsdp_orch
 
@@ -29,13 +30,15 @@ Overrides = Mapping[str, Any] | Sequence[str]
 
 
 class WaitTimedOut(FsdpOrchError):
-    """``Job.wait(timeout)`` ran out before the job ended; the job goes on. ``status``: as it was."""
+    """``Job.wait(timeout)`` ran out before the job ended;
+    the job goes on. ``status``: as it was."""
 
     exit_code = 3
 
     def __init__(self, job_id: str, timeout: float, status: dict[str, Any]):
         self.job_id, self.timeout, self.status = job_id, timeout, status
-        super().__init__(f"job {job_id} is still {status.get('state')} after {timeout:g}s; it goes on")
+        super().__init__(f"job {job_id} is still {status.get('state')} "
+                         f"after {timeout:g}s; it goes on")
 
 
 def _override_lines(overrides: Overrides | None) -> list[str]:
@@ -47,12 +50,14 @@ def _override_lines(overrides: Overrides | None) -> list[str]:
         for key in overrides:
             inputs.of_type(key, str, "overrides", f"{expected}; a key that is a string")
         try:
-            return [f"{key}={json.dumps(value)}" for key, value in overrides.items()]  # JSON is YAML
+            # JSON is YAML
+            return [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
         except (TypeError, ValueError) as exc:
-            raise InputError(f"expected values JSON can write (text, numbers, lists, mappings); {exc}",
-                             field="overrides") from None
+            raise InputError("expected values JSON can write (text, numbers, lists, mappings); "
+                             f"{exc}", field="overrides") from None
     if isinstance(overrides, (str, bytes)) or not isinstance(overrides, Sequence):
-        raise InputError(f"expected {expected}; got {type(overrides).__name__} {overrides!r}", field="overrides")
+        raise InputError(f"expected {expected}; got {type(overrides).__name__} {overrides!r}",
+                         field="overrides")
     return [str(inputs.of_type(line, str, "overrides", expected)) for line in overrides]
 
 
@@ -94,16 +99,19 @@ class Job:
             return json.loads(index.store.status_json(self.id) or "{}")
 
     def wait(self, timeout: float | None = None, interval: float = 1.0) -> dict[str, Any]:
-        """Block until the job ends; its final status. ``WaitTimedOut`` after ``timeout`` seconds."""
+        """Block until the job ends; its final status.
+        ``WaitTimedOut`` after ``timeout`` seconds."""
         timeout = _timeout(timeout)
         if inputs.seconds(interval, "interval") <= 0:
-            raise InputError(f"expected a number of seconds above 0; got {interval!r}", field="interval")
+            raise InputError(f"expected a number of seconds above 0; got {interval!r}",
+                             field="interval")
         from fsdp_orch.control.follow import wait_for
         from fsdp_orch.record.index import open_index
         from fsdp_orch.vocab.states import TERMINAL_NAMES
 
         with open_index() as index:
-            state = wait_for(index, self.id, quiet=True, show_progress=False, interval=interval, timeout=timeout)
+            state = wait_for(index, self.id, quiet=True, show_progress=False, interval=interval,
+                             timeout=timeout)
         status = self.status()
         if state not in TERMINAL_NAMES and status.get("state") not in TERMINAL_NAMES:
             raise WaitTimedOut(self.id, float(timeout or 0), status)

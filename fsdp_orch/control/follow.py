@@ -29,8 +29,8 @@ def progress_line(row: JobStatus) -> str:
 
 
 def attempt_text(row: JobStatus) -> str:
-    """``attempt 2 (restart 2 of 3)``: the latest attempt, and which restart of ``max_restarts`` it is
-    (attempts the scheduler requeued use none)."""
+    """``attempt 2 (restart 2 of 3)``: the latest attempt, and which restart of ``max_restarts`` it
+    is (attempts the scheduler requeued use none)."""
     attempt = row.attempts - 1
     if attempt == 0:
         return "attempt 0"
@@ -67,7 +67,8 @@ def wait_for(index: Any, job_id: str, *, show_progress: bool = True, quiet: bool
             return "FAILED"
         line = progress_line(row)
         now = time.monotonic()
-        if not quiet and line != last and (tty or now - last_print >= 2.0 or row.state in TERMINAL_NAMES):
+        if not quiet and line != last and (tty or now - last_print >= 2.0
+                                           or row.state in TERMINAL_NAMES):
             if tty and show_progress:
                 sys.stderr.write("\r\033[K" + line)
             else:

@@ -35,7 +35,8 @@ def refresh(index: JobIndex, job_ids: list[str] | None) -> list[str]:
 
 def trusted(run_dir: str) -> bool:
     """Whether a job's run folder is this user's alone: only then is a supervisor started for it or
-    its scheduler asked (an index kept by an older fsdp-orch may list a folder another account made)."""
+    its scheduler asked (an index kept by an older fsdp-orch may list
+    a folder another account made)."""
     from fsdp_orch.record.run_roots import run_folder_problem
 
     return run_folder_problem(run_dir) is None

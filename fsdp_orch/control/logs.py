@@ -41,7 +41,8 @@ def node_logs(attempt_dir: Path) -> dict[int, Path]:
             if (m := _NODE_LOG.search(p.name))}
 
 
-def filter_rank(lines: Iterator[str], local_rank: int, seen: list[bool] | None = None) -> Iterator[str]:
+def filter_rank(lines: Iterator[str], local_rank: int,
+                seen: list[bool] | None = None) -> Iterator[str]:
     """Lines of one local rank from a node console log, prefix removed. ``seen[0]`` becomes True
     once any line tagged with a rank went by."""
     for line in lines:
@@ -79,7 +80,8 @@ class Layout:
             doc = {}
         resolved = doc.get("_resolved") or {}
         nproc, world = resolved.get("nproc_per_node"), resolved.get("world_size")
-        return cls(str(doc.get("launcher") or "torchrun"), nproc if isinstance(nproc, int) and nproc > 0 else 1,
+        return cls(str(doc.get("launcher") or "torchrun"),
+                   nproc if isinstance(nproc, int) and nproc > 0 else 1,
                    world if isinstance(world, int) else None)
 
 
@@ -88,9 +90,10 @@ def rank_has_no_log(job_id: str, rank: int, node: int, attempt: int, latest: boo
     """Why ``logs --rank`` shows nothing of its own under a launcher whose ranks share a log, and
     where their output is."""
     command = f"fsdp-orch logs {job_id} --node {node}" + ("" if latest else f" --attempt {attempt}")
-    return (f"[fsdp-orch] attempt {attempt} has {which_logs(logs)}: launcher: {layout.launcher} runs one "
-            f"process per node, which starts its ranks itself, so rank {rank} has no log of its own: its "
-            f"output is in node {node}'s log, with the other ranks of that node ({command})\n")
+    return (f"[fsdp-orch] attempt {attempt} has {which_logs(logs)}: launcher: "
+            f"{layout.launcher} runs one process per node, which starts its ranks itself, "
+            f"so rank {rank} has no log of its own: its output is in node {node}'s log, "
+            f"with the other ranks of that node ({command})\n")
 
 
 def show_logs(index: Any, job_id: str, *, rank: int | None = None, node: int | None = None,
@@ -123,7 +126,8 @@ def show_logs(index: Any, job_id: str, *, rank: int | None = None, node: int | N
         if follow:
             index.ingest([job_id])
             current = index.store.job(job_id)
-            ended = current is not None and current.ended and attempt_dirs(run_dir).keys() == attempts.keys()
+            ended = (current is not None and current.ended
+                     and attempt_dirs(run_dir).keys() == attempts.keys())
         if ended:
             if rank is not None and not printed:
                 _said_nothing(job_id, rank, chosen, logs, tagged[0], out)
@@ -133,7 +137,8 @@ def show_logs(index: Any, job_id: str, *, rank: int | None = None, node: int | N
             chosen = max(attempts)
             positions, printed, tagged = {}, 0, [False]
             out.write(f"--- attempt {chosen} ---\n")
-        logs = _chosen_logs(attempts[chosen], node, chosen, what, follow)  # nodes whose logs appeared since
+        # nodes whose logs appeared since
+        logs = _chosen_logs(attempts[chosen], node, chosen, what, follow)
         for number in logs:
             positions.setdefault(number, 0)
         time.sleep(0.5)
@@ -183,8 +188,10 @@ def _print_new(logs: dict[int, Path], positions: dict[int, int], local: int | No
     return printed
 
 
-def _chosen_logs(attempt_dir: Path, node: int | None, attempt: int, what: str, follow: bool) -> dict[int, Path]:
-    """The attempt's node logs, or only ``node``'s: one not there (yet) is an error unless followed."""
+def _chosen_logs(attempt_dir: Path, node: int | None, attempt: int, what: str,
+                 follow: bool) -> dict[int, Path]:
+    """The attempt's node logs, or only ``node``'s: one not there
+    (yet) is an error unless followed."""
     logs = node_logs(attempt_dir)
     if node is None:
         return logs
@@ -195,13 +202,16 @@ def _chosen_logs(attempt_dir: Path, node: int | None, attempt: int, what: str, f
     raise InputError(f"attempt {attempt} has {which_logs(logs)}, none of node {node}", field=what)
 
 
-def _said_nothing(job_id: str, rank: int, attempt: int, logs: dict[int, Path], tagged: bool, out: Any) -> None:
-    """``--rank`` found not one line of the rank in its node's log: say so, and why when its lines are
-    not tagged (a log written before the launcher tagged them)."""
+def _said_nothing(job_id: str, rank: int, attempt: int, logs: dict[int, Path], tagged: bool,
+                  out: Any) -> None:
+    """``--rank`` found not one line of the rank in its node's log: say so,
+    and why when its lines are not tagged (a log written before the launcher tagged them)."""
     for node, path in logs.items():
         why = ("" if tagged or not path.stat().st_size else
-               f": its lines are not tagged with their ranks (fsdp-orch logs {job_id} --node {node} --attempt {attempt})")
-        out.write(f"[fsdp-orch] rank {rank} wrote nothing to node {node}'s log in attempt {attempt}{why}\n")
+               f": its lines are not tagged with their ranks (fsdp-orch logs {job_id} --node "
+               f"{node} --attempt {attempt})")
+        out.write(f"[fsdp-orch] rank {rank} wrote nothing to node {node}'s log "
+                  f"in attempt {attempt}{why}\n")
     out.flush()
 
 
@@ -231,15 +241,19 @@ def secret_values(row: JobStatus) -> list[str]:
         try:
             values.append(resolve(SecretRef.model_validate(value), os.environ, name))
         except (InputError, ValueError):
-            continue  # gone since: it was never printed by fsdp-orch, and the script's output is its own
+            # gone since: it was never printed by fsdp-orch, and the script's output is its own
+            continue
     return values
 
 
 def _point_to_stacks(attempt_dir: Path, out: Any) -> int:
-    """After a hang the supervisor dumped every rank's stack: say where (they are not in the logs)."""
+    """After a hang the supervisor dumped every rank's stack:
+    say where (they are not in the logs)."""
     stacks = attempt_dir / STACKS_DIR
-    dumps = sorted(p.name for p in stacks.glob("rank-*.txt") if p.stat().st_size) if stacks.is_dir() else []
+    dumps = (sorted(p.name for p in stacks.glob("rank-*.txt") if p.stat().st_size)
+             if stacks.is_dir() else [])
     if dumps:
-        out.write(f"[fsdp-orch] stack dumps of this attempt's ranks ({', '.join(dumps)}): {stacks}\n")
+        out.write("[fsdp-orch] stack dumps of this attempt's ranks "
+                  f"({', '.join(dumps)}): {stacks}\n")
         out.flush()
     return 0

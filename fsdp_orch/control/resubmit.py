@@ -40,17 +40,19 @@ def checkpoint_dir_of(job: JobStatus) -> str | None:
 
 
 def writer_of(checkpoint_dir: str, jobs: Iterable[JobStatus]) -> JobStatus | None:
-    """The newest job that wrote into ``checkpoint_dir``: of those with a checkpoint recorded, else of
-    all that used it (pure)."""
+    """The newest job that wrote into ``checkpoint_dir``: of those with a checkpoint recorded,
+    else of all that used it (pure)."""
     same = [job for job in jobs if checkpoint_dir_of(job) == checkpoint_dir]
-    committed = [job for job in same if job.last_checkpoint_step is not None or job.last_checkpoint_path]
+    committed = [job for job in same
+                 if job.last_checkpoint_step is not None or job.last_checkpoint_path]
     pool = committed or same
     return max(pool, key=lambda job: job.created_at) if pool else None
 
 
 def existing_checkpoint(checkpoint_dir: str, jobs: Iterable[JobStatus],
                         layout: FileLayout | None = None) -> Existing | None:
-    """``layout``: the job's ``checkpoint.file`` (its files, not the folder layouts, are its checkpoints)."""
+    """``layout``: the job's ``checkpoint.file`` (its files,
+    not the folder layouts, are its checkpoints)."""
     found = source_of(checkpoint_dir, layout, LOCAL).latest()
     if found is None:
         return None
@@ -66,9 +68,10 @@ def decide(existing: Existing | None, choice: Choice | None, field: str) -> Choi
     if choice is None and existing.writer is not None and existing.writer.state == "SUCCEEDED":
         writer = existing.writer
         step = "" if existing.step is None else f" (step {existing.step})"
-        raise InputError(f"{existing.path}{step} was written by job {writer.id} ({writer.name}), which ended "
-                         "SUCCEEDED: a new submission would continue it. Pass --resume to continue it, or "
-                         "--fresh to move it aside (kept) and start over", field=field)
+        raise InputError(f"{existing.path}{step} was written by job {writer.id} "
+                         f"({writer.name}), which ended SUCCEEDED: a new submission would "
+                         "continue it. Pass --resume to continue it, or --fresh to move "
+                         "it aside (kept) and start over", field=field)
     return choice or "resume"
 
 
@@ -78,7 +81,8 @@ def said(existing: Existing, choice: Choice, moved_to: str | None = None) -> str
           if existing.writer else "not written by a job fsdp-orch knows")
     step = "step unknown" if existing.step is None else f"step {existing.step}"
     if choice == "fresh":
-        return f"starting fresh: moved the checkpoints aside to {moved_to} (kept); the newest was {existing.path} ({step}, {by})"
+        return (f"starting fresh: moved the checkpoints aside to {moved_to} (kept); "
+                f"the newest was {existing.path} ({step}, {by})")
     return f"resuming from {existing.path} ({step}, {by})"
 
 

@@ -35,20 +35,21 @@ def _from_job(index: JobIndex, job_id: str) -> InitSource:
     directory = submission.checkpoint_dir
     found = latest_complete(directory)
     if found is None:
-        raise InputError(f"job {job_id} has no complete checkpoint in {directory}; expected a job that "
-                         "saved at least one", field=FIELD)
+        raise InputError(f"job {job_id} has no complete checkpoint in {directory}; "
+                         "expected a job that saved at least one", field=FIELD)
     return InitSource(str(found.path), found.step, found.layout, job_id)
 
 
 def _from_path(text: str) -> InitSource:
     path = Path(text).expanduser().resolve()
     if not path.exists():
-        raise InputError(f"no job and no path named {text!r}; expected a job id (fsdp-orch status) or "
-                         "a checkpoint (step-N, checkpoint-N) or a folder of them", field=FIELD)
+        raise InputError(f"no job and no path named {text!r}; expected a job id (fsdp-orch status) "
+                         "or a checkpoint (step-N, checkpoint-N) or a folder of them", field=FIELD)
     info = checkpoint_info(path)
     if info is not None:
         if not info.complete:
-            raise InputError(f"{path} is not a complete checkpoint ({info.reason or 'incomplete'}); "
+            raise InputError(f"{path} is not a complete checkpoint "
+                             f"({info.reason or 'incomplete'}); "
                              "expected one with its commit record", field=FIELD)
         return InitSource(str(info.path), info.step, info.layout, None)
     found = latest_complete(path)
@@ -60,7 +61,8 @@ def _from_path(text: str) -> InitSource:
 
 def resolve_init_from(index: JobIndex, text: str) -> InitSource:
     """A job id (or its unique prefix): that job's latest complete checkpoint. A path: that
-    checkpoint, or the latest complete one in that folder. InputError otherwise (an empty text too)."""
+    checkpoint, or the latest complete one in that folder. InputError
+    otherwise (an empty text too)."""
     text = checked_init_from(text, FIELD)
     if "/" in text or text.startswith("."):
         return _from_path(text)

@@ -20,7 +20,8 @@ def accelerate_to_spec(config: dict[str, Any], file: str) -> dict[str, Any]:
     return _implied(config, file)[0]
 
 
-def _implied(config: dict[str, Any], file: str) -> tuple[dict[str, Any], dict[tuple[str, ...], tuple[str, ...]]]:
+def _implied(config: dict[str, Any],
+             file: str) -> tuple[dict[str, Any], dict[tuple[str, ...], tuple[str, ...]]]:
     """(spec fields, spec path -> the accelerate config path it came from)."""
     out: dict[str, Any] = {}
     sources: dict[tuple[str, ...], tuple[str, ...]] = {}
@@ -47,7 +48,8 @@ def _implied(config: dict[str, Any], file: str) -> tuple[dict[str, Any], dict[tu
     if isinstance(processes, int) and not isinstance(processes, bool) and processes > 0:
         nodes = out.get("nodes", 1)
         if processes % nodes:
-            raise InputError(f"num_processes ({processes}) is not a multiple of num_machines ({nodes})",
+            raise InputError(f"num_processes ({processes}) is not a "
+                             f"multiple of num_machines ({nodes})",
                              file=file, field="num_processes")
         out["procs_per_node"] = processes // nodes
         sources[("procs_per_node",)] = ("num_processes",)
@@ -64,7 +66,8 @@ def merge_accelerate_config(data: dict[str, Any], path: Path) -> dict[str, Any]:
 
 def merge_accelerate_doc(data: dict[str, Any], doc: YamlDoc
                          ) -> tuple[dict[str, Any], dict[tuple[str, ...], FieldOrigin]]:
-    """Like :func:`merge_accelerate_config`, plus where each field taken from ``doc`` was written."""
+    """Like :func:`merge_accelerate_config`, plus where each field
+    taken from ``doc`` was written."""
     implied, sources = _implied(doc.data, doc.file)
     merged = dict(data)
     merged["accelerate_config"] = doc.file

@@ -1,4 +1,5 @@
-"""Durations as users write them: ``90s``, ``10m``, ``1h``, ``1h30m``, ``250ms`` or a bare number of seconds."""
+"""Durations as users write them: ``90s``, ``10m``, ``1h``, ``1h30m``,
+``250ms`` or a bare number of seconds."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def parse_duration(value: object) -> float:
         try:
             return _finite(float(value), value)
         except OverflowError:  # an int beyond any float
-            raise ValueError(f"expected a finite duration like 90s, 10m or 1h; got {_shown(value)}") from None
+            raise ValueError("expected a finite duration like 90s, 10m or 1h; "
+                             f"got {_shown(value)}") from None
     if isinstance(value, str):
         text = value.strip().lower().replace(" ", "")
         if re.fullmatch(r"\d+(?:\.\d+)?", text):

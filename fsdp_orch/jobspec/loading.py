@@ -77,7 +77,8 @@ def apply_override(data: dict[str, Any], item: str) -> dict[str, Any]:
         node[part] = dict(child)
         node = node[part]
     if len(parts) == 2 and parts[0] == "fsdp":  # replace the option however it was spelled
-        for spelled in [k for k in node if isinstance(k, str) and fsdp_name(k) == fsdp_name(parts[1])]:
+        for spelled in [k for k in node
+                        if isinstance(k, str) and fsdp_name(k) == fsdp_name(parts[1])]:
             del node[spelled]
     node[parts[-1]] = value
     return out

@@ -25,7 +25,8 @@ class Webhook(StrictModel):
     when: list[str] = Field(default_factory=lambda: list(DEFAULT_ON))  # or "on" (see _on_is_when)
     format: Literal["json", "slack"] = "json"
     retry_for: Annotated[float, BeforeValidator(parse_duration), Field(gt=0)] = 600.0
-    headers: dict[str, HeaderOrRef] = Field(default_factory=dict)  # a value, or {from_env:}/{from_file:}
+    # a value, or {from_env:}/{from_file:}
+    headers: dict[str, HeaderOrRef] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -61,12 +62,14 @@ class Webhook(StrictModel):
         for name, text in value.items():
             problem = control_character(name)
             if problem is not None or not name.strip():
-                raise ValueError(f"header name {name!r}: expected a name without control characters; got "
+                raise ValueError(f"header name {name!r}: expected a name without control "
+                                 "characters; got "
                                  + (f"one holding {problem}" if problem else "an empty name"))
-            problem = control_character(text) if isinstance(text, str) else None  # a reference: at submit
+            # a reference: at submit
+            problem = control_character(text) if isinstance(text, str) else None
             if problem is not None:
-                raise ValueError(f"header {name!r}: expected a value without control characters; got one "
-                                 f"holding {problem}")
+                raise ValueError(f"header {name!r}: expected a value without control characters; "
+                                 f"got one holding {problem}")
         return value
 
     @field_validator("when")
@@ -77,7 +80,8 @@ class Webhook(StrictModel):
             if name not in known:
                 close = difflib.get_close_matches(name, known, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ValueError(f"unknown state or event {name!r}{hint}; expected one of {', '.join(known)}")
+                raise ValueError(f"unknown state or event {name!r}{hint}; "
+                                 f"expected one of {', '.join(known)}")
         if not value:
             raise ValueError("expected at least one state or event")
         return value

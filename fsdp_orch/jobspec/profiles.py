@@ -1,4 +1,5 @@
-"""Cluster profiles (``clusters/*.yaml``): what every kind's profile has, and where profiles are found.
+"""Cluster profiles (``clusters/*.yaml``): what every kind's profile
+has, and where profiles are found.
 
 Each cluster kind's own model lives with its backend (``fsdp_orch.backends``); the registry there
 parses a profile file with the model of the kind it names.
@@ -27,7 +28,8 @@ class ProfileBase(StrictModel):
     python: str = "python3"
     env: dict[str, ValueOrRef] = Field(default_factory=dict)
     # The run root the submit host and the nodes share (NFS, Lustre, GPFS): job run folders go to
-    # <shared_dir>/runs/<id>. None: $FSDP_ORCH_HOME/runs, which then must be shared for multi-host kinds.
+    # <shared_dir>/runs/<id>. None: $FSDP_ORCH_HOME/runs, which then must be
+    # shared for multi-host kinds.
     shared_dir: str | None = None
     notify: list[Webhook] = Field(default_factory=list)  # webhooks for every job on this cluster
 
@@ -48,7 +50,8 @@ class ProfileBase(StrictModel):
 
         expanded = os.path.expanduser(value)
         if not os.path.isabs(expanded):
-            raise ValueError(f"expected an absolute path on the filesystem the nodes share; got {value!r}")
+            raise ValueError("expected an absolute path on the filesystem "
+                             f"the nodes share; got {value!r}")
         return os.path.normpath(expanded)
 
     def default_procs_per_node(self) -> int:
@@ -66,7 +69,8 @@ class ProfileRef:
 
 def search_dirs(cwd: Path | None = None) -> list[tuple[str, Path]]:
     dirs = profile_dirs(str(home()), str(cwd) if cwd is not None else None)
-    return [(origin, Path(directory)) for origin, directory in zip(PROFILE_ORIGINS, dirs, strict=True)]
+    return [(origin, Path(directory))
+            for origin, directory in zip(PROFILE_ORIGINS, dirs, strict=True)]
 
 
 def discover(cwd: Path | None = None) -> dict[str, ProfileRef]:

@@ -1,6 +1,6 @@
-"""A schedule (``fsdp-orch schedule add``): which job, on which cluster, at which cron ticks in which
-time zone, and what to do when a tick comes while the previous run is still going. Stored as JSON
-(``schedule.json``); its keys are the fields below."""
+"""A schedule (``fsdp-orch schedule add``): which job, on which cluster, at which cron ticks in
+which time zone, and what to do when a tick comes while the previous run is still going. Stored as
+JSON (``schedule.json``); its keys are the fields below."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def _name_problem(value: object) -> str | None:
     keeps it one path part: no ``/``, no ``..``, no leading dot or dash."""
     if isinstance(value, str) and _NAME.fullmatch(value):
         return None
-    return ("expected a name of letters, digits, '.', '_' or '-' that starts with a letter or digit "
-            f"(at most 64); got {value!r}")
+    return ("expected a name of letters, digits, '.', '_' or '-' that starts with a letter or "
+            f"digit (at most 64); got {value!r}")
 
 
 def check_schedule_name(value: object) -> str:
@@ -61,8 +61,10 @@ class Schedule(StrictModel):
     cron: str  # five fields, stored with single spaces
     tz: str = "UTC"  # an IANA zone (UTC, Europe/Paris): the cron's hours are this zone's
     cluster: str
-    job_file: str  # absolute once added; read again at each tick, so edits to it apply to later runs
-    # A tick while the previous run is active: skip it (forbid), cancel that run (replace), run both (allow).
+    # absolute once added; read again at each tick, so edits to it apply to later runs
+    job_file: str
+    # A tick while the previous run is active: skip it (forbid),
+    # cancel that run (replace), run both (allow).
     concurrency: Concurrency = "forbid"
     init_from_previous: bool = False  # each run starts from the last successful run's weights
     max_catch_up: int = 1  # ticks missed while no scheduler ran: at most this many are run late
@@ -88,11 +90,12 @@ class Schedule(StrictModel):
 
         fields = value.split()
         if len(fields) != 5 or not croniter.is_valid(value):
-            raise ValueError(f"expected a five-field cron expression (minute hour day-of-month month "
-                             f"day-of-week), such as '0 3 * * *'; got {value!r}")
+            raise ValueError("expected a five-field cron expression (minute hour day-of-month "
+                             f"month day-of-week), such as '0 3 * * *'; got {value!r}")
         if first_fire(value) is None:  # valid fields, but a date that never comes ('0 3 31 2 *')
-            raise ValueError("it never fires (no date matches its day-of-month and month); expected a "
-                             f"cron with a next tick, such as '0 3 28 2 *'; got {value!r}")
+            raise ValueError("it never fires (no date matches its day-of-month and month); "
+                             "expected a cron with a next tick, such as '0 3 28 2 *'; "
+                             f"got {value!r}")
         return " ".join(fields)
 
     @field_validator("tz")
@@ -149,8 +152,9 @@ def parse_schedule(data: Mapping[str, Any], *, labels: Mapping[str, str] | None 
     except ValidationError as exc:
         path, message = _describe(exc.errors(include_url=False)[0], Schedule, dict(data))
         field = path.split(".")[0]
-        raise InputError(message, file=file, field=(labels or {}).get(field, path) or None) from None
+        raise InputError(message, file=file,
+                         field=(labels or {}).get(field, path) or None) from None
 
 
-__all__ = ["CONCURRENCY", "NAME_FIELD", "Concurrency", "Schedule", "check_schedule_name", "first_fire",
-           "parse_schedule"]
+__all__ = ["CONCURRENCY", "NAME_FIELD", "Concurrency", "Schedule", "check_schedule_name",
+           "first_fire", "parse_schedule"]

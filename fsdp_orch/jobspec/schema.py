@@ -1,4 +1,5 @@
-"""The job spec's schema (``job.yaml``): what to run, how to shard it, how to checkpoint, restart and watch it."""
+"""The job spec's schema (``job.yaml``): what to run, how to shard it,
+how to checkpoint, restart and watch it."""
 
 from __future__ import annotations
 
@@ -80,8 +81,8 @@ def node_range(value: Any) -> tuple[int, int] | None:
     if match is None:
         if value.strip().isdigit():
             return None
-        raise ValueError("expected a node count (2) or an elastic range MIN-MAX (1-2: up to MAX nodes, "
-                         "going on with MIN or more after losing some)")
+        raise ValueError("expected a node count (2) or an elastic range MIN-MAX (1-2: "
+                         "up to MAX nodes, going on with MIN or more after losing some)")
     low, high = int(match.group(1)), int(match.group(2))
     if low < 1 or low > high:
         raise ValueError("expected a range MIN-MAX with 1 <= MIN <= MAX (1-2)")
@@ -94,7 +95,8 @@ def _max_of_range(value: Any) -> Any:
 
 
 class FsdpOptions(StrictModel):
-    """accelerate's FSDP options under accelerate's names (``fsdp_`` prefixed forms accepted too)."""
+    """accelerate's FSDP options under accelerate's names
+    (``fsdp_`` prefixed forms accepted too)."""
 
     sharding_strategy: Annotated[
         Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"],
@@ -103,7 +105,8 @@ class FsdpOptions(StrictModel):
     ] = "FULL_SHARD"
     reshard_after_forward: bool | None = None
     auto_wrap_policy: Annotated[
-        Literal["TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"], BeforeValidator(_upper_enum)
+        Literal["TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"],
+        BeforeValidator(_upper_enum)
     ] = "TRANSFORMER_BASED_WRAP"
     transformer_layer_cls_to_wrap: list[str] = Field(default_factory=list)
     min_num_params: int = Field(default=100_000_000, gt=0)
@@ -155,7 +158,8 @@ class FsdpOptions(StrictModel):
         try:
             json.dumps(value, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"expected plain YAML values (strings, numbers, lists, mappings): {exc}") from None
+            raise ValueError("expected plain YAML values (strings, numbers, "
+                             f"lists, mappings): {exc}") from None
         return value
 
     @field_validator("transformer_layer_cls_to_wrap", mode="before")
@@ -192,9 +196,9 @@ class Watch(StrictModel):
     heartbeat_timeout: PositiveDuration = 300.0
     startup_timeout: PositiveDuration = 900.0
     collective_timeout: PositiveDuration = 600.0
-    # adaptive: the hang window follows the ranks' own step times (supervise/hang_window.py), between
-    # adaptive_min and heartbeat_timeout (the ceiling, and the window until a few steps are timed);
-    # fixed: heartbeat_timeout always.
+    # adaptive: the hang window follows the ranks' own step times (supervise/hang_window.py),
+    # between adaptive_min and heartbeat_timeout (the ceiling, and the window until a few steps are
+    # timed); fixed: heartbeat_timeout always.
     hang_detection: Literal["fixed", "adaptive"] = "adaptive"
     adaptive_multiplier: float = Field(default=10.0, gt=1.0)  # x the 95th percentile step time
     adaptive_min: PositiveDuration = 2.0  # the adaptive window never drops below this
@@ -208,7 +212,8 @@ class Watch(StrictModel):
 class CheckpointPolicy(StrictModel):
     dir: ShellStr | None = None
     # One file per checkpoint (nanoGPT's out/ckpt.pt), relative to workdir: a path or a glob
-    # (* ? [...] in any part), with {step} marking the step's digits in the file name. Instead of dir.
+    # (* ? [...] in any part), with {step} marking the step's digits in
+    # the file name. Instead of dir.
     file: ShellStr | None = None
     # The int under this key of the saved dict is the file's step (nanoGPT: iter_num), read
     # without torch, where the name has none.
@@ -242,11 +247,12 @@ class CheckpointPolicy(StrictModel):
         if value is None:
             return None
         if info.data.get("dir") is not None:
-            raise ValueError("give checkpoint.dir or checkpoint.file, not both (the file's folder is "
-                             "where fsdp-orch keeps what it moves aside)")
+            raise ValueError("give checkpoint.dir or checkpoint.file, not both (the file's folder "
+                             "is where fsdp-orch keeps what it moves aside)")
         folder, _, name = value.rstrip().rpartition("/")
         if not name.strip() or value.rstrip().endswith("/"):
-            raise ValueError(f"expected a file path or glob like out/ckpt.pt or model_{{step}}.pt, got {value!r}")
+            raise ValueError("expected a file path or glob like out/ckpt.pt or "
+                             f"model_{{step}}.pt, got {value!r}")
         for found in _PLACEHOLDER.findall(value):
             if found != "step":
                 raise ValueError(f"unknown placeholder {{{found}}} in {value!r}; expected {{step}} "
@@ -322,7 +328,8 @@ class JobSpec(StrictModel):
     @property
     def expects_ranks(self) -> bool:
         """Whether an attempt that started no torch rank failed (``watch.expect_ranks``)."""
-        return self.watch.expect_ranks if self.watch.expect_ranks is not None else self.command is None
+        return (self.watch.expect_ranks if self.watch.expect_ranks is not None
+                else self.command is None)
 
     @property
     def min_nodes(self) -> int:

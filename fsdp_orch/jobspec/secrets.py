@@ -42,16 +42,19 @@ class SecretRef(StrictModel):
 
     @model_serializer
     def _as_written(self) -> dict[str, str]:
-        return {"from_env": self.from_env} if self.from_env is not None else {"from_file": str(self.from_file)}
+        return ({"from_env": self.from_env} if self.from_env is not None
+                else {"from_file": str(self.from_file)})
 
     @property
     def source(self) -> str:
         """Where the value comes from, in words a user can act on (what ``render`` shows)."""
-        return f"from_env {self.from_env}" if self.from_env is not None else f"from_file {self.from_file}"
+        return (f"from_env {self.from_env}" if self.from_env is not None
+                else f"from_file {self.from_file}")
 
 
 def _plain_or_reference(value: Any) -> Any:
-    """A mapping is a reference; anything else is a plain value (numbers and booleans as written)."""
+    """A mapping is a reference; anything else is a plain value
+    (numbers and booleans as written)."""
     if isinstance(value, dict):
         return SecretRef.model_validate(value)
     if isinstance(value, bool):
@@ -68,7 +71,8 @@ def _no_nul(value: str | SecretRef) -> str | SecretRef:
 
 
 # An ``env:`` value: the text itself, or where to read it at submit.
-ValueOrRef = Annotated[str | SecretRef, BeforeValidator(_plain_or_reference), AfterValidator(_no_nul)]
+ValueOrRef = Annotated[str | SecretRef, BeforeValidator(_plain_or_reference),
+                       AfterValidator(_no_nul)]
 # A webhook header's value (its own validator refuses every control character, naming the header).
 HeaderOrRef = Annotated[str | SecretRef, BeforeValidator(_plain_or_reference)]
 
@@ -88,21 +92,22 @@ def _read_secret_file(path: str, field: str, base_dir: str) -> str:
     except FileNotFoundError:
         raise InputError(f"from_file {path}: no such file", field=field) from None
     except OSError as exc:
-        raise InputError(f"from_file {path}: cannot read it ({exc.strerror})", field=field) from None
+        raise InputError(f"from_file {path}: cannot read it ({exc.strerror})",
+                         field=field) from None
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise InputError(f"from_file {path}: expected a regular file", field=field)
         if info.st_uid != os.geteuid():
-            raise InputError(f"from_file {path}: owned by uid {info.st_uid}, not by you (uid {os.geteuid()}); "
-                             "a secret must be your own file", field=field)
+            raise InputError(f"from_file {path}: owned by uid {info.st_uid}, not by you (uid "
+                             f"{os.geteuid()}); a secret must be your own file", field=field)
         if info.st_mode & 0o077:
-            raise InputError(f"from_file {path}: mode {stat.S_IMODE(info.st_mode):04o} lets others read or write "
-                             f"it; make it private: chmod 600 {path}", field=field)
+            raise InputError(f"from_file {path}: mode {stat.S_IMODE(info.st_mode):04o} lets others "
+                             f"read or write it; make it private: chmod 600 {path}", field=field)
         data = handle.read(MAX_SECRET_BYTES + 1)
     if len(data) > MAX_SECRET_BYTES:
-        raise InputError(f"from_file {path}: larger than {MAX_SECRET_BYTES // 1024} KiB; expected a secret, "
-                         "not a data file", field=field)
+        raise InputError(f"from_file {path}: larger than {MAX_SECRET_BYTES // 1024} KiB; "
+                         "expected a secret, not a data file", field=field)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -112,17 +117,18 @@ def _read_secret_file(path: str, field: str, base_dir: str) -> str:
 
 
 def resolve(ref: SecretRef, environ: Mapping[str, str], field: str, base_dir: str = ".") -> str:
-    """The value ``ref`` points at; InputError naming ``field`` (never the value) when it cannot be had.
-    ``base_dir``: what a relative ``from_file`` is relative to."""
+    """The value ``ref`` points at; InputError naming ``field`` (never the value) when it cannot be
+    had. ``base_dir``: what a relative ``from_file`` is relative to."""
     if ref.from_env is not None:
         if ref.from_env not in environ:
-            raise InputError(f"from_env {ref.from_env}: not set in the environment of this command; export it "
-                             "before submitting", field=field)
+            raise InputError(f"from_env {ref.from_env}: not set in the environment of this "
+                             "command; export it before submitting", field=field)
         value = environ[ref.from_env]
     else:
         value = _read_secret_file(str(ref.from_file), field, base_dir)
     if "\x00" in value:
-        raise InputError(f"{ref.source}: the value holds a NUL byte, which no environment can carry", field=field)
+        raise InputError(f"{ref.source}: the value holds a NUL byte, "
+                         "which no environment can carry", field=field)
     return value
 
 
@@ -135,8 +141,9 @@ def resolve_headers(headers: Mapping[str, str | SecretRef], environ: Mapping[str
         value = resolve(ref, environ, f"{field}.{name}", base_dir)
         problem = control_character(value)
         if problem is not None:
-            raise InputError(f"{ref.source}: expected a header value without control characters; it holds "
-                             f"{problem}", field=f"{field}.{name}")
+            raise InputError(f"{ref.source}: expected a header value without control "
+                             f"characters; it holds {problem}",
+                             field=f"{field}.{name}")
         values[name] = value
     return values
 
@@ -149,9 +156,9 @@ def _in_file(exc: InputError, file: str) -> InputError:
 
 def resolve_submission(profile: Any, job: Any, environ: Mapping[str, str], job_file: str,
                        profile_file: str) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
-    """The values a job's references point at: (env values by name, header values by webhook index in
-    the profile's webhooks then the job's, as a string). InputError naming the file and field of the
-    first reference that cannot be had; nothing is written."""
+    """The values a job's references point at: (env values by name, header values by webhook index
+    in the profile's webhooks then the job's, as a string). InputError naming the file and field of
+    the first reference that cannot be had; nothing is written."""
     env_values: dict[str, str] = {}
     for name, ref in references({**profile.env, **job.env}).items():
         file = job_file if name in job.env else profile_file
@@ -164,7 +171,8 @@ def resolve_submission(profile: Any, job: Any, environ: Mapping[str, str], job_f
     hooks += [(job_file, i, hook) for i, hook in enumerate(job.notify)]
     for place, (file, i, hook) in enumerate(hooks):
         try:
-            values = resolve_headers(hook.headers, environ, f"notify.{i}.headers", os.path.dirname(file))
+            values = resolve_headers(hook.headers, environ, f"notify.{i}.headers",
+                                     os.path.dirname(file))
         except InputError as exc:
             raise _in_file(exc, file) from None
         if values:
@@ -172,5 +180,5 @@ def resolve_submission(profile: Any, job: Any, environ: Mapping[str, str], job_f
     return env_values, header_values
 
 
-__all__ = ["HeaderOrRef", "SecretRef", "ValueOrRef", "plain", "references", "resolve", "resolve_headers",
-           "resolve_submission"]
+__all__ = ["HeaderOrRef", "SecretRef", "ValueOrRef", "plain", "references", "resolve",
+           "resolve_headers", "resolve_submission"]

@@ -1,4 +1,5 @@
-"""Turn pydantic validation errors into one InputError naming file, line, field path and expectation."""
+"""Turn pydantic validation errors into one InputError naming file,
+line, field path and expectation."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from fsdp_orch.vocab.errors import InputError
 
 @dataclass(frozen=True)
 class FieldOrigin:
-    """Where a field's value was written when not in the document itself (``--set``, another file)."""
+    """Where a field's value was written when not in the document
+    itself (``--set``, another file)."""
 
     file: str
     line: int | None = None
-    field: str | None = None  # its name there, when it differs (``fsdp_config.fsdp_sharding_strategy``)
+    # its name there, when it differs (``fsdp_config.fsdp_sharding_strategy``)
+    field: str | None = None
 
 
 def reattribute(exc: InputError, origins: dict[tuple[str, ...], FieldOrigin]) -> InputError:
@@ -163,7 +166,8 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def env_name_problem(name: str) -> str | None:
-    """Why ``name`` cannot be an environment variable's name (the launch scripts ``export`` them)."""
+    """Why ``name`` cannot be an environment variable's name
+    (the launch scripts ``export`` them)."""
     if not _ENV_NAME.fullmatch(name):
         return f"environment variable name {name!r} is not a valid shell name"
     return None

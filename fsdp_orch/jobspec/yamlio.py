@@ -41,7 +41,8 @@ class YamlDoc:
             if len(path) != 2 or path[0] not in fields:
                 continue
             container = data.get(path[0])
-            if isinstance(container, list) and isinstance(path[1], int) and path[1] < len(container):
+            if (isinstance(container, list) and isinstance(path[1], int)
+                    and path[1] < len(container)):
                 data[path[0]] = container = list(container)
             elif isinstance(container, dict) and path[1] in container:
                 data[path[0]] = container = dict(container)
@@ -98,7 +99,8 @@ def load_mapping(text: str, file: str) -> YamlDoc:
     if node is None:
         raise InputError("empty document; expected a mapping of fields", file=file)
     if not isinstance(node, yaml.MappingNode):
-        kind = {"ScalarNode": "a single value", "SequenceNode": "a list"}.get(type(node).__name__, "not a mapping")
+        kind = {"ScalarNode": "a single value",
+                "SequenceNode": "a list"}.get(type(node).__name__, "not a mapping")
         raise InputError(f"expected a mapping of fields at the top level, got {kind}",
                          file=file, line=node.start_mark.line + 1)
     lines: dict[Path_, int] = {}
@@ -159,7 +161,8 @@ def _index_lines(root: yaml.Node, lines: dict[Path_, int], texts: dict[Path_, st
             for key_node, value_node in node.value:
                 if not isinstance(key_node, yaml.ScalarNode):
                     raise InputError("field names must be strings, got a "
-                                     + ("list" if isinstance(key_node, yaml.SequenceNode) else "mapping"),
+                                     + ("list" if isinstance(key_node, yaml.SequenceNode)
+                                        else "mapping"),
                                      file=file, field=dotted(path) or None,
                                      line=key_node.start_mark.line + 1)
                 key = key_node.value

@@ -1,1 +1,2 @@
-"""Planning, pure: job + kind hook + attempt context -> plan -> rendered artifacts; the frozen submission."""
+"""Planning, pure: job + kind hook + attempt context -> plan -> rendered
+artifacts; the frozen submission."""

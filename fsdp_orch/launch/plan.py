@@ -31,11 +31,13 @@ CHECKPOINT_REQUEST_FILE = "checkpoint-request"
 # In checkpoint.dir and the program's arguments: the job's id (an unchanged script's output folder
 # of its own, so a scheduled or warm-started run never resumes the run before it).
 JOB_ID_PLACEHOLDER = "{job_id}"
-# Inside the run folder of a node with its own disk: the copies of fsdp_orch and of the job's folder.
+# Inside the run folder of a node with its own disk: the copies of
+# fsdp_orch and of the job's folder.
 OWN_DISK_PACKAGE = "lib"
 OWN_DISK_CODE = "code"
-PATH_ENV = frozenset({"FSDP_ORCH_RUN_DIR", "FSDP_ORCH_ATTEMPT_DIR", "FSDP_ORCH_SPEC", "FSDP_ORCH_CHECKPOINT_REQUEST",
-                      "FSDP_ORCH_CHECKPOINT_DIR", "FSDP_ORCH_RESUME", "FSDP_ORCH_RESUME_FROM", "FSDP_ORCH_INIT_FROM",
+PATH_ENV = frozenset({"FSDP_ORCH_RUN_DIR", "FSDP_ORCH_ATTEMPT_DIR", "FSDP_ORCH_SPEC",
+                      "FSDP_ORCH_CHECKPOINT_REQUEST", "FSDP_ORCH_CHECKPOINT_DIR",
+                      "FSDP_ORCH_RESUME", "FSDP_ORCH_RESUME_FROM", "FSDP_ORCH_INIT_FROM",
                       "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE"})
 # The kind of the job's event (a notice) that records one of ``LaunchPlan.notices``.
 LAUNCH_CHANGED = "launch_changed"
@@ -111,21 +113,24 @@ class LaunchPlan:
     resume_from: str | None
     program: list[str]  # what the launcher runs on each rank: script/module/command + args
     env: list[tuple[str, str]] = field(default_factory=list)
-    # Variables whose values came by reference (``{from_env:}``, ``{from_file:}``): (name, where from).
-    # The scripts never hold them; every node's environment is handed them (places/secrets).
+    # Variables whose values came by reference (``{from_env:}``, ``{from_file:}``): (name, where
+    # from). The scripts never hold them; every node's environment is handed them (places/secrets).
     secret_env: list[tuple[str, str]] = field(default_factory=list)
     nodes: tuple[NodeTarget, ...] = ()
     accelerate_config_path: str | None = None
     bootstrap_dir: str | None = None  # put first on every rank's PYTHONPATH
     checkpoint_file: str | None = None  # checkpoint.file resolved: a path or glob, {step} kept
-    run_root: str = ""  # $FSDP_ORCH_HOME, or the profile's shared_dir; on own-disk hosts, their folder
-    package_dir: str | None = None  # a copy of fsdp_orch the nodes import (hosts with their own disks)
+    # $FSDP_ORCH_HOME, or the profile's shared_dir; on own-disk hosts, their folder
+    run_root: str = ""
+    # a copy of fsdp_orch the nodes import (hosts with their own disks)
+    package_dir: str | None = None
     supervisor_command: tuple[str, ...] | None = None  # where a kind runs the supervisor on a node
     accelerate_distributed_type: str | None = None  # the accelerate config's (launcher: accelerate)
     # Where the launch turns a setting of the user's into something else, one line each, said by
     # submit and render and recorded as the job's ``launch_changed`` events.
     notices: tuple[str, ...] = ()
-    # Whether each attempt's ranks start from a warm standby, and why (or why not), said by ``render``.
+    # Whether each attempt's ranks start from a warm standby, and why
+    # (or why not), said by ``render``.
     standby: bool = False
     standby_reason: str = ""
 
@@ -165,9 +170,9 @@ class Placement:
     rdzv_host: str | None  # None: the first node of the allocation, known only at run time
     rdzv_port: int | None = None  # None: derived from the job id and attempt
     workdir_base: str | None = None  # None or empty: the directory of job.yaml
-    # The nodes do not see the submitter's run folder (SSH hosts with their own disks): they keep the
-    # job's run folder under this folder of their own, with copies of fsdp_orch (lib/) and of the
-    # job's folder (code/, where the job's relative paths start).
+    # The nodes do not see the submitter's run folder (SSH hosts with their own disks): they keep
+    # the job's run folder under this folder of their own, with copies of fsdp_orch (lib/) and of
+    # the job's folder (code/, where the job's relative paths start).
     own_run_root: str | None = None
     nodes: tuple[NodeTarget, ...] = ()
     # The kind warns before it takes the nodes away (SLURM's signal before the time limit): the
@@ -273,7 +278,8 @@ def _checkpoint_paths(job: JobSpec, ctx: PlanContext, workdir: str) -> tuple[str
     checkpoint."""
     written = job.checkpoint.dir
     if job.checkpoint.file:  # one file per checkpoint: its folder is the checkpoint folder
-        checkpoint_file = _join(workdir, job.checkpoint.file.replace(JOB_ID_PLACEHOLDER, ctx.job_id))
+        checkpoint_file = _join(workdir,
+                                job.checkpoint.file.replace(JOB_ID_PLACEHOLDER, ctx.job_id))
         return fixed_folder(checkpoint_file), checkpoint_file
     if written:  # the user's folder; {job_id} in it (and in the args) keeps runs apart
         return _join(workdir, written.replace(JOB_ID_PLACEHOLDER, ctx.job_id)), None
@@ -332,7 +338,8 @@ def _rank_env(job: JobSpec, ctx: PlanContext, place: Placement, paths: _NodePath
 
 
 def resume_arguments(job: JobSpec, ctx: PlanContext) -> list[str]:
-    """``checkpoint.resume_args`` with the checkpoint filled in; none when there is nothing to resume."""
+    """``checkpoint.resume_args`` with the checkpoint filled in;
+    none when there is nothing to resume."""
     if not ctx.resume_from or not job.checkpoint.resume_args:
         return []
     step = "" if ctx.resume_step is None else str(ctx.resume_step)
@@ -341,12 +348,13 @@ def resume_arguments(job: JobSpec, ctx: PlanContext) -> list[str]:
 
 
 def init_arguments(job: JobSpec, ctx: PlanContext) -> list[str]:
-    """``checkpoint.init_args`` with the warm start's checkpoint filled in, while the job has nothing
-    of its own to resume."""
+    """``checkpoint.init_args`` with the warm start's checkpoint filled in,
+    while the job has nothing of its own to resume."""
     if not ctx.init_from or ctx.resume_from or not job.checkpoint.init_args:
         return []
     step = "" if ctx.init_step is None else str(ctx.init_step)
-    return [arg.replace("{checkpoint}", ctx.init_from).replace("{step}", step) for arg in job.checkpoint.init_args]
+    return [arg.replace("{checkpoint}", ctx.init_from).replace("{step}", step)
+            for arg in job.checkpoint.init_args]
 
 
 def shown_plan(plan: LaunchPlan) -> LaunchPlan:
@@ -356,8 +364,10 @@ def shown_plan(plan: LaunchPlan) -> LaunchPlan:
 
     job = plan.job.model_copy(update={
         "env": shown_env(plan.job.env),
-        "notify": [hook.model_copy(update={"headers": shown_headers(hook.headers)}) for hook in plan.job.notify]})
-    return replace(plan, job=job, env=[(name, MASK if secret_name(name) else value) for name, value in plan.env])
+        "notify": [hook.model_copy(update={"headers": shown_headers(hook.headers)})
+                   for hook in plan.job.notify]})
+    return replace(plan, job=job,
+                   env=[(name, MASK if secret_name(name) else value) for name, value in plan.env])
 
 
 def spec_json(plan: LaunchPlan) -> str:

@@ -1,4 +1,5 @@
-"""Rendering: LaunchPlan -> the text of every artifact submit writes or runs. Pure apart from reading templates."""
+"""Rendering: LaunchPlan -> the text of every artifact submit writes or runs.
+Pure apart from reading templates."""
 
 from __future__ import annotations
 
@@ -65,12 +66,14 @@ def sbatch_value(value: object) -> str:
 
 
 def sbatch_path(value: object) -> str:
-    """A path for ``--output``: like :func:`sbatch_value`, with ``%`` kept from meaning a pattern."""
+    """A path for ``--output``: like :func:`sbatch_value`,
+    with ``%`` kept from meaning a pattern."""
     return sbatch_value(str(value).replace("%", "%%"))
 
 
 def package_root(bootstrap_dir: object) -> str:
-    """The folder to import fsdp_orch from, given the bootstrap's (``<root>/fsdp_orch/bootstrap/site``)."""
+    """The folder to import fsdp_orch from, given the bootstrap's
+    (``<root>/fsdp_orch/bootstrap/site``)."""
     return posixpath.dirname(posixpath.dirname(posixpath.dirname(str(bootstrap_dir))))
 
 
@@ -116,7 +119,8 @@ class Templates(Protocol):
 
 
 class KindArtifacts(Protocol):
-    """What a cluster kind adds to the artifacts every plan has (job.json, the accelerate config)."""
+    """What a cluster kind adds to the artifacts every plan has
+    (job.json, the accelerate config)."""
 
     main_template: str  # the built-in template each node runs
 
@@ -139,7 +143,8 @@ def render_plan(plan: LaunchPlan, kind: KindArtifacts, *, profile_template: Path
     main_name = kind.main_template
     if profile_template is not None:
         if not profile_template.is_file():
-            raise InputError("template file not found", file=str(profile_template), field="template")
+            raise InputError("template file not found", file=str(profile_template),
+                             field="template")
         dirs.insert(0, profile_template.parent)
         main_name = profile_template.name
     env = make_environment(dirs)
@@ -148,7 +153,8 @@ def render_plan(plan: LaunchPlan, kind: KindArtifacts, *, profile_template: Path
         try:
             return env.get_template(name).render(plan=plan, **extra)
         except jinja2.UndefinedError as exc:
-            raise InputError(f"template uses an undefined value: {exc.message}", file=name) from None
+            raise InputError(f"template uses an undefined value: {exc.message}",
+                             file=name) from None
         except jinja2.TemplateSyntaxError as exc:
             raise InputError(f"template syntax error: {exc.message}", file=exc.filename or name,
                              line=exc.lineno) from None
@@ -166,8 +172,9 @@ def render_plan(plan: LaunchPlan, kind: KindArtifacts, *, profile_template: Path
 
 
 def write_artifacts(artifacts: list[Artifact], out_dir: Path | None = None) -> list[Path]:
-    """Write each artifact (to its own path, or by name into ``out_dir``); files appear whole or not at
-    all, private to this user (folders 0700, scripts 0700, the rest 0600: they hold env values)."""
+    """Write each artifact (to its own path, or by name into ``out_dir``); files
+    appear whole or not at all, private to this user (folders 0700, scripts 0700, the
+    rest 0600: they hold env values)."""
     from fsdp_orch.places.private import make_private_dirs, write_atomically
 
     written = []

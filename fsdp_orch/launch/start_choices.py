@@ -37,9 +37,9 @@ def standby_choice(job: JobSpec, kind: str, kind_allows: bool) -> tuple[bool, st
     if job.entry[0] == "command":
         return False, "cold start: the warm standby runs a Python script or module, not a command"
     if not kind_allows:
-        return False, (f"cold start: the {kind} kind starts its ranks cold (the warm standby is not "
-                       "built for it)")
-    return True, (f"warm standby: each attempt's ranks start from a process that has imported torch "
+        return False, (f"cold start: the {kind} kind starts its ranks cold (the warm "
+                       "standby is not built for it)")
+    return True, ("warm standby: each attempt's ranks start from a process that has imported torch "
                   f"({job.launcher}, launch.standby: auto)")
 
 

@@ -40,18 +40,23 @@ class Submission:
     kind: PlanningKind
     supervisor_command: tuple[str, ...] | None = None  # the supervisor's argv, less the job id
     profile_template: str | None = None
-    init_from: str | None = None  # a warm start: the checkpoint the job starts from (submit --init-from)
+    # a warm start: the checkpoint the job starts from (submit --init-from)
+    init_from: str | None = None
     init_step: int | None = None
     init_optimizer: bool = False
-    checkpoint_per_job: bool = False  # checkpoints in <checkpoint dir>/<job id> (warm starts, schedules)
+    # checkpoints in <checkpoint dir>/<job id> (warm starts, schedules)
+    checkpoint_per_job: bool = False
 
     def to_json(self) -> str:
         return json.dumps({
-            "job_id": self.job_id, "cluster": self.cluster, "job_dir": self.job_dir, "run_root": self.run_root,
-            "profile_template": self.profile_template, "supervisor_command": self.supervisor_command,
-            "init_from": self.init_from, "init_step": self.init_step, "init_optimizer": self.init_optimizer,
+            "job_id": self.job_id, "cluster": self.cluster, "job_dir": self.job_dir,
+            "run_root": self.run_root, "profile_template": self.profile_template,
+            "supervisor_command": self.supervisor_command,
+            "init_from": self.init_from, "init_step": self.init_step,
+            "init_optimizer": self.init_optimizer,
             "checkpoint_per_job": self.checkpoint_per_job,
-            "job": self.job.model_dump(mode="json"), "profile": self.profile.model_dump(mode="json"),
+            "job": self.job.model_dump(mode="json"),
+            "profile": self.profile.model_dump(mode="json"),
         }, indent=2, sort_keys=True)
 
     @classmethod
@@ -59,8 +64,9 @@ class Submission:
         """``kind`` is the cluster kind the job was recorded with (the store's ``kind`` column)."""
         data = json.loads(text)
         profile = kind.profile_model.model_validate(data["profile"])
-        return cls(job_id=data["job_id"], cluster=data["cluster"], job=JobSpec.model_validate(data["job"]),
-                   profile=profile, job_dir=data["job_dir"], run_root=data["run_root"], kind=kind,
+        return cls(job_id=data["job_id"], cluster=data["cluster"],
+                   job=JobSpec.model_validate(data["job"]), profile=profile,
+                   job_dir=data["job_dir"], run_root=data["run_root"], kind=kind,
                    supervisor_command=tuple(data.get("supervisor_command") or ()) or None,
                    profile_template=data.get("profile_template"), init_from=data.get("init_from"),
                    init_step=data.get("init_step"), init_optimizer=bool(data.get("init_optimizer")),
@@ -71,7 +77,8 @@ class Submission:
         return Path(self.run_root) / "runs" / self.job_id
 
     def save(self) -> Path:
-        """Write ``submission.json`` into the run folder (made 0700, the file 0600: it holds env values)."""
+        """Write ``submission.json`` into the run folder (made 0700,
+        the file 0600: it holds env values)."""
         from fsdp_orch.places.private import ensure_private_root, make_private_dirs, write_private
 
         ensure_private_root(str(self.run_dir.parent), above=[self.run_root])  # <run root>/runs
@@ -89,30 +96,37 @@ class Submission:
     def load(cls, run_dir: Path, kind: PlanningKind) -> Submission:
         return cls.from_json((run_dir / SUBMISSION_FILE).read_text(), kind)
 
-    def context(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
-                rdzv_port: int | None = None, local_has_gpu: bool = False,
-                excluded_hosts: tuple[str, ...] = (), workers: tuple[str, ...] = ()) -> PlanContext:
-        return PlanContext(job_id=self.job_id, attempt=attempt, run_root=self.run_root, job_dir=self.job_dir,
-                           resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
-                           local_has_gpu=local_has_gpu, bootstrap_dir=str(bootstrap_site_dir()),
-                           supervisor_command=self.supervisor_command, excluded_hosts=excluded_hosts,
-                           workers=workers, init_from=self.init_from, init_step=self.init_step,
-                           init_optimizer=self.init_optimizer, checkpoint_per_job=self.checkpoint_per_job)
+    def context(self, attempt: int, *, resume_from: str | None = None,
+                resume_step: int | None = None, rdzv_port: int | None = None,
+                local_has_gpu: bool = False, excluded_hosts: tuple[str, ...] = (),
+                workers: tuple[str, ...] = ()) -> PlanContext:
+        return PlanContext(job_id=self.job_id, attempt=attempt, run_root=self.run_root,
+                           job_dir=self.job_dir, resume_from=resume_from, resume_step=resume_step,
+                           rdzv_port=rdzv_port, local_has_gpu=local_has_gpu,
+                           bootstrap_dir=str(bootstrap_site_dir()),
+                           supervisor_command=self.supervisor_command,
+                           excluded_hosts=excluded_hosts, workers=workers, init_from=self.init_from,
+                           init_step=self.init_step, init_optimizer=self.init_optimizer,
+                           checkpoint_per_job=self.checkpoint_per_job)
 
-    def launch_plan(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
-                    rdzv_port: int | None = None, local_has_gpu: bool = False,
-                    excluded_hosts: tuple[str, ...] = (), workers: tuple[str, ...] = ()) -> LaunchPlan:
-        """Attempt ``attempt``'s plan (no artifacts); InputError when it cannot be placed (too few hosts
-        left once ``excluded_hosts`` are left out)."""
-        ctx = self.context(attempt, resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
-                           local_has_gpu=local_has_gpu, excluded_hosts=excluded_hosts, workers=workers)
+    def launch_plan(self, attempt: int, *, resume_from: str | None = None,
+                    resume_step: int | None = None, rdzv_port: int | None = None,
+                    local_has_gpu: bool = False, excluded_hosts: tuple[str, ...] = (),
+                    workers: tuple[str, ...] = ()) -> LaunchPlan:
+        """Attempt ``attempt``'s plan (no artifacts); InputError when it cannot be placed
+        (too few hosts left once ``excluded_hosts`` are left out)."""
+        ctx = self.context(attempt, resume_from=resume_from, resume_step=resume_step,
+                           rdzv_port=rdzv_port, local_has_gpu=local_has_gpu,
+                           excluded_hosts=excluded_hosts, workers=workers)
         return make_plan(self.job, self.profile, self.cluster, ctx, self.kind)
 
     def plan(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
              rdzv_port: int | None = None, local_has_gpu: bool = False,
-             excluded_hosts: tuple[str, ...] = (), workers: tuple[str, ...] = ()) -> tuple[LaunchPlan, list[Artifact]]:
-        plan = self.launch_plan(attempt, resume_from=resume_from, resume_step=resume_step, rdzv_port=rdzv_port,
-                                local_has_gpu=local_has_gpu, excluded_hosts=excluded_hosts, workers=workers)
+             excluded_hosts: tuple[str, ...] = (),
+             workers: tuple[str, ...] = ()) -> tuple[LaunchPlan, list[Artifact]]:
+        plan = self.launch_plan(attempt, resume_from=resume_from, resume_step=resume_step,
+                                rdzv_port=rdzv_port, local_has_gpu=local_has_gpu,
+                                excluded_hosts=excluded_hosts, workers=workers)
         return plan, self.render(plan)
 
     def render(self, plan: LaunchPlan) -> list[Artifact]:
@@ -121,7 +135,8 @@ class Submission:
 
     @cached_property
     def base_plan(self) -> LaunchPlan:
-        """Attempt 0 with nothing to resume: what every attempt shares (checkpoint dir, world size)."""
+        """Attempt 0 with nothing to resume: what every attempt
+        shares (checkpoint dir, world size)."""
         return make_plan(self.job, self.profile, self.cluster, self.context(0), self.kind)
 
     @property

@@ -53,7 +53,8 @@ class EventFeed:
             writer = os.path.basename(path)
             new += [Logged(writer, e) for e in result.events if e["kind"] not in self.SKIPPED]
         if new:
-            self.events = sorted(self.events + new, key=lambda item: order_key(item.event, item.writer))
+            self.events = sorted(self.events + new,
+                                 key=lambda item: order_key(item.event, item.writer))
         return bool(new)
 
 
@@ -83,7 +84,8 @@ class Ledger:
 class Notifier:
     def __init__(self, run_dir: str, hooks: list[Webhook], *, post: Post,
                  status: Callable[[], JobStatus | None], clock: Callable[[], float],
-                 sleep: Callable[[float], None], gave_up: Callable[[Due, str], None] = lambda d, e: None):
+                 sleep: Callable[[float], None],
+                 gave_up: Callable[[Due, str], None] = lambda d, e: None):
         self.run_dir = run_dir
         self.hooks = hooks
         self.post = post
@@ -116,7 +118,8 @@ class Notifier:
                       {"Content-Type": "application/json", **hook.headers})
         except Exception as exc:  # noqa: BLE001 - any failure to deliver is retried the same way
             if head.retries is None:
-                head.retries = TriedByTheCaller(WEBHOOK, deadline=head.due.at + hook.retry_for, clock=self.clock)
+                head.retries = TriedByTheCaller(WEBHOOK, deadline=head.due.at + hook.retry_for,
+                                                clock=self.clock)
             wait = head.retries.failed(exc)
             now = self.clock()
             if wait is None:
@@ -139,7 +142,8 @@ def http_post(url: str, data: bytes, headers: dict[str, str], timeout: float = 5
     import urllib.request
 
     request = urllib.request.Request(url, data=data, headers=headers, method="POST")
-    with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310 - http(s) checked by the schema
+    with urllib.request.urlopen(request,  # noqa: S310 - http(s) checked by the schema
+                                timeout=timeout) as answer:
         if not 200 <= answer.status < 300:
             raise OSError(f"HTTP {answer.status}")
 

@@ -22,7 +22,8 @@ def body(due: Due, job_status: JobStatus | None, fmt: str) -> bytes:
     status = job_status.to_json() if job_status is not None else {}
     job = status.get("id") or due.event.get("job")
     if fmt == "slack":
-        text = f"fsdp-orch: job {status.get('name', '')} ({job}) {due.trigger} at {iso_time(due.at)}"
+        text = (f"fsdp-orch: job {status.get('name', '')} ({job}) "
+                f"{due.trigger} at {iso_time(due.at)}")
         detail = due.event.get("reason") or due.event.get("evidence") or due.event.get("category")
         if detail:
             text += f": {detail}"

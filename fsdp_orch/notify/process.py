@@ -25,16 +25,19 @@ def webhooks_of(submission: Submission) -> list[Webhook]:
 
 def with_header_values(hooks: list[Webhook], values: dict[str, dict[str, str]]
                        ) -> tuple[list[Webhook], list[tuple[int, str]]]:
-    """``hooks`` with the values of their referenced headers filled in (``values``: by webhook index,
-    as ``submit`` kept them). A hook whose value is missing is left out: (index, header) of each."""
+    """``hooks`` with the values of their referenced headers filled in (``values``:
+    by webhook index, as ``submit`` kept them). A hook whose value is missing is
+    left out: (index, header) of each."""
     ready, missing = [], []
     for i, hook in enumerate(hooks):
         kept = values.get(str(i), {})
-        gone = [name for name, value in hook.headers.items() if isinstance(value, SecretRef) and name not in kept]
+        gone = [name for name, value in hook.headers.items()
+                if isinstance(value, SecretRef) and name not in kept]
         if gone:
             missing += [(i, name) for name in gone]
             continue
-        headers = {name: kept[name] if isinstance(value, SecretRef) else value for name, value in hook.headers.items()}
+        headers = {name: kept[name] if isinstance(value, SecretRef) else value
+                   for name, value in hook.headers.items()}
         ready.append(hook.model_copy(update={"headers": headers}))
     return ready, missing
 
@@ -46,11 +49,14 @@ def start_notifier(submission: Submission) -> int | None:
     if not webhooks_of(submission):
         return None
     directory = submission.run_dir / NOTIFY_DIR
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_") or k == "FSDP_ORCH_HOME"}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("FSDP_ORCH_") or k == "FSDP_ORCH_HOME"}
     try:
         make_private_dirs(str(directory))
-        with os.fdopen(open_private(str(directory / "notifier.log"), os.O_WRONLY | os.O_APPEND), "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "fsdp_orch.notify.process", str(submission.run_dir)],
+        with os.fdopen(open_private(str(directory / "notifier.log"), os.O_WRONLY | os.O_APPEND),
+                       "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "fsdp_orch.notify.process",
+                                     str(submission.run_dir)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, close_fds=True, env=env, cwd=directory)
     except OSError as exc:
@@ -58,7 +64,8 @@ def start_notifier(submission: Submission) -> int | None:
         from fsdp_orch.record.journal import Journal
 
         Journal(EventWriter(submission.run_dir, "notify"), submission.job_id).add_event(
-            attempt=None, kind="notify_not_started", message=f"no notifier for this job's webhooks: {exc}")
+            attempt=None, kind="notify_not_started",
+            message=f"no notifier for this job's webhooks: {exc}")
         return None
     return proc.pid
 
@@ -102,12 +109,14 @@ def main(run_dir: str) -> int:
     def gave_up(item: Due, error: str) -> None:
         print(f"gave up on {item.trigger} for webhook {item.hook}: {error}", flush=True)
         journal.add_event(attempt=None, kind="notify_gave_up",
-                          message=f"webhook {item.hook} ({item.trigger}): no answer within its retry_for ({error})")
+                          message=f"webhook {item.hook} ({item.trigger}): "
+                                  f"no answer within its retry_for ({error})")
 
     hooks, missing = with_header_values(webhooks_of(submission), secrets.read(job_id, "notify"))
     for i, name in missing:
         journal.add_event(attempt=None, kind="notify_not_started",
-                          message=f"webhook {i}: the value of header {name} (by reference) is no longer kept")
+                          message=f"webhook {i}: the value of header {name} "
+                                  "(by reference) is no longer kept")
     Notifier(str(path), hooks, post=http_post, status=status, clock=time.time,
              sleep=time.sleep, gave_up=gave_up).run()
     secrets.forget(job_id, "notify")  # everything is sent: the values are not needed again

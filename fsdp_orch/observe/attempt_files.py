@@ -2,7 +2,8 @@
 
 STACKS_DIR = "stacks"  # every rank's Python stack, dumped when the attempt was judged hung
 # Written by the supervisor when it judges the attempt hung: each rank's bootstrap answers with its
-# flight recorder's dump (torch's ``_dump_fr_trace``; gloo writes none on its own) at the dump prefix.
+# flight recorder's dump (torch's ``_dump_fr_trace``; gloo writes none on
+# its own) at the dump prefix.
 FLIGHT_RECORDER_REQUEST = "flight-recorder.request"
 
 
@@ -15,4 +16,5 @@ def faulthandler_dump_name(rank: int) -> str:
     return f"rank-{rank}.faulthandler.txt"
 
 # torchrun's per-rank files and the per-node console logs, relative to the attempt's folder.
-LOG_PATTERNS = ("node-*/*/attempt_*/*/stderr.log", "node-*/*/attempt_*/*/stdout.log", "console-node-*.log")
+LOG_PATTERNS = ("node-*/*/attempt_*/*/stderr.log", "node-*/*/attempt_*/*/stdout.log",
+                "console-node-*.log")

@@ -48,7 +48,8 @@ class FlightRecord:
 
 
 class _NoGlobals(pickle.Unpickler):
-    """A flight recorder dump is dicts, lists, tuples, strings and numbers: any global is refused."""
+    """A flight recorder dump is dicts, lists, tuples,
+    strings and numbers: any global is refused."""
 
     def find_class(self, module: str, name: str) -> Any:
         raise pickle.UnpicklingError(f"global {module}.{name} refused")
@@ -97,7 +98,8 @@ def _progress(key: str, desc: str | None, status: Mapping[str, Any] | None,
                               ("enqueued", "started", "completed"))
     else:  # before pg_status (dump version < 2.5): what the buffer's entries say
         enq = max((s for s, _ in seqs), default=-1)
-        started = max((s for s, e in seqs if e.get("state") in ("started", "completed")), default=-1)
+        started = max((s for s, e in seqs if e.get("state") in ("started", "completed")),
+                      default=-1)
         done = max((s for s, e in seqs if e.get("state") == "completed"), default=-1)
     enq, started, done = (-1 if v is None else v for v in (enq, started, done))
     pending = [e for s, e in seqs if s > done]
@@ -135,7 +137,8 @@ def _read(dump: Any, rank: int | None) -> FlightRecord | None:
 
 
 def parse_flight_recorder(data: bytes, rank: int | None = None) -> FlightRecord | None:
-    """One rank's dump (pickle or JSON); None when ``data`` is not one. ``rank``: the file name's."""
+    """One rank's dump (pickle or JSON); None when ``data`` is not
+    one. ``rank``: the file name's."""
     try:
         return _read(_load(data), rank)
     except Exception:  # a truncated, foreign or hostile file is no dump: never raise
@@ -185,14 +188,16 @@ def choose_group(records: Mapping[int, FlightRecord]) -> str | None:
     return "0" if "0" in keys else (shared or keys or [None])[0]
 
 
-def counts_from_dumps(records: Mapping[int, FlightRecord], group: str | None = None) -> dict[int, int]:
+def counts_from_dumps(records: Mapping[int, FlightRecord],
+                      group: str | None = None) -> dict[int, int]:
     """``{rank: last started collective}`` in ``group`` (default: :func:`choose_group`), or the
     last enqueued one where a rank did not track starts. Ranks without the group are left out."""
     key = group if group is not None else choose_group(records)
     return {} if key is None else _counts(records, key)
 
 
-# Backends whose collective's Python call returns at once, the wait coming at a device synchronisation.
+# Backends whose collective's Python call returns at once,
+# the wait coming at a device synchronisation.
 ASYNC_BACKENDS = ("nccl", "xccl")
 
 

@@ -19,7 +19,8 @@ class CommandResult(NamedTuple):
 Runner = Callable[[list[str], float], CommandResult]
 
 
-def run(argv: list[str], timeout: float = 60.0, env: Mapping[str, str] | None = None) -> CommandResult:
+def run(argv: list[str], timeout: float = 60.0,
+        env: Mapping[str, str] | None = None) -> CommandResult:
     """Run ``argv`` to its end; 127 for a missing binary, 124 for a timeout. Never raises. ``env``:
     the command's whole environment (default: this process's)."""
     try:

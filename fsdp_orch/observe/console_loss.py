@@ -39,7 +39,8 @@ _DICT = re.compile(rf"[{{,]\s*['\"]loss['\"]\s*:\s*{_VALUE}", re.IGNORECASE)
 _HF_MARK = re.compile(r"['\"]epoch['\"]\s*:")  # the Trainer adds the epoch to every log dict
 # key, then ``:``, ``=`` (at most one space before it: not a padded metrics table), or spaces.
 _KEY_VALUE = re.compile(
-    rf"(?<![\w/.-])(?P<key>(?:[A-Za-z]+[ _/.-])?loss(?:_step)?)(?![\w/.-])(?:\s*:\s*| ?=\s*|\s+){_VALUE}",
+    r"(?<![\w/.-])(?P<key>(?:[A-Za-z]+[ _/.-])?loss(?:_step)?)(?![\w/.-])"
+    rf"(?:\s*:\s*| ?=\s*|\s+){_VALUE}",
     re.IGNORECASE)
 _CHECKPOINT_LINE = re.compile(rf"'(?P<key>[\w/.-]*loss[\w]*)' reached {_VALUE}", re.IGNORECASE)
 # Lightning's bars: its v_num, or a bar described "Epoch N" (TQDM) or "Epoch N/M" (Rich).

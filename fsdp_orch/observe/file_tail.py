@@ -12,7 +12,8 @@ LogChunk = tuple[str, bytes]
 
 
 class FileTail:
-    """What files matching ``patterns`` under ``root`` gained since the last call, by byte offset."""
+    """What files matching ``patterns`` under ``root`` gained since
+    the last call, by byte offset."""
 
     def __init__(self, root: Path, patterns: tuple[str, ...] = LOG_PATTERNS,
                  offsets: dict[str, int] | None = None):

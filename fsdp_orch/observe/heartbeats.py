@@ -1,23 +1,24 @@
-"""Heartbeat files: one JSON file per rank and attempt, replaced atomically after every step. Torch-free.
+"""Heartbeat files: one JSON file per rank and attempt,
+replaced atomically after every step. Torch-free.
 
 Layout: ``<run_dir>/heartbeats/attempt-<A>/rank-<R>.json`` holding
-``{"rank", "attempt", "step", "loss", "time", "state", "pid", "metrics", "progress_at", "python_at"}``.
-``state`` is one of ``starting`` (process group up, no step done yet), ``training``, ``saving``
-(inside a checkpoint save: slow, not hung) and ``done``. ``time`` is when the file was written;
-``progress_at`` when the step or state last changed (absent: the same as ``time``); ``python_at``
-when the rank's main thread last ran Python bytecode (absent: not probed); ``io_at`` when the rank's
-process last wrote at a rate that counts as I/O progress (absent: never, or not measured: see
-``fsdp_orch.bootstrap.io_meter``); ``compute_at``, in a process running torch_xla only, when it last
-used a quarter of a core or more (compiling a graph: ``fsdp_orch.bootstrap.compute_meter``), or,
-in any process, when its child processes (data loader workers) last did; ``collecting_since``,
-when a full garbage collection began that still runs (it holds the interpreter, so the file is not
-rewritten until it ends; absent: none runs); ``step_s``, the rank's own
-step times (``{"n", "p50", "p95", "max"}``: ``fsdp_orch.observe.step_times``; absent before two
-steps, and in heartbeats of older versions), from which the supervisor sets the hang window;
-``held_since``, never in a rank's own file: added by the node's relay when the file has not been
-rewritten for a while (:func:`held_since`). The bootstrap on every
-rank writes them (``fsdp_orch.bootstrap.agent``), fed by the runtime where a script uses it; the
-supervisor reads them with :func:`read_heartbeats`.
+``{"rank", "attempt", "step", "loss", "time", "state", "pid", "metrics", "progress_at",
+"python_at"}``. ``state`` is one of ``starting`` (process group up, no step done yet), ``training``,
+``saving`` (inside a checkpoint save: slow, not hung) and ``done``. ``time`` is when the file was
+written; ``progress_at`` when the step or state last changed (absent: the same as ``time``);
+``python_at`` when the rank's main thread last ran Python bytecode (absent: not probed); ``io_at``
+when the rank's process last wrote at a rate that counts as I/O progress (absent: never, or not
+measured: see ``fsdp_orch.bootstrap.io_meter``); ``compute_at``, in a process running torch_xla
+only, when it last used a quarter of a core or more (compiling a graph:
+``fsdp_orch.bootstrap.compute_meter``), or, in any process, when its child processes (data loader
+workers) last did; ``collecting_since``, when a full garbage collection began that still runs (it
+holds the interpreter, so the file is not rewritten until it ends; absent: none runs); ``step_s``,
+the rank's own step times (``{"n", "p50", "p95", "max"}``: ``fsdp_orch.observe.step_times``; absent
+before two steps, and in heartbeats of older versions), from which the supervisor sets the hang
+window; ``held_since``, never in a rank's own file: added by the node's relay when the file has not
+been rewritten for a while (:func:`held_since`). The bootstrap on every rank writes them
+(``fsdp_orch.bootstrap.agent``), fed by the runtime where a script uses it; the supervisor reads
+them with :func:`read_heartbeats`.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ from fsdp_orch.places.private import write_atomically
 
 STATES = ("starting", "training", "saving", "done")
 # A write of the watcher (every 0.5 s) missed by half a tick: the relay reads at 0.25 s (node agent)
-# or 0.5 s (SSH report), so the supervisor knows a rank is held 0.75-1.25 s after its last write, while
-# its python_at (up to a tick older than that write) looks like a hang only past the window's 2 s
-# floor. A write merely late on a busy machine flags it for a moment: that only defers a verdict.
+# or 0.5 s (SSH report), so the supervisor knows a rank is held 0.75-1.25 s after its last write,
+# while its python_at (up to a tick older than that write) looks like a hang only past the window's
+# 2 s floor. A write merely late on a busy machine flags it for a moment: that only defers a
+# verdict.
 HELD_AFTER_S = 0.75
 # The optional unix times a heartbeat may carry (``None``: not seen), each validated the same way.
 TIME_FIELDS = ("progress_at", "python_at", "io_at", "compute_at", "collecting_since", "held_since")
@@ -57,10 +59,13 @@ class Heartbeat:
     python_at: float | None = None  # the main thread last ran Python; None: not probed
     host: str | None = None  # where ``pid`` lives (a supervisor inspects only its own host's)
     io_at: float | None = None  # the process last made I/O progress (bytes written); None: not seen
-    compute_at: float | None = None  # an XLA process or a rank's children last used CPU; None: not seen
-    step_s: dict[str, Any] | None = None  # the rank's recent step times (observe.step_times); None: none yet
+    # an XLA process or a rank's children last used CPU; None: not seen
+    compute_at: float | None = None
+    # the rank's recent step times (observe.step_times); None: none yet
+    step_s: dict[str, Any] | None = None
     collecting_since: float | None = None  # a full garbage collection runs since; None: none runs
-    held_since: float | None = None  # the rank's writer fell silent at this time (set by the relay: see held_since)
+    # the rank's writer fell silent at this time (set by the relay: see held_since)
+    held_since: float | None = None
 
     @property
     def progress_time(self) -> float:
@@ -110,24 +115,32 @@ def heartbeat_from_dict(data: Any) -> Heartbeat:
     one expression; anything else goes through :func:`_checked`, which names what is wrong."""
     if type(data) is dict:
         get = data.get
-        rank, attempt, step, pid, when = get("rank"), get("attempt"), get("step"), get("pid"), get("time")
+        rank, attempt, step, pid, when = (get("rank"), get("attempt"), get("step"), get("pid"),
+                                          get("time"))
         state, loss, metrics, host = get("state"), get("loss"), get("metrics") or {}, get("host")
-        progress_at, python_at, io_at, compute_at = get("progress_at"), get("python_at"), get("io_at"), get("compute_at")
+        progress_at, python_at, io_at, compute_at = (get("progress_at"), get("python_at"),
+                                                     get("io_at"), get("compute_at"))
         step_s, collecting, held = get("step_s"), get("collecting_since"), get("held_since")
-        # x - x == 0 holds for finite numbers only (inf - inf and nan - nan are nan); type() is exact: no bool
+        # x - x == 0 holds for finite numbers only (inf - inf and nan - nan are
+        # nan); type() is exact: no bool
         if (type(rank) is int and type(attempt) is int and type(step) is int and type(pid) is int
                 and type(when) in _NUMBER and when - when == 0 and state in STATES
                 and (loss is None or type(loss) in _NUMBER) and type(metrics) is dict
                 and (host is None or type(host) is str)
-                and (progress_at is None or (type(progress_at) in _NUMBER and progress_at - progress_at == 0))
-                and (python_at is None or (type(python_at) in _NUMBER and python_at - python_at == 0))
+                and (progress_at is None
+                     or (type(progress_at) in _NUMBER and progress_at - progress_at == 0))
+                and (python_at is None
+                     or (type(python_at) in _NUMBER and python_at - python_at == 0))
                 and (io_at is None or (type(io_at) in _NUMBER and io_at - io_at == 0))
-                and (compute_at is None or (type(compute_at) in _NUMBER and compute_at - compute_at == 0))
+                and (compute_at is None
+                     or (type(compute_at) in _NUMBER and compute_at - compute_at == 0))
                 and (step_s is None or type(step_s) is dict)
-                and (collecting is None or (type(collecting) in _NUMBER and collecting - collecting == 0))
+                and (collecting is None
+                     or (type(collecting) in _NUMBER and collecting - collecting == 0))
                 and (held is None or (type(held) in _NUMBER and held - held == 0))):
-            return Heartbeat(rank, attempt, step, None if loss is None else float(loss), float(when), state, pid,
-                             metrics, None if progress_at is None else float(progress_at),
+            return Heartbeat(rank, attempt, step, None if loss is None else float(loss),
+                             float(when), state, pid, metrics,
+                             None if progress_at is None else float(progress_at),
                              None if python_at is None else float(python_at), host,
                              None if io_at is None else float(io_at),
                              None if compute_at is None else float(compute_at), step_s,
@@ -173,8 +186,8 @@ def _checked(data: Any) -> Heartbeat:
 
 
 def held_since(beat: Any, now: float) -> float | None:
-    """When the rank whose decoded heartbeat file is ``beat`` stopped rewriting it (its ``time``), or
-    None while it writes, once it is done, or when ``beat`` is not a heartbeat.
+    """When the rank whose decoded heartbeat file is ``beat`` stopped rewriting it (its ``time``),
+    or None while it writes, once it is done, or when ``beat`` is not a heartbeat.
 
     The bootstrap's watcher thread rewrites the file every ``TICK_S`` (0.5 s) whatever the main
     thread does: a rank waiting in a collective, a sleep or a blocked read has released the
@@ -188,13 +201,15 @@ def held_since(beat: Any, now: float) -> float | None:
     if type(beat) is not dict:
         return None
     written = beat.get("time")
-    if type(written) not in _NUMBER or beat.get("state") == "done" or not now - written > HELD_AFTER_S:
+    if (type(written) not in _NUMBER or beat.get("state") == "done"
+            or not now - written > HELD_AFTER_S):
         return None
     return float(written)
 
 
 def read_heartbeats(run_dir: str | os.PathLike[str], attempt: int) -> dict[int, Heartbeat]:
-    """The latest heartbeat of every rank of ``attempt`` that wrote one; unreadable files are skipped."""
+    """The latest heartbeat of every rank of ``attempt`` that wrote
+    one; unreadable files are skipped."""
     directory = heartbeat_dir(run_dir, attempt)
     try:
         names = os.listdir(directory)
@@ -216,9 +231,11 @@ def read_heartbeats(run_dir: str | os.PathLike[str], attempt: int) -> dict[int, 
 
 def write_heartbeat(path: str | os.PathLike[str], beat: Heartbeat, tmp_tag: str = "") -> None:
     """Replace ``path`` atomically (temp file in the same directory, then rename; no fsync: cheap).
-    ``tmp_tag``: a temp file of its own, for a write made while another of this process's is in flight."""
+    ``tmp_tag``: a temp file of its own, for a write made while another
+    of this process's is in flight."""
     write_atomically(path, beat.to_json(), tmp_tag=tmp_tag or "hb")
 
 
-__all__ = ["HELD_AFTER_S", "Heartbeat", "STATES", "TIME_FIELDS", "heartbeat_dir", "heartbeat_from_dict",
-           "heartbeat_path", "held_since", "parse_heartbeat", "read_heartbeats", "write_heartbeat"]
+__all__ = ["HELD_AFTER_S", "Heartbeat", "STATES", "TIME_FIELDS", "heartbeat_dir",
+           "heartbeat_from_dict", "heartbeat_path", "held_since", "parse_heartbeat",
+           "read_heartbeats", "write_heartbeat"]

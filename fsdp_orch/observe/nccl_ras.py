@@ -84,12 +84,14 @@ class RasReport:
 
 _COMM = re.compile(r"#(\d+)-(\d+) \(([0-9a-fA-Fx]+)\) ([A-Z,]+)")
 _TABLE_ROW = re.compile(r"\s*(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+(\d+)\s+(\d+)\s+([A-Z]+)\s+([A-Z,]+)")
-_RANK_INFO = r"(?:GPU (?P<gpu>.+?) managed by process (?P<pid>\d+) on node (?P<node>\S+)|\[process information not found\])"
+_RANK_INFO = (r"(?:GPU (?P<gpu>.+?) managed by process (?P<pid>\d+) on node (?P<node>\S+)|"
+              r"\[process information not found\])")
 _RANK_LINE = re.compile(r"\s+Rank (?P<rank>\d+) -- " + _RANK_INFO)
 _RANK_COUNT = re.compile(r"\s+Rank (?P<rank>\d+) has (?:launched up to operation (?P<op>\d+)|"
                          r"not launched any operations) -- " + _RANK_INFO)
 _DIFFERENT = re.compile(r"\s+Communicator ranks have different (\S+) operation counts")
-_GROUP = re.compile(r"\s+(\d+) ranks have (?:launched up to operation (\d+)|not launched any operations)")
+_GROUP = re.compile(r"\s+(\d+) ranks have (?:launched up to operation (\d+)|"
+                    r"not launched any operations)")
 _MISSING = re.compile(r"\s+Missing communicator data from (\d+) (rank|job process)(?:e?s)?")
 _MISSING_LIST = re.compile(r"\s+The missing ranks?: ([\d,\s]+)")
 _PROCESS = re.compile(r"\s+Process (\d+) on node (\S+) managing GPUs? (.+)")
@@ -159,7 +161,8 @@ def _parse_text(text: str) -> RasReport | None:
             mode = "status"
         elif (m := _GROUP.fullmatch(line)) is not None and comm is not None and mode == "counts":
             comm.groups.append([comm_kind, int(m.group(2) or 0), int(m.group(1)), []])
-        elif (m := _RANK_COUNT.fullmatch(line)) is not None and comm is not None and mode == "counts":
+        elif ((m := _RANK_COUNT.fullmatch(line)) is not None and comm is not None
+                and mode == "counts"):
             comm.groups.append([comm_kind, int(m.group("op") or 0), 1, [_rank(m)]])
         elif (m := _RANK_LINE.fullmatch(line)) is not None and comm is not None:
             if mode == "counts" and comm.groups:

@@ -1,8 +1,8 @@
 """Finding and stopping every process of a job on this machine.
 
-torchrun starts its workers in new sessions, so a process group kill misses them when torchrun itself
-dies first. Every process of a job inherits ``FSDP_ORCH_JOB_ID`` (and ``FSDP_ORCH_ATTEMPT``) from the
-launch script, so scanning ``/proc/*/environ`` finds them all, orphans included.
+torchrun starts its workers in new sessions, so a process group kill misses them when torchrun
+itself dies first. Every process of a job inherits ``FSDP_ORCH_JOB_ID`` (and ``FSDP_ORCH_ATTEMPT``)
+from the launch script, so scanning ``/proc/*/environ`` finds them all, orphans included.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def job_processes_with(*assignments: str) -> list[int]:
 
 
 def job_processes(job_id: str, attempt: int | None = None) -> list[int]:
-    """Live processes carrying this job's id (and attempt) in their environment, excluding ourselves."""
+    """Live processes carrying this job's id (and attempt) in their
+    environment, excluding ourselves."""
     wanted = [f"FSDP_ORCH_JOB_ID={job_id}"]
     if attempt is not None:
         wanted.append(f"FSDP_ORCH_ATTEMPT={attempt}")
@@ -90,7 +91,8 @@ def stop_job_processes(job_id: str, attempt: int | None = None, *, grace: float 
 
 
 def pid_alive(pid: int | None, must_contain: str | None = None) -> bool:
-    """Is ``pid`` running (and, against pid reuse, does its command line contain ``must_contain``)?"""
+    """Is ``pid`` running (and, against pid reuse,
+    does its command line contain ``must_contain``)?"""
     if not pid:
         return False
     try:

@@ -55,7 +55,8 @@ class Frame:
 
 @dataclass(frozen=True)
 class ThreadStack:
-    id: int | None  # py-spy: the OS thread id (the pid, for the main thread); faulthandler: the ident
+    # py-spy: the OS thread id (the pid, for the main thread); faulthandler: the ident
+    id: int | None
     name: str | None  # py-spy's thread name (faulthandler's, from Python 3.14)
     active: bool | None  # py-spy: running rather than idle; None when not known
     frames: tuple[Frame, ...]  # innermost first
@@ -121,7 +122,8 @@ def parse_faulthandler(text: str) -> list[ThreadStack]:
             head, frames = (None, None, True), []
         elif head is not None and (match := _FH_FRAME.fullmatch(line)):
             number = match.group(2)
-            frames.append(Frame(match.group(3), match.group(1), None if number == "???" else int(number)))
+            frames.append(Frame(match.group(3), match.group(1),
+                                None if number == "???" else int(number)))
     close()
     return threads
 
@@ -147,10 +149,12 @@ def is_library_file(file: str, library_roots: Iterable[str]) -> bool:
             or _root_of(file, library_roots) is not None)
 
 
-def main_thread(threads: Sequence[ThreadStack], main_thread_id: int | None = None) -> ThreadStack | None:
+def main_thread(threads: Sequence[ThreadStack],
+                main_thread_id: int | None = None) -> ThreadStack | None:
     """The main thread: the one with ``main_thread_id``, else the one named ``MainThread``, else
     the one whose outermost frame is a script's top level, else the thread that took the signal.
-    (faulthandler's "Current thread" is whichever thread the kernel chose, often not the main one.)"""
+    (faulthandler's "Current thread" is whichever thread the kernel
+    chose, often not the main one.)"""
     tests: list[Callable[[ThreadStack], bool]] = [
         lambda t: main_thread_id is not None and t.id == main_thread_id,
         lambda t: t.name == "MainThread",
@@ -179,7 +183,8 @@ def _first_user_frame(frames: Iterable[Frame], library_roots: tuple[str, ...]) -
 
 def display_path(file: str, library_roots: Iterable[str]) -> str:
     """How evidence names a file: user code by its base name (the user knows their files, and the
-    evidence is one line; the raw dump has full paths), library code as ``.../package/module.py``."""
+    evidence is one line; the raw dump has full paths),
+    library code as ``.../package/module.py``."""
     if file.startswith("<"):
         return file
     for pattern in (_PACKAGES, _STDLIB):
@@ -266,7 +271,8 @@ def _faulthandler_dump(pid: int, path: Path, send: Callable[[int, int], None],
         if threads and text == previous:
             return threads, ""
         if clock() >= deadline:
-            return threads, "" if threads else f"no faulthandler dump in {path.name} after {wait:g}s"
+            return (threads, "" if threads
+                    else f"no faulthandler dump in {path.name} after {wait:g}s")
         previous = text
         sleep(0.1)
 
@@ -287,7 +293,8 @@ def _pyspy_dump(run: Runner, binary: str, pid: int, timeout: float,
         if threads:
             write_atomically(path, stdout)
             return threads, "py-spy --nonblocking" if nonblocking else "py-spy", error
-        error = error or (pyspy_error(returncode, stderr) if returncode else "py-spy: no Python threads")
+        error = error or (pyspy_error(returncode, stderr) if returncode
+                          else "py-spy: no Python threads")
         if returncode == 127:  # no py-spy
             break
     return [], "", error
@@ -324,7 +331,8 @@ def capture_stacks(pids: dict[int, int], out_dir: Path, *, run: Runner | None = 
                    faulthandler_wait: float = 5.0) -> dict[int, StackDump]:
     """Dump every rank's stacks (``pids``: rank -> pid) with py-spy into ``out_dir/rank-<R>.txt``;
     where py-spy fails, send SIGUSR1 to a rank that registered faulthandler on its
-    ``rank-<R>.faulthandler.txt`` there and read that. Ranks in parallel, ``timeout`` per command."""
+    ``rank-<R>.faulthandler.txt`` there and read that. Ranks in
+    parallel, ``timeout`` per command."""
     out_dir.mkdir(parents=True, exist_ok=True)
     one = functools.partial(_capture_rank, out_dir=out_dir, run=run or command.run, timeout=timeout,
                             send=send, sleep=sleep, clock=clock,
@@ -334,7 +342,7 @@ def capture_stacks(pids: dict[int, int], out_dir: Path, *, run: Runner | None = 
     return {rank: futures[rank].result() for rank in sorted(futures)}
 
 
-__all__ = ["Frame", "StackCapture", "StackDump", "ThreadStack", "capture_stacks", "default_library_roots",
-           "describe_stuck", "display_path", "innermost_user_frame", "is_library_file",
-           "main_thread", "parse_faulthandler", "parse_pyspy_dump", "pyspy_argv", "pyspy_binary",
-           "pyspy_error"]
+__all__ = ["Frame", "StackCapture", "StackDump", "ThreadStack", "capture_stacks",
+           "default_library_roots", "describe_stuck", "display_path", "innermost_user_frame",
+           "is_library_file", "main_thread", "parse_faulthandler", "parse_pyspy_dump", "pyspy_argv",
+           "pyspy_binary", "pyspy_error"]

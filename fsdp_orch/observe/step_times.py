@@ -52,8 +52,8 @@ class StepTimes:
         if not self._recent:
             return None
         ordered = sorted(self._recent)
-        return {"n": self.count, "p50": _ms(percentile(ordered, 0.50)), "p95": _ms(percentile(ordered, 0.95)),
-                "max": _ms(ordered[-1])}
+        return {"n": self.count, "p50": _ms(percentile(ordered, 0.50)),
+                "p95": _ms(percentile(ordered, 0.95)), "max": _ms(ordered[-1])}
 
 
 def percentile(ordered: list[float], q: float) -> float:

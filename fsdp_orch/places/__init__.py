@@ -1,1 +1,2 @@
-"""Where fsdp-orch's files are: the home, the database, the built-in templates and profiles. Stdlib only."""
+"""Where fsdp-orch's files are: the home, the database, the built-in
+templates and profiles. Stdlib only."""

@@ -1,5 +1,6 @@
 """Where the built-in templates and cluster profiles are: inside the wheel, or the source checkout.
-Plain os.path at import: ``status`` reads the profile folders through here and never needs pathlib."""
+Plain os.path at import: ``status`` reads the profile folders
+through here and never needs pathlib."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # fsdp_
 
 
 def builtin_path(name: str) -> str:
-    """``templates`` or ``clusters``: ``fsdp_orch/_data/<name>`` in a wheel, ``<repo>/<name>`` in a checkout."""
+    """``templates`` or ``clusters``: ``fsdp_orch/_data/<name>`` in a wheel,
+    ``<repo>/<name>`` in a checkout."""
     packaged = os.path.join(_PACKAGE, "_data", name)
     if os.path.isdir(packaged):
         return packaged
@@ -36,7 +38,8 @@ def home() -> Path:
 
 
 def bootstrap_site_dir() -> Path:
-    """The folder whose ``sitecustomize`` loads the bootstrap; the launch scripts put it on PYTHONPATH."""
+    """The folder whose ``sitecustomize`` loads the bootstrap;
+    the launch scripts put it on PYTHONPATH."""
     from pathlib import Path
 
     return Path(_PACKAGE) / "bootstrap" / "site"

@@ -18,7 +18,8 @@ def home_dir() -> str:
 
 
 def filesystem_of(path: str, mounts: str | None = None) -> str | None:
-    """The filesystem type of the mount that holds ``path`` (``mounts``: /proc/self/mounts' text)."""
+    """The filesystem type of the mount that holds ``path``
+    (``mounts``: /proc/self/mounts' text)."""
     if mounts is None:
         try:
             with open("/proc/self/mounts", encoding="utf-8") as f:

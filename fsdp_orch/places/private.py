@@ -31,7 +31,8 @@ def _who(uid: int, name: Callable[[int], str] | None) -> str:
     return f"uid {uid}" + (f" ({name(uid)})" if name is not None else "")
 
 
-def trust_problem(chain: Sequence[Seen], me: int, name: Callable[[int], str] | None = None) -> str | None:
+def trust_problem(chain: Sequence[Seen], me: int,
+                  name: Callable[[int], str] | None = None) -> str | None:
     """Why the first path of ``chain`` must not be read, or None when it may: every path in
     ``chain`` (the item, then each folder above it up to and including its run root) must be
     owned by ``me`` and writable by no one else (no group or other write bit). Pure."""
@@ -43,20 +44,22 @@ def trust_problem(chain: Sequence[Seen], me: int, name: Callable[[int], str] | N
     return None
 
 
-def root_verdict(seen: Seen, me: int, name: Callable[[int], str] | None = None) -> tuple[str, str | None]:
+def root_verdict(seen: Seen, me: int,
+                 name: Callable[[int], str] | None = None) -> tuple[str, str | None]:
     """What to do with an existing home or run root: ("ok", None), ("tighten", None) for one of
-    ours that others can read but not write (made 0700), or ("refuse", why and how to fix it). Pure."""
+    ours that others can read but not write (made 0700), or
+    ("refuse", why and how to fix it). Pure."""
     path, owner, mode = seen
     if not stat.S_ISDIR(mode):
         return "refuse", f"{path} is not a folder; move it aside or point fsdp-orch elsewhere"
     bits = stat.S_IMODE(mode)
     if owner != me:
-        return "refuse", (f"{path} is owned by {_who(owner, name)} with mode {bits:04o}, not by you "
-                          f"({_who(me, name)}): fsdp-orch keeps its runs only in folders of your own; "
-                          f"remove it or choose another folder (then it is created 0700)")
+        return "refuse", (f"{path} is owned by {_who(owner, name)} with mode {bits:04o}, not by "
+                          f"you ({_who(me, name)}): fsdp-orch keeps its runs only in folders of "
+                          "your own; remove it or choose another folder (then it is created 0700)")
     if mode & OTHERS_WRITE:
-        return "refuse", (f"{path} (owner {_who(owner, name)}, mode {bits:04o}) can be written by others; "
-                          f"fix: chmod 700 {path}")
+        return "refuse", (f"{path} (owner {_who(owner, name)}, mode {bits:04o}) "
+                          f"can be written by others; fix: chmod 700 {path}")
     if bits & 0o077:
         return "tighten", None
     return "ok", None
@@ -128,11 +131,11 @@ def make_private_dirs(path: str) -> None:
 
 def write_atomically(path: str | os.PathLike[str], data: bytes | str, *, mode: int | None = None,
                      fsync: bool = False, tmp_tag: str = "") -> None:
-    """The one way fsdp-orch replaces a whole file: a hidden temporary file beside it, then a rename,
-    so that a reader (or a glob of the folder) sees the old content or the new, never half. ``mode``:
-    the new file's, whatever the umask (None: as the umask has it); ``fsync`` before the rename, for
-    what must outlive a crash (a checkpoint's commit record); ``tmp_tag``: a temporary name of its
-    own, for a write made while another of this process's is in flight."""
+    """The one way fsdp-orch replaces a whole file: a hidden temporary file beside it, then a
+    rename, so that a reader (or a glob of the folder) sees the old content or the new, never half.
+    ``mode``: the new file's, whatever the umask (None: as the umask has it); ``fsync`` before the
+    rename, for what must outlive a crash (a checkpoint's commit record); ``tmp_tag``: a temporary
+    name of its own, for a write made while another of this process's is in flight."""
     target = os.fspath(path)
     folder, name = os.path.split(target)
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.{tmp_tag or os.urandom(3).hex()}.tmp")
@@ -184,6 +187,6 @@ def ensure_private_root(path: str, above: Sequence[str] = (), create: bool = Tru
             os.chmod(folder, DIR_MODE)
 
 
-__all__ = ["DIR_MODE", "FILE_MODE", "PRIVATE_UMASK", "Seen", "ensure_private_root", "make_private_dirs",
-           "open_private", "root_verdict", "seen", "set_private_umask", "trust_problem", "untrusted",
-           "user_name", "write_private"]
+__all__ = ["DIR_MODE", "FILE_MODE", "PRIVATE_UMASK", "Seen", "ensure_private_root",
+           "make_private_dirs", "open_private", "root_verdict", "seen", "set_private_umask",
+           "trust_problem", "untrusted", "user_name", "write_private"]

@@ -1,9 +1,9 @@
-"""Where the values of a job's references (``{from_env:}``, ``{from_file:}``) wait while a process on
-this machine may need them again: ``$FSDP_ORCH_HOME/secrets/<job id>.<part>``, 0600 in a 0700
-folder, never under a ``shared_dir``. ``env`` is for the supervisor that runs on this machine (local,
-SSH hosts, TPU VM; one that ``status`` re-attaches reads it too), ``notify`` for the notifier's
-headers. Each is removed once its reader is done: the supervisor when the job has ended, the notifier
-when it has sent everything; ``forget`` removes what is left of a job (``cancel``).
+"""Where the values of a job's references (``{from_env:}``, ``{from_file:}``) wait while a process
+on this machine may need them again: ``$FSDP_ORCH_HOME/secrets/<job id>.<part>``, 0600 in a 0700
+folder, never under a ``shared_dir``. ``env`` is for the supervisor that runs on this machine
+(local, SSH hosts, TPU VM; one that ``status`` re-attaches reads it too), ``notify`` for the
+notifier's headers. Each is removed once its reader is done: the supervisor when the job has ended,
+the notifier when it has sent everything; ``forget`` removes what is left of a job (``cancel``).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ def keep(job_id: str, part: Part, values: dict) -> None:
 
 
 def read(job_id: str, part: Part) -> dict:
-    """What ``keep`` wrote; {} when there is nothing, or when the file is not the caller's alone (then
-    it is not trusted: a value planted by someone else must not reach the job)."""
+    """What ``keep`` wrote; {} when there is nothing, or when the file is not the caller's alone
+    (then it is not trusted: a value planted by someone else must not reach the job)."""
     path = secrets_path(job_id, part)
     if untrusted(path, [secrets_dir(), str(home())]) is not None:
         return {}

@@ -1,1 +1,2 @@
-"""What happened to a job: the event log, the journal that writes it, the index (a cache) that reads it."""
+"""What happened to a job: the event log, the journal that writes it,
+the index (a cache) that reads it."""

@@ -11,7 +11,8 @@ from typing import Any, ClassVar
 
 @dataclass(frozen=True)
 class Event:
-    """What every event has: when (seconds since the epoch), the writer's sequence number, the job."""
+    """What every event has: when (seconds since the epoch),
+    the writer's sequence number, the job."""
 
     KIND: ClassVar[str] = ""
     at: float = 0.0
@@ -19,8 +20,10 @@ class Event:
     job: str | None = None
 
     def fields(self) -> dict[str, Any]:
-        """The event's own fields, as its log line holds them (``at``, ``kind``, ``seq`` are the writer's)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("at", "seq")}
+        """The event's own fields, as its log line holds them (``at``,
+        ``kind``, ``seq`` are the writer's)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("at", "seq")}
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,8 @@ RUNTIME_LOSS = "runtime"  # a loss the fsdp_orch runtime put in rank 0's heartbe
 
 @dataclass(frozen=True)
 class Progress(Event):
-    """Rank 0's step (when it last changed: ``progress_at``) and the latest loss, with where the loss
-    came from: ``runtime`` (the heartbeat), else the console format it was read in
+    """Rank 0's step (when it last changed: ``progress_at``) and the latest loss, with where the
+    loss came from: ``runtime`` (the heartbeat), else the console format it was read in
     (``observe.console_loss``: ``hf_trainer``, ``lightning``, ``print``)."""
 
     KIND = "progress"
@@ -90,7 +93,8 @@ class Progress(Event):
     loss: float | None = None  # None: none reported, or not finite (JSON has no NaN)
     progress_at: float | None = None
     loss_source: str | None = None  # None with a loss: written before sources were (the runtime's)
-    checkpoint_s: float | None = None  # rank 0's seconds blocked in the runtime's saves so far in the attempt
+    # rank 0's seconds blocked in the runtime's saves so far in the attempt
+    checkpoint_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -136,13 +140,15 @@ class FailureDetected(Event):
 
 @dataclass(frozen=True)
 class Notice(Event):
-    """Something noticed that is not a failure (a checkpoint moved aside, stacks taken, a host lost)."""
+    """Something noticed that is not a failure (a checkpoint moved
+    aside, stacks taken, a host lost)."""
 
     KIND = "notice"
     attempt: int | None = None
     notice: str = ""
     message: str = ""
-    host: str | None = None  # with HOST_EXCLUDED: the host (address:port) left out of later attempts
+    # with HOST_EXCLUDED: the host (address:port) left out of later attempts
+    host: str | None = None
 
 
 @dataclass(frozen=True)
@@ -183,8 +189,8 @@ HOST_EXCLUDED = "host_excluded"  # the notice of a host lost mid-run, left out o
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     Submitted, SupervisorStarted, Scheduled, AttemptStarted, AttemptLaunched, FirstStep, Progress,
-    HangWindow, CheckpointCommitted, HangDetection, FailureDetected, Notice, AttemptEnded, RestartScheduled,
-    AllocationRequeued, StateChanged, Finished)}
+    HangWindow, CheckpointCommitted, HangDetection, FailureDetected, Notice, AttemptEnded,
+    RestartScheduled, AllocationRequeued, StateChanged, Finished)}
 _FIELDS = {kind: {f.name for f in dataclasses.fields(cls)} for kind, cls in EVENT_TYPES.items()}
 
 

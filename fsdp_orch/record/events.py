@@ -31,7 +31,8 @@ def writer_name(role: str) -> str:
 class EventWriter:
     """Appends events to one file of its own; each event is one ``write`` of one whole line."""
 
-    def __init__(self, run_dir: str | os.PathLike[str], role: str, clock=time.time):  # type: ignore[no-untyped-def]
+    def __init__(self, run_dir: str | os.PathLike[str], role: str,  # type: ignore[no-untyped-def]
+                 clock=time.time):
         from fsdp_orch.places.private import make_private_dirs
 
         directory = events_dir(run_dir)
@@ -46,7 +47,8 @@ class EventWriter:
 
         self._seq += 1
         event = {"at": self.clock() if at is None else at, "kind": kind, "seq": self._seq, **fields}
-        line = (json.dumps(event, separators=(",", ":"), allow_nan=False, default=str) + "\n").encode()
+        line = (json.dumps(event, separators=(",", ":"), allow_nan=False, default=str)
+                + "\n").encode()
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         os.write(self._fd, line)
@@ -60,17 +62,19 @@ class EventWriter:
 
 class ReadResult:
     """What a read found: the events, where the next read starts (after the last whole line), how
-    many whole lines are behind that point, and the warnings. (No dataclass: ``status`` starts here.)"""
+    many whole lines are behind that point, and the warnings.
+    (No dataclass: ``status`` starts here.)"""
 
-    def __init__(self, events: list[dict] | None = None, offset: int = 0, line: int = 0,  # type: ignore[type-arg]
-                 warnings: list[str] | None = None):
+    def __init__(self, events: list[dict] | None = None, offset: int = 0,  # type: ignore[type-arg]
+                 line: int = 0, warnings: list[str] | None = None):
         self.events = events or []
         self.offset = offset
         self.line = line
         self.warnings = warnings or []
 
 
-def parse_lines(data: bytes, path: str, first_line: int) -> tuple[list[dict], int, int, list[str]]:  # type: ignore[type-arg]
+def parse_lines(data: bytes, path: str,  # type: ignore[type-arg]
+                first_line: int) -> tuple[list[dict], int, int, list[str]]:
     """The events in ``data`` (read from ``path`` at line ``first_line``): (events, bytes consumed,
     whole lines consumed, warnings). Pure."""
     import json
@@ -142,7 +146,8 @@ def order_key(event: dict, path: str) -> tuple:  # type: ignore[type-arg]
 def read_keyed(run_dir: str | os.PathLike[str], offsets: dict[str, tuple[int, int]]
                ) -> tuple[list[tuple[list, dict]], list[str]]:  # type: ignore[type-arg]
     """The job's events appended since ``offsets`` (file -> (byte offset, lines); updated to where
-    each file was read), each as (``order_key`` as a list, event), in that order; and the warnings."""
+    each file was read), each as (``order_key`` as a list, event),
+    in that order; and the warnings."""
     events, warnings = [], []
     for path in event_files(run_dir):
         result = read_from(path, *offsets.get(path, (0, 0)))
@@ -153,17 +158,19 @@ def read_keyed(run_dir: str | os.PathLike[str], offsets: dict[str, tuple[int, in
     return events, warnings
 
 
-def read_new(run_dir: str | os.PathLike[str],
-             offsets: dict[str, tuple[int, int]]) -> tuple[list[dict], list[str]]:  # type: ignore[type-arg]
+def read_new(run_dir: str | os.PathLike[str], offsets: dict[str, tuple[int, int]]
+             ) -> tuple[list[dict], list[str]]:  # type: ignore[type-arg]
     """As ``read_keyed``, the events without their keys."""
     keyed, warnings = read_keyed(run_dir, offsets)
     return [e for _, e in keyed], warnings
 
 
-def read_job(run_dir: str | os.PathLike[str]) -> tuple[list[dict], list[str]]:  # type: ignore[type-arg]
+def read_job(run_dir: str | os.PathLike[str]
+             ) -> tuple[list[dict], list[str]]:  # type: ignore[type-arg]
     """Every event of the job in time order, and the warnings."""
     return read_new(run_dir, {})
 
 
 __all__ = ["CANCEL_MARKER", "EVENTS_DIR", "EventWriter", "ReadResult", "event_files", "events_dir",
-           "order_key", "parse_lines", "read_from", "read_job", "read_keyed", "read_new", "writer_name"]
+           "order_key", "parse_lines", "read_from", "read_job", "read_keyed", "read_new",
+           "writer_name"]

@@ -49,9 +49,10 @@ def fold(events: Iterable[Event], job_id: str, status: JobStatus | None = None) 
     return status
 
 
-def fold_lines(lines: Iterable[dict[str, Any]], job_id: str, status: JobStatus | None = None) -> JobStatus | None:
-    """``fold`` over log lines as ``events.read_job`` gives them (kinds this version does not know are
-    passed over)."""
+def fold_lines(lines: Iterable[dict[str, Any]], job_id: str,
+               status: JobStatus | None = None) -> JobStatus | None:
+    """``fold`` over log lines as ``events.read_job`` gives them
+    (kinds this version does not know are passed over)."""
     events = (parse_event(line) for line in lines)
     return fold((e for e in events if e is not None), job_id, status)
 
@@ -102,7 +103,8 @@ def _attempt_started(status: JobStatus, event: AttemptStarted) -> None:
         return
     attempt = int(event.attempt)
     status.attempts, status.restarts, status.state = attempt + 1, attempt, JobState.RUNNING.value
-    status.attempt_records[attempt] = AttemptRecord(attempt, float(event.at), resume_from=event.resume_from,
+    status.attempt_records[attempt] = AttemptRecord(attempt, float(event.at),
+                                                    resume_from=event.resume_from,
                                                     resume_step=event.resume_step)
     status.stepped_at = None  # the new attempt has not stepped yet; its window comes with its steps
     status.hang_window_s = status.hang_window_mode = None
@@ -118,18 +120,21 @@ def _progress(status: JobStatus, event: Progress) -> None:
     _stepped(status, event)
     status.progress_step = event.step
     status.progress_loss = finite(event.loss)
-    status.progress_loss_source = (event.loss_source or RUNTIME_LOSS) if status.progress_loss is not None else None
+    status.progress_loss_source = ((event.loss_source or RUNTIME_LOSS)
+                                   if status.progress_loss is not None else None)
     status.progress_at = event.progress_at
     # The supervisor reports only its current attempt's progress: the latest attempt started.
     status.progress_attempt = status.attempts - 1 if status.attempts else None
-    record = status.attempt_records.get(status.progress_attempt) if status.progress_attempt is not None else None
+    record = (status.attempt_records.get(status.progress_attempt)
+              if status.progress_attempt is not None else None)
     if record is not None:
         if record.first_progress_step is None:
             record.first_progress_step = event.step
         record.last_step = event.step
         if event.checkpoint_s is not None:
             record.checkpoint_s = max(record.checkpoint_s, float(event.checkpoint_s))
-        record.last_step_at = float(event.at) if event.progress_at is None else float(event.progress_at)
+        record.last_step_at = (float(event.at) if event.progress_at is None
+                               else float(event.progress_at))
 
 
 def _stepped(status: JobStatus, event: Progress) -> None:
@@ -140,7 +145,8 @@ def _stepped(status: JobStatus, event: Progress) -> None:
     if since is not None and previous is not None and event.step == previous:
         return
     if since is not None and previous is not None and event.step > previous and at > since:
-        status.step_seconds = [*status.step_seconds[1 - STEP_SAMPLES:], (at - since) / (event.step - previous)]
+        status.step_seconds = [*status.step_seconds[1 - STEP_SAMPLES:],
+                               (at - since) / (event.step - previous)]
     status.stepped_at = at
 
 
@@ -160,8 +166,8 @@ def _hang_detection(status: JobStatus, event: HangDetection) -> None:
 
 def _failure(status: JobStatus, event: FailureDetected) -> None:
     stalled = None if event.stalled_for_s is None else float(event.stalled_for_s)
-    status.failures.append(Failure(int(event.attempt), event.category, event.evidence, float(event.at),
-                                   stalled, event.action, event.hint))
+    status.failures.append(Failure(int(event.attempt), event.category, event.evidence,
+                                   float(event.at), stalled, event.action, event.hint))
     record = status.attempt_records.get(int(event.attempt))
     if record is not None and record.verdict_at is None:
         record.verdict_at, record.stalled_for_s = float(event.at), stalled

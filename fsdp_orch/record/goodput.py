@@ -1,6 +1,7 @@
 """Where a job's wall time went: the facts the fold keeps of each attempt (``AttemptRecord``) split
 the time from submission to the end (or to the time asked about) into buckets that add up to it
-exactly. Pure: no clock, no files; ``record.fold`` gathers the facts, ``JobStatus`` shows the result.
+exactly. Pure: no clock, no files; ``record.fold`` gathers the facts,
+``JobStatus`` shows the result.
 
 The buckets, in the order a job lives through them:
 - ``queue``: submission to the first attempt's start, and a requeued allocation's wait;
@@ -25,9 +26,10 @@ from typing import Any
 from fsdp_orch.vocab.times import iso_time
 
 PRODUCTIVE = "productive"
-TRAINING = "training"  # an attempt's first to last step, before its split into productive and lost work
-BUCKETS = ("productive", "queue", "startup", "checkpoint", "detection", "restart", "lost_work", "teardown",
-           "unaccounted")
+# an attempt's first to last step, before its split into productive and lost work
+TRAINING = "training"
+BUCKETS = ("productive", "queue", "startup", "checkpoint", "detection", "restart", "lost_work",
+           "teardown", "unaccounted")
 BADPUT = BUCKETS[1:]
 
 
@@ -89,14 +91,18 @@ class Goodput:
         return {"wall_s": round(wall, 3), "goodput_pct": None if pct is None else round(pct, 2),
                 "until": iso_time(self.until), "running": running,
                 "seconds": {b: round(self.seconds[b], 3) for b in BUCKETS},
-                "percent": {b: round(100.0 * self.seconds[b] / wall, 2) if wall > 0 else 0.0 for b in BUCKETS},
-                "largest_loss": None if loss is None else {"bucket": loss[0], "seconds": round(loss[1], 3)}}
+                "percent": {b: round(100.0 * self.seconds[b] / wall, 2) if wall > 0 else 0.0
+                            for b in BUCKETS},
+                "largest_loss": (None if loss is None
+                                 else {"bucket": loss[0], "seconds": round(loss[1], 3)})}
 
 
-def account(created_at: float, attempts: list[AttemptRecord], until: float, job_ended: bool) -> Goodput:
+def account(created_at: float, attempts: list[AttemptRecord], until: float,
+            job_ended: bool) -> Goodput:
     """The breakdown of ``created_at`` .. ``until`` (the job's end, or the time asked about while it
     runs). Each fact opens a bucket that lasts to the next fact; facts out of order (another host's
-    clock) are moved up to the one before, so the spans tile the wall time and their sum is exact."""
+    clock) are moved up to the one before, so the spans tile the
+    wall time and their sum is exact."""
     marks: list[tuple[float, str, int | None]] = [(created_at, "queue", None)]
     ordered = sorted(attempts, key=lambda r: r.attempt)
     for record in ordered:
@@ -104,7 +110,8 @@ def account(created_at: float, attempts: list[AttemptRecord], until: float, job_
     if job_ended and ordered:
         last = ordered[-1]
         if last.ended_at is None:  # the log never says how the attempt ended
-            known = max(t for t in (last.started_at, last.first_step_at, last.last_step_at, last.verdict_at)
+            known = max(t for t in (last.started_at, last.first_step_at, last.last_step_at,
+                                    last.verdict_at)
                         if t is not None)
             marks.append((known, "unaccounted", last.attempt))
         elif marks[-1][1] == "restart":
@@ -164,7 +171,8 @@ def _split_training(spans: list[Span], attempts: list[AttemptRecord]) -> list[Sp
             out.append(span)
             continue
         record = by_attempt[span.attempt]  # type: ignore[index]
-        earlier = [r.last_step for r in attempts if r.attempt < record.attempt and r.last_step is not None]
+        earlier = [r.last_step for r in attempts
+                   if r.attempt < record.attempt and r.last_step is not None]
         lost = lost_seconds(record, max(earlier, default=None), span.end - span.start)
         saving = min(record.checkpoint_s, span.end - span.start - lost)
         at = span.start
@@ -198,4 +206,5 @@ def lost_seconds(record: AttemptRecord, reached: int | None, trained_s: float) -
     return min(trained_s, again * step_s)
 
 
-__all__ = ["BADPUT", "BUCKETS", "PRODUCTIVE", "AttemptRecord", "Goodput", "Span", "account", "lost_seconds"]
+__all__ = ["BADPUT", "BUCKETS", "PRODUCTIVE", "AttemptRecord", "Goodput", "Span", "account",
+           "lost_seconds"]

@@ -76,7 +76,8 @@ def _examine(path: str) -> tuple[Store | None, str | None]:
 
 
 def _not_ours(path: str, st: os.stat_result | None = None) -> str | None:
-    """Why the file at ``path`` is not this user's own to trust, or None (also when it is missing)."""
+    """Why the file at ``path`` is not this user's own to trust,
+    or None (also when it is missing)."""
     if st is None:
         try:
             st = os.stat(path)
@@ -85,7 +86,8 @@ def _not_ours(path: str, st: os.stat_result | None = None) -> str | None:
     if st.st_uid != os.getuid():
         return f"{os.path.basename(path)} belongs to uid {st.st_uid}"
     if st.st_mode & 0o022:
-        return f"{os.path.basename(path)} has mode {st.st_mode & 0o777:o}, writable by others than its owner"
+        return (f"{os.path.basename(path)} has mode {st.st_mode & 0o777:o}, "
+                "writable by others than its owner")
     if st.st_mode & 0o170000 != 0o100000:  # not S_ISREG
         return f"{os.path.basename(path)} is not a regular file"
     return None
@@ -123,7 +125,8 @@ def _rebuild(path: str, build: Callable[[Store], None], notice: Callable[[str], 
 
 
 def _move_aside(path: str) -> str:
-    """Rename the database and its -wal and -shm to ``<path>.corrupt-<UTC time>[-N]``; returns that."""
+    """Rename the database and its -wal and -shm to
+    ``<path>.corrupt-<UTC time>[-N]``; returns that."""
     import time
 
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

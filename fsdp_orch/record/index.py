@@ -43,7 +43,8 @@ class _IngestingWriter(EventWriter):
 
 
 class JobIndex:
-    def __init__(self, store: Store, runs_roots: list[str], warn=None):  # type: ignore[no-untyped-def]
+    def __init__(self, store: Store, runs_roots: list[str],  # type: ignore[no-untyped-def]
+                 warn=None):
         """``runs_roots``: the folders whose job folders this index reads, the first one this
         home's own (see fsdp_orch.record.run_roots)."""
         self.store = store
@@ -84,7 +85,8 @@ class JobIndex:
         status = self.store.job(job_id)
         if status is None or status.ended:
             return None if status is None else status.state
-        os.close(os.open(os.path.join(status.run_dir, CANCEL_MARKER), os.O_WRONLY | os.O_CREAT, 0o600))
+        os.close(os.open(os.path.join(status.run_dir, CANCEL_MARKER), os.O_WRONLY | os.O_CREAT,
+                         0o600))
         self.journal(job_id).set_state(JobState.CANCELLED, reason="cancelled by user")
         return None
 
@@ -119,7 +121,8 @@ class JobIndex:
         if found:
             indexed = self.store.job_ids()
             pending = {os.path.dirname(path) for job_id, path in found.items()
-                       if job_id not in indexed and not any(self.store.ingested(p)[0] for p in event_files(path))}
+                       if job_id not in indexed
+                       and not any(self.store.ingested(p)[0] for p in event_files(path))}
         recent = time.time_ns() - 1_000_000_000
         for root, key, mtime in looked:
             if root not in pending and mtime < recent:
@@ -146,7 +149,8 @@ class JobIndex:
                 known = self.store.job_ids()
             for name in os.listdir(root):
                 folder = os.path.join(root, name)
-                if name not in known and name not in found and os.path.isdir(os.path.join(folder, "events")) \
+                if name not in known and name not in found \
+                        and os.path.isdir(os.path.join(folder, "events")) \
                         and run_folder_problem(folder) is None:
                     found[name] = folder
             looked.append((root, key, mtime))
@@ -205,7 +209,8 @@ class JobIndex:
         return True
 
 
-SETTLING_S = 600.0  # after a job ended, its logs are still read this long (late events of its supervisor)
+# after a job ended, its logs are still read this long (late events of its supervisor)
+SETTLING_S = 600.0
 
 
 

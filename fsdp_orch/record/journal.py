@@ -28,50 +28,61 @@ class Journal:
     def submitted(self, *, name: str, cluster: str, kind: str, spec_json: str, run_dir: str,
                   job_file: str | None, spec_hash: str | None, idempotency_key: str | None,
                   origin: dict[str, Any] | None = None, now: float | None = None) -> None:
-        """``origin``: where the job came from (``schedule``/``tick``, ``init_from``), shown by status."""
-        self._append(event_types.Submitted(job=self.job_id, name=name, cluster=cluster, cluster_kind=kind,
-                                     spec_json=spec_json, run_dir=run_dir, job_file=job_file,
-                                     spec_hash=spec_hash, idempotency_key=idempotency_key,
-                                     origin=origin or None), now)
+        """``origin``: where the job came from (``schedule``/``tick``,
+        ``init_from``), shown by status."""
+        self._append(event_types.Submitted(job=self.job_id, name=name, cluster=cluster,
+                                           cluster_kind=kind, spec_json=spec_json, run_dir=run_dir,
+                                           job_file=job_file, spec_hash=spec_hash,
+                                           idempotency_key=idempotency_key,
+                                           origin=origin or None), now)
 
     def supervisor_started(self, pid: int | None = None, now: float | None = None) -> None:
-        self._append(event_types.SupervisorStarted(job=self.job_id, pid=os.getpid() if pid is None else pid,
-                                             host=socket.gethostname()), now)
+        self._append(event_types.SupervisorStarted(job=self.job_id,
+                                                   pid=os.getpid() if pid is None else pid,
+                                                   host=socket.gethostname()), now)
 
     def scheduled(self, backend_ref: str, now: float | None = None) -> None:
         """Handed to the scheduler (a SLURM job id)."""
         self._append(event_types.Scheduled(job=self.job_id, backend_ref=backend_ref), now)
 
-    def start_attempt(self, attempt: int, *, resume_from: str | None, resume_step: int | None = None,
-                      now: float | None = None) -> None:
-        """``resume_step``: the step of the checkpoint it resumes from, when known (goodput's lost work)."""
-        self._append(event_types.AttemptStarted(job=self.job_id, attempt=attempt, resume_from=resume_from,
-                                          resume_step=resume_step), now)
+    def start_attempt(self, attempt: int, *, resume_from: str | None,
+                      resume_step: int | None = None, now: float | None = None) -> None:
+        """``resume_step``: the step of the checkpoint it resumes from,
+        when known (goodput's lost work)."""
+        self._append(event_types.AttemptStarted(job=self.job_id, attempt=attempt,
+                                                resume_from=resume_from,
+                                                resume_step=resume_step), now)
 
     def launched(self, attempt: int, backend_ref: str, now: float | None = None) -> None:
-        self._append(event_types.AttemptLaunched(job=self.job_id, attempt=attempt, backend_ref=backend_ref), now)
+        self._append(event_types.AttemptLaunched(job=self.job_id, attempt=attempt,
+                                                 backend_ref=backend_ref), now)
 
     def first_step(self, attempt: int, when: float) -> None:
         self._append(event_types.FirstStep(job=self.job_id, attempt=attempt, first_step_at=when))
 
-    def progress(self, step: int, loss: float | None, progress_at: float, now: float | None = None, *,
-                 loss_source: str | None = None, checkpoint_s: float | None = None) -> None:
+    def progress(self, step: int, loss: float | None, progress_at: float, now: float | None = None,
+                 *, loss_source: str | None = None, checkpoint_s: float | None = None) -> None:
         """Rank 0's step and the latest loss; ``loss_source``: ``runtime`` (its heartbeat) or the
         console format it was read in. A loss that is not finite is kept as None, without a source.
-        ``checkpoint_s``: the seconds its checkpoint saves held training up so far in the attempt."""
+        ``checkpoint_s``: the seconds its checkpoint saves held
+        training up so far in the attempt."""
         loss = event_types.finite(loss)
-        self._append(event_types.Progress(job=self.job_id, step=step, loss=loss, progress_at=progress_at,
-                                    loss_source=loss_source if loss is not None else None,
-                                    checkpoint_s=checkpoint_s), now)
+        self._append(event_types.Progress(job=self.job_id, step=step, loss=loss,
+                                          progress_at=progress_at,
+                                          loss_source=loss_source if loss is not None else None,
+                                          checkpoint_s=checkpoint_s), now)
 
-    def hang_window(self, attempt: int, window_s: float, mode: str, now: float | None = None) -> None:
+    def hang_window(self, attempt: int, window_s: float, mode: str,
+                    now: float | None = None) -> None:
         """The hang window in force for the attempt's stepping ranks (``fixed`` or ``adaptive``)."""
-        self._append(event_types.HangWindow(job=self.job_id, attempt=attempt, window_s=window_s, mode=mode), now)
+        self._append(event_types.HangWindow(job=self.job_id, attempt=attempt, window_s=window_s,
+                                            mode=mode), now)
 
     def checkpoint(self, step: int | None, now: float | None = None, *, path: str | None = None,
                    step_note: str = "") -> None:
         """A new latest complete checkpoint; ``step`` None: unknown (``step_note`` says why)."""
-        self._append(event_types.CheckpointCommitted(job=self.job_id, step=step, path=path, step_note=step_note), now)
+        self._append(event_types.CheckpointCommitted(job=self.job_id, step=step, path=path,
+                                                     step_note=step_note), now)
 
     def hang_detection(self, off_because: str | None, now: float | None = None) -> None:
         self._append(event_types.HangDetection(job=self.job_id, off_because=off_because), now)
@@ -80,22 +91,27 @@ class Journal:
                     hint: str | None = None, stalled_for_s: float | None = None,
                     now: float | None = None) -> None:
         """``hint``: what the user can do about it, said where the failure was explained."""
-        self._append(event_types.FailureDetected(job=self.job_id, attempt=attempt, category=category,
-                                           evidence=evidence, action=action, stalled_for_s=stalled_for_s,
-                                           hint=hint), now)
+        self._append(event_types.FailureDetected(job=self.job_id, attempt=attempt,
+                                                 category=category, evidence=evidence,
+                                                 action=action, stalled_for_s=stalled_for_s,
+                                                 hint=hint), now)
 
-    def add_event(self, *, attempt: int | None, kind: str, message: str, now: float | None = None) -> None:
+    def add_event(self, *, attempt: int | None, kind: str, message: str,
+                  now: float | None = None) -> None:
         """Something noticed that is not a failure (a checkpoint moved aside, stacks taken)."""
-        self._append(event_types.Notice(job=self.job_id, attempt=attempt, notice=kind, message=message), now)
+        self._append(event_types.Notice(job=self.job_id, attempt=attempt, notice=kind,
+                                        message=message), now)
 
-    def host_excluded(self, *, attempt: int, host: str, message: str, now: float | None = None) -> None:
+    def host_excluded(self, *, attempt: int, host: str, message: str,
+                      now: float | None = None) -> None:
         """A host (``address:port``) lost in ``attempt``: later attempts are planned without it. A
         notice to ``status``; ``JobStatus.excluded_hosts`` to a supervisor that re-attaches."""
-        self._append(event_types.Notice(job=self.job_id, attempt=attempt, notice=HOST_EXCLUDED, message=message,
-                                  host=host), now)
+        self._append(event_types.Notice(job=self.job_id, attempt=attempt, notice=HOST_EXCLUDED,
+                                        message=message, host=host), now)
 
     def end_attempt(self, attempt: int, exit_code: int | None, now: float | None = None) -> None:
-        self._append(event_types.AttemptEnded(job=self.job_id, attempt=attempt, exit_code=exit_code), now)
+        self._append(event_types.AttemptEnded(job=self.job_id, attempt=attempt,
+                                              exit_code=exit_code), now)
 
     def restart_scheduled(self, reason: str | None, delay: float, now: float | None = None) -> None:
         self._append(event_types.RestartScheduled(job=self.job_id, reason=reason, delay=delay), now)
@@ -103,7 +119,8 @@ class Journal:
     def requeued(self, reason: str, now: float | None = None) -> None:
         self._append(event_types.AllocationRequeued(job=self.job_id, reason=reason), now)
 
-    def set_state(self, state: JobState, *, reason: str | None = None, now: float | None = None) -> None:
+    def set_state(self, state: JobState, *, reason: str | None = None,
+                  now: float | None = None) -> None:
         """Any other change of state; a terminal one is the job's end (``finished``)."""
         cls = event_types.Finished if state.is_terminal() else event_types.StateChanged
         self._append(cls(job=self.job_id, state=state.value, reason=reason), now)

@@ -1,7 +1,7 @@
-"""The full ``status --json`` list kept in a file named after the store's generation (bumped on every
-change of a status document), so that ``status`` in a polling pipeline reads one file when nothing
-changed; and the documents of the jobs stalled at the time of reading put into it. Stdlib only:
-``status`` starts here."""
+"""The full ``status --json`` list kept in a file named after the store's generation (bumped on
+every change of a status document), so that ``status`` in a polling pipeline reads one file when
+nothing changed; and the documents of the jobs stalled at the time of reading put into it. Stdlib
+only: ``status`` starts here."""
 
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ class ListingCache:
 def with_docs(listing: bytes, replacements: list[tuple[bytes, bytes]]) -> bytes:
     """``listing`` with each (kept document, document as read now) put in (each document holds its
     job's id, so it is found once)."""
-    found = sorted((at, kept, now) for kept, now in replacements if (at := listing.rfind(kept)) >= 0)
+    found = sorted((at, kept, now) for kept, now in replacements
+                   if (at := listing.rfind(kept)) >= 0)
     if not found:
         return listing
     view, parts, done = memoryview(listing), [], 0

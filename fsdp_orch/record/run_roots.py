@@ -28,7 +28,8 @@ def profile_dirs(home: str, cwd: str | None = None) -> list[str]:
     ``$FSDP_ORCH_HOME/clusters``, the built-in ones."""
     from fsdp_orch.places.builtin import builtin_path
 
-    return [os.path.join(cwd or os.getcwd(), "clusters"), os.path.join(home, "clusters"), builtin_path("clusters")]
+    return [os.path.join(cwd or os.getcwd(), "clusters"), os.path.join(home, "clusters"),
+            builtin_path("clusters")]
 
 
 def _profile_files(dirs: list[str]) -> list[tuple[str, int]]:
@@ -78,7 +79,8 @@ def runs_roots(store: Store, home: str, cwd: str | None = None) -> list[str]:
     if store.meta_text(FILES_KEY) == files:
         shared = [d for d in (store.meta_text(ROOTS_KEY) or "").split("\n") if d]
     else:
-        shared = sorted({d for line in files.splitlines() if (d := shared_dir_of(line.split("\t")[0]))})
+        shared = sorted({d for line in files.splitlines()
+                         if (d := shared_dir_of(line.split("\t")[0]))})
         store.set_meta_text(ROOTS_KEY, "\n".join(shared))
         store.set_meta_text(FILES_KEY, files)
     own = os.path.join(home, "runs")
@@ -105,7 +107,8 @@ def run_folder_problem(run_dir: str) -> str | None:
 
 
 def root_problem(root: str) -> str | None:
-    """Why the run root ``root`` (a ``runs`` folder) must not be read, or None (one not there: None)."""
+    """Why the run root ``root`` (a ``runs`` folder) must not be read,
+    or None (one not there: None)."""
     from fsdp_orch.places.private import untrusted
 
     return untrusted(root, [os.path.dirname(root)]) if os.path.lexists(root) else None

@@ -60,7 +60,8 @@ class JobNotice:
     message: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"attempt": self.attempt, "at": iso_time(self.at), "kind": self.kind, "message": self.message}
+        return {"attempt": self.attempt, "at": iso_time(self.at), "kind": self.kind,
+                "message": self.message}
 
 
 @dataclass
@@ -82,7 +83,8 @@ class JobStatus:
     last_checkpoint_note: str = ""  # why its step is not known ("" when it is)
     progress_step: int | None = None
     progress_loss: float | None = None
-    progress_loss_source: str | None = None  # "runtime", or the console format (observe.console_loss)
+    # "runtime", or the console format (observe.console_loss)
+    progress_loss_source: str | None = None
     progress_at: float | None = None
     failures: list[Failure] = field(default_factory=list)
     reason: str | None = None
@@ -103,7 +105,8 @@ class JobStatus:
     stepped_at: float | None = None  # the running attempt's last step (None: none yet)
     step_seconds: list[float] = field(default_factory=list)  # recent seconds per step
     progress_attempt: int | None = None  # the attempt whose progress progress_step is
-    last_event_at: float = 0.0  # the latest event folded in: what a running job's breakdown is as of
+    # the latest event folded in: what a running job's breakdown is as of
+    last_event_at: float = 0.0
 
     @property
     def ended(self) -> bool:
@@ -111,7 +114,8 @@ class JobStatus:
 
     @property
     def last_checkpoint(self) -> dict[str, Any] | None:
-        """The latest complete checkpoint: its path and step (None, with the reason, when unknown)."""
+        """The latest complete checkpoint: its path and step (None,
+        with the reason, when unknown)."""
         if self.last_checkpoint_path is None:
             return None
         return {"path": self.last_checkpoint_path, "step": self.last_checkpoint_step,
@@ -138,8 +142,8 @@ class JobStatus:
         return round(now - self.stepped_at, 1)
 
     def goodput(self, now: float | None = None) -> Goodput:
-        """Where the wall time went, to the job's end; while it runs, to ``now`` (None: to its latest
-        event, what the kept ``status --json`` document says)."""
+        """Where the wall time went, to the job's end; while it runs, to ``now`` (None:
+        to its latest event, what the kept ``status --json`` document says)."""
         if self.ended_at is not None:
             until = self.ended_at
         else:
@@ -150,27 +154,29 @@ class JobStatus:
         """The ``status --json`` document. ``stalled_for_s`` depends on the time of reading: None
         here without ``now`` (the index keeps that document; ``store`` fills it in as it reads)."""
         progress = None if self.progress_step is None else {
-            "step": self.progress_step, "loss": self.progress_loss, "loss_source": self.progress_loss_source,
-            "updated_at": iso_time(self.progress_at)}
+            "step": self.progress_step, "loss": self.progress_loss,
+            "loss_source": self.progress_loss_source, "updated_at": iso_time(self.progress_at)}
         return {
             "id": self.id, "name": self.name, "cluster": self.cluster, "state": self.state,
             "attempts": self.attempts, "restarts": self.restarts,
             "created_at": iso_time(self.created_at), "ended_at": iso_time(self.ended_at),
-            "last_checkpoint_step": self.last_checkpoint_step, "last_checkpoint": self.last_checkpoint,
+            "last_checkpoint_step": self.last_checkpoint_step,
+            "last_checkpoint": self.last_checkpoint,
             "progress": progress,
             "stalled_for_s": None if now is None else self.stalled_for_s(now),
             "hang_window_s": self.hang_window_s if self.running else None,
             "failures": [f.to_json() for f in self.failures],
             "reason": self.reason, "run_dir": self.run_dir,
-            "hang_detection": {"enabled": self.hang_detection_off is None, "reason": self.hang_detection_off},
+            "hang_detection": {"enabled": self.hang_detection_off is None,
+                               "reason": self.hang_detection_off},
             "events": [n.to_json() for n in self.notices],
             "origin": self.origin,
             "goodput": self.goodput_json(),
         }
 
     def goodput_json(self) -> dict[str, Any]:
-        """The breakdown to the job's end, or while it runs to its latest event: the same at any time
-        of reading, so the index keeps it as the fold gives it."""
+        """The breakdown to the job's end, or while it runs to its latest event:
+        the same at any time of reading, so the index keeps it as the fold gives it."""
         return self.goodput().to_json(running=not self.ended)
 
     def to_record(self) -> dict[str, Any]:
@@ -184,5 +190,6 @@ class JobStatus:
         data = dict(record)
         data["failures"] = [Failure(**f) for f in data.get("failures") or []]
         data["notices"] = [JobNotice(**n) for n in data.get("notices") or []]
-        data["attempt_records"] = {int(a["attempt"]): AttemptRecord(**a) for a in data.get("attempt_records") or []}
+        data["attempt_records"] = {int(a["attempt"]): AttemptRecord(**a)
+                                   for a in data.get("attempt_records") or []}
         return cls(**data)

@@ -1,5 +1,5 @@
-"""The index's database: SQLite under $FSDP_ORCH_HOME (WAL, parameterised SQL, mode 0600), a cache of
-each job's ``JobStatus`` as ``record.fold`` computed it from the job's events.
+"""The index's database: SQLite under $FSDP_ORCH_HOME (WAL, parameterised SQL, mode 0600),
+a cache of each job's ``JobStatus`` as ``record.fold`` computed it from the job's events.
 
 Nothing here decides what a status is. A row holds the status document ``status --json`` prints
 (so 10,000 jobs are one concatenation inside SQLite) and the full record fsdp-orch reads back. Since
@@ -24,8 +24,11 @@ if TYPE_CHECKING:
 
     from fsdp_orch.record.status import JobStatus
 
-SCHEMA_VERSION = 10  # 10: the goodput breakdown and the facts it is computed from; 7: JobStatus.last_checkpoint_path and _note (checkpoint.file); 8: progress_attempt;
-# 9: the loss's source, the hang window, stepped_at/stall_from (stalled_for_s filled in as status reads)
+# 10: the goodput breakdown and the facts it is computed from; 7: JobStatus.last_checkpoint_path
+# and _note (checkpoint.file); 8: progress_attempt;
+# 9: the loss's source, the hang window, stepped_at/stall_from (stalled_for_s filled in as status
+# reads)
+SCHEMA_VERSION = 10
 BUSY_TIMEOUT_MS = 30_000
 ACTIVE_STATES = ("PENDING", "RUNNING", "RESTARTING")
 # Written into the SQL text, not bound: SQLite uses the partial index jobs_active only when the
@@ -33,8 +36,8 @@ ACTIVE_STATES = ("PENDING", "RUNNING", "RESTARTING")
 _ACTIVE = f"state IN {ACTIVE_STATES!r}"
 # A row's status document as read at a time (bound twice: ?, ?): a stalled job's stalled_for_s is
 # the seconds since its last step, as JobStatus.to_json(now) says (the kept doc has null there).
-_DOC_AT = ("CASE WHEN stall_from < ? THEN json_set(doc, '$.stalled_for_s', round(? - stepped_at, 1))"
-           " ELSE doc END")
+_DOC_AT = ("CASE WHEN stall_from < ? THEN json_set(doc, '$.stalled_for_s',"
+           " round(? - stepped_at, 1)) ELSE doc END")
 
 _SCHEMA = [
     """CREATE TABLE jobs (
@@ -151,8 +154,10 @@ class Store:
                 self.conn.execute(f'DROP {kind.upper()} IF EXISTS "{name}"')
             for statement in _SCHEMA:
                 self.conn.execute(statement)
-            # Starts from the clock, not 0: a cached list of a dropped or deleted index never matches.
-            self.conn.execute("INSERT INTO meta (key, value) VALUES ('generation', ?)", (time.time_ns() // 1000,))
+            # Starts from the clock, not 0: a cached list of a dropped or
+            # deleted index never matches.
+            self.conn.execute("INSERT INTO meta (key, value) VALUES ('generation', ?)",
+                              (time.time_ns() // 1000,))
             self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         os.chmod(self.path, 0o600)
 
@@ -173,7 +178,8 @@ class Store:
         record, doc = _dumps(status.to_record()), _dumps(status.to_json())
         with self._transaction():
             if expected_last_key is not ...:
-                row = self.conn.execute("SELECT last_key FROM jobs WHERE id = ?", (status.id,)).fetchone()
+                row = self.conn.execute("SELECT last_key FROM jobs WHERE id = ?",
+                                        (status.id,)).fetchone()
                 current = None if row is None or row[0] is None else _loads(row[0])
                 if current != expected_last_key:
                     return None
@@ -186,13 +192,15 @@ class Store:
                 "INSERT INTO jobs (id, created_at, state, ended_at, kind, run_dir, idempotency_key,"
                 " supervisor_pid, backend_ref, record, doc, last_key, stepped_at, stall_from)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT(id) DO UPDATE SET state = excluded.state, ended_at = excluded.ended_at,"
-                " supervisor_pid = excluded.supervisor_pid, backend_ref = excluded.backend_ref,"
-                " record = excluded.record, doc = excluded.doc, last_key = excluded.last_key,"
-                " stepped_at = excluded.stepped_at, stall_from = excluded.stall_from",
-                (status.id, status.created_at, status.state, status.ended_at, status.kind, status.run_dir,
-                 status.idempotency_key, status.supervisor_pid, status.backend_ref, record, doc,
-                 None if last_key is None else _dumps(last_key), status.stepped_at, status.stall_from))
+                " ON CONFLICT(id) DO UPDATE SET state = excluded.state,"
+                " ended_at = excluded.ended_at, supervisor_pid = excluded.supervisor_pid,"
+                " backend_ref = excluded.backend_ref, record = excluded.record, doc = excluded.doc,"
+                " last_key = excluded.last_key, stepped_at = excluded.stepped_at,"
+                " stall_from = excluded.stall_from",
+                (status.id, status.created_at, status.state, status.ended_at, status.kind,
+                 status.run_dir, status.idempotency_key, status.supervisor_pid, status.backend_ref,
+                 record, doc, None if last_key is None else _dumps(last_key), status.stepped_at,
+                 status.stall_from))
             self.conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")
             self._set_ingested(ingested)
         return True
@@ -203,22 +211,26 @@ class Store:
             self._set_ingested(ingested)
 
     def _set_ingested(self, ingested: list[tuple[str, int, int]]) -> None:
-        self.conn.executemany("INSERT OR REPLACE INTO ingested (path, offset, line) VALUES (?, ?, ?)", ingested)
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO ingested (path, offset, line) VALUES (?, ?, ?)", ingested)
 
     def set_meta(self, key: str, value: int) -> None:
         with self._transaction():
-            self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+            self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                              (key, value))
 
     def set_meta_text(self, key: str, value: str) -> None:
         """Text in the meta table (its INTEGER column keeps text that is not a number as text)."""
         with self._transaction():
-            self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+            self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                              (key, value))
 
     # --- reads ----------------------------------------------------------------------------
 
     def ingested(self, path: str) -> tuple[int, int]:
         """(byte offset, lines) up to which the event log at ``path`` is in the index."""
-        row = self.conn.execute("SELECT offset, line FROM ingested WHERE path = ?", (path,)).fetchone()
+        row = self.conn.execute("SELECT offset, line FROM ingested WHERE path = ?",
+                                (path,)).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def meta(self, key: str) -> int | None:
@@ -230,14 +242,16 @@ class Store:
         return str(row[0]) if row else None
 
     def job_for_key(self, idempotency_key: str) -> str | None:
-        row = self.conn.execute("SELECT id FROM jobs WHERE idempotency_key = ?", (idempotency_key,)).fetchone()
+        row = self.conn.execute("SELECT id FROM jobs WHERE idempotency_key = ?",
+                                (idempotency_key,)).fetchone()
         return row[0] if row else None
 
     def job_ids(self) -> set[str]:
         return {row[0] for row in self.conn.execute("SELECT id FROM jobs")}
 
     def has_job(self, job_id: str) -> bool:
-        return self.conn.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is not None
+        return self.conn.execute("SELECT 1 FROM jobs WHERE id = ?",
+                                 (job_id,)).fetchone() is not None
 
     def job(self, job_id: str) -> JobStatus | None:
         """The job's status as last folded, with everything fsdp-orch reads of it."""
@@ -253,28 +267,32 @@ class Store:
 
     def jobs(self, limit: int | None = None) -> list[JobStatus]:
         """Every job (``limit``: the newest that many), oldest first."""
-        rows = self.conn.execute("SELECT record FROM (SELECT record, created_at, rowid AS r FROM jobs"
-                                 " ORDER BY created_at DESC, rowid DESC LIMIT ?) ORDER BY created_at, r",
+        rows = self.conn.execute("SELECT record FROM (SELECT record, created_at,"
+                                 " rowid AS r FROM jobs ORDER BY created_at DESC,"
+                                 " rowid DESC LIMIT ?) ORDER BY created_at, r",
                                  (-1 if limit is None else int(limit),)).fetchall()
         return [_status(row[0]) for row in rows]
 
     def active_jobs(self) -> list[JobStatus]:
         """Jobs not yet in a terminal state (what a liveness refresh has to look at)."""
-        rows = self.conn.execute(f"SELECT record FROM jobs WHERE {_ACTIVE} ORDER BY created_at, rowid").fetchall()
+        rows = self.conn.execute(f"SELECT record FROM jobs WHERE {_ACTIVE}"
+                                 " ORDER BY created_at, rowid").fetchall()
         return [_status(row[0]) for row in rows]
 
     def active_refs(self) -> list[ActiveJob]:
-        """The active jobs' ids, kinds and what was started for them: what ``status`` looks at before
-        it decides whether any kind has to settle a job (without reading a whole record)."""
+        """The active jobs' ids, kinds and what was started for them: what ``status`` looks at
+        before it decides whether any kind has to settle a job (without reading a whole record)."""
         rows = self.conn.execute("SELECT id, kind, supervisor_pid, backend_ref FROM jobs"
                                  f" WHERE {_ACTIVE} ORDER BY created_at, rowid").fetchall()
         return [ActiveJob(*row) for row in rows]
 
     def folders_to_read(self, ended_since: float) -> dict[str, str]:
         """Job id -> run folder of the jobs whose logs may still grow: the active ones, and those
-        that ended after ``ended_since`` (a supervisor still writes its last events after a cancel)."""
+        that ended after ``ended_since`` (a supervisor still writes
+        its last events after a cancel)."""
         rows = self.conn.execute(f"SELECT id, run_dir FROM jobs WHERE {_ACTIVE} UNION ALL"
-                                 " SELECT id, run_dir FROM jobs WHERE ended_at >= ?", (ended_since,)).fetchall()
+                                 " SELECT id, run_dir FROM jobs WHERE ended_at >= ?",
+                                 (ended_since,)).fetchall()
         return {row[0]: row[1] for row in rows}
 
     def run_dir(self, job_id: str) -> str | None:
@@ -285,7 +303,8 @@ class Store:
         """Exact id, or a unique prefix of one (like git)."""
         if not prefix:
             return None  # the empty prefix matches every id: it never names a job
-        rows = self.conn.execute("SELECT id FROM jobs WHERE id = ? OR id LIKE ? ESCAPE '\\' LIMIT 3",
+        rows = self.conn.execute("SELECT id FROM jobs WHERE id = ? OR id LIKE ? ESCAPE '\\'"
+                                 " LIMIT 3",
                                  (prefix, prefix.replace("\\", "\\\\").replace("%", "\\%")
                                   .replace("_", "\\_") + "%")).fetchall()
         ids = {r[0] for r in rows}
@@ -295,7 +314,8 @@ class Store:
 
     def status_json(self, job_id: str | None = None, limit: int | None = None,
                     now: float | None = None) -> str | None:
-        """``status --json`` text: a list of all jobs (oldest first), or one object; None if unknown."""
+        """``status --json`` text: a list of all jobs (oldest first),
+        or one object; None if unknown."""
         data = self.status_json_bytes(job_id, limit, now)
         return None if data is None else data.decode()
 
@@ -312,22 +332,24 @@ class Store:
         if limit is not None:
             row = self.conn.execute(
                 "SELECT CAST('[' || coalesce(group_concat(doc, ','), '') || ']' AS BLOB) FROM"
-                f" (SELECT doc, created_at, r FROM (SELECT {_DOC_AT} AS doc, created_at, rowid AS r FROM jobs"
-                " ORDER BY created_at DESC, rowid DESC LIMIT ?) ORDER BY created_at, r)",
+                f" (SELECT doc, created_at, r FROM (SELECT {_DOC_AT} AS doc, created_at, rowid AS r"
+                " FROM jobs ORDER BY created_at DESC, rowid DESC LIMIT ?) ORDER BY created_at, r)",
                 (now, now, int(limit))).fetchone()
             return bytes(row[0])
         return self._all_docs_cached(now)
 
     def _all_docs_cached(self, now: float) -> bytes:
-        """The full list, from the listing cache when nothing changed since it was written (status in
-        a polling pipeline), else built by SQLite and cached; the documents of the running jobs
+        """The full list, from the listing cache when nothing changed since it was written (status
+        in a polling pipeline), else built by SQLite and cached; the documents of the running jobs
         stalled at ``now`` are then put in for the kept ones (a few, and among the newest)."""
         cache = ListingCache(os.path.join(os.path.dirname(self.path) or ".", "cache"))
         self.conn.execute("BEGIN")
         try:
-            stalled = self.conn.execute(f"SELECT CAST(doc AS BLOB), CAST({_DOC_AT} AS BLOB) FROM jobs"
-                                        f" WHERE {_ACTIVE} AND stall_from < ?", (now, now, now)).fetchall()
-            generation = self.conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0]
+            stalled = self.conn.execute(f"SELECT CAST(doc AS BLOB), CAST({_DOC_AT} AS BLOB)"
+                                        f" FROM jobs WHERE {_ACTIVE} AND stall_from < ?",
+                                        (now, now, now)).fetchall()
+            generation = self.conn.execute(
+                "SELECT value FROM meta WHERE key = 'generation'").fetchone()[0]
             kept = cache.read(generation)
             if kept is not None:
                 return with_docs(kept, stalled)
@@ -347,7 +369,8 @@ class ActiveJob:
     __slots__ = ("id", "kind", "supervisor_pid", "backend_ref")
 
     def __init__(self, id: str, kind: str, supervisor_pid: int | None, backend_ref: str | None):
-        self.id, self.kind, self.supervisor_pid, self.backend_ref = id, kind, supervisor_pid, backend_ref
+        self.id, self.kind, self.supervisor_pid, self.backend_ref = (
+            id, kind, supervisor_pid, backend_ref)
 
 
 def _loads(text: str) -> Any:

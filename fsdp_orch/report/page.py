@@ -1,6 +1,7 @@
-"""The report page of one job: its status (the fold of its events), drawn. Pure: the caller reads the
-events and writes the file. The figures are those of ``status --json`` (``JobStatus.to_json``), each
-also in a ``data-`` attribute so a reader (or a test) can take them without parsing the text."""
+"""The report page of one job: its status (the fold of its events), drawn. Pure: the caller reads
+the events and writes the file. The figures are those of ``status --json`` (``JobStatus.to_json``),
+each also in a ``data-`` attribute so a reader (or a test) can take them without parsing the
+text."""
 
 from __future__ import annotations
 
@@ -21,12 +22,15 @@ from fsdp_orch.report.svg import COLORS, Bar, Mark, loss_curve, timeline
 MEANING = {
     "productive": "first to last step of each attempt, less the steps trained again",
     "queue": "submission to the first attempt, and a requeued allocation's wait",
-    "startup": "an attempt's start to its first step (launch, imports, process group, checkpoint load)",
-    "checkpoint": "the runtime's checkpoint saves holding training up (scripts that save by themselves: 0)",
+    "startup": "an attempt's start to its first step (launch, imports, "
+               "process group, checkpoint load)",
+    "checkpoint": "the runtime's checkpoint saves holding training up "
+                  "(scripts that save by themselves: 0)",
     "detection": "an attempt's last step to the failure's verdict",
     "restart": "an attempt's end to the next one's start, the backoff included",
     "lost_work": "steps trained again after resuming from an older checkpoint",
-    "teardown": "the verdict (or the last step) to the attempt's end; the last attempt's end to the job's",
+    "teardown": "the verdict (or the last step) to the attempt's end; "
+                "the last attempt's end to the job's",
     "unaccounted": "time no event explains (an attempt whose end the log does not say)",
 }
 
@@ -34,15 +38,19 @@ STYLE = """
 body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1000px; }
 h1 { font-size: 20px; margin-bottom: 4px; } h2 { font-size: 16px; margin-top: 28px; }
 .meta { color: #555; font-size: 13px; } .big { font-size: 28px; font-weight: bold; }
-table { border-collapse: collapse; font-size: 13px; } td, th { border: 1px solid #ccc; padding: 4px 8px; }
-th { background: #f3f3f3; text-align: left; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.swatch { display: inline-block; width: 12px; height: 12px; margin-right: 6px; vertical-align: middle; }
+table { border-collapse: collapse; font-size: 13px; } \
+td, th { border: 1px solid #ccc; padding: 4px 8px; }
+th { background: #f3f3f3; text-align: left; } \
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.swatch { display: inline-block; width: 12px; height: 12px; margin-right: 6px; \
+vertical-align: middle; }
 .evidence { font-family: monospace; white-space: pre-wrap; max-width: 560px; }
 """
 
 
 def render(status: JobStatus, events: list[Event]) -> str:
-    """The whole page, one self-contained HTML document (inline CSS and SVG, no scripts, no fetches)."""
+    """The whole page, one self-contained HTML document
+    (inline CSS and SVG, no scripts, no fetches)."""
     doc = status.to_json()
     goodput = status.goodput()
     g = doc["goodput"]
@@ -56,16 +64,19 @@ def render(status: JobStatus, events: list[Event]) -> str:
         f"<style>{STYLE}</style></head><body>",
         f"<h1>{escape(status.name)} <span class='meta'>{escape(status.id)}</span></h1>",
         f"<p class='meta'>state <b id='state'>{escape(status.state)}</b> &middot; cluster "
-        f"{escape(status.cluster)} ({escape(status.kind)}) &middot; attempts {status.attempts} &middot; "
-        f"submitted {escape(doc['created_at'] or '')} &middot; until {escape(g['until'] or '')}</p>",
+        f"{escape(status.cluster)} ({escape(status.kind)}) &middot; "
+        f"attempts {status.attempts} &middot; submitted {escape(doc['created_at'] or '')} &middot; "
+        f"until {escape(g['until'] or '')}</p>",
         f"<p><span class='big' id='goodput' data-goodput-pct='{_attr(g['goodput_pct'])}' "
-        f"data-wall-s='{_attr(g['wall_s'])}'>goodput {pct}</span> of {g['wall_s']:.1f}s wall time{so_far}"
+        f"data-wall-s='{_attr(g['wall_s'])}'>goodput {pct}</span> "
+        f"of {g['wall_s']:.1f}s wall time{so_far}"
         f" &middot; largest loss: <b id='largest-loss'>{escape(largest)}</b></p>",
     ]
     if status.reason:
         parts.append(f"<p>reason: {escape(status.reason)}</p>")
-    parts += ["<h2>Timeline</h2>", timeline(goodput, _bars(status, goodput.until), _verdicts(status),
-                                             _checkpoints(events)), _legend()]
+    parts += ["<h2>Timeline</h2>",
+              timeline(goodput, _bars(status, goodput.until), _verdicts(status),
+                       _checkpoints(events)), _legend()]
     parts += ["<h2>Loss</h2>", loss_curve(_losses(events))]
     parts += ["<h2>Where the time went</h2>", _breakdown(g)]
     parts += ["<h2>Failures</h2>", _failures(doc["failures"])]
@@ -78,12 +89,14 @@ def _attr(value: float | None) -> str:
 
 
 def _bars(status: JobStatus, until: float) -> list[Bar]:
-    return [Bar(r.attempt, r.started_at, r.ended_at if r.ended_at is not None else until, r.first_step_at,
-                r.exit_code) for r in sorted(status.attempt_records.values(), key=lambda r: r.attempt)]
+    return [Bar(r.attempt, r.started_at, r.ended_at if r.ended_at is not None else until,
+                r.first_step_at, r.exit_code)
+            for r in sorted(status.attempt_records.values(), key=lambda r: r.attempt)]
 
 
 def _verdicts(status: JobStatus) -> list[Mark]:
-    return [Mark(f.detected_at, f"attempt {f.attempt}: {f.category} -> {f.action}") for f in status.failures]
+    return [Mark(f.detected_at, f"attempt {f.attempt}: {f.category} -> {f.action}")
+            for f in status.failures]
 
 
 def _checkpoints(events: list[Event]) -> list[Mark]:
@@ -104,32 +117,38 @@ def _losses(events: list[Event]) -> dict[int, list[tuple[int, float]]]:
 
 def _legend() -> str:
     return "<p class='meta'>" + " ".join(
-        f"<span class='swatch' style='background:{COLORS[b]}'></span>{b.replace('_', ' ')}&nbsp;&nbsp;"
+        "<span class='swatch' "
+        f"style='background:{COLORS[b]}'></span>{b.replace('_', ' ')}&nbsp;&nbsp;"
         for b in BUCKETS) + "</p>"
 
 
 def _breakdown(g: dict[str, Any]) -> str:
-    rows = ["<table id='breakdown'><tr><th>bucket</th><th>seconds</th><th>% of wall</th><th>what it is</th></tr>"]
+    rows = ["<table id='breakdown'><tr><th>bucket</th><th>seconds</th><th>% of wall</th>"
+            "<th>what it is</th></tr>"]
     for b in BUCKETS:
         s, p = g["seconds"][b], g["percent"][b]
         rows.append(f"<tr data-bucket='{b}' data-seconds='{_attr(s)}' data-percent='{_attr(p)}'>"
                     f"<td><span class='swatch' style='background:{COLORS[b]}'></span>{b}</td>"
-                    f"<td class='num'>{s:.3f}</td><td class='num'>{p:.2f}</td><td>{escape(MEANING[b])}</td></tr>")
+                    f"<td class='num'>{s:.3f}</td><td class='num'>{p:.2f}</td>"
+                    f"<td>{escape(MEANING[b])}</td></tr>")
     rows.append(f"<tr data-bucket='wall' data-seconds='{_attr(g['wall_s'])}'><th>wall time</th>"
-                f"<th class='num'>{g['wall_s']:.3f}</th><th class='num'>100.00</th><th></th></tr></table>")
+                f"<th class='num'>{g['wall_s']:.3f}</th><th class='num'>100.00</th>"
+                "<th></th></tr></table>")
     return "\n".join(rows)
 
 
 def _failures(failures: list[dict[str, Any]]) -> str:
     if not failures:
         return "<p>none</p>"
-    rows = ["<table id='failures'><tr><th>attempt</th><th>category</th><th>detected</th><th>stalled</th>"
-            "<th>action</th><th>evidence</th><th>hint</th></tr>"]
+    rows = ["<table id='failures'><tr><th>attempt</th><th>category</th><th>detected</th>"
+            "<th>stalled</th><th>action</th><th>evidence</th><th>hint</th></tr>"]
     for f in failures:
         stalled = "" if f["stalled_for_s"] is None else f"{f['stalled_for_s']:.1f}s"
         rows.append(f"<tr class='failure'><td>{f['attempt']}</td><td>{escape(f['category'])}</td>"
-                    f"<td>{escape(f['detected_at'] or '')}</td><td>{stalled}</td><td>{escape(f['action'])}</td>"
-                    f"<td class='evidence'>{escape(f['evidence'] or '')}</td><td>{escape(f['hint'] or '')}</td></tr>")
+                    f"<td>{escape(f['detected_at'] or '')}</td><td>{stalled}</td>"
+                    f"<td>{escape(f['action'])}</td>"
+                    f"<td class='evidence'>{escape(f['evidence'] or '')}</td>"
+                    f"<td>{escape(f['hint'] or '')}</td></tr>")
     rows.append("</table>")
     return "\n".join(rows)
 

@@ -10,8 +10,9 @@ from html import escape
 from fsdp_orch.record.goodput import BUCKETS, Goodput
 
 WIDTH, LEFT, RIGHT = 960, 90, 20
-COLORS = {"productive": "#2e7d32", "queue": "#9e9e9e", "startup": "#1e88e5", "checkpoint": "#00897b", "detection": "#e53935",
-          "restart": "#fb8c00", "lost_work": "#8e24aa", "teardown": "#6d4c41", "unaccounted": "#cfcfcf"}
+COLORS = {"productive": "#2e7d32", "queue": "#9e9e9e", "startup": "#1e88e5",
+          "checkpoint": "#00897b", "detection": "#e53935", "restart": "#fb8c00",
+          "lost_work": "#8e24aa", "teardown": "#6d4c41", "unaccounted": "#cfcfcf"}
 ATTEMPT_COLORS = ("#1565c0", "#c62828", "#2e7d32", "#6a1b9a", "#ef6c00", "#00838f")
 assert set(COLORS) == set(BUCKETS)
 
@@ -35,18 +36,21 @@ def _num(x: float) -> str:
     return f"{x:.1f}"
 
 
-def _text(x: float, y: float, words: str, anchor: str = "start", size: int = 12, fill: str = "#333") -> str:
+def _text(x: float, y: float, words: str, anchor: str = "start", size: int = 12,
+          fill: str = "#333") -> str:
     return (f'<text x="{_num(x)}" y="{_num(y)}" font-size="{size}" text-anchor="{anchor}" '
             f'fill="{fill}">{escape(words)}</text>')
 
 
-def _rect(x: float, y: float, w: float, h: float, fill: str, title: str = "", extra: str = "") -> str:
+def _rect(x: float, y: float, w: float, h: float, fill: str, title: str = "",
+          extra: str = "") -> str:
     tip = f"<title>{escape(title)}</title>" if title else ""
     return (f'<rect x="{_num(x)}" y="{_num(y)}" width="{_num(max(w, 0.5))}" height="{_num(h)}" '
             f'fill="{fill}"{extra}>{tip}</rect>')
 
 
-def timeline(goodput: Goodput, bars: list[Bar], verdicts: list[Mark], checkpoints: list[Mark]) -> str:
+def timeline(goodput: Goodput, bars: list[Bar], verdicts: list[Mark],
+             checkpoints: list[Mark]) -> str:
     """The job's life left to right: a strip of goodput spans, one bar per attempt (its start-up
     lighter), verdicts as red marks, checkpoints as ticks, and the gaps between attempts shaded."""
     t0, wall = goodput.started_at, max(goodput.wall_s, 1e-9)
@@ -57,39 +61,48 @@ def timeline(goodput: Goodput, bars: list[Bar], verdicts: list[Mark], checkpoint
 
     strip_y, bar_y0, bar_h = 24, 64, 22
     height = bar_y0 + len(bars) * (bar_h + 8) + 56
-    parts = [f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
-             f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="timeline of the job">',
+    parts = [f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" '
+             f'height="{height}" viewBox="0 0 {WIDTH} {height}" role="img" '
+             'aria-label="timeline of the job">',
              f'<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#ffffff"/>']
     for prev, nxt in zip(bars, bars[1:], strict=False):  # the gaps between attempts, shaded across
-        parts.append(_rect(x(prev.end), bar_y0 - 6, x(nxt.start) - x(prev.end), len(bars) * (bar_h + 8) + 4,
+        parts.append(_rect(x(prev.end), bar_y0 - 6, x(nxt.start) - x(prev.end),
+                           len(bars) * (bar_h + 8) + 4,
                            "#fb8c00", f"between attempt {prev.attempt} and {nxt.attempt}: "
                            f"{nxt.start - prev.end:.1f}s", ' fill-opacity="0.18" class="gap"'))
     parts.append(_text(LEFT - 8, strip_y + 15, "goodput", "end"))
     for span in goodput.spans:
-        parts.append(_rect(x(span.start), strip_y, x(span.end) - x(span.start), 20, COLORS[span.bucket],
-                           f"{span.bucket}: {span.end - span.start:.1f}s", f' class="span {span.bucket}"'))
+        parts.append(_rect(x(span.start), strip_y, x(span.end) - x(span.start), 20,
+                           COLORS[span.bucket], f"{span.bucket}: {span.end - span.start:.1f}s",
+                           f' class="span {span.bucket}"'))
     for i, bar in enumerate(bars):
         y = bar_y0 + i * (bar_h + 8)
         color = ATTEMPT_COLORS[bar.attempt % len(ATTEMPT_COLORS)]
-        ended = "running" if bar.exit_code is None and bar.end == goodput.until else f"exit {bar.exit_code}"
+        ended = ("running" if bar.exit_code is None and bar.end == goodput.until
+                 else f"exit {bar.exit_code}")
         parts.append(_text(LEFT - 8, y + 15, f"attempt {bar.attempt}", "end"))
         parts.append(_rect(x(bar.start), y, x(bar.end) - x(bar.start), bar_h, color,
-                           f"attempt {bar.attempt}: {bar.end - bar.start:.1f}s, {ended}", ' class="attempt"'))
+                           f"attempt {bar.attempt}: {bar.end - bar.start:.1f}s, {ended}",
+                           ' class="attempt"'))
         if bar.first_step_at is not None:  # start-up, lighter
-            parts.append(_rect(x(bar.start), y, x(bar.first_step_at) - x(bar.start), bar_h, "#ffffff",
-                               f"attempt {bar.attempt} start-up: {bar.first_step_at - bar.start:.1f}s",
+            parts.append(_rect(x(bar.start), y, x(bar.first_step_at) - x(bar.start), bar_h,
+                               "#ffffff", f"attempt {bar.attempt} start-up: "
+                                          f"{bar.first_step_at - bar.start:.1f}s",
                                ' fill-opacity="0.55"'))
     axis_y = bar_y0 + len(bars) * (bar_h + 8) + 4
-    parts.append(f'<line x1="{LEFT}" y1="{axis_y}" x2="{WIDTH - RIGHT}" y2="{axis_y}" stroke="#555"/>')
+    parts.append(f'<line x1="{LEFT}" y1="{axis_y}" x2="{WIDTH - RIGHT}" '
+                 f'y2="{axis_y}" stroke="#555"/>')
     for cp in checkpoints:
-        parts.append(f'<line class="checkpoint" x1="{_num(x(cp.at))}" y1="{axis_y - 10}" x2="{_num(x(cp.at))}" '
-                     f'y2="{axis_y}" stroke="#000" stroke-width="2"><title>{escape(cp.label)}</title></line>')
+        parts.append(f'<line class="checkpoint" x1="{_num(x(cp.at))}" y1="{axis_y - 10}" '
+                     f'x2="{_num(x(cp.at))}" y2="{axis_y}" stroke="#000" '
+                     f'stroke-width="2"><title>{escape(cp.label)}</title></line>')
     for v in verdicts:
         vx = x(v.at)
-        parts.append(f'<path class="verdict" d="M{_num(vx - 6)},{bar_y0 - 14} L{_num(vx + 6)},{bar_y0 - 14} '
-                     f'L{_num(vx)},{bar_y0 - 4} Z" fill="#d50000"><title>{escape(v.label)}</title></path>')
-        parts.append(f'<line x1="{_num(vx)}" y1="{bar_y0 - 4}" x2="{_num(vx)}" y2="{axis_y}" stroke="#d50000" '
-                     'stroke-dasharray="3,3"/>')
+        parts.append(f'<path class="verdict" d="M{_num(vx - 6)},{bar_y0 - 14} '
+                     f'L{_num(vx + 6)},{bar_y0 - 14} L{_num(vx)},{bar_y0 - 4} Z" '
+                     f'fill="#d50000"><title>{escape(v.label)}</title></path>')
+        parts.append(f'<line x1="{_num(vx)}" y1="{bar_y0 - 4}" x2="{_num(vx)}" y2="{axis_y}" '
+                     'stroke="#d50000" stroke-dasharray="3,3"/>')
     for k in range(6):
         at = t0 + wall * k / 5
         parts.append(_text(x(at), axis_y + 16, f"{at - t0:.0f}s", "middle", 11))
@@ -116,18 +129,22 @@ def loss_curve(points: dict[int, list[tuple[int, float]]]) -> str:
     inner_w, inner_h = WIDTH - LEFT - RIGHT, height - top - bottom
 
     def xy(step: int, loss: float) -> str:
-        return f"{_num(LEFT + inner_w * (step - s0) / (s1 - s0))},{_num(top + inner_h * (l1 - loss) / (l1 - l0))}"
+        return (f"{_num(LEFT + inner_w * (step - s0) / (s1 - s0))},"
+                f"{_num(top + inner_h * (l1 - loss) / (l1 - l0))}")
 
-    parts.append(f'<line x1="{LEFT}" y1="{top + inner_h}" x2="{WIDTH - RIGHT}" y2="{top + inner_h}" stroke="#555"/>')
+    parts.append(f'<line x1="{LEFT}" y1="{top + inner_h}" x2="{WIDTH - RIGHT}" '
+                 f'y2="{top + inner_h}" stroke="#555"/>')
     parts.append(f'<line x1="{LEFT}" y1="{top}" x2="{LEFT}" y2="{top + inner_h}" stroke="#555"/>')
     for value, y in ((l1, top), (l0, top + inner_h)):
         parts.append(_text(LEFT - 8, y + 4, f"{value:.4g}", "end", 11))
     for step, anchor in ((s0, "start"), (s1, "end")):
-        parts.append(_text(LEFT + inner_w * (step - s0) / (s1 - s0), top + inner_h + 16, f"step {step}", anchor, 11))
+        parts.append(_text(LEFT + inner_w * (step - s0) / (s1 - s0), top + inner_h + 16,
+                           f"step {step}", anchor, 11))
     for n, (attempt, line) in enumerate(sorted(points.items())):
         color = ATTEMPT_COLORS[attempt % len(ATTEMPT_COLORS)]
         path = " ".join(xy(s, v) for s, v in line)
-        parts.append(f'<polyline class="loss-line" points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
+        parts.append(f'<polyline class="loss-line" points="{path}" fill="none" '
+                     f'stroke="{color}" stroke-width="2"/>')
         for s, v in line[-1:] if len(line) > 1 else line:
             cx, cy = xy(s, v).split(",")
             parts.append(f'<circle cx="{cx}" cy="{cy}" r="3" fill="{color}"/>')

@@ -1,4 +1,5 @@
-"""File-level pieces of a checkpoint: commit record, per-rank state, pruning. No collectives here."""
+"""File-level pieces of a checkpoint: commit record,
+per-rank state, pruning. No collectives here."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ RANK_STATE = "rank-{rank}.state.pt"
 
 
 def atomic_write(path: Path, data: bytes, fsync: bool = True) -> None:
-    """Written whole or not at all, fsynced unless told (``places.private.write_atomically``), with the
-    umask's mode: a checkpoint's files are the user's, shared as they share their folder."""
+    """Written whole or not at all, fsynced unless told (``places.private.write_atomically``), with
+    the umask's mode: a checkpoint's files are the user's, shared as they share their folder."""
     write_atomically(path, data, fsync=fsync)
 
 
@@ -187,6 +188,6 @@ def prune(directory: Path, keep_last: int, protect: Collection[Path] = ()) -> li
     return deleted
 
 
-__all__ = ["PREPARED_MARK", "SUPERSEDED", "atomic_write", "check_metadata", "drop_step_dirs_not_in", "is_prepared",
-           "load_extras", "mark_prepared", "preflight", "prune", "step_dirs",
+__all__ = ["PREPARED_MARK", "SUPERSEDED", "atomic_write", "check_metadata", "drop_step_dirs_not_in",
+           "is_prepared", "load_extras", "mark_prepared", "preflight", "prune", "step_dirs",
            "read_rank_state", "set_rng_state", "supersede", "write_commit", "write_rank_state"]

@@ -32,7 +32,8 @@ def preflight_save(directory: Path, path: Path, nbytes: int, info: DistInfo, gro
     dist.broadcast_object_list(first, src=0, group=group)
     error, kept = first[0]
     if error:
-        raise CheckpointError(f"checkpoint save into {path} refused before writing (rank 0): {error}")
+        raise CheckpointError(f"checkpoint save into {path} refused "
+                              f"before writing (rank 0): {error}")
     own_disk = info.rank != 0 and not files.is_prepared(path)
     prepared = None
     if own_disk and info.local_rank == 0:

@@ -52,7 +52,8 @@ class DistInfo:
         return self.rank == 0
 
 
-def xla_choice(pjrt_device: str | None, torch_xla_installed: bool) -> Literal["xla", "torch", "missing"]:
+def xla_choice(pjrt_device: str | None,
+               torch_xla_installed: bool) -> Literal["xla", "torch", "missing"]:
     """Where this process runs: "xla", "torch" (CUDA or CPU as without PJRT), or "missing" (an
     error: training on the host's CPU instead of the TPU would only look like success)."""
     device = (pjrt_device or "").strip().upper()
@@ -112,7 +113,8 @@ def _init_xla(timeout_s: float, pjrt_device: str, *, spmd: bool) -> DistInfo:
         import torch_xla.distributed.xla_backend  # noqa: F401 - registers "xla" and xla://
         import torch_xla.runtime as xr
     except ImportError as exc:
-        raise TorchXlaUnavailable(_torch_xla_missing(pjrt_device, f"cannot be imported ({exc})")) from None
+        raise TorchXlaUnavailable(_torch_xla_missing(pjrt_device,
+                                                     f"cannot be imported ({exc})")) from None
     if spmd:
         xr.use_spmd()  # before any tensor reaches the device
     backend = "gloo" if spmd else "xla"

@@ -1,4 +1,5 @@
-"""FSDP2 (``fully_shard``) from the job's ``fsdp:`` options (accelerate's names), plus the plan it built.
+"""FSDP2 (``fully_shard``) from the job's ``fsdp:`` options
+(accelerate's names), plus the plan it built.
 
 How each option maps (FSDP2 has no flat parameters, so ``use_orig_params`` is always true):
 
@@ -104,8 +105,8 @@ def wrap_targets(model: nn.Module, options: FsdpOptions) -> list[str]:
         missing = [c for c in classes if c not in present]
         if missing:
             raise ValueError(
-                f"fsdp.transformer_layer_cls_to_wrap: no module of class {', '.join(missing)} in the "
-                f"model; classes present: {', '.join(sorted(present))}")
+                f"fsdp.transformer_layer_cls_to_wrap: no module of class {', '.join(missing)} in "
+                f"the model; classes present: {', '.join(sorted(present))}")
         return [name for name, m in _post_order(model) if name and type(m).__name__ in classes]
     # SIZE_BASED_WRAP, as FSDP1's size_based_auto_wrap_policy: count what is not yet wrapped.
     wrapped: list[str] = []
@@ -171,7 +172,8 @@ def _notes(options: FsdpOptions) -> list[str]:
 
 def shard_model(model_or_factory: nn.Module | Callable[[], nn.Module], options: FsdpOptions,
                 info: DistInfo) -> tuple[nn.Module, ShardPlan]:
-    """Apply activation checkpointing and ``fully_shard`` per ``options``; broadcast rank 0's weights."""
+    """Apply activation checkpointing and ``fully_shard`` per
+    ``options``; broadcast rank 0's weights."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     from torch.distributed.fsdp import fully_shard
 

@@ -1,9 +1,10 @@
 """The heartbeat writer: after each step, atomically replace this rank's heartbeat file.
 
-See ``fsdp_orch.observe.heartbeats`` for the layout and the reader. Where the bootstrap runs in this process
-(every job fsdp-orch launches), the writer hands each beat to its agent, which owns the file. Without a run directory (not under
-fsdp-orch) the writer is a no-op. ``job.step_done`` beats for you; a script that does not use
-``runtime.setup()`` (e.g. an Accelerate script) calls :func:`heartbeat` after each step.
+See ``fsdp_orch.observe.heartbeats`` for the layout and the reader. Where the bootstrap runs in this
+process (every job fsdp-orch launches), the writer hands each beat to its agent, which owns the
+file. Without a run directory (not under fsdp-orch) the writer is a no-op. ``job.step_done`` beats
+for you; a script that does not use ``runtime.setup()`` (e.g. an Accelerate script) calls
+:func:`heartbeat` after each step.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from fsdp_orch.observe.step_times import StepTimes
 class HeartbeatWriter:
     def __init__(self, run_dir: Path | None, attempt: int, rank: int):
         beat_dir = os.environ.get("FSDP_ORCH_BEAT_DIR") or None
-        path = rank_beat_path(beat_dir, str(run_dir), attempt, rank) if run_dir is not None else None
+        path = (rank_beat_path(beat_dir, str(run_dir), attempt, rank) if run_dir is not None
+                else None)
         self.path = Path(path) if path is not None else None
         self.attempt = attempt
         self.rank = rank
@@ -30,7 +32,8 @@ class HeartbeatWriter:
         self.loss: float | None = None
         self.state = "starting"
         self.metrics: dict[str, Any] = {}
-        self.step_times = StepTimes()  # where no bootstrap agent writes the file (and times the steps)
+        # where no bootstrap agent writes the file (and times the steps)
+        self.step_times = StepTimes()
 
     @property
     def enabled(self) -> bool:
@@ -46,7 +49,8 @@ class HeartbeatWriter:
             self.loss = float(loss.item() if hasattr(loss, "item") else loss)
         if state is not None:
             if state not in STATES:
-                raise ValueError(f"heartbeat state: expected one of {', '.join(STATES)}, got {state!r}")
+                raise ValueError("heartbeat state: expected one of "
+                                 f"{', '.join(STATES)}, got {state!r}")
             self.state = state
         if metrics:
             self.metrics = {k: _plain(v) for k, v in metrics.items()}
@@ -63,7 +67,8 @@ class HeartbeatWriter:
             self.step_times.saving()
         write_heartbeat(self.path, Heartbeat(
             rank=self.rank, attempt=self.attempt, step=self.step, loss=self.loss, time=now,
-            state=self.state, pid=os.getpid(), metrics=self.metrics, step_s=self.step_times.summary()))
+            state=self.state, pid=os.getpid(), metrics=self.metrics,
+            step_s=self.step_times.summary()))
 
 
 _default: HeartbeatWriter | None = None

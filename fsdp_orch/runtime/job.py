@@ -76,7 +76,8 @@ class Job:
         if self.on_xla:
             sharded, xla = shard_on_xla(model, self.settings.fsdp, self.info)
             self.plan = xla
-            mesh = f" mesh {xla.plan.mesh_shape} {xla.plan.mesh_axis_names}" if xla.plan.spmd else ""
+            mesh = (f" mesh {xla.plan.mesh_shape} {xla.plan.mesh_axis_names}" if xla.plan.spmd
+                    else "")
             self.log(f"sharded on XLA: {xla.plan.wrapper}{mesh}, {len(xla.wrapped) - 1} layer(s) + "
                      f"root, init {xla.init}" + "".join(f"; {note}" for note in xla.notes))
             return sharded
@@ -138,7 +139,8 @@ class Job:
         """
         policy = self.settings.checkpoint
         async_save = policy.async_save
-        full_at_end = policy.save_full_at_end or self.settings.fsdp.state_dict_type == "FULL_STATE_DICT"
+        full_at_end = (policy.save_full_at_end
+                       or self.settings.fsdp.state_dict_type == "FULL_STATE_DICT")
         state = None
         if self.on_xla:
             state = checkpoint_state(model, optimizer, self.info)
@@ -173,7 +175,8 @@ class Job:
         if self.ckpt is None:
             return
         if self._checkpoint_requested(step):
-            self.log(f"checkpoint of step {step}: the supervisor asked for one (the allocation is ending)")
+            self.log(f"checkpoint of step {step}: "
+                     "the supervisor asked for one (the allocation is ending)")
             self.ckpt.save(step)
         else:
             self.ckpt.maybe_save(step)

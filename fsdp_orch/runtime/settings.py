@@ -1,8 +1,8 @@
 """What the runtime learns from its environment: the ``FSDP_ORCH_*`` variables and the job spec.
 
 Under fsdp-orch, the launch script exports ``FSDP_ORCH_SPEC`` (job.json, the output of
-``fsdp_orch.launch.plan.spec_json``) and the paths of this run. Under plain ``torchrun`` none is set and
-the defaults apply: the spec's defaults (FULL_SHARD, ...), checkpoints in ``./checkpoints``,
+``fsdp_orch.launch.plan.spec_json``) and the paths of this run. Under plain ``torchrun`` none is set
+and the defaults apply: the spec's defaults (FULL_SHARD, ...), checkpoints in ``./checkpoints``,
 attempt 0, no heartbeat files (there is no run directory to put them in) and no faults. Torch-free.
 """
 
@@ -39,7 +39,8 @@ class Settings:
     resolved: dict[str, Any] = field(default_factory=dict)  # job.json's _resolved block
     fault: str | None = None
     checkpoint_request: Path | None = None  # a file whose appearance asks for a checkpoint now
-    init_from: Path | None = None  # a warm start's checkpoint, used while the job has none of its own
+    # a warm start's checkpoint, used while the job has none of its own
+    init_from: Path | None = None
     init_optimizer: bool = False
 
     @property

@@ -3,14 +3,15 @@ checkpointing, the wrapping, and the sharded checkpoint state.
 
 This has never run on a TPU in this project: torch_xla does not install beside the torch used
 here. It follows torch_xla 2.8+'s documented API (``SpmdFullyShardedDataParallel``,
-``XlaFullyShardedDataParallel``, ``spmd.Mesh`` / ``set_global_mesh``, ``checkpoint_module``, the SPMD
-planners of ``torch_xla.experimental.distributed_checkpoint``). What is tested here: the plan
+``XlaFullyShardedDataParallel``, ``spmd.Mesh`` / ``set_global_mesh``, ``checkpoint_module``, the
+SPMD planners of ``torch_xla.experimental.distributed_checkpoint``). What is tested here: the plan
 (pure), the choice of layers (shared with FSDP2), and :class:`PerRankState` (no torch_xla in it).
 torch_xla is imported inside the functions that need it, never when this module is imported.
 
-Checkpoints keep the ``step-N`` layout and the commit protocol of :mod:`~fsdp_orch.runtime.checkpoint`,
-so the supervisor finds the latest complete one as on any other cluster; torch_xla's
-``CheckpointManager`` is not used: it keeps its own layout, retention and completeness rules.
+Checkpoints keep the ``step-N`` layout and the commit protocol of
+:mod:`~fsdp_orch.runtime.checkpoint`, so the supervisor finds the latest complete one as on any
+other cluster; torch_xla's ``CheckpointManager`` is not used: it keeps its own layout, retention and
+completeness rules.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def shard_on_xla(model_or_factory: nn.Module | Callable[[], nn.Module], options:
     """Wrap the model (built on CPU) per the plan for this job's XLA devices."""
     import torch_xla.runtime as xr
 
-    plan = plan_xla_wrap(options, devices=xr.global_runtime_device_count(), processes=info.world_size)
+    plan = plan_xla_wrap(options, devices=xr.global_runtime_device_count(),
+                         processes=info.world_size)
     model = model_or_factory if isinstance(model_or_factory, nn.Module) else model_or_factory()
     classes = layer_classes(model, options)
     targets = wrap_targets(model, options)
@@ -228,7 +230,8 @@ class PerRankState:
     """XlaFullyShardedDataParallel: each rank's shards of model and optimizer, with the shard
     metadata torch_xla's ``consolidate_sharded_state_dicts`` needs, as one serialized object under
     a key of the rank's own, so DCP writes it from that rank alone. Such a checkpoint loads only on
-    the world size that saved it; on another, DCP reports the missing key ``xla_fsdp_rank_R_of_W``."""
+    the world size that saved it; on another,
+    DCP reports the missing key ``xla_fsdp_rank_R_of_W``."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, rank: int,
                  world_size: int):

@@ -97,7 +97,8 @@ def plan_xla_wrap(options: FsdpOptions, devices: int, processes: int) -> XlaWrap
     Raises InputError naming the ``fsdp.`` field when the options cannot be honoured on XLA.
     """
     if devices < 1 or processes < 1:
-        raise ValueError(f"expected at least one device and one process, got {devices} and {processes}")
+        raise ValueError("expected at least one device and one process, "
+                         f"got {devices} and {processes}")
     v2 = options.xla_fsdp_v2
     _check_strategy(options, v2)
     if v2:
@@ -107,9 +108,9 @@ def plan_xla_wrap(options: FsdpOptions, devices: int, processes: int) -> XlaWrap
         kwargs = v1_kwargs(options)
         if processes != devices:
             raise InputError(
-                f"{FSDP_V1} runs one process per XLA device, but this job has {devices} devices and "
-                f"{processes} processes: start the training function with torch_xla.launch on every "
-                "worker, or use FSDPv2 (fsdp.xla_fsdp_v2: true)", field="fsdp.xla_fsdp_v2")
+                f"{FSDP_V1} runs one process per XLA device, but this job has {devices} devices "
+                f"and {processes} processes: start the training function with torch_xla.launch on "
+                "every worker, or use FSDPv2 (fsdp.xla_fsdp_v2: true)", field="fsdp.xla_fsdp_v2")
     if options.offload_params:
         raise InputError("XLA FSDP has no CPU offload; set it to false on a TPU",
                          field="fsdp.offload_params")
@@ -142,7 +143,8 @@ def v1_kwargs(options: FsdpOptions) -> dict[str, Any]:
               else "fsdp.sharding_strategy" if options.sharding_strategy != "FULL_SHARD" else None)
     _agree(out, "reshard_after_forward", reshard, source)
     if options.mixed_precision in _MIXED_PRECISION:
-        _agree(out, "compute_dtype", _MIXED_PRECISION[options.mixed_precision], "fsdp.mixed_precision")
+        _agree(out, "compute_dtype", _MIXED_PRECISION[options.mixed_precision],
+               "fsdp.mixed_precision")
     return out
 
 
@@ -184,9 +186,11 @@ def _check_strategy(options: FsdpOptions, v2: bool) -> None:
     strategy = options.sharding_strategy
     if strategy not in _RESHARD:
         raise InputError(f"{strategy} has no XLA FSDP counterpart here; use FULL_SHARD "
-                         "(or SHARD_GRAD_OP with fsdp.xla_fsdp_v2: false)", field="fsdp.sharding_strategy")
+                         "(or SHARD_GRAD_OP with fsdp.xla_fsdp_v2: false)",
+                         field="fsdp.sharding_strategy")
     if v2 and (strategy == "SHARD_GRAD_OP" or options.reshard_after_forward is False):
-        field = "fsdp.sharding_strategy" if strategy == "SHARD_GRAD_OP" else "fsdp.reshard_after_forward"
+        field = ("fsdp.sharding_strategy" if strategy == "SHARD_GRAD_OP"
+                 else "fsdp.reshard_after_forward")
         raise InputError("FSDPv2 (SPMD) leaves when to gather parameters to the XLA compiler and "
                          "cannot keep them unsharded after forward; use FULL_SHARD, or "
                          "fsdp.xla_fsdp_v2: false", field=field)
@@ -217,12 +221,13 @@ def _notes(options: FsdpOptions, v2: bool) -> list[str]:
         notes.append("forward_prefetch / backward_prefetch ignored: on XLA the compiler schedules "
                      "the collectives")
     if options.cpu_ram_efficient_loading:
-        notes.append("cpu_ram_efficient_loading ignored on XLA: every process builds the model on CPU")
+        notes.append("cpu_ram_efficient_loading ignored on XLA: "
+                     "every process builds the model on CPU")
     if options.state_dict_type == "FULL_STATE_DICT":
         notes.append("FULL_STATE_DICT: the runtime writes sharded checkpoints only on XLA; no full "
                      "model at the end")
     return notes
 
 
-__all__ = ["CHECKPOINT_PER_RANK", "CHECKPOINT_SPMD", "DTYPE_SETTINGS", "FSDP_V1", "FSDP_V2", "MESH_AXES",
-           "XlaWrapPlan", "plan_xla_wrap", "v1_kwargs"]
+__all__ = ["CHECKPOINT_PER_RANK", "CHECKPOINT_SPMD", "DTYPE_SETTINGS", "FSDP_V1", "FSDP_V2",
+           "MESH_AXES", "XlaWrapPlan", "plan_xla_wrap", "v1_kwargs"]

@@ -26,7 +26,8 @@ KEEP_RUNS = 50  # runs remembered per schedule (what concurrency and init-from-p
 @dataclass
 class ScheduleState:
     last_tick: float | None = None  # the newest tick handled (submitted, skipped or missed)
-    runs: list[dict[str, Any]] = field(default_factory=list)  # {"tick": epoch, "job": id}, oldest first
+    # {"tick": epoch, "job": id}, oldest first
+    runs: list[dict[str, Any]] = field(default_factory=list)
 
     def add_run(self, tick: float, job_id: str) -> None:
         if not any(r["job"] == job_id for r in self.runs):
@@ -39,9 +40,11 @@ def _state_of(data: Any) -> ScheduleState | None:
     if not isinstance(data, dict):
         return None
     last_tick, runs = data.get("last_tick"), data.get("runs") or []
-    if last_tick is not None and (isinstance(last_tick, bool) or not isinstance(last_tick, (int, float))):
+    if last_tick is not None and (isinstance(last_tick, bool)
+                                  or not isinstance(last_tick, (int, float))):
         return None
-    if not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(r.get("job"), str) for r in runs):
+    if not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(r.get("job"), str)
+                                             for r in runs):
         return None
     return ScheduleState(last_tick=last_tick, runs=list(runs))
 
@@ -68,7 +71,8 @@ class ScheduleBook:
         the schedules folder must be this user's, writable by no one else (see places/private)."""
         folder = self._dir(name)
         above = [str(self.root), str(self.root.parent)]
-        return untrusted(str(folder), above) or untrusted(str(folder / "schedule.json"), [str(folder), *above])
+        return untrusted(str(folder), above) or untrusted(str(folder / "schedule.json"),
+                                                          [str(folder), *above])
 
     def add(self, schedule: Schedule) -> None:
         make_private_dirs(str(self.root))
@@ -76,10 +80,12 @@ class ScheduleBook:
             self._dir(schedule.name).mkdir(0o700)
         except FileExistsError:
             raise InputError(f"a schedule named {schedule.name!r} exists; remove it first "
-                             f"(fsdp-orch schedule remove {schedule.name})", field=NAME_FIELD) from None
+                             f"(fsdp-orch schedule remove {schedule.name})",
+                             field=NAME_FIELD) from None
         write_private(str(self._dir(schedule.name) / "schedule.json"), schedule.to_json())
-        self.writer(schedule.name, "cli").append("schedule_added", cron=schedule.cron, tz=schedule.tz,
-                                                  cluster=schedule.cluster, job_file=schedule.job_file)
+        self.writer(schedule.name, "cli").append("schedule_added", cron=schedule.cron,
+                                                 tz=schedule.tz, cluster=schedule.cluster,
+                                                 job_file=schedule.job_file)
 
     def get(self, name: str) -> Schedule:
         path = self._dir(name) / "schedule.json"
@@ -115,7 +121,8 @@ class ScheduleBook:
     def _readable(self, name: str, path: Path) -> Schedule:
         schedule = Schedule.from_json(path.read_text(), file=str(path))
         if schedule.name != name:
-            raise InputError(f"names schedule {schedule.name!r}; expected {name!r}, its folder's name",
+            raise InputError(f"names schedule {schedule.name!r}; "
+                             f"expected {name!r}, its folder's name",
                              file=str(path), field="name")
         self.state(name)  # a broken state.json would stop every pass over the schedules
         return schedule
@@ -143,10 +150,12 @@ class ScheduleBook:
         except FileNotFoundError:
             return ScheduleState()
         except ValueError as exc:
-            raise InputError(f"not valid JSON ({exc}); expected the scheduler's state", file=str(path)) from None
+            raise InputError(f"not valid JSON ({exc}); expected the scheduler's state",
+                             file=str(path)) from None
         state = _state_of(data)
         if state is None:
-            raise InputError('expected {"last_tick": SECONDS, "runs": [{"tick": SECONDS, "job": ID}, ...]}, '
+            raise InputError('expected {"last_tick": SECONDS, '
+                             '"runs": [{"tick": SECONDS, "job": ID}, ...]}, '
                              "the scheduler's state", file=str(path))
         return state
 
@@ -154,9 +163,11 @@ class ScheduleBook:
         if not self._dir(name).is_dir():
             return  # removed meanwhile
         write_private(str(self._dir(name) / "state.json"),
-                      json.dumps({"last_tick": state.last_tick, "runs": state.runs}, indent=2) + "\n")
+                      json.dumps({"last_tick": state.last_tick, "runs": state.runs},
+                                 indent=2) + "\n")
 
-    def writer(self, name: str, role: str, clock=None) -> EventWriter:  # type: ignore[no-untyped-def]
+    def writer(self, name: str, role: str,  # type: ignore[no-untyped-def]
+               clock=None) -> EventWriter:
         return EventWriter(self._dir(name), role, **({"clock": clock} if clock else {}))
 
     def events(self, name: str) -> list[dict[str, Any]]:
@@ -173,8 +184,9 @@ class AnotherScheduler(FsdpOrchError):
 
 
 class SchedulerLock:
-    """One scheduler per ``$FSDP_ORCH_HOME`` (a second would submit each tick once too, but would race
-    the first on forbid and replace). The kernel drops the lock when its holder dies, however."""
+    """One scheduler per ``$FSDP_ORCH_HOME`` (a second would submit each tick once
+    too, but would race the first on forbid and replace). The kernel drops the lock
+    when its holder dies, however."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -189,8 +201,8 @@ class SchedulerLock:
         except BlockingIOError:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise AnotherScheduler(f"another scheduler is running on this FSDP_ORCH_HOME (pid {holder}, "
-                                   f"lock {self.path})") from None
+            raise AnotherScheduler("another scheduler is running on this FSDP_ORCH_HOME "
+                                   f"(pid {holder}, lock {self.path})") from None
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._fd = fd

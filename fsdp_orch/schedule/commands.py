@@ -65,8 +65,8 @@ def schedule_rows(now: float | None = None) -> list[dict[str, Any]]:
             "state": "paused" if s.paused else "active",
             "last_tick": local_iso(state.last_tick, s.tz) if state.last_tick else None,
             "last_job": last["job"] if last else None,
-            "next_tick": None if s.paused else local_iso(next_tick(s.cron, s.tz, max(now, s.active_since,
-                                                                                   state.last_tick or 0)), s.tz),
+            "next_tick": None if s.paused else local_iso(
+                next_tick(s.cron, s.tz, max(now, s.active_since, state.last_tick or 0)), s.tz),
         })
     return rows
 

@@ -22,8 +22,9 @@ def decide(concurrency: Concurrency, active_runs: list[str]) -> TickAction:
     if not active_runs or concurrency == "allow":
         return TickAction(submit=True)
     if concurrency == "forbid":
-        return TickAction(submit=False, reason=f"the previous run {active_runs[-1]} is still active "
-                                               "(concurrency: forbid)")
+        return TickAction(submit=False,
+                          reason=f"the previous run {active_runs[-1]} is still active "
+                                 "(concurrency: forbid)")
     if concurrency == "replace":
         return TickAction(submit=True, cancel=tuple(active_runs))
     raise ValueError(f"unknown concurrency {concurrency!r}")

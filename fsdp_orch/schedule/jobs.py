@@ -1,4 +1,5 @@
-"""The scheduler's jobs, through the index and job control as ``fsdp-orch submit``/``cancel`` use."""
+"""The scheduler's jobs, through the index and job control as
+``fsdp-orch submit``/``cancel`` use."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ class IndexJobs:
         states = self._states(job_ids)
         return [j for j in job_ids if states.get(j) == "SUCCEEDED"]
 
-    def submit(self, schedule: Schedule, key: str, origin: dict[str, str], init_from: str | None) -> str:
+    def submit(self, schedule: Schedule, key: str, origin: dict[str, str],
+               init_from: str | None) -> str:
         from fsdp_orch.control.job_control import submit
         from fsdp_orch.control.submit_request import SubmitRequest
 
@@ -61,8 +63,8 @@ PAUSE_AFTER_SUBMIT_ENV = "FSDP_ORCH_TEST_PAUSE_AFTER_SUBMIT"
 
 
 def pause_after_submit_hook() -> Callable[[str], None] | None:
-    """For the crash test: ``$FSDP_ORCH_TEST_PAUSE_AFTER_SUBMIT=FILE`` makes the scheduler write the job
-    id it just submitted to FILE and stop there, before it records the tick, to be killed."""
+    """For the crash test: ``$FSDP_ORCH_TEST_PAUSE_AFTER_SUBMIT=FILE`` makes the scheduler write the
+    job id it just submitted to FILE and stop there, before it records the tick, to be killed."""
     import os
 
     marker = os.environ.get(PAUSE_AFTER_SUBMIT_ENV)

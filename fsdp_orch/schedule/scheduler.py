@@ -30,7 +30,8 @@ class ScheduledJobs(Protocol):
 
     def succeeded(self, job_ids: list[str]) -> list[str]: ...
 
-    def submit(self, schedule: Schedule, key: str, origin: dict[str, str], init_from: str | None) -> str: ...
+    def submit(self, schedule: Schedule, key: str, origin: dict[str, str],
+               init_from: str | None) -> str: ...
 
     def cancel(self, job_id: str) -> None: ...
 
@@ -72,7 +73,8 @@ class Scheduler:
 
     def next_wake(self) -> float:
         now = self.clock()
-        ticks = [next_tick(s.cron, s.tz, max(now, s.active_since)) for s in self.book.all() if not s.paused]
+        ticks = [next_tick(s.cron, s.tz, max(now, s.active_since)) for s in self.book.all()
+                 if not s.paused]
         return min([now + MAX_SLEEP_S, *ticks])
 
     def run_forever(self, should_stop: Callable[[], bool] = lambda: False) -> None:
@@ -96,20 +98,23 @@ class Scheduler:
             return events
 
         if plan.missed:
-            first, last = local_iso(plan.missed_first or 0, schedule.tz), local_iso(plan.missed_last or 0, schedule.tz)
+            first, last = (local_iso(plan.missed_first or 0, schedule.tz),
+                           local_iso(plan.missed_last or 0, schedule.tz))
             journal().append("ticks_missed", first=first, last=last, count=plan.missed,
                              max_catch_up=schedule.max_catch_up)
             state.last_tick = max(state.last_tick or 0, plan.missed_last or 0)
             self.book.save_state(schedule.name, state)
             outcomes.append(Outcome(schedule.name, last, "missed",
-                                    detail=f"{plan.missed} tick(s) from {first}; no scheduler ran then"))
+                                    detail=f"{plan.missed} tick(s) from {first}; "
+                                           "no scheduler ran then"))
         for tick in plan.run:
             outcomes.append(self._run_tick(schedule, state, tick, journal))
             state.last_tick = tick
             self.book.save_state(schedule.name, state)
         return outcomes
 
-    def _run_tick(self, schedule: Schedule, state: ScheduleState, tick: float, journal) -> Outcome:  # type: ignore[no-untyped-def]
+    def _run_tick(self, schedule: Schedule, state: ScheduleState,  # type: ignore[no-untyped-def]
+                  tick: float, journal) -> Outcome:
         shown = local_iso(tick, schedule.tz)
         key = tick_key(schedule.name, utc_iso(tick))
         done = self.jobs.existing(key)

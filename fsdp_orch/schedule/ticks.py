@@ -107,4 +107,5 @@ def utc_iso(tick: float) -> str:
     return datetime.fromtimestamp(tick, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-__all__ = ["DueTicks", "GRACE_S", "TickPlan", "due_ticks", "local_iso", "next_tick", "plan_ticks", "utc_iso"]
+__all__ = ["DueTicks", "GRACE_S", "TickPlan", "due_ticks", "local_iso", "next_tick", "plan_ticks",
+           "utc_iso"]

@@ -7,10 +7,11 @@ then listens on ``SOCKET`` (0600, in the node's private folder) for the one laun
 The launcher sends its ranks' orders with their stdin, stdout and stderr; the keeper forks a child
 per rank, answers each child's pid and, as they end, their exit codes. A rank whose launcher goes
 away is killed. The keeper ends once its ranks have ended, or unused,
-``UNCLAIMED_S`` after its starter (the attempt before, or the launcher that needed it at once) ended.
+``UNCLAIMED_S`` after its starter (the attempt before,
+or the launcher that needed it at once) ended.
 
-Its environment is the attempt's, less ``FSDP_ORCH_RUN_DIR``: the bootstrap stays out of the keeper and
-is installed in each child once the child has its rank's environment.
+Its environment is the attempt's, less ``FSDP_ORCH_RUN_DIR``: the bootstrap stays out of the keeper
+and is installed in each child once the child has its rank's environment.
 """
 
 from __future__ import annotations
@@ -42,14 +43,16 @@ PRELOAD = ("torch", "torch.distributed", "torch.distributed.fsdp", "torch.nn", "
 # Loaded when they can be: what FSDP2 and DCP pull in lazily in a rank's first steps (torch._dynamo
 # alone measured 3.2 s of a warm demo rank's start-up under -X importtime), and fsdp-orch's runtime
 # (0.9 s: pydantic and the job spec), none of which reads the environment when imported.
-PRELOAD_IF_PRESENT = ("torch._dynamo", "torch.distributed.checkpoint._fsspec_filesystem", "fsdp_orch.runtime.job")
+PRELOAD_IF_PRESENT = ("torch._dynamo", "torch.distributed.checkpoint._fsspec_filesystem",
+                      "fsdp_orch.runtime.job")
 FDS_PER_RANK = 3
 AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
 STORE_TIMEOUT_S = 1800.0
 
 
 def listen(path: str) -> socket.socket:
-    """Bound under a temporary name and renamed: a launcher that sees ``path`` finds the keeper ready."""
+    """Bound under a temporary name and renamed: a launcher that sees
+    ``path`` finds the keeper ready."""
     partial = f"{path}.{os.getpid()}"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
@@ -135,9 +138,10 @@ def run_rank(order: RankOrder) -> None:
 
 def host_store(env: dict[str, str]) -> tuple[int, int] | str:
     """torchrun's agent store: a forked child of this keeper serves the attempt's TCPStore on
-    ``MASTER_PORT`` before any rank starts, so no rank's first connection finds nothing listening and
-    backs off (0.3 s measured here when a rank 0 hosting it was a few milliseconds late). The store
-    ends when the keeper closes its lifeline (or ends). The child's pid and the lifeline, or why not."""
+    ``MASTER_PORT`` before any rank starts, so no rank's first connection finds nothing listening
+    and backs off (0.3 s measured here when a rank 0 hosting it was a few milliseconds late). The
+    store ends when the keeper closes its lifeline (or ends). The child's pid and the lifeline, or
+    why not."""
     from datetime import timedelta
 
     ready_r, ready_w = os.pipe()
@@ -154,7 +158,8 @@ def host_store(env: dict[str, str]) -> tuple[int, int] | str:
                 import torch.distributed as dist
 
                 store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=True,
-                                      wait_for_workers=False, timeout=timedelta(seconds=STORE_TIMEOUT_S))
+                                      wait_for_workers=False,
+                                      timeout=timedelta(seconds=STORE_TIMEOUT_S))
             except Exception as exc:  # noqa: BLE001 - told to the keeper, which falls back
                 os.write(ready_w, b"0" + str(exc).encode()[:400])
             else:
@@ -180,14 +185,17 @@ def serve(conn: socket.socket, listener: socket.socket) -> RankOrder | int:
     """Forks the ranks; in a child returns its order, in the keeper the keeper's exit status."""
     orders, fds = receive_orders(conn)
     if len(fds) != FDS_PER_RANK * len(orders):
-        print(f"fsdp-orch standby: expected {FDS_PER_RANK * len(orders)} descriptors, got {len(fds)}",
+        print("fsdp-orch standby: "
+              f"expected {FDS_PER_RANK * len(orders)} descriptors, got {len(fds)}",
               file=sys.stderr, flush=True)
         return 2
     store: tuple[int, int] | None = None
-    if orders and orders[0].env.get(AGENT_STORE) == "True" and orders[0].env.get("GROUP_RANK") == "0":
+    if (orders and orders[0].env.get(AGENT_STORE) == "True"
+            and orders[0].env.get("GROUP_RANK") == "0"):
         hosted = host_store(orders[0].env)
         if isinstance(hosted, str):  # rank 0 hosts it, as without torchrun's agent
-            print(f"fsdp-orch standby: the attempt's store could not be served ({hosted}); rank 0 serves it",
+            print("fsdp-orch standby: the attempt's store could not be served "
+                  f"({hosted}); rank 0 serves it",
                   file=sys.stderr, flush=True)
             for order in orders:
                 order.env[AGENT_STORE] = "False"
@@ -254,8 +262,10 @@ def main(argv: list[str]) -> RankOrder | int:
     if problem is not None:
         print(f"fsdp-orch standby: {problem}", file=sys.stderr, flush=True)
         return 2
-    # While it imports, a launcher that finds no socket waits for this keeper instead of starting another.
-    with open(os.open(keeper_pid_file(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+    # While it imports, a launcher that finds no socket waits for this keeper
+    # instead of starting another.
+    with open(os.open(keeper_pid_file(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+              "w") as f:
         f.write(str(os.getpid()))
     try:
         return keep(path, starter, waited_on)
@@ -272,11 +282,12 @@ def _unlink(path: str) -> None:
 
 
 def preload(idle: bool) -> None:
-    """Imports what a rank would, in a thread of its own, at idle priority when ``idle`` (``SCHED_IDLE``,
-    a policy a thread may always lower itself to and which its process's other threads do not share):
-    the next attempt's keeper starts while this attempt's ranks start up and train, and on a node with
-    no core to spare its import would slow them. A keeper a launcher waits on imports at the normal
-    priority. The ranks are forked from the main thread, at its priority."""
+    """Imports what a rank would, in a thread of its own, at idle priority when ``idle``
+    (``SCHED_IDLE``, a policy a thread may always lower itself to and which its process's other
+    threads do not share): the next attempt's keeper starts while this attempt's ranks start up and
+    train, and on a node with no core to spare its import would slow them. A keeper a launcher waits
+    on imports at the normal priority. The ranks are forked from the main thread, at its
+    priority."""
     import importlib
     import threading
 

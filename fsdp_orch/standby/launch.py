@@ -1,13 +1,15 @@
 """The warm launcher, run by a node's launch script in torchrun's (or python's) place:
 
-    python -m fsdp_orch.standby.launch --mode torchrun|plain --nproc N ... --entry script|module -- PROGRAM...
+    python -m fsdp_orch.standby.launch --mode torchrun|plain --nproc N ...
+        --entry script|module -- PROGRAM...
 
-It asks this attempt's keeper (prepared by the attempt before; else started now) for its ranks, starts
-the next attempt's keeper, and then behaves as torchrun does for the supervisor: each rank's lines on
-its console prefixed ``[default<local rank>]:`` and kept per rank under ``--log-dir``; when a rank fails,
-the others are stopped and torchrun's failure summary is printed, exit 1. ``plain`` (the python
-launcher: one process that spawns its own workers) passes the streams and the exit status through.
-Exits ``NO_STANDBY_EXIT`` (75) without starting anything when no keeper can serve: the script starts cold.
+It asks this attempt's keeper (prepared by the attempt before; else started now) for its ranks,
+starts the next attempt's keeper, and then behaves as torchrun does for the supervisor: each rank's
+lines on its console prefixed ``[default<local rank>]:`` and kept per rank under ``--log-dir``; when
+a rank fails, the others are stopped and torchrun's failure summary is printed, exit 1. ``plain``
+(the python launcher: one process that spawns its own workers) passes the streams and the exit
+status through. Exits ``NO_STANDBY_EXIT`` (75) without starting anything when no keeper can serve:
+the script starts cold.
 """
 
 from __future__ import annotations
@@ -65,10 +67,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def start_keeper(path: str, attempt: int, nproc: int, log: str, *, waited_on: bool) -> subprocess.Popen[bytes]:
-    """A keeper for ``attempt`` in its own session (a stop of this attempt's process group spares it),
-    tagged with that attempt so ``stop_job_processes`` finds it and the ranks it forks. One that a
-    launcher is ``waited_on`` now imports at the normal priority; a next attempt's at idle priority."""
+def start_keeper(path: str, attempt: int, nproc: int, log: str, *,
+                 waited_on: bool) -> subprocess.Popen[bytes]:
+    """A keeper for ``attempt`` in its own session (a stop of this attempt's process group spares
+    it), tagged with that attempt so ``stop_job_processes`` finds it and the ranks it forks. One
+    that a launcher is ``waited_on`` now imports at the normal priority; a next attempt's at idle
+    priority."""
     env = dict(os.environ)
     env["FSDP_ORCH_ATTEMPT"] = str(attempt)
     env.pop("FSDP_ORCH_RUN_DIR", None)  # no bootstrap in the keeper itself
@@ -101,8 +105,8 @@ def claim(folder: str, attempt: int, nproc: int) -> tuple[socket.socket | None, 
     if starting is not None:
         how = "prepared by the attempt before, still importing when claimed"
     else:
-        starting = start_keeper(path, attempt, nproc, os.path.join(folder, f"attempt-{attempt}.log"),
-                                waited_on=True).pid
+        starting = start_keeper(path, attempt, nproc,
+                                os.path.join(folder, f"attempt-{attempt}.log"), waited_on=True).pid
         how = "started at once (none was prepared)"
     deadline = time.monotonic() + KEEPER_READY_S
     while time.monotonic() < deadline:
@@ -134,8 +138,8 @@ def send_orders(sock: socket.socket, orders: list[RankOrder], fds: list[int]) ->
 
 
 class Relay:
-    """Each rank's stdout and stderr: to this console prefixed as torchrun tees them, and to the rank's
-    own files under the log folder."""
+    """Each rank's stdout and stderr: to this console prefixed as torchrun tees them,
+    and to the rank's own files under the log folder."""
 
     def __init__(self, selector: selectors.BaseSelector, log_dir: str | None, run_id: str):
         self.selector = selector
@@ -148,7 +152,8 @@ class Relay:
         target = sys.stdout.buffer if name == "stdout" else sys.stderr.buffer
         keep = None
         if self.log_dir:
-            folder = os.path.join(self.log_dir, f"{self.run_id}_standby", "attempt_0", str(local_rank))
+            folder = os.path.join(self.log_dir, f"{self.run_id}_standby", "attempt_0",
+                                  str(local_rank))
             os.makedirs(folder, 0o700, exist_ok=True)
             keep = open(os.path.join(folder, f"{name}.log"), "ab")
         self.selector.register(fd, selectors.EVENT_READ, (local_rank, target, keep))
@@ -172,7 +177,8 @@ class Relay:
         if not lines:
             return
         prefix = f"[default{local_rank}]:".encode()
-        target.write(b"".join(prefix + line + b"\n" for line in lines))  # type: ignore[attr-defined]
+        target.write(b"".join(prefix + line + b"\n"  # type: ignore[attr-defined]
+                              for line in lines))
         target.flush()  # type: ignore[attr-defined]
         if keep is not None:
             keep.write(b"".join(line + b"\n" for line in lines))  # type: ignore[attr-defined]
@@ -205,7 +211,8 @@ def main(argv: list[str]) -> int:
     if sock is None:
         say(f"none for attempt {attempt}: {how}; starting cold")
         return NO_STANDBY_EXIT
-    layout = Layout(args.node, args.nnodes, args.nproc, args.master_addr, args.master_port, args.run_id)
+    layout = Layout(args.node, args.nnodes, args.nproc, args.master_addr, args.master_port,
+                    args.run_id)
     cwd = os.getcwd()
     base = dict(os.environ)
     selector = selectors.DefaultSelector()
@@ -256,8 +263,8 @@ class Answers:
         return json.loads(line)  # type: ignore[no-any-return]
 
 
-def supervise(sock: socket.socket, selector: selectors.BaseSelector, relay: Relay, args: argparse.Namespace,
-              attempt: int, folder: str, how: str) -> int:
+def supervise(sock: socket.socket, selector: selectors.BaseSelector, relay: Relay,
+              args: argparse.Namespace, attempt: int, folder: str, how: str) -> int:
     answers = Answers(sock)
     started = answers.first().get("started")
     if not started:
@@ -273,8 +280,8 @@ def supervise(sock: socket.socket, selector: selectors.BaseSelector, relay: Rela
     return code
 
 
-def watch(answers: Answers, selector: selectors.BaseSelector, relay: Relay, args: argparse.Namespace,
-          pids: dict[int, int]) -> int:
+def watch(answers: Answers, selector: selectors.BaseSelector, relay: Relay,
+          args: argparse.Namespace, pids: dict[int, int]) -> int:
     """Relays the ranks' output until they have all ended; stops the rest when one fails, or when
     this launcher is signalled. torchrun's exit status and failure summary."""
     ended: dict[int, int] = {}
@@ -302,12 +309,14 @@ def watch(answers: Answers, selector: selectors.BaseSelector, relay: Relay, args
                 for rank, pid in pids.items():
                     if rank not in ended:
                         ended[rank] = -signal.SIGKILL
-                        ends.append(RankEnd(rank, node_base + rank, -signal.SIGKILL, pid, now_text()))
+                        ends.append(RankEnd(rank, node_base + rank, -signal.SIGKILL, pid,
+                                            now_text()))
                 continue
             for line in lines:
                 local_rank, code = line["exit"]
                 ended[local_rank] = code
-                ends.append(RankEnd(local_rank, node_base + local_rank, code, pids[local_rank], now_text()))
+                ends.append(RankEnd(local_rank, node_base + local_rank, code, pids[local_rank],
+                                    now_text()))
                 if code != 0 and stop_at is None:
                     stop_at = time.monotonic() + STOP_GRACE_S
                     stop(pids, ended, signal.SIGTERM)
@@ -322,7 +331,8 @@ def watch(answers: Answers, selector: selectors.BaseSelector, relay: Relay, args
     if not failed:
         return 0
     sys.stdout.flush()
-    sys.stderr.write(failure_summary(sys.executable, args.program[0], failed[0], failed[1:], socket.gethostname()))
+    sys.stderr.write(failure_summary(sys.executable, args.program[0], failed[0], failed[1:],
+                                     socket.gethostname()))
     sys.stderr.flush()
     return 1
 

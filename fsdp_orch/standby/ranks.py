@@ -17,12 +17,14 @@ ROLE = "default"
 # launcher has ended (the supervisor's verdict and backoff); then it ends, unused.
 UNCLAIMED_S = 120.0
 # The keeper's third argument when a launcher waits on it now (none was prepared): it imports at the
-# normal priority, since at idle priority a busy node (other jobs, stress) can starve the very start it holds up.
+# normal priority, since at idle priority a busy node (other jobs,
+# stress) can starve the very start it holds up.
 WAITED_ON = "waited-on"
 
 
 def standby_folder(user_root: str, job_id: str, node_rank: int) -> str:
-    """The node's private folder of the job's keepers: ``<tmp>/fsdp-orch-<uid>/<job>/standby/node-N``."""
+    """The node's private folder of the job's keepers:
+    ``<tmp>/fsdp-orch-<uid>/<job>/standby/node-N``."""
     return os.path.join(user_root, job_id, "standby", f"node-{node_rank}")
 
 
@@ -48,17 +50,18 @@ class Layout:
 
 
 def torchrun_env(layout: Layout, local_rank: int, base: dict[str, str]) -> dict[str, str]:
-    """``base`` plus the variables torchrun's local agent sets for a worker (torch/distributed/elastic/
-    agent/server/local_elastic_agent.py). As under torchrun, the store is the agent's: node 0's keeper
-    serves it (``TORCHELASTIC_USE_AGENT_STORE`` True; the keeper sets it False, and rank 0 serves it,
-    where it cannot)."""
+    """``base`` plus the variables torchrun's local agent sets for a worker
+    (torch/distributed/elastic/agent/server/local_elastic_agent.py). As under torchrun, the store
+    is the agent's: node 0's keeper serves it (``TORCHELASTIC_USE_AGENT_STORE`` True; the keeper
+    sets it False, and rank 0 serves it, where it cannot)."""
     world = layout.nnodes * layout.nproc_per_node
     rank = layout.node_rank * layout.nproc_per_node + local_rank
     env = dict(base)
     env.update({
         "RANK": str(rank), "LOCAL_RANK": str(local_rank), "GROUP_RANK": str(layout.node_rank),
         "ROLE_RANK": str(rank), "ROLE_NAME": ROLE, "LOCAL_WORLD_SIZE": str(layout.nproc_per_node),
-        "WORLD_SIZE": str(world), "GROUP_WORLD_SIZE": str(layout.nnodes), "ROLE_WORLD_SIZE": str(world),
+        "WORLD_SIZE": str(world), "GROUP_WORLD_SIZE": str(layout.nnodes),
+        "ROLE_WORLD_SIZE": str(world),
         "MASTER_ADDR": layout.master_addr, "MASTER_PORT": str(layout.master_port),
         "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_RUN_ID": layout.run_id, "TORCHELASTIC_USE_AGENT_STORE": "True",
@@ -71,8 +74,8 @@ def torchrun_env(layout: Layout, local_rank: int, base: dict[str, str]) -> dict[
 
 @dataclass(frozen=True)
 class RankOrder:
-    """What the keeper's child becomes: ``entry`` is ``script`` or ``module``; ``program`` its target and
-    arguments (``sys.argv`` as ``python`` would set it is derived by the child)."""
+    """What the keeper's child becomes: ``entry`` is ``script`` or ``module``; ``program`` its
+    target and arguments (``sys.argv`` as ``python`` would set it is derived by the child)."""
 
     local_rank: int
     entry: str
@@ -91,12 +94,14 @@ def decode_orders(data: bytes) -> list[RankOrder]:
 
 
 def message(**fields: object) -> bytes:
-    """One line of the keeper's answers: ``{"started": {local rank: pid}}``, ``{"exit": [local rank, code]}``."""
+    """One line of the keeper's answers: ``{"started": {local rank: pid}}``,
+    ``{"exit": [local rank, code]}``."""
     return json.dumps(fields).encode() + b"\n"
 
 
 def exit_code(wait_status: int) -> int:
-    """A child's status as torchrun reports it: the exit code, or minus the signal that killed it."""
+    """A child's status as torchrun reports it: the exit code,
+    or minus the signal that killed it."""
     return os.waitstatus_to_exitcode(wait_status)
 
 
@@ -119,17 +124,20 @@ def _failure_block(index: int, end: RankEnd, host: str) -> list[str]:
     else:
         trace = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
     return [f"[{index}]:", f"  time      : {end.at}", f"  host      : {host}",
-            f"  rank      : {end.rank} (local_rank: {end.local_rank})", f"  exitcode  : {end.code} (pid: {end.pid})",
-            "  error_file: <N/A>", f"  traceback : {trace}"]
+            f"  rank      : {end.rank} (local_rank: {end.local_rank})",
+            f"  exitcode  : {end.code} (pid: {end.pid})", "  error_file: <N/A>",
+            f"  traceback : {trace}"]
 
 
-def failure_summary(binary: str, program: str, first: RankEnd, others: list[RankEnd], host: str) -> str:
+def failure_summary(binary: str, program: str, first: RankEnd, others: list[RankEnd],
+                    host: str) -> str:
     """torchrun's report of a failed worker group, line for line the shape the supervisor reads
     (the first failure's "Root Cause" block: ``supervise/torchrun_summary.py``; ``failed (exitcode:
     N) local_rank: R``: ``supervise/log_signatures.py``)."""
     bar, rule = "=" * 60, "-" * 60
-    lines = [f"torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: {first.code}) "
-             f"local_rank: {first.local_rank} (pid: {first.pid}) of binary: {binary}",
+    lines = ["torch.distributed.elastic.multiprocessing.api: [ERROR] failed "
+             f"(exitcode: {first.code}) local_rank: {first.local_rank} (pid: {first.pid}) "
+             f"of binary: {binary}",
              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", bar,
              f"{os.path.basename(program)} FAILED", rule, "Failures:"]
     if others:
@@ -137,23 +145,25 @@ def failure_summary(binary: str, program: str, first: RankEnd, others: list[Rank
             lines += _failure_block(end.local_rank, end, host)
     else:
         lines.append("  <NO_OTHER_FAILURES>")
-    lines += [rule, "Root Cause (first observed failure):", *_failure_block(first.local_rank, first, host), bar]
+    lines += [rule, "Root Cause (first observed failure):",
+              *_failure_block(first.local_rank, first, host), bar]
     return "\n".join(lines) + "\n"
 
 
 def child_argv(entry: str, program: list[str]) -> list[str]:
-    """``sys.argv`` as ``python script ARGS`` or ``python -m module ARGS`` sets it (runpy fills in the
-    module's path for ``-m``)."""
+    """``sys.argv`` as ``python script ARGS`` or ``python -m module ARGS`` sets it
+    (runpy fills in the module's path for ``-m``)."""
     return list(program) if entry == "script" else ["-m", *program[1:]]
 
 
 def child_sys_path0(entry: str, program: list[str], cwd: str) -> str:
-    """``sys.path[0]`` as ``python`` sets it: the script's folder, or the working folder for ``-m``."""
+    """``sys.path[0]`` as ``python`` sets it: the script's folder,
+    or the working folder for ``-m``."""
     if entry == "script":
         return os.path.dirname(os.path.realpath(os.path.join(cwd, program[0])))
     return cwd
 
 
-__all__ = ["Layout", "NO_STANDBY_EXIT", "RankEnd", "RankOrder", "UNCLAIMED_S", "child_argv", "child_sys_path0",
-           "decode_orders", "encode_orders", "exit_code", "failure_summary", "keeper_pid_file", "keeper_socket", "message",
-           "standby_folder", "torchrun_env"]
+__all__ = ["Layout", "NO_STANDBY_EXIT", "RankEnd", "RankOrder", "UNCLAIMED_S", "child_argv",
+           "child_sys_path0", "decode_orders", "encode_orders", "exit_code", "failure_summary",
+           "keeper_pid_file", "keeper_socket", "message", "standby_folder", "torchrun_env"]

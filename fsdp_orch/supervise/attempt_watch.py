@@ -50,10 +50,11 @@ class AttemptWatch:
     """``world``: the attempt's world size (smaller than the job's when planned on fewer nodes);
     ``before``: the latest complete checkpoint's mark when it started."""
 
-    def __init__(self, journal: Journal, submission: Submission, handle: AttemptHandle, *, attempt: int,
-                 started: float, world: int, before: int | None, progress: ProgressEvents,
-                 checkpoints: CheckpointTracker, cancel_requested: Callable[[], bool],
-                 clock: Callable[[], float], sleep: Callable[[float], None]):
+    def __init__(self, journal: Journal, submission: Submission, handle: AttemptHandle, *,
+                 attempt: int, started: float, world: int, before: int | None,
+                 progress: ProgressEvents, checkpoints: CheckpointTracker,
+                 cancel_requested: Callable[[], bool], clock: Callable[[], float],
+                 sleep: Callable[[float], None]):
         self.journal = journal
         self.sub = submission
         self.handle = handle
@@ -98,7 +99,8 @@ class AttemptWatch:
                 return self._at_exit(code, beats, ranks_seen, finished_at)
             cause = self.follower.poll()
             if cause is not None and finished_at is not None and cause.category in SIGNAL_ENDINGS:
-                cause = None  # every script returned: a signal now is the teardown's, judged at the exit
+                # every script returned: a signal now is the teardown's, judged at the exit
+                cause = None
             if cause is not None:
                 self.progress.progress(beats, window, final=True)
                 if cause.category not in COMMUNICATION:
@@ -112,33 +114,36 @@ class AttemptWatch:
                 return self._teardown_hang(finished_at)
             detected_at = self.clock()
             verdict = None if self._silent_nodes() else check_hang(
-                beats, world_size=self.world, attempt_started=self.started, now=detected_at, watch=watch,
-                window=window.seconds)
+                beats, world_size=self.world, attempt_started=self.started, now=detected_at,
+                watch=watch, window=window.seconds)
             if verdict is not None:
                 return self._hang(verdict, beats, window, detected_at)
             if self.cancel_requested():
                 self._stop()
                 return Cancelled()
-            # A short window is judged at least 4 times over: a verdict comes within a quarter of it.
+            # A short window is judged at least 4 times over:
+            # a verdict comes within a quarter of it.
             self.sleep(min(watch.poll_interval, window.seconds / 4))
 
     def _stop(self) -> None:
         self.handle.stop(STOP_GRACE_S)
         self.journal.end_attempt(self.attempt, self.handle.poll(), now=self.clock())
 
-    def _fail(self, diagnosis: Diagnosis, stalled: float | None, detected_at: float | None = None) -> Failed:
+    def _fail(self, diagnosis: Diagnosis, stalled: float | None,
+              detected_at: float | None = None) -> Failed:
         now = self.clock() if detected_at is None else detected_at
         diagnosis = node_lost_instead(diagnosis, self.handle)
         self._stop()
-        return Failed(with_flight_recorder(diagnosis, self.handle.flight_recorder_dumps()), now, stalled,
-                      self.before, self.checkpoints.step())
+        return Failed(with_flight_recorder(diagnosis, self.handle.flight_recorder_dumps()), now,
+                      stalled, self.before, self.checkpoints.step())
 
     def _at_exit(self, code: int, beats: dict, ranks_seen: set[int],  # type: ignore[type-arg]
                  finished_at: float | None) -> Outcome:
         watch = self.sub.job.watch
         self.journal.end_attempt(self.attempt, code, now=self.clock())
         if code == 0:
-            last = self.handle.heartbeats() or beats  # reports can trail the exit (hosts with own disks)
+            # reports can trail the exit (hosts with own disks)
+            last = self.handle.heartbeats() or beats
             no_ranks = self._no_ranks_started(ranks_seen | set(last))
             if no_ranks is not None:
                 return no_ranks
@@ -153,36 +158,40 @@ class AttemptWatch:
                 f"every rank finished its script, then the attempt ended with exit code {code} "
                 "while the processes shut down (gloo/NCCL teardown): counted as done"))
             return TornDown("teardown_crash")
-        self.progress.progress(beats, hang_window(watch, beats), final=True)  # the last step, for goodput
+        # the last step, for goodput
+        self.progress.progress(beats, hang_window(watch, beats), final=True)
         cause = with_flight_recorder(self._cause_at_exit(code), self.handle.flight_recorder_dumps())
         cause = node_lost_instead(cause, self.handle)
-        self.handle.stop(STOP_GRACE_S)  # one node's end: the others may still run (a rank cut off from a lost host)
+        # one node's end: the others may still run (a rank cut off from a lost host)
+        self.handle.stop(STOP_GRACE_S)
         return Failed(cause, self.clock(), None, self.before, self.checkpoints.step())
 
     def _cause_at_exit(self, code: int) -> Diagnosis:
         """The logs' root cause, unless torchrun says another rank failed first, or a rank's SIGKILL
-        is reported, and the logs only show its peers losing it; then that rank's ending is the cause
-        (``exit_cause.cause_at_exit``)."""
+        is reported, and the logs only show its peers losing it;
+        then that rank's ending is the cause (``exit_cause.cause_at_exit``)."""
         cause = self.follower.poll(final=True)
-        return cause_at_exit(code, cause, self.follower.root_cause_rank(), self.follower.cause_rank(),
-                             self.follower.tail.values())
+        return cause_at_exit(code, cause, self.follower.root_cause_rank(),
+                             self.follower.cause_rank(), self.follower.tail.values())
 
     def _teardown_hang(self, finished_at: float) -> TornDown:
         self._stop()
         self.journal.add_event(attempt=self.attempt, kind="teardown_hang", message=(
             f"every rank finished its script {self.clock() - finished_at:.0f}s ago but the "
-            f"processes did not exit within startup_timeout ({self.sub.job.watch.startup_timeout:g}s); "
-            "stopped them and counted the attempt as done"))
+            "processes did not exit within startup_timeout "
+            f"({self.sub.job.watch.startup_timeout:g}s); stopped them "
+            "and counted the attempt as done"))
         return TornDown("teardown_hang")
 
     def _hang(self, verdict: HangVerdict, beats: dict, window: Window,  # type: ignore[type-arg]
               detected_at: float) -> Failed:
-        """The hang rule's verdict, explained: the stacks, the flight recorder's collectives, the culprit."""
+        """The hang rule's verdict, explained: the stacks,
+        the flight recorder's collectives, the culprit."""
         self.progress.progress(beats, window, final=True)
         asked = ask_for_flight_records(Path(self.sub.attempt_dir(self.attempt)), self.clock)
         capture = self.handle.capture_stacks(beats)
-        records = (flight_records(self.handle.flight_recorder_dumps, verdict.ranks, asked, self.clock,
-                                  self.sleep) if asked is not None else FlightRecords())
+        records = (flight_records(self.handle.flight_recorder_dumps, verdict.ranks, asked,
+                                  self.clock, self.sleep) if asked is not None else FlightRecords())
         counts = records.counts
         if not counts and self.sub.base_plan.device == "cuda":
             counts = ras_counts()
@@ -190,7 +199,8 @@ class AttemptWatch:
         if explained.stacks is not None:
             self.journal.add_event(attempt=self.attempt, kind="stacks",
                                    message=f"stacks of the hung attempt: {explained.stacks}")
-        return self._fail(Diagnosis("hang", True, explained.evidence), verdict.stalled_for_s, detected_at)
+        return self._fail(Diagnosis("hang", True, explained.evidence), verdict.stalled_for_s,
+                          detected_at)
 
     def _silent_nodes(self) -> dict[int, float]:
         """The nodes whose channel is silent (``handle.silent_nodes``): while any is, the hang rule
@@ -200,8 +210,8 @@ class AttemptWatch:
         if silent and not self._silent:
             nodes = ", ".join(f"node {n} for {s:.1f}s" for n, s in sorted(silent.items()))
             self.journal.add_event(attempt=self.attempt, kind="node_silent", message=(
-                f"no word from {nodes}: its ranks' heartbeats come through it, so no hang is judged "
-                "until it is heard again or found lost"))
+                f"no word from {nodes}: its ranks' heartbeats come through it, "
+                "so no hang is judged until it is heard again or found lost"))
         self._silent = bool(silent)
         return silent
 
@@ -213,12 +223,12 @@ class AttemptWatch:
             return None
         if seen:
             self.journal.add_event(attempt=self.attempt, kind="fewer_ranks", message=(
-                f"{len(seen)} of the {self.world} planned ranks started a process group or an optimizer "
-                f"step (ranks {', '.join(map(str, sorted(seen)))})"))
+                f"{len(seen)} of the {self.world} planned ranks started a process group or an "
+                f"optimizer step (ranks {', '.join(map(str, sorted(seen)))})"))
             return None
         evidence = (f"the attempt exited 0, but none of the {self.world} ranks it was launched for "
-                    f"({self.sub.job.nodes} node(s) x {self.world // max(1, self.sub.job.nodes)} per node) "
-                    "started: no process started a torch process group or took an optimizer step "
-                    "(0 ranks appeared)")
-        return Failed(Diagnosis("no_ranks_started", False, evidence), self.clock(), None, self.before,
-                      self.checkpoints.step())
+                    f"({self.sub.job.nodes} node(s) x {self.world // max(1, self.sub.job.nodes)} "
+                    "per node) started: no process started a torch process group or took an "
+                    "optimizer step (0 ranks appeared)")
+        return Failed(Diagnosis("no_ranks_started", False, evidence), self.clock(), None,
+                      self.before, self.checkpoints.step())

@@ -20,8 +20,8 @@ from fsdp_orch.vocab.errors import FsdpOrchError
 
 
 class CheckpointTracker:
-    """``storage``: where the checkpoints are read, asked again at each use: a kind knows it only once
-    its machines are (a TPU VM's workers), and a re-created VM has other workers."""
+    """``storage``: where the checkpoints are read, asked again at each use: a kind knows it only
+    once its machines are (a TPU VM's workers), and a re-created VM has other workers."""
 
     def __init__(self, journal: Journal, submission: Submission, storage: Callable[[], Storage], *,
                  clock: Callable[[], float], sleep: Callable[[float], None]):
@@ -53,9 +53,10 @@ class CheckpointTracker:
         return self.polled.latest()
 
     def step(self) -> int | None:
-        """The latest complete checkpoint's step, or for a file of unknown step -N for the Nth save of
-        it seen (the restart policy compares these to tell a crash loop); while the storage cannot be
-        reached (the first host of hosts with their own disks, lost or preempted), the latest one seen."""
+        """The latest complete checkpoint's step, or for a file of unknown step -N for the Nth save
+        of it seen (the restart policy compares these to tell a crash loop); while the storage
+        cannot be reached (the first host of hosts with their own disks, lost or preempted), the
+        latest one seen."""
         try:
             info = self.latest()
         except FsdpOrchError:
@@ -87,7 +88,8 @@ class CheckpointTracker:
                              resume=attempt > 0 or cp.resume == "auto", sleep=self.sleep)
         for kind, message in point.events:
             self.journal.add_event(attempt=attempt, kind=kind, message=message)
-        info = point.info  # never, or an explicit path the runtime reads from FSDP_ORCH_RESUME: None
+        # never, or an explicit path the runtime reads from FSDP_ORCH_RESUME: None
+        info = point.info
         if info is None:
             return None, None
         return str(info.path), info.step if info.step_known else None
@@ -108,8 +110,8 @@ class CheckpointTracker:
             if step is not None and (before is None or step > before):
                 self.record()
                 self.journal.add_event(attempt=attempt, kind="checkpoint_on_warning", message=(
-                    f"checkpoint of step {step} saved {self.clock() - asked:.1f}s after the scheduler's "
-                    "warning, before the requeue"))
+                    f"checkpoint of step {step} saved {self.clock() - asked:.1f}s after the "
+                    "scheduler's warning, before the requeue"))
                 return
             self.sleep(0.5)
         self.journal.add_event(attempt=attempt, kind="checkpoint_on_warning", message=(

@@ -12,8 +12,8 @@ Lightning and the HF Trainer put around them (:data:`COLLECTIVE_FRAMES`). A rank
 backward with no such frame is most likely in DDP's gradient all-reduce (its reducer waits in C++,
 with no Python frame): it ranks between the two. So does a rank waiting for the GPU in a CUDA
 synchronisation (:data:`DEVICE_WAIT_FRAMES`): on NCCL a collective's Python call returns at once and
-the rank blocks at the next synchronisation, so that is where a rank waiting for a missing peer sits.
-Where the rank's flight recorder says it has an NCCL collective queued and not finished
+the rank blocks at the next synchronisation, so that is where a rank waiting for a missing peer
+sits. Where the rank's flight recorder says it has an NCCL collective queued and not finished
 (``pending``, ``observe.collective_counts.pending_collectives``), it waits in that collective,
 whatever its stack shows.
 """
@@ -49,7 +49,8 @@ COLLECTIVE_FRAMES = _frame_table(
      r"(?:.*\.)?(?:gather_object|all_gather_object|broadcast_object|scatter_object|"
      r"reduce_scatter|all_reduce|barrier)"),
     # the wrappers, named in case their inner frames are not shown
-    (r"accelerate/utils/operations\.py$", r"(?:gather\w*|broadcast\w*|reduce|pad_across_processes)"),
+    (r"accelerate/utils/operations\.py$",
+     r"(?:gather\w*|broadcast\w*|reduce|pad_across_processes)"),
     (r"accelerate/state\.py$", r"(?:.*\.)?wait_for_everyone"),
     (r"lightning/(?:fabric|pytorch)/.*(?:strategies|utilities)/.*\.py$",
      r"(?:.*\.)?(?:barrier|broadcast|reduce|all_gather|_sync_ddp\w*)"),
@@ -66,7 +67,8 @@ COLLECTIVE_FRAMES = _frame_table(
     (r"torch_xla/distributed/xla_backend\.py$", r".*"),
 )
 # The Python frame that calls into autograd's C++ engine for a backward pass.
-BACKWARD_FRAMES = _frame_table((r"torch/autograd/(?:graph|__init__)\.py$", r"_engine_run_backward|run_backward"))
+BACKWARD_FRAMES = _frame_table((r"torch/autograd/(?:graph|__init__)\.py$",
+                                r"_engine_run_backward|run_backward"))
 # A checkpoint being written: DCP, torch.save, safetensors, and the frameworks' save functions.
 SAVE_FRAMES = _frame_table(
     (r"torch/distributed/checkpoint/", r".*"),
@@ -76,7 +78,8 @@ SAVE_FRAMES = _frame_table(
             r"_save)"),
 )
 # The Python frames that wait for the GPU: torch.cuda.synchronize, a stream's or an event's
-# synchronize or wait (``loss.item()`` and ``.cpu()`` wait in C++, with no Python frame of their own).
+# synchronize or wait (``loss.item()`` and ``.cpu()`` wait in C++,
+# with no Python frame of their own).
 DEVICE_WAIT_FRAMES = _frame_table(
     (r"torch/cuda/__init__\.py$", r"synchronize"),
     (r"torch/cuda/streams\.py$", r"(?:.*\.)?(?:synchronize|wait_event|wait_stream|query)"),
@@ -89,7 +92,8 @@ class RankPlace:
     """Where a rank's main thread was, in the words the evidence uses."""
 
     rank: int
-    tier: int  # NOT_IN_COLLECTIVE, IN_BACKWARD, IN_COLLECTIVE or NO_STACK: the culprit has the lowest
+    # NOT_IN_COLLECTIVE, IN_BACKWARD, IN_COLLECTIVE or NO_STACK: the culprit has the lowest
+    tier: int
     where: str  # its innermost frame of user code, "train.py:63 main" (else its innermost frame)
     collective: str | None = None  # the collective it waits in ("broadcast")
     in_save: bool = False  # inside a checkpoint save
@@ -126,7 +130,8 @@ def place_of(rank: int, threads: Sequence[ThreadStack], library_roots: Iterable[
              main_thread_id: int | None = None, saving: bool = False,
              pending: str | None = None) -> RankPlace:
     """Where ``rank``'s main thread is, from its stack dump; ``saving``: its heartbeat said so;
-    ``pending``: the collective its flight recorder has queued and not finished ("nccl:all_reduce")."""
+    ``pending``: the collective its flight recorder has queued and
+    not finished ("nccl:all_reduce")."""
     roots = tuple(library_roots)
     main = main_thread(threads, main_thread_id)
     if main is None or not main.frames:
@@ -180,10 +185,11 @@ def headline(order: Sequence[int], places: dict[int, RankPlace],
         text = f"rank {first.rank} stuck in {first.where} (not in a collective{save})"
     elif first.tier == IN_BACKWARD and first.on_device:
         text = (f"rank {first.rank} stuck in {first.where} (waiting for the GPU in a CUDA "
-                f"synchronisation: a collective queued behind it, or a kernel that does not end{save})")
+                "synchronisation: a collective queued behind it, "
+                f"or a kernel that does not end{save})")
     elif first.tier == IN_BACKWARD:
-        text = (f"rank {first.rank} stuck in {first.where} (inside backward with no collective frame: "
-                f"DDP's gradient all-reduce, or a slow backward{save})")
+        text = (f"rank {first.rank} stuck in {first.where} (inside backward with no collective "
+                f"frame: DDP's gradient all-reduce, or a slow backward{save})")
     else:
         why = (f"collective count {counts[first.rank]}, the lowest" if first.rank in counts
                else "no rank outside a collective; the first to stop")
@@ -204,5 +210,5 @@ def headline(order: Sequence[int], places: dict[int, RankPlace],
     return text
 
 
-__all__ = ["COLLECTIVE_FRAMES", "DEVICE_WAIT_FRAMES", "IN_BACKWARD", "IN_COLLECTIVE", "NOT_IN_COLLECTIVE",
-           "NO_STACK", "RankPlace", "culprit_order", "headline", "place_of"]
+__all__ = ["COLLECTIVE_FRAMES", "DEVICE_WAIT_FRAMES", "IN_BACKWARD", "IN_COLLECTIVE",
+           "NOT_IN_COLLECTIVE", "NO_STACK", "RankPlace", "culprit_order", "headline", "place_of"]

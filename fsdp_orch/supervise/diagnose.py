@@ -108,7 +108,8 @@ class _Traceback:
     checkpoint_io: bool = False
 
     def where(self) -> str:
-        """`` (at .../torch/cuda/__init__.py:261 in set_device, from train.py:50 in main)``, or ``""``."""
+        """`` (at .../torch/cuda/__init__.py:261 in set_device,
+        from train.py:50 in main)``, or ``""``."""
         if self.last is None:
             return ""
         note = display_frame(*self.last)
@@ -118,7 +119,8 @@ class _Traceback:
 
 
 class LineScanner:
-    """Feeds lines one at a time (a live log); remembers the first root cause and the first weak sign.
+    """Feeds lines one at a time (a live log); remembers the first root
+    cause and the first weak sign.
 
     One scanner per stream: a Python traceback is followed line by line to its exception line.
     """
@@ -229,8 +231,8 @@ class LineScanner:
             self.weak = Diagnosis(weak, weak not in NOT_RETRYABLE, evidence, self._count)
 
     def _exception(self, evidence: str, where: str) -> Diagnosis | None:
-        """The line that ends a traceback: a user's error (or the library's it was raised in), unless it
-        only carries another exception."""
+        """The line that ends a traceback: a user's error (or the library's it was raised in),
+        unless it only carries another exception."""
         self._in_traceback = False
         if WRAPPER.match(evidence):
             self._wrap(evidence + where)
@@ -239,11 +241,13 @@ class LineScanner:
             self.weak = self.weak or Diagnosis("hang", True, evidence, self._count)
             return None
         category = "checkpoint_error" if self._tb.checkpoint_io else self._raised_in()
-        self.first = Diagnosis(category, category not in NOT_RETRYABLE, evidence + where, self._count)
+        self.first = Diagnosis(category, category not in NOT_RETRYABLE, evidence + where,
+                               self._count)
         return self.first
 
     def _raised_in(self) -> str:
-        """The category of the library the exception was raised in (its last frame), else the user's."""
+        """The category of the library the exception was raised in
+        (its last frame), else the user's."""
         if self._tb.last is not None:
             for pattern, category in RAISED_IN:
                 if pattern.search(self._tb.last[0]):
@@ -258,8 +262,8 @@ class LineScanner:
         self._tb = _Traceback()
 
     def _signal(self, line: str, where: str = "", only: str | None = None) -> Diagnosis | None:
-        """A line that says a process ended by a signal, as a cause; the signal's name is added where
-        the line gives only its number."""
+        """A line that says a process ended by a signal, as a cause;
+        the signal's name is added where the line gives only its number."""
         name = signal_named(line)
         category = signal_category(name) if name else None
         if name is None or category is None or (only is not None and category != only):
@@ -282,9 +286,9 @@ class LineScanner:
             self._checkpoint_frame = self._checkpoint_frame or (line, self._count)
 
     def result(self) -> Diagnosis | None:
-        """The root cause (a SIGKILL of a rank rather than the lost peer it caused), else a traceback
-        through checkpoint I/O cut off before its exception line, else an exception that only carried
-        another whose inner exception never came, else the first weak sign."""
+        """The root cause (a SIGKILL of a rank rather than the lost peer it caused), else a
+        traceback through checkpoint I/O cut off before its exception line, else an exception that
+        only carried another whose inner exception never came, else the first weak sign."""
         if self.first is not None:
             return self._killed_after or self.first
         if self._in_traceback and self._checkpoint_frame is not None:
@@ -298,7 +302,8 @@ def diagnose_text(text: str) -> Diagnosis:
     scanner = LineScanner()
     for line in text.splitlines():
         cause = scanner.feed(line)
-        if cause is not None and (cause.category not in COMMUNICATION or scanner.result() is not cause):
+        if cause is not None and (cause.category not in COMMUNICATION
+                                  or scanner.result() is not cause):
             break
     return scanner.result() or Diagnosis("unknown", True, None, None)
 

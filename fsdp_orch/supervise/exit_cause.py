@@ -18,7 +18,8 @@ def diagnose_exit(code: int | None) -> Diagnosis:
                          None)
     if code == NODE_LOST_EXIT:
         return Diagnosis("preemption_or_node_lost", True,
-                         "a node stopped answering (its host is named in the supervisor's log)", None)
+                         "a node stopped answering (its host is named in the supervisor's log)",
+                         None)
     signum = -code if code < 0 else code - 128 if 128 < code < 192 else None
     if signum is None:
         return Diagnosis("unknown", True, f"exited with code {code}", None)

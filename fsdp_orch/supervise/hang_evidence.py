@@ -1,6 +1,6 @@
-"""What a failure's evidence adds about where the ranks were: the culprit first (``culprit.py``), the
-stuck ranks' innermost frames of user code (from stack dumps the attempt's handle took before the
-attempt is stopped) and NCCL flight-recorder dumps."""
+"""What a failure's evidence adds about where the ranks were: the culprit first (``culprit.py``),
+the stuck ranks' innermost frames of user code (from stack dumps the attempt's handle took before
+the attempt is stopped) and NCCL flight-recorder dumps."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ NAMED_RANKS = 3  # the evidence names this many stuck ranks' frames, the culprit
 
 @dataclass(frozen=True)
 class HangExplanation:
-    evidence: str  # the culprit's line first, then the watchdog's timing, frames and the stacks' folder
+    # the culprit's line first, then the watchdog's timing, frames and the stacks' folder
+    evidence: str
     stacks: str | None  # the folder of the stacks (None when no stack could be taken)
     order: list[int]  # the hung ranks, the culprit first
 
@@ -40,7 +41,8 @@ class HangExplanation:
 @dataclass(frozen=True)
 class FlightRecords:
     """What the hung ranks' flight-recorder dumps say: each rank's collective count (where two or
-    more ranks' dumps could be compared) and the collective each rank has queued and not finished."""
+    more ranks' dumps could be compared) and the collective each
+    rank has queued and not finished."""
 
     counts: dict[int, int] = dataclasses.field(default_factory=dict)
     pending: dict[int, str] = dataclasses.field(default_factory=dict)
@@ -75,8 +77,8 @@ def explain_hang(verdict: HangVerdict, capture: StackCapture,
     return HangExplanation("; ".join(parts), capture.folder, order)
 
 
-# How long a hang verdict waits for the ranks' flight-recorder dumps (the bootstrap's watcher answers
-# within its 0.5 s tick; py-spy's stacks are taken meanwhile).
+# How long a hang verdict waits for the ranks' flight-recorder dumps
+# (the bootstrap's watcher answers within its 0.5 s tick; py-spy's stacks are taken meanwhile).
 FLIGHT_RECORDER_WAIT_S = 2.0
 
 
@@ -115,7 +117,8 @@ def flight_records(dumps: Callable[[], list[str]], ranks: list[int], asked: floa
 RAS_CLIENT = "ncclras"  # NCCL >= 2.24's RAS client: asks the job's NCCL processes on this node
 
 
-def ras_counts(run: Runner = command.run, which: Callable[[str], str | None] = shutil.which) -> dict[int, int]:
+def ras_counts(run: Runner = command.run,
+               which: Callable[[str], str | None] = shutil.which) -> dict[int, int]:
     """Each rank's collective count as NCCL's RAS subsystem reports it (verbose status of the
     communicators whose counts differ), where its client is installed on the supervisor's node;
     {} when it is not, or says nothing usable."""

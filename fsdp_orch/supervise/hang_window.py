@@ -19,14 +19,16 @@ from typing import Any
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.observe.heartbeats import Heartbeat
 
-WARMUP_STEPS = 5  # steps timed by a rank before its summary counts: the first ones build caches, compile
+# steps timed by a rank before its summary counts: the first ones build caches, compile
+WARMUP_STEPS = 5
 PERCENTILE = "p95"  # of the summary's keys: the slow tail of ordinary steps, not a one-off
 
 
 @dataclass(frozen=True)
 class Window:
     seconds: float
-    mode: str  # "fixed", "warm-up" (adaptive, not enough steps timed yet: the ceiling) or "adaptive"
+    # "fixed", "warm-up" (adaptive, not enough steps timed yet: the ceiling) or "adaptive"
+    mode: str
     step_s: float | None = None  # the step time it follows (adaptive)
 
 
@@ -63,7 +65,8 @@ def _tail(summary: dict[str, Any] | None) -> float | None:
 
 
 def moved(previous: Window | None, current: Window) -> bool:
-    """Worth an event: the first window of an attempt, a new mode, or a move by more than a fifth."""
+    """Worth an event: the first window of an attempt, a new mode,
+    or a move by more than a fifth."""
     return (previous is None or previous.mode != current.mode
             or abs(current.seconds - previous.seconds) > 0.2 * previous.seconds)
 

@@ -1,5 +1,6 @@
 """Following an attempt's logs as they are written (in chunks from its handle), feeding each log to
-its own LineScanner (failure causes) and its own LossReader (the training loss the script prints)."""
+its own LineScanner (failure causes) and its own LossReader
+(the training loss the script prints)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from fsdp_orch.supervise.torchrun_summary import torchrun_root_cause
 
 # Failures of communication are most often the symptom of a peer that died first: when causes
 # surface in the same poll, the others win.
-COMMUNICATION = frozenset({"nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost", "rendezvous_failure"})
+COMMUNICATION = frozenset({"nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost",
+                           "rendezvous_failure"})
 
 
 class LogFollower:
@@ -87,7 +89,8 @@ class LogFollower:
                 self.loss, self._loss_rank = (loss, source), nearness
 
     def root_cause_rank(self) -> tuple[int, int, int] | None:
-        """torchrun's first observed failure, (global rank, local rank, exit code), from the lines so far."""
+        """torchrun's first observed failure, (global rank, local rank,
+        exit code), from the lines so far."""
         for lines in self.tail.values():
             found = torchrun_root_cause(lines)
             if found is not None:

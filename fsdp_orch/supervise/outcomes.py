@@ -18,7 +18,8 @@ class Succeeded:
 @dataclass(frozen=True)
 class TornDown:
     """Every rank finished its script, then the processes failed or hung while they shut down (gloo,
-    NCCL): the attempt counts as done. ``how``: the event kind recorded (teardown_crash, teardown_hang)."""
+    NCCL): the attempt counts as done. ``how``: the event kind recorded
+    (teardown_crash, teardown_hang)."""
 
     how: str
 
@@ -43,14 +44,16 @@ class Failed:
 
     def record(self, attempt: int) -> FailureRecord:
         """What the restart policy weighs of it."""
-        return FailureRecord(attempt, self.diagnosis.category, self.checkpoint_before, self.checkpoint_after)
+        return FailureRecord(attempt, self.diagnosis.category, self.checkpoint_before,
+                             self.checkpoint_after)
 
 
 Outcome = Succeeded | TornDown | Cancelled | Failed
 
 
 class CancelledError(Exception):
-    """Raised by a backoff sleep cut short by a cancel (the sleep is injected; it cannot return one)."""
+    """Raised by a backoff sleep cut short by a cancel (the sleep is
+    injected; it cannot return one)."""
 
 
 @dataclass

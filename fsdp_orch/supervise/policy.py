@@ -21,7 +21,8 @@ class FailureRecord:
     attempt: int
     category: str
     checkpoint_before: int | None  # latest complete checkpoint step when the attempt started
-    checkpoint_after: int | None  # ... and when it failed (-N: the Nth save of a file of unknown step)
+    # ... and when it failed (-N: the Nth save of a file of unknown step)
+    checkpoint_after: int | None
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,9 @@ class Decision:
 
 def decide(policy: RestartPolicy, history: list[FailureRecord], restarts_done: int,
            cannot_place: str | None = None) -> Decision:
-    """``history`` holds every failure of the job so far, the current one last. ``cannot_place``: why
-    the next attempt has nowhere to run (too few hosts left after the lost ones), if it has not."""
+    """``history`` holds every failure of the job so far, the current one last.
+    ``cannot_place``: why the next attempt has nowhere to run (too few hosts left after
+    the lost ones), if it has not."""
     current = history[-1]
     if current.category in NOT_RETRYABLE or current.category not in policy.retry_on:
         return Decision(False, f"{current.category} is not retried (restart.retry_on)")
@@ -52,9 +54,12 @@ def decide(policy: RestartPolicy, history: list[FailureRecord], restarts_done: i
     if len(recent) == streak and all(f.checkpoint_after == f.checkpoint_before for f in recent):
         after = current.checkpoint_after
         where = ("the start (no checkpoint was ever completed)" if after is None
-                 else f"checkpoint step {after}" if after >= 0 else "the same checkpoint (its step is unknown)")
-        return Decision(False, f"crash loop: {streak} attempts in a row made no progress past {where}")
-    return Decision(True, f"restart {restarts_done + 1} of {policy.max_restarts} after {current.category}")
+                 else f"checkpoint step {after}" if after >= 0
+                 else "the same checkpoint (its step is unknown)")
+        return Decision(False,
+                        f"crash loop: {streak} attempts in a row made no progress past {where}")
+    return Decision(True, f"restart {restarts_done + 1} of "
+                          f"{policy.max_restarts} after {current.category}")
 
 
 def hosts_to_exclude(category: str, lost: tuple[str, ...], excluded: list[str]) -> list[str]:

@@ -2,7 +2,8 @@
 the attempt a dead supervisor left running or started in a scheduler's allocation (a requeue), the
 launch's notices said once, and the values that came by reference forgotten once the job ended.
 
-Run as ``python -m fsdp_orch.supervise.supervisor JOB_ID [--run-dir DIR] [--reattach | --in-allocation]``
+Run as
+``python -m fsdp_orch.supervise.supervisor JOB_ID [--run-dir DIR] [--reattach | --in-allocation]``
 (that module passes its loop in, so that this one does not import it back)."""
 
 from __future__ import annotations
@@ -34,14 +35,15 @@ class Loop(Protocol):
     def run(self, adopt: Adopt | None = None, first_attempt: int = 0) -> JobState: ...
 
 
-MakeLoop = Callable[..., Loop]  # (journal, submission, launcher, *, stop_flag, allocation_ending, ...)
+# (journal, submission, launcher, *, stop_flag, allocation_ending, ...)
+MakeLoop = Callable[..., Loop]
 
 
-def run_supervisor(make_loop: MakeLoop, job_id: str, run_dir: str | None = None, reattach: bool = False,
-                   in_allocation: bool = False) -> int:
-    """``in_allocation``: run by a scheduler's batch script (SLURM), which owns the signals; a requeued
-    job goes on with its next attempt. It reads and writes only the job's run folder (events,
-    heartbeats, logs), never the index database."""
+def run_supervisor(make_loop: MakeLoop, job_id: str, run_dir: str | None = None,
+                   reattach: bool = False, in_allocation: bool = False) -> int:
+    """``in_allocation``: run by a scheduler's batch script (SLURM), which owns the signals; a
+    requeued job goes on with its next attempt. It reads and writes only the job's run folder
+    (events, heartbeats, logs), never the index database."""
     folder = Path(run_dir) if run_dir else home() / "runs" / job_id
     if not (folder / SUBMISSION_FILE).is_file():
         print(f"fsdp-orch supervisor: no job {job_id} in {folder.parent}", flush=True)
@@ -60,16 +62,20 @@ def run_supervisor(make_loop: MakeLoop, job_id: str, run_dir: str | None = None,
         secrets.forget(job_id, "env")
         return 0
     journal = Journal(EventWriter(folder, "supervisor"), job_id)
-    if view.supervisor_pid != os.getpid():  # a kind that starts it here records it already (its pid)
+    # a kind that starts it here records it already (its pid)
+    if view.supervisor_pid != os.getpid():
         journal.supervisor_started()
     stop_flag = StopFlag()
     if not in_allocation:
         stop_flag.install()
     launcher = kind.attempt_launcher(submission)
-    has_gpu = local_has_gpu()  # this machine's: what every attempt this supervisor starts is planned with
-    loop = make_loop(journal, submission, launcher, stop_flag=stop_flag, allocation_ending=kind.allocation_ending,
-                     local_has_gpu=has_gpu, excluded_hosts=view.excluded_hosts)
-    adopt, first_attempt = _where_to_begin(journal, loop, launcher, view, job_id, reattach, in_allocation)
+    # this machine's: what every attempt this supervisor starts is planned with
+    has_gpu = local_has_gpu()
+    loop = make_loop(journal, submission, launcher, stop_flag=stop_flag,
+                     allocation_ending=kind.allocation_ending, local_has_gpu=has_gpu,
+                     excluded_hosts=view.excluded_hosts)
+    adopt, first_attempt = _where_to_begin(journal, loop, launcher, view, job_id, reattach,
+                                           in_allocation)
     # What the launch changes of the job's settings, as planned here; each said once per job.
     attempt = adopt.attempt if adopt else first_attempt
     said = {n.message for n in view.notices if n.kind == LAUNCH_CHANGED}
@@ -92,8 +98,9 @@ def run_supervisor(make_loop: MakeLoop, job_id: str, run_dir: str | None = None,
     return 0
 
 
-def _where_to_begin(journal: Journal, loop: Loop, launcher, view: JobStatus,  # type: ignore[no-untyped-def]
-                    job_id: str, reattach: bool, in_allocation: bool) -> tuple[Adopt | None, int]:
+def _where_to_begin(journal: Journal, loop: Loop, launcher,  # type: ignore[no-untyped-def]
+                    view: JobStatus, job_id: str, reattach: bool,
+                    in_allocation: bool) -> tuple[Adopt | None, int]:
     """The attempt to adopt (re-attaching to a running one), or the attempt to start with."""
     attempts = view.attempt_records
     first_attempt = max(attempts) + 1 if attempts else 0
@@ -104,18 +111,21 @@ def _where_to_begin(journal: Journal, loop: Loop, launcher, view: JobStatus,  # 
             last = max(unfinished)
             if last not in requeued:
                 evidence = "the allocation ended during the attempt (requeued)"
-                journal.add_failure(attempt=last, category="preemption_or_node_lost", evidence=evidence,
-                                    action="requeue", hint=hint_for("preemption_or_node_lost", evidence))
+                journal.add_failure(attempt=last, category="preemption_or_node_lost",
+                                    evidence=evidence, action="requeue",
+                                    hint=hint_for("preemption_or_node_lost", evidence))
                 requeued.add(last)
             journal.end_attempt(last, None)
         loop.requeued_attempts = len(requeued)
-        print(f"fsdp-orch supervisor: job {job_id} in its allocation, attempt {first_attempt}", flush=True)
+        print(f"fsdp-orch supervisor: job {job_id} in its allocation, attempt {first_attempt}",
+              flush=True)
         return None, first_attempt
     if not reattach:
         return None, 0
     if view.state == JobState.RUNNING.value and attempts:
         attempt = max(attempts)
-        adopt = Adopt(attempt, launcher.adopt(attempt, view.backend_ref), attempts[attempt].started_at)
+        adopt = Adopt(attempt, launcher.adopt(attempt, view.backend_ref),
+                      attempts[attempt].started_at)
         print(f"fsdp-orch supervisor: re-attached to job {job_id} attempt {attempt}", flush=True)
         return adopt, first_attempt
     # died before launching, or while backing off: the next attempt starts now

@@ -1,5 +1,5 @@
-"""What the supervisor records of a running attempt's progress, throttled: rank 0's step and loss, the
-hang window in force, and whether hang detection is off for lack of any signal."""
+"""What the supervisor records of a running attempt's progress, throttled: rank 0's step and loss,
+the hang window in force, and whether hang detection is off for lack of any signal."""
 
 from __future__ import annotations
 
@@ -33,9 +33,10 @@ class ProgressEvents:
         self._follower = follower
         self._window, self._last_step, self._last_loss = None, None, None
 
-    def progress(self, beats: dict, window: Window, final: bool = False) -> None:  # type: ignore[type-arg]
-        """Rank 0's step and the latest loss (the runtime's in its heartbeat, else the one its console
-        printed last), when either changed; and the hang window in force."""
+    def progress(self, beats: dict, window: Window,  # type: ignore[type-arg]
+                 final: bool = False) -> None:
+        """Rank 0's step and the latest loss (the runtime's in its heartbeat, else the one its
+        console printed last), when either changed; and the hang window in force."""
         if not beats:
             return
         lead = beats.get(0) or next(iter(beats.values()))
@@ -47,12 +48,14 @@ class ProgressEvents:
             loss, source = finite(self._follower.loss[0]), self._follower.loss[1]
         if lead.step == self._last_step and loss == self._last_loss:
             return
-        if not final and self._last_step is not None and self.clock() - self._progress_at < PROGRESS_EVERY_S:
+        if (not final and self._last_step is not None
+                and self.clock() - self._progress_at < PROGRESS_EVERY_S):
             return  # the event log is on the shared filesystem: a line per PROGRESS_EVERY_S at most
         self._last_step, self._last_loss, self._progress_at = lead.step, loss, self.clock()
         blocked = lead.metrics.get(CHECKPOINT_BLOCK_S)
         self.journal.progress(lead.step, loss, lead.progress_time, loss_source=source,
-                              checkpoint_s=float(blocked) if isinstance(blocked, (int, float)) else None)
+                              checkpoint_s=(float(blocked) if isinstance(blocked, (int, float))
+                                            else None))
 
     def _record_window(self, attempt: int, window: Window) -> None:
         """The hang window in force once the attempt steps, recorded when it first applies, when its
@@ -63,7 +66,8 @@ class ProgressEvents:
         self._window = window
         self.journal.hang_window(attempt, window.seconds, window.mode)
 
-    def hang_detection(self, beats: dict, started: float, watch: Watch) -> None:  # type: ignore[type-arg]
+    def hang_detection(self, beats: dict, started: float,  # type: ignore[type-arg]
+                       watch: Watch) -> None:
         """``status`` says when hang detection is off for lack of any signal, and why."""
         why = no_signal(beats, attempt_started=started, now=self.clock(), watch=watch)
         if why is not None and self._hang_detection_off != why:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 # Linux's signal numbers (the logs come from Linux hosts, whatever machine reads them).
-SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT", 7: "SIGBUS",
-           8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2", 13: "SIGPIPE",
-           14: "SIGALRM", 15: "SIGTERM", 24: "SIGXCPU", 25: "SIGXFSZ", 31: "SIGSYS"}
+SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT",
+           7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2",
+           13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM", 24: "SIGXCPU", 25: "SIGXFSZ", 31: "SIGSYS"}
 # strsignal()'s words, as shells, the DataLoader and "Fatal Python error" print them.
 _SIGNAL_WORDS = {"Killed": "SIGKILL", "Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS",
                  "Aborted": "SIGABRT", "Floating point exception": "SIGFPE",
@@ -22,7 +22,8 @@ _SIGNAL_LINES = [re.compile(p) for p in (
     r"died with <Signals\.(?P<name>SIG[A-Z0-9]+): \d+>",  # subprocess.CalledProcessError
     r"terminated with signal (?P<name>SIG[A-Z0-9]+)",  # mp.spawn's ProcessExitedException
     r"interrupted by signal \d+: (?P<name>SIG[A-Z0-9]+)",
-    r"\bexitcode\s*:\s*(?P<num>-\d+)",  # torchrun: "failed (exitcode: -9)", the summary's "exitcode : -9"
+    # torchrun: "failed (exitcode: -9)", the summary's "exitcode : -9"
+    r"\bexitcode\s*:\s*(?P<num>-\d+)",
     r"exits with return code = (?P<num>-\d+)",  # DeepSpeed's launcher
     r"\bWTERMSIG (?P<num>\d+)",  # slurmctld
     r"\*\*\* (?P<name>SIG[A-Z0-9]+) received",  # absl's failure signal handler (XLA)
@@ -31,11 +32,12 @@ _SIGNAL_LINES = [re.compile(p) for p in (
     rf"Fatal Python error: (?P<word>{_WORD})",
     r"(?P<word>Segmentation fault|Bus error|Illegal instruction|Floating point exception)\b"
     r"|(?P<word_abort>Aborted) \(core dumped\)",  # a shell's report
-    r"^\W*(?P<word>Killed)\W*$|: line \d+: +\d+ (?P<word_job>Killed)\b",  # a shell's report of kill -9
+    # a shell's report of kill -9
+    r"^\W*(?P<word>Killed)\W*$|: line \d+: +\d+ (?P<word_job>Killed)\b",
     r"(?P<bus>Unexpected bus error encountered in worker)",  # the DataLoader, before the SIGBUS
     r"(?P<kill>Out of memory: Kill(?:ed)? process|\boom-kill\b|\boom_kill_process|"
-    r"Memory cgroup out of memory|Detected \d+ oom[-_]kill event|out-of-memory handler|\bOOMKilled\b|"
-    r"exit(?:ed with)? (?:code|status)[ :=]*137\b)",
+    r"Memory cgroup out of memory|Detected \d+ oom[-_]kill event|out-of-memory handler|"
+    r"\bOOMKilled\b|exit(?:ed with)? (?:code|status)[ :=]*137\b)",
 )]
 
 
@@ -57,8 +59,8 @@ def signal_named(line: str) -> str | None:
 
 
 def signal_category(name: str) -> str | None:
-    """The category of a rank ended by signal ``name``; None for SIGTERM, which another process sends
-    (torchrun stopping the other ranks, a scheduler): it names no cause of its own."""
+    """The category of a rank ended by signal ``name``; None for SIGTERM, which another process
+    sends (torchrun stopping the other ranks, a scheduler): it names no cause of its own."""
     if name == "SIGTERM":
         return None
     return "killed_sigkill" if name == "SIGKILL" else "crashed_signal"

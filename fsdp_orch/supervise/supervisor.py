@@ -1,6 +1,6 @@
 """The supervisor's loop: runs attempts, has each watched to its end (``attempt_watch``), decides on
-a failure (``policy``) and restarts from the latest complete checkpoint with backoff (clock, sleep and
-randomness injected). Its process around it (a lock per job, re-attach, secrets) is ``process``.
+a failure (``policy``) and restarts from the latest complete checkpoint with backoff (clock, sleep
+and randomness injected). Its process around it (a lock per job, re-attach, secrets) is ``process``.
 
 Kind-agnostic: it sees the cluster only through the attempt launcher and the attempt handles its
 kind gives it (``backends.base``).
@@ -37,12 +37,14 @@ from fsdp_orch.vocab.states import JobState
 
 class Supervisor:
     def __init__(self, journal: Journal, submission: Submission, launcher: AttemptLauncher, *,
-                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep,
                  rng: random.Random | None = None, stop_flag: StopFlag | None = None,
                  backoff_sleep: Callable[[float], None] | None = None,
                  allocation_ending: Callable[[], bool] = lambda: False, local_has_gpu: bool = False,
                  excluded_hosts: list[str] | None = None):
-        """``excluded_hosts``: the hosts lost in earlier attempts (from the events, when re-attaching)."""
+        """``excluded_hosts``: the hosts lost in earlier attempts
+        (from the events, when re-attaching)."""
         self.journal = journal
         self.sub = submission
         self.launcher = launcher
@@ -59,13 +61,14 @@ class Supervisor:
         self.excluded_hosts = list(excluded_hosts or [])  # later attempts are planned without them
         self.workers: tuple[str, ...] = ()  # the machines the kind found for the latest attempt
         self.progress = ProgressEvents(journal, clock)
-        self.checkpoints = CheckpointTracker(journal, submission, lambda: launcher.checkpoints, clock=clock,
-                                             sleep=sleep)
+        self.checkpoints = CheckpointTracker(journal, submission, lambda: launcher.checkpoints,
+                                             clock=clock, sleep=sleep)
 
     # --- the loop ---------------------------------------------------------------------------
 
     def run(self, adopt: Adopt | None = None, first_attempt: int = 0) -> JobState:
-        """Attempt, decide, back off, attempt again, until an attempt succeeds or the policy gives up."""
+        """Attempt, decide, back off, attempt again, until an attempt
+        succeeds or the policy gives up."""
         attempt = adopt.attempt if adopt else first_attempt
         restarts = 0  # in this run of the supervisor: the exponent of the backoff
         try:
@@ -78,15 +81,16 @@ class Supervisor:
                     return JobState.SUCCEEDED
                 decision = self._decide(attempt, outcome)
                 if not decision.restart:
-                    reason = (f"{outcome.diagnosis.category}: {outcome.diagnosis.evidence or 'no evidence'}; "
-                              f"{decision.reason}")
+                    reason = (f"{outcome.diagnosis.category}: "
+                              f"{outcome.diagnosis.evidence or 'no evidence'}; {decision.reason}")
                     self.journal.set_state(JobState.FAILED, reason=reason, now=self.clock())
                     return JobState.FAILED
                 restarts += 1
                 delay = backoff_delay(self.sub.job.restart, restarts, self.rng)
                 now = self.clock()
                 self.journal.restart_scheduled(decision.reason, delay, now=now)
-                # The backoff runs from the verdict: the teardown (stacks taken, ranks stopped) is part of it.
+                # The backoff runs from the verdict: the teardown
+                # (stacks taken, ranks stopped) is part of it.
                 self.backoff_sleep(max(0.0, delay - max(0.0, now - outcome.detected_at)))
                 if self._cancel_requested():
                     raise CancelledError()
@@ -107,17 +111,21 @@ class Supervisor:
         for host in hosts_to_exclude(category, failed.lost_hosts, self.excluded_hosts):
             self.excluded_hosts.append(host)  # recorded before the decision: a re-attach finds it
             self.journal.host_excluded(attempt=attempt, host=host, now=failed.detected_at, message=(
-                f"host {host} was lost in attempt {attempt}: the attempts after it are planned without it"))
+                f"host {host} was lost in attempt {attempt}: "
+                "the attempts after it are planned without it"))
         if category == "preemption_or_node_lost" and self.allocation_ending():
-            self.journal.add_failure(attempt=attempt, category=category, evidence=failed.diagnosis.evidence,
-                                     action="requeue", hint=failed.diagnosis.hint,
-                                     stalled_for_s=failed.stalled_for_s, now=failed.detected_at)
+            self.journal.add_failure(attempt=attempt, category=category,
+                                     evidence=failed.diagnosis.evidence, action="requeue",
+                                     hint=failed.diagnosis.hint, stalled_for_s=failed.stalled_for_s,
+                                     now=failed.detected_at)
             self.journal.requeued("the scheduler requeued the job", now=self.clock())
             raise AllocationEnding("") from None
-        cannot_place = self._cannot_place(attempt + 1) if category == "preemption_or_node_lost" else None
-        decision = decide(self.sub.job.restart, self.history, restarts_done=attempt - self.requeued_attempts,
-                          cannot_place=cannot_place)
-        self.journal.add_failure(attempt=attempt, category=category, evidence=failed.diagnosis.evidence,
+        cannot_place = (self._cannot_place(attempt + 1) if category == "preemption_or_node_lost"
+                        else None)
+        decision = decide(self.sub.job.restart, self.history,
+                          restarts_done=attempt - self.requeued_attempts, cannot_place=cannot_place)
+        self.journal.add_failure(attempt=attempt, category=category,
+                                 evidence=failed.diagnosis.evidence,
                                  action="restart" if decision.restart else "give_up",
                                  hint=failed.diagnosis.hint, stalled_for_s=failed.stalled_for_s,
                                  now=failed.detected_at)
@@ -139,8 +147,9 @@ class Supervisor:
             return  # recorded by _decide already
         if self._cancel_requested():
             return
-        self.journal.add_failure(attempt=attempt, category="preemption_or_node_lost", evidence=evidence,
-                                 action="requeue", hint=hint_for("preemption_or_node_lost", evidence),
+        self.journal.add_failure(attempt=attempt, category="preemption_or_node_lost",
+                                 evidence=evidence, action="requeue",
+                                 hint=hint_for("preemption_or_node_lost", evidence),
                                  now=self.clock())
         self.journal.requeued("requeued by the scheduler", now=self.clock())
 
@@ -178,9 +187,10 @@ class Supervisor:
             if not isinstance(launched, tuple):
                 return launched
             handle, started, world = launched
-        watch = AttemptWatch(self.journal, self.sub, handle, attempt=attempt, started=started, world=world,
-                             before=before, progress=self.progress, checkpoints=self.checkpoints,
-                             cancel_requested=self._cancel_requested, clock=self.clock, sleep=self.sleep)
+        watch = AttemptWatch(self.journal, self.sub, handle, attempt=attempt, started=started,
+                             world=world, before=before, progress=self.progress,
+                             checkpoints=self.checkpoints, cancel_requested=self._cancel_requested,
+                             clock=self.clock, sleep=self.sleep)
         try:
             return watch.run()
         except AllocationEnding as ending:
@@ -188,8 +198,10 @@ class Supervisor:
                 self.checkpoints.before_the_end(attempt, handle, ending.checkpoint_within)
             raise
 
-    def _launch(self, attempt: int, before: int | None) -> tuple[AttemptHandle, float, int] | Outcome:
-        """The attempt planned from its resume point and launched: its handle, start and world size."""
+    def _launch(self, attempt: int,
+                before: int | None) -> tuple[AttemptHandle, float, int] | Outcome:
+        """The attempt planned from its resume point and launched:
+        its handle, start and world size."""
         excluded = tuple(self.excluded_hosts)
         resume_from, resume_step = self.checkpoints.resume_point(attempt)
         plan, artifacts = self.sub.plan(attempt, resume_from=resume_from, resume_step=resume_step,
@@ -197,12 +209,14 @@ class Supervisor:
                                         local_has_gpu=self.local_has_gpu, excluded_hosts=excluded,
                                         workers=self.workers)
         started = self.clock()
-        self.journal.start_attempt(attempt, resume_from=resume_from, resume_step=resume_step, now=started)
+        self.journal.start_attempt(attempt, resume_from=resume_from, resume_step=resume_step,
+                                   now=started)
         if excluded:
             used = ", ".join(host_port(node.address, node.port) for node in plan.nodes)
             self.journal.add_event(attempt=attempt, kind="fewer_hosts", message=(
-                f"attempt {attempt} runs without {', '.join(excluded)}: on {plan.nnodes} node(s) ({used}; "
-                f"nodes: {self.sub.job.nodes_text}), world size {plan.world_size} of {self.sub.world_size}"))
+                f"attempt {attempt} runs without {', '.join(excluded)}: "
+                f"on {plan.nnodes} node(s) ({used}; nodes: {self.sub.job.nodes_text}), "
+                f"world size {plan.world_size} of {self.sub.world_size}"))
         if self._cancel_requested():
             return Cancelled()
         try:
@@ -215,14 +229,16 @@ class Supervisor:
         return handle, started, plan.world_size
 
     def _machines(self, attempt: int) -> tuple[str, ...] | Failed:
-        """The kind readies the attempt's machines (a preempted TPU VM made again), saying what it does."""
+        """The kind readies the attempt's machines (a preempted TPU VM
+        made again), saying what it does."""
         def say(message: str) -> None:
             print(f"fsdp-orch supervisor: {message}", flush=True)
             self.journal.add_event(attempt=attempt, kind="machines", message=message)
         try:
             return self.launcher.machines(attempt, say)
         except FsdpOrchError as exc:
-            return Failed(Diagnosis("preemption_or_node_lost", True, f"no machines to run on: {exc}"),
+            return Failed(Diagnosis("preemption_or_node_lost", True,
+                                    f"no machines to run on: {exc}"),
                           self.clock(), None, self.checkpoints.last, self.checkpoints.last)
 
 
@@ -235,11 +251,13 @@ if __name__ == "__main__":
 
     os.umask(0o077)  # the run folder's files (events, logs, heartbeats) are this user's alone
 
-    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name if __spec__ else 'supervisor'}")
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {__spec__.name if __spec__ else 'supervisor'}")
     parser.add_argument("job_id")
-    parser.add_argument("--run-dir", help="the job's run folder (default: $FSDP_ORCH_HOME/runs/JOB_ID)")
+    parser.add_argument("--run-dir",
+                        help="the job's run folder (default: $FSDP_ORCH_HOME/runs/JOB_ID)")
     parser.add_argument("--reattach", action="store_true")
     parser.add_argument("--in-allocation", action="store_true")
     args = parser.parse_args()
-    raise SystemExit(run_supervisor(Supervisor, args.job_id, run_dir=args.run_dir, reattach=args.reattach,
-                                    in_allocation=args.in_allocation))
+    raise SystemExit(run_supervisor(Supervisor, args.job_id, run_dir=args.run_dir,
+                                    reattach=args.reattach, in_allocation=args.in_allocation))

@@ -28,7 +28,8 @@ class FailuresList:
 
 
 def torchrun_root_cause(lines: Iterable[str]) -> tuple[int, int, int] | None:
-    """(global rank, local rank, exit code) of torchrun's "Root Cause (first observed failure)" block."""
+    """(global rank, local rank, exit code) of torchrun's "Root Cause
+    (first observed failure)" block."""
     rank: int | None = None
     local = 0
     inside = False

@@ -35,16 +35,19 @@ VETOES = (
          "inside a full garbage collection, for up to startup_timeout: the interpreter's own work"),
     Veto("held", lambda b, now, allowed, w: b.held_since is not None
          and now - b.held_since <= max(allowed, w.heartbeat_timeout),
-         "its heartbeat is not rewritten, for up to heartbeat_timeout: its watcher thread cannot run, so "
-         "one native call holds the interpreter, busy or stuck: no signal"),
+         "its heartbeat is not rewritten, for up to heartbeat_timeout: its watcher thread cannot "
+         "run, so one native call holds the interpreter, busy or stuck: no signal"),
     Veto("writing", lambda b, now, allowed, w: b.io_at is not None and now - b.io_at <= allowed,
          "its process wrote within the window: a save making progress, however slow"),
-    Veto("computing", lambda b, now, allowed, w: b.compute_at is not None and now - b.compute_at <= allowed,
-         "its process (an XLA graph compiling) or its children (data loader workers refilling) used CPU "
-         "within the window"),
-    Veto("in_python", lambda b, now, allowed, w: b.python_at is not None and now - b.python_at <= allowed,
-         "its main thread ran Python within the window: just stepped, or busy past it (a long evaluation); "
-         "a late peer is waiting for it (back from an evaluation, its heartbeat lags the peer's by a tick)"),
+    Veto("computing",
+         lambda b, now, allowed, w: b.compute_at is not None and now - b.compute_at <= allowed,
+         "its process (an XLA graph compiling) or its children (data loader workers refilling) "
+         "used CPU within the window"),
+    Veto("in_python",
+         lambda b, now, allowed, w: b.python_at is not None and now - b.python_at <= allowed,
+         "its main thread ran Python within the window: just stepped, or busy past it "
+         "(a long evaluation); a late peer is waiting for it "
+         "(back from an evaluation, its heartbeat lags the peer's by a tick)"),
 )
 
 
@@ -56,18 +59,20 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
                watch: Watch, window: float | None = None) -> HangVerdict | None:
     """A hang: some rank has made no progress within its window and sits in one native call (or,
     with no liveness probe in its heartbeat, simply made no progress), while no rank is vetoed
-    (``VETOES``: busy, so its peers wait for it, or with no signal). Windows: ``startup_timeout`` from
-    the attempt's start until a rank's first step, else the progress window, inside a checkpoint save
-    too (``startup_timeout`` for a saving rank with no probe, whose writes are not measured either).
-    A rank with no heartbeat yet while no rank has finished a step gives no signal either (it may
-    still be importing, while the others wait for it in the rendezvous). A rank that is done is
-    never late. With no heartbeat from any rank there is no signal, and no verdict (see
-    :func:`no_signal`). ``window``: the progress window, else the one ``hang_window`` gives for ``beats``."""
+    (``VETOES``: busy, so its peers wait for it, or with no signal). Windows: ``startup_timeout``
+    from the attempt's start until a rank's first step, else the progress window, inside a
+    checkpoint save too (``startup_timeout`` for a saving rank with no probe, whose writes are not
+    measured either). A rank with no heartbeat yet while no rank has finished a step gives no signal
+    either (it may still be importing, while the others wait for it in the rendezvous). A rank that
+    is done is never late. With no heartbeat from any rank there is no signal, and no verdict (see
+    :func:`no_signal`). ``window``: the progress window, else the one ``hang_window`` gives for
+    ``beats``."""
     if not beats:
         return None
     started = [b for b in beats.values() if b.state != "starting"]
     window = hang_window(watch, beats).seconds if window is None else window
-    if _none_can_be_late(beats, world_size, attempt_started, now, min(window, watch.startup_timeout)):
+    if _none_can_be_late(beats, world_size, attempt_started, now,
+                         min(window, watch.startup_timeout)):
         return None  # the common case, decided without the walk below: thousands of ranks each poll
     late: list[tuple[int, float, str]] = []
     for rank in range(world_size):
@@ -107,15 +112,18 @@ def _lateness(rank: int, beat: Heartbeat | None, now: float) -> str:
     if beat.python_at is not None:
         what += f", main thread in one native call for {now - beat.python_at:.1f}s"
     if beat.held_since is not None:
-        what += f", its heartbeat not rewritten for {now - beat.held_since:.1f}s (the interpreter held)"
+        what += (f", its heartbeat not rewritten for {now - beat.held_since:.1f}s "
+                 "(the interpreter held)")
     if beat.state == "saving":
-        written = "nothing written" if beat.io_at is None else f"nothing written for {now - beat.io_at:.1f}s"
+        written = ("nothing written" if beat.io_at is None
+                   else f"nothing written for {now - beat.io_at:.1f}s")
         what += f", inside a checkpoint save ({written})"
     return what
 
 
-def _verdict(late: list[tuple[int, float, str]], beats: dict[int, Heartbeat], started: list[Heartbeat],
-             attempt_started: float, now: float, window: float, watch: Watch) -> HangVerdict:
+def _verdict(late: list[tuple[int, float, str]], beats: dict[int, Heartbeat],
+             started: list[Heartbeat], attempt_started: float, now: float, window: float,
+             watch: Watch) -> HangVerdict:
     ranks = [r for r, _, _ in late]
     suspects = sorted(ranks, key=lambda r: _stop_order(beats.get(r)))
     saving = [r for r in ranks if (b := beats.get(r)) is not None and b.state == "saving"]
@@ -133,13 +141,14 @@ def _verdict(late: list[tuple[int, float, str]], beats: dict[int, Heartbeat], st
                        + in_save, suspects, saving)
 
 
-def _none_can_be_late(beats: dict[int, Heartbeat], world_size: int, attempt_started: float, now: float,
-                      shortest: float) -> bool:
+def _none_can_be_late(beats: dict[int, Heartbeat], world_size: int, attempt_started: float,
+                      now: float, shortest: float) -> bool:
     """Every rank has a heartbeat and each moved within the shortest window any rank can have: no
     rank is late, so there is no verdict (the walk in ``check_hang`` would find none either)."""
     if len(beats) != world_size or min(beats) != 0 or max(beats) != world_size - 1:
         return False
-    oldest = min(attempt_started if b.state == "starting" else b.progress_time for b in beats.values())
+    oldest = min(attempt_started if b.state == "starting" else b.progress_time
+                 for b in beats.values())
     return now - oldest <= shortest
 
 
@@ -191,7 +200,7 @@ def no_signal(beats: dict[int, Heartbeat], *, attempt_started: float, now: float
     script's environment). Only logs and exit statuses are watched then; never a verdict."""
     if beats or now - attempt_started <= watch.startup_timeout:
         return None
-    return (f"no rank reported a heartbeat within startup_timeout ({watch.startup_timeout:g}s): the "
-            "program did not start a torch process group or optimizer in a Python process that "
-            "fsdp-orch's bootstrap runs in (e.g. not a Python program), so hung ranks cannot be told "
-            "from slow ones; only logs and exit statuses are watched")
+    return (f"no rank reported a heartbeat within startup_timeout ({watch.startup_timeout:g}s): "
+            "the program did not start a torch process group or optimizer in a Python process that "
+            "fsdp-orch's bootstrap runs in (e.g. not a Python program), so hung ranks cannot be "
+            "told from slow ones; only logs and exit statuses are watched")

@@ -38,7 +38,8 @@ class Retries:
     def delay(self, nth: int) -> float:
         """The wait after try ``nth`` (1: the first), as tenacity's own loop computes it."""
         # A wait strategy reads only the number of the try from the state of tenacity's loop.
-        return float(self.wait()(types.SimpleNamespace(attempt_number=nth)))  # type: ignore[arg-type]
+        return float(self.wait()(
+            types.SimpleNamespace(attempt_number=nth)))  # type: ignore[arg-type]
 
 
 WEBHOOK = Retries(first=1.0, most=30.0)  # until the webhook's retry_for after the change
@@ -52,7 +53,8 @@ SLURM_STEPS_GONE = Retries(first=0.5, most=0.5, factor=1.0)  # squeue, until the
 SFTP = Retries(first=1.0, most=1.0, tries=2)  # a broken link, opened again once
 
 
-def retrying(retries: Retries, *, sleep: Sleep, transient: Callable[[Exception], bool] = lambda e: False,
+def retrying(retries: Retries, *, sleep: Sleep,
+             transient: Callable[[Exception], bool] = lambda e: False,
              not_yet: Callable[[Any], bool] = lambda result: False, deadline: float | None = None,
              clock: Clock | None = None, stop_when: Callable[[], bool] | None = None,
              gave_up: Callable[[tenacity.RetryCallState], Any] | None = None) -> tenacity.Retrying:
@@ -77,7 +79,8 @@ def retrying(retries: Retries, *, sleep: Sleep, transient: Callable[[Exception],
     if stop_when is not None:
         stops.append(lambda state: stop_when())
     return tenacity.Retrying(
-        sleep=sleep, wait=retries.wait(), stop=tenacity.stop_any(*stops) if stops else tenacity.stop_never,
+        sleep=sleep, wait=retries.wait(),
+        stop=tenacity.stop_any(*stops) if stops else tenacity.stop_never,
         retry=(tenacity.retry_if_exception(lambda e: isinstance(e, Exception) and transient(e))
                | tenacity.retry_if_result(not_yet)),
         retry_error_callback=gave_up or last_outcome)
@@ -94,14 +97,15 @@ class TriedByTheCaller:
     not block on one call while it waits (a webhook's queue beside the others): after each
     failed try, tenacity says how long to wait before the next, or that it is time to give up."""
 
-    def __init__(self, retries: Retries, *, deadline: float | None = None, clock: Clock | None = None,
+    def __init__(self, retries: Retries, *, deadline: float | None = None,
+                 clock: Clock | None = None,
                  transient: Callable[[Exception], bool] = lambda e: True):
         import tenacity
 
         self._transient = transient
         # The caller's loop does the waiting: tenacity only decides, so its sleep is never called.
-        self._retry = retrying(retries, sleep=lambda seconds: None, transient=transient, deadline=deadline,
-                               clock=clock, gave_up=lambda state: None)
+        self._retry = retrying(retries, sleep=lambda seconds: None, transient=transient,
+                               deadline=deadline, clock=clock, gave_up=lambda state: None)
         self._state = tenacity.RetryCallState(self._retry, fn=None, args=(), kwargs={})
 
     def failed(self, error: BaseException) -> float | None:
@@ -120,5 +124,5 @@ class TriedByTheCaller:
         return None
 
 
-__all__ = ["REPORT_STREAM", "SFTP", "SLURM_QUERY", "SLURM_STEPS_GONE", "SSH_CONNECT", "TPU_READY", "WEBHOOK",
-           "Clock", "Retries", "Sleep", "TriedByTheCaller", "last_outcome", "retrying"]
+__all__ = ["REPORT_STREAM", "SFTP", "SLURM_QUERY", "SLURM_STEPS_GONE", "SSH_CONNECT", "TPU_READY",
+           "WEBHOOK", "Clock", "Retries", "Sleep", "TriedByTheCaller", "last_outcome", "retrying"]

@@ -34,13 +34,14 @@ DEFAULT_RETRY_ON = (
     "injected_fault", "unknown",
 )
 # Failures of communication are most often the symptom of a peer that died first.
-COMMUNICATION = frozenset({"nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost", "rendezvous_failure"})
+COMMUNICATION = frozenset({"nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost",
+                           "rendezvous_failure"})
 # A rank ended by a signal: SIGKILL (the kernel's OOM killer, a scheduler's limit, kill -9) and
 # every other fatal signal but SIGTERM (a crash in native code: SIGSEGV, SIGABRT, SIGBUS...), which
 # stays preemption_or_node_lost.
 SIGNAL_ENDINGS = frozenset({"killed_sigkill", "crashed_signal"})
-# What fsdp-orch decides from what it sees itself (heartbeats, its own fault injection), never from a
-# program's own output: no public log shows them.
+# What fsdp-orch decides from what it sees itself (heartbeats, its own fault injection),
+# never from a program's own output: no public log shows them.
 NOT_IN_PUBLIC_LOGS = frozenset({"injected_fault", "no_ranks_started"})
 # The exit status a kind's attempt handle reports when a node stopped answering (an SSH host lost
 # mid-run): outside the range of real exit statuses and signals.

@@ -6,43 +6,50 @@ from __future__ import annotations
 import re
 
 HINTS = {
-    "hang": "a rank stopped making progress: the stacks show where; look for a collective only some "
-            "ranks reach (a rank-dependent branch, an uneven last batch) or a deadlocked data loader",
-    "nccl_timeout": "a collective timed out: one rank was slower or stuck (see the stacks and the flight "
-                    "recorder dumps); check for a rank-dependent code path, then the network (NCCL_DEBUG=INFO)",
-    "nccl_error": "NCCL failed: run with NCCL_DEBUG=INFO to see the transport; check the interconnect "
-                  "(NCCL_SOCKET_IFNAME, InfiniBand links) and that every node has the same NCCL version",
+    "hang": "a rank stopped making progress: the stacks show where; "
+            "look for a collective only some ranks reach (a rank-dependent branch, "
+            "an uneven last batch) or a deadlocked data loader",
+    "nccl_timeout": "a collective timed out: one rank was slower or stuck (see the stacks and the "
+                    "flight recorder dumps); check for a rank-dependent code path, "
+                    "then the network (NCCL_DEBUG=INFO)",
+    "nccl_error": "NCCL failed: run with NCCL_DEBUG=INFO to see the transport; "
+                  "check the interconnect (NCCL_SOCKET_IFNAME, InfiniBand links) and that every "
+                  "node has the same NCCL version",
     "gloo_timeout_or_peer_lost": "a peer went away or stalled: look for the rank that failed first "
-                                 "(its own error is the cause); raise the timeout only if it was merely slow",
-    "rendezvous_failure": "the ranks could not meet: check that the rendezvous endpoint (rdzv_endpoint, "
-                          "MASTER_ADDR:MASTER_PORT) is reachable from every node, the port is free and "
-                          "no firewall blocks it",
-    "cuda_oom": "out of GPU memory: reduce the per-device batch size or sequence length, or turn on "
-                "activation_checkpointing or offload_params in the fsdp: options",
-    "hardware_fault": "a GPU or node fault: drain the node (check nvidia-smi and the kernel log for Xid "
-                      "or ECC errors) and resume elsewhere from the latest checkpoint",
-    "preemption_or_node_lost": "the scheduler or the cloud took the machines: the job resumes from the "
-                               "latest checkpoint; checkpoint more often if too much work is lost",
-    "user_code_error": "the script itself failed: fix the error in the traceback (retrying would fail "
-                       "the same way)",
-    "checkpoint_error": "a checkpoint could not be saved or loaded: check that it is complete and was "
-                        "written by the same model and sharding, and that the disk has space",
-    "xla_error": "the TPU runtime failed: check that no other process holds the TPU, that torch_xla "
-                 "matches the TPU runtime version, and the HBM use of the program",
-    "no_ranks_started": "the program exited without starting a single rank: check how many processes it "
-                        "starts (mp.spawn(nprocs=torch.cuda.device_count()) starts none on a machine "
-                        "without a GPU; use WORLD_SIZE or procs_per_node); a job that is not meant to "
-                        "start torch ranks says watch.expect_ranks: false",
-    "killed_sigkill": "the rank was killed with SIGKILL, most often by the kernel's OOM killer (host "
-                      "memory, not GPU memory) or by the scheduler (a memory or time limit): look at "
-                      "`dmesg -T | grep -i -e oom -e killed` or `journalctl -k` on the rank's node, and "
-                      "under SLURM at `sacct -j <id> --format=JobID,State,ExitCode,MaxRSS`; use less host "
-                      "memory (DataLoader workers, pinned or offloaded tensors) or ask for more",
-    "crashed_signal": "the rank died of a signal (named in the evidence), a crash in native code: run with "
-                      "PYTHONFAULTHANDLER=1 to get the Python stack at the crash, and check that torch, "
-                      "CUDA/NCCL and compiled extensions come from matching builds",
-    "injected_fault": "a fault injected on purpose (env FSDP_ORCH_FAULT): the restart shows how the job "
-                      "recovers; remove the variable for a real run",
+                                 "(its own error is the cause); "
+                                 "raise the timeout only if it was merely slow",
+    "rendezvous_failure": "the ranks could not meet: check that the rendezvous endpoint "
+                          "(rdzv_endpoint, MASTER_ADDR:MASTER_PORT) is reachable from every node, "
+                          "the port is free and no firewall blocks it",
+    "cuda_oom": "out of GPU memory: reduce the per-device batch size or sequence length, "
+                "or turn on activation_checkpointing or offload_params in the fsdp: options",
+    "hardware_fault": "a GPU or node fault: drain the node (check nvidia-smi and the kernel log "
+                      "for Xid or ECC errors) and resume elsewhere from the latest checkpoint",
+    "preemption_or_node_lost": "the scheduler or the cloud took the machines: "
+                               "the job resumes from the latest checkpoint; checkpoint more "
+                               "often if too much work is lost",
+    "user_code_error": "the script itself failed: "
+                       "fix the error in the traceback (retrying would fail the same way)",
+    "checkpoint_error": "a checkpoint could not be saved or loaded: check that it is complete and "
+                        "was written by the same model and sharding, and that the disk has space",
+    "xla_error": "the TPU runtime failed: check that no other process holds the TPU, "
+                 "that torch_xla matches the TPU runtime version, and the HBM use of the program",
+    "no_ranks_started": "the program exited without starting a single rank: check how many "
+                        "processes it starts (mp.spawn(nprocs=torch.cuda.device_count()) starts "
+                        "none on a machine without a GPU; use WORLD_SIZE or procs_per_node); a job "
+                        "that is not meant to start torch ranks says watch.expect_ranks: false",
+    "killed_sigkill": "the rank was killed with SIGKILL, most often by the kernel's OOM killer "
+                      "(host memory, not GPU memory) or by the scheduler (a memory or time limit): "
+                      "look at `dmesg -T | grep -i -e oom -e killed` or `journalctl -k` on the "
+                      "rank's node, and under SLURM at `sacct -j <id> "
+                      "--format=JobID,State,ExitCode,MaxRSS`; use less host memory (DataLoader "
+                      "workers, pinned or offloaded tensors) or ask for more",
+    "crashed_signal": "the rank died of a signal (named in the evidence), "
+                      "a crash in native code: run with PYTHONFAULTHANDLER=1 to get the "
+                      "Python stack at the crash, and check that torch, CUDA/NCCL and "
+                      "compiled extensions come from matching builds",
+    "injected_fault": "a fault injected on purpose (env FSDP_ORCH_FAULT): "
+                      "the restart shows how the job recovers; remove the variable for a real run",
     "unknown": "no known cause in the logs: read the last lines of the first rank that failed "
                "(fsdp-orch logs JOB)",
 }
@@ -53,28 +60,30 @@ _SHARPER = [
     (None, re.compile(r"[Aa]ddress already in use|EADDRINUSE|failed to bind"),
      "the rendezvous port is taken: another job or a leftover process holds it; pick another port "
      "or stop that process"),
-    (None, re.compile(r"No space left on device"), "the disk is full: free space or point checkpoint.dir "
-                                                   "at a larger filesystem"),
+    (None, re.compile(r"No space left on device"),
+     "the disk is full: free space or point checkpoint.dir at a larger filesystem"),
     (None, re.compile(r"TPU is already in use|already in use by"),
      "another process holds the TPU: stop it (sudo lsof -w /dev/accel*) before starting the job"),
     (None, re.compile(r"size mismatch for|Missing key\(s\)|Unexpected key\(s\)"),
-     "the checkpoint belongs to a different model or sharding: load it with the model that wrote it"),
-    ("killed_sigkill", re.compile(r"(?i)out of memory: kill|oom[-_]kill|oomkilled|cgroup out of memory|"
-                                  r"out-of-memory handler"),
-     "the kernel's OOM killer ended the rank: the node ran out of host memory (not GPU memory); see "
-     "`dmesg -T | grep -i -e oom -e killed` or `journalctl -k` on the node and, under SLURM, `sacct -j "
-     "<id> --format=JobID,State,ExitCode,MaxRSS`; use fewer DataLoader workers, less pinned or "
-     "offloaded memory, or ask the scheduler for more memory"),
+     "the checkpoint belongs to a different model or sharding: "
+     "load it with the model that wrote it"),
+    ("killed_sigkill", re.compile(r"(?i)out of memory: kill|oom[-_]kill|oomkilled|"
+                                  r"cgroup out of memory|out-of-memory handler"),
+     "the kernel's OOM killer ended the rank: the node ran out of host memory (not GPU memory); "
+     "see `dmesg -T | grep -i -e oom -e killed` or `journalctl -k` on the node and, under SLURM, "
+     "`sacct -j <id> --format=JobID,State,ExitCode,MaxRSS`; use fewer DataLoader workers, "
+     "less pinned or offloaded memory, or ask the scheduler for more memory"),
     ("crashed_signal", re.compile(r"SIGBUS|[Bb]us error"),
-     "SIGBUS: most often /dev/shm is too small for the DataLoader workers' shared tensors (containers "
-     "default to 64 MB): raise it (docker --shm-size, a larger /dev/shm mount) or use fewer num_workers; "
-     "else a file mapped in memory was truncated under the process"),
+     "SIGBUS: most often /dev/shm is too small for the DataLoader workers' shared tensors "
+     "(containers default to 64 MB): raise it (docker --shm-size, a larger /dev/shm mount) or use "
+     "fewer num_workers; else a file mapped in memory was truncated under the process"),
     ("crashed_signal", re.compile(r"SIGABRT|Aborted"),
-     "SIGABRT: the process aborted itself; the lines just before it say why (\"terminate called after "
-     "throwing\", a failed assertion, NCCL's watchdog); run with PYTHONFAULTHANDLER=1 for the Python stack"),
+     "SIGABRT: the process aborted itself; the lines just before it say why (\"terminate "
+     "called after throwing\", a failed assertion, NCCL's watchdog); "
+     "run with PYTHONFAULTHANDLER=1 for the Python stack"),
     ("crashed_signal", re.compile(r"SIGHUP|Hangup"),
-     "SIGHUP: the terminal or SSH session that started the process went away; start it under nohup, "
-     "tmux or the scheduler"),
+     "SIGHUP: the terminal or SSH session that started the process went away; "
+     "start it under nohup, tmux or the scheduler"),
     ("crashed_signal", re.compile(r"SIGINT"),
      "SIGINT: the process was interrupted (Ctrl-C or kill -INT) by a person or a script"),
     ("xla_error", re.compile(r"[Uu]nsupported nprocs"),
@@ -82,18 +91,19 @@ _SHARPER = [
      "devices with the environment (CPU_NUM_DEVICES, TPU_VISIBLE_CHIPS) instead"),
     ("xla_error", re.compile(r"[Mm]esh size|global number of devices|[Pp]artition spec|"
                              r"not defined in the given mesh"),
-     "the SPMD mesh or a partition spec does not fit: the mesh's shape must multiply to the number of "
-     "devices (xr.global_runtime_device_count()), and a partition spec needs one entry per tensor "
-     "dimension, naming only the mesh's axes"),
+     "the SPMD mesh or a partition spec does not fit: the mesh's shape must multiply to the number "
+     "of devices (xr.global_runtime_device_count()), and a partition spec needs one entry per "
+     "tensor dimension, naming only the mesh's axes"),
     ("xla_error", re.compile(r"PJRT_DEVICE|PjRt ?Plugin|libtpu|XLA_FLAGS"),
-     "the XLA runtime could not start with this environment: check that PJRT_DEVICE names a device the "
-     "host has (TPU needs libtpu, installed with torch_xla[tpu]) and that every flag in XLA_FLAGS exists "
-     "in this torch_xla's XLA"),
+     "the XLA runtime could not start with this environment: check that PJRT_DEVICE names a device "
+     "the host has (TPU needs libtpu, installed with torch_xla[tpu]) and that every flag in "
+     "XLA_FLAGS exists in this torch_xla's XLA"),
     ("xla_error", re.compile(r"custom[- ]call|FFI handler|incompatible shapes"),
      "XLA could not compile the program's graph: the error names the op; a custom kernel must be "
      "registered for the device's platform, and shapes must agree before the graph is built"),
     ("crashed_signal", re.compile(r"SIGXCPU"),
-     "SIGXCPU: the process used up its CPU-time limit (ulimit -t or the scheduler's); raise the limit"),
+     "SIGXCPU: the process used up its CPU-time limit (ulimit -t or the "
+     "scheduler's); raise the limit"),
 ]
 
 

@@ -17,7 +17,8 @@ _SPOKEN = {"\n": "a line feed (\\n)", "\r": "a carriage return (\\r)", "\t": "a 
 
 
 def control_character(text: str) -> str | None:
-    """The first control character in ``text``, said in words (``a line feed (\\n)``); None if none."""
+    """The first control character in ``text``, said in words
+    (``a line feed (\\n)``); None if none."""
     found = _CONTROL.search(text)
     if found is None:
         return None
@@ -29,7 +30,8 @@ def job_id(value: object, field: str = "JOB_ID") -> str:
     """A job id or a prefix of one, as given. Empty is refused: it is a prefix of every id, and
     ``cancel "$JOB"`` with JOB unset must not cancel some job."""
     if not isinstance(value, str):
-        raise InputError(f"expected a job id (a string); got {type(value).__name__} {value!r}", field=field)
+        raise InputError(f"expected a job id (a string); got {type(value).__name__} {value!r}",
+                         field=field)
     if not value.strip():
         raise InputError(f"expected a job id (see 'fsdp-orch status'); got {value!r}", field=field)
     problem = control_character(value)
@@ -42,18 +44,19 @@ def init_from(value: object, field: str = "--init-from") -> str:
     """A warm start's source as given: a job id or a checkpoint path, never empty (an empty one was
     a cold start that looked like a warm one)."""
     if not isinstance(value, str):
-        raise InputError(f"expected a job id or a checkpoint path (a string); got {type(value).__name__} "
-                         f"{value!r}", field=field)
+        raise InputError("expected a job id or a checkpoint path (a string); "
+                         f"got {type(value).__name__} {value!r}", field=field)
     if not value.strip():
-        raise InputError(f"expected a job id or a checkpoint path; got {value!r} (leave it out for a "
-                         "cold start)", field=field)
+        raise InputError("expected a job id or a checkpoint path; "
+                         f"got {value!r} (leave it out for a cold start)", field=field)
     return value
 
 
 def seconds(value: object, field: str) -> float:
     """A finite, non-negative number of seconds (not a bool, not a text such as '10s')."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f"expected a number of seconds (such as 3600); got {type(value).__name__} {value!r}",
+        raise InputError("expected a number of seconds (such as 3600); "
+                         f"got {type(value).__name__} {value!r}",
                          field=field)
     if not math.isfinite(value) or value < 0:
         raise InputError(f"expected a number of seconds, 0 or more; got {value!r}", field=field)
@@ -62,10 +65,12 @@ def seconds(value: object, field: str) -> float:
 
 def of_type(value: object, types: type | tuple[type, ...], field: str, expected: str,
             optional: bool = False) -> object:
-    """``value`` when it is one of ``types`` (None too when ``optional``); bool is not an int here."""
+    """``value`` when it is one of ``types`` (None too when
+    ``optional``); bool is not an int here."""
     if optional and value is None:
         return value
-    wrong_bool = isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,))
+    wrong_bool = isinstance(value, bool) and bool not in (types if isinstance(types, tuple)
+                                                          else (types,))
     if wrong_bool or not isinstance(value, types):
         raise InputError(f"expected {expected}; got {type(value).__name__} {value!r}", field=field)
     return value

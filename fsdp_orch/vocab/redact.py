@@ -25,7 +25,8 @@ def secret_header(name: str) -> bool:
 
 def shown_env(env: Mapping[str, Any]) -> dict[str, Any]:
     """``env`` as shown: references as written, plain values of secret-named variables masked."""
-    return {name: MASK if isinstance(value, str) and secret_name(name) else value for name, value in env.items()}
+    return {name: MASK if isinstance(value, str) and secret_name(name) else value
+            for name, value in env.items()}
 
 
 def shown_headers(headers: Mapping[str, Any]) -> dict[str, Any]:
@@ -40,7 +41,8 @@ def shown_spec(doc: Mapping[str, Any]) -> dict[str, Any]:
         shown["env"] = shown_env(shown["env"])
     if isinstance(shown.get("notify"), list):
         shown["notify"] = [{**hook, "headers": shown_headers(hook["headers"])}
-                           if isinstance(hook, dict) and isinstance(hook.get("headers"), dict) else hook
+                           if isinstance(hook, dict) and isinstance(hook.get("headers"), dict)
+                           else hook
                            for hook in shown["notify"]]
     return shown
 
@@ -62,11 +64,12 @@ def shown_event(event: dict[str, Any]) -> dict[str, Any]:
 
 
 def masked(text: str, values: Iterable[str]) -> str:
-    """``text`` with every occurrence of ``values`` (long enough to be secrets) replaced by ``***``."""
+    """``text`` with every occurrence of ``values``
+    (long enough to be secrets) replaced by ``***``."""
     for value in sorted({v for v in values if len(v) >= MIN_MASKED_LENGTH}, key=len, reverse=True):
         text = text.replace(value, MASK)
     return text
 
 
-__all__ = ["MASK", "masked", "secret_header", "secret_name", "shown_env", "shown_event", "shown_headers",
-           "shown_spec"]
+__all__ = ["MASK", "masked", "secret_header", "secret_name", "shown_env", "shown_event",
+           "shown_headers", "shown_spec"]

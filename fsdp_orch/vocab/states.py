@@ -10,7 +10,8 @@ from enum import Enum
 
 class Word(str, Enum):
     """A word of fsdp-orch's vocabulary: an enum member that is its string everywhere, on disk, in
-    JSON and in text (``f"{JobState.RUNNING}"`` is ``RUNNING``, as ``enum.StrEnum`` from 3.11 has it)."""
+    JSON and in text (``f"{JobState.RUNNING}"`` is ``RUNNING``,
+    as ``enum.StrEnum`` from 3.11 has it)."""
 
     __str__ = str.__str__
     __format__ = str.__format__

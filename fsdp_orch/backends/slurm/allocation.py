@@ -47,9 +47,9 @@ def query_runner(runner: Runner | None = None, sleep: Sleep = time.sleep) -> Run
 
 
 class SlurmStep(AgentObservation):
-    """One attempt: an ``srun`` job step over every node of the allocation. Each node's agent streams
-    its ranks' summary to this supervisor (on the first node); logs and checkpoints are read from
-    the run directory the nodes share with it."""
+    """One attempt: an ``srun`` job step over every node of the allocation. Each node's agent
+    streams its ranks' summary to this supervisor (on the first node); logs and checkpoints are read
+    from the run directory the nodes share with it."""
 
     def __init__(self, submission: Submission, attempt: int, slurm_job: str, step_name: str):
         super().__init__(submission.run_dir, attempt, Path(submission.attempt_dir(attempt)),
@@ -115,9 +115,10 @@ def step_name(attempt: int) -> str:
 def step_argv(plan: LaunchPlan, script: str) -> list[str]:
     """The attempt's job step: every node of the allocation, one task (``script``) per node."""
     assert isinstance(plan.profile, SlurmProfile)
-    return ["srun", "--overlap", f"--nodes={plan.nnodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-            f"--job-name={step_name(plan.attempt)}", f"--output={plan.attempt_dir}/console-node-%n.log",
-            *container_options(plan.profile), "bash", script]
+    return ["srun", "--overlap", f"--nodes={plan.nnodes}", "--ntasks-per-node=1",
+            "--kill-on-bad-exit=1", f"--job-name={step_name(plan.attempt)}",
+            f"--output={plan.attempt_dir}/console-node-%n.log", *container_options(plan.profile),
+            "bash", script]
 
 
 def allocation_ending() -> bool:
@@ -133,13 +134,14 @@ def requeue_this_job() -> None:
     run_command(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]])
 
 
-def on_time_limit_warning(requeue: Callable[[], None] = requeue_this_job, signal_delay: float = 0.0) -> None:
+def on_time_limit_warning(requeue: Callable[[], None] = requeue_this_job,
+                          signal_delay: float = 0.0) -> None:
     """``--signal=B:USR2@N``: the time limit (or a preemption) is N seconds away. The supervisor
     asks the running attempt for a checkpoint (within half of N), records the warning and asks for
     the requeue; the next allocation resumes from the latest complete checkpoint."""
     def warned(signum: int, frame: object) -> None:
-        raise AllocationEnding("SLURM signalled the job (time limit or preemption): requeued", requeue=requeue,
-                               checkpoint_within=signal_delay / 2)
+        raise AllocationEnding("SLURM signalled the job (time limit or preemption): requeued",
+                               requeue=requeue, checkpoint_within=signal_delay / 2)
 
     signal.signal(signal.SIGUSR2, warned)
 
@@ -161,7 +163,8 @@ class SlurmStepLauncher:
         return ()  # the allocation's nodes, known to SLURM
 
     def adopt(self, attempt: int, ref: str | None) -> SlurmStep:
-        raise NotImplementedError("a SLURM attempt is never adopted: a requeued job starts the next attempt")
+        raise NotImplementedError("a SLURM attempt is never adopted: "
+                                  "a requeued job starts the next attempt")
 
     def launch(self, plan: LaunchPlan, artifacts: list[Artifact]) -> SlurmStep:
         write_artifacts(artifacts)
@@ -169,7 +172,9 @@ class SlurmStepLauncher:
         slurm_job = os.environ["SLURM_JOB_ID"]
         env = dict(os.environ)
         env["RDZV_HOST"] = node_address()
-        step = SlurmStep(self.submission, plan.attempt, slurm_job, step_name(plan.attempt))  # announces itself first
+        # announces itself first
+        step = SlurmStep(self.submission, plan.attempt, slurm_job, step_name(plan.attempt))
         step.proc = subprocess.Popen(step_argv(plan, script), env=env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
         return step

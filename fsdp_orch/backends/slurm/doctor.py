@@ -35,33 +35,39 @@ def slurm_checks(profile: SlurmProfile, torch_version: str | None, run: Runner) 
     checks = [Check("SLURM commands", True, ", ".join(COMMANDS))]
     accounting = run(["sacct", "--noheader", "-X", "-S", "now-1minutes", "-o", "JobID"], 30.0)
     if accounting.returncode != 0:
-        checks.append(Check("sacct answers", False, (accounting.stderr or accounting.stdout).strip()[:300],
+        checks.append(Check("sacct answers", False,
+                            (accounting.stderr or accounting.stdout).strip()[:300],
                             "status needs SLURM's accounting: ask the admins to enable slurmdbd "
                             "(AccountingStorageType=accounting_storage/slurmdbd)"))
     else:
         checks.append(Check("sacct answers", True, "the accounting database answers"))
     nodes = run([*one_node_step(profile), profile.python, "-c", TORCH_VERSION], 300.0)
-    version = nodes.stdout.strip().splitlines()[-1] if nodes.returncode == 0 and nodes.stdout.strip() else None
+    version = (nodes.stdout.strip().splitlines()[-1]
+               if nodes.returncode == 0 and nodes.stdout.strip() else None)
     if version is None:
         checks.append(Check("torch on the nodes", False, f"{profile.python} on a node: "
                             f"{(nodes.stderr.strip().splitlines() or ['no output'])[-1][:300]}",
-                            "set python: in the profile to an interpreter the nodes have, with torch "
-                            "(a venv on the shared filesystem)"))
+                            "set python: in the profile to an interpreter the nodes have, "
+                            "with torch (a venv on the shared filesystem)"))
     elif torch_version is not None and version != torch_version:
-        checks.append(Check("torch on the nodes", False, f"nodes have torch {version}, this host {torch_version}",
+        checks.append(Check("torch on the nodes", False,
+                            f"nodes have torch {version}, this host {torch_version}",
                             "use the same environment on both (python: in the profile)"))
     else:
         checks.append(Check("torch on the nodes", True, f"{profile.python}: torch {version}"))
-    runs = os.path.join(shared_run_root(profile.shared_dir) if profile.shared_dir else home_dir(), "runs")
+    runs = os.path.join(shared_run_root(profile.shared_dir) if profile.shared_dir else home_dir(),
+                        "runs")
     where = "shared_dir in the profile" if profile.shared_dir else "FSDP_ORCH_HOME"
     try:
         ensure_private_root(runs, above=[os.path.dirname(runs)])
     except InputError as exc:
-        checks.append(Check("run folder shared", False, exc.detail, f"or set {where} to another folder"))
+        checks.append(Check("run folder shared", False, exc.detail,
+                            f"or set {where} to another folder"))
         return checks
     except OSError as exc:
         checks.append(Check("run folder shared", False, f"cannot create {runs}: {exc.strerror}",
-                            f"set {where} to a folder you can write on the filesystem the nodes share"))
+                            f"set {where} to a folder you can write on "
+                            "the filesystem the nodes share"))
         return checks
     marker = os.path.join(runs, f".doctor-{os.getpid()}-{os.urandom(3).hex()}")
     os.close(os.open(marker, os.O_WRONLY | os.O_CREAT, 0o600))
@@ -73,7 +79,8 @@ def slurm_checks(profile: SlurmProfile, torch_version: str | None, run: Runner) 
         checks.append(Check("run folder shared", True, f"a node sees {runs} ({where})"))
     else:
         checks.append(Check("run folder shared", False, f"a node does not see {runs} ({where})",
-                            "set shared_dir: in the profile to a folder on the filesystem the nodes share"))
+                            "set shared_dir: in the profile to a folder on "
+                            "the filesystem the nodes share"))
     return checks
 
 

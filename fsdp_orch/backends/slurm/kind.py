@@ -1,5 +1,5 @@
-"""The SLURM kind. ``submit`` hands the rendered batch script (``sbatch.sh`` in the run directory) to
-``sbatch``; in the allocation it runs the fsdp-orch supervisor on the first node, which runs each
+"""The SLURM kind. ``submit`` hands the rendered batch script (``sbatch.sh`` in the run directory)
+to ``sbatch``; in the allocation it runs the fsdp-orch supervisor on the first node, which runs each
 attempt as a job step across all nodes (``slurm_allocation``). A hang or crash ends the step and
 starts a new one in the same allocation; the signal before the time limit (or a preemption) requeues
 the job, and the next allocation resumes from the latest complete checkpoint."""
@@ -49,10 +49,12 @@ class SlurmKind(ClusterKind[SlurmProfile]):
     profile_model = SlurmProfile
     main_template = "slurm-node.sh.j2"
 
-    def place(self, job: JobSpec, profile: SlurmProfile, cluster: str, ctx: PlanContext) -> Placement:
-        fixed_node_count(job, "a SLURM allocation keeps its node count (a lost node ends it, and the job is "
-                              "requeued whole)")
-        return Placement(nnodes=job.nodes, nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
+    def place(self, job: JobSpec, profile: SlurmProfile, cluster: str,
+              ctx: PlanContext) -> Placement:
+        fixed_node_count(job, "a SLURM allocation keeps its node count (a lost node ends it, "
+                              "and the job is requeued whole)")
+        return Placement(nnodes=job.nodes,
+                         nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
                          device="cuda" if profile.gpus_per_node else "cpu", rdzv_host=None,
                          checkpoint_on_request=True)
 
@@ -61,9 +63,11 @@ class SlurmKind(ClusterKind[SlurmProfile]):
         script every node runs for an attempt."""
         if not plan.supervisor_command:
             raise InputError("a SLURM job needs the supervisor's command for its batch script")
-        return [Artifact(batch_script_path(plan), templates("slurm.sbatch.j2",
-                                                             job_name=JOB_NAME_PREFIX + plan.job_id), True),
-                Artifact(f"{plan.attempt_dir}/{slurm_allocation.NODE_SCRIPT}", templates(templates.main), True)]
+        return [Artifact(batch_script_path(plan),
+                         templates("slurm.sbatch.j2", job_name=JOB_NAME_PREFIX + plan.job_id),
+                         True),
+                Artifact(f"{plan.attempt_dir}/{slurm_allocation.NODE_SCRIPT}",
+                         templates(templates.main), True)]
 
     def attempt_launcher(self, submission: Submission) -> slurm_allocation.SlurmStepLauncher:
         return slurm_allocation.SlurmStepLauncher(submission)
@@ -102,12 +106,13 @@ class SlurmKind(ClusterKind[SlurmProfile]):
         return f"{job_id} cancelled (SLURM job {slurm_id})"
 
 
-def steps_gone(slurm_id: str, within: float = 60.0, runner: Runner | None = None, clock: Clock = time.monotonic,
-               sleep: Sleep = time.sleep) -> bool:
+def steps_gone(slurm_id: str, within: float = 60.0, runner: Runner | None = None,
+               clock: Clock = time.monotonic, sleep: Sleep = time.sleep) -> bool:
     """After scancel: SLURM marks the job CANCELLED at once, and its steps take up to KillWait to go
     away. squeue, every half second, until none is left (True) or ``within`` seconds have passed."""
     squeue = slurm_allocation.query_runner(runner, sleep)
-    poll = retrying(SLURM_STEPS_GONE, sleep=sleep, not_yet=bool, deadline=clock() + within, clock=clock)
+    poll = retrying(SLURM_STEPS_GONE, sleep=sleep, not_yet=bool, deadline=clock() + within,
+                    clock=clock)
     return not poll(lambda: squeue(["squeue", "-h", "-s", "-j", slurm_id], 60.0).stdout.strip())
 
 
@@ -116,13 +121,15 @@ def slurm_job_id(ref: str | None) -> str | None:
     return m.group(1) if m else None
 
 
-def query(slurm_ids: list[str], runner: Runner | None = None, sleep: Sleep = time.sleep) -> dict[str, SlurmJob]:
+def query(slurm_ids: list[str], runner: Runner | None = None,
+          sleep: Sleep = time.sleep) -> dict[str, SlurmJob]:
     """One sacct call for all the given SLURM jobs: {slurm id: its allocation record}. A call that
     fails on the way to the accounting database is made again (``allocation.query_runner``)."""
     if not slurm_ids:
         return {}
     out = run_command(["sacct", "--parsable2", "--noheader", "-X", "-j", ",".join(slurm_ids),
-                       "-o", ",".join(SACCT_FIELDS)], runner=slurm_allocation.query_runner(runner, sleep))
+                       "-o", ",".join(SACCT_FIELDS)],
+                      runner=slurm_allocation.query_runner(runner, sleep))
     return latest_by_job(parse_sacct(out))
 
 
@@ -130,10 +137,12 @@ def query(slurm_ids: list[str], runner: Runner | None = None, sleep: Sleep = tim
 LOST_ALLOCATION = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 
 
-def refresh(index: JobIndex, rows: list[JobStatus], *, query_fn=None, resubmit_fn=None) -> list[str]:  # type: ignore[no-untyped-def]
-    """Settle active SLURM jobs whose allocation ended without the supervisor settling them (cancelled
-    or failed while pending, node failure): one scheduler query for all of them. An allocation lost
-    to a node failure is resubmitted while the restart budget allows. Returns the ids it changed."""
+def refresh(index: JobIndex, rows: list[JobStatus], *,  # type: ignore[no-untyped-def]
+            query_fn=None, resubmit_fn=None) -> list[str]:
+    """Settle active SLURM jobs whose allocation ended without the supervisor settling them
+    (cancelled or failed while pending, node failure): one scheduler query for all of them. An
+    allocation lost to a node failure is resubmitted while the restart budget allows. Returns the
+    ids it changed."""
     by_slurm = {sid: row for row in rows if (sid := slurm_job_id(row.backend_ref))}
     changed: list[str] = []
     if not by_slurm:
@@ -144,7 +153,8 @@ def refresh(index: JobIndex, rows: list[JobStatus], *, query_fn=None, resubmit_f
         if rec is None or rec.ours != row.id:
             continue  # not (yet) in the accounting, or the id now belongs to someone else's job
         mapped = rec.mapped_state
-        if mapped in (JobState.PENDING, JobState.RESTARTING) and row.state == JobState.RUNNING.value:
+        if (mapped in (JobState.PENDING, JobState.RESTARTING)
+                and row.state == JobState.RUNNING.value):
             # back in the queue (requeued, preempted): the next allocation resumes from a checkpoint
             index.journal(row.id).requeued(f"SLURM job {sid} is {rec.state} again")
             changed.append(row.id)
@@ -157,19 +167,23 @@ def refresh(index: JobIndex, rows: list[JobStatus], *, query_fn=None, resubmit_f
         changed.append(row.id)
         if rec.state in LOST_ALLOCATION and _resubmit(index, fresh, sid, rec.state, resubmit_fn):
             continue
-        index.journal(row.id).set_state(mapped, reason=f"SLURM job {sid} ended {rec.state} (exit {rec.exit_code})")
+        index.journal(row.id).set_state(
+            mapped, reason=f"SLURM job {sid} ended {rec.state} (exit {rec.exit_code})")
     return changed
 
 
-def _resubmit(index: JobIndex, row: JobStatus, sid: str, slurm_state: str, resubmit_fn) -> bool:  # type: ignore[no-untyped-def]
+def _resubmit(index: JobIndex, row: JobStatus, sid: str,  # type: ignore[no-untyped-def]
+              slurm_state: str, resubmit_fn) -> bool:
     submission = Submission.load(Path(row.run_dir), KIND)
     policy = submission.job.restart
     attempt = max(0, int(row.attempts) - 1)
-    allowed = ("preemption_or_node_lost" in policy.retry_on and int(row.restarts) < policy.max_restarts)
+    allowed = ("preemption_or_node_lost" in policy.retry_on
+               and int(row.restarts) < policy.max_restarts)
     journal = index.journal(row.id)
     evidence = f"SLURM job {sid} ended {slurm_state}"
     journal.add_failure(attempt=attempt, category="preemption_or_node_lost", evidence=evidence,
-                        action="resubmit" if allowed else "give_up", hint=hint_for("preemption_or_node_lost", evidence))
+                        action="resubmit" if allowed else "give_up",
+                        hint=hint_for("preemption_or_node_lost", evidence))
     if not allowed:
         return False
     journal.end_attempt(attempt, None)

@@ -1,4 +1,5 @@
-"""Parsing SLURM's output: pure functions of text, tested against output captured from a real cluster.
+"""Parsing SLURM's output: pure functions of text, tested against
+output captured from a real cluster.
 
 One ``sacct`` call covers every job of a refresh; a SLURM job id that was reused for someone else's
 job is recognised by its job name, which we set to ``fsdp-orch-<our id>``.
@@ -16,7 +17,8 @@ SACCT_FIELDS = ("JobIDRaw", "JobName", "State", "ExitCode", "Submit", "Start", "
 # SLURM's job states (sacct/squeue) -> ours. Unknown states map to None: leave our state alone.
 SLURM_STATES: dict[str, JobState] = {
     "PENDING": JobState.PENDING, "CONFIGURING": JobState.PENDING, "REQUEUED": JobState.RESTARTING,
-    "REQUEUE_HOLD": JobState.RESTARTING, "REQUEUE_FED": JobState.RESTARTING, "RESIZING": JobState.RUNNING,
+    "REQUEUE_HOLD": JobState.RESTARTING, "REQUEUE_FED": JobState.RESTARTING,
+    "RESIZING": JobState.RUNNING,
     "SUSPENDED": JobState.RUNNING, "RUNNING": JobState.RUNNING, "COMPLETING": JobState.RUNNING,
     "STAGE_OUT": JobState.RUNNING, "SIGNALING": JobState.RUNNING,
     "COMPLETED": JobState.SUCCEEDED, "CANCELLED": JobState.CANCELLED, "FAILED": JobState.FAILED,
@@ -60,7 +62,8 @@ def parse_sacct(text: str) -> list[SlurmJob]:
         if len(parts) != len(SACCT_FIELDS):
             continue
         job_id, name, state, exit_code, submit, start, end, nodes = parts
-        jobs.append(SlurmJob(job_id, name, state.split(" ", 1)[0], exit_code, submit, start, end, nodes))
+        jobs.append(SlurmJob(job_id, name, state.split(" ", 1)[0], exit_code, submit, start, end,
+                             nodes))
     return jobs
 
 

@@ -46,7 +46,8 @@ class SlurmProfile(ProfileBase):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             # YAML reads an unquoted 01:00:00 as the number 3600: refuse to guess what was meant.
             raise ValueError(f"expected a quoted SLURM time limit like \"30\", \"04:00:00\" or "
-                             f"\"2-00:00:00\" (unquoted, YAML reads 1:00:00 as a number); got {value!r}")
+                             "\"2-00:00:00\" (unquoted, YAML reads 1:00:00 as a number); "
+                             f"got {value!r}")
         return value
 
     @field_validator("time")

@@ -1,5 +1,6 @@
 """Cloud TPU VMs through the gcloud CLI, pure: the argv of every command fsdp-orch runs (``render``
-shows the same ones), what ``describe --format=json`` says, and what to do about a TPU VM's state."""
+shows the same ones), what ``describe --format=json`` says,
+and what to do about a TPU VM's state."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ USABLE = frozenset({"READY"})
 ON_ITS_WAY = frozenset({"CREATING", "STARTING", "RESTARTING", "REPAIRING", "UNHIDING"})
 GONE = frozenset({"PREEMPTED", "TERMINATED"})  # only a delete and a create bring it back
 GOING = frozenset({"DELETING"})
-STOPPED_BY_SOMEONE = frozenset({"STOPPED", "STOPPING", "SUSPENDED", "SUSPENDING", "HIDING", "HIDDEN"})
+STOPPED_BY_SOMEONE = frozenset({"STOPPED", "STOPPING", "SUSPENDED", "SUSPENDING", "HIDING",
+                                "HIDDEN"})
 
 
 def _where(profile: Any) -> list[str]:
-    return [f"--zone={profile.zone}", *([f"--project={profile.project}"] if profile.project else [])]
+    return [f"--zone={profile.zone}",
+            *([f"--project={profile.project}"] if profile.project else [])]
 
 
 def describe_argv(profile: Any) -> list[str]:
@@ -28,7 +31,8 @@ def describe_argv(profile: Any) -> list[str]:
 
 
 def create_argv(profile: Any) -> list[str]:
-    return [*TPU_VM, "create", profile.tpu_name, *_where(profile), f"--accelerator-type={profile.accelerator_type}",
+    return [*TPU_VM, "create", profile.tpu_name, *_where(profile),
+            f"--accelerator-type={profile.accelerator_type}",
             f"--version={profile.runtime_version}", *(["--spot"] if profile.spot else [])]
 
 
@@ -40,7 +44,8 @@ def prepare_command(profile: Any) -> str:
     """What runs once on every worker of a TPU VM fsdp-orch has not used yet (a new one after a
     preemption): the job's folder made, then the profile's ``prepare`` lines, stopping at the first
     that fails."""
-    return "; ".join(["set -e", f"mkdir -p -- {shlex.quote(profile.remote_workdir)}", *profile.prepare])
+    return "; ".join(["set -e", f"mkdir -p -- {shlex.quote(profile.remote_workdir)}",
+                      *profile.prepare])
 
 
 def prepare_argv(profile: Any) -> list[str]:
@@ -73,8 +78,9 @@ class TpuVmState:
         """One line: ``TPU VM NAME is PREEMPTED (health UNHEALTHY_MAINTENANCE: ...)``."""
         if self.state == NOT_FOUND:
             return f"TPU VM {self.name} does not exist"
-        health = f" (health {self.health}{': ' + self.health_description if self.health_description else ''})" \
-            if self.health and self.health != "HEALTHY" else ""
+        health = (f" (health {self.health}"
+                  f"{': ' + self.health_description if self.health_description else ''})"
+                  if self.health and self.health != "HEALTHY" else "")
         return f"TPU VM {self.name} is {self.state}{health}"
 
 
@@ -90,15 +96,18 @@ def parse_describe(name: str, text: str) -> TpuVmState:
     scheduling = node.get("schedulingConfig") or {}
     return TpuVmState(
         name=name, state=str(node["state"]), health=node.get("health"),
-        health_description=node.get("healthDescription"), vm_id=str(node["id"]) if node.get("id") else None,
+        health_description=node.get("healthDescription"),
+        vm_id=str(node["id"]) if node.get("id") else None,
         accelerator_type=node.get("acceleratorType"),
         internal_addresses=tuple(str(e.get("ipAddress", "")) for e in endpoints),
-        external_addresses=tuple((e.get("accessConfig") or {}).get("externalIp") for e in endpoints),
+        external_addresses=tuple((e.get("accessConfig") or {}).get("externalIp")
+                                 for e in endpoints),
         spot=bool(scheduling.get("spot") or scheduling.get("preemptible")))
 
 
 def is_not_found(stderr: str) -> bool:
-    """gcloud's error for a TPU VM that does not exist (``NOT_FOUND: Resource ... was not found``)."""
+    """gcloud's error for a TPU VM that does not exist
+    (``NOT_FOUND: Resource ... was not found``)."""
     return "NOT_FOUND" in stderr or "was not found" in stderr
 
 
@@ -116,12 +125,14 @@ def next_action(vm: TpuVmState, owns_vm: bool) -> tuple[Action, str]:
     if vm.state in GONE:
         if owns_vm:
             return "delete", f"{vm.summary()}: deleting it, to create it again"
-        return "wait", (f"{vm.summary()}: waiting for it to come back (owns_vm is false, so fsdp-orch does not "
-                        "delete and create it)")
+        return "wait", (f"{vm.summary()}: waiting for it to come back (owns_vm is false, "
+                        "so fsdp-orch does not delete and create it)")
     if vm.state == NOT_FOUND:
         if owns_vm:
             return "create", f"{vm.summary()}: creating it"
-        return "fail", f"{vm.summary()}; create it, or set owns_vm: true in the profile to let fsdp-orch create it"
+        return "fail", (f"{vm.summary()}; create it, or set owns_vm: true in the profile to let "
+                        "fsdp-orch create it")
     if vm.state in STOPPED_BY_SOMEONE:
-        return "fail", f"{vm.summary()}: someone stopped it; start it again (gcloud compute tpus tpu-vm start)"
+        return "fail", (f"{vm.summary()}: someone stopped it; start it again "
+                        "(gcloud compute tpus tpu-vm start)")
     return "wait", f"{vm.summary()} (a state fsdp-orch does not know): waiting"

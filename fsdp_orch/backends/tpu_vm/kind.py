@@ -41,14 +41,15 @@ class TpuVmProfile(ProfileBase):
     # preempted. False: someone else owns it; fsdp-orch only waits for it to be READY.
     owns_vm: bool = False
     ready_timeout: int = Field(default=1800, gt=0)  # seconds an attempt waits for READY
-    # TPU: torch_xla on the TPU. CPU, for workers with no TPU (the tests'): where the profile's python
-    # has torch_xla, its CPU client (one worker: a world of one per process; the job's env
+    # TPU: torch_xla on the TPU. CPU, for workers with no TPU (the tests'): where the profile's
+    # python has torch_xla, its CPU client (one worker: a world of one per process; the job's env
     # CPU_NUM_DEVICES gives it devices), else the plain CPU path (gloo).
     pjrt_device: Literal["TPU", "CPU"] = "TPU"
     # Each worker's own disk: the job's run folders go to <remote_workdir>/runs/<id>.
     remote_workdir: str = "/var/tmp/fsdp-orch"
     setup: list[str] = Field(default_factory=list)  # lines at the top of every worker's node script
-    prepare: list[str] = Field(default_factory=list)  # run once on every worker of a TPU VM not used yet
+    # run once on every worker of a TPU VM not used yet
+    prepare: list[str] = Field(default_factory=list)
     # SSH to the workers, as `gcloud compute tpus tpu-vm ssh` does: its key, the local user.
     ssh_user: str | None = None
     ssh_key: str = "~/.ssh/google_compute_engine"
@@ -65,7 +66,8 @@ class TpuVmProfile(ProfileBase):
     @classmethod
     def _absolute(cls, value: str) -> str:
         if not value.startswith("/"):
-            raise ValueError("expected an absolute folder that every worker has (fsdp-orch copies the job there)")
+            raise ValueError("expected an absolute folder that every worker has "
+                             "(fsdp-orch copies the job there)")
         return value
 
 
@@ -74,17 +76,21 @@ class TpuVmKind(SupervisedHere[TpuVmProfile]):
     profile_model = TpuVmProfile
     main_template = "tpu-vm-node.sh.j2"
 
-    def place(self, job: JobSpec, profile: TpuVmProfile, cluster: str, ctx: PlanContext) -> Placement:
+    def place(self, job: JobSpec, profile: TpuVmProfile, cluster: str,
+              ctx: PlanContext) -> Placement:
         fixed_node_count(job, f"a TPU VM job runs on all {profile.num_workers} workers")
         if job.nodes not in (1, profile.num_workers):
             raise InputError(f"a TPU VM job runs on all {profile.num_workers} workers; "
-                             f"expected nodes: 1 or {profile.num_workers}, got {job.nodes}", field="nodes")
+                             f"expected nodes: 1 or {profile.num_workers}, got {job.nodes}",
+                             field="nodes")
         if ctx.workers and len(ctx.workers) != profile.num_workers:
-            raise InputError(f"TPU VM {profile.tpu_name} has {len(ctx.workers)} workers; the profile says "
-                             f"num_workers: {profile.num_workers}", field="num_workers")
+            raise InputError(f"TPU VM {profile.tpu_name} has {len(ctx.workers)} workers; "
+                             f"the profile says num_workers: {profile.num_workers}",
+                             field="num_workers")
         nodes = tuple(NodeTarget(i, address, profile.ssh_port, profile.ssh_user, profile.ssh_key)
                       for i, address in enumerate(ctx.workers))
-        return Placement(nnodes=profile.num_workers, nproc_per_node=1, device=profile.pjrt_device.lower(),
+        return Placement(nnodes=profile.num_workers, nproc_per_node=1,
+                         device=profile.pjrt_device.lower(),
                          rdzv_host=ctx.workers[0] if ctx.workers else None,
                          own_run_root=profile.remote_workdir, nodes=nodes)
 
@@ -105,10 +111,12 @@ class TpuVmKind(SupervisedHere[TpuVmProfile]):
             raise FsdpOrchError(why)
 
     def leftovers(self, job_id: str, row: JobStatus) -> bool:
-        return False  # the supervisor stops every worker's processes itself; stop_leftovers sweeps after it
+        # the supervisor stops every worker's processes itself; stop_leftovers sweeps after it
+        return False
 
     def stop_leftovers(self, job_id: str, row: JobStatus) -> None:
-        """Every process of the job on every worker of the TPU VM as it is now (none if it is gone)."""
+        """Every process of the job on every worker of the TPU VM as
+        it is now (none if it is gone)."""
         from fsdp_orch.backends.tpu_vm.launcher import stop_on_workers
 
         stop_on_workers(Submission.load(Path(row.run_dir), self), job_id)
@@ -120,12 +128,14 @@ class TpuVmKind(SupervisedHere[TpuVmProfile]):
 
     def artifacts(self, plan: LaunchPlan, templates: Templates) -> list[Artifact]:
         profile = self.profile_of(plan)
-        gcloud = {"describe": describe_argv(profile), "create": create_argv(profile), "delete": delete_argv(profile),
-                  "prepare": prepare_argv(profile)}
+        gcloud = {"describe": describe_argv(profile), "create": create_argv(profile),
+                  "delete": delete_argv(profile), "prepare": prepare_argv(profile)}
         out = [Artifact(f"{plan.attempt_dir}/tpu-vm.sh",
-                        templates("tpu-vm.sh.j2", gcloud={k: shlex.join(v) for k, v in gcloud.items()}), True)]
+                        templates("tpu-vm.sh.j2",
+                                  gcloud={k: shlex.join(v) for k, v in gcloud.items()}), True)]
         for rank in range(plan.nnodes):
-            out.append(Artifact(f"{plan.attempt_dir}/node-{rank}.sh", templates(templates.main, rank=rank), True))
+            out.append(Artifact(f"{plan.attempt_dir}/node-{rank}.sh",
+                                templates(templates.main, rank=rank), True))
         return out
 
 

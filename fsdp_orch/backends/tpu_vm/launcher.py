@@ -41,13 +41,14 @@ def workers_as_ssh_hosts(profile: Any, workers: tuple[str, ...], known_hosts: st
         "remote_workdir": profile.remote_workdir, "connect_timeout": profile.connect_timeout,
         "known_hosts": known_hosts,
         "host_key_policy": "accept-new" if not profile.known_hosts else profile.host_key_policy,
-        "hosts": [{"address": a, "port": profile.ssh_port, "user": user, "identity_file": profile.ssh_key}
+        "hosts": [{"address": a, "port": profile.ssh_port, "user": user,
+                   "identity_file": profile.ssh_key}
                   for a in workers]})
 
 
 class TpuAttempt(OwnDiskAttempt):
-    def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int], storage: Storage,
-                 vm: TpuVm, hosts: list[Any], ssh: SshProfile):
+    def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int],
+                 storage: Storage, vm: TpuVm, hosts: list[Any], ssh: SshProfile):
         super().__init__(submission, attempt, pgids, storage, hosts=hosts, ssh=ssh)
         self.vm = vm
 
@@ -55,8 +56,8 @@ class TpuAttempt(OwnDiskAttempt):
         return ()  # the workers come back with their TPU VM: no attempt is planned around one
 
     def lost_node(self) -> str | None:
-        """A TPU VM that is no longer READY (preempted, under maintenance) is the cause; else a worker
-        that stopped answering."""
+        """A TPU VM that is no longer READY (preempted, under maintenance) is the cause;
+        else a worker that stopped answering."""
         try:
             vm = self.vm.describe()
         except FsdpOrchError:
@@ -72,7 +73,8 @@ class TpuVmLauncher(SshLauncher):
         self.vm = vm or TpuVm(submission.profile)
         self.workers: tuple[str, ...] = ()
         self.vm_id: str | None = None
-        self.prepared_vm: str | None = None  # the TPU VM (id) whose workers ran the profile's prepare
+        # the TPU VM (id) whose workers ran the profile's prepare
+        self.prepared_vm: str | None = None
         self._storage: SftpStorage | None = None
 
     @property
@@ -80,7 +82,8 @@ class TpuVmLauncher(SshLauncher):
         if not self.workers:
             raise FsdpOrchError(f"no workers of TPU VM {self.vm.profile.tpu_name} are known yet")
         return workers_as_ssh_hosts(self.submission.profile, self.workers,
-                                    known_hosts_file(self.submission.profile, self.submission.run_dir, self.vm_id))
+                                    known_hosts_file(self.submission.profile,
+                                                     self.submission.run_dir, self.vm_id))
 
     @property
     def checkpoints(self) -> Storage:
@@ -104,12 +107,14 @@ class TpuVmLauncher(SshLauncher):
         return self.workers
 
     def _attempt(self, attempt: int, pgids: dict[int, int], hosts: list[Any]) -> SshAttempt:
-        return TpuAttempt(self.submission, attempt, pgids, self.checkpoints, self.vm, hosts, self.ssh)
+        return TpuAttempt(self.submission, attempt, pgids, self.checkpoints, self.vm, hosts,
+                          self.ssh)
 
     def adopt(self, attempt: int, ref: str | None) -> SshAttempt:
         """The attempt of ``ref`` (``ssh:RANK=PGID@ADDRESS:PORT,...``): its workers are in it."""
         places = sorted((int(rank), rest.partition("@")[2]) for rank, _, rest in
-                        (item.partition("=") for item in (ref or "").removeprefix("ssh:").split(",") if "=" in item))
+                        (item.partition("=") for item in (ref or "").removeprefix("ssh:").split(",")
+                         if "=" in item))
         self.workers = tuple(place.rpartition(":")[0] for _, place in places)
         try:
             self.vm_id = self.vm.describe().vm_id
@@ -128,5 +133,7 @@ def stop_on_workers(submission: Submission, job_id: str) -> None:
     workers = vm.addresses(profile.address)
     if vm.state not in USABLE or not all(workers):
         return
-    ssh = workers_as_ssh_hosts(profile, workers, known_hosts_file(profile, submission.run_dir, vm.vm_id))
-    on_every_host(list(ssh.hosts), lambda i, host: stop_on_host(host, ssh, job_id, None, None, 2.0, timeout=60))
+    ssh = workers_as_ssh_hosts(profile, workers,
+                               known_hosts_file(profile, submission.run_dir, vm.vm_id))
+    on_every_host(list(ssh.hosts),
+                  lambda i, host: stop_on_host(host, ssh, job_id, None, None, 2.0, timeout=60))

@@ -24,12 +24,14 @@ from fsdp_orch.vocab.backoff import TPU_READY, retrying
 from fsdp_orch.vocab.errors import CommandError, FsdpOrchError
 
 DESCRIBE_TIMEOUT_S = 120.0
-CHANGE_TIMEOUT_S = 1800.0  # gcloud's create and delete wait for the operation (minutes on a pod slice)
+# gcloud's create and delete wait for the operation (minutes on a pod slice)
+CHANGE_TIMEOUT_S = 1800.0
 PREPARE_TIMEOUT_S = 1800.0  # the profile's prepare lines (a pip install)
 
 
 class TpuVm:
-    def __init__(self, profile: Any, runner: Runner = run, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, profile: Any, runner: Runner = run,
+                 clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep):
         self.profile = profile
         self.runner = runner
@@ -41,8 +43,9 @@ class TpuVm:
             return run_command(argv, timeout, self.runner)
         except CommandError as exc:
             if exc.returncode == 127:
-                raise FsdpOrchError("gcloud is not on PATH: the tpu-vm kind drives TPU VMs through the Google "
-                                    "Cloud CLI (install it and run `gcloud auth login`)") from None
+                raise FsdpOrchError("gcloud is not on PATH: the tpu-vm kind drives "
+                                    "TPU VMs through the Google Cloud CLI (install it "
+                                    "and run `gcloud auth login`)") from None
             raise
 
     def describe(self) -> TpuVmState:
@@ -68,7 +71,8 @@ class TpuVm:
         said: str | None = None
 
         def look() -> tuple[str, TpuVmState]:
-            """Describe, deleting or creating as that says, until the TPU VM is to be used or waited for."""
+            """Describe, deleting or creating as that says,
+            until the TPU VM is to be used or waited for."""
             nonlocal said
             while True:
                 vm = self.describe()
@@ -85,15 +89,17 @@ class TpuVm:
                     say(f"TPU VM {profile.tpu_name} deleted")
                 elif action == "create":
                     self._gcloud(create_argv(profile), CHANGE_TIMEOUT_S)
-                    say(f"TPU VM {profile.tpu_name} created ({profile.accelerator_type}, {profile.runtime_version}"
-                        f"{', spot' if profile.spot else ''})")
+                    say(f"TPU VM {profile.tpu_name} created ({profile.accelerator_type}, "
+                        f"{profile.runtime_version}{', spot' if profile.spot else ''})")
 
         def waited_too_long(state: Any) -> NoReturn:
             _, vm = state.outcome.result()
-            raise FsdpOrchError(f"{vm.summary()} after waiting ready_timeout ({profile.ready_timeout}s)")
+            raise FsdpOrchError(f"{vm.summary()} after waiting "
+                                f"ready_timeout ({profile.ready_timeout}s)")
 
         waiting = retrying(TPU_READY, sleep=self.sleep, not_yet=lambda seen: seen[0] == "wait",
-                           deadline=self.clock() + profile.ready_timeout, clock=self.clock, gave_up=waited_too_long)
+                           deadline=self.clock() + profile.ready_timeout, clock=self.clock,
+                           gave_up=waited_too_long)
         _, vm = waiting(look)
         return self._checked(vm)
 
@@ -101,8 +107,9 @@ class TpuVm:
         workers = vm.addresses(self.profile.address)
         if len(workers) != self.profile.num_workers or not all(workers):
             raise FsdpOrchError(f"{vm.summary()} with {len(workers)} worker address(es) of kind "
-                                f"{self.profile.address} ({', '.join(workers) or 'none'}); the profile says "
-                                f"num_workers: {self.profile.num_workers} ({self.profile.accelerator_type})")
+                                f"{self.profile.address} ({', '.join(workers) or 'none'}); "
+                                f"the profile says num_workers: {self.profile.num_workers} "
+                                f"({self.profile.accelerator_type})")
         return vm
 
     def prepare(self) -> None:

@@ -8,8 +8,8 @@ import importlib
 from types import ModuleType
 
 # In the order ``fsdp-orch --help`` lists them.
-NAMES = ("render", "submit", "status", "logs", "events", "report", "cancel", "diagnose", "doctor", "clusters",
-         "schedule", "scheduler")
+NAMES = ("render", "submit", "status", "logs", "events", "report", "cancel", "diagnose", "doctor",
+         "clusters", "schedule", "scheduler")
 
 
 def command(name: str) -> ModuleType:

@@ -15,7 +15,8 @@ USES_HOME = False
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILE")
-    p.add_argument("--json", action="store_true", help="one JSON object per file (a list for several files)")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per file (a list for several files)")
 
 
 def run(args: argparse.Namespace) -> int:

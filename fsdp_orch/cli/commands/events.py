@@ -15,7 +15,8 @@ USES_HOME = True
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("job_id", metavar="JOB_ID")
-    p.add_argument("--follow", "-f", action="store_true", help="keep printing new events until the job ends")
+    p.add_argument("--follow", "-f", action="store_true",
+                   help="keep printing new events until the job ends")
     p.add_argument("--json", action="store_true", help="one JSON object per line, as written")
 
 

@@ -15,11 +15,14 @@ USES_HOME = True
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("job_id", metavar="JOB_ID")
-    p.add_argument("--follow", "-f", action="store_true", help="keep printing new output until the job ends")
-    p.add_argument("--rank", type=int, help="only this global rank's lines (launcher: python keeps no "
-                   "rank's output apart: see --node)")
+    p.add_argument("--follow", "-f", action="store_true",
+                   help="keep printing new output until the job ends")
+    p.add_argument("--rank", type=int,
+                   help="only this global rank's lines (launcher: python keeps no "
+                        "rank's output apart: see --node)")
     p.add_argument("--node", type=int, help="only this node's log (every rank on it)")
-    p.add_argument("--attempt", type=int, help="this attempt, numbered from 0 as in 'events' (default: the latest)")
+    p.add_argument("--attempt", type=int,
+                   help="this attempt, numbered from 0 as in 'events' (default: the latest)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,4 +31,5 @@ def run(args: argparse.Namespace) -> int:
     checked_job_id(args.job_id)
     with open_index() as index:
         job_id = resolve_id(index, args.job_id)
-        return show_logs(index, job_id, rank=args.rank, node=args.node, attempt=args.attempt, follow=args.follow)
+        return show_logs(index, job_id, rank=args.rank, node=args.node, attempt=args.attempt,
+                         follow=args.follow)

@@ -17,9 +17,11 @@ USES_HOME = False
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_job_options(p)
-    p.add_argument("--out", metavar="DIR", help="write the artifacts into DIR instead of printing them")
+    p.add_argument("--out", metavar="DIR",
+                   help="write the artifacts into DIR instead of printing them")
     p.add_argument("--job-id", default="JOBID", help="job id to render with (default: JOBID)")
-    p.add_argument("--attempt", type=int, default=0, help="attempt number to render, from 0 (default: 0, the first)")
+    p.add_argument("--attempt", type=int, default=0,
+                   help="attempt number to render, from 0 (default: 0, the first)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,7 +18,8 @@ USES_HOME = True
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("job_id", metavar="JOB_ID")
-    p.add_argument("--out", metavar="FILE", help="where to write it (default: report-JOB_ID.html here)")
+    p.add_argument("--out", metavar="FILE",
+                   help="where to write it (default: report-JOB_ID.html here)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
         job_id = resolve_id(index, args.job_id)
         run_dir = index.store.run_dir(job_id)
     lines = read_job(run_dir)[0]
-    status = fold_lines(lines, job_id)  # what status --json says, folded from the same lines as the page
+    # what status --json says, folded from the same lines as the page
+    status = fold_lines(lines, job_id)
     if status is None:
         raise JobNotFound(job_id)
     events = [e for e in (parse_event(line) for line in lines) if e is not None]
@@ -43,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         write_private(out, render(status, events))
     except OSError as exc:
-        raise InputError(f"cannot write the report: {exc.strerror}", field="--out", file=out) from None
+        raise InputError(f"cannot write the report: {exc.strerror}", field="--out",
+                         file=out) from None
     print(out)
     return EXIT_OK

@@ -18,12 +18,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a = actions.add_parser("add", help="submit JOB_YAML at each tick of a cron expression")
     a.add_argument("name", metavar="NAME")
     add_job_options(a)
-    a.add_argument("--cron", required=True, metavar="EXPR", help="five cron fields, e.g. '0 3 * * *'")
+    a.add_argument("--cron", required=True, metavar="EXPR",
+                   help="five cron fields, e.g. '0 3 * * *'")
     a.add_argument("--tz", metavar="ZONE",
                    help="the time zone the cron's hours are in (IANA name; default UTC)")
     a.add_argument("--concurrency", metavar="forbid|replace|allow",
-                   help="a tick while the previous run is active: skip it (forbid, default), cancel "
-                        "the previous run (replace), or run both (allow)")
+                   help="a tick while the previous run is active: skip it (forbid, default), "
+                        "cancel the previous run (replace), or run both (allow)")
     a.add_argument("--init-from-previous", action="store_true",
                    help="each run starts from the latest checkpoint of the last successful run")
     a.add_argument("--max-catch-up", type=int, metavar="N",
@@ -53,7 +54,8 @@ def _schedule_of(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         "init_from_previous": ("--init-from-previous", args.init_from_previous),
         "max_catch_up": ("--max-catch-up", args.max_catch_up), "overrides": ("--set", args.set),
         "accelerate_config": ("--accelerate-config", args.accelerate_config)}
-    return parse_schedule({field: value for field, (_, value) in given.items() if value is not None},
+    return parse_schedule({field: value for field, (_, value) in given.items()
+                           if value is not None},
                           labels={field: arg for field, (arg, _) in given.items()})
 
 

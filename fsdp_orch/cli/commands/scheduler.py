@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # systemd's stop
     with schedules.lock(), open_index() as index:
-        scheduler = Scheduler(schedules, IndexJobs(index, pause_after_submit_hook()), clock, sleep, say)
+        scheduler = Scheduler(schedules, IndexJobs(index, pause_after_submit_hook()), clock, sleep,
+                              say)
         if args.once:
             scheduler.run_due()
             return EXIT_OK

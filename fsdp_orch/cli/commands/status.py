@@ -1,4 +1,5 @@
-"""``fsdp-orch status``: the jobs (a table, or ``--json``), each kind's active jobs settled first."""
+"""``fsdp-orch status``: the jobs (a table, or ``--json``),
+each kind's active jobs settled first."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ STATUS_LIMIT = 30  # rows of the status table without --all
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("job_id", nargs="?", metavar="JOB_ID")
-    p.add_argument("--json", action="store_true", help="JSON: a list of all jobs, or one object with JOB_ID")
+    p.add_argument("--json", action="store_true",
+                   help="JSON: a list of all jobs, or one object with JOB_ID")
     p.add_argument("--all", action="store_true", help="table: show every job, not only the latest")
     p.add_argument("--limit", type=int, default=STATUS_LIMIT,
                    help=f"table: how many recent jobs (default {STATUS_LIMIT})")

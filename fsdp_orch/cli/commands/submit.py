@@ -27,21 +27,28 @@ USES_HOME = True
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_job_options(p)
-    p.add_argument("--wait", action="store_true", help="wait for the job to end; exit 1 if it failed or was cancelled")
-    p.add_argument("--timeout", metavar="D", help="with --wait: wait at most D (90s, 30m, 2h); then exit 3, the "
+    p.add_argument("--wait", action="store_true",
+                   help="wait for the job to end; exit 1 if it failed or was cancelled")
+    p.add_argument("--timeout", metavar="D",
+                   help="with --wait: wait at most D (90s, 30m, 2h); then exit 3, the "
                    "job goes on")
-    p.add_argument("--json", action="store_true", help="print JSON ({\"id\": ...}; with --wait the final status)")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON ({\"id\": ...}; with --wait the final status)")
     p.add_argument("--idempotency-key", metavar="KEY",
-                   help="submitting twice with the same key returns the first job instead of a new one")
+                   help="submitting twice with the same key returns the "
+                        "first job instead of a new one")
     p.add_argument("--init-from", metavar="JOB_ID|PATH",
-                   help="a warm start: begin at step 0 from the weights of that job's latest complete "
-                        "checkpoint (or of that checkpoint, or the latest one in that folder)")
+                   help="a warm start: begin at step 0 from the weights of that job's "
+                        "latest complete checkpoint (or of that checkpoint, "
+                        "or the latest one in that folder)")
     p.add_argument("--init-optimizer", action="store_true",
                    help="with --init-from: take the optimizer state too (default: weights only)")
     p.add_argument("--resume", action="store_true",
-                   help="the checkpoint folder holds a checkpoint of a job that ended SUCCEEDED: continue it")
+                   help="the checkpoint folder holds a checkpoint of a job that "
+                        "ended SUCCEEDED: continue it")
     p.add_argument("--fresh", action="store_true",
-                   help="move the checkpoints already in the checkpoint folder aside (kept) and start over")
+                   help="move the checkpoints already in the checkpoint "
+                        "folder aside (kept) and start over")
 
 
 def submit_request(args: argparse.Namespace) -> SubmitRequest:
