@@ -1,21 +1,22 @@
-"""What the bootstrap (``fsdp_orch/bootstrap/site/sitecustomize.py``) costs a process, against the same
-process without it, both measured here:
+"""What the bootstrap (``fsdp_orch/bootstrap/site/sitecustomize.py``) costs a process, against the
+same process without it, both measured here:
 
 * start-up: the median wall time of ``python -c pass`` with and without it (interleaved), and
   ``-X importtime``'s cumulative time of ``sitecustomize`` (target < 50 ms);
-* per step: a single-process loop of tiny optimizer steps (``Linear(256, 256)``, SGD) in subprocesses
-  with and without the bootstrap (interleaved); in the bootstrap's process, the step hooks alone,
-  called directly as torch calls them after each step; and one heartbeat write, which the agent does
-  on the main thread at most 5 times a second (its watcher thread's writes release the GIL in I/O).
+* per step: a single-process loop of tiny optimizer steps (``Linear(256, 256)``, SGD) in
+  subprocesses with and without the bootstrap (interleaved); in the bootstrap's process, the step
+  hooks alone, called directly as torch calls them after each step; and one heartbeat write, which
+  the agent does on the main thread at most 5 times a second (its watcher thread's writes release
+  the GIL in I/O).
 
 A step's time is its fastest block's (timeit's rule), in process CPU time (all threads: the agent's
 watcher thread included) and in wall time: on a shared machine other processes inflate a median by
-tens of percent, far more than the hook costs, and even the fastest blocks of two processes differ by
-several microseconds. The hook called alone resolves its cost; a larger step (``Linear(1024, 1024)``)
-is a reference to set it against.
+tens of percent, far more than the hook costs, and even the fastest blocks of two processes differ
+by several microseconds. The hook called alone resolves its cost; a larger step (``Linear(1024,
+1024)``) is a reference to set it against.
 
-Used by ``bench/recovery.py``; alone: ``.venv/bin/python bench/bootstrap_cost.py``. With ``--worker``
-it is the step loop (prints one JSON object).
+Used by ``bench/recovery.py``; alone: ``.venv/bin/python bench/bootstrap_cost.py``. With
+``--worker`` it is the step loop (prints one JSON object).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ _IMPORTTIME = re.compile(r"import time:\s*(\d+)\s*\|\s*(\d+)\s*\|\s*sitecustomiz
 def _envs(run_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
     from fsdp_orch.places.builtin import bootstrap_site_dir
 
-    plain = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_") and k != "PYTHONPATH"}
+    plain = {k: v
+             for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_") and k != "PYTHONPATH"}
     plain["OMP_NUM_THREADS"] = "1"
     boot = dict(plain, PYTHONPATH=str(bootstrap_site_dir()), FSDP_ORCH_RUN_DIR=str(run_dir),
                 FSDP_ORCH_ATTEMPT="0")
@@ -66,7 +68,8 @@ def startup_cost(runs: int = 20) -> dict:
     plain_ms = statistics.median(times["plain"]) * 1000
     boot_ms = statistics.median(times["bootstrap"]) * 1000
     return {"plain_ms": plain_ms, "bootstrap_ms": boot_ms, "delta_ms": boot_ms - plain_ms,
-            "sitecustomize_import_ms": statistics.median(imports) if imports else None, "runs": runs}
+            "sitecustomize_import_ms": statistics.median(imports) if imports else None,
+            "runs": runs}
 
 
 def heartbeat_write_cost(writes: int = 300) -> dict:
@@ -87,7 +90,8 @@ def heartbeat_write_cost(writes: int = 300) -> dict:
             times.append((time.perf_counter() - t0) * 1e6)
     per_s = 1 / STEP_WRITE_MIN_S
     write_us = statistics.median(times)
-    return {"write_us": write_us, "main_thread_writes_per_s": per_s, "wall_share_pct": write_us * per_s / 1e4}
+    return {"write_us": write_us, "main_thread_writes_per_s": per_s,
+            "wall_share_pct": write_us * per_s / 1e4}
 
 
 def step_cost(processes: int = 2) -> dict:
@@ -98,8 +102,8 @@ def step_cost(processes: int = 2) -> dict:
         runs: dict[str, list[dict]] = {"plain": [], "bootstrap": []}
         for _ in range(processes):
             for name, env in (("plain", plain), ("bootstrap", boot)):
-                proc = subprocess.run([sys.executable, __file__, "--worker"], env=env, capture_output=True,
-                                      text=True, check=True)
+                proc = subprocess.run([sys.executable, __file__, "--worker"], env=env,
+                                      capture_output=True, text=True, check=True)
                 runs[name].append(json.loads(proc.stdout))
     if not all(r["bootstrap_active"] for r in runs["bootstrap"]) or \
             any(r["bootstrap_active"] for r in runs["plain"]):
@@ -110,8 +114,10 @@ def step_cost(processes: int = 2) -> dict:
         plain_us = min(r[TINY[0]][clock] for r in runs["plain"])
         boot_us = min(r[TINY[0]][clock] for r in runs["bootstrap"])
         larger_us = min(r[LARGER[0]][clock] for r in runs["plain"])
-        out[clock] = {"plain_us": plain_us, "bootstrap_us": boot_us, "overhead_us": boot_us - plain_us,
-                      "overhead_pct": 100 * (boot_us - plain_us) / plain_us, "larger_plain_us": larger_us,
+        out[clock] = {"plain_us": plain_us, "bootstrap_us": boot_us,
+                      "overhead_us": boot_us - plain_us,
+                      "overhead_pct": 100 * (boot_us - plain_us) / plain_us,
+                      "larger_plain_us": larger_us,
                       "larger_overhead_pct": 100 * (boot_us - plain_us) / larger_us}
     out["heartbeat_write"] = heartbeat_write_cost()
     return out
@@ -151,8 +157,8 @@ def _worker() -> None:
 
 
 def _hook_alone_us(opt: object, calls: int = 5000, blocks: int = 10) -> float:
-    """The global optimizer-step post hooks (the agent's, in the bootstrap's process), called as torch
-    calls them after a step: the fastest block's time per step."""
+    """The global optimizer-step post hooks (the agent's, in the bootstrap's process), called as
+    torch calls them after a step: the fastest block's time per step."""
     from torch.optim.optimizer import _global_optimizer_post_hooks
 
     hooks = list(_global_optimizer_post_hooks.values())

@@ -8,7 +8,8 @@ summary into heartbeats (``parse_summary``). Two transports, the same summaries,
 - **asyncio streams, JSON lines**: the real ``SummaryServer``; the clients keep one connection each.
 - **torch's TCPStore** (libuv server, in the supervisor process): each node ``set``s its key; the
   supervisor ``multi_get``s every node's key once a second (a store has no push: it polls).
-Printed: the supervisor process's CPU (core-seconds per wall second), per summary (µs), and the ratio.
+Printed: the supervisor process's CPU (core-seconds per wall second), per summary (µs), and the
+ratio.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ CLIENT_PROCS = 2
 
 
 def summary_of(node: int, now: float, step: int) -> str:
-    beats = [json.loads(Heartbeat(rank=node * 8 + r, attempt=0, step=step, loss=2.5, time=now, state="training",
-                                  pid=10000 + r, progress_at=now, python_at=now, host=f"node{node}").to_json())
+    beats = [json.loads(Heartbeat(rank=node * 8 + r, attempt=0, step=step, loss=2.5, time=now,
+                                  state="training", pid=10000 + r, progress_at=now, python_at=now,
+                                  host=f"node{node}").to_json())
              for r in range(8)]
     return summary_line(node, f"node{node}", now, beats)
 
@@ -59,7 +61,8 @@ def asyncio_clients(nodes: list[int], port: int, until: float) -> None:
 
     async def one(node: int) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write((json.dumps({"hello": "tok", "node": node, "host": f"node{node}"}) + "\n").encode())
+        writer.write((json.dumps({"hello": "tok", "node": node, "host": f"node{node}"})
+                      + "\n").encode())
         step = 0
         await asyncio.sleep((node % 100) / 100)
         try:
@@ -88,7 +91,8 @@ def store_supervisor(port_q, result_q, n: int, seconds: float, warmup: float) ->
     deadline = time.monotonic() + warmup + 120  # every node has connected and set its key once
     while time.monotonic() < deadline and not store.check(keys):
         time.sleep(0.2)
-    print(f"  tcpstore: {sum(store.check([k]) for k in keys)} of {n} nodes set their key", flush=True)
+    print(f"  tcpstore: {sum(store.check([k]) for k in keys)} of {n} nodes set their key",
+          flush=True)
     taken, cpu0, t0 = 0, cpu_seconds(), time.monotonic()
     seen: dict[int, bytes] = {}
     while time.monotonic() - t0 < seconds:
@@ -109,7 +113,8 @@ def store_clients(nodes: list[int], port: int, until: float) -> None:
 
     import torch.distributed as dist
 
-    stores = {n: dist.TCPStore("127.0.0.1", port, is_master=False, use_libuv=True, timeout=timedelta(seconds=120))
+    stores = {n: dist.TCPStore("127.0.0.1", port, is_master=False, use_libuv=True,
+                               timeout=timedelta(seconds=120))
               for n in nodes}
     step = 0
     try:
@@ -151,7 +156,8 @@ def measure(kind: str, n: int, seconds: float) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", default="256,1024")
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
@@ -161,8 +167,10 @@ def main() -> None:
     for n in (int(x) for x in args.nodes.split(",")):
         rows = [measure(kind, n, args.seconds) for kind in ("asyncio", "tcpstore")]
         for r in rows:
-            print(f"{r['transport']:<10} {r['nodes']:>6} {r['summaries']:>10} {r['cores']:>7.3f} {r['us_per_summary']:>11.1f}")
-        print(f"  ratio tcpstore/asyncio supervisor CPU at {n} nodes: {rows[1]['cores'] / max(rows[0]['cores'], 1e-9):.2f}")
+            print(f"{r['transport']:<10} {r['nodes']:>6} {r['summaries']:>10} {r['cores']:>7.3f} "
+                  f"{r['us_per_summary']:>11.1f}")
+        print(f"  ratio tcpstore/asyncio supervisor CPU at {n} nodes: "
+              f"{rows[1]['cores'] / max(rows[0]['cores'], 1e-9):.2f}")
 
 
 if __name__ == "__main__":

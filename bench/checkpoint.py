@@ -135,18 +135,22 @@ def worker(args: argparse.Namespace) -> None:
               f"{layers} x Linear({width}, {width}) = {mb / 3:.0f} MB, saved with AdamW state: "
               f"{mb:.0f} MB in {base}")
         print(f"dd bs=1M conv=fsync     {dd_median:8.1f} MB/s  (median of {args.repeat})")
-        print(f"sync save               {save_mbps:8.1f} MB/s  (median {statistics.median(save_s):.2f} s "
-              f"of {args.repeat})   ratio to dd {ratio_dd:.2f}  (target >= 0.5)")
-        print(f"load (cold page cache)  {load_mbps:8.1f} MB/s  (median {statistics.median(load_s):.2f} s)")
+        print(f"sync save               {save_mbps:8.1f} MB/s  (median "
+              f"{statistics.median(save_s):.2f} s of {args.repeat})   ratio to dd {ratio_dd:.2f}  "
+              "(target >= 0.5)")
+        print(f"load (cold page cache)  {load_mbps:8.1f} MB/s  (median "
+              f"{statistics.median(load_s):.2f} s)")
         waited = statistics.median(asyn.wait_seconds[1:])
-        print(f"async save blocks       {statistics.median(blocked):8.3f} s   (sync {statistics.median(save_s):.3f} s; "
-              f"of it waiting for the previous save {waited:.3f} s; first async {asyn.block_seconds[0]:.3f} s)"
-              f"   ratio {ratio_async:.3f}  (target < 0.2)")
-        print("JSON " + json.dumps({"dd_mbps": dd_mbps, "save_mbps": save_mbps, "load_mbps": load_mbps,
-                                    "save_over_dd": ratio_dd, "async_block_over_sync": ratio_async,
-                                    "bytes": size, "save_s": save_s, "load_s": load_s,
-                                    "async_block_s": asyn.block_seconds,
-                                    "async_wait_s": asyn.wait_seconds}))
+        print(f"async save blocks       {statistics.median(blocked):8.3f} s   (sync "
+              f"{statistics.median(save_s):.3f} s; of it waiting for the previous save "
+              f"{waited:.3f} s; first async {asyn.block_seconds[0]:.3f} s)   ratio "
+              f"{ratio_async:.3f}  (target < 0.2)")
+        print("JSON "
+              + json.dumps({"dd_mbps": dd_mbps, "save_mbps": save_mbps, "load_mbps": load_mbps,
+                            "save_over_dd": ratio_dd, "async_block_over_sync": ratio_async,
+                            "bytes": size, "save_s": save_s, "load_s": load_s,
+                            "async_block_s": asyn.block_seconds,
+                            "async_wait_s": asyn.wait_seconds}))
     job.finish()
 
 

@@ -34,12 +34,15 @@ def a_status(home: Path, i: int, jobs: int, rng: random.Random, now: float) -> J
              rng.choice([JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]).value)
     created = now + i * 60
     return JobStatus(
-        id=job_id, name=f"job-{i % 97}", cluster="local", kind="local", run_dir=str(home / "runs" / job_id),
+        id=job_id, name=f"job-{i % 97}", cluster="local", kind="local",
+        run_dir=str(home / "runs" / job_id),
         created_at=created, state=state, attempts=1 + i % 3, restarts=i % 3,
         ended_at=created + 30 if state != JobState.RUNNING.value else None,
-        last_checkpoint_step=(i % 7) * 50, progress_step=(i % 7) * 50 + 3, progress_loss=rng.random() * 5,
+        last_checkpoint_step=(i % 7) * 50, progress_step=(i % 7) * 50 + 3,
+        progress_loss=rng.random() * 5,
         progress_at=created + 20,
-        failures=[Failure(attempt, rng.choice(CATEGORIES), "evidence line", created + 10, 12.5, "restart", None)
+        failures=[Failure(attempt, rng.choice(CATEGORIES), "evidence line", created + 10, 12.5,
+                          "restart", None)
                   for attempt in range(i % 3)])
 
 
@@ -71,8 +74,8 @@ def main() -> int:
         home = Path(tmp)
         fill_store(home, args.jobs)
         env = {**os.environ, "FSDP_ORCH_HOME": str(home)}
-        out = subprocess.run([str(cli), "status", "--json"], env=env, capture_output=True, text=True,
-                             check=True).stdout
+        out = subprocess.run([str(cli), "status", "--json"], env=env, capture_output=True,
+                             text=True, check=True).stdout
         listed = json.loads(out)
         assert len(listed) == args.jobs, f"status listed {len(listed)} jobs, expected {args.jobs}"
         # An installed wheel has its bytecode compiled by pip; a checkout may run with
@@ -99,7 +102,8 @@ def main() -> int:
     ratio = status_ms / base_ms
     print(f"jobs in store:                 {args.jobs}")
     print(f"python -c pass (median of {args.repeat}):   {base_ms:7.1f} ms")
-    print(f"fsdp-orch status --json (median): {status_ms:7.1f} ms   ({len(out) / 1e6:.1f} MB of JSON)")
+    print(f"fsdp-orch status --json (median): {status_ms:7.1f} ms   "
+          f"({len(out) / 1e6:.1f} MB of JSON)")
     print(f"ratio status / python:          {ratio:7.2f}   (target < 4)")
     print(f"status --json right after a change (rebuilds the cached list): "
           f"{statistics.median(rebuild) * 1000:.1f} ms (median of {args.repeat})")

@@ -1,6 +1,6 @@
-"""How well does the failure classifier generalize? Precision and recall per category over the corpus
-of real failure lines (``tests/fixtures/corpus/``: from public threads, and from broken torch_xla
-configurations run here), accuracy per source project, the
+"""How well does the failure classifier generalize? Precision and recall per category over the
+corpus of real failure lines (``tests/fixtures/corpus/``: from public threads, and from broken
+torch_xla configurations run here), accuracy per source project, the
 leave-one-project-out score, and the time ``fsdp-orch diagnose`` takes over 1,000 files.
 
     .venv/bin/python bench/diagnose.py [--files 1000] [--json]
@@ -42,7 +42,8 @@ def load_corpus(directory: Path = CORPUS) -> list[dict]:
 
 
 def project_of(source: str) -> str:
-    """``owner/repo#123 (https://...)`` -> ``owner/repo``; lines produced here count as one project."""
+    """``owner/repo#123 (https://...)`` -> ``owner/repo``; lines produced here count as one
+    project."""
     if source.startswith(PRODUCED_HERE):
         return PRODUCED_HERE
     return source.split("#", 1)[0].strip()
@@ -52,9 +53,12 @@ def evaluate(cases: list[dict]) -> dict:
     predicted = [diagnose_text(case["text"]).category for case in cases]
     per_category = {}
     for category in FAILURE_CATEGORIES:
-        tp = sum(1 for c, p in zip(cases, predicted, strict=True) if p == category and c["category"] == category)
-        fp = sum(1 for c, p in zip(cases, predicted, strict=True) if p == category and c["category"] != category)
-        fn = sum(1 for c, p in zip(cases, predicted, strict=True) if p != category and c["category"] == category)
+        tp = sum(1 for c, p in zip(cases, predicted, strict=True)
+                 if p == category and c["category"] == category)
+        fp = sum(1 for c, p in zip(cases, predicted, strict=True)
+                 if p == category and c["category"] != category)
+        fn = sum(1 for c, p in zip(cases, predicted, strict=True)
+                 if p != category and c["category"] == category)
         per_category[category] = {
             "cases": tp + fn, "precision": tp / (tp + fp) if tp + fp else None,
             "recall": tp / (tp + fn) if tp + fn else None}
@@ -66,9 +70,11 @@ def evaluate(cases: list[dict]) -> dict:
               for c, p in zip(cases, predicted, strict=True) if p != c["category"]]
     return {
         "cases": len(cases),
-        "accuracy": sum(1 for c, p in zip(cases, predicted, strict=True) if p == c["category"]) / len(cases),
+        "accuracy": (sum(1 for c, p in zip(cases, predicted, strict=True) if p == c["category"])
+                     / len(cases)),
         "leave_one_project_out": statistics.fmean(projects.values()),
-        "projects": {name: {"accuracy": acc, "cases": len(by_project[name])} for name, acc in projects.items()},
+        "projects": {name: {"accuracy": acc, "cases": len(by_project[name])}
+                     for name, acc in projects.items()},
         "per_category": per_category,
         "misses": misses,
     }
@@ -86,14 +92,16 @@ def time_cli(cases: list[dict], files: int) -> dict:
         runs = []
         for _ in range(3):
             t0 = time.perf_counter()
-            subprocess.run([str(cli), "diagnose", "--json", *paths], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([str(cli), "diagnose", "--json", *paths], check=True,
+                           stdout=subprocess.DEVNULL)
             runs.append(time.perf_counter() - t0)
         baseline = []
         for _ in range(3):
             t0 = time.perf_counter()
             subprocess.run([sys.executable, "-c", "pass"], check=True)
             baseline.append(time.perf_counter() - t0)
-    return {"files": files, "seconds": statistics.median(runs), "python_start_s": statistics.median(baseline)}
+    return {"files": files, "seconds": statistics.median(runs),
+            "python_start_s": statistics.median(baseline)}
 
 
 def table(result: dict) -> str:
@@ -102,7 +110,8 @@ def table(result: dict) -> str:
 
     lines = ["| category | cases | precision % | recall % |", "|---|---|---|---|"]
     for category, row in result["per_category"].items():
-        lines.append(f"| {category} | {row['cases']} | {pct(row['precision'])} | {pct(row['recall'])} |")
+        lines.append(f"| {category} | {row['cases']} | {pct(row['precision'])} | "
+                     f"{pct(row['recall'])} |")
     lines.append(f"\ncases {result['cases']}, accuracy {100 * result['accuracy']:.1f}%, "
                  f"leave-one-project-out {100 * result['leave_one_project_out']:.1f}% over "
                  f"{len(result['projects'])} projects")
@@ -126,7 +135,8 @@ def main() -> int:
         print(f"  {name}: {100 * row['accuracy']:.0f}% of {row['cases']}")
     print(f"\nmisses ({len(result['misses'])}):")
     for miss in result["misses"]:
-        print(f"  {miss['expected']} -> {miss['got']}  [{miss['source'].split(' ')[0]}]  {miss['text']!r}")
+        print(f"  {miss['expected']} -> {miss['got']}  [{miss['source'].split(' ')[0]}]  "
+              f"{miss['text']!r}")
     timing = result["timing"]
     print(f"\nfsdp-orch diagnose over {timing['files']} files: {timing['seconds']:.2f} s "
           f"(python -c pass: {timing['python_start_s']:.3f} s); target < 2 s")

@@ -6,24 +6,25 @@
    under the default hang window (it follows the job's step time): the demo with its job.yaml's
    ``watch:`` unchanged (heartbeat_timeout 30 s, now the ceiling; target <= 3 s) and the Trainer job
    with no ``watch:`` settings at all (ceiling 300 s; target <= 5 s), with the window in force;
-2. time to recover: from the decision to the first completed step of the next attempt (target < 15 s;
-   the first step is seen at the supervisor's poll, so this errs long by up to one poll interval),
-   set against a clean run's start-up (launch to first step); for the demo, the same hang run again
-   with ``launch.standby: off``: the warm standby against the cold path, in the same run (target: the
-   warm path <= 2.5 s and <= 0.5 of the cold one; ``--standby`` runs only these two);
-3. goodput with a crash, a SIGKILL and a hang (one per attempt, ``--fault-every`` seconds of training
-   apart, each halfway between two checkpoints): time on kept steps / wall time (target >= 70%), the
-   step time taken from a clean run in the same bench run (the faulty run's own step time, read from
-   its heartbeats, shows how far the machine's load drifted in between), set against the goodput the
-   clean run's start-up and teardown alone would leave;
+2. time to recover: from the decision to the first completed step of the next attempt (target < 15
+   s; the first step is seen at the supervisor's poll, so this errs long by up to one poll
+   interval), set against a clean run's start-up (launch to first step); for the demo, the same hang
+   run again with ``launch.standby: off``: the warm standby against the cold path, in the same run
+   (target: the warm path <= 2.5 s and <= 0.5 of the cold one; ``--standby`` runs only these two);
+3. goodput with a crash, a SIGKILL and a hang (one per attempt, ``--fault-every`` seconds of
+   training apart, each halfway between two checkpoints): time on kept steps / wall time (target >=
+   70%), the step time taken from a clean run in the same bench run (the faulty run's own step time,
+   read from its heartbeats, shows how far the machine's load drifted in between), set against the
+   goodput the clean run's start-up and teardown alone would leave;
 4. the baseline: the demo's hang under plain ``torchrun --max-restarts 3`` with the job's collective
-   timeout: the time until torchrun reacts at all. Its wait is idle (one rank sleeps, the other waits
-   in a collective), so the hang measurements run meanwhile;
+   timeout: the time until torchrun reacts at all. Its wait is idle (one rank sleeps, the other
+   waits in a collective), so the hang measurements run meanwhile;
 5. the bootstrap's cost against the same process without it (``bench/bootstrap_cost.py``).
 
 Progress goes to stderr, the table (or ``--json``) to stdout; exit status 1 if a target is missed.
 
-    .venv/bin/python bench/recovery.py [--collective-timeout 60] [--fault-every 30] [--standby] [--json]
+    .venv/bin/python bench/recovery.py [--collective-timeout 60] [--fault-every 30]
+        [--standby] [--json]
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ def write_hf_job(root: Path) -> Path:
     shutil.copy2(REPO / "examples" / "unchanged" / "hf_trainer" / "train.py", folder / "train.py")
     spec = {"name": "hf-trainer", "script": "train.py", "launcher": "torchrun", "procs_per_node": 2,
             "env": {"OMP_NUM_THREADS": "1"},
-            "checkpoint": {"dir": "out", "resume_args": ["--resume_from_checkpoint", "{checkpoint}"]}}
+            "checkpoint": {"dir": "out",
+                           "resume_args": ["--resume_from_checkpoint", "{checkpoint}"]}}
     (folder / "job.yaml").write_text(json.dumps(spec))
     return folder / "job.yaml"
 
@@ -101,9 +103,11 @@ def hf_args(steps: int) -> str:
 
 
 def hf_global_step(out: Path) -> int:
-    """The Trainer's final global step; without a final state (a failed job), the latest checkpoint's."""
-    states = [out / "trainer_state.json"] + sorted(out.glob("checkpoint-*/trainer_state.json"),
-                                                   key=lambda p: int(p.parent.name.split("-")[1]))[::-1]
+    """The Trainer's final global step; without a final state (a failed job), the latest
+    checkpoint's."""
+    states = [out / "trainer_state.json"] + sorted(
+        out.glob("checkpoint-*/trainer_state.json"),
+        key=lambda p: int(p.parent.name.split("-")[1]))[::-1]
     for path in states:
         if path.is_file():
             return int(json.loads(path.read_text())["global_step"])
@@ -123,8 +127,9 @@ def submit_wait(home: Path, job: Path, *sets: str) -> tuple[dict, float]:
 
 
 def hang_and_recovery(home: Path, job: Path, *sets: str) -> dict:
-    """A hang on rank 1 at HANG_STEP of the first attempt: detection and recovery. Rank 1's heartbeat
-    is sampled while the job runs: its node keeps attempt 0's folder only until attempt 1 starts."""
+    """A hang on rank 1 at HANG_STEP of the first attempt: detection and recovery. Rank 1's
+    heartbeat is sampled while the job runs: its node keeps attempt 0's folder only until attempt 1
+    starts."""
     last: dict[str, object] = {}
     done = threading.Event()
 
@@ -147,12 +152,15 @@ def hang_and_recovery(home: Path, job: Path, *sets: str) -> dict:
     failures = [(f.detected_at, f.category) for f in job.failures]
     attempts = [{"first_step_at": a.first_step_at, "started_at": a.started_at}
                 for _, a in sorted(job.attempt_records.items())]
-    events = [json.loads(line) for line in cli(home, "events", status["id"], "--json").stdout.splitlines()]
+    events = [json.loads(line)
+              for line in cli(home, "events", status["id"], "--json").stdout.splitlines()]
     window = [e for e in events if e.get("kind") == "hang_window" and e.get("attempt") == 0]
     out = {"state": status["state"], "categories": [f[1] for f in failures], "wall_s": wall,
            "detection_s": None, "recovery_s": None, "first_startup_s": None,
-           "window_s": window[-1]["window_s"] if window else None, "window_mode": window[-1]["mode"] if window else None}
-    if attempts and attempts[0]["first_step_at"] is not None:  # launch to first step, nothing warm yet
+           "window_s": window[-1]["window_s"] if window else None,
+           "window_mode": window[-1]["mode"] if window else None}
+    # launch to first step, nothing warm yet
+    if attempts and attempts[0]["first_step_at"] is not None:
         out["first_startup_s"] = attempts[0]["first_step_at"] - attempts[0]["started_at"]
     hung = beats_of(home / "runs" / status["id"], 0).get(1) or last.get("beat")
     if failures and hung is not None:
@@ -164,14 +172,15 @@ def hang_and_recovery(home: Path, job: Path, *sets: str) -> dict:
 
 def fault_plan(steps_per_fault: int, interval: int) -> str:
     """A crash, a SIGKILL and a hang on attempts 0, 1, 2, each halfway between two checkpoints."""
-    return ";".join(f"{kind}:step={steps_per_fault * (i + 1) - interval // 2}:rank={i % 2}:attempt={i}"
+    return ";".join(f"{kind}:step={steps_per_fault * (i + 1) - interval // 2}"
+                    f":rank={i % 2}:attempt={i}"
                     for i, kind in enumerate(["crash", "kill", "hang"]))
 
 
 class StepSampler:
-    """Rank 0's (step, progress time) pairs of every attempt, read from its heartbeat files while a job
-    started under ``home`` after this sampler runs: the step time, checkpoint saves included, without
-    start-up, teardown or restarts."""
+    """Rank 0's (step, progress time) pairs of every attempt, read from its heartbeat files while a
+    job started under ``home`` after this sampler runs: the step time, checkpoint saves included,
+    without start-up, teardown or restarts."""
 
     def __init__(self, home: Path):
         self.runs = home / "runs"
@@ -194,8 +203,8 @@ class StepSampler:
                                                                                       beat.progress_time)
 
     def step_time(self, skip: int = 3) -> float | None:
-        """Seconds per step over all attempts, each from its first sampled step after ``skip`` warm-up
-        steps to its last; None if too few were seen."""
+        """Seconds per step over all attempts, each from its first sampled step after ``skip``
+        warm-up steps to its last; None if too few were seen."""
         self._stop.set()
         self._thread.join()
         seconds = steps = 0.0
@@ -214,7 +223,8 @@ def clean_run(home: Path, job: Path, steps: int, *sets: str) -> dict:
     status, wall = submit_wait(home, job, *sets)
     step_time = sampler.step_time()
     if step_time is None:
-        raise SystemExit(f"clean run {job}: too few steps in rank 0's heartbeats ({status['state']})")
+        raise SystemExit(f"clean run {job}: too few steps in rank 0's heartbeats "
+                         f"({status['state']})")
     job_status = Store(home / "jobs.db").job(status["id"])
     assert job_status is not None
     attempt = job_status.attempt_records[0]
@@ -231,10 +241,11 @@ def faulty_run(home: Path, job: Path, *sets: str) -> tuple[dict, float, float | 
     return status, wall, sampler.step_time()
 
 
-def goodput_figures(status: dict, wall: float, own_step_time: float | None, kept_steps: int, clean: dict,
-                    steps: int) -> dict:
+def goodput_figures(status: dict, wall: float, own_step_time: float | None, kept_steps: int,
+                    clean: dict, steps: int) -> dict:
     kept = kept_steps * clean["step_time_s"]
-    fault_free = kept / (kept + clean["overhead_s"])  # the same steps with only the clean run's start-up
+    # the same steps with only the clean run's start-up
+    fault_free = kept / (kept + clean["overhead_s"])
     return {"own_step_time_s": own_step_time,
             "goodput_own_step_time": kept_steps * own_step_time / wall if own_step_time else None,
             "state": status["state"], "faults": len(status["failures"]),
@@ -242,7 +253,8 @@ def goodput_figures(status: dict, wall: float, own_step_time: float | None, kept
             "evidence": [(f["evidence"] or "")[:120] for f in status["failures"]], "steps": steps,
             "kept_steps": kept_steps, "wall_s": wall, "kept_s": kept, "goodput": kept / wall,
             "fault_free_goodput": fault_free,
-            # what the user sees: the fold's breakdown (status --json), beside the bench's own figure
+            # what the user sees: the fold's breakdown (status --json), beside the bench's own
+            # figure
             "status_goodput": (status.get("goodput") or {}).get("goodput_pct"),
             "status_breakdown_s": (status.get("goodput") or {}).get("seconds")}
 
@@ -257,9 +269,12 @@ def demo_goodput(root: Path, fault_every: float) -> tuple[dict, dict]:
     clean = clean_run(home, job, 40, "name=clean", "args=[--steps, 40]", interval)
     steps_per_fault = max(3 * DEMO_INTERVAL, int(fault_every / clean["step_time_s"]))
     total = steps_per_fault * 4
-    status, wall, own = faulty_run(home, job, "name=faulty", f"args=[--steps, {total}]", interval, *FAULTY,
-                                   f"env.FSDP_ORCH_FAULT={fault_plan(steps_per_fault, DEMO_INTERVAL)}")
-    kept_steps = total if status["state"] == "SUCCEEDED" else status.get("last_checkpoint_step") or 0
+    status, wall, own = faulty_run(home, job, "name=faulty", f"args=[--steps, {total}]", interval,
+                                   *FAULTY,
+                                   "env.FSDP_ORCH_FAULT="
+                                   f"{fault_plan(steps_per_fault, DEMO_INTERVAL)}")
+    kept_steps = (total if status["state"] == "SUCCEEDED"
+                  else status.get("last_checkpoint_step") or 0)
     return clean, goodput_figures(status, wall, own, kept_steps, clean, total)
 
 
@@ -270,23 +285,27 @@ def hf_goodput(root: Path, fault_every: float) -> tuple[dict, dict]:
     total = steps_per_fault * 4
     job = write_hf_job(root / "hf-faulty")
     status, wall, own = faulty_run(home, job, hf_args(total), *FAULTY,
-                                   f"env.FSDP_ORCH_FAULT={fault_plan(steps_per_fault, HF_SAVE_STEPS)}")
-    return clean, goodput_figures(status, wall, own, hf_global_step(job.parent / "out"), clean, total)
+                                   "env.FSDP_ORCH_FAULT="
+                                   f"{fault_plan(steps_per_fault, HF_SAVE_STEPS)}")
+    return clean, goodput_figures(status, wall, own, hf_global_step(job.parent / "out"), clean,
+                                  total)
 
 
 class TorchrunBaseline:
-    """Plain torchrun --max-restarts 3 on the demo with the same hang: how long until it reacts at all.
-    A thread reads its output from the start; :meth:`finish` waits for the verdict."""
+    """Plain torchrun --max-restarts 3 on the demo with the same hang: how long until it reacts at
+    all. A thread reads its output from the start; :meth:`finish` waits for the verdict."""
 
     def __init__(self, root: Path, collective_timeout: float):
         work = root / "baseline"
         job = copy_demo(work)
         self.run_dir = work / "run"
         env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}
-        (work / "spec.json").write_text(json.dumps({"watch": {"collective_timeout": collective_timeout}}))
-        env.update(FSDP_ORCH_FAULT=f"hang:step={HANG_STEP}:rank=1", FSDP_ORCH_RUN_DIR=str(self.run_dir),
-                   FSDP_ORCH_SPEC=str(work / "spec.json"), FSDP_ORCH_CHECKPOINT_DIR=str(work / "ckpt"),
-                   OMP_NUM_THREADS="1")
+        (work / "spec.json").write_text(
+            json.dumps({"watch": {"collective_timeout": collective_timeout}}))
+        env.update(FSDP_ORCH_FAULT=f"hang:step={HANG_STEP}:rank=1",
+                   FSDP_ORCH_RUN_DIR=str(self.run_dir),
+                   FSDP_ORCH_SPEC=str(work / "spec.json"),
+                   FSDP_ORCH_CHECKPOINT_DIR=str(work / "ckpt"), OMP_NUM_THREADS="1")
         self.cap = collective_timeout + 60
         self.proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
                                       "--nproc-per-node", "2", "--max-restarts", "3",
@@ -320,12 +339,14 @@ class TorchrunBaseline:
                 buffer += os.read(self.proc.stdout.fileno(), 1 << 16).decode(errors="replace")
             except BlockingIOError:
                 pass
-            if re.search(r"Timed out|Connection closed|Restarting worker|restart_count|FAILED", buffer):
+            if re.search(r"Timed out|Connection closed|Restarting worker|restart_count|FAILED",
+                         buffer):
                 self.reacted = time.time()
             time.sleep(0.2)
         os.killpg(self.proc.pid, 9)
         self.proc.wait()
-        # torchrun starts its workers in sessions of their own: the hung rank outlives the group kill.
+        # torchrun starts its workers in sessions of their own: the hung rank outlives the group
+        # kill.
         signal_pids(job_processes_with(f"FSDP_ORCH_RUN_DIR={self.run_dir}"), 9)
 
     def finish(self) -> dict:
@@ -333,7 +354,8 @@ class TorchrunBaseline:
         beat = read_heartbeats(self.run_dir, 0).get(1)
         last = beat.progress_time if beat is not None else None
         return {"reacted_after_s": (self.reacted - last) if (self.reacted and last) else None,
-                "still_hung_after_s": None if self.reacted else (time.time() - last if last else None)}
+                "still_hung_after_s": None if self.reacted else (time.time() - last if last
+                                                                 else None)}
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -341,22 +363,26 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 
 def rows(r: dict) -> list[tuple[str, str, str, str, float | None, bool | None]]:
-    """(figure, measured, target, baseline measured in this run, ratio to it, target met or None)."""
+    """(figure, measured, target, baseline measured in this run, ratio to it, target met or
+    None)."""
     def s(x: float | None, unit: str = " s", digits: int = 1) -> str:
         return "n/a" if x is None else f"{x:.{digits}f}{unit}"
 
     out = []
     base = r["demo"]["torchrun_baseline"]
     torchrun = base["reacted_after_s"] or base["still_hung_after_s"]
-    torchrun_text = (f"plain torchrun reacted after {s(base['reacted_after_s'])}" if base["reacted_after_s"]
+    torchrun_text = (f"plain torchrun reacted after {s(base['reacted_after_s'])}"
+                     if base["reacted_after_s"]
                      else f"plain torchrun still hung after {s(base['still_hung_after_s'])}")
     for key, label in (("demo", "demo (runtime)"), ("hf", "HF Trainer (unchanged)")):
         hang, clean, good = r[key]["hang"], r[key]["clean"], r[key]["goodput"]
         det = hang["detection_s"]
         ceiling = 30.0 if key == "demo" else 300.0  # job.yaml's heartbeat_timeout; the default
         ref, ref_text = ((torchrun, torchrun_text) if key == "demo"
-                         else (ceiling, f"heartbeat_timeout {ceiling:g} s (the default, now the ceiling)"))
-        window = f" (window {s(hang['window_s'])} {hang['window_mode']})" if hang.get("window_s") else ""
+                         else (ceiling,
+                               f"heartbeat_timeout {ceiling:g} s (the default, now the ceiling)"))
+        window = (f" (window {s(hang['window_s'])} {hang['window_mode']})" if hang.get("window_s")
+                  else "")
         out.append((f"{label}: hang detected after last progress, default window", s(det) + window,
                     f"<= {HANG_TARGET_S[key]:g} s", ref_text, ratio(det, ref),
                     det is not None and det <= HANG_TARGET_S[key]))
@@ -367,31 +393,33 @@ def rows(r: dict) -> list[tuple[str, str, str, str, float | None, bool | None]]:
         own = good["goodput_own_step_time"]
         if key == "demo":
             out += standby_rows(r)
-        out.append((f"{label}: goodput, {good['faults']} faults {r['fault_every_s']:g} s of training apart, "
-                    f"{good['kept_steps']} kept steps",
+        out.append((f"{label}: goodput, {good['faults']} faults {r['fault_every_s']:g} s of "
+                    f"training apart, {good['kept_steps']} kept steps",
                     f"{good['goodput']:.1%} of {good['wall_s']:.0f} s"
                     + (f" ({own:.1%} at its own step time)" if own else ""), ">= 70%",
                     f"fault-free estimate {good['fault_free_goodput']:.1%}",
                     ratio(good["goodput"], good["fault_free_goodput"]), good["goodput"] >= 0.70))
         shown = good["status_goodput"]
         out.append((f"{label}: goodput as status --json says it (the fold of the events)",
-                    "n/a" if shown is None else f"{shown:.1f}%", "", f"the bench's own {good['goodput']:.1%}",
-                    None, None))
+                    "n/a" if shown is None else f"{shown:.1f}%", "",
+                    f"the bench's own {good['goodput']:.1%}", None, None))
         states = [hang["state"], good["state"], clean["state"]]
-        out.append((f"{label}: state of the hang, faults, clean runs", ", ".join(states), "SUCCEEDED", "",
-                    None, states == ["SUCCEEDED"] * 3))
+        out.append((f"{label}: state of the hang, faults, clean runs", ", ".join(states),
+                    "SUCCEEDED", "", None, states == ["SUCCEEDED"] * 3))
         out.append((f"{label}: categories (hang run; faults run)",
-                    f"{', '.join(hang['categories'])}; {', '.join(good['categories'])}", "", "", None, None))
+                    f"{', '.join(hang['categories'])}; {', '.join(good['categories'])}", "", "",
+                    None, None))
     start, step = r["bootstrap"]["startup"], r["bootstrap"]["step"]
     out.append(("bootstrap: python -c pass start-up, added", s(start["delta_ms"], " ms"), "< 50 ms",
-                f"without: {s(start['plain_ms'], ' ms')}", ratio(start["bootstrap_ms"], start["plain_ms"]),
-                start["delta_ms"] < 50))
+                f"without: {s(start['plain_ms'], ' ms')}",
+                ratio(start["bootstrap_ms"], start["plain_ms"]), start["delta_ms"] < 50))
     imp = start["sitecustomize_import_ms"]
-    out.append(("bootstrap: -X importtime sitecustomize (cumulative)", s(imp, " ms"), "< 50 ms", "", None,
-                imp is not None and imp < 50))
+    out.append(("bootstrap: -X importtime sitecustomize (cumulative)", s(imp, " ms"), "< 50 ms", "",
+                None, imp is not None and imp < 50))
     cpu, wall, write = step["cpu_us"], step["wall_us"], step["heartbeat_write"]
     out.append((f"bootstrap: per step, {step['tiny']}, with vs without (CPU; wall)",
-                f"{cpu['overhead_us']:+.1f} us = {cpu['overhead_pct']:+.1f}% ({wall['overhead_us']:+.1f} us)",
+                f"{cpu['overhead_us']:+.1f} us = {cpu['overhead_pct']:+.1f}% "
+                f"({wall['overhead_us']:+.1f} us)",
                 "(tiny step: resolution only)", f"without: {s(cpu['plain_us'], ' us')}",
                 ratio(cpu["bootstrap_us"], cpu["plain_us"]), None))
     hook = step["hook_us"]
@@ -405,8 +433,8 @@ def rows(r: dict) -> list[tuple[str, str, str, str, float | None, bool | None]]:
     for name, step_us in ((step["larger"], cpu["larger_plain_us"]),
                           ("HF Trainer", r["hf"]["clean"]["step_time_s"] * 1e6)):
         pct = 100 * per_step / step_us + write["wall_share_pct"]
-        out.append((f"bootstrap: {per_step:.1f} us + writes on a {name} step", f"{pct:.2f}%", "< 2%",
-                    f"step: {s(step_us / 1000, ' ms', 2)}", None, pct < 2))
+        out.append((f"bootstrap: {per_step:.1f} us + writes on a {name} step", f"{pct:.2f}%",
+                    "< 2%", f"step: {s(step_us / 1000, ' ms', 2)}", None, pct < 2))
     return out
 
 
@@ -414,21 +442,26 @@ def standby_rows(r: dict) -> list[tuple[str, str, str, str, float | None, bool |
     """The warm standby against the cold path: decision to the next attempt's first step."""
     warm, cold = r["demo"]["hang"]["recovery_s"], r["demo"]["hang_cold"]["recovery_s"]
     share = ratio(warm, cold)
-    met = warm is not None and share is not None and warm <= STANDBY_TARGET_S and share <= STANDBY_TARGET_RATIO
+    met = (warm is not None and share is not None and warm <= STANDBY_TARGET_S
+           and share <= STANDBY_TARGET_RATIO)
     cold_text = "n/a" if cold is None else f"{cold:.1f} s"
-    first_warm, first_cold = r["demo"]["hang"]["first_startup_s"], r["demo"]["hang_cold"]["first_startup_s"]
-    return [("demo (runtime): decision -> next first step, warm standby", "n/a" if warm is None else f"{warm:.1f} s",
+    first_warm, first_cold = (r["demo"]["hang"]["first_startup_s"],
+                              r["demo"]["hang_cold"]["first_startup_s"])
+    return [("demo (runtime): decision -> next first step, warm standby",
+             "n/a" if warm is None else f"{warm:.1f} s",
              f"<= {STANDBY_TARGET_S:g} s, <= {STANDBY_TARGET_RATIO:g} of cold",
              f"cold path (launch.standby: off) {cold_text}", share, met),
             ("demo (runtime): first attempt's start-up, keeper started at once",
              "n/a" if first_warm is None else f"{first_warm:.1f} s", "",
-             "cold: " + ("n/a" if first_cold is None else f"{first_cold:.1f} s"), ratio(first_warm, first_cold), None)]
+             "cold: " + ("n/a" if first_cold is None else f"{first_cold:.1f} s"),
+             ratio(first_warm, first_cold), None)]
 
 
 def print_table(table: list[tuple[str, str, str, str, float | None, bool | None]]) -> None:
     head = ("figure", "measured", "target", "baseline (this run)", "ratio", "")
     verdict = {True: "ok", False: "MISSED", None: ""}
-    cells = [head] + [(f, m, t, b, "" if q is None else f"{q:.2f}", verdict[ok]) for f, m, t, b, q, ok in table]
+    cells = [head] + [(f, m, t, b, "" if q is None else f"{q:.2f}", verdict[ok])
+                      for f, m, t, b, q, ok in table]
     widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
     for i, c in enumerate(cells):
         print("  ".join(x.ljust(w) for x, w in zip(c, widths, strict=True)).rstrip())
@@ -437,10 +470,12 @@ def print_table(table: list[tuple[str, str, str, str, float | None, bool | None]
 
 
 def standby_runs(r: dict, root: Path, demo_hang: tuple[str, ...]) -> None:
-    """The demo's hang run from the warm standby (the default) and from a cold start, back to back."""
+    """The demo's hang run from the warm standby (the default) and from a cold start, back to
+    back."""
     r["demo"]["hang"] = hang_and_recovery(root / "hang-home", copy_demo(root / "hang"), *demo_hang)
     log("demo hang run (warm standby):", json.dumps(r["demo"]["hang"]))
-    r["demo"]["hang_cold"] = hang_and_recovery(root / "hang-cold-home", copy_demo(root / "hang-cold"), *demo_hang,
+    r["demo"]["hang_cold"] = hang_and_recovery(root / "hang-cold-home",
+                                               copy_demo(root / "hang-cold"), *demo_hang,
                                                "launch.standby=off")
     log("demo hang run (cold):", json.dumps(r["demo"]["hang_cold"]))
 
@@ -451,8 +486,8 @@ def standby_only(r: dict, demo_hang: tuple[str, ...], as_json: bool, t0: float) 
     return report(r, standby_rows(r), as_json, t0)
 
 
-def report(r: dict, table: list[tuple[str, str, str, str, float | None, bool | None]], as_json: bool,
-           t0: float) -> int:
+def report(r: dict, table: list[tuple[str, str, str, str, float | None, bool | None]],
+           as_json: bool, t0: float) -> int:
     r["bench_wall_s"] = time.time() - t0
     r["all_targets_met"] = all(ok is not False for *_, ok in table)
     if as_json:
@@ -466,7 +501,8 @@ def report(r: dict, table: list[tuple[str, str, str, str, float | None, bool | N
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--collective-timeout", type=float, default=60.0,
-                        help="the job's collective timeout, also given to the plain-torchrun baseline")
+                        help="the job's collective timeout, also given to the "
+                             "plain-torchrun baseline")
     parser.add_argument("--fault-every", type=float, default=30.0,
                         help="seconds of training between two faults in the goodput runs")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
@@ -482,7 +518,8 @@ def main() -> int:
         root = Path(tmp)
         baseline = TorchrunBaseline(root, args.collective_timeout)
         baseline.wait_until_hung()
-        log("baseline hung at step", HANG_STEP, "after", f"{time.time() - t0:.0f} s; hang runs meanwhile")
+        log("baseline hung at step", HANG_STEP, "after",
+            f"{time.time() - t0:.0f} s; hang runs meanwhile")
         standby_runs(r, root, demo_hang)
         r["hf"]["hang"] = hang_and_recovery(root / "hf-hang-home", write_hf_job(root / "hf-hang"),
                                             hf_args(40))

@@ -30,8 +30,8 @@ def hosts_up() -> dict[str, str]:
     """The test hosts' exports (brings them up with 3 hosts unless ``status`` says they are up)."""
     script = REPO / "tests" / "ssh" / "hosts.sh"
     up = subprocess.run(["bash", str(script), "status"], capture_output=True).returncode == 0
-    out = subprocess.run(["bash", str(script), *(["exports"] if up else ["up", "3"])], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(["bash", str(script), *(["exports"] if up else ["up", "3"])],
+                         capture_output=True, text=True, check=True).stdout
     env = {}
     for line in out.splitlines():
         words = shlex.split(line)
@@ -49,15 +49,17 @@ def launch_seconds(work: Path, hosts: dict[str, str], count: int, repeat: int) -
     profile = work / f"ssh{count}.yaml"
     lines = ["kind: ssh", "device: cpu", "hosts:"]
     for address in hosts["FSDP_ORCH_SSH_HOSTS"].split()[:count]:
-        lines.append(f"  - {{address: {address}, user: root, identity_file: {hosts['FSDP_ORCH_SSH_KEY']}}}")
-    lines += [f"python: {sys.executable}", f"known_hosts: {hosts['FSDP_ORCH_SSH_KNOWN_HOSTS']}", "connect_timeout: 5"]
+        lines.append(f"  - {{address: {address}, user: root, identity_file: "
+                     f"{hosts['FSDP_ORCH_SSH_KEY']}}}")
+    lines += [f"python: {sys.executable}", f"known_hosts: {hosts['FSDP_ORCH_SSH_KNOWN_HOSTS']}",
+              "connect_timeout: 5"]
     profile.write_text("\n".join(lines) + "\n")
     job = work / "job.yaml"
     job.write_text("name: fanout\nlauncher: python\ncommand: [\"true\"]\n")
     samples = []
     for attempt in range(repeat):
-        planned = plan_job(job, str(profile), overrides=[f"nodes={count}"], job_id=f"fan{count}", attempt=attempt,
-                           home_dir=work / "home")
+        planned = plan_job(job, str(profile), overrides=[f"nodes={count}"], job_id=f"fan{count}",
+                           attempt=attempt, home_dir=work / "home")
         plan, artifacts = planned.plan, planned.artifacts
         t0 = time.perf_counter()
         SshLauncher(planned.submission).launch(plan, artifacts)
@@ -65,7 +67,8 @@ def launch_seconds(work: Path, hosts: dict[str, str], count: int, repeat: int) -
         deadline = time.monotonic() + 60
         while not all(Path(exit_file(plan.attempt_dir, r)).exists() for r in range(count)):
             if time.monotonic() > deadline:
-                raise SystemExit(f"the node scripts of attempt {attempt} on {count} host(s) did not finish")
+                raise SystemExit(f"the node scripts of attempt {attempt} on {count} host(s) "
+                                 "did not finish")
             time.sleep(0.05)
     return samples
 
@@ -102,8 +105,8 @@ def main() -> int:
     print(f"launch on 1 host  (median of {args.repeat}): {m1 * 1000:7.1f} ms")
     print(f"launch on 3 hosts (median of {args.repeat}): {m3 * 1000:7.1f} ms")
     print(f"ratio 3 hosts / 1 host:            {m3 / m1:7.2f}   (target < 1.5)")
-    print(f"baseline, OpenSSH `true` on 1 host / 3 at once: {b1 * 1000:.1f} ms / {b3 * 1000:.1f} ms, "
-          f"ratio {b3 / b1:.2f}")
+    print(f"baseline, OpenSSH `true` on 1 host / 3 at once: {b1 * 1000:.1f} ms / "
+          f"{b3 * 1000:.1f} ms, ratio {b3 / b1:.2f}")
     return 0
 
 

@@ -34,13 +34,15 @@ from fsdp_orch.observe.heartbeats import Heartbeat  # noqa: E402
 from fsdp_orch.observe.step_times import StepTimes, percentile  # noqa: E402
 from fsdp_orch.supervise.hang_window import hang_window  # noqa: E402
 
-RECORDER = '''"""Records the time of every optimizer step of this rank, then runs the script given as argv[1]."""
+RECORDER = '''"""Records the time of every optimizer step of this rank, then runs the script \
+given as argv[1]."""
 import atexit, json, os, runpy, sys, time
 import torch.optim.optimizer as optimizer
 times = []
 optimizer.register_optimizer_step_post_hook(lambda *_: times.append(time.time()))
 def dump():
-    with open(os.path.join(os.environ["STEP_TIMES_DIR"], f"rank-{os.environ.get('RANK', '0')}.json"), "w") as f:
+    with open(os.path.join(os.environ["STEP_TIMES_DIR"], \
+f"rank-{os.environ.get('RANK', '0')}.json"), "w") as f:
         json.dump(times, f)
 atexit.register(dump)
 sys.argv = sys.argv[1:]
@@ -60,26 +62,31 @@ def run_job(root: Path, name: str, folder: str, args: list[str] | None) -> dict:
     import yaml
 
     work = root / name
-    shutil.copytree(REPO / folder, work, ignore=shutil.ignore_patterns("checkpoints", "out", "__pycache__",
-                                                                       "lightning_logs"))
+    shutil.copytree(REPO / folder, work,
+                    ignore=shutil.ignore_patterns("checkpoints", "out", "__pycache__",
+                                                  "lightning_logs"))
     spec = yaml.safe_load((work / "job.yaml").read_text())
     spec.pop("watch", None)  # the defaults: what a new user gets
     times_dir = work / "step-times"
     times_dir.mkdir()
     (work / "_record_steps.py").write_text(RECORDER)
-    spec["args"] = [spec["script"], *[str(a) for a in (args if args is not None else spec.get("args", []))]]
+    spec["args"] = [spec["script"],
+                    *[str(a) for a in (args if args is not None else spec.get("args", []))]]
     spec["script"] = "_record_steps.py"
     spec.setdefault("env", {})["STEP_TIMES_DIR"] = str(times_dir)
     spec.setdefault("restart", {})["max_restarts"] = 0  # a verdict in a clean run shows as FAILED
     (work / "job.yaml").write_text(json.dumps(spec))
     env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}
     env["FSDP_ORCH_HOME"] = str(root / "home")
-    proc = subprocess.run([sys.executable, "-m", "fsdp_orch", "submit", "--cluster", "local", "--wait", "--json",
-                           str(work / "job.yaml")], env=env, capture_output=True, text=True, check=False)
-    status = json.loads(proc.stdout) if proc.stdout.strip() else {"state": "?", "stderr": proc.stderr[-2000:]}
-    ranks = {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in times_dir.glob("rank-*.json")}
-    return {"state": status.get("state"), "failures": [f.get("category") for f in status.get("failures", [])],
-            **analyse(ranks)}
+    proc = subprocess.run([sys.executable, "-m", "fsdp_orch", "submit", "--cluster", "local",
+                           "--wait", "--json", str(work / "job.yaml")], env=env,
+                          capture_output=True, text=True, check=False)
+    status = json.loads(proc.stdout) if proc.stdout.strip() else {"state": "?",
+                                                                  "stderr": proc.stderr[-2000:]}
+    ranks = {int(p.stem.split("-")[1]): json.loads(p.read_text())
+             for p in times_dir.glob("rank-*.json")}
+    return {"state": status.get("state"),
+            "failures": [f.get("category") for f in status.get("failures", [])], **analyse(ranks)}
 
 
 def analyse(ranks: dict[int, list[float]]) -> dict:
@@ -92,8 +99,8 @@ def analyse(ranks: dict[int, list[float]]) -> dict:
     events = sorted((at, rank) for rank, times in ranks.items() for at in times)
     smallest, over, previous = None, [], {}
     for at, rank in events:
-        beats = {r: Heartbeat(rank=r, attempt=0, step=0, loss=None, time=at, state="training", pid=0,
-                              step_s=s.summary()) for r, s in summaries.items()}
+        beats = {r: Heartbeat(rank=r, attempt=0, step=0, loss=None, time=at, state="training",
+                              pid=0, step_s=s.summary()) for r, s in summaries.items()}
         window = hang_window(watch, beats)
         if rank in previous and at - previous[rank] > window.seconds:
             over.append(round(at - previous[rank], 2))
@@ -103,7 +110,8 @@ def analyse(ranks: dict[int, list[float]]) -> dict:
         previous[rank] = at
     p95 = percentile(gaps, 0.95)
     return {"steps": max(len(t) for t in ranks.values()), "p50": percentile(gaps, 0.5), "p95": p95,
-            "p99": percentile(gaps, 0.99), "max": gaps[-1], "max_over_p95": gaps[-1] / p95 if p95 else None,
+            "p99": percentile(gaps, 0.99), "max": gaps[-1],
+            "max_over_p95": gaps[-1] / p95 if p95 else None,
             "smallest_window": smallest, "gaps_over_window": over}
 
 
@@ -125,9 +133,9 @@ def main() -> int:
         if not r.get("steps"):
             print(f"{name:<11} {r['state']:<10} no steps recorded")
             continue
-        print(f"{name:<11} {r['state']:<10} {r['steps']:>5} {r['p50']:>7.3f} {r['p95']:>7.3f} {r['p99']:>7.3f} "
-              f"{r['max']:>7.2f} {r['max_over_p95']:>7.1f} {r['smallest_window'] or 0:>7.2f}  "
-              f"{r['gaps_over_window']}")
+        print(f"{name:<11} {r['state']:<10} {r['steps']:>5} {r['p50']:>7.3f} {r['p95']:>7.3f} "
+              f"{r['p99']:>7.3f} {r['max']:>7.2f} {r['max_over_p95']:>7.1f} "
+              f"{r['smallest_window'] or 0:>7.2f}  {r['gaps_over_window']}")
     if opts.json:
         opts.json.write_text(json.dumps(results, indent=1))
     return 0 if all(r["state"] == "SUCCEEDED" for r in results.values()) else 1

@@ -9,8 +9,9 @@
 3. a slow save that keeps writing (40 MB at 4 MB/s from a writer thread, 2.5x the window): a hit
    when there is no verdict at all (target 5/5).
 
-The scenarios are the ones tests/integration/test_hang_verdicts.py runs once (tests/verdict_scenarios.py).
-Progress to stderr, the table (or ``--json``) to stdout; exit status 1 if a target is missed.
+The scenarios are the ones tests/integration/test_hang_verdicts.py runs once
+(tests/verdict_scenarios.py). Progress to stderr, the table (or ``--json``) to stdout; exit status 1
+if a target is missed.
 
     .venv/bin/python bench/verdicts.py [--runs 5] [--json]
 """
@@ -67,14 +68,16 @@ def main() -> int:
                 print(f"{name} #{run + 1}: {'hit' if outcome.hit else 'MISS ' + outcome.why[:400]}",
                       file=sys.stderr, flush=True)
             results[name] = {"hits": hits, "runs": args.runs, "misses": misses,
-                             "verdict_after_s": detections, "wall_s": [round(s, 1) for s in seconds]}
+                             "verdict_after_s": detections,
+                             "wall_s": [round(s, 1) for s in seconds]}
     if args.json:
         print(json.dumps(results, indent=2))
     else:
         print(f"{'scenario':<30} {'hits':>6}  verdict after (s)          wall (s)")
         for name, r in results.items():
             after = ", ".join(f"{d:.1f}" for d in r["verdict_after_s"] if d is not None) or "-"
-            print(f"{name:<30} {r['hits']}/{r['runs']:<4}  {after:<26} {sum(r['wall_s']) / len(r['wall_s']):.0f}")
+            print(f"{name:<30} {r['hits']}/{r['runs']:<4}  {after:<26} "
+                  f"{sum(r['wall_s']) / len(r['wall_s']):.0f}")
     return 0 if all(r["hits"] == r["runs"] for r in results.values()) else 1
 
 

@@ -51,10 +51,12 @@ def main() -> int:
             f"kind: local\ndevice: cpu\npython: {python}\nprocs_per_node: 1\n")
         job = copy_demo(base)
         submitted = cli.run("submit", "--cluster", "xla-cpu", str(job), "--set", "launcher=python",
-                            "--set", "procs_per_node=1", "--set", f"args={json.dumps(['--steps', '200', *SMALL_DEMO])}",
+                            "--set", "procs_per_node=1", "--set",
+                            f"args={json.dumps(['--steps', '200', *SMALL_DEMO])}",
                             "--set", "env.PJRT_DEVICE=CPU", "--set", "env.CPU_NUM_DEVICES=4",
                             "--set", f"env.FSDP_ORCH_FAULT=hang:step={HANG_STEP}:rank=0",
-                            "--set", "restart.max_restarts=0", "--set", "watch.hang_detection=fixed",
+                            "--set", "restart.max_restarts=0", "--set",
+                            "watch.hang_detection=fixed",
                             "--set", f"watch.heartbeat_timeout={WINDOW_S}s", check=True)
         job_id = submitted.stdout.strip().split()[-1]
         run_dir = cli.home / "runs" / job_id
@@ -76,10 +78,12 @@ def watch(cli, job_id: str, run_dir: Path) -> tuple[list[dict], collections.Coun
         if beat is not None:
             samples.append({"t": now - started, "step": beat.step, "state": beat.state,
                             "python_age": None if beat.python_at is None else now - beat.python_at,
-                            "compute_age": None if beat.compute_at is None else now - beat.compute_at,
+                            "compute_age": (None if beat.compute_at is None
+                                            else now - beat.compute_at),
                             "progress_age": now - beat.progress_time})
             if 20 <= beat.step < HANG_STEP - 10 and len(stacks) < 40:
-                dump = subprocess.run([str(py_spy), "dump", "--pid", str(beat.pid)], capture_output=True, text=True)
+                dump = subprocess.run([str(py_spy), "dump", "--pid", str(beat.pid)],
+                                      capture_output=True, text=True)
                 threads = parse_pyspy_dump(dump.stdout)
                 main = main_thread(threads)
                 if main and main.frames:
@@ -116,11 +120,14 @@ def summarize(samples: list[dict], stacks: collections.Counter, status: dict) ->
 
 
 def table(report: dict) -> str:
-    lines = ["| phase | seconds | longest native call (s) | longest CPU quiet (s) |", "|---|---|---|---|"]
+    lines = ["| phase | seconds | longest native call (s) | longest CPU quiet (s) |",
+             "|---|---|---|---|"]
     for name, row in report["phases"].items():
-        lines.append(f"| {name} | {row['seconds']} | {row['longest_native_call_s']} | {row['longest_quiet_cpu_s']} |")
+        lines.append(f"| {name} | {row['seconds']} | {row['longest_native_call_s']} | "
+                     f"{row['longest_quiet_cpu_s']} |")
     lines.append("")
-    lines.append(f"main thread's innermost frame in steady steps (py-spy): {report['main_thread_innermost_frames_in_steady_steps']}")
+    lines.append("main thread's innermost frame in steady steps (py-spy): "
+                 f"{report['main_thread_innermost_frames_in_steady_steps']}")
     lines.append(f"verdict: {report['verdict']} after {report['verdict_after_last_progress_s']} s "
                  f"(window {report['window_s']} s); evidence: {report['evidence_first_line']}")
     return "\n".join(lines)

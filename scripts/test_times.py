@@ -43,24 +43,27 @@ def main() -> None:
     lines = [json.loads(t) for t in args.file.read_text().splitlines() if t.strip()]
     rows = fold(lines, args.tests)
     total = sum(r["wall_s"] for r in rows)
-    print(f"{len(rows)} {'tests' if args.tests else 'files'}, {total / 60:.1f} min of test wall time")
+    print(f"{len(rows)} {'tests' if args.tests else 'files'}, {total / 60:.1f} min of "
+          "test wall time")
     workers = sorted({line.get("worker") or "" for line in lines} - {""})
     timed = [line for line in lines if "at" in line]
     if workers and timed:
         span = max(t["at"] for t in timed) - min(t["at"] - t["wall_s"] for t in timed)
-        print(f"{len(workers)} pytest-xdist workers side by side: {span / 60:.1f} min from the first test's start "
-              "to the last one's end; a file's cores busy counts every worker's CPU meanwhile")
+        print(f"{len(workers)} pytest-xdist workers side by side: {span / 60:.1f} min from the "
+              "first test's start to the last one's end; a file's cores busy counts every worker's "
+              "CPU meanwhile")
     failed = sorted({line["test"] for line in lines if line.get("outcome") == "failed"})
     for test in failed:
         print(f"failed: {test}")
     print("| file | tests | wall | of all | set-up + teardown | cores busy | waiting |")
     print("|---|---|---|---|---|---|---|")
     for row in rows[:args.most]:
-        print(f"| `{row['name']}` | {row['tests']} | {row['wall_s']:.0f} s | {row['wall_s'] / total:.1%} | "
-              f"{row['setup_s']:.0f} s | {row['busy']:.0%} | {row['wall_s'] * (1 - row['busy']):.0f} s |")
+        print(f"| `{row['name']}` | {row['tests']} | {row['wall_s']:.0f} s | "
+              f"{row['wall_s'] / total:.1%} | {row['setup_s']:.0f} s | {row['busy']:.0%} | "
+              f"{row['wall_s'] * (1 - row['busy']):.0f} s |")
     busy = sum(r["wall_s"] * r["busy"] for r in rows)
-    print(f"| all | {sum(r['tests'] for r in rows)} | {total:.0f} s | | {sum(r['setup_s'] for r in rows):.0f} s | "
-          f"{busy / total:.0%} | {total - busy:.0f} s |")
+    print(f"| all | {sum(r['tests'] for r in rows)} | {total:.0f} s | | "
+          f"{sum(r['setup_s'] for r in rows):.0f} s | {busy / total:.0%} | {total - busy:.0f} s |")
 
 
 if __name__ == "__main__":

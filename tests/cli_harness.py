@@ -35,8 +35,9 @@ class Cli:
 
     def run(self, *args: str, timeout: float = 600, check: bool = False,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        proc = subprocess.run([*self.prefix, sys.executable, "-m", "fsdp_orch", *args], cwd=self.cwd,
-                              env=env or self.env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run([*self.prefix, sys.executable, "-m", "fsdp_orch", *args],
+                              cwd=self.cwd, env=env or self.env, capture_output=True, text=True,
+                              timeout=timeout)
         if check and proc.returncode != 0:
             raise AssertionError(f"fsdp-orch {' '.join(args)} exited {proc.returncode}\n"
                                  f"stdout: {proc.stdout}\nstderr: {proc.stderr}")
@@ -63,7 +64,8 @@ def make_cli(base: Path) -> Cli:
 
 
 def copy_demo(base: Path) -> Path:
-    """A private copy of examples/demo under ``base`` (its checkpoints land beside it); its job.yaml."""
+    """A private copy of examples/demo under ``base`` (its checkpoints land beside it); its
+    job.yaml."""
     target = base / "demo"
     shutil.copytree(REPO / "examples" / "demo", target,
                     ignore=shutil.ignore_patterns("checkpoints", "__pycache__", "result.json"))
@@ -71,7 +73,8 @@ def copy_demo(base: Path) -> Path:
 
 
 def copy_unchanged(base: Path, name: str) -> Path:
-    """A private copy of examples/unchanged/<name> under ``base`` (outputs land beside it); its job.yaml."""
+    """A private copy of examples/unchanged/<name> under ``base`` (outputs land beside it); its
+    job.yaml."""
     target = base / name
     shutil.copytree(REPO / "examples" / "unchanged" / name, target,
                     ignore=shutil.ignore_patterns("out", "ckpt", "__pycache__", "*.pt"))
@@ -87,17 +90,21 @@ def why(status: dict) -> str:  # type: ignore[type-arg]
 
 def job_events(cli: Cli, job_id: str) -> list[dict]:
     """The job's event log as ``fsdp-orch events --json`` prints it, in order."""
-    return [json.loads(line) for line in cli.run("events", job_id, "--json", check=True).stdout.splitlines()]
+    return [json.loads(line)
+            for line in cli.run("events", job_id, "--json", check=True).stdout.splitlines()]
 
 
 def hang_windows(cli: Cli, job_id: str, attempt: int = 0) -> list[dict]:
-    """The hang windows the supervisor recorded for ``attempt`` (``hang_window`` events), in order."""
-    return [e for e in job_events(cli, job_id) if e.get("kind") == "hang_window" and e.get("attempt") == attempt]
+    """The hang windows the supervisor recorded for ``attempt`` (``hang_window`` events), in
+    order."""
+    return [e for e in job_events(cli, job_id)
+            if e.get("kind") == "hang_window" and e.get("attempt") == attempt]
 
 
 def notices(cli: Cli, job_id: str, name: str) -> list[dict]:
     """The supervisor's notices called ``name`` (``stacks``, ``node_silent``...), in order."""
-    return [e for e in job_events(cli, job_id) if e.get("kind") == "notice" and e.get("notice") == name]
+    return [e for e in job_events(cli, job_id)
+            if e.get("kind") == "notice" and e.get("notice") == name]
 
 
 def culprit_leads(evidence: str | None, rank: int) -> bool:
@@ -122,7 +129,8 @@ def check_goodput(cli: Cli, status: dict) -> dict:
     assert abs(g["wall_s"] - wall) <= 0.002, (g["wall_s"], wall)
     assert abs(sum(g["seconds"].values()) - g["wall_s"]) <= 0.01 * g["wall_s"], g
     assert 0 < g["goodput_pct"] < 100, g
-    line = [x for x in cli.run("status", status["id"], check=True).stdout.splitlines() if x.startswith("goodput: ")]
+    line = [x for x in cli.run("status", status["id"], check=True).stdout.splitlines()
+            if x.startswith("goodput: ")]
     assert line and line[0].startswith(f"goodput: {g['goodput_pct']:.1f}% of "), line
     page = cli.run("report", status["id"], check=True).stdout.strip()
     text = (cli.cwd / page).read_text()

@@ -52,7 +52,8 @@ class TorchrunRun:
 
     def ok(self) -> TorchrunRun:
         """Assert the run succeeded, showing its output when not."""
-        assert self.returncode == 0, f"exit {self.returncode}\n{self.stdout[-2000:]}\n{self.stderr[-4000:]}"
+        assert self.returncode == 0, (f"exit {self.returncode}\n{self.stdout[-2000:]}"
+                                      f"\n{self.stderr[-4000:]}")
         return self
 
     def kill(self) -> None:
@@ -126,7 +127,8 @@ class Torchrun:
         self.started.append(run)
         return run
 
-    def run(self, args: list[str] | None = None, *, timeout: float = 180, **kwargs: Any) -> TorchrunRun:
+    def run(self, args: list[str] | None = None, *, timeout: float = 180,
+            **kwargs: Any) -> TorchrunRun:
         """Prepare, run to the end (killing the process group after ``timeout``), collect output."""
         run = self.start(self.prepare(args, **kwargs))
         assert run.proc is not None
@@ -135,7 +137,8 @@ class Torchrun:
         except subprocess.TimeoutExpired:
             run.kill()
             run.stdout, run.stderr = run.proc.communicate()
-            raise AssertionError(f"torchrun still running after {timeout}s:\n{run.stderr[-3000:]}") from None
+            raise AssertionError(
+                f"torchrun still running after {timeout}s:\n{run.stderr[-3000:]}") from None
         run.returncode = run.proc.returncode
         return run
 
@@ -202,10 +205,12 @@ def _is_cli(value: object) -> bool:
 
 
 def _clis_used(values: list[object]) -> list[Any]:
-    """The CLIs among a test's fixture values: a Cli, one in a tuple or list, or an object's ``cli``."""
+    """The CLIs among a test's fixture values: a Cli, one in a tuple or list, or an object's
+    ``cli``."""
     found = []
     for value in values:
-        for candidate in (value, *(value if isinstance(value, (tuple, list)) else ()), getattr(value, "cli", None)):
+        for candidate in (value, *(value if isinstance(value, (tuple, list)) else ()),
+                          getattr(value, "cli", None)):
             if _is_cli(candidate):
                 found.append(candidate)
     return found
@@ -232,13 +237,14 @@ def pytest_runtest_call(item: pytest.Item):  # type: ignore[no-untyped-def]
         seen.add(id(cli))
         wrong = mismatches(cli)
         if wrong:
-            pytest.fail("status --json is not fold(events) for:\n" + "\n".join(wrong), pytrace=False)
+            pytest.fail("status --json is not fold(events) for:\n" + "\n".join(wrong),
+                        pytrace=False)
     return result
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test under tests/unit is marked ``unit``: ``scripts/test.sh --quick`` runs those and the
-    few marked ``quick`` (one short real job per launcher)."""
+    """Every test under tests/unit is marked ``unit``: ``scripts/test.sh --quick`` runs those and
+    the few marked ``quick`` (one short real job per launcher)."""
     unit = REPO / "tests" / "unit"
     for item in items:
         if Path(str(item.fspath)).is_relative_to(unit):

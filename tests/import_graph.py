@@ -53,8 +53,8 @@ def module_imports(root: Path, package: str = "fsdp_orch") -> dict[str, set[str]
     """Each module of ``root/package`` -> the modules of the package it imports, lazily or not.
 
     ``from p.x import y`` counts as importing ``p.x.y`` when that is a module, else ``p.x``;
-    importing ``p.a.b`` also imports the package ``p.a``, except where ``p.a`` encloses the importing
-    module (Python loads a package before its modules anyway). The root package (its face,
+    importing ``p.a.b`` also imports the package ``p.a``, except where ``p.a`` encloses the
+    importing module (Python loads a package before its modules anyway). The root package (its face,
     ``p/__init__.py``) is a module like any other: ``import p`` or ``from p import __version__``
     depends on it, so a face that imports a module importing it back is a circle. A module's import
     of itself and names that are not modules of the package are left out."""
@@ -104,7 +104,8 @@ def kind_units(kind_modules: Iterable[str], backends: str) -> list[str]:
     """The cluster kinds as units, from the modules that hold their ``KIND`` (the registry's): a
     module directly under ``backends`` is its own unit; one inside a package there stands for the
     whole package (``p.backends.slurm.kind`` -> ``p.backends.slurm``)."""
-    return sorted({f"{backends}.{module.removeprefix(f'{backends}.').split('.')[0]}" for module in kind_modules})
+    return sorted({f"{backends}.{module.removeprefix(f'{backends}.').split('.')[0]}"
+                   for module in kind_modules})
 
 
 def unit_among(module: str, units: Iterable[str]) -> str | None:
@@ -115,7 +116,8 @@ def unit_among(module: str, units: Iterable[str]) -> str | None:
 def imports_into_kinds(modules: dict[str, set[str]], units: list[str]) -> list[tuple[str, str]]:
     """Every import of a kind's module from a module outside that kind, as (importer, imported)."""
     return sorted((module, target) for module, targets in modules.items() for target in targets
-                  if (unit := unit_among(target, units)) is not None and unit != unit_among(module, units))
+                  if (unit := unit_among(target, units)) is not None
+                  and unit != unit_among(module, units))
 
 
 def strongly_connected_components(graph: dict[str, set[str]]) -> list[list[str]]:

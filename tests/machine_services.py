@@ -32,12 +32,13 @@ def parse_exports(text: str) -> dict[str, str]:
 
 
 def run_script(script: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(["bash", str(script), *args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 @contextmanager
-def service(script: Path, what: str, cannot_run: str | None, start: tuple[str, ...], stop: tuple[str, ...],
+def service(script: Path, what: str, cannot_run: str | None, start: tuple[str, ...],
+            stop: tuple[str, ...],
             start_timeout: float, stop_timeout: float) -> Iterator[dict[str, str]]:
     """Start ``what`` with ``script start...`` (``status`` says whether it already ran) and yield
     the exports it printed; afterwards ``script stop...``, unless it ran before the session."""
@@ -55,4 +56,5 @@ def service(script: Path, what: str, cannot_run: str | None, start: tuple[str, .
     yield parse_exports(proc.stdout)
     if not was_running:
         down = run_script(script, *stop, timeout=stop_timeout)
-        assert down.returncode == 0, f"{name} {' '.join(stop)} exited {down.returncode}\n{down.stderr}"
+        assert down.returncode == 0, (f"{name} {' '.join(stop)} exited {down.returncode}"
+                                      f"\n{down.stderr}")

@@ -11,10 +11,12 @@ from fsdp_orch.supervise import SUPERVISOR_MODULE
 
 # What golden files show as the supervisor's command (the real one names this machine's Python).
 SUPERVISOR = ("python3", "-m", SUPERVISOR_MODULE)
-CONTEXT = PlanContext(job_id="j", attempt=0, run_root="/h", job_dir="/j", supervisor_command=SUPERVISOR)
+CONTEXT = PlanContext(job_id="j", attempt=0, run_root="/h", job_dir="/j",
+                      supervisor_command=SUPERVISOR)
 
 
-def plan_on(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext = CONTEXT) -> LaunchPlan:
+def plan_on(job: JobSpec, profile: ProfileBase, cluster: str,
+            ctx: PlanContext = CONTEXT) -> LaunchPlan:
     return make_plan(job, profile, cluster, ctx, cluster_kind(profile.kind))
 
 

@@ -45,7 +45,8 @@ import sys
 rank = os.environ.get("RANK", "?")
 wrong = [name for name in ("HF_TOKEN", "WANDB_API_KEY")
          if name not in os.environ
-         or hashlib.sha256(os.environ[name].encode()).hexdigest() != os.environ.get("EXPECT_" + name + "_SHA256")]
+         or hashlib.sha256(os.environ[name].encode()).hexdigest() != \
+os.environ.get("EXPECT_" + name + "_SHA256")]
 if wrong:
     print(f"rank {rank}: wrong or missing {', '.join(wrong)}", flush=True)
     sys.exit(3)
@@ -56,7 +57,8 @@ Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
 
 def run_here(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,12 @@ def other_account() -> tuple[int, int]:
     try:
         entry = pwd.getpwnam(OTHER)
     except KeyError:
-        made = subprocess.run(["useradd", "--system", "--no-create-home", OTHER], capture_output=True, text=True)
-        if made.returncode not in (0, USERADD_NAME_IN_USE):  # 9: another pytest worker made it first
-            raise AssertionError(f"useradd {OTHER} exited {made.returncode}: {made.stderr}") from None
+        made = subprocess.run(["useradd", "--system", "--no-create-home", OTHER],
+                              capture_output=True, text=True)
+        # 9: another pytest worker made it first
+        if made.returncode not in (0, USERADD_NAME_IN_USE):
+            raise AssertionError(
+                f"useradd {OTHER} exited {made.returncode}: {made.stderr}") from None
         entry = pwd.getpwnam(OTHER)
     return entry.pw_uid, entry.pw_gid
 
@@ -141,8 +146,8 @@ def submit_env(cli: Cli, values: Secrets) -> dict[str, str]:
 # --- the job ------------------------------------------------------------------------------------
 
 def write_job(folder: Path, values: Secrets, port: int, nodes: int) -> Path:
-    """The job folder: check_secrets.py and job.yaml (0600: it holds the plain WANDB value). torchrun,
-    one process per node, no restarts; the webhook on SUCCEEDED and FAILED."""
+    """The job folder: check_secrets.py and job.yaml (0600: it holds the plain WANDB value).
+    torchrun, one process per node, no restarts; the webhook on SUCCEEDED and FAILED."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "check_secrets.py").write_text(CHECK_SCRIPT)
     text = f"""\
@@ -161,7 +166,8 @@ restart:
   max_restarts: 0
 watch:
   startup_timeout: 120s
-  expect_ranks: false           # check_secrets.py starts no process group: it only reads its environment
+  expect_ranks: false           # check_secrets.py starts no process group: it only reads its \
+environment
 notify:
   - url: http://127.0.0.1:{port}/hook
     on: [SUCCEEDED, FAILED]
@@ -218,7 +224,8 @@ class Receiver:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode(errors="replace")
+                body = self.rfile.read(
+                    int(self.headers.get("Content-Length") or 0)).decode(errors="replace")
                 posts.append(Post(self.path, {k: v for k, v in self.headers.items()}, body))
                 self.send_response(204)
                 self.end_headers()
@@ -264,11 +271,13 @@ def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.
 
 # --- the checks ---------------------------------------------------------------------------------
 
-def submit_and_wait(cli: Cli, job: Path, cluster: str, values: Secrets, timeout: float = 400) -> dict:
+def submit_and_wait(cli: Cli, job: Path, cluster: str, values: Secrets,
+                    timeout: float = 400) -> dict:
     """``submit --wait --json`` with TEST_HF_TOKEN in the environment; the final status."""
-    proc = cli.run("submit", "--cluster", cluster, "--wait", "--json", str(job), env=submit_env(cli, values),
-                   timeout=timeout)
-    assert proc.stdout.strip(), f"submit exited {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
+    proc = cli.run("submit", "--cluster", cluster, "--wait", "--json", str(job),
+                   env=submit_env(cli, values), timeout=timeout)
+    assert proc.stdout.strip(), (f"submit exited {proc.returncode}\nstdout: {proc.stdout}\nstderr: "
+                                 f"{proc.stderr}")
     for value in values.all:
         assert value not in proc.stdout + proc.stderr, "submit printed a secret value"
     return json.loads(proc.stdout)
@@ -282,10 +291,12 @@ def check_ranks_saw_every_value(cli: Cli, status: dict, nodes: int) -> None:
 
 
 def check_webhook_got_the_header(got: Receiver, values: Secrets) -> None:
-    assert wait_for(lambda: "SUCCEEDED" in got.triggers(), 90), f"no SUCCEEDED POST: {got.triggers()}"
+    assert wait_for(lambda: "SUCCEEDED" in got.triggers(), 90), (
+        f"no SUCCEEDED POST: {got.triggers()}")
     for post in got.posts:
         assert post.path == "/hook"
-        assert post.headers.get("Authorization") == values.authorization, "the Authorization header is not the file's content"
+        assert post.headers.get("Authorization") == values.authorization, (
+            "the Authorization header is not the file's content")
         for value in values.all:
             assert value not in post.body, "a webhook body holds a secret value"
 
@@ -327,7 +338,8 @@ def redacted_values(document: Any, key: str) -> list[Any]:
     return found
 
 
-def check_displays_show_no_value(cli: Cli, job_id: str, job: Path, cluster: str, values: Secrets) -> None:
+def check_displays_show_no_value(cli: Cli, job_id: str, job: Path, cluster: str,
+                                 values: Secrets) -> None:
     """status (table, one job, --json), events (lines, --json), logs and render print no value;
     events --json shows the plain WANDB_API_KEY as ***; render says where HF_TOKEN comes from."""
     shown = {
@@ -338,40 +350,50 @@ def check_displays_show_no_value(cli: Cli, job_id: str, job: Path, cluster: str,
         "events ID": cli.run("events", job_id, check=True),
         "events ID --json": cli.run("events", job_id, "--json", check=True),
         "logs ID": cli.run("logs", job_id, check=True),
-        "render": cli.run("render", str(job), "--cluster", cluster, env=submit_env(cli, values), check=True),
+        "render": cli.run("render", str(job), "--cluster", cluster, env=submit_env(cli, values),
+                          check=True),
     }
     for what, proc in shown.items():
         for value in values.all:
             assert value not in proc.stdout + proc.stderr, f"`{what}` printed a secret value"
     assert job_id in shown["status"].stdout
-    assert "from_env" in shown["render"].stdout and ENV_NAME in shown["render"].stdout, shown["render"].stdout[-3000:]
-    events = [json.loads(line) for line in shown["events ID --json"].stdout.splitlines() if line.strip()]
+    assert ("from_env" in shown["render"].stdout
+            and ENV_NAME in shown["render"].stdout), (shown["render"].stdout[-3000:])
+    events = [json.loads(line)
+              for line in shown["events ID --json"].stdout.splitlines() if line.strip()]
     wandb = redacted_values(events, "WANDB_API_KEY")
     assert wandb and all(v == "***" for v in wandb), f"events --json shows WANDB_API_KEY as {wandb}"
 
 
-def grep(place: Place, patterns: Sequence[str], account: tuple[int, int] | None = None) -> list[str]:
+def grep(place: Place, patterns: Sequence[str],
+         account: tuple[int, int] | None = None) -> list[str]:
     """The files under ``place`` holding any of ``patterns`` (fixed strings), as ``account``
     (default root). Devices, FIFOs and sockets are skipped; unreadable folders are not errors."""
-    argv = ["grep", "-r", "-F", "-l", "-D", "skip", *(w for p in patterns for w in ("-e", p)), place.path]
+    argv = ["grep", "-r", "-F", "-l", "-D", "skip", *(w for p in patterns for w in ("-e", p)),
+            place.path]
     proc = place.run(as_account(*account, argv) if account else argv)
-    assert proc.returncode in (0, 1, 2), f"grep in {place.label} exited {proc.returncode}: {proc.stderr[-2000:]}"
+    assert proc.returncode in (
+        0, 1, 2), (f"grep in {place.label} exited {proc.returncode}: {proc.stderr[-2000:]}")
     return proc.stdout.splitlines()
 
 
-def check_other_account_finds_nothing(places: Sequence[Place], account: tuple[int, int], values: Secrets) -> None:
+def check_other_account_finds_nothing(places: Sequence[Place], account: tuple[int, int],
+                                      values: Secrets) -> None:
     """As the second account: each place's canary is found (the grep ran, as that account, and read
     what it may), and no file holds any of the three values."""
     for place in places:
         who = place.run(as_account(*account, ["id", "-u"]))
-        assert who.stdout.strip() == str(account[0]), f"setpriv in {place.label}: {who.stdout} {who.stderr}"
+        assert who.stdout.strip() == str(account[0]), (f"setpriv in {place.label}: {who.stdout} "
+                                                       f"{who.stderr}")
         canary = "canary" + secrets.token_hex(8)
-        place.run(["sh", "-c", 'printf %s "$1" > "$2" && chmod 644 "$2"', "sh", canary, f"{place.path}/canary.txt"])
+        place.run(["sh", "-c", 'printf %s "$1" > "$2" && chmod 644 "$2"', "sh", canary,
+                   f"{place.path}/canary.txt"])
         try:
             assert grep(place, [canary], account) == [f"{place.path}/canary.txt"], \
                 f"the second account's grep did not read {place.label}'s canary"
             found = grep(place, values.all, account)
-            assert found == [], f"the second account ({OTHER}) found secret values in {place.label}: {found}"
+            assert found == [], (f"the second account ({OTHER}) found secret values in "
+                                 f"{place.label}: {found}")
         finally:
             place.run(["rm", "-f", f"{place.path}/canary.txt"])
 
@@ -381,12 +403,14 @@ def check_owner_finds_no_reference(places: Sequence[Place], values: Secrets) -> 
     hold the plain WANDB value are readable by their owner only."""
     for place in places:
         found = grep(place, values.referenced)
-        assert found == [], f"a referenced value (HF_TOKEN or Authorization) is written in {place.label}: {found}"
+        assert found == [], ("a referenced value (HF_TOKEN or Authorization) is written in "
+                             f"{place.label}: {found}")
         holding = grep(place, [values.wandb])
         if holding:
             modes = place.run(["stat", "-c", "%a %n", *holding]).stdout.splitlines()
             open_to_others = [line for line in modes if int(line.split(" ", 1)[0], 8) & 0o077]
-            assert open_to_others == [], f"the plain WANDB value is in files others may read: {open_to_others}"
+            assert open_to_others == [], ("the plain WANDB value is in files others may read: "
+                                          f"{open_to_others}")
 
 
 @dataclass

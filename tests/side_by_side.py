@@ -23,9 +23,12 @@ SHARED_SERVICES = ("slurm", "ssh")  # folders under tests/ whose tests share one
 LONGEST_FILES = tuple(f"tests/{name}.py" for name in (
     "integration/test_unchanged_scripts", "integration/test_supervisor_faults",
     "integration/test_default_hang_window", "integration/test_local_backend",
-    "integration/test_runtime_checkpoint", "xla/test_xla_fsdp", "integration/test_unchanged_hf_trainer",
-    "integration/test_runtime_fsdp", "integration/test_hang_verdicts", "integration/test_supervisor",
-    "integration/test_runtime_launchers", "integration/test_runtime_faults", "integration/test_init_from",
+    "integration/test_runtime_checkpoint", "xla/test_xla_fsdp",
+    "integration/test_unchanged_hf_trainer",
+    "integration/test_runtime_fsdp", "integration/test_hang_verdicts",
+    "integration/test_supervisor",
+    "integration/test_runtime_launchers", "integration/test_runtime_faults",
+    "integration/test_init_from",
     "integration/test_warm_standby", "unit/test_bootstrap", "integration/test_goodput",
     "integration/test_notify", "integration/test_unchanged_single_file",
 ))
@@ -40,10 +43,11 @@ def unit_of(nodeid: str) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The shared services' tests first (in that order), then the longest files (longest first), then
-    the rest as collected."""
+    """The shared services' tests first (in that order), then the longest files (longest first),
+    then the rest as collected."""
     first = {unit: place for place, unit in enumerate((*SHARED_SERVICES, *LONGEST_FILES))}
-    items.sort(key=lambda item: first.get(unit_of(item.nodeid), len(first)))  # stable: each part keeps its order
+    # stable: each part keeps its order
+    items.sort(key=lambda item: first.get(unit_of(item.nodeid), len(first)))
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -50,11 +50,12 @@ def _fold_here(jobs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _folds(cli: Any, jobs: list[dict[str, Any]]) -> dict[str, Any]:
-    if not cli.prefix:  # the CLI sees the files this process sees: fold them here (no process start)
+    # the CLI sees the files this process sees: fold them here (no process start)
+    if not cli.prefix:
         return _fold_here(jobs)
     args = [word for job in jobs for word in (job["run_dir"], job["id"])]
-    proc = subprocess.run([*cli.prefix, sys.executable, "-c", FOLD, *args], cwd=cli.cwd, env=cli.env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([*cli.prefix, sys.executable, "-c", FOLD, *args], cwd=cli.cwd,
+                          env=cli.env, capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise AssertionError(f"folding the event logs failed: {proc.stderr}")
     return json.loads(proc.stdout)

@@ -32,8 +32,10 @@ _PHASE = pytest.StashKey[dict]()
 
 def _record(item: pytest.Item, phase: str, wall: float, busy: float, outcome: str) -> None:
     line = json.dumps({"test": item.nodeid, "phase": phase, "wall_s": round(wall, 3),
-                       "busy_cpu_s": round(busy, 3), "cores": os.cpu_count(), "outcome": outcome, "at": round(time.time(), 3),
-                       "worker": os.environ.get("PYTEST_XDIST_WORKER", "")})  # under xdist the CPU is the machine's, shared
+                       "busy_cpu_s": round(busy, 3), "cores": os.cpu_count(), "outcome": outcome,
+                       "at": round(time.time(), 3),
+                       # under xdist the CPU is the machine's, shared
+                       "worker": os.environ.get("PYTEST_XDIST_WORKER", "")})
     with open(_OUT, "a") as f:  # type: ignore[arg-type]
         f.write(line + "\n")
 

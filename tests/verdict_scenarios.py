@@ -13,7 +13,8 @@ from pathlib import Path
 
 from cli_harness import REPO, Cli, copy_demo, copy_unchanged, culprit_leads
 
-# The verdict is what these scenarios judge: no restart after it (the restarts are tested elsewhere).
+# The verdict is what these scenarios judge: no restart after it (the restarts are tested
+# elsewhere).
 VERDICT_ONLY = ["--set", "restart.max_restarts=0"]
 # The demo at a size that trains in a fraction of a second per step on 2 CPU cores.
 SMALL_DEMO = ["--vocab", "64", "--dim", "32", "--layers", "2", "--heads", "2", "--seq-len", "16",
@@ -33,7 +34,8 @@ class Outcome:
 
 
 def submit(cli: Cli, job: Path, *extra: str, timeout: float = 300) -> dict:
-    proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(job), *extra, timeout=timeout)
+    proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(job), *extra,
+                   timeout=timeout)
     assert proc.stdout.strip(), proc.stderr
     return json.loads(proc.stdout)
 
@@ -44,9 +46,11 @@ def _first_hang(status: dict) -> dict | None:
 
 def culprit_first(cli: Cli, base: Path, hung_rank: int, heartbeat_timeout: float = 5.0) -> Outcome:
     """The unchanged torchrun + FSDP2 script with ``hung_rank`` stuck in user code at step 30 while
-    its peer waits in FSDP's next all-gather: the verdict's evidence must lead with the stuck rank."""
+    its peer waits in FSDP's next all-gather: the verdict's evidence must lead with the stuck
+    rank."""
     job = copy_unchanged(base, "torchrun_fsdp2")
-    status = submit(cli, job, *VERDICT_ONLY, "--set", 'args=["--steps", "50", "--save-every", "20"]',
+    status = submit(cli, job, *VERDICT_ONLY, "--set",
+                    'args=["--steps", "50", "--save-every", "20"]',
                     "--set", f"watch.heartbeat_timeout={heartbeat_timeout:g}s",
                     "--set", "watch.startup_timeout=60s",
                     "--set", f"env.FSDP_ORCH_FAULT=hang:step=30:rank={hung_rank}")
@@ -54,7 +58,8 @@ def culprit_first(cli: Cli, base: Path, hung_rank: int, heartbeat_timeout: float
     if hang is None:
         return Outcome(status, False, f"no hang verdict: {status.get('failures')}")
     evidence = hang["evidence"] or ""
-    if not culprit_leads(evidence, hung_rank) or not evidence.startswith(f"rank {hung_rank} stuck in train.py:"):
+    if (not culprit_leads(evidence, hung_rank)
+        or not evidence.startswith(f"rank {hung_rank} stuck in train.py:")):
         return Outcome(status, False, f"evidence does not lead with rank {hung_rank}: {evidence}")
     if "1 rank waiting in " not in evidence:
         return Outcome(status, False, f"the waiting rank is not named: {evidence}")
@@ -66,7 +71,8 @@ def hang_at_a_checkpoint_step(cli: Cli, base: Path, heartbeat_timeout: float = 5
     checkpoint step: rank 0 waits inside the save. The verdict must come within heartbeat_timeout
     + 2 s, category hang, saying the ranks were in a checkpoint save."""
     demo = copy_demo(base)
-    status = submit(cli, demo, *VERDICT_ONLY, "--set", "args=" + json.dumps(["--steps", "40", *SMALL_DEMO]),
+    status = submit(cli, demo, *VERDICT_ONLY, "--set",
+                    "args=" + json.dumps(["--steps", "40", *SMALL_DEMO]),
                     "--set", "checkpoint.interval=10",
                     "--set", f"watch.heartbeat_timeout={heartbeat_timeout:g}s",
                     "--set", "watch.startup_timeout=60s",

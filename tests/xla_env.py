@@ -1,6 +1,6 @@
-"""The second environment, with torch_xla (``.venv-xla``, made by ``scripts/setup-xla.sh``), for every
-test that runs jobs on XLA: the ``xla_python`` session fixture (import it into a conftest or a test
-module), and the demo's arguments at a size XLA compiles quickly."""
+"""The second environment, with torch_xla (``.venv-xla``, made by ``scripts/setup-xla.sh``), for
+every test that runs jobs on XLA: the ``xla_python`` session fixture (import it into a conftest or a
+test module), and the demo's arguments at a size XLA compiles quickly."""
 
 from __future__ import annotations
 
@@ -22,5 +22,6 @@ def xla_python() -> Path:
     """The XLA environment's python, made (or waited for) by scripts/setup-xla.sh."""
     proc = subprocess.run(["bash", str(REPO / "scripts" / "setup-xla.sh")], capture_output=True,
                           text=True, timeout=1800)
-    assert proc.returncode == 0, f"scripts/setup-xla.sh failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, (f"scripts/setup-xla.sh failed:\n{proc.stdout[-3000:]}"
+                                  f"\n{proc.stderr[-3000:]}")
     return XLA_VENV / "bin" / "python"

@@ -11,7 +11,7 @@ weighted so that the gradient stays the mean over the whole step's data. The res
 same sequences in the same steps as one that never shrank, and ends at the same loss up to the
 order of floating-point sums.
 
-    torchrun --standalone --nproc-per-node 2 train.py --steps 300      # or: fsdp-orch submit job.yaml
+    torchrun --standalone --nproc-per-node 2 train.py --steps 300  # or: fsdp-orch submit job.yaml
 
 Rank 0 prints ``step=N loss=L`` per step and at the end writes result.json (final loss, final
 step, SHA-256 of the full parameters) into $FSDP_ORCH_RUN_DIR, or the current directory.
@@ -48,7 +48,8 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = (self.qkv(self.ln1(x)).view(b, t, 3, self.heads, c // self.heads)
+                   .permute(2, 0, 3, 1, 4))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
         return x + self.mlp(self.ln2(x))
@@ -114,8 +115,8 @@ def main() -> None:
     p.add_argument("--sleep-per-step", type=float, default=0.0, help="stand-in for a slower model")
     p.add_argument("--deterministic", action="store_true",
                    help="deterministic kernels only: on a GPU the embedding and attention backward "
-                        "otherwise add with atomics, so a resumed run is close to, not equal to, one "
-                        "that never stopped")
+                        "otherwise add with atomics, so a resumed run is close to, not "
+                        "equal to, one that never stopped")
     args = p.parse_args()
     if args.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS starts

@@ -1,4 +1,5 @@
-"""FAKE gcloud: a stand-in for the Google Cloud CLI's `compute tpus tpu-vm` commands, for tests only.
+"""FAKE gcloud: a stand-in for the Google Cloud CLI's `compute tpus tpu-vm` commands, for tests
+only.
 
 No TPU and no Google Cloud can be reached from the test machine, so this answers in their place.
 Only the cloud API is fake; the workers are real: the SSH test hosts (tests/ssh/hosts.sh, network
@@ -10,7 +11,8 @@ namespaces with their own sshd and disk).
   A VM just created answers CREATING to its first ``creating_describes`` describes, then READY.
 - ``create NAME ... --accelerator-type=T --version=V [--spot]``: a new VM (new id) on the pool's
   workers, each a fresh machine: every process of the host is killed and its sshd started again with
-  an empty disk (``hosts.sh restart``). ALREADY_EXISTS when one of the name exists (a PREEMPTED one too).
+  an empty disk (``hosts.sh restart``). ALREADY_EXISTS when one of the name exists (a PREEMPTED one
+  too).
 - ``delete NAME ... --quiet``: the VM is gone.
 - ``ssh NAME ... --worker=all --command=CMD``: CMD on every worker for real, with the OpenSSH client
   and the hosts' key, at once; exits non-zero when one fails.
@@ -41,11 +43,12 @@ HOSTS_SH = Path(__file__).resolve().parents[1] / "ssh" / "hosts.sh"
 
 def new_state(path: Path, *, workers: list[dict[str, Any]], ssh: dict[str, str], ssh_dir: str,
               project: str = "fake-project", creating_describes: int = 1) -> Path:
-    """Write a fake's state: ``workers`` [{address, host (1-based hosts.sh number), namespace}] make up
-    every VM it creates; ``ssh`` {user, key, known_hosts} reach them. No VM exists yet."""
-    path.write_text(json.dumps({"project": project, "workers": workers, "ssh": ssh, "ssh_dir": ssh_dir,
-                                "creating_describes": creating_describes, "calls": str(path.with_suffix(".calls")),
-                                "vms": {}}))
+    """Write a fake's state: ``workers`` [{address, host (1-based hosts.sh number), namespace}] make
+    up every VM it creates; ``ssh`` {user, key, known_hosts} reach them. No VM exists yet."""
+    path.write_text(json.dumps({"project": project, "workers": workers, "ssh": ssh,
+                                "ssh_dir": ssh_dir,
+                                "creating_describes": creating_describes,
+                                "calls": str(path.with_suffix(".calls")), "vms": {}}))
     return path
 
 
@@ -73,7 +76,8 @@ GONE_WITHIN_S = 120.0
 
 
 def _namespace_pids(namespace: str) -> list[str]:
-    return subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout.split()
+    return subprocess.run(["ip", "netns", "pids", namespace], capture_output=True,
+                          text=True).stdout.split()
 
 
 def _kill_everything_on(worker: dict[str, Any]) -> None:
@@ -86,7 +90,8 @@ def _kill_everything_on(worker: dict[str, Any]) -> None:
 
 
 def preempt(path: Path, name: str) -> None:
-    """Google takes the spot VM ``name`` away: its workers' processes die, describe says PREEMPTED."""
+    """Google takes the spot VM ``name`` away: its workers' processes die, describe says
+    PREEMPTED."""
     with _locked(path) as state:
         vm = state["vms"][name]
         vm["state"] = "PREEMPTED"
@@ -104,13 +109,17 @@ def _node(state: dict[str, Any], name: str, zone: str) -> dict[str, Any]:
         "createTime": vm["createTime"],
         "id": vm["id"],
         "name": f"projects/{state['project']}/locations/{zone}/nodes/{name}",
-        "networkConfig": {"enableExternalIps": True, "network": f"projects/{state['project']}/global/networks/default",
-                          "subnetwork": f"projects/{state['project']}/regions/{zone[:-2]}/subnetworks/default"},
-        "networkEndpoints": [{"accessConfig": {"externalIp": w["address"]}, "ipAddress": w["address"], "port": 8470}
+        "networkConfig": {"enableExternalIps": True,
+                          "network": f"projects/{state['project']}/global/networks/default",
+                          "subnetwork": f"projects/{state['project']}/regions/{zone[:-2]}/"
+                                        "subnetworks/default"},
+        "networkEndpoints": [{"accessConfig": {"externalIp": w["address"]},
+                              "ipAddress": w["address"], "port": 8470}
                              for w in state["workers"]],
         "runtimeVersion": vm["runtimeVersion"],
         "schedulingConfig": {"spot": True} if vm["spot"] else {},
-        "serviceAccount": {"email": "default", "scope": ["https://www.googleapis.com/auth/cloud-platform"]},
+        "serviceAccount": {"email": "default",
+                           "scope": ["https://www.googleapis.com/auth/cloud-platform"]},
         "shieldedInstanceConfig": {},
         "state": vm["state"],
     }
@@ -139,10 +148,13 @@ def _ssh_all(state: dict[str, Any], command: str) -> int:
     ssh = state["ssh"]
 
     def on(worker: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["ssh", "-F", "/dev/null", "-i", ssh["key"], "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-                               "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={ssh['known_hosts']}",
-                               "-o", "GlobalKnownHostsFile=/dev/null", "-o", "ConnectTimeout=5", "-l", ssh["user"],
-                               worker["address"], command], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        return subprocess.run(["ssh", "-F", "/dev/null", "-i", ssh["key"],
+                               "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+                               "-o", "StrictHostKeyChecking=yes",
+                               "-o", f"UserKnownHostsFile={ssh['known_hosts']}",
+                               "-o", "GlobalKnownHostsFile=/dev/null", "-o", "ConnectTimeout=5",
+                               "-l", ssh["user"], worker["address"], command],
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL,
                               timeout=600)
     with ThreadPoolExecutor(len(state["workers"])) as pool:
         results = list(pool.map(on, state["workers"]))
@@ -157,7 +169,8 @@ def _ssh_all(state: dict[str, Any], command: str) -> int:
 def main(argv: list[str]) -> int:
     path = Path(os.environ["FAKE_GCLOUD_STATE"])
     if argv[:3] != ["compute", "tpus", "tpu-vm"] or len(argv) < 5:
-        return _fail(f"FAKE gcloud: only `compute tpus tpu-vm describe|create|delete|ssh NAME` here, not {argv}")
+        return _fail("FAKE gcloud: only `compute tpus tpu-vm describe|create|delete|ssh NAME` "
+                     f"here, not {argv}")
     verb, (positional, flags) = argv[3], _flags(argv[4:])
     name, zone = positional[0], flags.get("zone", "")
     where = f"projects/{flags.get('project', 'fake-project')}/locations/{zone}/nodes/{name}"
@@ -167,7 +180,8 @@ def main(argv: list[str]) -> int:
         vm = state["vms"].get(name)
         if verb == "describe":
             if vm is None:
-                return _fail(f"ERROR: (gcloud.compute.tpus.tpu-vm.describe) NOT_FOUND: Resource '{where}' was not found")
+                return _fail("ERROR: (gcloud.compute.tpus.tpu-vm.describe) NOT_FOUND: Resource "
+                             f"'{where}' was not found")
             if vm["state"] == "CREATING":
                 vm["describes_left"] -= 1
                 if vm["describes_left"] < 0:
@@ -176,32 +190,41 @@ def main(argv: list[str]) -> int:
             return 0
         if verb == "delete":
             if vm is None:
-                return _fail(f"ERROR: (gcloud.compute.tpus.tpu-vm.delete) NOT_FOUND: Resource '{where}' was not found")
+                return _fail("ERROR: (gcloud.compute.tpus.tpu-vm.delete) NOT_FOUND: Resource "
+                             f"'{where}' was not found")
             del state["vms"][name]
             return 0
         if verb == "create":
             if vm is not None:
-                return _fail(f"ERROR: (gcloud.compute.tpus.tpu-vm.create) ALREADY_EXISTS: Resource '{where}' already exists")
-            for worker in state["workers"]:  # a new machine: nothing of the old one runs, an empty disk
+                return _fail("ERROR: (gcloud.compute.tpus.tpu-vm.create) ALREADY_EXISTS: Resource "
+                             f"'{where}' already exists")
+            # a new machine: nothing of the old one runs, an empty disk
+            for worker in state["workers"]:
                 _kill_everything_on(worker)
-                restarted = subprocess.run(["bash", str(HOSTS_SH), "restart", str(worker["host"])], capture_output=True,
-                                           text=True, env={**os.environ, "FSDP_ORCH_SSH_DIR": state["ssh_dir"]}, timeout=300)
+                restarted = subprocess.run(
+                    ["bash", str(HOSTS_SH), "restart", str(worker["host"])], capture_output=True,
+                    text=True, env={**os.environ, "FSDP_ORCH_SSH_DIR": state["ssh_dir"]},
+                    timeout=300)
                 if restarted.returncode != 0:
-                    return _fail(f"FAKE gcloud: hosts.sh restart {worker['host']} exited {restarted.returncode}: "
-                                 f"{restarted.stderr[-2000:]}")
+                    return _fail(f"FAKE gcloud: hosts.sh restart {worker['host']} exited "
+                                 f"{restarted.returncode}: {restarted.stderr[-2000:]}")
             chips = int(flags["accelerator-type"].rpartition("-")[2]) // 2
-            state["vms"][name] = {"state": "CREATING", "describes_left": state["creating_describes"],
+            state["vms"][name] = {"state": "CREATING",
+                                  "describes_left": state["creating_describes"],
                                   "id": str(random.randrange(10**18, 10**19)),
-                                  "acceleratorType": flags["accelerator-type"], "runtimeVersion": flags["version"],
+                                  "acceleratorType": flags["accelerator-type"],
+                                  "runtimeVersion": flags["version"],
                                   "spot": "spot" in flags, "topology": f"2x2x{max(1, chips // 4)}",
-                                  "createTime": time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())}
+                                  "createTime": time.strftime("%Y-%m-%dT%H:%M:%S.000000Z",
+                                                              time.gmtime())}
             return 0
         if verb == "ssh":
             if vm is None or vm["state"] != "READY":
                 return _fail(f"ERROR: (gcloud.compute.tpus.tpu-vm.ssh) TPU VM {name} is not READY")
             if flags.get("worker") != "all":
                 return _fail("FAKE gcloud: only --worker=all here")
-    return _ssh_all(state, flags["command"]) if verb == "ssh" else _fail(f"FAKE gcloud: no verb {verb!r}")
+    return (_ssh_all(state, flags["command"]) if verb == "ssh"
+            else _fail(f"FAKE gcloud: no verb {verb!r}"))
 
 
 if __name__ == "__main__":

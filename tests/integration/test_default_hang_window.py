@@ -22,13 +22,15 @@ def slowdown_job(base: Path, mode: str, *args: str,
     folder.mkdir(parents=True)
     shutil.copy(SCRIPTS / "slowdown_train.py", folder / "train.py")
     job = folder / "job.yaml"
-    job.write_text(f"name: slowdown-{mode}\nscript: train.py\nlauncher: torchrun\nprocs_per_node: 2\n"
-                   f"args: {json.dumps(['--mode', mode, *args])}\nenv: {{OMP_NUM_THREADS: '1'}}\n" + restart)
+    job.write_text(f"name: slowdown-{mode}\nscript: train.py\nlauncher: torchrun\n"
+                   f"procs_per_node: 2\nargs: {json.dumps(['--mode', mode, *args])}\n"
+                   f"env: {{OMP_NUM_THREADS: '1'}}\n" + restart)
     return job
 
 
 def shortest_adaptive(cli: Cli, job_id: str, attempt: int = 0) -> float:
-    adaptive = [w["window_s"] for w in hang_windows(cli, job_id, attempt) if w["mode"] == "adaptive"]
+    adaptive = [w["window_s"] for w in hang_windows(cli, job_id, attempt)
+                if w["mode"] == "adaptive"]
     assert adaptive, hang_windows(cli, job_id, attempt)  # the default followed the job
     return min(adaptive)
 
@@ -36,7 +38,8 @@ def shortest_adaptive(cli: Cli, job_id: str, attempt: int = 0) -> float:
 @pytest.mark.parametrize("mode", ["eval", "save", "gc", "held", "dataloader"])
 def test_a_healthy_slow_down_of_several_windows_is_not_a_verdict(cli, tmp_path, mode):
     # gc: 48M objects, ~5 GB on rank 0, twice: 7 s or more to collect (16M took 2.0 s idle). The
-    # others last 3 windows as the job measured them: on a loaded machine steps and window are longer
+    # others last 3 windows as the job measured them: on a loaded machine steps and window are
+    # longer
     args = ["--seconds", "12"] if mode == "gc" else ["--seconds", "6", "--windows", "3"]
     status = submit(cli, slowdown_job(tmp_path, mode, *args))
     assert status["state"] == "SUCCEEDED" and not status.get("failures"), why(status)
@@ -47,10 +50,13 @@ def test_a_healthy_slow_down_of_several_windows_is_not_a_verdict(cli, tmp_path, 
             took = float(log.split(f"rank 0: {kind} collection in ")[1].split("s")[0])
             assert took > window, (kind, took, window)
     else:
-        slowed, began = (float(v) for v in log.split("rank 0: slowed for ")[1].split("\n")[0].split("s from "))
-        in_force = [w["window_s"] for w in hang_windows(cli, status["id"]) if w["mode"] == "adaptive" and w["at"] <= began + slowed]
+        slowed, began = (
+            float(v) for v in log.split("rank 0: slowed for ")[1].split("\n")[0].split("s from "))
+        in_force = [w["window_s"] for w in hang_windows(cli, status["id"])
+                    if w["mode"] == "adaptive" and w["at"] <= began + slowed]
         assert slowed > 2 * max(in_force), (slowed, hang_windows(cli, status["id"]))
-        assert {"eval": "rank 0: evaluated", "save": "rank 0: saved in", "held": "rank 0: held the interpreter for",
+        assert {"eval": "rank 0: evaluated", "save": "rank 0: saved in",
+                "held": "rank 0: held the interpreter for",
                 "dataloader": "rank 0: done at step 30"}[mode] in log
 
 
@@ -82,9 +88,12 @@ def test_a_hang_under_the_default_window_is_seen_within_seconds(cli, tmp_path):
 
 def test_a_hang_inside_a_checkpoint_save_is_still_a_verdict_under_the_default_window(cli, tmp_path):
     demo = copy_demo(tmp_path)  # its job.yaml unchanged: heartbeat_timeout 30s is the ceiling
-    status = submit(cli, demo, "--set", "restart.max_restarts=0", "--set", "args=" + json.dumps(["--steps", "40", *SMALL_DEMO]),
-                    "--set", "checkpoint.interval=10", "--set", "env.FSDP_ORCH_FAULT=hang:step=30:rank=1")
+    status = submit(cli, demo, "--set", "restart.max_restarts=0", "--set",
+                    "args=" + json.dumps(["--steps", "40", *SMALL_DEMO]),
+                    "--set", "checkpoint.interval=10", "--set",
+                    "env.FSDP_ORCH_FAULT=hang:step=30:rank=1")
     failure = status["failures"][0] if status.get("failures") else {}
     assert failure.get("category") == "hang", why(status)
-    assert "checkpoint save" in failure["evidence"] and culprit_leads(failure["evidence"], 1), failure
+    assert ("checkpoint save" in failure["evidence"]
+            and culprit_leads(failure["evidence"], 1)), failure
     assert failure["stalled_for_s"] < 10, failure  # well inside the 30 s ceiling

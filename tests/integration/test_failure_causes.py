@@ -47,12 +47,13 @@ def the_failure(cli, status: dict) -> dict:  # type: ignore[no-untyped-def]
 def test_a_rank_sigkilled_from_outside_is_killed_sigkill_under_accelerate(cli, demo):
     """The shape of the trial that read unknown: launcher accelerate (its process exits 1 whatever
     ended the rank; torchrun's summary inside says SIGKILL), rank 1 killed mid-training."""
-    proc = cli.run("submit", "--cluster", "local", "--json", str(demo), "--set", "launcher=accelerate",
-                   *args(5000), *ONE_ATTEMPT, check=True)
+    proc = cli.run("submit", "--cluster", "local", "--json", str(demo), "--set",
+                   "launcher=accelerate", *args(5000), *ONE_ATTEMPT, check=True)
     job_id = json.loads(proc.stdout)["id"]
     try:
         running = cli.wait_until(job_id, lambda s: (s["progress"] or {}).get("step", 0) >= 3
-                                 or s["state"] not in ("PENDING", "RUNNING"), timeout=90, what="a few steps")
+                                 or s["state"] not in ("PENDING", "RUNNING"), timeout=90,
+                                 what="a few steps")
         beats = read_node_heartbeats(job_id, 0)  # this machine is the node
         assert running["state"] == "RUNNING" and 1 in beats, why(running)
         os.kill(beats[1].pid, signal.SIGKILL)
@@ -70,10 +71,12 @@ def test_a_rank_sigkilled_from_outside_is_killed_sigkill_under_accelerate(cli, d
 def test_an_injected_crash_is_injected_fault_not_the_lost_peer_it_causes(cli, demo):
     """The trial's other ending: FSDP_ORCH_FAULT=crash on rank 0, under accelerate too."""
     started = time.monotonic()
-    proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo), "--set", "launcher=accelerate",
+    proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo), "--set",
+                   "launcher=accelerate",
                    *args(40), *ONE_ATTEMPT, "--set", "env.FSDP_ORCH_FAULT=crash:step=5:rank=0")
     failure = the_failure(cli, json.loads(proc.stdout))
     assert failure["category"] == "injected_fault", failure
-    assert failure["evidence"] == "[fsdp-orch fault] rank 0: injected crash at step 5: exiting with code 1"
+    assert failure["evidence"] == (
+        "[fsdp-orch fault] rank 0: injected crash at step 5: exiting with code 1")
     assert "FSDP_ORCH_FAULT" in failure["hint"]
     assert time.monotonic() - started < 60

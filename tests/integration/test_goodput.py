@@ -1,6 +1,7 @@
 """Goodput of a real local job with three faults (a crash, a SIGKILL, a hang, one per attempt): the
-breakdown in ``status --json`` adds up to the wall time, ``status ID`` says it, and ``report`` writes
-a private page whose figures are the same, which a real headless Chromium draws and reads back."""
+breakdown in ``status --json`` adds up to the wall time, ``status ID`` says it, and ``report``
+writes a private page whose figures are the same, which a real headless Chromium draws and reads
+back."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ SETTINGS = [
 def three_faults(module_cli_and_demo):
     """A job that survives three faults: its CLI, id and ``status --json``."""
     cli, demo = module_cli_and_demo
-    proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo), *SETTINGS, timeout=600)
+    proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo), *SETTINGS,
+                   timeout=600)
     assert proc.returncode == 0, proc.stderr
     job_id = json.loads(proc.stdout)["id"]
     status = json.loads(cli.run("status", job_id, "--json").stdout)
@@ -46,7 +48,8 @@ def three_faults(module_cli_and_demo):
 def test_three_faults_add_up_to_the_wall_time(three_faults):
     _, _, status = three_faults
     assert status["state"] == "SUCCEEDED" and status["attempts"] == 4, status
-    assert [f["category"] for f in status["failures"]] == ["injected_fault", "injected_fault", "hang"]
+    assert [f["category"] for f in status["failures"]] == [
+        "injected_fault", "injected_fault", "hang"]
     g = check_goodput(three_faults[0], status)
     assert sum(g["percent"].values()) == pytest.approx(100, abs=1)
     assert 0 < g["goodput_pct"] < 100 and g["goodput_pct"] == pytest.approx(
@@ -57,12 +60,16 @@ def test_three_faults_add_up_to_the_wall_time(three_faults):
     stall = status["failures"][2]["stalled_for_s"]
     assert 2 * 0.9 <= stall <= 6 * 1.5, "past the 2s floor, at most the 6s ceiling and a poll"
     assert stall <= s["detection"] <= stall + 5, (s["detection"], stall)
-    # The backoff runs from each verdict: teardown (verdict to attempt end) and restart (to the next start) hold it.
-    assert s["teardown"] + s["restart"] >= 3 * 1.0, "three restarts, each at least a 1s backoff after its verdict"
+    # The backoff runs from each verdict: teardown (verdict to attempt end) and restart (to the next
+    # start) hold it.
+    assert s["teardown"] + s["restart"] >= 3 * 1.0, ("three restarts, each at least a 1s backoff "
+                                                     "after its verdict")
     assert s["restart"] > 0
     assert s["startup"] > 0 and s["queue"] > 0 and s["teardown"] > 0
-    assert s["lost_work"] > 0, "the crash at step 8 resumes from step 5: steps 6-8 are trained again"
-    assert 0 < s["checkpoint"] < s["productive"], "the runtime's saves every 5 steps held training up"
+    assert s["lost_work"] > 0, ("the crash at step 8 resumes from step 5: steps 6-8 are "
+                                "trained again")
+    assert 0 < s["checkpoint"] < s["productive"], ("the runtime's saves every 5 steps "
+                                                   "held training up")
     # what nothing explains is only the float tail, here
     assert abs(s["unaccounted"]) < 0.01, g
     assert g["largest_loss"]["bucket"] != "productive"
@@ -90,7 +97,8 @@ def test_report_writes_a_private_page_with_the_status_figures(three_faults, tmp_
     assert "<script" not in page
     g = status["goodput"]
     for bucket, seconds in g["seconds"].items():
-        assert f"data-bucket='{bucket}' data-seconds='{seconds!r}' data-percent='{g['percent'][bucket]!r}'" in page
+        assert (f"data-bucket='{bucket}' data-seconds='{seconds!r}' "
+                f"data-percent='{g['percent'][bucket]!r}'") in page
     assert f"data-goodput-pct='{g['goodput_pct']!r}'" in page
     assert page.count("class='failure'") == 3 and page.count('class="verdict"') == 3
     assert page.count('class="attempt"') == 4 and page.count('class="gap"') == 3
@@ -104,14 +112,16 @@ def test_report_default_file_and_a_bad_id(three_faults):
     assert proc.stdout.strip() == written.name and written.is_file()
     bad = cli.run("report", "no-such-job")
     assert bad.returncode == 2
-    assert bad.stderr.strip().splitlines() == ["fsdp-orch: error: no job with id 'no-such-job' (see 'fsdp-orch status')"]
+    assert bad.stderr.strip().splitlines() == [
+        "fsdp-orch: error: no job with id 'no-such-job' (see 'fsdp-orch status')"]
 
 
 # --- the page in a real browser ----------------------------------------------------------------
 
 def chromium() -> str:
     found = shutil.which("chromium")
-    assert found, "chromium is not installed: run scripts/test.sh (as root it installs Debian's chromium)"
+    assert found, ("chromium is not installed: run scripts/test.sh (as root it installs "
+                   "Debian's chromium)")
     return found
 
 
@@ -134,7 +144,8 @@ def decode_png(data: bytes) -> tuple[int, int, int, bytes]:
     bpp = 3 if color == 2 else 4
     raw, stride, rows, prev = zlib.decompress(idat), width * bpp, [], bytearray(width * bpp)
     for y in range(height):
-        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        kind, line = (raw[y * (stride + 1)],
+                      bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)]))
         for i in range(stride):
             left = line[i - bpp] if i >= bpp else 0
             up, corner = prev[i], prev[i - bpp] if i >= bpp else 0
@@ -147,7 +158,8 @@ def decode_png(data: bytes) -> tuple[int, int, int, bytes]:
             elif kind == 4:
                 p = left + up - corner
                 pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
-                line[i] = (line[i] + (left if pa <= pb and pa <= pc else up if pb <= pc else corner)) & 255
+                line[i] = (line[i]
+                           + (left if pa <= pb and pa <= pc else up if pb <= pc else corner)) & 255
         rows.append(bytes(line))
         prev = line
     return width, height, bpp, b"".join(rows)
@@ -171,24 +183,29 @@ def test_the_page_in_headless_chromium_draws_and_says_the_status_figures(three_f
     shot = tmp_path / "page.png"
     common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
               f"--user-data-dir={tmp_path / 'profile'}"]
-    proc = subprocess.run([*common, f"--screenshot={shot}", "--window-size=1024,1400", page.as_uri()],
+    proc = subprocess.run([*common, f"--screenshot={shot}", "--window-size=1024,1400",
+                           page.as_uri()],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and shot.is_file(), proc.stderr[-2000:]
     width, height, bpp, pixels = decode_png(shot.read_bytes())
     assert (width, height) == (1024, 1400)
     counts = colours(width, height, bpp, pixels)
     background = max(counts, key=counts.__getitem__)
-    assert background == (255, 255, 255) and counts[background] < 0.97 * width * height, "a blank page"
+    assert (background == (255, 255, 255)
+            and counts[background] < 0.97 * width * height), "a blank page"
     g = status["goodput"]
     for bucket, seconds in g["seconds"].items():
         rgb = tuple(int(COLORS[bucket][i:i + 2], 16) for i in (1, 3, 5))
         # each bucket with a second or more in it is drawn in the timeline's strip (and every
         # bucket has a swatch in the legend and the table: a few hundred pixels at least)
-        assert counts.get(rgb, 0) >= (400 if seconds >= 1 else 100), (bucket, seconds, counts.get(rgb))
+        assert counts.get(rgb,
+                          0) >= (400 if seconds >= 1 else 100), ((bucket, seconds, counts.get(rgb)))
 
-    dom = subprocess.run([*common, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    dom = subprocess.run([*common, "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                         timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
-    rows = re.findall(r'<tr data-bucket="(\w+)" data-seconds="([^"]*)"(?: data-percent="([^"]*)")?>(.*?)</tr>',
+    rows = re.findall(r'<tr data-bucket="(\w+)" data-seconds="([^"]*)"(?: '
+                      r'data-percent="([^"]*)")?>(.*?)</tr>',
                       dom.stdout, re.S)
     assert [r[0] for r in rows] == [*g["seconds"], "wall"]
     for bucket, seconds, percent, cells in rows:
@@ -198,8 +215,10 @@ def test_the_page_in_headless_chromium_draws_and_says_the_status_figures(three_f
             continue
         assert (float(seconds), float(percent)) == (g["seconds"][bucket], g["percent"][bucket])
         assert shown == [f"{g['seconds'][bucket]:.3f}", f"{g['percent'][bucket]:.2f}"]
-    headline = re.search(r'<span class="big" id="goodput" data-goodput-pct="([^"]*)"[^>]*>goodput ([0-9.]+)%',
+    headline = re.search(r'<span class="big" id="goodput" data-goodput-pct="([^"]*)"[^>]*>goodput ('
+                         r'[0-9.]+)%',
                          dom.stdout)
     assert headline is not None
-    assert float(headline.group(1)) == g["goodput_pct"] and headline.group(2) == f"{g['goodput_pct']:.1f}"
+    assert (float(headline.group(1)) == g["goodput_pct"]
+            and headline.group(2) == f"{g['goodput_pct']:.1f}")
     assert len(re.findall(r'<tr class="failure">', dom.stdout)) == len(status["failures"]) == 3

@@ -1,7 +1,7 @@
 """Hang verdicts where real hangs happen (issue 26): the culprit rank leads the evidence whichever
 rank hangs, a hang inside a checkpoint save is caught within the window, a slow save that keeps
-writing is never a verdict, and a job that started no rank does not succeed. Real torchrun / mp.spawn,
-2 CPU ranks; bench/verdicts.py runs the same scenarios five times each."""
+writing is never a verdict, and a job that started no rank does not succeed. Real torchrun /
+mp.spawn, 2 CPU ranks; bench/verdicts.py runs the same scenarios five times each."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("hung_rank", [0, 1])
-def test_the_stuck_rank_leads_the_evidence_not_the_one_waiting_in_a_collective(cli, tmp_path, hung_rank):
+def test_the_stuck_rank_leads_the_evidence_not_the_one_waiting_in_a_collective(
+        cli, tmp_path, hung_rank):
     outcome = culprit_first(cli, tmp_path, hung_rank)
     assert outcome.hit, outcome.why
     detail = cli.run("status", outcome.status["id"], check=True).stdout
@@ -51,7 +52,8 @@ def test_an_mp_spawn_script_that_starts_no_process_fails_with_no_ranks_started(c
     assert status["state"] == "FAILED", why(status)
     [failure] = status["failures"]
     assert failure["category"] == "no_ranks_started", failure
-    assert "none of the 2 ranks" in failure["evidence"] and "0 ranks appeared" in failure["evidence"]
+    assert ("none of the 2 ranks" in failure["evidence"]
+            and "0 ranks appeared" in failure["evidence"])
     assert failure["action"] == "give_up" and status["attempts"] == 1
     # the same program, said not to start ranks, keeps today's rule
     status = submit(cli, job, "--set", "watch.expect_ranks=false")

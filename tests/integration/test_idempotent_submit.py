@@ -15,7 +15,8 @@ def test_ten_concurrent_submits_with_one_key_make_exactly_one_job(cli, tmp_path)
     job = tmp_path / "quick.yaml"
     job.write_text("name: quick\nlauncher: python\ncommand: ['true']\n")
     with ThreadPoolExecutor(10) as pool:
-        procs = list(pool.map(lambda _: cli.run("submit", "--cluster", "local", "--json", "--idempotency-key",
+        procs = list(pool.map(lambda _: cli.run("submit", "--cluster", "local", "--json",
+                                                "--idempotency-key",
                                                 "retrain@2026-11-23T03:00Z", str(job)), range(10)))
     assert all(p.returncode == 0 for p in procs), [p.stderr for p in procs if p.returncode]
     answers = [json.loads(p.stdout) for p in procs]
@@ -23,5 +24,7 @@ def test_ten_concurrent_submits_with_one_key_make_exactly_one_job(cli, tmp_path)
     assert sum(a["created"] for a in answers) == 1, answers
     jobs = json.loads(cli.run("status", "--json", check=True).stdout)
     assert [j["id"] for j in jobs] == [answers[0]["id"]], jobs
-    assert [p.name for p in (cli.home / "runs").iterdir()] == [answers[0]["id"]], "a losing submit left its folder"
-    cli.wait_until(answers[0]["id"], lambda s: s["state"] == "SUCCEEDED", timeout=120, what="the one job")
+    assert [p.name for p in (cli.home / "runs").iterdir()] == [
+        answers[0]["id"]], "a losing submit left its folder"
+    cli.wait_until(answers[0]["id"], lambda s: s["state"] == "SUCCEEDED", timeout=120,
+                   what="the one job")

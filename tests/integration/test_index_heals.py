@@ -30,8 +30,8 @@ def submit(home: Path, job_id: str) -> None:
     """A job as its submission leaves it in the logs (the CLI's submit writes this event first)."""
     run_dir = home / "runs" / job_id
     Journal(EventWriter(run_dir, "submit"), job_id).submitted(
-        name=job_id, cluster="local", kind="local", spec_json="{}", run_dir=str(run_dir), job_file=None,
-        spec_hash=None, idempotency_key=None)
+        name=job_id, cluster="local", kind="local", spec_json="{}", run_dir=str(run_dir),
+        job_file=None, spec_hash=None, idempotency_key=None)
 
 
 def env_for(home: Path) -> dict[str, str]:
@@ -41,8 +41,9 @@ def env_for(home: Path) -> dict[str, str]:
 
 
 def start_status(home: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "fsdp_orch", "status", "--json"], cwd=home.parent,
-                            env=env_for(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-m", "fsdp_orch", "status", "--json"],
+                            cwd=home.parent, env=env_for(home), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def listed_by(proc: subprocess.Popen[str]) -> tuple[int, list[str], str]:
@@ -93,11 +94,14 @@ def test_deleting_the_index_under_parallel_status_calls_and_a_submit_loses_no_jo
             code, ids, err = listed_by(proc)
             assert code == 0 and err == "", f"round {round_no}: exit {code}\n{err}"
             if not set(jobs) <= set(ids):
-                short.append(f"round {round_no}: listed {len(ids)}, missing {sorted(set(jobs) - set(ids))}")
+                short.append(f"round {round_no}: listed {len(ids)}, missing "
+                             f"{sorted(set(jobs) - set(ids))}")
         submitter.join()
         jobs.append(new)
-        with open_index(str(home)) as index:  # the job submitted meanwhile is found by the next look
+        # the job submitted meanwhile is found by the next look
+        with open_index(str(home)) as index:
             index.ingest()
             assert index.store.job_ids() == set(jobs), f"round {round_no}"
     assert not short, short
-    print(f"{ROUNDS} rounds of {PARALLEL} parallel status --json: {time.monotonic() - started:.1f} s")
+    print(f"{ROUNDS} rounds of {PARALLEL} parallel status --json: "
+          f"{time.monotonic() - started:.1f} s")

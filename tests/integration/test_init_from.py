@@ -38,7 +38,8 @@ def trained(tmp_path_factory):
     """Job A: 20 steps of the demo, checkpoints every 5."""
     base = tmp_path_factory.mktemp("init_from")
     cli, job = make_cli(base), copy_demo(base)
-    proc = cli.run("submit", "--cluster", "local", str(job), "--wait", "--json", *sets(args(20), *SHORT))
+    proc = cli.run("submit", "--cluster", "local", str(job), "--wait", "--json",
+                   *sets(args(20), *SHORT))
     assert proc.returncode == 0, proc.stderr
     status = json.loads(proc.stdout)
     assert status["state"] == "SUCCEEDED" and status["last_checkpoint_step"] == 20
@@ -57,13 +58,14 @@ def test_a_warm_start_begins_at_step_0_with_the_previous_jobs_weights(trained, t
     cli, job, first = trained
     ckpt_root = job.parent / "checkpoints" / "demo"
     # lr 0: the warm-started job's weights stay what it started from, so its final weights are them
-    proc = cli.run("submit", "--cluster", "local", str(job), "--wait", "--json", "--init-from", first["id"],
-                   *sets(args(10, lr=0.0), *SHORT))
+    proc = cli.run("submit", "--cluster", "local", str(job), "--wait", "--json", "--init-from",
+                   first["id"], *sets(args(10, lr=0.0), *SHORT))
     assert proc.returncode == 0, proc.stderr
     warm = json.loads(proc.stdout)
     assert warm["state"] == "SUCCEEDED", warm
     assert warm["origin"]["init_job"] == first["id"]
-    assert warm["origin"]["init_from"] == str(ckpt_root / step(20)) and warm["origin"]["init_step"] == 20
+    assert (warm["origin"]["init_from"] == str(ckpt_root / step(20))
+            and warm["origin"]["init_step"] == 20)
     own = ckpt_root / warm["id"]  # its own checkpoints: it never resumes job A's
     assert sorted(p.name for p in own.glob("step-*")) == [step(5), step(10)]
     assert warm["last_checkpoint_step"] == 10 and result(warm)["final_step"] == 10
@@ -74,13 +76,16 @@ def test_a_warm_start_begins_at_step_0_with_the_previous_jobs_weights(trained, t
     a = load(ckpt_root / step(20), tmp_path)
     b = load(own / step(10), tmp_path)
     assert a["model"].keys() == b["model"].keys()
-    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"]), "weights differ from job A's"
+    assert all(torch.equal(a["model"][k], b["model"][k])
+               for k in a["model"]), "weights differ from job A's"
     assert result(warm)["param_sha256"] == result(first)["param_sha256"]
     # weights only: the optimizer started fresh (Adam counted 10 steps fewer than job A's 20)
     assert optimizer_steps(b) == {optimizer_steps(a).pop() - 10}
 
-    # A control without --init-from trains from the seed's random weights: the equality above is not a given.
-    proc = cli.run("submit", "--cluster", "local", str(job), "--wait", "--json", "--idempotency-key", "control",
+    # A control without --init-from trains from the seed's random weights: the equality above is not
+    # a given.
+    proc = cli.run("submit", "--cluster", "local", str(job), "--wait", "--json",
+                   "--idempotency-key", "control",
                    *sets(args(10, lr=0.0), "checkpoint.dir=checkpoints/control", *SHORT))
     assert proc.returncode == 0, proc.stderr
     assert result(json.loads(proc.stdout))["param_sha256"] != result(first)["param_sha256"]
@@ -113,7 +118,8 @@ def test_a_bad_init_from_is_one_line_exit_2_and_writes_nothing(cli, demo, value,
 
 def test_init_from_a_folder_without_a_complete_checkpoint(cli, demo, tmp_path):
     (tmp_path / "empty" / "step-5").mkdir(parents=True)  # no commit record
-    proc = cli.run("submit", "--cluster", "local", str(demo), "--init-from", str(tmp_path / "empty"))
+    proc = cli.run("submit", "--cluster", "local", str(demo), "--init-from",
+                   str(tmp_path / "empty"))
     assert proc.returncode == 2 and "no complete checkpoint" in proc.stderr, proc.stderr
     proc = cli.run("submit", "--cluster", "local", str(demo), "--init-optimizer")
     assert proc.returncode == 2 and "--init-optimizer" in proc.stderr

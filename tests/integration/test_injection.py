@@ -45,7 +45,8 @@ import json, os, sys
 with open({record!r}, "a") as f:
     f.write(json.dumps({{"argv": sys.argv[1:], "cwd": os.getcwd(),
                         "env": {{k: v for k, v in os.environ.items()
-                                if k.startswith(("EVIL_", "FSDP_ORCH_", "MASTER_", "RDZV_"))}}}}) + "\\n")
+                                if k.startswith(("EVIL_", "FSDP_ORCH_", "MASTER_", "RDZV_"))}}}}) \
++ "\\n")
 """
 
 
@@ -100,7 +101,8 @@ def render(box: dict[str, Path], job_file: Path, profile_file: Path,
     profile = parse_profile(profile_file)
     ctx = PlanContext(job_id="jinj", attempt=0, run_root=str(box["home"]), job_dir=str(box["tmp"]),
                       supervisor_command=(str(box["stub"]), "-m", SUPERVISOR_MODULE))
-    artifacts = render_plan(plan_on(job, profile, profile.kind, ctx), search=[builtin_dir("templates")])
+    artifacts = render_plan(plan_on(job, profile, profile.kind, ctx),
+                            search=[builtin_dir("templates")])
     write_artifacts(artifacts)
     return job, artifacts
 
@@ -116,7 +118,8 @@ def run_script(box: dict[str, Path], art: Artifact, env: dict[str, str] | None =
     assert proc.returncode == 0, proc.stderr
     if shutil.which("shellcheck"):
         # The excluded notes say "this quoted text will not expand": here that is the point.
-        check = subprocess.run(["shellcheck", "--format=gcc", "--exclude=SC2016,SC2088,SC1003", art.path], capture_output=True, text=True)
+        check = subprocess.run(["shellcheck", "--format=gcc", "--exclude=SC2016,SC2088,SC1003",
+                                art.path], capture_output=True, text=True)
         assert check.returncode == 0, check.stdout
 
 
@@ -160,7 +163,8 @@ def test_local_launch_script(box: dict[str, Path], launcher: str, standby: str) 
     run_script(box, launch)
     (record,) = records(box)
     assert_literal(job, record, [job.script or "", *PAYLOADS])
-    if standby == "auto" and launcher != "accelerate":  # the warm launcher gets the program after --
+    # the warm launcher gets the program after --
+    if standby == "auto" and launcher != "accelerate":
         assert record["argv"][:2] == ["-m", "fsdp_orch.standby.launch"], record["argv"]
     else:
         assert record["argv"][0] == {"torchrun": "-m", "accelerate": "-m", "python": "-u"}[launcher]
@@ -215,7 +219,8 @@ def test_slurm_node_script_refuses_to_run_outside_a_job_step(box: dict[str, Path
     _, artifacts = render(box, write_job(box, nodes=2), write_profile(box, "slurm"))
     (node,) = [a for a in artifacts if a.name == "node.sh"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RDZV_"))}
-    proc = subprocess.run(["bash", node.path], cwd=box["cwd"], env=env, capture_output=True, text=True)
+    proc = subprocess.run(["bash", node.path], cwd=box["cwd"], env=env, capture_output=True,
+                          text=True)
     assert proc.returncode != 0 and "SLURM job step" in proc.stderr
     assert not box["record"].exists()
 
@@ -228,8 +233,8 @@ def test_slurm_batch_script_runs_the_supervisor_with_literal_values(box: dict[st
     comment_lines_hold(batch)
     run_script(box, batch, {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node-[a-b]"})
     (record,) = records(box)
-    assert record["argv"] == ["-m", SUPERVISOR_MODULE, "jinj", "--run-dir", f"{box['home']}/runs/jinj",
-                              "--in-allocation"]
+    assert record["argv"] == [
+        "-m", SUPERVISOR_MODULE, "jinj", "--run-dir", f"{box['home']}/runs/jinj", "--in-allocation"]
     assert_nothing_ran(box)
 
 
@@ -245,7 +250,8 @@ def test_set_env_value_stays_literal(box: dict[str, Path]) -> None:
 
 
 def test_tilde_paths_mean_the_nodes_home(box: dict[str, Path]) -> None:
-    """Only a leading ~/ in a path we export expands (to the node's $HOME); a ~ elsewhere is literal."""
+    """Only a leading ~/ in a path we export expands (to the node's $HOME); a ~ elsewhere is
+    literal."""
     fake_home = box["tmp"] / "fake home"
     (fake_home / "w").mkdir(parents=True)
     job, artifacts = render(box, write_job(box, workdir="~/w", checkpoint={"dir": "~/ck a~b"}),

@@ -36,7 +36,8 @@ env: {OMP_NUM_THREADS: "1"}
 """
 
 
-@pytest.mark.skipif(local_has_gpu(), reason="Accelerate runs the FSDP config as FSDP on a GPU: nothing changes")
+@pytest.mark.skipif(local_has_gpu(),
+                    reason="Accelerate runs the FSDP config as FSDP on a GPU: nothing changes")
 def test_accelerate_fsdp_on_cpu_is_said_by_render_submit_and_the_events(cli, tmp_path):
     (tmp_path / "hello.py").write_text(SCRIPT)
     job = tmp_path / "job.yaml"

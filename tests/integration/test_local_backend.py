@@ -98,13 +98,16 @@ def test_resume_after_cancel_matches_an_uninterrupted_run_bit_for_bit(cli, demo)
 
 def test_failing_job_ends_failed_and_wait_exits_1(cli, tmp_path):
     job = tmp_path / "fails.yaml"
-    job.write_text("name: fails\nlauncher: python\ncommand: [bash, -c, 'echo boom >&2; exit 3']\n"  # test-sized backoff
-                   "restart: {backoff: {initial: 0.2s, max: 0.2s, jitter: 0s}}\n")  # (the defaults: 10 s, 20 s)
+    # test-sized backoff
+    job.write_text("name: fails\nlauncher: python\ncommand: [bash, -c, 'echo boom >&2; exit 3']\n"
+                   # (the defaults: 10 s, 20 s)
+                   "restart: {backoff: {initial: 0.2s, max: 0.2s, jitter: 0s}}\n")
     proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(job))
     assert proc.returncode == 1
     status = json.loads(proc.stdout)
     assert status["state"] == "FAILED"
-    assert status["attempts"] == 3 and "crash loop: 3 attempts" in status["reason"], status  # restarted, then gave up
+    # restarted, then gave up
+    assert status["attempts"] == 3 and "crash loop: 3 attempts" in status["reason"], status
     assert "code 3" in status["reason"]
     assert "boom" in cli.run("logs", status["id"], check=True).stdout
 
@@ -138,22 +141,24 @@ def test_submit_returns_fast_and_the_supervisor_outlives_the_cli(cli, tmp_path):
     job_id = cli.run("submit", "--cluster", "local", str(job), check=True).stdout.strip()
     elapsed = time.monotonic() - t0
     # Submit returns without waiting for the job: the job, 15 s of sleep, has not ended. The bound
-    # holds at well over twice the load: submit took 1-2 s here, 5.2 s beside stress-ng and 3 workers.
+    # holds at well over twice the load: submit took 1-2 s here, 5.2 s beside stress-ng and 3
+    # workers.
     assert elapsed < 12, f"submit took {elapsed:.1f}s"
     row = Store(cli.home / "jobs.db").job(job_id)
     assert row.state in ("PENDING", "RUNNING"), row.state
     assert pid_alive(row.supervisor_pid, must_contain=job_id)
-    final = cli.wait_until(job_id, lambda s: s["state"] == "SUCCEEDED", timeout=60, what="SUCCEEDED")
+    final = cli.wait_until(job_id, lambda s: s["state"] == "SUCCEEDED", timeout=60,
+                           what="SUCCEEDED")
     assert final["attempts"] == 1
 
 
 def test_idempotency_key_returns_the_first_job(cli, tmp_path):
     job = tmp_path / "quick.yaml"
     job.write_text("name: quick\nlauncher: python\ncommand: ['true']\n")
-    first = cli.run("submit", "--cluster", "local", "--json", "--idempotency-key", "nightly-2026-11-21",
-                    str(job), check=True)
-    second = cli.run("submit", "--cluster", "local", "--json", "--idempotency-key", "nightly-2026-11-21",
-                     str(job), check=True)
+    first = cli.run("submit", "--cluster", "local", "--json", "--idempotency-key",
+                    "nightly-2026-11-21", str(job), check=True)
+    second = cli.run("submit", "--cluster", "local", "--json", "--idempotency-key",
+                     "nightly-2026-11-21", str(job), check=True)
     a, b = json.loads(first.stdout), json.loads(second.stdout)
     assert a["id"] == b["id"] and a["created"] is True and b["created"] is False
     assert len(json.loads(cli.run("status", "--json", check=True).stdout)) == 1
@@ -161,6 +166,7 @@ def test_idempotency_key_returns_the_first_job(cli, tmp_path):
 
 def test_python_module_entrypoint_is_importable(cli):
     # `python -m fsdp_orch` and the console script are the same CLI.
-    proc = subprocess.run([sys.executable, "-m", "fsdp_orch", "--version"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "fsdp_orch", "--version"], capture_output=True,
+                          text=True)
     assert proc.returncode == 0 and "fsdp-orch" in proc.stdout
     assert Path(sys.executable).with_name("fsdp-orch").exists()

@@ -75,17 +75,22 @@ def wait_for(predicate, timeout: float) -> bool:
 def test_the_demo_job_posts_once_per_configured_state_change(cli, demo, tmp_path):
     receiver = Receiver()
     try:
-        hook = f"notify=[{{url: 'http://127.0.0.1:{receiver.port}/hook', on: [RUNNING, SUCCEEDED], retry_for: 60s}}]"
+        hook = (f"notify=[{{url: 'http://127.0.0.1:{receiver.port}/hook', on: [RUNNING, "
+                f"SUCCEEDED], retry_for: 60s}}]")
         job_id = json.loads(cli.run("submit", "--cluster", "local", str(demo), "--set", hook,
-                                    "--set", "args=[--steps, 20, --seq-len, 16]", "--set", "checkpoint.interval=10",
+                                    "--set", "args=[--steps, 20, --seq-len, 16]", "--set",
+                                    "checkpoint.interval=10",
                                     "--wait", "--json", check=True).stdout)["id"]
         assert wait_for(lambda: len(receiver.bodies) >= 2, 30), receiver.bodies
         time.sleep(2)  # nothing more comes
         assert receiver.triggers() == ["RUNNING", "SUCCEEDED"]
         assert [b["notification"]["state"] for b in receiver.bodies] == ["RUNNING", "SUCCEEDED"]
-        assert all(b["id"] == job_id and b["notification"]["job"] == job_id for b in receiver.bodies)
-        assert receiver.bodies[1] == {**cli.status(job_id), "notification": receiver.bodies[1]["notification"]}
-        assert receiver.paths == ["/hook", "/hook"] and set(receiver.content_types) == {"application/json"}
+        assert all(b["id"] == job_id and b["notification"]["job"] == job_id
+                   for b in receiver.bodies)
+        assert receiver.bodies[1] == {
+            **cli.status(job_id), "notification": receiver.bodies[1]["notification"]}
+        assert (receiver.paths == ["/hook", "/hook"]
+                and set(receiver.content_types) == {"application/json"})
     finally:
         receiver.close()
 
@@ -118,13 +123,16 @@ def test_a_receiver_that_is_down_delays_nothing_and_gets_the_posts_once_back(cli
     port = free_port()  # nothing listens there yet
     job = job_with_hook(tmp_path, "down", ["sleep", "1"], port, ["RUNNING", "SUCCEEDED"])
     started = time.monotonic()
-    job_id = json.loads(cli.run("submit", "--cluster", "local", job, "--wait", "--json", check=True).stdout)["id"]
+    job_id = json.loads(cli.run("submit", "--cluster", "local", job, "--wait", "--json",
+                                check=True).stdout)["id"]
     receiver_down = time.monotonic() - started
-    assert receiver_down < without_notify + 5, (receiver_down, without_notify)  # it did not wait for its webhook
+    # it did not wait for its webhook
+    assert receiver_down < without_notify + 5, (receiver_down, without_notify)
     assert cli.status(job_id)["state"] == "SUCCEEDED"
     receiver = Receiver(port)
     try:
-        assert wait_for(lambda: len(receiver.bodies) >= 2, 60), receiver.bodies  # backoff tops out at 30 s
+        # backoff tops out at 30 s
+        assert wait_for(lambda: len(receiver.bodies) >= 2, 60), receiver.bodies
         time.sleep(2)
         assert receiver.triggers() == ["RUNNING", "SUCCEEDED"]  # once each, in order
         assert all(b["id"] == job_id for b in receiver.bodies)
@@ -132,9 +140,11 @@ def test_a_receiver_that_is_down_delays_nothing_and_gets_the_posts_once_back(cli
         receiver.close()
 
 
-def test_a_receiver_that_never_answers_is_given_up_after_retry_for_and_the_job_says_so(cli, tmp_path):
+def test_a_receiver_that_never_answers_is_given_up_after_retry_for_and_the_job_says_so(
+        cli, tmp_path):
     job = job_with_hook(tmp_path, "unheard", ["true"], free_port(), ["SUCCEEDED"], retry_for="3s")
-    job_id = json.loads(cli.run("submit", "--cluster", "local", job, "--wait", "--json", check=True).stdout)["id"]
+    job_id = json.loads(cli.run("submit", "--cluster", "local", job, "--wait", "--json",
+                                check=True).stdout)["id"]
 
     def notices() -> list[dict]:
         lines = cli.run("events", job_id, "--json", check=True).stdout.splitlines()

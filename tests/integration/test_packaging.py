@@ -23,7 +23,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     if importlib.util.find_spec("hatchling") is None:
-        pytest.skip("hatchling not installed (pip install hatchling): cannot build the wheel offline")
+        pytest.skip("hatchling not installed (pip install hatchling): cannot build the "
+                    "wheel offline")
     tmp = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                     "--quiet", "-w", str(tmp / "dist"), str(REPO)], check=True, timeout=300)
@@ -40,10 +41,12 @@ def run(installed: dict[str, Path], *args: str) -> subprocess.CompletedProcess[s
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update({"PYTHONPATH": str(installed["site"]), "FSDP_ORCH_HOME": str(installed["home"])})
     # PYTHONPATH puts the installed copy before the editable checkout; the assert proves it.
-    code = ("import sys, fsdp_orch; assert fsdp_orch.__file__.startswith(sys.argv[1]), fsdp_orch.__file__;"
-            " from fsdp_orch.cli.main import main; raise SystemExit(main(sys.argv[2:]))")
+    code = ("import sys, fsdp_orch; assert fsdp_orch.__file__.startswith(sys.argv[1]), "
+            "fsdp_orch.__file__; from fsdp_orch.cli.main import main; raise "
+            "SystemExit(main(sys.argv[2:]))")
     return subprocess.run([sys.executable, "-c", code, str(installed["site"]), *args],
-                          cwd=installed["cwd"], env=env, capture_output=True, text=True, timeout=120)
+                          cwd=installed["cwd"], env=env, capture_output=True, text=True,
+                          timeout=120)
 
 
 def test_wheel_contains_templates_and_profiles(installed: dict[str, Path]) -> None:

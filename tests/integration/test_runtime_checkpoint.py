@@ -248,7 +248,8 @@ def test_a_checkpoint_request_mid_run_is_saved_by_every_rank_at_one_step(torchru
     """The supervisor's request before a SLURM time limit (FSDP_ORCH_CHECKPOINT_REQUEST): both
     ranks save the same step, off the interval, and training goes on unchanged."""
     request = torchrun.tmp / "checkpoint-request"
-    run = torchrun.start(torchrun.prepare([*torchrun.small, "--steps", str(N), "--sleep-per-step", "0.4"],
+    run = torchrun.start(torchrun.prepare([*torchrun.small, "--steps", str(N), "--sleep-per-step",
+                                           "0.4"],
                                           checkpoint={"interval": 100, "keep_last": 3},
                                           env={"FSDP_ORCH_CHECKPOINT_REQUEST": str(request)}))
     deadline = time.monotonic() + 120

@@ -55,7 +55,8 @@ def test_crash_exits_non_zero_without_a_traceback(torchrun):
     run = torchrun.run([*torchrun.small, "--steps", "50"], fault="crash:step=2:rank=0")
     assert run.returncode == 1
     assert "rank 0: injected crash at step 2: exiting with code 1" in run.stderr
-    # No traceback from the rank: the supervisor must not read an injected crash as a bug (not retried).
+    # No traceback from the rank: the supervisor must not read an injected crash as a bug (not
+    # retried).
     from fsdp_orch.supervise.diagnose import diagnose_text
 
     assert diagnose_text(run.stderr).category != "user_code_error"

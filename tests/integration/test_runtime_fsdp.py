@@ -45,9 +45,11 @@ def test_transformer_wrap_with_an_unknown_class_is_an_error_not_root_only():
 
 def test_size_based_wrap_counts_only_parameters_not_already_wrapped():
     model = tiny_lm()  # a block: 12,704 params, of which its MLP 8,352 and qkv 3,168
-    targets = wrap_targets(model, FsdpOptions(auto_wrap_policy="SIZE_BASED_WRAP", min_num_params=8000))
+    targets = wrap_targets(model,
+                           FsdpOptions(auto_wrap_policy="SIZE_BASED_WRAP", min_num_params=8000))
     assert targets == ["blocks.0.mlp", "blocks.1.mlp"]  # the rest of a block is below 8000
-    targets = wrap_targets(model, FsdpOptions(auto_wrap_policy="SIZE_BASED_WRAP", min_num_params=4300))
+    targets = wrap_targets(model,
+                           FsdpOptions(auto_wrap_policy="SIZE_BASED_WRAP", min_num_params=4300))
     assert targets == ["blocks.0.mlp", "blocks.0", "blocks.1.mlp", "blocks.1"]
     # The ModuleList holding the blocks has no forward of its own and is never a unit.
     assert "blocks" not in wrap_targets(model, FsdpOptions(auto_wrap_policy="SIZE_BASED_WRAP",
@@ -144,7 +146,8 @@ def test_hybrid_shard_zero2_over_two_nodes_replicates_across_them(torchrun, base
     port = free_port()
     nodes = []
     for node in (0, 1):
-        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
+                "1",
                 "--node-rank", str(node), "--rdzv-backend", "static", "--master-addr", "127.0.0.1",
                 "--master-port", str(port), str(torchrun.demo), *torchrun.small, *STEPS]
         env = {**run.env, "FSDP_ORCH_NODE_RANK": str(node)}
@@ -159,7 +162,8 @@ def test_hybrid_shard_zero2_over_two_nodes_replicates_across_them(torchrun, base
 
 
 @pytest.mark.slow
-def test_offload_checkpointing_meta_init_and_prefetch_keep_the_weights_bit_exact(torchrun, baseline):
+def test_offload_checkpointing_meta_init_and_prefetch_keep_the_weights_bit_exact(
+        torchrun, baseline):
     result = demo(torchrun, offload_params=True, activation_checkpointing=True,
                   cpu_ram_efficient_loading=True, forward_prefetch=True)
     plan = result["plan"]

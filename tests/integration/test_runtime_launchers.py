@@ -25,7 +25,8 @@ def render(example: Path, home: Path, job_id: str, attempt: int, *sets: str) -> 
     """Render attempt ``attempt`` with the CLI and put the files where launch.sh expects them."""
     run_dir = home / "runs" / job_id
     attempt_dir = run_dir / f"attempt-{attempt}"
-    argv = [sys.executable, "-m", "fsdp_orch", "render", "--cluster", "local", str(example / "job.yaml"),
+    argv = [sys.executable, "-m", "fsdp_orch", "render", "--cluster", "local",
+            str(example / "job.yaml"),
             "--out", str(attempt_dir), "--job-id", job_id, "--attempt", str(attempt)]
     for item in sets:
         argv += ["--set", item]
@@ -60,7 +61,8 @@ def test_spawn_example_under_the_python_launcher_trains_checkpoints_and_resumes(
     assert [line.split()[0] for line in out.splitlines() if line.startswith("step=")] == [
         "step=1", "step=2", "step=3", "step=4"]
     beats = read_node_heartbeats(job_id, 0)
-    assert sorted(beats) == [0, 1] and all(b.state == "done" and b.step == 4 for b in beats.values())
+    assert (sorted(beats) == [0, 1]
+            and all(b.state == "done" and b.step == 4 for b in beats.values()))
     ckpt_dir = example / "checkpoints" / "spawn-example"
     assert [(c.step, c.complete) for c in list_checkpoints(ckpt_dir)] == [(2, True), (4, True)]
 
@@ -100,11 +102,13 @@ def test_accelerate_example_reads_an_accelerate_config_and_runs_two_cpu_processe
     out = run(argv, cwd=example, env=env).stdout
     assert "distributed_type=MULTI_CPU num_processes=2" in out
     beats = read_node_heartbeats(job_id, 0)
-    assert sorted(beats) == [0, 1] and all(b.state == "done" and b.step == 4 for b in beats.values())
+    assert (sorted(beats) == [0, 1]
+            and all(b.state == "done" and b.step == 4 for b in beats.values()))
     ckpt_dir = Path(exports["FSDP_ORCH_CHECKPOINT_DIR"])
     assert [(c.step, c.complete, c.layout) for c in list_checkpoints(ckpt_dir)] == [
         (2, True, "hf"), (4, True, "hf")]
-    assert json.loads((ckpt_dir / "checkpoint-4" / "trainer_state.json").read_text()) == {"global_step": 4}
+    assert json.loads((ckpt_dir / "checkpoint-4" / "trainer_state.json").read_text()) == {
+        "global_step": 4}
     attempt = render(example, home, job_id, 1, "args=[--steps, 6, --save-every, 2]")
     again = run(["bash", str(attempt / "launch.sh")], cwd=example, env=env).stdout
     assert f"resumed from {ckpt_dir / 'checkpoint-4'} (step 4)" in again

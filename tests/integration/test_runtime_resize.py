@@ -1,6 +1,7 @@
-"""A checkpoint of 2 CPU ranks resumed on 1 (an elastic job that lost a node): DCP reshards the model
-and optimizer, rank 0 restores its own RNG state and extras, and the demo keeps its data order, so
-the run ends where an uninterrupted 2-rank run does, up to the order of floating-point sums."""
+"""A checkpoint of 2 CPU ranks resumed on 1 (an elastic job that lost a node): DCP reshards the
+model and optimizer, rank 0 restores its own RNG state and extras, and the demo keeps its data
+order, so the run ends where an uninterrupted 2-rank run does, up to the order of floating-point
+sums."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ N = 8
 
 @pytest.mark.slow
 def test_two_ranks_resumed_on_one_train_on_the_same_data_to_the_same_loss(torchrun):
-    straight = torchrun.run([*torchrun.small, "--steps", str(N)], checkpoint=CKPT, name="straight").ok()
+    straight = torchrun.run([*torchrun.small, "--steps", str(N)], checkpoint=CKPT,
+                            name="straight").ok()
     first = torchrun.run([*torchrun.small, "--steps", "5"], checkpoint=CKPT, name="shrunk").ok()
     assert first.result["world_size"] == 2
     second = torchrun.run([*torchrun.small, "--steps", str(N)], checkpoint=CKPT, name="shrunk",
@@ -22,6 +24,7 @@ def test_two_ranks_resumed_on_one_train_on_the_same_data_to_the_same_loss(torchr
     assert result["data_ranks"] == 2  # still two blocks of data per step, both on rank 0 now
     assert "saved by 2 ranks and is restored on 1" in second.stderr
     assert "rank(s) 1 are not restored" in second.stderr
-    assert [line.split()[0] for line in second.stdout.splitlines()] == [f"step={s}" for s in range(6, N + 1)]
+    assert [line.split()[0] for line in second.stdout.splitlines()] == [
+        f"step={s}" for s in range(6, N + 1)]
     # Rank 1's half of each step was trained on by rank 0: the same data, the same mean gradient.
     assert result["final_loss"] == pytest.approx(straight.result["final_loss"], rel=1e-4)

@@ -95,7 +95,8 @@ def test_a_minutely_schedule_submits_exactly_the_expected_ticks(home, tmp_path):
     clock = ManualClock(START)
     lines: list[str] = []
     with open_index(str(home)) as index:
-        scheduler = Scheduler(ScheduleBook(home), IndexJobs(index), clock, clock.sleep, lines.append)
+        scheduler = Scheduler(ScheduleBook(home), IndexJobs(index), clock, clock.sleep,
+                              lines.append)
         # The loop sleeps to each tick and handles 03:01 .. 03:05; it stops once it woke at 03:06.
         scheduler.run_forever(should_stop=lambda: clock.now >= START + 5 * 60 + 30)
         assert clock.now == START + 5 * 60 + 30
@@ -107,7 +108,8 @@ def test_a_minutely_schedule_submits_exactly_the_expected_ticks(home, tmp_path):
     for job in jobs:
         assert wait_state(home, job["id"], {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"
     kinds = [e["kind"] for e in ScheduleBook(home).events("minutely")]
-    assert kinds.count("tick_submitted") == 6 and "tick_skipped" not in kinds and "ticks_missed" not in kinds
+    assert (kinds.count("tick_submitted") == 6 and "tick_skipped" not in kinds
+            and "ticks_missed" not in kinds)
 
 
 def test_forbid_skips_a_tick_while_the_previous_run_is_active(home, tmp_path):
@@ -153,8 +155,8 @@ def test_replace_cancels_the_previous_run_then_submits(home, tmp_path):
 def scheduler_process(home: Path, cwd: Path, clock: str, **env: str) -> subprocess.Popen:
     full = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}
     full.update(FSDP_ORCH_HOME=str(home), FSDP_ORCH_TEST_CLOCK=clock, PYTHONUNBUFFERED="1", **env)
-    return subprocess.Popen([sys.executable, "-m", "fsdp_orch", "scheduler", "run"], cwd=cwd, env=full,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen([sys.executable, "-m", "fsdp_orch", "scheduler", "run"], cwd=cwd,
+                            env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def test_a_scheduler_killed_after_a_submit_does_not_repeat_the_tick(home, tmp_path):
@@ -170,8 +172,9 @@ def test_a_scheduler_killed_after_a_submit_does_not_repeat_the_tick(home, tmp_pa
     time.sleep(0.2)
     job_id = marker.read_text()
     # Another scheduler is refused while the first holds the lock.
-    other = subprocess.run([sys.executable, "-m", "fsdp_orch", "scheduler", "run", "--once"], cwd=tmp_path,
-                           env={**os.environ, "FSDP_ORCH_HOME": str(home)}, capture_output=True, text=True)
+    other = subprocess.run([sys.executable, "-m", "fsdp_orch", "scheduler", "run", "--once"],
+                           cwd=tmp_path, env={**os.environ, "FSDP_ORCH_HOME": str(home)},
+                           capture_output=True, text=True)
     assert other.returncode == 1 and "another scheduler is running" in other.stderr
     first.send_signal(signal.SIGKILL)  # after the submit, before the tick was recorded
     first.wait(timeout=10)
@@ -188,12 +191,14 @@ def test_a_scheduler_killed_after_a_submit_does_not_repeat_the_tick(home, tmp_pa
     jobs = jobs_of(home, "minutely")
     ticks = sorted(j["origin"]["tick"] for j in jobs)
     assert len(ticks) == len(set(ticks)) >= 4, out
-    assert ticks[0] == minute(1) and [j["id"] for j in jobs if j["origin"]["tick"] == minute(1)] == [job_id]
+    assert (ticks[0] == minute(1)
+            and [j["id"] for j in jobs if j["origin"]["tick"] == minute(1)] == [job_id])
     assert f"{minute(1)} minutely: submitted {job_id} (found after a restart)" in out
     events = ScheduleBook(home).events("minutely")
     missed = sum(e["count"] for e in events if e["kind"] == "ticks_missed")
     last = int(ticks[-1][14:16])
-    assert len(ticks) + missed == last, (ticks, events)  # every minute from 03:01 ran once or was missed
+    # every minute from 03:01 ran once or was missed
+    assert len(ticks) + missed == last, (ticks, events)
     for job in jobs:
         wait_state(home, job["id"], {"SUCCEEDED", "FAILED", "CANCELLED"})
 

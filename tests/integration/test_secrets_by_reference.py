@@ -43,17 +43,21 @@ def base() -> Iterator[Path]:
 
 @pytest.mark.slow
 @pytest.mark.root
-def test_a_local_job_gets_its_secrets_by_reference_and_no_file_or_display_holds_them(account, base, tmp_path):
+def test_a_local_job_gets_its_secrets_by_reference_and_no_file_or_display_holds_them(
+        account, base, tmp_path):
     values = make_secrets(tmp_path / "private")
     with receiver() as got:
         shared = scratch_in(base)
         work = tmp_path / "work"
         (work / "clusters").mkdir(parents=True)
-        (work / "clusters" / "scratch.yaml").write_text(f"kind: local\ndevice: cpu\nshared_dir: {shared}\n")
+        (work / "clusters" / "scratch.yaml").write_text("kind: local\ndevice: cpu\n"
+                                                        f"shared_dir: {shared}\n")
         cli = Cli(home=base / "home", cwd=work)
         job = write_job(base / "job", values, got.port, nodes=1)
-        status = SecretJob(cli=cli, cluster="scratch", job=job, values=values, receiver=got, nodes=1,
-                           home=Place(str(cli.home), "the home"), places=[Place(str(base), "home, shared_dir, job")],
+        status = SecretJob(cli=cli, cluster="scratch", job=job, values=values, receiver=got,
+                           nodes=1,
+                           home=Place(str(cli.home), "the home"),
+                           places=[Place(str(base), "home, shared_dir, job")],
                            account=account).run_and_check()
         assert Path(status["run_dir"]).is_relative_to(shared), status["run_dir"]
 
@@ -63,7 +67,8 @@ def snapshot(*folders: Path) -> dict[str, str]:
     found = {}
     for folder in folders:
         for path in [folder, *folder.rglob("*")] if folder.exists() else []:
-            found[str(path)] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+            found[str(path)] = ("dir" if path.is_dir()
+                                else hashlib.sha256(path.read_bytes()).hexdigest())
     return found
 
 
@@ -73,7 +78,8 @@ def refused_job(tmp_path: Path, env_line: str, header_line: str = "") -> tuple[C
     shared.mkdir()
     work = tmp_path / "work"
     (work / "clusters").mkdir(parents=True)
-    (work / "clusters" / "scratch.yaml").write_text(f"kind: local\ndevice: cpu\nshared_dir: {shared}\n")
+    (work / "clusters" / "scratch.yaml").write_text("kind: local\ndevice: cpu\n"
+                                                    f"shared_dir: {shared}\n")
     cli = Cli(home=tmp_path / "home", cwd=work)
     assert json.loads(cli.run("status", "--json", check=True).stdout) == []
     job = work / "job.yaml"
@@ -115,7 +121,8 @@ def test_from_file_that_others_may_read_is_refused_without_printing_it_and_write
     values = make_secrets(tmp_path / "private")
     values.auth_file.chmod(0o644)
     cli, job, shared = refused_job(tmp_path, f"HF_TOKEN: {{from_env: {ENV_NAME}}}",
-                                   f"Authorization: {{from_file: {json.dumps(str(values.auth_file))}}}")
+                                   f"Authorization: {{from_file: "
+                                   f"{json.dumps(str(values.auth_file))}}}")
     assert_refused(cli, job, shared, values)
     assert json.loads(cli.run("status", "--json", check=True).stdout) == []
     # the same file at 0600 is taken
@@ -129,7 +136,8 @@ def test_from_file_owned_by_another_account_is_refused(account, tmp_path):
     values = make_secrets(tmp_path / "private")
     os.chown(values.auth_file, *account)
     cli, job, shared = refused_job(tmp_path, f"HF_TOKEN: {{from_env: {ENV_NAME}}}",
-                                   f"Authorization: {{from_file: {json.dumps(str(values.auth_file))}}}")
+                                   f"Authorization: {{from_file: "
+                                   f"{json.dumps(str(values.auth_file))}}}")
     assert_refused(cli, job, shared, values)
     # the same file, the caller's own, is taken
     os.chown(values.auth_file, os.getuid(), os.getgid())

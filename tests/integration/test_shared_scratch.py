@@ -23,7 +23,8 @@ OTHER = "fsdporchtest"
 
 @pytest.fixture
 def other_account() -> tuple[int, int]:
-    """(uid, gid) of an unprivileged second account, created when absent (tests/secret_checks.py)."""
+    """(uid, gid) of an unprivileged second account, created when absent
+    (tests/secret_checks.py)."""
     return secret_checks.other_account()
 
 
@@ -37,11 +38,12 @@ def scratch() -> Iterator[Path]:
 
 
 def as_other(uid: int, gid: int, *argv: str) -> None:
-    subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv], check=True,
-                   capture_output=True, timeout=60)
+    subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv],
+                   check=True, capture_output=True, timeout=60)
 
 
-def planted_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: Path, marker: Path) -> tuple[str, Path]:
+def planted_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: Path,
+                marker: Path) -> tuple[str, Path]:
     """A genuine job folder (submission, then a supervisor that died), rewritten to live at
     ``target`` with a ``supervisor_command`` that writes ``marker``: what the other account copies
     in. Returns (job id, the folder to copy), readable by everyone."""
@@ -75,7 +77,8 @@ def planted_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: Path, m
 
 
 def test_a_job_folder_planted_in_the_shared_dir_is_not_listed_not_run_and_named_by_doctor(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, other_account: tuple[int, int], scratch: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, other_account: tuple[int, int],
+        scratch: Path) -> None:
     uid, gid = other_account
     me = pwd.getpwuid(os.getuid()).pw_name
     marker = scratch / "marker"
@@ -92,7 +95,8 @@ def test_a_job_folder_planted_in_the_shared_dir_is_not_listed_not_run_and_named_
 
     work = tmp_path / "victim"
     (work / "clusters").mkdir(parents=True)
-    (work / "clusters" / "scratch.yaml").write_text(f"kind: local\ndevice: cpu\nshared_dir: {scratch}\n")
+    (work / "clusters" / "scratch.yaml").write_text("kind: local\ndevice: cpu\n"
+                                                    f"shared_dir: {scratch}\n")
     (work / "job.yaml").write_text("name: mine\nlauncher: python\ncommand: [sleep, '1']\n")
     cli = Cli(home=tmp_path / "victim-home", cwd=work)
 
@@ -110,10 +114,12 @@ def test_a_job_folder_planted_in_the_shared_dir_is_not_listed_not_run_and_named_
     assert str(scratch / me / "runs" / own_id) in text, text
     assert f"uid {uid} ({OTHER})" in text
     assert doctor.returncode == 1
-    named = [c["detail"] for c in json.loads(text)["checks"] if str(scratch / "runs" / legacy_id) + ":" in c["detail"]]
+    named = [c["detail"] for c in json.loads(text)["checks"]
+             if str(scratch / "runs" / legacy_id) + ":" in c["detail"]]
     assert len(named) == 1, named  # once, by path
 
-    # The victim's own root is the other account's: a submit there is refused, naming it, and runs nothing.
+    # The victim's own root is the other account's: a submit there is refused, naming it, and runs
+    # nothing.
     refused = cli.run("submit", "--cluster", "scratch", "job.yaml")
     assert refused.returncode == 2, refused.stderr
     assert str(scratch / me) in refused.stderr and f"uid {uid} ({OTHER})" in refused.stderr

@@ -15,8 +15,8 @@ from tests.cli_harness import copy_demo, make_cli
 
 pytestmark = pytest.mark.slow
 
-SETTINGS = ["--set", "args=[--steps, 10, --seq-len, 32, --layers, 2]", "--set", "checkpoint.interval=5",
-            "--set", "checkpoint.keep_last=5"]
+SETTINGS = ["--set", "args=[--steps, 10, --seq-len, 32, --layers, 2]", "--set",
+            "checkpoint.interval=5", "--set", "checkpoint.keep_last=5"]
 
 
 def test_a_resubmission_after_success_is_refused_then_resumed_or_started_fresh(tmp_path):
@@ -35,14 +35,17 @@ def test_a_resubmission_after_success_is_refused_then_resumed_or_started_fresh(t
     listed = json.loads(cli.run("status", "--json", check=True).stdout)
     assert [j["id"] for j in listed] == [first["id"]]  # nothing recorded
 
-    proc = cli.run("submit", "--cluster", "local", str(job), "--wait", "--json", "--resume", *SETTINGS)
+    proc = cli.run("submit", "--cluster", "local", str(job), "--wait", "--json", "--resume",
+                   *SETTINGS)
     assert proc.returncode == 0, proc.stderr
     resumed = json.loads(proc.stdout)
     assert f"resuming from {ckpt / step(10)} (step 10, written by job {first['id']}" in proc.stderr
     logs = cli.run("logs", resumed["id"], check=True).stdout
-    assert "step=1 " not in logs  # it went on from step 10: no step of the first job was trained again
+    # it went on from step 10: no step of the first job was trained again
+    assert "step=1 " not in logs
 
-    proc = cli.run("submit", "--cluster", "local", str(job), "--wait", "--json", "--fresh", *SETTINGS)
+    proc = cli.run("submit", "--cluster", "local", str(job), "--wait", "--json", "--fresh",
+                   *SETTINGS)
     assert proc.returncode == 0, proc.stderr
     fresh = json.loads(proc.stdout)
     assert f"moved the checkpoints aside to {ckpt / PREVIOUS_DIR}" in proc.stderr, proc.stderr
@@ -50,5 +53,6 @@ def test_a_resubmission_after_success_is_refused_then_resumed_or_started_fresh(t
     kept = sorted(p.name for p in (ckpt / PREVIOUS_DIR).iterdir())
     assert kept == [f"{step(5)}.{fresh['id']}", f"{step(10)}.{fresh['id']}"]
     assert sorted(p.name for p in ckpt.glob("step-*")) == [step(5), step(10)]  # the fresh job's own
-    notices = {n["kind"] for n in cli.status(fresh["id"])["events"]}  # status --json lists its notices as "events"
+    # status --json lists its notices as "events"
+    notices = {n["kind"] for n in cli.status(fresh["id"])["events"]}
     assert "submit_fresh" in notices

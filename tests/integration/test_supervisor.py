@@ -32,7 +32,8 @@ pytestmark = pytest.mark.slow
 
 def crashing_job(tmp_path: Path, **restart) -> Path:
     job = tmp_path / "crashy.yaml"
-    restart_yaml = json.dumps({"backoff": {"initial": "1s", "multiplier": 2, "max": "10s", "jitter": 0},
+    restart_yaml = json.dumps({"backoff": {"initial": "1s", "multiplier": 2, "max": "10s",
+                                           "jitter": 0},
                                **restart})
     job.write_text("name: crashy\nlauncher: python\n"
                    "command: [bash, -c, 'echo starting; exit 1']\n"
@@ -40,8 +41,10 @@ def crashing_job(tmp_path: Path, **restart) -> Path:
     return job
 
 
-def supervise_in_process(tmp_path: Path, job: Path) -> tuple[Supervisor, JobIndex, str, list[float]]:
-    """The supervisor writes the job's events; the test reads them through the index, as the CLI does."""
+def supervise_in_process(tmp_path: Path,
+                         job: Path) -> tuple[Supervisor, JobIndex, str, list[float]]:
+    """The supervisor writes the job's events; the test reads them through the index, as the CLI
+    does."""
     home = tmp_path / "home"
     index = JobIndex(Store(home / "jobs.db"), [str(home / "runs")])
     job_id, _, submission = record_submission(index, SubmitRequest(job, "local", home_dir=home))
@@ -62,7 +65,8 @@ def test_a_job_that_crashes_every_attempt_stops_at_the_budget_with_growing_delay
         tmp_path, crashing_job(tmp_path, max_restarts=3, crash_loop_attempts=10))
     assert sup.run() is JobState.FAILED
     assert slept == pytest.approx([1.0, 2.0, 4.0], abs=0.5)  # initial 1s, multiplier 2, no jitter
-    assert all(s < d for s, d in zip(slept, [1.0, 2.0, 4.0], strict=True))  # counted from each verdict
+    # counted from each verdict
+    assert all(s < d for s, d in zip(slept, [1.0, 2.0, 4.0], strict=True))
     status = status_of(index, job_id)
     assert status["state"] == "FAILED"
     assert status["attempts"] == 4 and status["restarts"] == 3
@@ -122,12 +126,15 @@ def test_killing_the_supervisor_and_reattaching_keeps_one_attempt_and_succeeds(c
     new = store.job(job_id).supervisor_pid
     assert new != old and pid_alive(new, must_contain=job_id)
     for _ in range(3):
-        cli.run("status", check=True)  # more refreshes must not start a second supervisor or attempt
+        # more refreshes must not start a second supervisor or attempt
+        cli.run("status", check=True)
     assert store.job(job_id).supervisor_pid == new
-    supervisors = [p for p in os.listdir("/proc") if p.isdigit() and pid_alive(int(p), must_contain=job_id)
+    supervisors = [p for p in os.listdir("/proc")
+                   if p.isdigit() and pid_alive(int(p), must_contain=job_id)
                    and b"fsdp_orch.supervise" in Path(f"/proc/{p}/cmdline").read_bytes()]
     assert len(supervisors) == 1, supervisors
-    final = cli.wait_until(job_id, lambda s: s["state"] in ("SUCCEEDED", "FAILED"), timeout=300, what="end")
+    final = cli.wait_until(job_id, lambda s: s["state"] in ("SUCCEEDED", "FAILED"), timeout=300,
+                           what="end")
     assert final["state"] == "SUCCEEDED", final
     assert final["attempts"] == 1 and final["failures"] == []
     assert final["progress"]["step"] == 60
@@ -136,7 +143,8 @@ def test_killing_the_supervisor_and_reattaching_keeps_one_attempt_and_succeeds(c
 def test_the_warning_before_a_time_limit_records_a_requeue_and_asks_for_it(tmp_path):
     """SLURM's signal before the time limit (USR2 to the batch shell, which is the supervisor),
     through the handler the SLURM kind installs; the requeue itself is SLURM's `scontrol requeue`,
-    recorded here instead. The attempt is left to the scheduler, which ends it with the allocation."""
+    recorded here instead. The attempt is left to the scheduler, which ends it with the
+    allocation."""
     job = tmp_path / "sleepy.yaml"
     job.write_text("name: sleepy\nlauncher: python\ncommand: [sleep, '60']\n")
     sup, index, job_id, slept = supervise_in_process(tmp_path, job)
@@ -170,7 +178,8 @@ class NodeZeroSilentUntil(LocalLauncher):
     def launch(self, plan, artifacts):  # type: ignore[no-untyped-def]
         handle = super().launch(plan, artifacts)
         since = time.monotonic()
-        handle.silent_nodes = lambda: ({0: time.monotonic() - since} if time.monotonic() < self.until[0] else {})
+        handle.silent_nodes = lambda: ({0: time.monotonic() - since}
+                                       if time.monotonic() < self.until[0] else {})
         return handle
 
 
@@ -180,7 +189,8 @@ def test_the_hang_rule_waits_while_a_node_is_silent_and_judges_the_hang_once_it_
     is judged, as a hang."""
     demo = copy_demo(tmp_path)
     spec = yaml.safe_load(demo.read_text())
-    spec.update(args=["--steps", "60", "--seq-len", "64"], env={**spec["env"], "FSDP_ORCH_FAULT": "hang:step=12:rank=1"},
+    spec.update(args=["--steps", "60", "--seq-len", "64"],
+                env={**spec["env"], "FSDP_ORCH_FAULT": "hang:step=12:rank=1"},
                 restart={"max_restarts": 0}, watch={**spec["watch"], "heartbeat_timeout": "4s"})
     demo.write_text(yaml.safe_dump(spec))
     home = tmp_path / "home"
@@ -190,13 +200,17 @@ def test_the_hang_rule_waits_while_a_node_is_silent_and_judges_the_hang_once_it_
     until = [time.monotonic() + silent_for]
     heard_again = time.time() + silent_for
     sup = Supervisor(Journal(EventWriter(submission.run_dir, "supervisor"), job_id), submission,
-                     NodeZeroSilentUntil(submission, until), backoff_sleep=lambda s: None, rng=random.Random(0))
+                     NodeZeroSilentUntil(submission, until), backoff_sleep=lambda s: None,
+                     rng=random.Random(0))
     assert sup.run() is JobState.FAILED
     status = status_of(index, job_id)
     [failure] = status["failures"]
     assert failure["category"] == "hang", failure
-    assert iso_epoch(failure["detected_at"]) >= heard_again - 0.05, "a hang was judged while node 0 was silent"
-    assert iso_epoch(failure["detected_at"]) < heard_again + 5, "the hang was not judged once node 0 was heard"
+    assert iso_epoch(failure["detected_at"]) >= heard_again - 0.05, (
+        "a hang was judged while node 0 was silent")
+    assert iso_epoch(failure["detected_at"]) < heard_again + 5, (
+        "the hang was not judged once node 0 was heard")
     assert status["progress"]["step"] < 60
     silences = [e for e in status["events"] if e["kind"] == "node_silent"]
-    assert len(silences) == 1 and silences[0]["message"].startswith("no word from node 0 for "), silences
+    assert (len(silences) == 1
+            and silences[0]["message"].startswith("no word from node 0 for ")), silences

@@ -45,9 +45,11 @@ def run_with_fault(cli, demo, fault: str, *extra: str) -> tuple[dict, dict]:
     ("hang:step=12:rank=1", "hang", "no progress"),
     ("crash:step=12:rank=1", "injected_fault", "injected crash at step 12"),
     ("kill:step=12:rank=1", "injected_fault", "injected SIGKILL"),
-    ("checkpoint_crash:step=10:rank=1", "injected_fault", "injected crash inside the checkpoint save"),
+    ("checkpoint_crash:step=10:rank=1", "injected_fault",
+     "injected crash inside the checkpoint save"),
 ])
-def test_fault_is_classified_restarted_and_the_result_is_exact(cli, demo, reference, fault, category, evidence):
+def test_fault_is_classified_restarted_and_the_result_is_exact(cli, demo, reference, fault,
+                                                               category, evidence):
     status, result = run_with_fault(cli, demo, fault)
     assert status["state"] == "SUCCEEDED"
     assert status["attempts"] == 2 and status["restarts"] == 1
@@ -56,9 +58,11 @@ def test_fault_is_classified_restarted_and_the_result_is_exact(cli, demo, refere
     assert failure["category"] == category, failure
     assert evidence in (failure["evidence"] or ""), failure
     assert failure["action"] == "restart"
-    if category == "hang":  # judged under the window in force: the default follows the step time, 8 s its ceiling
+    # judged under the window in force: the default follows the step time, 8 s its ceiling
+    if category == "hang":
         window = hang_windows(cli, status["id"])[-1]["window_s"]
-        assert 2 <= window <= 8 and window <= failure["stalled_for_s"] < window + 5, (window, failure)
+        assert (2 <= window <= 8
+                and window <= failure["stalled_for_s"] < window + 5), ((window, failure))
         assert culprit_leads(failure["evidence"], 1), failure["evidence"]
     assert result["resumed_from"] >= 5, "the restart did not resume from a checkpoint"
     assert result["final_loss"] == reference["final_loss"]

@@ -1,6 +1,7 @@
 """After every rank's script has returned, a process that crashes or hangs while the interpreter
 shuts down (gloo's teardown does both on torch 2.13, see examples/unchanged) must not turn finished
-work into a failure or keep the job running forever. Real torchrun, 2 CPU ranks, no fsdp_orch import."""
+work into a failure or keep the job running forever. Real torchrun, 2 CPU ranks, no fsdp_orch
+import."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ def run(cli, tmp_path: Path, teardown: str) -> dict:  # type: ignore[no-untyped-
     job = tmp_path / "job.yaml"
     job.write_text(json.dumps({
         "name": f"teardown-{teardown}", "script": "train.py", "procs_per_node": 2,
-        "args": ["--teardown", teardown], "env": {"OMP_NUM_THREADS": "1", "TEARDOWN_MARKS": str(marks)},
-        "restart": {"max_restarts": 0}, "watch": {"startup_timeout": "8s", "heartbeat_timeout": "5s"}}))
+        "args": ["--teardown", teardown],
+        "env": {"OMP_NUM_THREADS": "1", "TEARDOWN_MARKS": str(marks)},
+        "restart": {"max_restarts": 0},
+        "watch": {"startup_timeout": "8s", "heartbeat_timeout": "5s"}}))
     proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(job), timeout=180)
     assert proc.stdout.strip(), proc.stderr
     return json.loads(proc.stdout)

@@ -23,7 +23,8 @@ def test_an_accelerate_loop_resumes_from_its_latest_save_state_folder(unchanged)
     proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(job),
                    "--set", "restart.backoff.initial=1s", "--set", "restart.backoff.jitter=0",
                    "--set", "watch.heartbeat_timeout=5s", "--set", "watch.startup_timeout=90s",
-                   "--set", "args=" + json.dumps(ARGS), "--set", "env.FSDP_ORCH_FAULT=hang:step=50:rank=1")
+                   "--set", "args=" + json.dumps(ARGS), "--set",
+                   "env.FSDP_ORCH_FAULT=hang:step=50:rank=1")
     assert proc.stdout.strip(), proc.stderr
     status = json.loads(proc.stdout)
     assert status["state"] == "SUCCEEDED", why(status)
@@ -32,15 +33,16 @@ def test_an_accelerate_loop_resumes_from_its_latest_save_state_folder(unchanged)
     assert culprit_leads(failure["evidence"], 1), failure["evidence"]
     out = job.parent / "out"
     launch = (Path(status["run_dir"]) / "attempt-1" / "launch.sh").read_text()
-    assert f"--resume_from_checkpoint {out / 'step_40'}" in launch and "FSDP_ORCH_RESUME_STEP=40" in launch
+    assert (f"--resume_from_checkpoint {out / 'step_40'}" in launch
+            and "FSDP_ORCH_RESUME_STEP=40" in launch)
     first = cli.run("logs", status["id"], "--attempt", "0", check=True).stdout
     second = cli.run("logs", status["id"], "--attempt", "1", check=True).stdout
     assert f"Resumed from checkpoint: {out / 'step_40'}" in second, second[-2000:]
     # Each step_N was saved once, by the attempt that reached it: none again from an earlier state.
     saved_first = [line.split("out/")[-1] for line in first.splitlines() if "saved state" in line]
     saved_second = [line.split("out/")[-1] for line in second.splitlines() if "saved state" in line]
-    assert saved_first == ["step_20", "step_40"] and saved_second == ["step_60", "step_80"], (saved_first,
-                                                                                            saved_second)
+    assert (saved_first == ["step_20", "step_40"]
+            and saved_second == ["step_60", "step_80"]), (saved_first, saved_second)
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("step_")) == [
         "step_20", "step_40", "step_60", "step_80"]
     assert status["last_checkpoint_step"] == 80 and status["progress"]["step"] == 80

@@ -85,12 +85,14 @@ def test_a_healthy_unmodified_trainer_run_longer_than_startup_timeout_succeeds(h
     assert seconds(status) > 3 * STARTUP_TIMEOUT, "the run must outlast startup_timeout three times"
     assert status["progress"]["step"] == 450  # optimizer steps, counted with no code change
     # the loss, read from the Trainer's {'loss': ...} lines on rank 0's console
-    assert math.isfinite(status["progress"]["loss"]) and status["progress"]["loss_source"] == "hf_trainer"
+    assert (math.isfinite(status["progress"]["loss"])
+            and status["progress"]["loss_source"] == "hf_trainer")
     assert status["hang_detection"] == {"enabled": True, "reason": None}
     assert json.loads((job.parent / "out" / "trainer_state.json").read_text())["global_step"] == 450
 
 
-def test_a_hang_is_detected_with_the_stuck_frame_and_the_trainer_resumes_from_its_checkpoint(unchanged):
+def test_a_hang_is_detected_with_the_stuck_frame_and_the_trainer_resumes_from_its_checkpoint(
+        unchanged):
     cli, job = unchanged("hf_trainer")
     status, seen = submit_watching(cli, job, *args_with(job, max_steps="140", save_steps="40"),
                                    "--set", "env.FSDP_ORCH_FAULT=hang:step=90:rank=1")
@@ -102,9 +104,11 @@ def test_a_hang_is_detected_with_the_stuck_frame_and_the_trainer_resumes_from_it
     stalled = [s for s in seen if s["stalled_for_s"]]
     assert stalled, [(s["state"], s["progress"], s["stalled_for_s"]) for s in seen[-5:]]
     assert stalled[-1]["state"] == "RUNNING"
-    # the window in force is the default one, following the Trainer's steps below the ceiling, as recorded
+    # the window in force is the default one, following the Trainer's steps below the ceiling, as
+    # recorded
     recorded = [w["window_s"] for w in hang_windows(cli, status["id"]) if w["mode"] == "adaptive"]
-    assert stalled[-1]["hang_window_s"] in recorded and stalled[-1]["hang_window_s"] < HEARTBEAT_TIMEOUT, recorded
+    assert (stalled[-1]["hang_window_s"] in recorded
+            and stalled[-1]["hang_window_s"] < HEARTBEAT_TIMEOUT), recorded
     evidence = failure["evidence"]
     assert "rank 1 stuck at train.py:" in evidence, evidence  # the stuck rank's frame of user code
     assert culprit_leads(evidence, 1), evidence  # not rank 0, waiting in the Trainer's collective

@@ -39,10 +39,12 @@ def test_each_restart_resumes_the_newest_last_ckpt_across_version_folders(unchan
         launch = (Path(status["run_dir"]) / f"attempt-{attempt}" / "launch.sh").read_text()
         assert f"--ckpt-path {ckpt}" in launch and f"FSDP_ORCH_RESUME_STEP={step}" in launch, launch
         out = cli.run("logs", status["id"], "--attempt", str(attempt), check=True).stdout
-        assert re.search(rf"Restoring states from the checkpoint path at {re.escape(str(ckpt))}", out), out[-3000:]
+        assert re.search(rf"Restoring states from the checkpoint path at {re.escape(str(ckpt))}",
+                         out), out[-3000:]
     last_run = cli.run("logs", status["id"], "--attempt", "2", check=True).stdout
     assert "training done at step 100" in last_run
     assert sorted(p.name for p in logs.iterdir()) == ["version_0", "version_1", "version_2"]
     assert status["last_checkpoint_step"] == 100
     # the loss, read from Lightning's progress bar on rank 0's console
-    assert math.isfinite(status["progress"]["loss"]) and status["progress"]["loss_source"] == "lightning"
+    assert (math.isfinite(status["progress"]["loss"])
+            and status["progress"]["loss_source"] == "lightning")

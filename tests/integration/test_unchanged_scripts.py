@@ -1,5 +1,5 @@
-"""Scripts in the shapes users bring, none importing fsdp_orch (examples/unchanged): the PyTorch FSDP
-tutorials' mp.spawn + FSDP1 and torchrun + FSDP2 loops, a rank-0 evaluation loop, an Accelerate
+"""Scripts in the shapes users bring, none importing fsdp_orch (examples/unchanged): the PyTorch
+FSDP tutorials' mp.spawn + FSDP1 and torchrun + FSDP2 loops, a rank-0 evaluation loop, an Accelerate
 script and a program that is not Python. Real launchers, 2 CPU ranks, gloo."""
 
 from __future__ import annotations
@@ -22,17 +22,19 @@ def submit(cli, job: Path, *extra: str) -> dict:  # type: ignore[no-untyped-def]
 
 
 def watch(heartbeat: float, startup: float) -> list[str]:
-    return ["--set", f"watch.heartbeat_timeout={heartbeat:g}s", "--set", f"watch.startup_timeout={startup:g}s"]
+    return ["--set", f"watch.heartbeat_timeout={heartbeat:g}s", "--set",
+            f"watch.startup_timeout={startup:g}s"]
 
 
-# The tutorials' models, smaller: what these tests watch is the launcher, the steps and the stacks, not
-# the arithmetic. At their own sizes (MNIST batches of 64; a 128-wide model) a rank spent 15 s and 13 s
-# of CPU on these runs, most of it on this 2-core machine's busiest tests.
+# The tutorials' models, smaller: what these tests watch is the launcher, the steps and the stacks,
+# not the arithmetic. At their own sizes (MNIST batches of 64; a 128-wide model) a rank spent 15 s
+# and 13 s of CPU on these runs, most of it on this 2-core machine's busiest tests.
 SPAWN_SIZE = ["--batch-size", "16"]
 TORCHRUN_SIZE = ["--dim", "64", "--batch-size", "8"]
 TUTORIALS = {
     # name: (args of a healthy run of about 15-20 s, args of a run to hang, the step to hang at)
-    "spawn_fsdp1": (["--epochs", "3", "--batches-per-epoch", "30", "--sleep-per-step", "0.15", *SPAWN_SIZE],
+    "spawn_fsdp1": (["--epochs", "3", "--batches-per-epoch", "30", "--sleep-per-step", "0.15",
+                     *SPAWN_SIZE],
                     ["--epochs", "3", "--batches-per-epoch", "30", *SPAWN_SIZE], 40),
     "torchrun_fsdp2": (["--steps", "120", "--sleep-per-step", "0.1", *TORCHRUN_SIZE],
                        ["--steps", "120", "--save-every", "20", *TORCHRUN_SIZE], 50),
@@ -64,7 +66,8 @@ def test_tutorial_shapes_are_hang_detected_with_the_stuck_frame(unchanged, name)
 
 def test_torchrun_script_resumes_from_its_own_dcp_checkpoint(unchanged):
     cli, job = unchanged("torchrun_fsdp2")
-    status = submit(cli, job, *watch(5, 60), "--set", 'args=["--steps", "60", "--save-every", "20"]',
+    status = submit(cli, job, *watch(5, 60), "--set",
+                    'args=["--steps", "60", "--save-every", "20"]',
                     "--set", "env.FSDP_ORCH_FAULT=crash:step=50:rank=0")
     assert status["state"] == "SUCCEEDED", why(status)
     launch = (Path(status["run_dir"]) / "attempt-1" / "launch.sh").read_text()

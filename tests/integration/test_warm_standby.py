@@ -42,7 +42,8 @@ def run(cli, demo: Path, *extra: str) -> tuple[dict, Path]:  # type: ignore[no-u
 
 
 def rank_stderr(run_dir: Path, attempt: int) -> dict[str, str]:
-    """Each rank's stderr as its launcher kept it (torchrun's --log-dir layout, or the standby's)."""
+    """Each rank's stderr as its launcher kept it (torchrun's --log-dir layout, or the
+    standby's)."""
     files = sorted((run_dir / f"attempt-{attempt}").glob("node-0/*/attempt_0/*/stderr.log"))
     return {f.parent.name: f.read_text(errors="replace") for f in files}
 
@@ -57,7 +58,8 @@ def test_the_second_attempt_starts_from_the_standby_without_importing_torch(cli,
 
     console = (warm_dir / "attempt-1" / "console-node-0.log").read_text()
     # (", still importing when claimed" where the machine is busy: the rank waited for that keeper)
-    assert "attempt 1: 2 rank(s) started from the standby (prepared by the attempt before" in console
+    assert ("attempt 1: 2 rank(s) started from the standby (prepared by the attempt before"
+            in console)
     warm = rank_stderr(warm_dir, 1)
     assert sorted(warm) == ["0", "1"]
     for rank, text in warm.items():
@@ -79,7 +81,8 @@ SCHED_IDLE = 5  # linux/sched.h; field 41 ("policy") of /proc/<pid>/task/<tid>/s
 
 def policies_while_importing(pid: int, socket_path: str, deadline_s: float = 120.0) -> set[int]:
     """The scheduling policies the keeper's threads showed, sampled from /proc until its socket
-    appears (its import done). Python 3.11 does not name its threads in /proc, so every thread counts."""
+    appears (its import done). Python 3.11 does not name its threads in /proc, so every thread
+    counts."""
     seen: set[int] = set()
     end = time.monotonic() + deadline_s
     while not os.path.exists(socket_path):
@@ -93,7 +96,8 @@ def policies_while_importing(pid: int, socket_path: str, deadline_s: float = 120
     return seen
 
 
-@pytest.mark.parametrize(("waited_on", "policies"), [(True, {os.SCHED_OTHER}), (False, {os.SCHED_OTHER, SCHED_IDLE})])
+@pytest.mark.parametrize(("waited_on", "policies"),
+                         [(True, {os.SCHED_OTHER}), (False, {os.SCHED_OTHER, SCHED_IDLE})])
 def test_a_keeper_a_launch_waits_on_imports_at_the_normal_priority_a_next_attempts_at_idle(
         tmp_path: Path, waited_on: bool, policies: set[int]) -> None:
     # Under load (stress-ng at the normal priority) an idle-priority import starved the very first

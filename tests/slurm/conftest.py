@@ -36,8 +36,10 @@ def why_it_cannot_run() -> str | None:
     if not sys.platform.startswith("linux"):
         return f"the test SLURM cluster needs Linux (this is {sys.platform})"
     if os.geteuid() != 0:
-        return "the test SLURM cluster needs root (it installs packages and runs munged, slurmd, MariaDB)"
-    if shutil.which("apt-get") is None and shutil.which("slurmctld", path=os.environ.get("PATH", "") + ":/usr/sbin") is None:
+        return ("the test SLURM cluster needs root (it installs packages and runs munged, "
+                "slurmd, MariaDB)")
+    if (shutil.which("apt-get") is None
+        and shutil.which("slurmctld", path=os.environ.get("PATH", "") + ":/usr/sbin") is None):
         return "SLURM is not installed and there is no apt-get to install it"
     return None
 
@@ -73,7 +75,8 @@ class SlurmCluster:
 
     def state(self, job_id: str) -> str:
         """The job's state as squeue sees it (``COMPLETED`` etc. for MinJobAge after it ends)."""
-        return self.run("squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T", check=False).stdout.strip()
+        return self.run("squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T",
+                        check=False).stdout.strip()
 
     def accounted_state(self, job_id: str) -> str:
         """The allocation's latest state in sacct, first word only (``CANCELLED by 0``)."""
@@ -109,11 +112,12 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         with pytest.MonkeyPatch.context() as mp:
             for name, value in env.items():
                 mp.setenv(name, value)
-            yield SlurmCluster(dir=Path(env.get("FSDP_ORCH_SLURM_DIR", Path(env["SLURM_CONF"]).parents[1])),
+            yield SlurmCluster(dir=Path(env.get("FSDP_ORCH_SLURM_DIR",
+                                                Path(env["SLURM_CONF"]).parents[1])),
                                env=env)
 
 
-# --- login nodes kept apart ------------------------------------------------------------------------
+# --- login nodes kept apart -----------------------------------------------------------------------
 
 class LoginNode:
     """A login node: a process holding its own mount namespace, with a private tmpfs mounted on
@@ -126,18 +130,22 @@ class LoginNode:
         for folder in (self.home, self.work / "clusters", shared):
             folder.mkdir(parents=True, exist_ok=True)
         builtin = Path(__file__).resolve().parents[2] / "clusters" / "slurm.yaml"
-        (self.work / "clusters" / "slurm.yaml").write_text(builtin.read_text() + f"shared_dir: {shared}\n")
-        self.nsenter = shutil.which("nsenter") or "nsenter"  # absolute: tests run the CLI with a bare PATH
+        (self.work / "clusters" / "slurm.yaml").write_text(builtin.read_text()
+                                                           + f"shared_dir: {shared}\n")
+        # absolute: tests run the CLI with a bare PATH
+        self.nsenter = shutil.which("nsenter") or "nsenter"
         self.holder = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "--", "bash", "-c",
-             f"mount -t tmpfs -o mode=700 tmpfs {shlex.quote(str(self.home))} && echo ready && exec sleep infinity"],
+             f"mount -t tmpfs -o mode=700 tmpfs {shlex.quote(str(self.home))} && echo ready && "
+             "exec sleep infinity"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
         assert self.holder.stdout is not None
         ready = self.holder.stdout.readline().strip()
         assert ready == "ready", f"the login node's namespace did not start: {ready!r}"
         self.cli = Cli(home=self.home, cwd=self.work,
                        # entering a mount namespace moves to its root: --wd keeps the working folder
-                       prefix=(self.nsenter, f"--target={self.holder.pid}", "--mount", f"--wd={self.work}", "--"))
+                       prefix=(self.nsenter, f"--target={self.holder.pid}", "--mount",
+                               f"--wd={self.work}", "--"))
 
     def inside(self, *argv: str) -> subprocess.CompletedProcess[str]:
         """A command run on this login node (its view of the filesystem)."""

@@ -52,7 +52,8 @@ def test_steps_in_sequence_and_overlapping_show_in_sacct(slurm_cluster: SlurmClu
     job = slurm_cluster.sbatch("-N", "2", "--ntasks-per-node=1", "-o", "out.txt", str(script),
                                cwd=tmp_path)
     assert slurm_cluster.wait_done(job) == "COMPLETED"
-    rows = {r["JobID"]: r for r in slurm_cluster.sacct(job, "JobID", "State", "NodeList", "Start", "End")}
+    rows = {r["JobID"]: r
+            for r in slurm_cluster.sacct(job, "JobID", "State", "NodeList", "Start", "End")}
     for step in ("0", "1", "2"):
         assert rows[f"{job}.{step}"]["State"] == "COMPLETED", rows
         assert rows[f"{job}.{step}"]["NodeList"] == "node[1-2]", rows
@@ -93,7 +94,8 @@ def test_requeue_runs_the_job_again(slurm_cluster: SlurmCluster, tmp_path: Path)
 def test_higher_priority_partition_preempts_by_requeue(slurm_cluster: SlurmCluster,
                                                        tmp_path: Path) -> None:
     whole = ("-N", "2", "--ntasks-per-node=1", "--cpus-per-task=2")
-    low_script = write_script(tmp_path / "low.sh", 'echo "run ${SLURM_RESTART_COUNT:-0}"\nsleep 300\n')
+    low_script = write_script(tmp_path / "low.sh",
+                              'echo "run ${SLURM_RESTART_COUNT:-0}"\nsleep 300\n')
     low = slurm_cluster.sbatch("-p", "debug", *whole, "--open-mode=append", "-o", "low.txt",
                                str(low_script), cwd=tmp_path)
     try:
@@ -119,7 +121,8 @@ def test_signal_before_the_time_limit(slurm_cluster: SlurmCluster, tmp_path: Pat
     step = slurm_cluster.sbatch("--time=1", "--signal=USR2@50", "-o", "step.txt",
                                 "--wrap", f"srun bash {trap}", cwd=tmp_path)
     for job, out in ((batch, "batch.txt"), (step, "step.txt")):
-        assert slurm_cluster.wait_done(job, timeout=120) == "COMPLETED", (tmp_path / out).read_text()
+        assert slurm_cluster.wait_done(job,
+                                       timeout=120) == "COMPLETED", ((tmp_path / out).read_text())
         assert "USR2 after" in (tmp_path / out).read_text()
 
 

@@ -29,7 +29,8 @@ TWO_NODES = ["--set", "nodes=2", "--set", "procs_per_node=1", "--set", "checkpoi
 
 def slurm_id(cli, job_id: str) -> str:
     """The SLURM job id, from the job's events (``fsdp-orch events --json``)."""
-    events = [json.loads(line) for line in cli.run("events", job_id, "--json", check=True).stdout.splitlines()]
+    events = [json.loads(line)
+              for line in cli.run("events", job_id, "--json", check=True).stdout.splitlines()]
     sid = next((slurm_job_id(e["backend_ref"]) for e in events if e["kind"] == "scheduled"), None)
     assert sid, "no SLURM job id recorded"
     return sid
@@ -44,8 +45,8 @@ def result_of(cli, job_id: str) -> dict:
 
 
 def submit_wait(cli, demo: Path, *extra: str, timeout: float = 400) -> dict:
-    proc = cli.run("submit", "--cluster", "slurm", "--wait", "--json", str(demo), *TWO_NODES, *extra,
-                   timeout=timeout)
+    proc = cli.run("submit", "--cluster", "slurm", "--wait", "--json", str(demo), *TWO_NODES,
+                   *extra, timeout=timeout)
     assert proc.stdout.strip(), proc.stderr
     return json.loads(proc.stdout)
 
@@ -75,11 +76,13 @@ def test_the_demo_runs_on_both_nodes_and_writes_checkpoints(slurm_cluster, clean
     assert list(shared_run.glob("slurm-*.out")) and shared_run.parent.parent != cli.home
     # The login node kept its database in its private home: nothing of it is visible out here.
     assert list(cli.home.iterdir()) == []
-    ckpts = [p for p in (demo.parent / "checkpoints" / "demo").iterdir() if (p / "COMMITTED").exists()]
+    ckpts = [p for p in (demo.parent / "checkpoints" / "demo").iterdir()
+             if (p / "COMMITTED").exists()]
     assert ckpts
 
 
-def test_a_hang_on_the_second_node_restarts_as_a_new_step_of_the_same_job(slurm_cluster, clean_run, cli, demo):
+def test_a_hang_on_the_second_node_restarts_as_a_new_step_of_the_same_job(
+        slurm_cluster, clean_run, cli, demo):
     _, _, clean = clean_run
     reference = result_of(clean_run[0], clean["id"])
     status = submit_wait(cli, demo, "--set", "args=[--steps, 30]",
@@ -92,8 +95,10 @@ def test_a_hang_on_the_second_node_restarts_as_a_new_step_of_the_same_job(slurm_
     assert goodput["seconds"]["detection"] > 0 and goodput["seconds"]["restart"] > 0, goodput
     sid = slurm_id(cli, status["id"])
     names = [r["JobName"] for r in slurm_cluster.sacct(sid, "JobID", "JobName")]
-    assert "fsdp-orch-attempt-0" in names and "fsdp-orch-attempt-1" in names  # one SLURM job, two steps
-    assert not (run_dir(cli, status["id"]) / "heartbeats").exists()  # none through the hang and restart either
+    # one SLURM job, two steps
+    assert "fsdp-orch-attempt-0" in names and "fsdp-orch-attempt-1" in names
+    # none through the hang and restart either
+    assert not (run_dir(cli, status["id"]) / "heartbeats").exists()
     result = result_of(cli, status["id"])
     assert result["resumed_from"] >= 5
     assert result["final_loss"] == reference["final_loss"]
@@ -101,7 +106,8 @@ def test_a_hang_on_the_second_node_restarts_as_a_new_step_of_the_same_job(slurm_
 
 
 def node_agent_of(job_id: str, node_rank: int) -> int | None:
-    """The pid of the node agent of ``job_id``'s ``node_rank`` (the test cluster's nodes run here)."""
+    """The pid of the node agent of ``job_id``'s ``node_rank`` (the test cluster's nodes run
+    here)."""
     for pid in job_processes_with(f"FSDP_ORCH_JOB_ID={job_id}", f"FSDP_ORCH_NODE_RANK={node_rank}"):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -112,23 +118,27 @@ def node_agent_of(job_id: str, node_rank: int) -> int | None:
     return None
 
 
-def test_a_killed_node_agent_is_a_lost_node_within_the_node_timeout_and_the_job_restarts(slurm_cluster, cli, demo):
-    job_id = cli.run("submit", "--cluster", "slurm", str(demo), *TWO_NODES, "--set", "args=[--steps, 100, --sleep-per-step, 0.3]", check=True).stdout.strip()
+def test_a_killed_node_agent_is_a_lost_node_within_the_node_timeout_and_the_job_restarts(
+        slurm_cluster, cli, demo):
+    job_id = cli.run("submit", "--cluster", "slurm", str(demo), *TWO_NODES, "--set",
+                     "args=[--steps, 100, --sleep-per-step, 0.3]", check=True).stdout.strip()
     cli.wait_until(job_id, lambda s: (s.get("last_checkpoint_step") or 0) >= 5, timeout=300,
                    what="a checkpoint at step 5")
     pid = node_agent_of(job_id, 1)
     assert pid is not None, "no node agent runs for node 1"
     os.kill(pid, signal.SIGKILL)
     killed = time.time()
-    failing = cli.wait_until(job_id, lambda s: bool(s["failures"]) or s["state"] not in ("PENDING", "RUNNING"),
-                             timeout=120, what="the lost node")
+    failing = cli.wait_until(
+        job_id, lambda s: bool(s["failures"]) or s["state"] not in ("PENDING", "RUNNING"),
+        timeout=120, what="the lost node")
     named_after = time.time() - killed
     [failure, *_] = failing["failures"]
     assert failure["category"] == "preemption_or_node_lost", failure
-    assert failure["evidence"].startswith("node 1 (host ") and " is lost" in failure["evidence"], failure["evidence"]
+    assert (failure["evidence"].startswith("node 1 (host ")
+            and " is lost" in failure["evidence"]), (failure["evidence"])
     assert NODE_TIMEOUT_S <= named_after <= NODE_TIMEOUT_S + 8, named_after
-    final = cli.wait_until(job_id, lambda s: s["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=400,
-                           what="the end")
+    final = cli.wait_until(job_id, lambda s: s["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"),
+                           timeout=400, what="the end")
     assert final["state"] == "SUCCEEDED" and final["attempts"] == 2, final
     assert result_of(cli, job_id)["resumed_from"] >= 5
 
@@ -167,13 +177,15 @@ def test_cancel_ends_the_job_in_sacct_and_in_status_with_no_step_left(slurm_clus
 def test_one_status_refresh_is_one_scheduler_query_for_fifty_jobs(slurm_cluster, cli, tmp_path):
     job = tmp_path / "sleeper.yaml"
     job.write_text("name: sleeper\nlauncher: python\ncommand: [sleep, '30']\n")
-    ids = [cli.run("submit", "--cluster", "slurm", str(job), check=True).stdout.strip() for _ in range(50)]
+    ids = [cli.run("submit", "--cluster", "slurm", str(job), check=True).stdout.strip()
+           for _ in range(50)]
     try:
         shims = tmp_path / "shims"
         shims.mkdir()
         log = tmp_path / "calls.log"
         for tool in ("sacct", "squeue", "scontrol", "sinfo"):
-            real = next(Path(d) / tool for d in os.environ["PATH"].split(":") if (Path(d) / tool).exists())
+            real = next(Path(d) / tool for d in os.environ["PATH"].split(":")
+                        if (Path(d) / tool).exists())
             shim = shims / tool
             shim.write_text(f"#!/bin/sh\necho {tool} >> {log}\nexec {real} \"$@\"\n")
             shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
@@ -185,8 +197,9 @@ def test_one_status_refresh_is_one_scheduler_query_for_fifty_jobs(slurm_cluster,
         assert set(ids) <= listed
         assert log.read_text().split() == ["sacct"], log.read_text()
         # A bound that holds at twice the load, not a speed target (under 1 s on an idle machine): a
-        # fixed 1 s failed at 1.9 s beside stress-ng --cpu 2 and two busy test workers. A refresh that
-        # queried the scheduler once per job would take over 50 sacct calls (0.1 s each there): 5 s
+        # fixed 1 s failed at 1.9 s beside stress-ng --cpu 2 and two busy test workers. A refresh
+        # that queried the scheduler once per job would take over 50 sacct calls (0.1 s each there):
+        # 5 s
         assert elapsed < 4.0, f"status took {elapsed:.2f}s"
     finally:
         sids = [slurm_id(cli, i) for i in ids]

@@ -23,18 +23,21 @@ def ended(status: dict) -> bool:
 
 
 def forget_the_index(node) -> None:  # type: ignore[no-untyped-def]
-    gone = node.inside("sh", "-c", f"rm -f {node.home}/jobs.db {node.home}/jobs.db-wal {node.home}/jobs.db-shm")
+    gone = node.inside("sh", "-c",
+                       f"rm -f {node.home}/jobs.db {node.home}/jobs.db-wal {node.home}/jobs.db-shm")
     assert gone.returncode == 0, gone.stderr
     # What is left is the rebuild's lock file (empty: record/heal.py), nothing with a status in it.
     assert set(node.inside("ls", "-A", str(node.home)).stdout.split()) <= {"jobs.db.lock"}
 
 
-def test_two_login_nodes_agree_and_a_deleted_index_is_rebuilt_to_the_same_status(slurm_cluster, login_nodes, tmp_path):
+def test_two_login_nodes_agree_and_a_deleted_index_is_rebuilt_to_the_same_status(
+        slurm_cluster, login_nodes, tmp_path):
     a, b = login_nodes(2)
     demo = copy_demo(tmp_path)
     job_id = a.cli.run("submit", "--cluster", "slurm", str(demo), *TWO_NODES,
                        "--set", "args=[--steps, 40, --sleep-per-step, 0.5]",
-                       "--set", "env.FSDP_ORCH_FAULT=hang:step=12:rank=1", check=True).stdout.strip()
+                       "--set", "env.FSDP_ORCH_FAULT=hang:step=12:rank=1",
+                       check=True).stdout.strip()
     mid = a.cli.wait_until(job_id, lambda s: bool(s["failures"]) and s["state"] == "RUNNING"
                            and (s.get("progress") or {}).get("step", 0) >= 12, timeout=400,
                            what="running again after the hang")
@@ -52,7 +55,8 @@ def test_two_login_nodes_agree_and_a_deleted_index_is_rebuilt_to_the_same_status
     assert culprit_leads(final["failures"][0]["evidence"], 1), final["failures"][0]["evidence"]
     assert b.cli.status(job_id) == final
     forget_the_index(a)
-    assert a.cli.status(job_id) == final  # every field: the README lists none that events cannot know
+    # every field: the README lists none that events cannot know
+    assert a.cli.status(job_id) == final
     listed_a = json.loads(a.cli.run("status", "--json", check=True).stdout)
     listed_b = json.loads(b.cli.run("status", "--json", check=True).stdout)
     assert listed_a == listed_b and [j["id"] for j in listed_a] == [job_id]

@@ -32,10 +32,12 @@ def account() -> tuple[int, int]:
 
 @pytest.fixture
 def login_node(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """A login node (``LoginNode`` of tests/slurm/conftest.py) whose home, work folder and shared_dir
-    (1777) lie in a folder every account may list; closed after the checks that follow the test."""
+    """A login node (``LoginNode`` of tests/slurm/conftest.py) whose home, work folder and
+    shared_dir (1777) lie in a folder every account may list; closed after the checks that follow
+    the test."""
     conftest = request.config.pluginmanager.get_plugin(str(Path(__file__).with_name("conftest.py")))
-    assert conftest is not None and hasattr(conftest, "LoginNode"), "tests/slurm/conftest.py is not loaded"
+    assert (conftest is not None
+            and hasattr(conftest, "LoginNode")), "tests/slurm/conftest.py is not loaded"
     with reachable_base("fsdp-orch-secrets-slurm-") as base:
         node = conftest.LoginNode(base, scratch_in(base))
         try:
@@ -54,7 +56,8 @@ def test_a_slurm_job_with_a_shared_dir_gets_its_secrets_by_reference_and_no_file
 
     with receiver() as got:
         # base holds the login node's private home (seen only inside it), the shared_dir and the job
-        status = SecretJob(cli=login_node.cli, cluster="slurm", job=write_job(base / "job", values, got.port, nodes=2),
+        status = SecretJob(cli=login_node.cli, cluster="slurm",
+                           job=write_job(base / "job", values, got.port, nodes=2),
                            values=values, receiver=got, nodes=2,
                            home=Place(str(login_node.home), "the login node's home", inside),
                            places=[Place(str(base), "login node's home, shared_dir, job", inside)],

@@ -1,6 +1,7 @@
 """The SLURM time limit end to end: a job allowed 2 minutes that needs about 3 minutes of training
-gets SLURM's USR2 before the limit, saves a checkpoint when the supervisor asks, is requeued, resumes
-from that checkpoint and ends SUCCEEDED with the loss of an uninterrupted run. Real test cluster."""
+gets SLURM's USR2 before the limit, saves a checkpoint when the supervisor asks, is requeued,
+resumes from that checkpoint and ends SUCCEEDED with the loss of an uninterrupted run. Real test
+cluster."""
 
 from __future__ import annotations
 
@@ -20,11 +21,13 @@ def short_profile(cli) -> None:  # type: ignore[no-untyped-def]
     may send the signal up to a minute earlier than asked)."""
     text = (cli.cwd / "clusters" / "slurm.yaml").read_text()
     assert 'time: "01:00:00"' in text and "signal_delay: 120" in text
-    text = text.replace('time: "01:00:00"', 'time: "2"').replace("signal_delay: 120", "signal_delay: 30")
+    text = text.replace('time: "01:00:00"',
+                        'time: "2"').replace("signal_delay: 120", "signal_delay: 30")
     (cli.cwd / "clusters" / "slurm-2min.yaml").write_text(text)
 
 
-def test_a_job_past_its_time_limit_checkpoints_on_the_warning_is_requeued_and_resumes(slurm_cluster, cli, tmp_path):
+def test_a_job_past_its_time_limit_checkpoints_on_the_warning_is_requeued_and_resumes(
+        slurm_cluster, cli, tmp_path):
     short_profile(cli)
     demo = copy_demo(tmp_path)
     job_id = cli.run("submit", "--cluster", "slurm-2min", str(demo), "--set", "nodes=2",
@@ -36,13 +39,15 @@ def test_a_job_past_its_time_limit_checkpoints_on_the_warning_is_requeued_and_re
                            timeout=900, what="the end")
     assert final["state"] == "SUCCEEDED", final
     requeues = [f for f in final["failures"] if f["action"] == "requeue"]
-    assert requeues and all(f["category"] == "preemption_or_node_lost" for f in requeues), final["failures"]
+    assert (requeues and all(f["category"] == "preemption_or_node_lost"
+                             for f in requeues)), (final["failures"])
     assert len(requeues) == len(final["failures"]), final["failures"]  # nothing else went wrong
     warned = [e for e in final["events"] if e["kind"] == "checkpoint_on_warning"]
     assert warned and "saved" in warned[0]["message"], final["events"]
     result = json.loads((Path(final["run_dir"]) / "result.json").read_text())
     assert result["resumed_from"] > 0  # from the checkpoint saved on the warning (interval: 1000)
-    events = [json.loads(line) for line in cli.run("events", job_id, "--json", check=True).stdout.splitlines()]
+    events = [json.loads(line)
+              for line in cli.run("events", job_id, "--json", check=True).stdout.splitlines()]
     sid = next(e["backend_ref"].split(":")[1] for e in events if e["kind"] == "scheduled")
     runs = slurm_cluster.sacct(sid, "JobID", "State", duplicates=True)
     assert any(r["JobID"] == sid and r["State"] == "REQUEUED" for r in runs), runs

@@ -67,7 +67,8 @@ class SshHosts:
 
     def inside(self, i: int, *argv: str, check: bool = True,
                timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        """Run ``argv`` in host ``i``'s network namespace (its network; the filesystem is shared)."""
+        """Run ``argv`` in host ``i``'s network namespace (its network; the filesystem is
+        shared)."""
         return run([IP, "netns", "exec", self.namespaces[i], *argv], check, timeout)
 
     def restart_sshd(self, i: int) -> None:
@@ -119,12 +120,13 @@ class SshHosts:
 @pytest.fixture(scope="session")
 def ssh_hosts() -> Iterator[SshHosts]:
     """Build the test hosts for the session; see the module docstring."""
-    with service(HOSTS_SH, "the test SSH hosts", why_it_cannot_run(), ("up", str(HOST_COUNT)), ("down",),
-                 UP_TIMEOUT_S, 120) as env:
+    with service(HOSTS_SH, "the test SSH hosts", why_it_cannot_run(), ("up", str(HOST_COUNT)),
+                 ("down",), UP_TIMEOUT_S, 120) as env:
         assert "FSDP_ORCH_SSH_DIR" in env, f"hosts.sh up printed no FSDP_ORCH_SSH_DIR: {env}"
         addresses = tuple(env["FSDP_ORCH_SSH_HOSTS"].split())
         yield SshHosts(dir=Path(env["FSDP_ORCH_SSH_DIR"]), addresses=addresses,
-                       profile=Path(env["FSDP_ORCH_SSH_PROFILE"]), key=Path(env["FSDP_ORCH_SSH_KEY"]),
+                       profile=Path(env["FSDP_ORCH_SSH_PROFILE"]),
+                       key=Path(env["FSDP_ORCH_SSH_KEY"]),
                        known_hosts=Path(env["FSDP_ORCH_SSH_KNOWN_HOSTS"]),
                        namespaces=tuple(f"fo-h{i + 1}" for i in range(len(addresses))),
                        own_disks_profile=Path(env["FSDP_ORCH_SSH_OWN_DISKS_PROFILE"]),

@@ -30,7 +30,8 @@ def connect(hosts: SshHosts, i: int, known_hosts: Path | None = None) -> fabric.
         hosts.addresses[i], user="root", connect_timeout=5,
         # an explicit, empty SSH config: ~/.ssh/config and /etc/ssh/ssh_config play no part
         config=fabric.Config(ssh_config=paramiko.SSHConfig()),
-        connect_kwargs={"key_filename": str(hosts.key), "look_for_keys": False, "allow_agent": False})
+        connect_kwargs={"key_filename": str(hosts.key), "look_for_keys": False,
+                        "allow_agent": False})
     conn.client.load_host_keys(str(known_hosts or hosts.known_hosts))
     conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
     conn.open()
@@ -53,7 +54,8 @@ def test_each_host_answers_fabric_from_its_own_namespace(ssh_hosts: SshHosts) ->
 
 def test_openssh_client_runs_an_argv_on_each_host(ssh_hosts: SshHosts) -> None:
     for i, address in enumerate(ssh_hosts.addresses):
-        assert inet_addresses(ssh_hosts.ssh(i, "ip", "-o", "-4", "addr", "show", "eth0").stdout) == {address}
+        assert (inet_addresses(ssh_hosts.ssh(i, "ip", "-o", "-4", "addr", "show", "eth0").stdout)
+                == {address})
     # quoted once, for the remote shell: the words arrive as given
     assert ssh_hosts.ssh(0, "echo", "a  b; echo c").stdout == "a  b; echo c\n"
 
@@ -94,7 +96,8 @@ def test_hosts_reach_each_other_over_the_bridge(ssh_hosts: SshHosts) -> None:
 
 def test_processes_started_over_ssh_are_found_in_their_hosts_namespace(ssh_hosts: SshHosts) -> None:
     job_id = f"hosts-smoke-{os.getpid()}"
-    ssh_hosts.ssh(1, "sh", "-c", f"FSDP_ORCH_JOB_ID={job_id} nohup sleep 60 </dev/null >/dev/null 2>&1 &")
+    ssh_hosts.ssh(1, "sh", "-c",
+                  f"FSDP_ORCH_JOB_ID={job_id} nohup sleep 60 </dev/null >/dev/null 2>&1 &")
     deadline = time.monotonic() + 10
     while not (found := ssh_hosts.job_processes(1, job_id)) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -25,7 +25,8 @@ def write_profile(cli: Cli, hosts, addresses: tuple[str, ...] | None = None,  # 
     """The cluster profile for the namespace hosts, with this interpreter (fsdp-orch and torch)."""
     lines = ["kind: ssh", "device: cpu", "hosts:"]
     for address in addresses or hosts.addresses:
-        lines.append(f"  - {{address: {address}, port: 22, user: root, identity_file: {hosts.key}}}")
+        lines.append(
+            f"  - {{address: {address}, port: 22, user: root, identity_file: {hosts.key}}}")
     lines += [f"python: {sys.executable}", f"known_hosts: {known_hosts or hosts.known_hosts}",
               "host_key_policy: strict", "shared_filesystem: true", "connect_timeout: 3",
               'env: {GLOO_SOCKET_IFNAME: eth0, OMP_NUM_THREADS: "1"}']
@@ -43,7 +44,8 @@ def on_hosts(ssh_hosts, tmp_path: Path):  # type: ignore[no-untyped-def]
     runs = cli.home / "runs"
     for job_id in (p.name for p in runs.iterdir()) if runs.is_dir() else []:
         if cli.status(job_id)["state"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
-            cli.run("cancel", job_id)  # a test that failed half-way: what cancel leaves is checked below
+            # a test that failed half-way: what cancel leaves is checked below
+            cli.run("cancel", job_id)
         left = {ns: ssh_hosts.job_processes(i, job_id) for i, ns in enumerate(ssh_hosts.namespaces)}
         assert not any(left.values()), f"job {job_id} left processes behind: {left}"
 
@@ -62,7 +64,8 @@ def result_of(status: dict) -> dict:
 def test_the_demo_runs_one_rank_inside_each_host(ssh_hosts, on_hosts):
     cli, demo = on_hosts
     job_id = cli.run("submit", "--cluster", "ssh", str(demo), *TWO_HOSTS,
-                     "--set", "args=[--steps, 30, --sleep-per-step, 0.3]", check=True).stdout.strip()
+                     "--set", "args=[--steps, 30, --sleep-per-step, 0.3]",
+                     check=True).stdout.strip()
     seen: dict[int, set[str]] = {0: set(), 1: set()}
     expected = {0: {"RANK=0", "FSDP_ORCH_NODE_RANK=0"}, 1: {"RANK=1", "FSDP_ORCH_NODE_RANK=1"}}
     deadline = time.monotonic() + 180
@@ -73,21 +76,25 @@ def test_the_demo_runs_one_rank_inside_each_host(ssh_hosts, on_hosts):
                     env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
                 except OSError:
                     continue
-                seen[host] |= {e.decode() for e in env if e.startswith((b"RANK=", b"FSDP_ORCH_NODE_RANK="))}
+                seen[host] |= {e.decode() for e in env
+                               if e.startswith((b"RANK=", b"FSDP_ORCH_NODE_RANK="))}
         time.sleep(0.5)
     assert {"RANK=0", "FSDP_ORCH_NODE_RANK=0"} <= seen[0], seen
     assert {"RANK=1", "FSDP_ORCH_NODE_RANK=1"} <= seen[1], seen
-    final = cli.wait_until(job_id, lambda s: s["state"] in ("SUCCEEDED", "FAILED"), timeout=300, what="the end")
+    final = cli.wait_until(job_id, lambda s: s["state"] in ("SUCCEEDED", "FAILED"), timeout=300,
+                           what="the end")
     assert final["state"] == "SUCCEEDED", final
     assert final["failures"] == [] and final["progress"]["step"] == 30
     assert result_of(final)["world_size"] == 2
 
 
-def test_a_hang_on_the_second_host_stops_every_host_and_resumes_to_the_same_loss(ssh_hosts, on_hosts, tmp_path):
+def test_a_hang_on_the_second_host_stops_every_host_and_resumes_to_the_same_loss(
+        ssh_hosts, on_hosts, tmp_path):
     cli, demo = on_hosts
     clean = submit_wait(cli, copy_demo(tmp_path / "clean"), "--set", "args=[--steps, 30]")
     assert clean["state"] == "SUCCEEDED", clean
-    hung = submit_wait(cli, demo, "--set", "args=[--steps, 30]", "--set", "env.FSDP_ORCH_FAULT=hang:step=12:rank=1")
+    hung = submit_wait(cli, demo, "--set", "args=[--steps, 30]", "--set",
+                       "env.FSDP_ORCH_FAULT=hang:step=12:rank=1")
     assert hung["state"] == "SUCCEEDED", hung
     [failure] = hung["failures"]
     assert failure["category"] == "hang" and failure["action"] == "restart", failure
@@ -131,7 +138,8 @@ def test_a_changed_host_key_refuses_to_connect(ssh_hosts, on_hosts, tmp_path: Pa
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
     lines = ssh_hosts.known_hosts.read_text().splitlines()
     first = ssh_hosts.addresses[0]
-    forged = [f"{first} {other.with_suffix('.pub').read_text().strip()}" if line.startswith(first + " ") else line
+    forged = [f"{first} {other.with_suffix('.pub').read_text().strip()}"
+              if line.startswith(first + " ") else line
               for line in lines]
     (tmp_path / "known_hosts").write_text("\n".join(forged) + "\n")
     write_profile(cli, ssh_hosts, known_hosts=tmp_path / "known_hosts", name="forged")
@@ -155,8 +163,8 @@ def test_an_unmodified_hf_trainer_spans_two_hosts_and_survives_a_hang(ssh_hosts,
     proc = cli.run("submit", "--cluster", "ssh", "--wait", "--json", str(job), "--set", "nodes=2",
                    "--set", "procs_per_node=1", "--set", "args=" + json.dumps(args),
                    "--set", "watch.heartbeat_timeout=8s", "--set", "watch.startup_timeout=120s",
-                   "--set", "restart.backoff.initial=1s", "--set", "env.FSDP_ORCH_FAULT=hang:step=90:rank=1",
-                   timeout=600)
+                   "--set", "restart.backoff.initial=1s", "--set",
+                   "env.FSDP_ORCH_FAULT=hang:step=90:rank=1", timeout=600)
     status = json.loads(proc.stdout)
     assert status["state"] == "SUCCEEDED", status
     [failure] = status["failures"]
@@ -175,8 +183,10 @@ def test_a_host_lost_mid_run_is_node_lost_and_the_job_fails_naming_it(ssh_hosts,
     both hosts (nodes: 2) and the cluster lists no other, so it fails at once (no restart could be
     placed), naming the lost host and what the job needs."""
     cli, demo = on_hosts
-    write_profile(cli, ssh_hosts, ssh_hosts.addresses[:2])  # no spare host to take the lost one's place
-    job_id = cli.run("submit", "--cluster", "ssh", str(demo), *TWO_HOSTS, "--set", "restart.max_restarts=1",
+    # no spare host to take the lost one's place
+    write_profile(cli, ssh_hosts, ssh_hosts.addresses[:2])
+    job_id = cli.run("submit", "--cluster", "ssh", str(demo), *TWO_HOSTS, "--set",
+                     "restart.max_restarts=1",
                      "--set", "watch.heartbeat_timeout=60s", "--set", "args=[--steps, 100000]",
                      check=True).stdout.strip()
     cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=180,
@@ -191,10 +201,11 @@ def test_a_host_lost_mid_run_is_node_lost_and_the_job_fails_naming_it(ssh_hosts,
         ssh_hosts.restart_sshd(1)
     assert final["state"] == "FAILED", final
     [failure] = final["failures"]
-    assert failure["category"] == "preemption_or_node_lost" and failure["action"] == "give_up", failure
+    assert (failure["category"] == "preemption_or_node_lost"
+            and failure["action"] == "give_up"), failure
     assert f"{lost}:22" in failure["evidence"], failure
-    assert (f"cannot restart: cluster 'ssh' has 1 of its 2 hosts left ({lost}:22 lost); the job needs 2 "
-            "(nodes: 2)") in final["reason"], final["reason"]
+    assert (f"cannot restart: cluster 'ssh' has 1 of its 2 hosts left ({lost}:22 lost); the "
+            "job needs 2 (nodes: 2)") in final["reason"], final["reason"]
     assert [e["message"] for e in final["events"] if e["kind"] == "host_excluded"] == [
         f"host {lost}:22 was lost in attempt 0: the attempts after it are planned without it"]
     assert final["attempts"] == 1

@@ -1,5 +1,5 @@
-"""Hosts lost mid-run on the real sshd hosts (tests/ssh/hosts.sh): host 2's sshd and every process in
-it are killed (a crashed machine) after a checkpoint. An elastic job (``nodes: 1-2``) finishes on
+"""Hosts lost mid-run on the real sshd hosts (tests/ssh/hosts.sh): host 2's sshd and every process
+in it are killed (a crashed machine) after a checkpoint. An elastic job (``nodes: 1-2``) finishes on
 host 1 alone, from the last complete checkpoint, with the data order it started with: to the loss of
 a run that never lost a host, up to the order of floating-point sums. A job of fixed size
 (``nodes: 2``) whose cluster lists a third host goes on there instead, bit for bit. A supervisor
@@ -25,7 +25,8 @@ from fsdp_orch.record.store import Store
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
 STEPS = 40
-DEMO_ARGS = f"--steps, {STEPS}, --vocab, 64, --dim, 32, --layers, 2, --heads, 2, --seq-len, 16, --batch-size, 16"
+DEMO_ARGS = (f"--steps, {STEPS}, --vocab, 64, --dim, 32, --layers, 2, --heads, 2, --seq-len, 16, "
+             "--batch-size, 16")
 # The demo small enough for 2 cores, slowed down so that host 2 can be killed between checkpoints.
 ONE_RANK_PER_HOST = ["--set", "procs_per_node=1", "--set", "checkpoint.interval=5",
                      "--set", "restart.backoff.initial=1s", "--set", "restart.backoff.jitter=0",
@@ -41,21 +42,24 @@ def straight(tmp_path_factory: pytest.TempPathFactory) -> dict:
     base = tmp_path_factory.mktemp("straight")
     cli = make_cli(base)
     proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(copy_demo(base)),
-                   "--set", "nodes=1", "--set", "procs_per_node=2", "--set", f"args=[{DEMO_ARGS}]", timeout=300)
+                   "--set", "nodes=1", "--set", "procs_per_node=2", "--set", f"args=[{DEMO_ARGS}]",
+                   timeout=300)
     status = json.loads(proc.stdout)
     assert status["state"] == "SUCCEEDED", status
     return json.loads((Path(status["run_dir"]) / "result.json").read_text())
 
 
 def lose_host_2_after_a_checkpoint(ssh_hosts, cli: Cli, demo: Path, nodes: str,  # type: ignore[no-untyped-def]
-                                   *extra: str, then: Callable[[str], None] | None = None) -> tuple[dict, int]:
-    """Submit, kill host 2 once step 10 is checkpointed, ``then(job_id)``, wait for the end (then start
-    host 2 again). Returns the final status and the checkpoint step committed before the kill."""
-    job_id = cli.run("submit", "--cluster", "ssh", str(demo), "--set", f"nodes={nodes}", *ONE_RANK_PER_HOST,
-                     *extra, check=True).stdout.strip()
+                                   *extra: str,
+                                   then: Callable[[str], None] | None = None) -> tuple[dict, int]:
+    """Submit, kill host 2 once step 10 is checkpointed, ``then(job_id)``, wait for the end (then
+    start host 2 again). Returns the final status and the checkpoint step committed before the
+    kill."""
+    job_id = cli.run("submit", "--cluster", "ssh", str(demo), "--set", f"nodes={nodes}",
+                     *ONE_RANK_PER_HOST, *extra, check=True).stdout.strip()
     try:
-        running = cli.wait_until(job_id, lambda s: (s.get("last_checkpoint_step") or 0) >= 10, timeout=240,
-                                 what="a checkpoint of step 10")
+        running = cli.wait_until(job_id, lambda s: (s.get("last_checkpoint_step") or 0) >= 10,
+                                 timeout=240, what="a checkpoint of step 10")
         assert running["state"] == "RUNNING" and running["attempts"] == 1, running
         assert ssh_hosts.job_processes(1, job_id), "host 2 does not run the job"
         try:
@@ -63,7 +67,8 @@ def lose_host_2_after_a_checkpoint(ssh_hosts, cli: Cli, demo: Path, nodes: str, 
                 subprocess.run(["kill", "-9", str(pid)], check=False)
             if then is not None:
                 then(job_id)
-            final = cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=300, what="the end")
+            final = cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=300,
+                                   what="the end")
         finally:
             ssh_hosts.restart_sshd(1)
     finally:
@@ -78,10 +83,12 @@ def check_one_restart_after_losing(final: dict, lost: str) -> dict:
     """One failure, the lost host named and excluded; the job's events by kind."""
     assert final["state"] == "SUCCEEDED", final
     [failure] = final["failures"]
-    assert failure["category"] == "preemption_or_node_lost" and failure["action"] == "restart", failure
+    assert (failure["category"] == "preemption_or_node_lost"
+            and failure["action"] == "restart"), failure
     assert f"root@{lost}:22 (node 1) stopped answering" in failure["evidence"], failure
     events = {e["kind"]: e for e in final["events"]}
-    assert events["host_excluded"]["message"].startswith(f"host {lost}:22 was lost in attempt 0"), events
+    assert events["host_excluded"]["message"].startswith(
+        f"host {lost}:22 was lost in attempt 0"), events
     assert events["fewer_hosts"]["attempt"] == 1, events
     assert final["attempts"] == 2 and final["progress"]["step"] == STEPS, final
     return events
@@ -94,7 +101,8 @@ def test_a_host_lost_mid_run_with_nodes_1_2_finishes_on_the_other_from_the_last_
     final, checkpoint_before = lose_host_2_after_a_checkpoint(ssh_hosts, cli, demo, "1-2")
     events = check_one_restart_after_losing(final, lost)
     assert events["fewer_hosts"]["message"].startswith(
-        f"attempt 1 runs without {lost}:22: on 1 node(s) ({left}:22; nodes: 1-2), world size 1 of 2"), events
+        f"attempt 1 runs without {lost}:22: on 1 node(s) ({left}:22; nodes: 1-2), "
+        "world size 1 of 2"), events
 
     run_dir = Path(final["run_dir"])
     second = run_dir / "attempt-1"
@@ -102,14 +110,18 @@ def test_a_host_lost_mid_run_with_nodes_1_2_finishes_on_the_other_from_the_last_
     assert lost not in (second / "hosts.txt").read_text()
     assert "--nnodes 1" in (second / "node-0.sh").read_text()
     result = json.loads((run_dir / "result.json").read_text())
-    # Resumed from the last checkpoint committed by both hosts: at least the one seen before the kill.
+    # Resumed from the last checkpoint committed by both hosts: at least the one seen before the
+    # kill.
     assert result["resumed_from"] >= checkpoint_before > 0, result
-    assert (result["world_size"], result["saved_world_size"], result["final_step"]) == (1, 2, STEPS), result
+    assert (result["world_size"], result["saved_world_size"], result["final_step"]) == (
+        1, 2, STEPS), result
     assert result["data_ranks"] == 2, result  # host 1 took host 2's share of each step's data too
     console = (second / "console-node-0.log").read_text()
-    assert f"resumed from {demo.parent / 'checkpoints' / 'demo'}/step-{result['resumed_from']:08d}" in console
+    assert (f"resumed from {demo.parent / 'checkpoints' / 'demo'}/step-{result['resumed_from']:08d}"
+            in console)
     assert "saved by 2 ranks and is restored on 1" in console
-    assert result["final_loss"] == pytest.approx(straight["final_loss"], rel=1e-4), (result, straight)
+    assert result["final_loss"] == pytest.approx(straight["final_loss"],
+                                                 rel=1e-4), ((result, straight))
 
 
 def test_a_spare_host_takes_the_place_of_a_lost_one(ssh_hosts, cli, demo, straight):
@@ -119,25 +131,28 @@ def test_a_spare_host_takes_the_place_of_a_lost_one(ssh_hosts, cli, demo, straig
     final, checkpoint_before = lose_host_2_after_a_checkpoint(ssh_hosts, cli, demo, "2")
     events = check_one_restart_after_losing(final, lost)
     assert events["fewer_hosts"]["message"].startswith(
-        f"attempt 1 runs without {lost}:22: on 2 node(s) ({ssh_hosts.addresses[0]}:22, {spare}:22; nodes: 2), "
-        "world size 2 of 2"), events
+        f"attempt 1 runs without {lost}:22: on 2 node(s) ({ssh_hosts.addresses[0]}:22, "
+        f"{spare}:22; nodes: 2), world size 2 of 2"), events
     hosts_txt = (Path(final["run_dir"]) / "attempt-1" / "hosts.txt").read_text()
     assert f"node 1: root@{spare}:22:" in hosts_txt and lost not in hosts_txt, hosts_txt
     result = json.loads((Path(final["run_dir"]) / "result.json").read_text())
     assert result["resumed_from"] >= checkpoint_before > 0 and result["world_size"] == 2, result
-    assert (result["final_loss"], result["param_sha256"]) == (straight["final_loss"], straight["param_sha256"])
+    assert (result["final_loss"], result["param_sha256"]) == (
+        straight["final_loss"], straight["param_sha256"])
 
 
 def test_a_reattached_supervisor_still_leaves_the_lost_host_out(ssh_hosts, cli, demo):
-    """The supervisor is killed while it backs off before the restart; `status` re-attaches a new one,
-    which starts the next attempt on host 1 alone: it knows host 2 is lost only from the events."""
+    """The supervisor is killed while it backs off before the restart; `status` re-attaches a new
+    one, which starts the next attempt on host 1 alone: it knows host 2 is lost only from the
+    events."""
     write_profile(cli, ssh_hosts, ssh_hosts.addresses[:2])
     lost, left = ssh_hosts.addresses[1], ssh_hosts.addresses[0]
     store = Store(cli.home / "jobs.db")
     killed: list[int] = []
 
     def kill_the_supervisor_while_it_backs_off(job_id: str) -> None:
-        cli.wait_until(job_id, lambda s: s["state"] == "RESTARTING", timeout=120, what="the backoff")
+        cli.wait_until(job_id, lambda s: s["state"] == "RESTARTING", timeout=120,
+                       what="the backoff")
         pid = store.job(job_id).supervisor_pid
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
@@ -147,12 +162,15 @@ def test_a_reattached_supervisor_still_leaves_the_lost_host_out(ssh_hosts, cli, 
         killed.append(pid)
         cli.status(job_id)  # notices the dead supervisor and re-attaches a new one
 
-    final, _ = lose_host_2_after_a_checkpoint(ssh_hosts, cli, demo, "1-2", "--set", "restart.backoff.initial=30s",
+    final, _ = lose_host_2_after_a_checkpoint(ssh_hosts, cli, demo, "1-2", "--set",
+                                              "restart.backoff.initial=30s",
                                               then=kill_the_supervisor_while_it_backs_off)
     events = check_one_restart_after_losing(final, lost)
-    assert events["fewer_hosts"]["message"].startswith(f"attempt 1 runs without {lost}:22: on 1 node(s) ({left}:22;")
+    assert events["fewer_hosts"]["message"].startswith(f"attempt 1 runs without {lost}:22: on 1 "
+                                                       f"node(s) ({left}:22;")
     assert killed and store.job(final["id"]).supervisor_pid != killed[0]
     log = (Path(final["run_dir"]) / "supervisor.log").read_text()
     assert f"resuming job {final['id']} at attempt 1" in log, log
     result = json.loads((Path(final["run_dir"]) / "result.json").read_text())
-    assert (result["world_size"], result["final_step"]) == (1, STEPS) and result["resumed_from"] > 0, result
+    assert ((result["world_size"], result["final_step"]) == (1, STEPS)
+            and result["resumed_from"] > 0), result

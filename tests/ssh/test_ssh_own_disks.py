@@ -1,5 +1,5 @@
-"""`shared_filesystem: false` on the real sshd hosts (tests/ssh/hosts.sh): each host keeps the job on
-a disk of its own (a tmpfs in its mount namespace that no other host and not this machine sees),
+"""`shared_filesystem: false` on the real sshd hosts (tests/ssh/hosts.sh): each host keeps the job
+on a disk of its own (a tmpfs in its mount namespace that no other host and not this machine sees),
 and the submitting side (FSDP_ORCH_HOME, the job's folder) lives in a folder the hosts cannot see.
 So the job only runs if fsdp-orch copies it over, and the supervisor only sees it through the
 reports its hosts send back over SSH."""
@@ -52,7 +52,8 @@ def on_host(ssh_hosts, i: int, job_id: str, path: str) -> str:  # type: ignore[n
 
 
 def submit_wait(cli: Cli, demo: Path, *extra: str) -> dict:
-    proc = cli.run("submit", "--cluster", "own", "--wait", "--json", str(demo), *TWO_HOSTS, *extra, timeout=400)
+    proc = cli.run("submit", "--cluster", "own", "--wait", "--json", str(demo), *TWO_HOSTS, *extra,
+                   timeout=400)
     assert proc.stdout.strip(), proc.stderr
     return json.loads(proc.stdout)
 
@@ -75,10 +76,12 @@ def test_the_demo_runs_from_copies_on_each_hosts_own_disk(ssh_hosts, apart):
     result = json.loads(on_host(ssh_hosts, 0, job_id, "result.json"))
     assert result["world_size"] == 2 and result["final_step"] == 20, result
     for i in (0, 1):
-        assert "train.py" in ssh_hosts.ssh(i, "ls", f"{ssh_hosts.dir}/host-disk/fsdp-orch/runs/{job_id}/code").stdout
+        assert "train.py" in ssh_hosts.ssh(i, "ls", f"{ssh_hosts.dir}/host-disk/fsdp-orch/runs/"
+                                                    f"{job_id}/code").stdout
         script = on_host(ssh_hosts, i, job_id, f"attempt-0/node-{i}.sh")
         assert f"NODE_RANK={i}" in script
-    assert ssh_hosts.ssh(1, "test", "-e", f"{ssh_hosts.dir}/host-disk/fsdp-orch/runs/{job_id}/result.json",
+    assert ssh_hosts.ssh(1, "test", "-e",
+                         f"{ssh_hosts.dir}/host-disk/fsdp-orch/runs/{job_id}/result.json",
                          check=False).returncode == 1, "host 2 sees host 1's disk"
     # what the hosts reported came back: the console logs, per node, and the heartbeats
     run_dir = Path(status["run_dir"])
@@ -91,17 +94,22 @@ def test_the_demo_runs_from_copies_on_each_hosts_own_disk(ssh_hosts, apart):
     # the heartbeats stayed on each host (node-local tmp) and came back over the report streams only
     assert not (run_dir / "heartbeats").exists()
     for i in (0, 1):
-        host_beat = ssh_hosts.ssh(i, "cat", f"{node_beat_dir(job_id, 0, i, uid=0)}/rank-{i}.json").stdout
+        host_beat = ssh_hosts.ssh(i, "cat",
+                                  f"{node_beat_dir(job_id, 0, i, uid=0)}/rank-{i}.json").stdout
         assert json.loads(host_beat)["state"] == "done", host_beat
-        assert ssh_hosts.ssh(i, "test", "-e", f"{ssh_hosts.dir}/host-disk/fsdp-orch/runs/{job_id}/heartbeats",
-                             check=False).returncode == 1, f"host {i} wrote heartbeats into the run folder"
+        assert ssh_hosts.ssh(i, "test", "-e",
+                             f"{ssh_hosts.dir}/host-disk/fsdp-orch/runs/{job_id}/heartbeats",
+                             check=False).returncode == 1, (f"host {i} wrote heartbeats into "
+                                                            "the run folder")
 
 
-def test_a_hang_with_own_disks_restarts_from_the_copied_checkpoint_to_the_exact_loss(ssh_hosts, apart, tmp_path):
+def test_a_hang_with_own_disks_restarts_from_the_copied_checkpoint_to_the_exact_loss(
+        ssh_hosts, apart, tmp_path):
     cli, demo = apart
     clean = submit_wait(cli, copy_demo(demo.parent.parent / "clean"), "--set", "args=[--steps, 30]")
     assert clean["state"] == "SUCCEEDED", clean
-    hung = submit_wait(cli, demo, "--set", "args=[--steps, 30]", "--set", "env.FSDP_ORCH_FAULT=hang:step=12:rank=1")
+    hung = submit_wait(cli, demo, "--set", "args=[--steps, 30]", "--set",
+                       "env.FSDP_ORCH_FAULT=hang:step=12:rank=1")
     assert hung["state"] == "SUCCEEDED", hung
     [failure] = hung["failures"]
     assert failure["category"] == "hang" and failure["action"] == "restart", failure
@@ -117,8 +125,8 @@ def test_a_hang_with_own_disks_restarts_from_the_copied_checkpoint_to_the_exact_
 
 def test_each_rank_runs_inside_its_host_and_cancel_stops_them_all(ssh_hosts, apart):
     cli, demo = apart
-    job_id = cli.run("submit", "--cluster", "own", str(demo), *TWO_HOSTS, "--set", "args=[--steps, 100000]",
-                     check=True).stdout.strip()
+    job_id = cli.run("submit", "--cluster", "own", str(demo), *TWO_HOSTS, "--set",
+                     "args=[--steps, 100000]", check=True).stdout.strip()
     cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=180,
                    what="three steps")
     for i in (0, 1):
@@ -144,10 +152,11 @@ def test_a_host_whose_link_goes_down_is_lost_and_named(ssh_hosts, apart):
     cli, demo = apart
     profile = cli.cwd / "clusters" / "own.yaml"
     third = f"  - {{address: {ssh_hosts.addresses[2]},"
-    profile.write_text("".join(line for line in profile.read_text().splitlines(True) if not line.startswith(third)))
-    job_id = cli.run("submit", "--cluster", "own", str(demo), *TWO_HOSTS, "--set", "restart.max_restarts=1",
-                     "--set", "args=[--steps, 100000]",
-                     check=True).stdout.strip()
+    profile.write_text("".join(line for line in profile.read_text().splitlines(True)
+                               if not line.startswith(third)))
+    job_id = cli.run("submit", "--cluster", "own", str(demo), *TWO_HOSTS, "--set",
+                     "restart.max_restarts=1", "--set", "args=[--steps, 100000]",
+                                               check=True).stdout.strip()
     cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=180,
                    what="three steps")
     lost = ssh_hosts.addresses[1]
@@ -157,17 +166,20 @@ def test_a_host_whose_link_goes_down_is_lost_and_named(ssh_hosts, apart):
         down_at = time.monotonic()
         final = cli.wait_until(job_id, lambda s: s["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"),
                                timeout=240, what="the end")
-        detected = (datetime.fromisoformat(final["failures"][0]["detected_at"].replace("Z", "+00:00")).timestamp()
+        detected = (datetime.fromisoformat(
+            final["failures"][0]["detected_at"].replace("Z", "+00:00")).timestamp()
                     - (time.time() - (time.monotonic() - down_at)))
     finally:
         subprocess.run([*link, "up"], check=True)
     assert final["state"] == "FAILED", final
     assert final["failures"][0]["category"] == "preemption_or_node_lost", final["failures"]
-    assert f"{lost}:22" in final["failures"][0]["evidence"] and f"{lost}:22" in final["reason"], final
+    assert (f"{lost}:22" in final["failures"][0]["evidence"]
+            and f"{lost}:22" in final["reason"]), final
     assert detected < 30, f"the lost host was noticed {detected:.0f}s after its link went down"
     silences = notices(cli, job_id, "node_silent")
     assert silences and "node 1 for" in silences[0]["message"], silences
-    assert [f["category"] for f in final["failures"]] == ["preemption_or_node_lost"], final["failures"]
+    assert [f["category"] for f in final["failures"]] == [
+        "preemption_or_node_lost"], (final["failures"])
     left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:200]
             for pid in ssh_hosts.job_processes(0, job_id)}
     assert left == {}, (left, (Path(final["run_dir"]) / "supervisor.log").read_text()[-3000:])

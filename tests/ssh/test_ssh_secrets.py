@@ -62,11 +62,13 @@ def run_on_hosts(ssh_hosts, account, base: Path, tmp_path: Path, profile: Path, 
         if own_disks:
             places += [host_disk(ssh_hosts, i) for i in range(len(ssh_hosts.addresses))]
         # hosts.sh keeps its state folder (which holds the hosts' disks) 0700: open it to traversal
-        # only, as the parent of a real remote_workdir would be, so the second account reaches the disks
+        # only, as the parent of a real remote_workdir would be, so the second account reaches the
+        # disks
         mode = ssh_hosts.dir.stat().st_mode & 0o7777
         ssh_hosts.dir.chmod(0o711)
         try:
-            SecretJob(cli=cli, cluster="hosts", job=write_job(base / "job", values, got.port, nodes=2),
+            SecretJob(cli=cli, cluster="hosts",
+                      job=write_job(base / "job", values, got.port, nodes=2),
                       values=values, receiver=got, nodes=2, home=Place(str(cli.home), "the home"),
                       places=places, account=account).run_and_check()
         finally:

@@ -41,12 +41,14 @@ def test_a_two_worker_job_creates_its_tpu_vm_and_succeeds(ssh_hosts, stand):
     assert status["state"] == "SUCCEEDED", explained(status)
     assert status["failures"] == [] and status["progress"]["step"] == STEPS
     job_id = status["id"]
-    # none existed: created (spot, the profile's type and version), waited for, prepared on each worker
+    # none existed: created (spot, the profile's type and version), waited for, prepared on each
+    # worker
     made = verbs(stand.state)
     assert made[:4] == ["describe", "describe", "create", "describe"], made
     assert made.index("ssh") > made.index("create") and made.count("create") == 1, made
     create = next(c for c in calls(stand.state) if c["verb"] == "create")
-    assert set(create["args"]) >= {"--zone=us-central2-b", "--project=fake-project", "--accelerator-type=v4-16",
+    assert set(create["args"]) >= {"--zone=us-central2-b", "--project=fake-project",
+                                   "--accelerator-type=v4-16",
                                    "--version=tpu-ubuntu2204-base", "--spot"}, create
     for i in (0, 1):
         assert ssh_hosts.ssh(i, "cat", f"{stand.remote_workdir}/prepared").stdout == "prepared\n"
@@ -62,7 +64,8 @@ def test_a_two_worker_job_creates_its_tpu_vm_and_succeeds(ssh_hosts, stand):
 
 
 def test_a_hung_worker_is_restarted_on_the_same_tpu_vm(ssh_hosts, stand):
-    status = stand.submit("--set", f"args=[--steps, {STEPS}]", "--set", "env.FSDP_ORCH_FAULT=hang:step=12:rank=1")
+    status = stand.submit("--set", f"args=[--steps, {STEPS}]", "--set",
+                          "env.FSDP_ORCH_FAULT=hang:step=12:rank=1")
     assert status["state"] == "SUCCEEDED", explained(status)
     [failure] = status["failures"]
     assert failure["category"] == "hang" and failure["action"] == "restart", failure
@@ -73,45 +76,50 @@ def test_a_hung_worker_is_restarted_on_the_same_tpu_vm(ssh_hosts, stand):
 
 
 def test_a_preempted_tpu_vm_is_deleted_created_and_the_job_resumes(ssh_hosts, stand):
-    clean = stand.submit("--set", f"args=[--steps, {STEPS}]", demo=copy_demo(stand.demo.parent.parent / "clean"))
+    clean = stand.submit("--set", f"args=[--steps, {STEPS}]",
+                         demo=copy_demo(stand.demo.parent.parent / "clean"))
     assert clean["state"] == "SUCCEEDED", explained(clean)
     reference = json.loads(stand.on_worker(ssh_hosts, 0, clean["id"], "result.json"))
     before = len(calls(stand.state))
     job_id = stand.submit("--set", f"args=[--steps, {STEPS}, --sleep-per-step, 0.3]", wait=False)
     assert isinstance(job_id, str)
     try:
-        running = stand.cli.wait_until(job_id, lambda s: (s.get("last_checkpoint_step") or 0) >= 10, timeout=240,
-                                       what="a checkpoint of step 10")
+        running = stand.cli.wait_until(job_id, lambda s: (s.get("last_checkpoint_step") or 0) >= 10,
+                                       timeout=240, what="a checkpoint of step 10")
         assert running["state"] == "RUNNING", running
         preempt(stand.state, TPU)
-        final = stand.cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=300, what="the end")
+        final = stand.cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=300,
+                                     what="the end")
     finally:
         if stand.cli.status(job_id)["state"] not in ENDED:
             stand.cli.run("cancel", job_id)
     assert final["state"] == "SUCCEEDED", explained(final)
     [failure] = final["failures"]
-    assert failure["category"] == "preemption_or_node_lost" and failure["action"] == "restart", failure
+    assert (failure["category"] == "preemption_or_node_lost"
+            and failure["action"] == "restart"), failure
     assert f"TPU VM {TPU} is PREEMPTED" in failure["evidence"], failure
     # after the preemption: seen in describe, deleted, created, waited for, prepared, relaunched
     # (the job's first attempt prepares the workers again: a new supervisor has not prepared them)
     after = [c["verb"] for c in calls(stand.state)[before:]]
     assert [v for v in after if v != "describe"] == ["ssh", "delete", "create", "ssh"], after
     assert after[after.index("delete") - 1] == "describe", after
-    # resumed from the checkpoint in the bucket, on the new VM's empty disks, to the clean run's numbers
+    # resumed from the checkpoint in the bucket, on the new VM's empty disks, to the clean run's
+    # numbers
     result = json.loads(stand.on_worker(ssh_hosts, 0, job_id, "result.json"))
     assert result["resumed_from"] is not None and result["resumed_from"] >= 10, result
     assert result["final_step"] == STEPS
     assert result["final_loss"] == reference["final_loss"]
     assert result["param_sha256"] == reference["param_sha256"]
-    assert ssh_hosts.ssh(0, "ls", f"{stand.remote_workdir}/runs", check=False).stdout.split() == [job_id], \
+    assert ssh_hosts.ssh(0, "ls", f"{stand.remote_workdir}/runs",
+                         check=False).stdout.split() == [job_id], \
         "the re-created VM's disk still has the earlier jobs"
 
 
 def test_cancel_stops_the_job_on_every_worker(ssh_hosts, stand):
     job_id = stand.submit("--set", "args=[--steps, 100000]", wait=False)
     assert isinstance(job_id, str)
-    stand.cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=180,
-                         what="three steps")
+    stand.cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3,
+                         timeout=180, what="three steps")
     assert all(ssh_hosts.job_processes(i, job_id) for i in (0, 1)), "a worker does not run the job"
     assert "cancelled" in stand.cli.run("cancel", job_id, check=True).stdout
     assert stand.cli.status(job_id)["state"] == "CANCELLED"
@@ -126,8 +134,8 @@ def test_a_supervisor_killed_mid_run_is_reattached_to_the_running_workers(ssh_ho
     job_id = stand.submit("--set", f"args=[--steps, {STEPS}, --sleep-per-step, 0.3]", wait=False)
     assert isinstance(job_id, str)
     store = Store(stand.cli.home / "jobs.db")
-    stand.cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=180,
-                         what="three steps")
+    stand.cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3,
+                         timeout=180, what="three steps")
     pid = store.job(job_id).supervisor_pid
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10

@@ -1,9 +1,10 @@
-"""`--cluster tpu-vm` with real torch_xla on its worker: the stand-in gcloud (tests/ssh/tpu_stand.py)
-with ONE worker (a v4-8) whose profile runs the XLA environment's python (``.venv-xla``), and the
-``xla`` launcher: PJRT_DEVICE=CPU from the profile's pjrt_device, 4 virtual CPU devices from the
-job's env. The demo runs FSDPv2 (SPMD, a (4, 1) mesh, one process) on the worker, crashes, and
-resumes from its checkpoint in the bucket to the clean run's numbers. One worker: PJRT's CPU client
-is a world of one per process, so two workers would each be alone (the runtime refuses that)."""
+"""`--cluster tpu-vm` with real torch_xla on its worker: the stand-in gcloud
+(tests/ssh/tpu_stand.py) with ONE worker (a v4-8) whose profile runs the XLA environment's python
+(``.venv-xla``), and the ``xla`` launcher: PJRT_DEVICE=CPU from the profile's pjrt_device, 4 virtual
+CPU devices from the job's env. The demo runs FSDPv2 (SPMD, a (4, 1) mesh, one process) on the
+worker, crashes, and resumes from its checkpoint in the bucket to the clean run's numbers. One
+worker: PJRT's CPU client is a world of one per process, so two workers would each be alone (the
+runtime refuses that)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def test_fsdpv2_on_a_one_worker_tpu_vm_resumes_after_a_crash_to_the_clean_runs_n
     assert clean["attempts"] == 1 and clean["failures"] == [], explained(clean)
     reference = json.loads(xla_stand.on_worker(ssh_hosts, 0, clean["id"], "result.json"))
 
-    faulted = xla_stand.submit(*XLA_JOB, "--set", f"env.FSDP_ORCH_FAULT=crash:step={INTERVAL + 5}:rank=0")
+    faulted = xla_stand.submit(*XLA_JOB, "--set",
+                               f"env.FSDP_ORCH_FAULT=crash:step={INTERVAL + 5}:rank=0")
     assert isinstance(faulted, dict) and faulted["state"] == "SUCCEEDED", explained(faulted)
     assert faulted["attempts"] == 2, explained(faulted)
     [crash] = faulted["failures"]
@@ -57,11 +59,14 @@ def test_fsdpv2_on_a_one_worker_tpu_vm_resumes_after_a_crash_to_the_clean_runs_n
     assert result["resumed_from"] == INTERVAL and result["final_step"] == STEPS, result
     # the crash came after step 10's checkpoint (in the bucket); XLA's CPU backend is deterministic
     # and the checkpoint holds the sharded weights, the optimizer's state and the RNG states
-    assert result["final_loss"] == reference["final_loss"], (result["final_loss"], reference["final_loss"])
+    assert result["final_loss"] == reference["final_loss"], (result["final_loss"],
+                                                             reference["final_loss"])
     assert result["param_sha256"] == reference["param_sha256"]
-    # the node scripts: the profile's pjrt_device, the job's device count, the XLA environment's python
+    # the node scripts: the profile's pjrt_device, the job's device count, the XLA environment's
+    # python
     for attempt in (0, 1):
         script = xla_stand.on_worker(ssh_hosts, 0, job_id, f"attempt-{attempt}/node-0.sh")
-        assert "export PJRT_DEVICE=CPU" in script and f"export CPU_NUM_DEVICES={XLA_DEVICES}" in script, script
+        assert ("export PJRT_DEVICE=CPU" in script
+                and f"export CPU_NUM_DEVICES={XLA_DEVICES}" in script), script
         assert "WORLD_SIZE=1 " in script, script
         assert f"exec {xla_python} -u train.py" in script, script

@@ -1,7 +1,7 @@
 """A TPU VM on a stand-in for Google Cloud, shared by the TPU VM tests: a FAKE gcloud
-(tests/fakes/fake_gcloud.py, first on PATH) whose workers are real SSH test hosts (tests/ssh/hosts.sh),
-a CLI whose ``tpu`` profile owns a spot v4 slice of those workers, running a given python, and a
-folder every worker sees for the checkpoints (as a gcsfuse bucket would be)."""
+(tests/fakes/fake_gcloud.py, first on PATH) whose workers are real SSH test hosts
+(tests/ssh/hosts.sh), a CLI whose ``tpu`` profile owns a spot v4 slice of those workers, running a
+given python, and a folder every worker sees for the checkpoints (as a gcsfuse bucket would be)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ FAKE_GCLOUD_BIN = Path(__file__).resolve().parents[1] / "fakes" / "bin"
 TPU = "fo-test-v4"
 ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
 # What every submit sets (nodes: the stand's worker count); a test's own --set that follows wins.
-SUBMIT_DEFAULTS = ["--set", "launcher=xla", "--set", "checkpoint.interval=5", "--set", "restart.backoff.initial=1s",
+SUBMIT_DEFAULTS = ["--set", "launcher=xla", "--set", "checkpoint.interval=5", "--set",
+                   "restart.backoff.initial=1s",
                    "--set", "restart.backoff.jitter=0", "--set", "watch.heartbeat_timeout=10s",
                    "--set", "watch.startup_timeout=120s"]
 # The test hosts share one hostname: gloo must not find its address through it.
@@ -50,10 +51,12 @@ class Stand:
     def submit(self, *extra: str, wait: bool = True, demo: Path | None = None) -> dict | str:
         job = str(demo or self.demo)
         ckpt = self.bucket / uuid.uuid4().hex[:8]
-        args = ["submit", "--cluster", "tpu", *(["--wait", "--json"] if wait else []), job, *SUBMIT_DEFAULTS,
+        args = ["submit", "--cluster", "tpu", *(["--wait", "--json"] if wait else []), job,
+                *SUBMIT_DEFAULTS,
                 "--set", f"nodes={self.num_workers}", "--set", f"checkpoint.dir={ckpt}", *extra]
         proc = self.cli.run(*args, timeout=500)
-        assert proc.returncode in (0, 1) and proc.stdout.strip(), (proc.returncode, proc.stdout, proc.stderr)
+        assert (proc.returncode in (0, 1)
+                and proc.stdout.strip()), ((proc.returncode, proc.stdout, proc.stderr))
         return json.loads(proc.stdout) if wait else proc.stdout.strip()
 
     def on_worker(self, ssh_hosts, i: int, job_id: str, path: str) -> str:  # type: ignore[no-untyped-def]
@@ -70,13 +73,17 @@ def tpu_stand(ssh_hosts, python: str | Path, num_workers: int = 2,  # type: igno
     base = ssh_hosts.submit_host_dir / uuid.uuid4().hex[:8]
     bucket = ssh_hosts.dir / "bucket" / base.name
     bucket.mkdir(parents=True)
-    workers = [{"address": ssh_hosts.addresses[i], "host": i + 1, "namespace": ssh_hosts.namespaces[i]}
+    workers = [{"address": ssh_hosts.addresses[i], "host": i + 1,
+                "namespace": ssh_hosts.namespaces[i]}
                for i in range(num_workers)]
-    state = new_state(ssh_hosts.dir / f"gcloud-{base.name}.json", workers=workers, ssh_dir=str(ssh_hosts.dir),
-                      ssh={"user": "root", "key": str(ssh_hosts.key), "known_hosts": str(ssh_hosts.known_hosts)})
+    state = new_state(ssh_hosts.dir / f"gcloud-{base.name}.json", workers=workers,
+                      ssh_dir=str(ssh_hosts.dir),
+                      ssh={"user": "root", "key": str(ssh_hosts.key),
+                           "known_hosts": str(ssh_hosts.known_hosts)})
     plain = make_cli(base)
     cli = TpuCli(home=plain.home, cwd=plain.cwd, extra_env={
-        "PATH": f"{FAKE_GCLOUD_BIN}{os.pathsep}{os.environ['PATH']}", "FAKE_GCLOUD_STATE": str(state)})
+        "PATH": f"{FAKE_GCLOUD_BIN}{os.pathsep}{os.environ['PATH']}",
+        "FAKE_GCLOUD_STATE": str(state)})
     remote_workdir = f"{ssh_hosts.dir}/host-disk/tpu"
     (cli.cwd / "clusters").mkdir(parents=True, exist_ok=True)
     (cli.cwd / "clusters" / "tpu.yaml").write_text(f"""kind: tpu-vm
@@ -108,7 +115,8 @@ env: {json.dumps({**PROFILE_ENV, **(env or {})})}
 
 
 def explained(status: dict) -> str:
-    """What a failed assertion on ``status`` shows: the reason, the failures, the supervisor's log."""
+    """What a failed assertion on ``status`` shows: the reason, the failures, the supervisor's
+    log."""
     log = Path(status["run_dir"]) / "supervisor.log"
     return (f"{status['state']}: {status.get('reason')}\nfailures: {status.get('failures')}\n"
             f"{log.read_text()[-4000:] if log.exists() else ''}")

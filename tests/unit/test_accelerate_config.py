@@ -41,7 +41,8 @@ def test_docs_example_maps_into_the_spec(tmp_path: Path) -> None:
     assert job.accelerate_config == str(BERT)
 
 
-def test_accelerate_config_key_is_relative_to_the_job_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_accelerate_config_key_is_relative_to_the_job_file(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "conf").mkdir()
     (tmp_path / "conf" / "acc.yaml").write_text(BERT.read_text())
     path = job_file(tmp_path, "name: bert\nscript: train.py\naccelerate_config: conf/acc.yaml\n")
@@ -52,8 +53,9 @@ def test_accelerate_config_key_is_relative_to_the_job_file(tmp_path: Path, monke
 
 def test_job_fields_win(tmp_path: Path) -> None:
     path = job_file(tmp_path, "name: bert\nscript: train.py\nnodes: 4\nprocs_per_node: 2\n"
-                              "fsdp:\n  sharding_strategy: SHARD_GRAD_OP\n  backward_prefetch: BACKWARD_POST\n"
-                              "  fsdp_mixed_precision: fp16\n  version: 2\n")
+                              "fsdp:\n  sharding_strategy: SHARD_GRAD_OP\n"
+                              "  backward_prefetch: BACKWARD_POST\n  fsdp_mixed_precision: fp16\n"
+                              "  version: 2\n")
     job, _ = load_job(path, accelerate_config=BERT)
     assert (job.nodes, job.procs_per_node) == (4, 2)
     assert job.fsdp.sharding_strategy == "SHARD_GRAD_OP"
@@ -64,11 +66,13 @@ def test_job_fields_win(tmp_path: Path) -> None:
 
 
 def test_set_wins_over_both(tmp_path: Path) -> None:
-    job, _ = load_job(job_file(tmp_path), ["fsdp.sharding_strategy=4", "nodes=3"], accelerate_config=BERT)
+    job, _ = load_job(job_file(tmp_path), ["fsdp.sharding_strategy=4", "nodes=3"],
+                      accelerate_config=BERT)
     assert job.fsdp.sharding_strategy == "HYBRID_SHARD" and job.nodes == 3
 
 
-@pytest.mark.parametrize(("written", "value"), [("no", "no"), ("'no'", "no"), ("fp16", "fp16"), ("BF16", "bf16")])
+@pytest.mark.parametrize(("written", "value"),
+                         [("no", "no"), ("'no'", "no"), ("fp16", "fp16"), ("BF16", "bf16")])
 def test_mixed_precision_spellings(tmp_path: Path, written: str, value: str) -> None:
     acc = tmp_path / "acc.yaml"
     acc.write_text(f"distributed_type: FSDP\nmixed_precision: {written}\nfsdp_config: {{}}\n")
@@ -78,8 +82,9 @@ def test_mixed_precision_spellings(tmp_path: Path, written: str, value: str) -> 
 
 def test_fsdp2_config(tmp_path: Path) -> None:
     acc = tmp_path / "acc.yaml"
-    acc.write_text("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: false\n"
-                   "  fsdp_activation_checkpointing: true\n  fsdp_state_dict_type: FULL_STATE_DICT\n")
+    acc.write_text("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"
+                   "  fsdp_reshard_after_forward: false\n  fsdp_activation_checkpointing: true\n"
+                   "  fsdp_state_dict_type: FULL_STATE_DICT\n")
     job, _ = load_job(job_file(tmp_path), accelerate_config=acc)
     f = job.fsdp
     assert (f.version, f.reshard_after_forward, f.activation_checkpointing) == (2, False, True)
@@ -87,7 +92,8 @@ def test_fsdp2_config(tmp_path: Path) -> None:
 
 
 def test_not_fsdp_sets_only_the_counts() -> None:
-    assert accelerate_to_spec({"distributed_type": "MULTI_GPU", "num_machines": 1, "num_processes": 4},
+    assert accelerate_to_spec({"distributed_type": "MULTI_GPU", "num_machines": 1,
+                               "num_processes": 4},
                               "a.yaml") == {"nodes": 1, "procs_per_node": 4}
 
 
@@ -132,8 +138,9 @@ def test_rendered_accelerate_config_reads_back_the_same(tmp_path: Path) -> None:
     back = tmp_path / "back.yaml"
     back.write_text(art.text)
     again, _ = load_job(job_file(tmp_path), ["launcher=accelerate"], accelerate_config=back)
-    for name in ("sharding_strategy", "auto_wrap_policy", "transformer_layer_cls_to_wrap", "backward_prefetch",
-                 "mixed_precision", "state_dict_type", "offload_params", "version", "use_orig_params"):
+    for name in ("sharding_strategy", "auto_wrap_policy", "transformer_layer_cls_to_wrap",
+                 "backward_prefetch", "mixed_precision", "state_dict_type", "offload_params",
+                 "version", "use_orig_params"):
         assert getattr(again.fsdp, name) == getattr(job.fsdp, name), name
     assert (again.nodes, again.procs_per_node) == (job.nodes, job.procs_per_node)
 
@@ -150,19 +157,24 @@ def test_fsdp_on_a_machine_without_gpu_runs_as_multi_cpu_and_the_plan_says_so(
 
     job, _ = load_job(job_file(tmp_path), ["launcher=accelerate", "nodes=1", "procs_per_node=2"],
                       accelerate_config=BERT)
-    profile = parse_profile(FIXTURES / "clusters" / "local.yaml").model_copy(update={"device": "auto"})
+    profile = parse_profile(FIXTURES / "clusters" / "local.yaml").model_copy(
+        update={"device": "auto"})
     plan = plan_on(job, profile, "local", replace(CONTEXT, local_has_gpu=has_gpu))
     assert plan.accelerate_distributed_type == distributed_type
     assert plan.notices == (() if has_gpu else (ACCELERATE_FSDP_ON_CPU,))
-    (art,) = [a for a in render(plan, search=[builtin_dir("templates")]) if a.name == "accelerate_config.yaml"]
+    (art,) = [a for a in render(plan, search=[builtin_dir("templates")])
+              if a.name == "accelerate_config.yaml"]
     rendered = yaml.safe_load(art.text)
     assert rendered["distributed_type"] == distributed_type and rendered["use_cpu"] is (not has_gpu)
     assert (f"# {ACCELERATE_FSDP_ON_CPU}\n" in art.text) is (not has_gpu)
-    (launch,) = [a for a in render(plan, search=[builtin_dir("templates")]) if a.name == "launch.sh"]
-    assert ("--multi_gpu" in launch.text) is (not has_gpu)  # Accelerate's torchrun path for CPU ranks
+    (launch,) = [a for a in render(plan, search=[builtin_dir("templates")])
+                 if a.name == "launch.sh"]
+    # Accelerate's torchrun path for CPU ranks
+    assert ("--multi_gpu" in launch.text) is (not has_gpu)
 
 
 def test_only_the_accelerate_launcher_has_a_distributed_type(tmp_path: Path) -> None:
     job, _ = load_job(job_file(tmp_path), ["nodes=1"], accelerate_config=BERT)
     plan = plan_on(job, parse_profile(FIXTURES / "clusters" / "local.yaml"), "local")
-    assert plan.launcher == "torchrun" and plan.accelerate_distributed_type is None and plan.notices == ()
+    assert (plan.launcher == "torchrun" and plan.accelerate_distributed_type is None
+            and plan.notices == ())

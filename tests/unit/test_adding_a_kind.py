@@ -56,14 +56,17 @@ class ToyKind(ClusterKind[ToyProfile]):
     def place(self, job: JobSpec, profile: ToyProfile, cluster: str, ctx: PlanContext) -> Placement:
         # ToyProfile's own fields, no isinstance: the kind is generic in its profile
         if job.nodes > profile.hosts:
-            raise InputError(f"cluster {cluster!r} has {profile.hosts} hosts; the job asks for {job.nodes}",
+            raise InputError(f"cluster {cluster!r} has {profile.hosts} hosts; the job asks "
+                             f"for {job.nodes}",
                              field="nodes")
-        return Placement(nnodes=job.nodes, nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
+        return Placement(nnodes=job.nodes,
+                         nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
                          device="cpu", rdzv_host="toy-0")
 
     def artifacts(self, plan: LaunchPlan, templates: Templates) -> list[Artifact]:
         profile = self.profile_of(plan)  # the plan holds any kind's profile: narrowed, checked
-        return [Artifact(f"{plan.attempt_dir}/{NODE_SCRIPT}", templates(templates.main, queue=profile.queue), True)]
+        return [Artifact(f"{plan.attempt_dir}/{NODE_SCRIPT}",
+                         templates(templates.main, queue=profile.queue), True)]
 
     # The doing: rendering never reaches it.
     def attempt_launcher(self, submission: Submission) -> Any:
@@ -132,8 +135,10 @@ def node_script(artifacts: list[Artifact]) -> str:
 
 def check_node_script(text: str) -> None:
     lines = text.splitlines()
-    assert "# 3 node(s) x 2 process(es) = world size 6; launcher torchrun" in lines  # the job's nodes
-    assert "exec /opt/toy/bin/python -m torch.distributed.run \\" in lines  # the launcher, the profile's python
+    # the job's nodes
+    assert "# 3 node(s) x 2 process(es) = world size 6; launcher torchrun" in lines
+    # the launcher, the profile's python
+    assert "exec /opt/toy/bin/python -m torch.distributed.run \\" in lines
     assert "  --nnodes 3 \\" in lines and "  --nproc-per-node 2 \\" in lines
     assert "# queue toy-queue" in lines  # a value of the profile, through artifacts()
     assert "RDZV_HOST=toy-0" in lines  # place()'s rendezvous host
@@ -150,7 +155,8 @@ def test_a_kind_added_through_the_registry_renders_a_job(toy: Path) -> None:
     check_node_script(node_script(planned.artifacts))
 
 
-def test_the_cli_renders_with_the_registered_kind(toy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_renders_with_the_registered_kind(toy: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["render", "job.yaml", "--cluster", "toybox", "--job-id", "j1"]) == 0
     printed = capsys.readouterr().out
     header = f"==> {toy / 'home' / 'runs' / 'j1' / 'attempt-0' / NODE_SCRIPT} <=="
@@ -165,7 +171,8 @@ def test_the_kinds_place_refuses_what_the_cluster_cannot_run(toy: Path) -> None:
 
 
 def test_a_profile_template_replaces_the_kinds_main_template(toy: Path) -> None:
-    (toy / "clusters" / "mine.sh.j2").write_text("# mine: {{ plan.nnodes }} nodes, queue {{ queue }}\n")
+    (toy / "clusters" / "mine.sh.j2").write_text("# mine: {{ plan.nnodes }} nodes, queue "
+                                                 "{{ queue }}\n")
     (toy / "clusters" / "toybox.yaml").write_text(PROFILE + "template: mine.sh.j2\n")
     planned = plan_job(toy / "job.yaml", "toybox")
     assert node_script(planned.artifacts) == "# mine: 3 nodes, queue toy-queue\n"
@@ -177,7 +184,8 @@ def test_a_kind_registered_by_module_path_is_imported_when_met(project: Path) ->
         check_node_script(node_script(plan_job(project / "job.yaml", "toybox").artifacts))
 
 
-def test_unregistered_the_kind_is_unknown_again(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unregistered_the_kind_is_unknown_again(project: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
     register("toy", KIND)
     unregister("toy")
     with pytest.raises(InputError, match="unknown cluster kind 'toy'"):
@@ -203,6 +211,7 @@ def test_the_registry_refuses_a_taken_name_a_wrong_name_and_a_builtin(project: P
 
 def test_a_kind_given_another_kinds_profile_says_so(project: Path) -> None:
     plan = plan_job(project / "job.yaml", "local", overrides=["nodes=1"]).plan
-    with pytest.raises(FsdpOrchError, match=r"cluster kind 'toy' was given a profile of kind 'local' "
-                                            r"\(LocalProfile\); expected a ToyProfile"):
+    with pytest.raises(FsdpOrchError,
+                       match=r"cluster kind 'toy' was given a profile of kind 'local' "
+                             r"\(LocalProfile\); expected a ToyProfile"):
         KIND.profile_of(plan)

@@ -50,7 +50,8 @@ SUBMITS = [  # (keyword arguments of submit("job.yaml", ...), the field named)
 ]
 
 
-@pytest.mark.parametrize(("kwargs", "field"), SUBMITS, ids=[f"{f}-{i}" for i, (_, f) in enumerate(SUBMITS)])
+@pytest.mark.parametrize(("kwargs", "field"), SUBMITS,
+                         ids=[f"{f}-{i}" for i, (_, f) in enumerate(SUBMITS)])
 def test_a_bad_submit_argument_is_an_input_error_and_submits_nothing(home, kwargs, field):
     with pytest.raises(InputError) as raised:
         fsdp_orch.submit("job.yaml", **kwargs)
@@ -97,6 +98,6 @@ def test_good_arguments_pass_the_checks(home):
     (home.parent / "work" / "bad.yaml").write_text(JOB + "nodes: zero\n")
     for overrides in ({"restart.max_restarts": 5}, ["restart.max_restarts=5"], (), None):
         with pytest.raises(InputError) as raised:
-            fsdp_orch.submit(Path("bad.yaml"), cluster="local", overrides=overrides, wait=True, timeout=1.5,
-                             idempotency_key="k")
+            fsdp_orch.submit(Path("bad.yaml"), cluster="local", overrides=overrides, wait=True,
+                             timeout=1.5, idempotency_key="k")
         assert raised.value.field == "nodes" and raised.value.file == "bad.yaml", raised.value

@@ -74,8 +74,8 @@ def test_a_deadline_is_read_on_the_injected_clock() -> None:
 
 
 def test_the_restart_policy_takes_its_exponential_from_tenacity() -> None:
-    policy = RestartPolicy.model_validate({"backoff": {"initial": "10s", "max": "300s", "multiplier": 2,
-                                                       "jitter": 0}})
+    policy = RestartPolicy.model_validate({"backoff": {"initial": "10s", "max": "300s",
+                                                       "multiplier": 2, "jitter": 0}})
     assert [backoff_delay(policy, n, random.Random(0)) for n in (1, 2, 3, 6, 7, 10_000)] == \
         [10.0, 20.0, 40.0, 300.0, 300.0, 300.0]
 
@@ -99,7 +99,8 @@ def test_webhook_delivery_backs_off_from_1s_doubling_to_30s_until_retry_for(tmp_
              gave_up=lambda due, error: gave_up.append(error)).run()
     assert [b - a for a, b in pairwise(tries)] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
     assert tries[-1] == 221.0 and gave_up == ["ConnectionRefusedError: down"]  # 221 - 100 >= 120 s
-    ledger = [json.loads(line) for line in (tmp_path / "notify" / "sent.jsonl").read_text().splitlines()]
+    ledger = [json.loads(line)
+              for line in (tmp_path / "notify" / "sent.jsonl").read_text().splitlines()]
     assert ledger == [{"key": ledger[0]["key"], "outcome": "gave_up", "at": 221.0, "tries": 9}]
     assert set(clock.slept) == {0.5}  # the notifier's loop polls; tenacity only said when to try
 
@@ -123,7 +124,8 @@ CREATING = json.dumps({**json.loads(READY), "state": "CREATING", "networkEndpoin
 
 def tpu_profile() -> TpuVmProfile:
     return TpuVmProfile.model_validate({
-        "kind": "tpu-vm", "tpu_name": "fsdp-orch-v4", "zone": "us-central2-b", "project": "my-gcp-project",
+        "kind": "tpu-vm", "tpu_name": "fsdp-orch-v4", "zone": "us-central2-b",
+        "project": "my-gcp-project",
         "accelerator_type": "v4-32", "runtime_version": "tpu-ubuntu2204-base", "num_workers": 4,
         "owns_vm": False, "ready_timeout": 120})
 
@@ -197,7 +199,8 @@ def test_an_ssh_host_that_keeps_refusing_or_does_not_answer_is_given_up() -> Non
     slept.clear()
     with pytest.raises(HostUnreachable, match="connect_timeout"):
         connect(HOST, None, open_once=silent, sleep=slept.append)
-    assert tries == ["silent"] and slept == []  # a host that does not answer is lost, not waited for
+    # a host that does not answer is lost, not waited for
+    assert tries == ["silent"] and slept == []
 
 
 def test_a_connection_refused_on_every_address_is_worth_another_try() -> None:
@@ -217,7 +220,8 @@ class ScriptedReports(HostReports):
     """A report stream whose ``_stream`` follows a script instead of an SSH channel."""
 
     def __init__(self, tmp_path: Path, script: list[BaseException | str]):
-        super().__init__(host=HOST, profile=None, job_id="j1", attempt=0, rank=1, pgid=9, local_run_dir=tmp_path)
+        super().__init__(host=HOST, profile=None, job_id="j1", attempt=0, rank=1, pgid=9,
+                         local_run_dir=tmp_path)
         self.script = script
         self.streams = 0
         self.slept: list[float] = []
@@ -253,7 +257,8 @@ def test_a_host_that_stops_answering_a_new_connection_is_lost(tmp_path: Path) ->
 
 # --- 4. sacct and squeue ------------------------------------------------------------------------
 
-SACCT_LINE = "41|fsdp-orch-abc|COMPLETED|0:0|2024-01-01T00:00:00|2024-01-01T00:00:01|2024-01-01T00:01:00|node1\n"
+SACCT_LINE = ("41|fsdp-orch-abc|COMPLETED|0:0|2024-01-01T00:00:00|2024-01-01T00:00:01|2024-01-"
+              "01T00:01:00|node1\n")
 DB_DOWN = "sacct: error: Problem talking to the database: Connection refused"
 
 
@@ -272,7 +277,8 @@ def test_an_sacct_call_that_fails_once_is_made_again_and_read() -> None:
     slept: list[float] = []
     records = query(["41"], runner=sacct, sleep=slept.append)
     assert records["41"].state == "COMPLETED" and records["41"].ours == "abc"
-    assert len(sacct.argvs) == 2 and sacct.argvs[0] == sacct.argvs[1] and sacct.argvs[0][0] == "sacct"
+    assert (len(sacct.argvs) == 2 and sacct.argvs[0] == sacct.argvs[1]
+            and sacct.argvs[0][0] == "sacct")
     assert slept == [1.0]
 
 
@@ -297,11 +303,13 @@ def test_a_missing_sacct_or_one_that_timed_out_is_not_tried_again(answer: Comman
 def test_after_scancel_squeue_is_asked_until_the_steps_are_gone() -> None:
     clock = ManualClock()
     squeue = ScriptedSlurm(CommandResult(0, "41.0 fsdp-orch-attempt-0\n", ""),
-                           CommandResult(1, "", "slurm_load_jobs error: Unable to contact slurm controller"),
+                           CommandResult(1, "", "slurm_load_jobs error: Unable to contact "
+                                                "slurm controller"),
                            CommandResult(0, "41.0 fsdp-orch-attempt-0\n", ""),
                            CommandResult(1, "", "slurm_load_jobs error: Invalid job id specified"))
     assert steps_gone("41", runner=squeue, clock=clock, sleep=clock.sleep) is True
-    assert len(squeue.argvs) == 4 and clock.slept == [0.5, 1.0, 0.5]  # the failed call: SLURM_QUERY's wait
+    # the failed call: SLURM_QUERY's wait
+    assert len(squeue.argvs) == 4 and clock.slept == [0.5, 1.0, 0.5]
 
     clock = ManualClock()
     always = ScriptedSlurm(*[CommandResult(0, "41.0 fsdp-orch-attempt-0\n", "")] * 200)

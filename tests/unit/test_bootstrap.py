@@ -17,14 +17,17 @@ from fsdp_orch.bootstrap.importhook import when_imported
 from fsdp_orch.bootstrap.probe import MainThreadProbe
 from fsdp_orch.places.builtin import bootstrap_site_dir
 
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # this checkout's fsdp_orch, not an installed one
+# this checkout's fsdp_orch, not an installed one
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def run_python(code: str, tmp_path: Path, *, extra_path: str | None = None, **env: str) -> str:
     full = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}
     full.update({"FSDP_ORCH_RUN_DIR": str(tmp_path / "run"), "FSDP_ORCH_ATTEMPT": "0",
-                 "FSDP_ORCH_ATTEMPT_DIR": str(tmp_path / "run" / "attempt-0"), "OMP_NUM_THREADS": "1",
-                 "PYTHONPATH": os.pathsep.join(p for p in (str(bootstrap_site_dir()), extra_path) if p)})
+                 "FSDP_ORCH_ATTEMPT_DIR": str(tmp_path / "run" / "attempt-0"),
+                 "OMP_NUM_THREADS": "1",
+                 "PYTHONPATH": os.pathsep.join(p for p in (str(bootstrap_site_dir()), extra_path)
+                                               if p)})
     full.update(env)
     proc = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
                           timeout=120, cwd=tmp_path)
@@ -33,12 +36,14 @@ def run_python(code: str, tmp_path: Path, *, extra_path: str | None = None, **en
 
 
 def heartbeat(tmp_path: Path, rank: int = 0) -> dict:
-    return json.loads((tmp_path / "run" / "heartbeats" / "attempt-0" / f"rank-{rank}.json").read_text())
+    return json.loads(
+        (tmp_path / "run" / "heartbeats" / "attempt-0" / f"rank-{rank}.json").read_text())
 
 
 def test_start_up_imports_no_torch_and_starts_no_thread(tmp_path):
-    out = run_python("import sys, threading; print('torch' in sys.modules, threading.active_count(),"
-                     " 'fsdp_orch.bootstrap.agent' in sys.modules)", tmp_path)
+    out = run_python("import sys, threading; print('torch' in sys.modules, "
+                     "threading.active_count(), 'fsdp_orch.bootstrap.agent' in sys.modules)",
+                     tmp_path)
     torch_loaded, threads, agent_loaded = out.split()
     assert torch_loaded == "False" and threads == "1"
     # Ours ran; sys.modules['sitecustomize'] may be the one it chained to (Debian's python3 has one,
@@ -49,7 +54,8 @@ def test_start_up_imports_no_torch_and_starts_no_thread(tmp_path):
 
 def test_optimizer_steps_become_heartbeats_with_the_resume_step_as_base(tmp_path):
     code = ("import torch\nm = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
-            "for _ in range(7):\n    o.zero_grad(); m(torch.ones(1, 2)).sum().backward(); o.step()\n")
+            "for _ in range(7):\n"
+            "    o.zero_grad(); m(torch.ones(1, 2)).sum().backward(); o.step()\n")
     run_python(code, tmp_path, FSDP_ORCH_RESUME_STEP="40")
     beat = heartbeat(tmp_path)
     assert beat["step"] == 47 and beat["state"] == "done" and beat["rank"] == 0
@@ -57,8 +63,9 @@ def test_optimizer_steps_become_heartbeats_with_the_resume_step_as_base(tmp_path
 
 
 def test_each_rank_times_its_own_optimizer_steps_into_its_heartbeat(tmp_path):
-    code = ("import time, torch\nm = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
-            "for _ in range(7):\n    o.zero_grad(); m(torch.ones(1, 2)).sum().backward(); o.step(); time.sleep(0.05)\n")
+    code = ("import time, torch\nm = torch.nn.Linear(2, 1)\n"
+            "o = torch.optim.SGD(m.parameters(), lr=0.1)\nfor _ in range(7):\n"
+            "    o.zero_grad(); m(torch.ones(1, 2)).sum().backward(); o.step(); time.sleep(0.05)\n")
     run_python(code, tmp_path, extra_path=PACKAGE_ROOT)
     summary = heartbeat(tmp_path)["step_s"]
     assert summary["n"] == 6  # 7 steps, 6 gaps between them
@@ -74,8 +81,9 @@ def test_a_long_garbage_collection_is_in_the_heartbeat_while_it_runs(tmp_path, c
             "m = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\no.step()\n"
             "gc.disable()\nfor _ in range(300_000): cycle = []; cycle.append(cycle)\n"
             "seen = []\n"
-            "gc.callbacks.append(lambda phase, info: seen.append((phase, info['generation'], json.load(open(agent.current()._path)).get('collecting_since'))))\n"
-            f"{collect}\ngc.callbacks.clear()\nprint(json.dumps(seen))\n")
+            "gc.callbacks.append(lambda phase, info: seen.append((phase, info['generation'], "
+            f"json.load(open(agent.current()._path)).get('collecting_since'))))\n{collect}\n"
+            "gc.callbacks.clear()\nprint(json.dumps(seen))\n")
     out = run_python(code, tmp_path, extra_path=PACKAGE_ROOT)
     seen = json.loads(out.strip().splitlines()[-1])
     assert seen[0][0] == "start" and seen[0][2] is not None, seen  # written as the collection began
@@ -84,7 +92,8 @@ def test_a_long_garbage_collection_is_in_the_heartbeat_while_it_runs(tmp_path, c
     assert "collecting_since" not in heartbeat(tmp_path)  # gone once it ended
 
 
-def test_after_the_interpreter_was_held_the_first_heartbeat_does_not_show_a_stale_main_thread(tmp_path):
+def test_after_the_interpreter_was_held_the_first_heartbeat_does_not_show_a_stale_main_thread(
+        tmp_path):
     # Seen in CI on a loaded machine: a rank held the GIL for 6 s in one native call; the heartbeat
     # thread's first write after it still carried python_at from before (the main thread had not
     # run the probe's callback yet), the relay stopped saying held_since, and the rank looked hung
@@ -94,10 +103,12 @@ def test_after_the_interpreter_was_held_the_first_heartbeat_does_not_show_a_stal
             "m = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\no.step()\n"
             "time.sleep(0.6)\nbefore = json.load(open(agent.current()._path))['python_at']\n"
             "ended = []\n"
-            "def hold():\n    ctypes.PyDLL(None).usleep(2_000_000)  # keeps the GIL\n    ended.append(time.time())\n"
-            "threading.Thread(target=hold).start()\ntime.sleep(2.4)  # a native wait throughout\n"
+            "def hold():\n    ctypes.PyDLL(None).usleep(2_000_000)  # keeps the GIL\n"
+            "    ended.append(time.time())\nthreading.Thread(target=hold).start()\n"
+            "time.sleep(2.4)  # a native wait throughout\n"
             "beat = json.load(open(agent.current()._path))\n"
-            "print(json.dumps({'before': before, 'ended': ended[0], 'python_at': beat['python_at'], 'time': beat['time']}))\n")
+            "print(json.dumps({'before': before, 'ended': ended[0], 'python_at': "
+            "beat['python_at'], 'time': beat['time']}))\n")
     seen = json.loads(run_python(code, tmp_path, extra_path=PACKAGE_ROOT).strip().splitlines()[-1])
     assert seen["time"] >= seen["ended"] - 0.05, seen  # written after the hold
     assert seen["python_at"] >= seen["ended"] - 0.2 > seen["before"] + 1.5, seen
@@ -109,7 +120,8 @@ def test_child_processes_cpu_is_measured_every_tick_so_a_wait_on_them_is_seen_at
     # supervisor after a 2 s window. So it is measured while the main thread runs Python too.
     # The main thread runs Python until the heartbeat says compute_at, up to 30 s: with the old
     # rule it never would (the main thread never waits). A fixed 1.5 s failed 4 runs of 4 at load
-    # 10-14 on 2 cores, where the busy child and the heartbeat thread get a tick of CPU now and then.
+    # 10-14 on 2 cores, where the busy child and the heartbeat thread get a tick of CPU now and
+    # then.
     code = ("import json, subprocess, sys, time, torch\nfrom fsdp_orch.bootstrap import agent\n"
             "m = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\no.step()\n"
             "child = subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
@@ -134,7 +146,8 @@ def test_fault_hang_stops_the_main_thread_in_a_native_call(tmp_path):
     env.update({"FSDP_ORCH_RUN_DIR": str(tmp_path / "run"), "FSDP_ORCH_ATTEMPT": "0",
                 "FSDP_ORCH_FAULT": "hang:step=3:rank=0", "PYTHONPATH": str(bootstrap_site_dir()),
                 "OMP_NUM_THREADS": "1"})
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE,
+                            text=True)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -158,9 +171,9 @@ def test_the_runtime_reports_through_the_agent_and_steps_are_not_counted_twice(t
     code = ("import torch\nfrom fsdp_orch.runtime.heartbeat import heartbeat\n"
             "m = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
             "import torch.distributed as dist\n"
-            "dist.init_process_group('gloo', init_method='tcp://127.0.0.1:29517', rank=0, world_size=1)\n"
-            "for step in range(1, 4):\n    o.step()\n    o.step()\n    heartbeat(step, loss=0.5)\n"
-            "dist.destroy_process_group()\n")
+            "dist.init_process_group('gloo', init_method='tcp://127.0.0.1:29517', rank=0, "
+            "world_size=1)\nfor step in range(1, 4):\n    o.step()\n    o.step()\n"
+            "    heartbeat(step, loss=0.5)\ndist.destroy_process_group()\n")
     run_python(code, tmp_path)
     beat = heartbeat(tmp_path)
     assert beat["step"] == 3 and beat["loss"] == 0.5  # the runtime's steps, not 6 optimizer steps
@@ -219,7 +232,8 @@ def test_the_state_initialising_step_of_a_dcp_load_is_not_a_training_step(tmp_pa
     code = ("import torch\nfrom torch.distributed.checkpoint.state_dict import get_state_dict\n"
             "m = torch.nn.Linear(2, 1)\no = torch.optim.AdamW(m.parameters(), lr=0.1)\n"
             "get_state_dict(m, o)\n"  # steps once with zero grads and lr 0 to create AdamW's state
-            "for _ in range(4):\n    o.zero_grad(); m(torch.ones(1, 2)).sum().backward(); o.step()\n")
+            "for _ in range(4):\n"
+            "    o.zero_grad(); m(torch.ones(1, 2)).sum().backward(); o.step()\n")
     run_python(code, tmp_path, FSDP_ORCH_RESUME_STEP="40")
     assert heartbeat(tmp_path)["step"] == 44
 
@@ -230,6 +244,7 @@ def test_a_script_that_ends_in_an_exception_is_not_marked_done(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}
     env.update({"FSDP_ORCH_RUN_DIR": str(tmp_path / "run"), "FSDP_ORCH_ATTEMPT": "0",
                 "PYTHONPATH": str(bootstrap_site_dir()), "OMP_NUM_THREADS": "1"})
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 1 and "KeyError" in proc.stderr
     assert heartbeat(tmp_path)["state"] != "done"

@@ -111,7 +111,7 @@ def test_a_superseded_checkpoint_of_ours_stays_incomplete(tmp_path):
     assert summary(tmp_path) == [(8, False, "dcp")]
 
 
-# --- plain DCP (torchtitan) ------------------------------------------------------------------------
+# --- plain DCP (torchtitan) -----------------------------------------------------------------------
 
 def test_torchtitan_step_folders_are_complete_with_metadata(tmp_path):
     make_titan(tmp_path, 10)
@@ -148,7 +148,8 @@ def test_hugging_face_checkpoint_folders(tmp_path):
     done = make_hf(tmp_path, 500)
     make_hf(tmp_path, 1000, state=None)  # Trainer died before writing trainer_state.json
     found = list_checkpoints(tmp_path)
-    assert [(c.step, c.complete, c.layout) for c in found] == [(500, True, "hf"), (1000, False, "hf")]
+    assert [(c.step, c.complete, c.layout) for c in found] == [
+        (500, True, "hf"), (1000, False, "hf")]
     assert found[1].reason == "no trainer_state.json"
     assert latest_complete(tmp_path).path == done
 
@@ -304,7 +305,7 @@ def test_lightning_sharded_checkpoint_folder(tmp_path):
     assert found[1].reason == "no complete meta.pt"
 
 
-# --- across layouts, other filesystems -------------------------------------------------------------
+# --- across layouts, other filesystems ------------------------------------------------------------
 
 def test_other_entries_are_ignored(tmp_path):
     make_step(tmp_path, 3)
@@ -342,7 +343,8 @@ def test_storage_protocol_lets_discovery_run_on_other_filesystems():
 
     class DictStorage:
         def list_dir(self, path):
-            return sorted({p[len(path) + 1:].split("/")[0] for p in files if p.startswith(path + "/")})
+            return sorted({p[len(path) + 1:].split("/")[0] for p in files
+                           if p.startswith(path + "/")})
 
         def is_dir(self, path):
             return any(p.startswith(path + "/") for p in files)

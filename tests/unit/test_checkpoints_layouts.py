@@ -1,8 +1,10 @@
-"""Checkpoint layouts of issue 25. A ``checkpoint.dir`` glob (Lightning's moving ``version_N``) takes
-the newest complete checkpoint across every match. Accelerate's ``save_state`` folders as a layout, on folders Accelerate itself wrote
-(accelerate 1.x, one CPU process, in a subprocess so this test process does not import torch):
-``step_N`` with its step, ``epoch_N`` and the automatic ``checkpoints/checkpoint_N`` ordered with the
-step unknown, and a folder cut short anywhere (weights, optimizer, a rank's random states) partial."""
+"""Checkpoint layouts of issue 25. A ``checkpoint.dir`` glob (Lightning's moving ``version_N``)
+takes the newest complete checkpoint across every match. Accelerate's ``save_state`` folders as a
+layout, on folders Accelerate itself wrote (accelerate 1.x, one CPU process, in a subprocess so this
+test process does not import torch):
+``step_N`` with its step, ``epoch_N`` and the automatic ``checkpoints/checkpoint_N`` ordered with
+the step unknown, and a folder cut short anywhere (weights, optimizer, a rank's random states)
+partial."""
 
 from __future__ import annotations
 
@@ -42,8 +44,8 @@ auto.save_state()
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("accelerate_states")
-    subprocess.run([sys.executable, "-c", WRITE, str(out)], check=True, capture_output=True, timeout=300,
-                   env={**os.environ, "ACCELERATE_USE_CPU": "1"})
+    subprocess.run([sys.executable, "-c", WRITE, str(out)], check=True, capture_output=True,
+                   timeout=300, env={**os.environ, "ACCELERATE_USE_CPU": "1"})
     return out
 
 
@@ -72,10 +74,11 @@ def test_epoch_folders_are_ordered_by_epoch_with_the_step_unknown(named: Path) -
 
 def test_automatic_naming_is_found_under_checkpoints(written: Path) -> None:
     found = list_checkpoints(written / "auto")
-    assert [(c.path.name, c.complete) for c in found] == [("checkpoint_0", True), ("checkpoint_1", True)]
+    assert [(c.path.name, c.complete) for c in found] == [
+        ("checkpoint_0", True), ("checkpoint_1", True)]
     assert not found[-1].step_known and "counts saves" in found[-1].step_note
-    assert [c.path.name for c in list_checkpoints(written / "auto" / "checkpoints")] == ["checkpoint_0",
-                                                                                          "checkpoint_1"]
+    assert [c.path.name for c in list_checkpoints(written / "auto" / "checkpoints")] == [
+        "checkpoint_0", "checkpoint_1"]
 
 
 @pytest.mark.parametrize(("cut", "reason"), [
@@ -114,8 +117,8 @@ def _zip(path: Path) -> None:
 
 
 def test_a_globbed_folder_follows_the_newest_version(tmp_path: Path) -> None:
-    """Lightning's default folders: every run logs to a new version_N; the newest complete checkpoint
-    across every match wins, by step."""
+    """Lightning's default folders: every run logs to a new version_N; the newest complete
+    checkpoint across every match wins, by step."""
     from fsdp_orch.checkpoints.aside import move_aside
     from fsdp_orch.checkpoints.globs import matching_dirs
 
@@ -128,11 +131,13 @@ def test_a_globbed_folder_follows_the_newest_version(tmp_path: Path) -> None:
     (logs / "version_2" / "checkpoints" / "epoch=0-step=120.ckpt").write_bytes(b"PK\x03\x04 cut")
     (logs / ".hidden").mkdir()
     pattern = str(logs / "version_*" / "checkpoints")
-    assert [Path(d).parent.name for d in matching_dirs(pattern)] == ["version_0", "version_1", "version_2"]
+    assert [Path(d).parent.name for d in matching_dirs(pattern)] == [
+        "version_0", "version_1", "version_2"]
     newest = latest_complete(pattern)
     assert newest.path == logs / "version_1" / "checkpoints" / "last.ckpt" and newest.step == 100
     partial = [c for c in list_checkpoints(pattern) if not c.complete]
     [(src, dst)] = move_aside(partial, pattern, "attempt-3")
-    assert dst == logs / "version_2" / "checkpoints" / ".fsdp-orch-incomplete" / "epoch=0-step=120.ckpt.attempt-3"
+    assert (dst == logs / "version_2" / "checkpoints" / ".fsdp-orch-incomplete"
+            / "epoch=0-step=120.ckpt.attempt-3")
     assert dst.exists() and not src.exists()
     assert list_checkpoints(str(tmp_path / "nothing_*")) == []

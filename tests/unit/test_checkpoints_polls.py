@@ -20,7 +20,8 @@ def save(path: Path, iter_num: int, padding: int = 0) -> None:
 def test_a_file_counts_once_its_size_held_since_the_previous_poll(tmp_path: Path) -> None:
     path = tmp_path / "ckpt.pt"
     save(path, 10)
-    polled = PolledCheckpoints(lambda: FileSource(FileLayout(str(path), "iter_num"), str(tmp_path), LOCAL))
+    polled = PolledCheckpoints(lambda: FileSource(FileLayout(str(path), "iter_num"), str(tmp_path),
+                                                  LOCAL))
     assert polled.latest().step == 10  # the first poll: one look as both
     save(path, 20, padding=100)  # rewritten between two polls
     assert polled.latest() is None

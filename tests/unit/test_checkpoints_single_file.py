@@ -35,7 +35,8 @@ def nanogpt_bytes(iter_num: int, zip_format: bool = True) -> bytes:
     model(torch.ones(1, 8)).sum().backward()
     opt.step()
     buffer = io.BytesIO()
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "model_args": {"n_layer": 2},
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                "model_args": {"n_layer": 2},
                 "iter_num": iter_num, "best_val_loss": torch.tensor(1.5), "config": {"lr": 1e-3}},
                buffer, _use_new_zipfile_serialization=zip_format)
     return buffer.getvalue()
@@ -85,10 +86,12 @@ def test_reading_step_key_never_runs_a_global(tmp_path):
     [info] = look(tmp_path, "ckpt.pkl")
     assert (info.complete, info.step) == (True, 5)
     assert not (tmp_path / "ran").exists()
-    # The same in the pickles of a legacy torch.save file (its object, and its list of storage keys).
+    # The same in the pickles of a legacy torch.save file (its object, and its list of storage
+    # keys).
     legacy = (pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) + pickle.dumps(1001, protocol=2)
               + pickle.dumps({"protocol_version": 1001}, protocol=2)
-              + pickle.dumps({"iter_num": 6, "x": Boom()}, protocol=2) + pickle.dumps([Boom()], protocol=2))
+              + pickle.dumps({"iter_num": 6, "x": Boom()}, protocol=2)
+              + pickle.dumps([Boom()], protocol=2))
     (tmp_path / "legacy.pt").write_bytes(legacy)
     assert not look(tmp_path, "legacy.pt")[0].complete  # its key list names no storage
     assert not (tmp_path / "ran").exists()
@@ -114,7 +117,8 @@ def test_step_from_the_name():
 
 
 def test_the_glob_orders_by_step_and_the_name_wins_over_step_key(tmp_path):
-    for name, it in (("model_100.pt", 1), ("model_20.pt", 2), ("model_300.pt", 3), ("notes.txt", 0)):
+    for name, it in (
+        ("model_100.pt", 1), ("model_20.pt", 2), ("model_300.pt", 3), ("notes.txt", 0)):
         (tmp_path / name).write_bytes(nanogpt_bytes(it) if name.endswith(".pt") else b"x")
     (tmp_path / "model_400.pt").write_bytes(nanogpt_bytes(4)[:-10])  # being written
     found = look(tmp_path, "model_{step}.pt")
@@ -160,7 +164,8 @@ def test_a_restart_keeps_a_checkpoint_no_dir_layout_reads_and_names_the_setting(
     (out / "ckpt.pt").write_bytes(data)
     (out / "log.txt").write_text("kept where it is")
     setting = setting_of(str(out), None, None, str(tmp_path), guarded=True)
-    assert resume_point(setting, LOCAL, 0, resume=True, sleep=pytest.fail).events == []  # not a restart
+    # not a restart
+    assert resume_point(setting, LOCAL, 0, resume=True, sleep=pytest.fail).events == []
     point = resume_point(setting, LOCAL, 1, resume=True, sleep=pytest.fail)
     assert point.info is None
     [(kind, message), (last, why)] = point.events
@@ -174,7 +179,8 @@ def test_without_a_resume_setting_nothing_is_moved_but_a_restart_from_scratch_is
     (tmp_path / "ckpt.pt").write_bytes(nanogpt_bytes(1))
     setting = setting_of(str(tmp_path), None, None, str(tmp_path), guarded=False)
     [(kind, message)] = resume_point(setting, LOCAL, 1, resume=True, sleep=pytest.fail).events
-    assert kind == FROM_SCRATCH and f"{tmp_path / 'ckpt.pt'} left in place" in message  # said, not moved
+    # said, not moved
+    assert kind == FROM_SCRATCH and f"{tmp_path / 'ckpt.pt'} left in place" in message
     assert (tmp_path / "ckpt.pt").exists()
     assert resume_point(setting, LOCAL, 0, resume=True, sleep=pytest.fail).events == []
 
@@ -186,10 +192,12 @@ def test_the_file_layout_resumes_the_complete_file_and_never_moves_it(tmp_path):
                          str(tmp_path), guarded=True)
     pauses: list[float] = []
     point = resume_point(setting, LOCAL, 2, resume=True, sleep=pauses.append)
-    assert (point.info.path.name, point.info.step, point.events, pauses) == ("ckpt.pt", 150, [], [0.5])
+    assert (point.info.path.name, point.info.step, point.events, pauses) == (
+        "ckpt.pt", 150, [], [0.5])
     (tmp_path / "out" / "ckpt.pt").write_bytes(nanogpt_bytes(200)[:-50])  # cut off by the hang
     point = resume_point(setting, LOCAL, 3, resume=True, sleep=pauses.append)
-    assert point.info is None and [k for k, _ in point.events] == ["checkpoint_moved_aside", FROM_SCRATCH]
+    assert (point.info is None
+            and [k for k, _ in point.events] == ["checkpoint_moved_aside", FROM_SCRATCH])
     assert (tmp_path / "out" / INCOMPLETE_DIR / "ckpt.pt.attempt-3").exists()
 
 
@@ -207,7 +215,8 @@ def test_status_says_when_a_checkpoint_step_is_unknown_and_why():
 
     why = "the name has no step and checkpoint.step_key is not set"
     status = fold([event_types.Submitted(at=1.0, job="j1", name="n", cluster="local", run_dir="/r"),
-                   event_types.CheckpointCommitted(at=2.0, step=None, path="/w/out/ckpt.pt", step_note=why)], "j1")
+                   event_types.CheckpointCommitted(at=2.0, step=None, path="/w/out/ckpt.pt",
+                                                   step_note=why)], "j1")
     assert status is not None
     doc = status.to_json()
     assert doc["last_checkpoint_step"] is None
@@ -217,7 +226,8 @@ def test_status_says_when_a_checkpoint_step_is_unknown_and_why():
     assert f"checkpoint: /w/out/ckpt.pt (step unknown: {why})" in detail_lines(status)
     assert progress_line(status).endswith("checkpoint (step unknown)")
     later = fold([event_types.Submitted(at=1.0, job="j1", name="n", cluster="local", run_dir="/r"),
-                  event_types.CheckpointCommitted(at=2.0, step=None, path="/w/out/ckpt.pt", step_note=why),
+                  event_types.CheckpointCommitted(at=2.0, step=None, path="/w/out/ckpt.pt",
+                                                  step_note=why),
                   event_types.CheckpointCommitted(at=3.0, step=30, path="/w/out/ckpt.pt")], "j1")
     assert later is not None and later.to_json()["last_checkpoint"]["step_unknown_because"] is None
 
@@ -226,6 +236,7 @@ def test_a_legacy_file_whose_pickles_are_longer_than_the_first_read(tmp_path):
     import torch
 
     state = {f"layer{i}.weight": torch.zeros(2) for i in range(6000)}  # about 1 MB of pickle
-    torch.save({"model": state, "iter_num": 77}, tmp_path / "ckpt.pt", _use_new_zipfile_serialization=False)
+    torch.save({"model": state, "iter_num": 77}, tmp_path / "ckpt.pt",
+               _use_new_zipfile_serialization=False)
     [info] = look(tmp_path, "ckpt.pt")
     assert (info.complete, info.step) == (True, 77)

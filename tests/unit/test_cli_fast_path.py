@@ -7,7 +7,8 @@ import pytest
 
 
 @pytest.mark.parametrize("argv", [["status"], ["status", "--json"]])
-def test_the_plain_status_fast_path_reads_its_command_line_as_argparse_does(argv: list[str]) -> None:
+def test_the_plain_status_fast_path_reads_its_command_line_as_argparse_does(
+        argv: list[str]) -> None:
     from fsdp_orch.cli.commands.status import plain as _plain_status
     from fsdp_orch.cli.main import build_parser
 

@@ -1,7 +1,8 @@
-"""Which rank is behind in its collectives: flight recorder dumps (real ones that torch 2.13 CPU wrote
-for a hung gloo job, pickle and JSON; the tutorial's documented NCCL dump; older layouts built here)
-and NCCL RAS output (the excerpts NVIDIA documents, one built from NCCL 2.26's format strings, the
-JSON sample), the ordering, and bad input. Fixtures: tests/fixtures/collective_counts/README.md."""
+"""Which rank is behind in its collectives: flight recorder dumps (real ones that torch 2.13 CPU
+wrote for a hung gloo job, pickle and JSON; the tutorial's documented NCCL dump; older layouts built
+here) and NCCL RAS output (the excerpts NVIDIA documents, one built from NCCL 2.26's format strings,
+the JSON sample), the ordering, and bad input. Fixtures:
+tests/fixtures/collective_counts/README.md."""
 
 from __future__ import annotations
 
@@ -90,8 +91,8 @@ def test_the_tutorials_documented_nccl_dump():
     assert (group.last_collective, group.waiting_in) == ("nccl:all_reduce", None)
 
 
-def nccl_entry(seq: int, state: str, name: str = "nccl:all_reduce", pg: tuple[str, str] = ("0", "default_pg"),
-               pg_id: int = 0, **extra) -> dict:
+def nccl_entry(seq: int, state: str, name: str = "nccl:all_reduce",
+               pg: tuple[str, str] = ("0", "default_pg"), pg_id: int = 0, **extra) -> dict:
     return {"record_id": seq - 1, "pg_id": pg_id, "process_group": pg, "collective_seq_id": seq,
             "p2p_seq_id": 0, "op_id": seq, "profiling_name": name, "state": state, "retired": False,
             "is_p2p": False, **extra}
@@ -102,7 +103,8 @@ def test_started_counts_are_used_where_every_rank_tracked_them():
         return pickle.dumps({"version": "2.10", "entries": [nccl_entry(enqueued, "started")],
                              "pg_status": {"0": {"last_enqueued_collective": enqueued,
                                                  "last_started_collective": started,
-                                                 "last_completed_collective": completed}}}, protocol=2)
+                                                 "last_completed_collective": completed}}},
+                            protocol=2)
 
     records = parse_dumps({"nccl_trace_rank_0": dump(9, 8, 7), "nccl_trace_rank_1": dump(9, 9, 8)})
     assert counts_from_dumps(records) == {0: 8, 1: 9}  # TORCH_NCCL_ENABLE_TIMING: the GPU's start
@@ -274,7 +276,8 @@ def test_a_cut_ras_reply_never_raises():
 
 def test_a_real_nccl_timeout_dump_from_a_gpu_names_the_queued_all_reduce():
     """NCCL's own dump on its watchdog's timeout (an H200, torch 2.11.0+cu130, NCCL 2.28.9; made by
-    tests/fixtures/gpu_broken/nccl_timeout.py): 80 all_reduces done, the 81st queued behind a kernel."""
+    tests/fixtures/gpu_broken/nccl_timeout.py): 80 all_reduces done, the 81st queued behind a
+    kernel."""
     from fsdp_orch.observe.collective_counts import pending_collectives
 
     records = dumps("nccl-h200-timeout")
@@ -285,5 +288,6 @@ def test_a_real_nccl_timeout_dump_from_a_gpu_names_the_queued_all_reduce():
         ("default_pg", 81, -1, 80)
     assert (default.last_collective, default.waiting_in) == ("nccl:all_reduce", "nccl:all_reduce")
     assert pending_collectives(records) == {0: "nccl:all_reduce"}
-    empty = parse_flight_recorder((FIXTURES / "nccl-h200-timeout" / "empty_fr_trace_of_an_nccl_rank").read_bytes(), 0)
+    empty = parse_flight_recorder(
+        (FIXTURES / "nccl-h200-timeout" / "empty_fr_trace_of_an_nccl_rank").read_bytes(), 0)
     assert empty is not None and empty.entries == 0 and pending_collectives({0: empty}) == {}

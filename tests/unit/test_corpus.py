@@ -1,7 +1,7 @@
-"""The classifier over the corpus of real failure lines (``tests/fixtures/corpus/``), from public issue
-trackers and from broken torch_xla configurations run here (``tests/fixtures/xla_broken/``): every
-case, the spread per category, and the targets the README reports (``bench/diagnose.py`` prints the
-full table)."""
+"""The classifier over the corpus of real failure lines (``tests/fixtures/corpus/``), from public
+issue trackers and from broken torch_xla configurations run here (``tests/fixtures/xla_broken/``):
+every case, the spread per category, and the targets the README reports (``bench/diagnose.py``
+prints the full table)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,11 @@ from fsdp_orch.vocab.categories import FAILURE_CATEGORIES, NOT_IN_PUBLIC_LOGS
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests" / "fixtures" / "corpus"
-SOURCE = re.compile(r"^[\w.-]+/[\w.-]+#\d+ \(https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull|discussions)/\d+\)$")
+SOURCE = re.compile(r"^[\w.-]+/[\w.-]+#\d+ \(https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull|"
+                    r"discussions)/\d+\)$")
 # Or lines produced here by running a broken configuration kept beside the corpus.
-PRODUCED = re.compile(r"^produced here: (?P<script>tests/fixtures/(?:xla|gpu)_broken/\w+\.py) under \S.*\)")
+PRODUCED = re.compile(r"^produced here: (?P<script>tests/fixtures/(?:xla|gpu)_broken/\w+\.py) "
+                      r"under \S.*\)")
 MIN_PER_CATEGORY = 12
 
 
@@ -48,11 +50,12 @@ KNOWN_MISSES: dict[str, str] = {
     "hang:PrimeIntellect-ai/prime-rl#1057:750788": NO_SIGN_OF_A_HANG,
     "hang:huggingface/transformers#17478:e636e4": NO_SIGN_OF_A_HANG,
     "hang:open-mmlab/mmdetection#6534:5ea072": NO_SIGN_OF_A_HANG,
-    "checkpoint_error:deepspeedai/DeepSpeed#1322:4efde9": "a bare AssertionError printed before the checkpoint-loading "
-        "frames that explain it; read in order, the first line is the user's assertion",
-    "user_code_error:ddPn08/rvc-webui#33:107c61": "the AttributeError comes from `net_g.module` on the line that calls "
-        "load_state_dict; the checkpoint rule reads that source line, not which call failed (the evidence, the "
-        "child's own exception, is right)",
+    "checkpoint_error:deepspeedai/DeepSpeed#1322:4efde9": "a bare AssertionError printed before "
+        "the checkpoint-loading frames that explain it; read in order, the first line is the "
+        "user's assertion",
+    "user_code_error:ddPn08/rvc-webui#33:107c61": "the AttributeError comes from `net_g.module` on "
+        "the line that calls load_state_dict; the checkpoint rule reads that source line, not "
+        "which call failed (the evidence, the child's own exception, is right)",
 }
 
 
@@ -62,14 +65,16 @@ def case_id(case: dict) -> str:
 
 
 def _params() -> list:  # type: ignore[type-arg]
-    return [pytest.param(case, id=case_id(case), marks=[pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[case_id(case)])]
+    return [pytest.param(case, id=case_id(case),
+                         marks=[pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[case_id(case)])]
                          if case_id(case) in KNOWN_MISSES else []) for case in CASES]
 
 
 def test_the_corpus_has_200_cases_and_12_per_category_from_several_projects() -> None:
     assert len(CASES) >= 200
     counts = Counter(case["category"] for case in CASES)
-    assert set(counts) == set(FAILURE_CATEGORIES) - NOT_IN_PUBLIC_LOGS  # decided from what no log shows
+    # decided from what no log shows
+    assert set(counts) == set(FAILURE_CATEGORIES) - NOT_IN_PUBLIC_LOGS
     assert min(counts.values()) >= MIN_PER_CATEGORY, counts
     projects: dict[str, set[str]] = defaultdict(set)
     for case in CASES:
@@ -80,7 +85,8 @@ def test_the_corpus_has_200_cases_and_12_per_category_from_several_projects() ->
 def test_every_case_names_its_source_and_no_text_is_there_twice() -> None:
     for case in CASES:
         produced = PRODUCED.match(case["source"])
-        assert SOURCE.match(case["source"]) or (produced and (REPO / produced["script"]).is_file()), case["source"]
+        assert (SOURCE.match(case["source"])
+                or (produced and (REPO / produced["script"]).is_file())), case["source"]
         assert case["text"].strip()
     texts = [case["text"] for case in CASES]
     assert len(set(texts)) == len(texts)
@@ -91,11 +97,13 @@ def test_each_case(case: dict) -> None:
     diagnosis = diagnose_text(case["text"])
     assert diagnosis.category == case["category"], (diagnosis, case["source"])
     if diagnosis.category != "unknown":
-        assert diagnosis.evidence and quoted(diagnosis.evidence) in case["text"]  # the line that decided it
+        # the line that decided it
+        assert diagnosis.evidence and quoted(diagnosis.evidence) in case["text"]
         where = re.search(r" \(at (?:\.\.\./)?([^ :]+):(\d+)", diagnosis.evidence)
         if where:  # the frame it names is in the excerpt
             file, line = where.groups()
-            assert re.search(rf'{re.escape(file)}", line {line}\b', case["text"].replace("\\", "/")), where
+            assert re.search(rf'{re.escape(file)}", line {line}\b',
+                             case["text"].replace("\\", "/")), where
     assert diagnosis.hint
 
 
@@ -111,7 +119,8 @@ def test_a_users_own_traceback_is_never_called_retryable() -> None:
             assert not diagnose_text(case["text"]).retryable, case["source"]
 
 
-WRAPPED = re.compile(r"ProcessRaisedException|^Exception:\s*$|terminated with the following error", re.M)
+WRAPPED = re.compile(r"ProcessRaisedException|^Exception:\s*$|terminated with the following error",
+                     re.M)
 
 
 def test_a_wrapped_exceptions_evidence_is_the_inner_exception_never_the_wrapper() -> None:
@@ -130,4 +139,5 @@ def test_signal_endings_name_their_signal() -> None:
     for case in CASES:
         if case["category"] in ("killed_sigkill", "crashed_signal"):
             evidence = diagnose_text(case["text"]).evidence or ""
-            assert re.search(r"SIG[A-Z]+|Killed|Bus error|Segmentation fault|out of memory", evidence), case
+            assert re.search(r"SIG[A-Z]+|Killed|Bus error|Segmentation fault|out of memory",
+                             evidence), case

@@ -10,11 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-CASES = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "corpus" / "f_tpu_xla.json").read_text())
+CASES = json.loads(
+    (Path(__file__).resolve().parents[1] / "fixtures" / "corpus" / "f_tpu_xla.json").read_text())
 
 
 def test_diagnose_classifies_every_tpu_line(tmp_path) -> None:
-    assert len(CASES) >= 15 and {c["category"] for c in CASES} == {"xla_error", "preemption_or_node_lost"}
+    assert (len(CASES) >= 15
+            and {c["category"] for c in CASES} == {"xla_error", "preemption_or_node_lost"})
     files = []
     for i, case in enumerate(CASES):
         path = tmp_path / f"tpu-{i}.log"

@@ -39,8 +39,8 @@ def test_the_report_says_each_check_and_the_fix_of_each_failure() -> None:
     assert report(checks, as_json=False).splitlines() == ["[ok] a: fine", "[FAIL] b: broken",
                                                           "       fix: do this"]
     parsed = json.loads(report(checks, as_json=True))
-    assert parsed["ok"] is False and parsed["checks"][1] == {"name": "b", "ok": False, "detail": "broken",
-                                                             "fix": "do this"}
+    assert parsed["ok"] is False and parsed["checks"][1] == {
+        "name": "b", "ok": False, "detail": "broken", "fix": "do this"}
 
 
 def test_doctor_exits_0_when_every_check_holds(tmp_path) -> None:
@@ -50,18 +50,20 @@ def test_doctor_exits_0_when_every_check_holds(tmp_path) -> None:
     assert proc.returncode == 0 and json.loads(proc.stdout)["ok"], proc.stderr
 
 
-# --- SSH and TPU VM clusters ------------------------------------------------------------------------
+# --- SSH and TPU VM clusters ----------------------------------------------------------------------
 
 def ssh_profile(tmp_path, ports: list[int], known_hosts: str, policy: str = "strict"):  # type: ignore[no-untyped-def]
     from fsdp_orch.backends.over_ssh.hosts import SshProfile
 
     return SshProfile.model_validate({
-        "kind": "ssh", "hosts": [{"address": "127.0.0.1", "port": p, "user": "root"} for p in ports],
+        "kind": "ssh",
+        "hosts": [{"address": "127.0.0.1", "port": p, "user": "root"} for p in ports],
         "known_hosts": known_hosts, "host_key_policy": policy, "python": "/opt/venv/bin/python",
         "connect_timeout": 2})
 
 
-def test_ssh_hosts_are_checked_for_a_port_that_answers_a_known_key_and_the_same_torch(tmp_path) -> None:
+def test_ssh_hosts_are_checked_for_a_port_that_answers_a_known_key_and_the_same_torch(
+        tmp_path) -> None:
     import socket
 
     from fsdp_orch.backends.remote_doctor import ssh_checks
@@ -71,7 +73,8 @@ def test_ssh_hosts_are_checked_for_a_port_that_answers_a_known_key_and_the_same_
     closed = socket.create_server(("127.0.0.1", 0))
     open_port, closed_port = listening.getsockname()[1], closed.getsockname()[1]
     closed.close()
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "host_key")], check=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
+                    str(tmp_path / "host_key")], check=True)
     known = tmp_path / "known_hosts"
     known.write_text(f"[127.0.0.1]:{open_port} {(tmp_path / 'host_key.pub').read_text()}")
     remote: list[list[str]] = []
@@ -83,7 +86,8 @@ def test_ssh_hosts_are_checked_for_a_port_that_answers_a_known_key_and_the_same_
         return command.run(argv, timeout)  # ssh-keygen -F, for real
 
     try:
-        checks = ssh_checks(ssh_profile(tmp_path, [open_port, closed_port], str(known)), "2.13.0+cpu", runner)
+        checks = ssh_checks(ssh_profile(tmp_path, [open_port, closed_port], str(known)),
+                            "2.13.0+cpu", runner)
     finally:
         listening.close()
     by_name = {c.name: c for c in checks}
@@ -94,7 +98,8 @@ def test_ssh_hosts_are_checked_for_a_port_that_answers_a_known_key_and_the_same_
     assert not unreachable.ok and "sshd" in unreachable.fix
     assert f"127.0.0.1:{closed_port} host key" not in by_name  # nothing more to ask of it
     [ssh] = remote
-    assert ["-o", "StrictHostKeyChecking=yes"] == ssh[ssh.index("StrictHostKeyChecking=yes") - 1:][:2]
+    assert (["-o", "StrictHostKeyChecking=yes"]
+            == ssh[ssh.index("StrictHostKeyChecking=yes") - 1:][:2])
     assert ssh[-3:] == ["/opt/venv/bin/python", "-c", "'import torch; print(torch.__version__)'"]
 
 
@@ -112,7 +117,8 @@ def test_an_unknown_host_key_is_red_when_strict_with_how_to_verify_it(tmp_path) 
     def version_mismatch(argv: list[str], timeout: float) -> CommandResult:
         return CommandResult(0, "2.5.0\n", "") if argv[0] == "ssh" else command.run(argv, timeout)
 
-    checks = ssh_checks(relaxed, "2.13.0+cpu", version_mismatch, connect=lambda address, timeout: None)
+    checks = ssh_checks(relaxed, "2.13.0+cpu", version_mismatch,
+                        connect=lambda address, timeout: None)
     by_end = {c.name.split()[-1]: c for c in checks}
     assert by_end["key"].ok and "accept-new" in by_end["key"].detail
     assert not by_end["torch"].ok and "2.5.0" in by_end["torch"].detail
@@ -123,7 +129,8 @@ def test_doctor_for_a_tpu_vm_needs_gcloud(tmp_path) -> None:
     import shutil
 
     def doctor(path: str) -> tuple[int, dict]:
-        proc = subprocess.run([sys.executable, "-m", "fsdp_orch", "doctor", "--cluster", "tpu-vm", "--json"],
+        proc = subprocess.run([sys.executable, "-m", "fsdp_orch", "doctor", "--cluster", "tpu-vm",
+                               "--json"],
                               capture_output=True, text=True, timeout=300,
                               env={**os.environ, "FSDP_ORCH_HOME": str(tmp_path), "PATH": path})
         return proc.returncode, json.loads(proc.stdout)
@@ -134,4 +141,5 @@ def test_doctor_for_a_tpu_vm_needs_gcloud(tmp_path) -> None:
         assert gcloud["ok"] and "Google Cloud SDK" in gcloud["detail"], gcloud
     code, report_ = doctor(str(tmp_path / "empty"))
     [gcloud] = [c for c in report_["checks"] if c["name"] == "gcloud"]
-    assert code == 1 and not gcloud["ok"] and "not on PATH" in gcloud["detail"] and "google-cloud-cli" in gcloud["fix"]
+    assert (code == 1 and not gcloud["ok"] and "not on PATH" in gcloud["detail"]
+            and "google-cloud-cli" in gcloud["fix"])

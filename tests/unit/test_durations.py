@@ -41,15 +41,18 @@ def test_format(seconds: float, text: str) -> None:
 
 
 def test_in_a_job_spec() -> None:
-    job = load_job_text("name: a\nscript: t.py\nwatch: {heartbeat_timeout: 1h30m, poll_interval: 250ms}\n"
+    job = load_job_text("name: a\nscript: t.py\n"
+                        "watch: {heartbeat_timeout: 1h30m, poll_interval: 250ms}\n"
                         "restart: {backoff: {initial: 90, max: 10m, jitter: 0}}\n")
     assert job.watch.heartbeat_timeout == 5400
     assert job.watch.poll_interval == 0.25
-    assert (job.restart.backoff.initial, job.restart.backoff.max, job.restart.backoff.jitter) == (90, 600, 0)
+    assert (job.restart.backoff.initial, job.restart.backoff.max, job.restart.backoff.jitter) == (
+        90, 600, 0)
 
 
 @pytest.mark.parametrize(("field", "value", "fragment"), [
-    ("watch.heartbeat_timeout", "5 minutes", "expected a duration like 90s, 10m or 1h; got '5 minutes'"),
+    ("watch.heartbeat_timeout", "5 minutes",
+     "expected a duration like 90s, 10m or 1h; got '5 minutes'"),
     ("watch.heartbeat_timeout", "0s", "greater than 0"),
     ("watch.startup_timeout", ".inf", "finite duration"),
     ("restart.backoff.initial", "-3s", "expected a duration"),

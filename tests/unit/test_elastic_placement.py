@@ -1,6 +1,7 @@
-"""Planning around lost hosts (``PlanContext.excluded_hosts``) and elastic ``nodes: MIN-MAX``: the SSH
-kind takes the first hosts not lost, as many as the range allows; the kinds that cannot go on with
-fewer nodes refuse a range; a re-attaching supervisor finds the excluded hosts in the events."""
+"""Planning around lost hosts (``PlanContext.excluded_hosts``) and elastic ``nodes: MIN-MAX``: the
+SSH kind takes the first hosts not lost, as many as the range allows; the kinds that cannot go on
+with fewer nodes refuse a range; a re-attaching supervisor finds the excluded hosts in the
+events."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def hosts(n: int) -> SshProfile:
-    return SshProfile.model_validate({"kind": "ssh", "device": "cpu", "procs_per_node": 2, "hosts": [
+    return SshProfile.model_validate({"kind": "ssh", "device": "cpu", "procs_per_node": 2,
+                                      "hosts": [
         {"address": f"10.0.0.{i}", "port": 22, "user": "train"} for i in range(1, n + 1)]})
 
 
@@ -40,7 +42,8 @@ def where(p) -> list[tuple[int, str]]:  # type: ignore[no-untyped-def]
 
 def test_an_elastic_job_goes_on_with_the_hosts_that_are_left() -> None:
     full = ssh_plan("1-2", hosts(2))
-    assert (full.nnodes, full.world_size, where(full)) == (2, 4, [(0, "10.0.0.1:22"), (1, "10.0.0.2:22")])
+    assert (full.nnodes, full.world_size, where(full)) == (
+        2, 4, [(0, "10.0.0.1:22"), (1, "10.0.0.2:22")])
     shrunk = ssh_plan("1-2", hosts(2), "10.0.0.2:22")
     assert (shrunk.nnodes, shrunk.world_size, where(shrunk)) == (1, 2, [(0, "10.0.0.1:22")])
     scripts = {a.name: a.text for a in render(shrunk, search=[builtin_dir("templates")])}
@@ -63,9 +66,11 @@ def test_too_few_hosts_left_names_the_lost_ones_and_what_the_job_needs() -> None
     with pytest.raises(InputError) as info:
         ssh_plan("2", hosts(2), "10.0.0.2:22")
     assert info.value.field == "nodes"
-    assert "has 1 of its 2 hosts left (10.0.0.2:22 lost); the job needs 2 (nodes: 2)" in str(info.value)
-    with pytest.raises(InputError, match=r"has 0 of its 2 hosts left \(10.0.0.2:22, 10.0.0.1:22 lost\); "
-                                         r"the job needs 1 \(nodes: 1-2\)"):
+    assert ("has 1 of its 2 hosts left (10.0.0.2:22 lost); the job needs 2 (nodes: 2)"
+            in str(info.value))
+    with pytest.raises(InputError,
+                       match=r"has 0 of its 2 hosts left \(10.0.0.2:22, 10.0.0.1:22 lost\); "
+                             r"the job needs 1 \(nodes: 1-2\)"):
         ssh_plan("1-2", hosts(2), "10.0.0.2:22", "10.0.0.1:22")
 
 
@@ -81,7 +86,8 @@ def test_a_range_runs_on_as_many_hosts_as_are_listed_up_to_its_maximum() -> None
 @pytest.mark.parametrize(("kind", "extra", "expected"), [
     ("local", "", "is this one machine; expected nodes: 1, got 1-2"),
     ("slurm", "", "nodes: 1-2 is an elastic range, but a SLURM allocation keeps its node count"),
-    ("tpu-vm", "launcher: xla\n", "nodes: 1-2 is an elastic range, but a TPU VM job runs on all 4 workers"),
+    ("tpu-vm", "launcher: xla\n",
+     "nodes: 1-2 is an elastic range, but a TPU VM job runs on all 4 workers"),
 ])
 def test_kinds_that_cannot_shrink_refuse_a_range(kind: str, extra: str, expected: str) -> None:
     job = load_job_text(f"name: demo\nscript: train.py\nnodes: 1-2\n{extra}")
@@ -105,7 +111,8 @@ def test_a_reattached_supervisor_finds_each_node_on_its_host(tmp_path: Path) -> 
     attempt.lost_ranks.add(0)
     assert attempt.lost_hosts() == ("10.0.0.2:22",)
     old = launcher.adopt(0, "ssh:0=11,1=12")  # a ref written before refs named hosts
-    assert [h.address for h in old.hosts] == ["10.0.0.1", "10.0.0.2"] and old.pgids == {0: 11, 1: 12}
+    assert ([h.address for h in old.hosts] == ["10.0.0.1", "10.0.0.2"]
+            and old.pgids == {0: 11, 1: 12})
 
 
 def test_excluded_hosts_are_rebuilt_from_the_events(tmp_path: Path) -> None:
@@ -115,9 +122,11 @@ def test_excluded_hosts_are_rebuilt_from_the_events(tmp_path: Path) -> None:
         spec_hash=None, idempotency_key=None)
     journal = Journal(EventWriter(run_dir, "supervisor"), "j")
     journal.start_attempt(0, resume_from=None)
-    journal.host_excluded(attempt=0, host="10.0.0.2:22", message="host 10.0.0.2:22 was lost in attempt 0")
+    journal.host_excluded(attempt=0, host="10.0.0.2:22",
+                          message="host 10.0.0.2:22 was lost in attempt 0")
     journal.restart_scheduled("restart 1 of 3", 1.0)
-    later = Journal(EventWriter(run_dir, "supervisor"), "j")  # a second supervisor, after the first died
+    # a second supervisor, after the first died
+    later = Journal(EventWriter(run_dir, "supervisor"), "j")
     later.host_excluded(attempt=1, host="10.0.0.1:22", message="lost")
     later.host_excluded(attempt=1, host="10.0.0.2:22", message="lost again")
     view = read_status(str(run_dir), "j")

@@ -59,32 +59,36 @@ def test_bad_input(case, sandbox: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 def test_table_covers_the_issue(capsys: pytest.CaptureFixture[str]) -> None:
     ids = {c.id for c in CASES}
-    for wanted in ("missing-name", "nodes-wrong-type", "env-wrong-type", "nodes-zero", "nodes-negative",
-                   "unknown-launcher", "unknown-sharding-strategy", "bad-duration", "unknown-cluster",
-                   "yaml-syntax-error", "empty-file", "list-document", "not-utf8", "xla-on-slurm",
-                   "typo-with-hint", "profile-unknown-key", "script-and-command", "no-entry-point",
-                   "set-without-equals", "bad-env-name",
+    for wanted in (
+        "missing-name", "nodes-wrong-type", "env-wrong-type", "nodes-zero", "nodes-negative",
+        "unknown-launcher", "unknown-sharding-strategy", "bad-duration", "unknown-cluster",
+        "yaml-syntax-error", "empty-file", "list-document", "not-utf8", "xla-on-slurm",
+        "typo-with-hint", "profile-unknown-key", "script-and-command", "no-entry-point",
+        "set-without-equals", "bad-env-name",
                    # issue 24, part 4
-                   "schedule-cron-never-fires", "schedule-remove-name-escapes", "schedule-events-name-escapes",
-                   "cancel-empty-id", "status-empty-id", "logs-empty-id", "events-empty-id",
-                   "submit-init-from-empty", "webhook-header-value-crlf", "webhook-header-name-newline",
-                   "name-with-newline"):
+        "schedule-cron-never-fires", "schedule-remove-name-escapes", "schedule-events-name-escapes",
+        "cancel-empty-id", "status-empty-id", "logs-empty-id", "events-empty-id",
+        "submit-init-from-empty", "webhook-header-value-crlf", "webhook-header-name-newline",
+        "name-with-newline"):
         assert wanted in ids
     for command in (("schedule",), ("cancel",), ("status",), ("logs",), ("events",), ("submit",)):
         assert any(c.command == command for c in CASES), command
-    for action in ("add", "remove", "pause", "resume", "events"):  # every schedule command checks NAME
-        assert any(c.command == ("schedule",) and c.args[0] == action and "NAME:" in c.expect for c in CASES)
+    # every schedule command checks NAME
+    for action in ("add", "remove", "pause", "resume", "events"):
+        assert any(c.command == ("schedule",) and c.args[0] == action and "NAME:" in c.expect
+                   for c in CASES)
 
 
-def test_yaml_syntax_error_names_the_line(sandbox: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_yaml_syntax_error_names_the_line(sandbox: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
     (sandbox / "job.yaml").write_text("name: demo\nscript: train.py\nargs: [a, b\nnodes: 1\n")
     code, _, err = run_cli(capsys, "render", "job.yaml", "--cluster", "local")
     assert code == 2
     assert err.startswith("fsdp-orch: error: job.yaml:4: YAML syntax error")
 
 
-def test_unknown_cluster_lists_project_and_home_profiles(sandbox: Path, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_cluster_lists_project_and_home_profiles(
+        sandbox: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     materialize(sandbox, {"job.yaml": OK_JOB, "clusters/lab.yaml": "kind: local\n"})
     materialize(tmp_path / "home", {"clusters/team.yaml": "kind: local\n"})
     code, _, err = run_cli(capsys, "render", "job.yaml", "--cluster", "labb")
@@ -113,17 +117,21 @@ def test_set_nested_field_works(sandbox: Path, capsys: pytest.CaptureFixture[str
     assert "train.py --steps 10" in out
 
 
-def test_render_out_writes_every_artifact(sandbox: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_render_out_writes_every_artifact(sandbox: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
     materialize(sandbox, {"job.yaml": OK_JOB})
     code, out, _ = run_cli(capsys, "render", "job.yaml", "--cluster", "slurm", "--out", "out")
     assert code == 0
-    assert sorted(p.name for p in (sandbox / "out").iterdir()) == ["job.json", "node.sh", "sbatch.sh"]
+    assert sorted(p.name for p in (sandbox / "out").iterdir()) == [
+        "job.json", "node.sh", "sbatch.sh"]
     assert out.split() == [str(Path("out") / n) for n in ("job.json", "sbatch.sh", "node.sh")]
-    assert ((sandbox / "out" / "node.sh").stat().st_mode & 0o777) == 0o700  # executable, private (env values)
+    # executable, private (env values)
+    assert ((sandbox / "out" / "node.sh").stat().st_mode & 0o777) == 0o700
     assert ((sandbox / "out" / "job.json").stat().st_mode & 0o777) == 0o600
 
 
-def test_an_empty_id_names_no_job_even_when_one_exists(sandbox: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_empty_id_names_no_job_even_when_one_exists(sandbox: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """``JOB=""; fsdp-orch cancel "$JOB"`` cancelled a running job: "" is a prefix of every id."""
     from fsdp_orch.control.job_control import record_submission
     from fsdp_orch.control.submit_request import SubmitRequest

@@ -24,7 +24,8 @@ class Clock:
         return self.now
 
 
-def a_job(runs: Path, job_id: str = "abc123", clock: Clock | None = None) -> tuple[Journal, Journal]:
+def a_job(runs: Path, job_id: str = "abc123",
+          clock: Clock | None = None) -> tuple[Journal, Journal]:
     """A submitted job whose supervisor ran two attempts: the first hung, the second succeeded."""
     clock = clock or Clock()
     run_dir = runs / job_id
@@ -37,8 +38,8 @@ def a_job(runs: Path, job_id: str = "abc123", clock: Clock | None = None) -> tup
     sup.launched(0, "pgid:4243")
     sup.progress(10, 2.5, clock.now)
     sup.checkpoint(10)
-    sup.add_failure(attempt=0, category="hang", evidence="rank 1 stuck at train.py:57", action="restart",
-                    stalled_for_s=12.0)
+    sup.add_failure(attempt=0, category="hang", evidence="rank 1 stuck at train.py:57",
+                    action="restart", stalled_for_s=12.0)
     sup.end_attempt(0, -9)
     sup.restart_scheduled("restart 1 of 3 after hang", 1.0)
     sup.start_attempt(1, resume_from="/ck/step-10")
@@ -62,9 +63,11 @@ def test_each_writer_has_its_own_file_and_the_submission_is_read_first(tmp_path:
     assert [e["at"] for e in events] == sorted(e["at"] for e in events)
 
 
-def test_a_torn_last_line_waits_and_a_garbage_line_is_skipped_with_its_place(tmp_path: Path) -> None:
+def test_a_torn_last_line_waits_and_a_garbage_line_is_skipped_with_its_place(
+        tmp_path: Path) -> None:
     path = tmp_path / "w.jsonl"
-    path.write_bytes(b'{"at": 1, "kind": "a"}\nnot json at all\n{"at": 2, "kind": "b"}\n{"at": 3, "ki')
+    path.write_bytes(b'{"at": 1, "kind": "a"}\nnot json at all\n{"at": 2, "kind": "b"}\n'
+                     b'{"at": 3, "ki')
     first = read_from(str(path))
     assert [e["kind"] for e in first.events] == ["a", "b"]
     assert first.warnings == [f"{path}:2: skipped a line that is not an event"]
@@ -99,7 +102,8 @@ def test_deleting_the_database_loses_nothing(tmp_path: Path) -> None:
     first.ingest()
     before = json.loads(first.store.status_json("abc123"))
     assert before["state"] == "SUCCEEDED" and before["attempts"] == 2 and before["restarts"] == 1
-    assert before["progress"]["step"] == 20 and before["progress"]["loss"] is None  # NaN shows as null
+    # NaN shows as null
+    assert before["progress"]["step"] == 20 and before["progress"]["loss"] is None
     assert before["last_checkpoint_step"] == 10 and before["failures"][0]["category"] == "hang"
     rebuilt = index_of(tmp_path, "two.db")  # a fresh database: as after `rm jobs.db`
     rebuilt.ingest()
@@ -120,12 +124,14 @@ def test_the_supervisors_own_view_of_the_job(tmp_path: Path) -> None:
     a_job(tmp_path / "runs")
     view = read_status(str(tmp_path / "runs" / "abc123"), "abc123")
     assert view is not None and view.state == "SUCCEEDED" and view.ended
-    assert sorted(view.attempt_records) == [0, 1] and view.attempt_records[1].resume_from == "/ck/step-10"
+    assert (sorted(view.attempt_records) == [0, 1]
+            and view.attempt_records[1].resume_from == "/ck/step-10")
     assert [(f.attempt, f.action) for f in view.failures] == [(0, "restart")]
     assert view.backend_ref == "pgid:4243" and view.supervisor_pid == 4242
 
 
-def test_the_database_moves_to_a_local_path_when_home_is_on_nfs(tmp_path: Path, monkeypatch) -> None:
+def test_the_database_moves_to_a_local_path_when_home_is_on_nfs(tmp_path: Path,
+                                                                monkeypatch) -> None:
     monkeypatch.delenv("FSDP_ORCH_DB", raising=False)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "xdg"))
     mounts = ("/dev/sda1 / ext4 rw 0 0\n"
@@ -146,7 +152,8 @@ def test_fsdp_orch_events_prints_in_time_order_and_follow_stops_at_the_end(tmp_p
 
     a_job(tmp_path / "runs")
     out, naps = io.StringIO(), []
-    show_events(str(tmp_path / "runs" / "abc123"), as_json=True, follow=True, out=out, sleep=naps.append)
+    show_events(str(tmp_path / "runs" / "abc123"), as_json=True, follow=True, out=out,
+                sleep=naps.append)
     kinds = [json.loads(line)["kind"] for line in out.getvalue().splitlines()]
     assert kinds[0] == "submitted" and kinds[-1] == "finished" and len(kinds) == 14
     assert naps == []  # the job had already finished: nothing to wait for

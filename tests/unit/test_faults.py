@@ -1,4 +1,5 @@
-"""FSDP_ORCH_FAULT: the parser (pure) and the injector's decisions (sleep/exit recorded, not done)."""
+"""FSDP_ORCH_FAULT: the parser (pure) and the injector's decisions (sleep/exit recorded, not
+done)."""
 
 from __future__ import annotations
 
@@ -79,7 +80,8 @@ class Recorder:
         self.exits.append(code)
 
 
-def injector(text: str, rank: int = 0, attempt: int = 0, rec: Recorder | None = None) -> FaultInjector:
+def injector(text: str, rank: int = 0, attempt: int = 0,
+             rec: Recorder | None = None) -> FaultInjector:
     rec = rec or Recorder()
     return FaultInjector(parse_faults(text), rank, attempt, collective_timeout=5.0,
                          sleep=rec.sleep, exit=rec.exit)

@@ -26,7 +26,8 @@ def test_the_nccl_recorder_is_dumped_where_it_holds_the_collectives():
 
 
 def test_gloo_collectives_are_dumped_when_the_nccl_recorder_is_empty():
-    fake_c10d = SimpleNamespace(_dump_nccl_trace=lambda: _dump([]), _dump_fr_trace=lambda: _dump([GLOO_ENTRY]))
+    fake_c10d = SimpleNamespace(_dump_nccl_trace=lambda: _dump([]),
+                                _dump_fr_trace=lambda: _dump([GLOO_ENTRY]))
     assert pickle.loads(flight_recorder_dump(fake_c10d))["entries"] == [GLOO_ENTRY]
 
 

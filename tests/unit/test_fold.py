@@ -20,13 +20,14 @@ from fsdp_orch.vocab.states import JobState
 
 T0 = 1_700_000_000.0
 JOB_KEYS = ["id", "name", "cluster", "state", "attempts", "restarts", "created_at", "ended_at",
-            "last_checkpoint_step", "last_checkpoint", "progress", "stalled_for_s", "hang_window_s", "failures", "reason", "run_dir", "hang_detection",
-            "events", "origin", "goodput"]
+            "last_checkpoint_step", "last_checkpoint", "progress", "stalled_for_s", "hang_window_s",
+            "failures", "reason", "run_dir", "hang_detection", "events", "origin", "goodput"]
 FAILURE_KEYS = ["attempt", "category", "evidence", "detected_at", "stalled_for_s", "action", "hint"]
 
 
 def submitted(at: float = T0, **fields: object) -> event_types.Submitted:
-    return event_types.Submitted(at=at, job="j1", name="demo", cluster="local", run_dir="/runs/j1", **fields)  # type: ignore[arg-type]
+    return event_types.Submitted(at=at, job="j1", name="demo", cluster="local",  # type: ignore[arg-type]
+                                 run_dir="/runs/j1", **fields)
 
 
 def test_the_status_document_has_its_keys_in_order_and_its_times_in_utc() -> None:
@@ -35,9 +36,12 @@ def test_the_status_document_has_its_keys_in_order_and_its_times_in_utc() -> Non
         event_types.AttemptStarted(at=T0 + 1, attempt=0),
         event_types.Progress(at=T0 + 2, step=42, loss=2.5, progress_at=T0 + 2),
         event_types.CheckpointCommitted(at=T0 + 2.5, step=40),
-        event_types.FailureDetected(at=T0 + 3, attempt=0, category="nccl_timeout", evidence="Watchdog caught collective",
-                              action="restart", stalled_for_s=12.5, hint="raise the collective timeout"),
-        event_types.Notice(at=T0 + 3.5, attempt=0, notice="stacks_dumped", message="stacks of 2 ranks"),
+        event_types.FailureDetected(at=T0 + 3, attempt=0, category="nccl_timeout",
+                                    evidence="Watchdog caught collective",
+                              action="restart", stalled_for_s=12.5,
+                                    hint="raise the collective timeout"),
+        event_types.Notice(at=T0 + 3.5, attempt=0, notice="stacks_dumped",
+                           message="stacks of 2 ranks"),
         event_types.AttemptStarted(at=T0 + 4, attempt=1, resume_from="/ck/step-40"),
         event_types.HangDetection(at=T0 + 4.5, off_because="no heartbeats"),
         event_types.Finished(at=T0 + 100, state="SUCCEEDED"),
@@ -45,8 +49,10 @@ def test_the_status_document_has_its_keys_in_order_and_its_times_in_utc() -> Non
     assert status is not None
     doc = status.to_json()
     assert list(doc) == JOB_KEYS
-    assert (doc["state"], doc["attempts"], doc["restarts"], doc["last_checkpoint_step"]) == ("SUCCEEDED", 2, 1, 40)
-    assert doc["created_at"] == "2023-11-14T22:13:20.000Z" and doc["ended_at"] == "2023-11-14T22:15:00.000Z"
+    assert (doc["state"], doc["attempts"], doc["restarts"], doc["last_checkpoint_step"]) == (
+        "SUCCEEDED", 2, 1, 40)
+    assert (doc["created_at"] == "2023-11-14T22:13:20.000Z"
+            and doc["ended_at"] == "2023-11-14T22:15:00.000Z")
     assert doc["progress"] == {"step": 42, "loss": 2.5, "loss_source": "runtime",
                                "updated_at": "2023-11-14T22:13:22.000Z"}
     assert (doc["stalled_for_s"], doc["hang_window_s"]) == (None, None)
@@ -54,8 +60,9 @@ def test_the_status_document_has_its_keys_in_order_and_its_times_in_utc() -> Non
     assert list(failure) == FAILURE_KEYS
     assert (failure["category"], failure["stalled_for_s"], failure["hint"]) == (
         "nccl_timeout", 12.5, "raise the collective timeout")
-    assert doc["events"] == [{"attempt": 0, "at": "2023-11-14T22:13:23.500Z", "kind": "stacks_dumped",
-                              "message": "stacks of 2 ranks"}]
+    assert doc["events"] == [
+        {"attempt": 0, "at": "2023-11-14T22:13:23.500Z", "kind": "stacks_dumped",
+         "message": "stacks of 2 ranks"}]
     assert doc["hang_detection"] == {"enabled": False, "reason": "no heartbeats"}
     assert list(doc["origin"]) == ["schedule", "tick"]  # sorted, as the index always wrote it
     assert status.attempt_records[1].resume_from == "/ck/step-40"
@@ -67,19 +74,24 @@ def test_nothing_is_known_of_a_job_before_its_submission() -> None:
 
 @pytest.mark.parametrize("final", ["SUCCEEDED", "FAILED", "CANCELLED"])
 def test_a_terminal_state_is_final(final: str) -> None:
-    later = [event_types.Finished(at=T0 + 9, state=s, reason="late") for s in ("SUCCEEDED", "FAILED", "CANCELLED")]
+    later = [event_types.Finished(at=T0 + 9, state=s, reason="late")
+             for s in ("SUCCEEDED", "FAILED", "CANCELLED")]
     status = fold([submitted(), event_types.StateChanged(at=T0 + 1, state="RUNNING"),
                    event_types.Finished(at=T0 + 5, state=final, reason="done"),
-                   event_types.AttemptStarted(at=T0 + 6, attempt=1),  # a supervisor that lost a race with a cancel
+                   # a supervisor that lost a race with a cancel
+                   event_types.AttemptStarted(at=T0 + 6, attempt=1),
                    event_types.RestartScheduled(at=T0 + 7, reason="again"), *later], "j1")
     assert status is not None
-    assert (status.state, status.ended_at, status.reason, status.attempts) == (final, T0 + 5, "done", 0)
+    assert (status.state, status.ended_at, status.reason, status.attempts) == (
+        final, T0 + 5, "done", 0)
 
 
 def test_a_success_clears_the_reason_a_restart_left_and_other_states_keep_it() -> None:
-    status = fold([submitted(), event_types.RestartScheduled(at=T0 + 1, reason="restart 1 after hang"),
+    status = fold([submitted(),
+                   event_types.RestartScheduled(at=T0 + 1, reason="restart 1 after hang"),
                    event_types.StateChanged(at=T0 + 2, state="RUNNING")], "j1")
-    assert status is not None and (status.state, status.reason) == ("RUNNING", "restart 1 after hang")
+    assert (status is not None
+            and (status.state, status.reason) == ("RUNNING", "restart 1 after hang"))
     status = fold([event_types.Finished(at=T0 + 3, state="SUCCEEDED")], "j1", status)
     assert status is not None and (status.state, status.reason) == ("SUCCEEDED", None)
 
@@ -93,7 +105,8 @@ def test_a_diverged_loss_shows_as_null(loss: float) -> None:
 
 
 def test_a_log_line_of_a_kind_this_version_does_not_know_is_passed_over() -> None:
-    lines = [{"kind": "submitted", "at": T0, "name": "n", "cluster": "c", "run_dir": "/r", "new_field": 1},
+    lines = [{"kind": "submitted", "at": T0, "name": "n", "cluster": "c", "run_dir": "/r",
+              "new_field": 1},
              {"kind": "from_the_future", "at": T0 + 1, "whatever": True}]
     status = fold_lines(lines, "j1")
     assert status is not None and status.state == "PENDING" and status.name == "n"
@@ -101,8 +114,10 @@ def test_a_log_line_of_a_kind_this_version_does_not_know_is_passed_over() -> Non
 
 def test_the_record_round_trips() -> None:
     status = fold([submitted(idempotency_key="k"), event_types.SupervisorStarted(at=T0 + 1, pid=7),
-                   event_types.AttemptStarted(at=T0 + 2, attempt=0), event_types.FirstStep(at=T0 + 3, attempt=0, first_step_at=T0 + 3),
-                   event_types.Notice(at=T0 + 4, attempt=0, notice=event_types.HOST_EXCLUDED, message="m", host="10.0.0.2:22"),
+                   event_types.AttemptStarted(at=T0 + 2, attempt=0),
+                   event_types.FirstStep(at=T0 + 3, attempt=0, first_step_at=T0 + 3),
+                   event_types.Notice(at=T0 + 4, attempt=0, notice=event_types.HOST_EXCLUDED,
+                                      message="m", host="10.0.0.2:22"),
                    event_types.AttemptEnded(at=T0 + 5, attempt=0, exit_code=1)], "j1")
     assert status is not None
     again = JobStatus.from_record(json.loads(json.dumps(status.to_record())))
@@ -148,7 +163,8 @@ def test_a_supervisor_log_read_after_a_later_cancel_is_folded_in_its_place(tmp_p
     early = clock.now
     cli = index.journal("j1")  # written and indexed at once, later than the supervisor's events
     cli.set_state(JobState.CANCELLED, reason="cancelled by user")
-    supervisor.add_failure(attempt=0, category="hang", evidence="e", action="restart", now=early + 0.5)
+    supervisor.add_failure(attempt=0, category="hang", evidence="e", action="restart",
+                           now=early + 0.5)
     index.ingest(["j1"])
     doc = json.loads(index.store.status_json("j1") or "null")
     assert doc == folded(run_dir, "j1")
@@ -180,17 +196,19 @@ def test_the_status_of_an_ended_job_still_takes_its_supervisors_last_events(tmp_
     assert json.loads(index.store.status_json("j1") or "null") == folded(run_dir, "j1")
 
 
-# --- the loss's source, the hang window in force, a stall -------------------------------------------
+# --- the loss's source, the hang window in force, a stall -----------------------------------------
 
 
 def test_the_loss_keeps_its_source_and_an_older_log_without_one_is_the_runtimes() -> None:
     status = fold([submitted(), event_types.AttemptStarted(at=T0 + 1, attempt=0),
-                   event_types.Progress(at=T0 + 2, step=10, loss=2.5, progress_at=T0 + 2, loss_source="hf_trainer")], "j1")
+                   event_types.Progress(at=T0 + 2, step=10, loss=2.5, progress_at=T0 + 2,
+                                        loss_source="hf_trainer")], "j1")
     assert status is not None
     assert status.to_json()["progress"]["loss_source"] == "hf_trainer"
     fold([event_types.Progress(at=T0 + 3, step=11, loss=2.4, progress_at=T0 + 3)], "j1", status)
     assert status.to_json()["progress"]["loss_source"] == "runtime"  # written before sources were
-    fold([event_types.Progress(at=T0 + 4, step=12, loss=float("nan"), progress_at=T0 + 4, loss_source="print")], "j1", status)
+    fold([event_types.Progress(at=T0 + 4, step=12, loss=float("nan"), progress_at=T0 + 4,
+                               loss_source="print")], "j1", status)
     assert status.to_json()["progress"] == {"step": 12, "loss": None, "loss_source": None,
                                             "updated_at": "2023-11-14T22:13:24.000Z"}
 
@@ -200,7 +218,8 @@ def test_the_journal_writes_no_source_for_a_loss_it_cannot_keep(tmp_path: Path) 
     journal.progress(3, float("inf"), T0, loss_source="print")
     journal.progress(4, 1.5, T0 + 1, loss_source="lightning")
     lines = [line for line in read_job(tmp_path)[0] if line["kind"] == "progress"]
-    assert [(line["loss"], line["loss_source"]) for line in lines] == [(None, None), (1.5, "lightning")]
+    assert [(line["loss"], line["loss_source"]) for line in lines] == [
+        (None, None), (1.5, "lightning")]
 
 
 def running(*events: event_types.Event) -> JobStatus:
@@ -209,9 +228,11 @@ def running(*events: event_types.Event) -> JobStatus:
     return status
 
 
-def steps(start: float, first: int, count: int, every: float, per_event: int = 1) -> list[event_types.Event]:
+def steps(start: float, first: int, count: int, every: float,
+          per_event: int = 1) -> list[event_types.Event]:
     """Progress events every ``every`` seconds, ``per_event`` steps apart."""
-    return [event_types.Progress(at=start + i * every, step=first + i * per_event, progress_at=start + i * every)
+    return [event_types.Progress(at=start + i * every, step=first + i * per_event,
+                                 progress_at=start + i * every)
             for i in range(count)]
 
 
@@ -220,7 +241,8 @@ def test_the_stall_threshold_is_three_step_times_and_at_least_30s_or_half_the_wi
     assert stall_threshold([], 10.0) == 5.0  # a short window: a stall shows before the verdict
     assert stall_threshold([0.05] * 9, 300.0) == 30.0
     assert stall_threshold([20.0, 21.0, 100.0], 600.0) == 63.0  # the median, not one slow step
-    assert stall_threshold([1.0, 2.0, 30.0, 40.0], 300.0) == 48.0  # even count: the mean of the middle two
+    # even count: the mean of the middle two
+    assert stall_threshold([1.0, 2.0, 30.0, 40.0], 300.0) == 48.0
 
 
 def test_a_running_job_whose_steps_stopped_is_stalled_by_the_clock_passed_in() -> None:
@@ -239,7 +261,8 @@ def test_a_running_job_whose_steps_stopped_is_stalled_by_the_clock_passed_in() -
 
 def test_a_progress_event_that_repeats_the_step_with_a_new_loss_is_no_step() -> None:
     status = running(*steps(T0 + 10, 1, 6, every=2.0))
-    fold([event_types.Progress(at=T0 + 30, step=6, loss=1.0, progress_at=T0 + 20, loss_source="print")], "j1", status)
+    fold([event_types.Progress(at=T0 + 30, step=6, loss=1.0, progress_at=T0 + 20,
+                               loss_source="print")], "j1", status)
     assert status.stepped_at == T0 + 20 and status.step_seconds == [2.0] * 5
 
 
@@ -253,7 +276,8 @@ def test_no_stall_before_the_attempts_first_step_nor_once_it_is_not_running() ->
     assert status.to_json()["hang_window_s"] is None  # the new attempt's comes with its steps
     assert status.step_seconds == [2.0] * 5  # step times carry over
     fold([event_types.Progress(at=T0 + 60, step=3, progress_at=T0 + 60)], "j1", status)
-    assert status.stepped_at == T0 + 60 and status.step_seconds == [2.0] * 5  # no sample across attempts
+    # no sample across attempts
+    assert status.stepped_at == T0 + 60 and status.step_seconds == [2.0] * 5
     assert status.stalled_for_s(T0 + 100) == 40.0
     fold([event_types.Finished(at=T0 + 101, state="FAILED")], "j1", status)
     assert status.stall_from is None and status.stalled_for_s(T0 + 200) is None
@@ -276,7 +300,8 @@ def stalled_job(tmp_path: Path, job_id: str, stepped_at: float) -> Path:
     return run_dir
 
 
-def test_status_json_fills_in_how_long_a_running_job_has_been_stalled_as_the_fold_says(tmp_path: Path) -> None:
+def test_status_json_fills_in_how_long_a_running_job_has_been_stalled_as_the_fold_says(
+        tmp_path: Path) -> None:
     import time
 
     now = time.time()
@@ -300,7 +325,8 @@ def test_status_json_fills_in_how_long_a_running_job_has_been_stalled_as_the_fol
     assert [job["stalled_for_s"] for job in later] == [150.0, 55.0]
 
 
-def test_the_cached_list_keeps_no_time_and_a_stalled_jobs_document_is_put_in_as_it_is_read(tmp_path: Path) -> None:
+def test_the_cached_list_keeps_no_time_and_a_stalled_jobs_document_is_put_in_as_it_is_read(
+        tmp_path: Path) -> None:
     import time
 
     now = time.time()
@@ -309,19 +335,24 @@ def test_the_cached_list_keeps_no_time_and_a_stalled_jobs_document_is_put_in_as_
     index = index_of(tmp_path)
     index.ingest()
     listed = json.loads(index.store.status_json_bytes(now=now) or b"[]")
-    assert {job["id"]: job["stalled_for_s"] for job in listed} == {"j1": None, "j2": 60.0, "j3": None}
+    assert {job["id"]: job["stalled_for_s"] for job in listed} == {
+        "j1": None, "j2": 60.0, "j3": None}
     [cached] = (tmp_path / "cache").iterdir()
     assert [job["stalled_for_s"] for job in json.loads(cached.read_bytes())] == [None, None, None]
     later = json.loads(index.store.status_json_bytes(now=now + 40) or b"[]")  # from the cache
-    assert {job["id"]: job["stalled_for_s"] for job in later} == {"j1": 42.0, "j2": 100.0, "j3": 42.0}
-    assert later == [fold_lines(read_job(tmp_path / "runs" / job["id"])[0], job["id"]).to_json(now + 40)  # type: ignore[union-attr]
+    assert {job["id"]: job["stalled_for_s"] for job in later} == {
+        "j1": 42.0, "j2": 100.0, "j3": 42.0}
+    assert later == [fold_lines(read_job(tmp_path / "runs" / job["id"])[0],  # type: ignore[union-attr]
+                                job["id"]).to_json(now + 40)
                      for job in later]
 
 
-def test_the_status_table_says_stalled_with_the_window_and_the_detail_says_where_the_loss_came_from() -> None:
+def test_the_status_table_says_stalled_with_the_window_and_the_detail_says_where_the_loss_came_from(
+) -> None:
     from fsdp_orch.cli.status_table import detail_lines, format_jobs
 
-    status = running(*[event_types.Progress(at=T0 + 10 + i, step=i, loss=2.0 - i / 100, progress_at=T0 + 10 + i,
+    status = running(*[event_types.Progress(at=T0 + 10 + i, step=i, loss=2.0 - i / 100,
+                                            progress_at=T0 + 10 + i,
                                       loss_source="hf_trainer") for i in range(1, 6)],
                      event_types.HangWindow(at=T0 + 11, attempt=0, window_s=300.0, mode="fixed"))
     last = T0 + 15

@@ -1,5 +1,6 @@
-"""``submit --wait``'s live line, from the job's folded events: attempts numbered from 0 as ``events``
-and ``logs --attempt`` number them, and no step of an earlier attempt shown for the current one."""
+"""``submit --wait``'s live line, from the job's folded events: attempts numbered from 0 as
+``events`` and ``logs --attempt`` number them, and no step of an earlier attempt shown for the
+current one."""
 
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ SPEC = json.dumps({"restart": {"max_restarts": 3}})
 
 
 def line(*events: event_types.Event) -> str:
-    status = fold([event_types.Submitted(at=T0, job="j1", name="demo", cluster="local", run_dir="/runs/j1",
+    status = fold([event_types.Submitted(at=T0, job="j1", name="demo", cluster="local",
+                                         run_dir="/runs/j1",
                                    spec_json=SPEC), *events], "j1")
     assert isinstance(status, JobStatus)
     return progress_line(status)
 
 
-FIRST = (event_types.AttemptStarted(at=T0 + 1, attempt=0), event_types.Progress(at=T0 + 2, step=120, loss=2.5, progress_at=T0 + 2),
+FIRST = (event_types.AttemptStarted(at=T0 + 1, attempt=0),
+         event_types.Progress(at=T0 + 2, step=120, loss=2.5, progress_at=T0 + 2),
          event_types.FailureDetected(at=T0 + 3, attempt=0, category="hang", action="restart"),
          event_types.RestartScheduled(at=T0 + 3, delay=1.0))
 
@@ -30,11 +33,13 @@ def test_attempts_are_numbered_from_0() -> None:
     assert line() == "j1  PENDING"
     assert line(FIRST[0]) == "j1  RUNNING  attempt 0"
     assert line(*FIRST[:2]) == "j1  RUNNING  attempt 0  step 120  loss 2.5000"
-    assert line(*FIRST, event_types.AttemptStarted(at=T0 + 5, attempt=1)) == "j1  RUNNING  attempt 1 (restart 1 of 3)"
+    assert (line(*FIRST, event_types.AttemptStarted(at=T0 + 5, attempt=1))
+            == "j1  RUNNING  attempt 1 (restart 1 of 3)")
 
 
 def test_a_restarted_attempt_shows_no_step_until_it_reports_one_of_its_own() -> None:
-    restarted = (*FIRST, event_types.CheckpointCommitted(at=T0 + 2, step=100), event_types.AttemptStarted(at=T0 + 5, attempt=1))
+    restarted = (*FIRST, event_types.CheckpointCommitted(at=T0 + 2, step=100),
+                 event_types.AttemptStarted(at=T0 + 5, attempt=1))
     assert "step 120" not in line(*restarted)
     assert line(*restarted) == "j1  RUNNING  attempt 1 (restart 1 of 3)  checkpoint 100"
     assert line(*restarted, event_types.Progress(at=T0 + 6, step=102, progress_at=T0 + 6)) == (
@@ -43,6 +48,8 @@ def test_a_restarted_attempt_shows_no_step_until_it_reports_one_of_its_own() -> 
 
 def test_an_attempt_the_scheduler_requeued_uses_no_restart() -> None:
     requeued = (event_types.AttemptStarted(at=T0 + 1, attempt=0),
-                event_types.FailureDetected(at=T0 + 2, attempt=0, category="preemption_or_node_lost", action="requeue"),
-                event_types.AllocationRequeued(at=T0 + 2, reason="requeued"), event_types.AttemptStarted(at=T0 + 5, attempt=1))
+                event_types.FailureDetected(at=T0 + 2, attempt=0,
+                                            category="preemption_or_node_lost", action="requeue"),
+                event_types.AllocationRequeued(at=T0 + 2, reason="requeued"),
+                event_types.AttemptStarted(at=T0 + 5, attempt=1))
     assert line(*requeued) == "j1  RUNNING  attempt 1 (restart 0 of 3, 1 requeue)"

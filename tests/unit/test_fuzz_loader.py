@@ -53,12 +53,14 @@ def _field_names(model: type[BaseModel]) -> list[str]:
     return names
 
 
-NAMES = sorted(set(_field_names(JobSpec)) | {f"fsdp_{n}" for n in _field_names(JobSpec)
-                                               if n in JobSpec.model_fields["fsdp"].annotation.model_fields})
+NAMES = sorted(set(_field_names(JobSpec))
+               | {f"fsdp_{n}" for n in _field_names(JobSpec)
+                  if n in JobSpec.model_fields["fsdp"].annotation.model_fields})
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True),
-    st.text(max_size=12), st.sampled_from(["90s", "1h30m", "FULL_SHARD", "1", "0", "-1", "bf16", "no",
-                                           "torchrun", "xla", "$(x)", "", "train.py", "a b", "10m"]),
+    st.text(max_size=12),
+    st.sampled_from(["90s", "1h30m", "FULL_SHARD", "1", "0", "-1", "bf16", "no",
+                     "torchrun", "xla", "$(x)", "", "train.py", "a b", "10m"]),
 )
 values = st.recursive(scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(NAMES), inner, max_size=3)),
@@ -110,7 +112,8 @@ def test_whatever_loads_plans_and_renders(doc: dict[str, Any], kind: str) -> Non
     job = loads_or_input_error(load_job_text, _dump(doc))
     if job is None:
         return
-    ctx = PlanContext(job_id="fuzz", attempt=0, run_root="/h", job_dir="/j", supervisor_command=SUPERVISOR)
+    ctx = PlanContext(job_id="fuzz", attempt=0, run_root="/h", job_dir="/j",
+                      supervisor_command=SUPERVISOR)
     plan = loads_or_input_error(plan_on, job, BUILTIN_PROFILES[kind], kind, ctx)
     if plan is None:
         return
@@ -119,7 +122,8 @@ def test_whatever_loads_plans_and_renders(doc: dict[str, Any], kind: str) -> Non
 
 
 @FUZZ
-@given(st.lists(st.tuples(st.sampled_from(NAMES + ["env.X", "restart.max_restarts", "fsdp.version", "a..b", ""]),
+@given(st.lists(st.tuples(st.sampled_from(NAMES + ["env.X", "restart.max_restarts", "fsdp.version",
+                                                   "a..b", ""]),
                           st.sampled_from(["=", "", "=="]), st.text(max_size=10)), max_size=3))
 def test_set_overrides(items: list[tuple[str, str, str]]) -> None:
     path = TMP / "job.yaml"
@@ -128,7 +132,8 @@ def test_set_overrides(items: list[tuple[str, str, str]]) -> None:
     assert result is None or isinstance(result[0], JobSpec)
 
 
-PROFILE_NAMES = sorted({n for m in profile_models().values() for n in m.model_fields} | {"address", "port"})
+PROFILE_NAMES = sorted({n for m in profile_models().values() for n in m.model_fields}
+                       | {"address", "port"})
 profiles = st.dictionaries(st.sampled_from(PROFILE_NAMES), values, max_size=6).map(
     lambda d: {"kind": d.pop("kind", None) or "slurm", **d})
 

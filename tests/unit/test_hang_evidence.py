@@ -19,10 +19,11 @@ def test_a_failure_links_the_flight_recorder_dumps_at_the_path_the_launch_export
     assert linked.category == "nccl_timeout" and linked.line == 3
     assert linked.evidence == (f"Watchdog caught collective operation timeout; flight recorder "
                                f"dumps (2): {prefix}*")
-    hang = Diagnosis("hang", True, "rank 1 stuck in train.py:9 main (not in a collective); stacks: /run/stacks")
+    hang = Diagnosis("hang", True,
+                     "rank 1 stuck in train.py:9 main (not in a collective); stacks: /run/stacks")
     assert with_flight_recorder(hang, attempt.flight_recorder_dumps()).evidence == (
-        f"rank 1 stuck in train.py:9 main (not in a collective); flight recorder dumps (2): {prefix}*; "
-        "stacks: /run/stacks")
+        "rank 1 stuck in train.py:9 main (not in a collective); flight recorder dumps "
+        f"(2): {prefix}*; stacks: /run/stacks")
 
 
 def test_a_verdict_asks_for_the_flight_recorders_and_reads_each_hung_ranks_count(tmp_path):
@@ -74,18 +75,23 @@ def test_a_rank_waiting_for_the_gpu_behind_a_queued_nccl_collective_is_said_to_w
     from fsdp_orch.supervise.watchdog import HangVerdict
 
     fixtures = Path(__file__).resolve().parents[1] / "fixtures"
-    threads = tuple(parse_pyspy_dump((fixtures / "stacks" / "pyspy-h200-cuda-synchronize.txt").read_text()))
+    threads = tuple(
+        parse_pyspy_dump((fixtures / "stacks" / "pyspy-h200-cuda-synchronize.txt").read_text()))
     folder = fixtures / "collective_counts" / "nccl-h200-timeout"
-    pending = pending_collectives(parse_dumps({p.name: p.read_bytes() for p in folder.glob("nccl_trace_rank_*")}))
+    pending = pending_collectives(parse_dumps({p.name: p.read_bytes()
+                                               for p in folder.glob("nccl_trace_rank_*")}))
     assert pending == {0: "nccl:all_reduce"}
-    verdict = HangVerdict(2.5, [0], "no progress for 2.5s (window 2s): rank 0 last reported step 40", suspects=[0])
-    roots = ("/usr/lib/python3.12", "/opt/torch/.venv/lib/python3.12/site-packages", "/work/main/fsdp_orch")
+    verdict = HangVerdict(
+        2.5, [0], "no progress for 2.5s (window 2s): rank 0 last reported step 40", suspects=[0])
+    roots = ("/usr/lib/python3.12", "/opt/torch/.venv/lib/python3.12/site-packages",
+             "/work/main/fsdp_orch")
     capture = StackCapture({0: StackDump(0, 1237, threads)}, "/run/stacks")
     on_stack = explain_hang(verdict, capture, library_roots=roots)
     assert on_stack.evidence.startswith(
-        "rank 0 stuck in nccl_timeout.py:54 <module> (waiting for the GPU in a CUDA synchronisation: "
-        "a collective queued behind it, or a kernel that does not end)")
+        "rank 0 stuck in nccl_timeout.py:54 <module> (waiting for the GPU in a CUDA "
+        "synchronisation: a collective queued behind it, or a kernel that does not end)")
     with_dump = explain_hang(verdict, capture, library_roots=roots, pending=pending)
     assert with_dump.evidence.startswith(
-        "every stuck rank waits in a collective; rank 0 leads (no rank outside a collective; the first "
-        "to stop): in all_reduce (queued, per its flight recorder) at nccl_timeout.py:54 <module>")
+        "every stuck rank waits in a collective; rank 0 leads (no rank outside a "
+        "collective; the first to stop): in all_reduce (queued, per its flight recorder) at "
+        "nccl_timeout.py:54 <module>")

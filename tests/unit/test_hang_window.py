@@ -26,12 +26,14 @@ def timed(durations: list[float], start: float = 100.0) -> StepTimes:
 
 
 def beat(rank: int, step_s: dict | None, state: str = "training") -> Heartbeat:  # type: ignore[type-arg]
-    return Heartbeat(rank=rank, attempt=0, step=50, loss=1.0, time=1000.0, state=state, pid=1, step_s=step_s)
+    return Heartbeat(rank=rank, attempt=0, step=50, loss=1.0, time=1000.0, state=state, pid=1,
+                     step_s=step_s)
 
 
 def test_the_default_is_adaptive_with_heartbeat_timeout_as_the_ceiling():
     assert DEFAULT.hang_detection == "adaptive"
-    assert (DEFAULT.adaptive_multiplier, DEFAULT.adaptive_min, DEFAULT.heartbeat_timeout) == (10.0, 2.0, 300.0)
+    assert (DEFAULT.adaptive_multiplier, DEFAULT.adaptive_min, DEFAULT.heartbeat_timeout) == (
+        10.0, 2.0, 300.0)
 
 
 def test_a_rank_times_the_gaps_between_its_steps_and_sends_nothing_before_two_steps():
@@ -47,7 +49,8 @@ def test_the_summary_is_over_the_recent_steps_and_counts_every_step():
     times = timed([5.0] * 10 + [0.1] * RECENT)  # a slow start, then RECENT fast steps push it out
     summary = times.summary()
     assert summary is not None
-    assert summary["n"] == 10 + RECENT and summary["p95"] == pytest.approx(0.1) and summary["max"] == pytest.approx(0.1)
+    assert (summary["n"] == 10 + RECENT and summary["p95"] == pytest.approx(0.1)
+            and summary["max"] == pytest.approx(0.1))
 
 
 def test_a_gap_that_held_a_checkpoint_save_is_not_a_step_time():
@@ -75,14 +78,17 @@ def test_a_rank_reporting_a_save_through_the_bootstrap_does_not_time_the_save(tm
         now[0] = at
         agent.report(0, step, None, state, {})
     summary = agent._step_times.summary()
-    assert summary is not None and summary["n"] == 2 and summary["max"] == pytest.approx(0.1), summary
+    assert (summary is not None and summary["n"] == 2
+            and summary["max"] == pytest.approx(0.1)), summary
 
 
 def test_the_95th_percentile_sees_a_slow_tail_but_not_a_one_off():
     one_off = timed([0.1] * 63 + [30.0]).summary()  # an evaluation pass between two steps
-    assert one_off is not None and one_off["p95"] == pytest.approx(0.1) and one_off["max"] == pytest.approx(30.0)
+    assert (one_off is not None and one_off["p95"] == pytest.approx(0.1)
+            and one_off["max"] == pytest.approx(30.0))
     tail = timed([0.1] * 56 + [0.4] * 8).summary()  # every 8th step logs and syncs
-    assert tail is not None and tail["p95"] == pytest.approx(0.4) and tail["p50"] == pytest.approx(0.1)
+    assert (tail is not None and tail["p95"] == pytest.approx(0.4)
+            and tail["p50"] == pytest.approx(0.1))
     assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0 and percentile([7.0], 0.95) == 7.0
 
 
@@ -116,7 +122,8 @@ def test_the_window_is_clamped_to_the_floor_and_the_ceiling():
 
 def test_fixed_is_always_heartbeat_timeout():
     watch = Watch.model_validate({"hang_detection": "fixed", "heartbeat_timeout": "30s"})
-    assert hang_window(watch, {0: beat(0, {"n": 300, "p50": 0.1, "p95": 0.1, "max": 0.1})}) == Window(30.0, "fixed")
+    assert (hang_window(watch, {0: beat(0, {"n": 300, "p50": 0.1, "p95": 0.1, "max": 0.1})})
+            == Window(30.0, "fixed"))
 
 
 def test_the_window_is_re_estimated_as_the_step_time_changes():
@@ -134,7 +141,8 @@ def test_a_step_5x_slower_after_a_resume_starts_at_the_ceiling_then_follows_the_
     watch = Watch.model_validate({"heartbeat_timeout": "30s"})
     before = hang_window(watch, {0: beat(0, timed([0.3] * 40).summary())})
     assert before.seconds == pytest.approx(3.0)
-    resumed = timed([1.5] * (WARMUP_STEPS - 1))  # the new attempt's ranks time their own steps afresh
+    # the new attempt's ranks time their own steps afresh
+    resumed = timed([1.5] * (WARMUP_STEPS - 1))
     assert hang_window(watch, {0: beat(0, resumed.summary())}) == Window(30.0, "warm-up")
     resumed.step_at(resumed._last_at + 1.5)  # type: ignore[operator]
     after = hang_window(watch, {0: beat(0, resumed.summary())})
@@ -149,7 +157,8 @@ def test_heartbeats_without_a_summary_or_with_a_malformed_one_count_as_warming_u
     for bad in ({"n": "many", "p95": 0.1}, {"n": 50, "p95": None}, {"n": 50, "p95": float("nan")},
                 {"n": 50, "p95": -1.0}, {"n": True, "p95": 0.1}, {}):
         assert hang_window(watch, {0: beat(0, bad)}).mode == "warm-up", bad
-    mixed = {0: old, 1: beat(1, {"n": 50, "p50": 0.5, "p95": 0.5, "max": 0.5})}  # ranks of two versions
+    # ranks of two versions
+    mixed = {0: old, 1: beat(1, {"n": 50, "p50": 0.5, "p95": 0.5, "max": 0.5})}
     assert hang_window(watch, mixed).seconds == 5.0
     with pytest.raises(ValueError, match="step_s"):
         parse_heartbeat(json.dumps({"rank": 0, "attempt": 0, "step": 9, "loss": None, "time": 5.0,
@@ -170,7 +179,8 @@ def test_the_summary_survives_the_heartbeat_file_and_the_node_agents_line():
     data = json.loads(beat_.to_json())
     assert parse_heartbeat(beat_.to_json()) == beat_
     line = compact(data, now=1000.2)
-    assert line["step_s"] == summary and len(json.dumps(summary)) < 60  # it crosses the wire every step
+    # it crosses the wire every step
+    assert line["step_s"] == summary and len(json.dumps(summary)) < 60
     sent = {3: line}
     assert changed_beats({3: compact(data, now=1000.6)}, sent) == []  # unchanged: not sent again
     parsed = parse_summary(json.loads(summary_line(0, "n1", 1000.0, [line], attempt=1)))

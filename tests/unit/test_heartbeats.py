@@ -1,4 +1,5 @@
-"""Heartbeat files: the runtime's writer and the supervisor's reader agree, and reading is robust."""
+"""Heartbeat files: the runtime's writer and the supervisor's reader agree, and reading is
+robust."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def test_writer_output_is_read_back_per_rank(tmp_path):
     writers[1].beat(step=6, loss=2.75, state="saving")
     beats = read_heartbeats(tmp_path, 1)
     assert sorted(beats) == [0, 1]
-    assert (beats[0].step, beats[0].loss, beats[0].state, beats[0].attempt) == (7, 2.5, "training", 1)
+    assert (beats[0].step, beats[0].loss, beats[0].state, beats[0].attempt) == (
+        7, 2.5, "training", 1)
     assert beats[0].metrics == {"tokens": 512}
     assert beats[0].pid == os.getpid()
     assert before <= beats[0].time <= time.time()
@@ -40,7 +42,8 @@ def test_the_runtime_writer_without_the_bootstrap_times_its_steps(tmp_path):
         w.beat(step=step, loss=1.0, state="training")
         if step == 4:
             w.beat(step=step, state="saving")  # the gap to step 5 is the save's: not timed
-            w.beat(step=step, state="training")  # and the save's end at the same step is no new step
+            # and the save's end at the same step is no new step
+            w.beat(step=step, state="training")
     summary = read_heartbeats(tmp_path, 0)[0].step_s
     assert summary is not None and summary["n"] == 6
 
@@ -103,7 +106,8 @@ def test_nan_loss_survives_the_round_trip(tmp_path):
     ('{"rank": "0", "attempt": 0, "step": 1, "pid": 1, "time": 1.0, "state": "training"}', "rank"),
     ('{"rank": 0, "attempt": 0, "step": 1, "pid": 1, "time": "now", "state": "training"}', "time"),
     ('{"rank": 0, "attempt": 0, "step": 1, "pid": 1, "time": 1.0, "state": "stuck"}', "state"),
-    ('{"rank": 0, "attempt": 0, "step": 1, "pid": 1, "time": 1.0, "state": "done", "loss": "x"}', "loss"),
+    ('{"rank": 0, "attempt": 0, "step": 1, "pid": 1, "time": 1.0, "state": "done", "loss": "x"}',
+     "loss"),
     ('[1, 2]', "object"),
 ])
 def test_parse_heartbeat_names_the_bad_field(text, field):

@@ -76,12 +76,14 @@ def test_a_module_that_imports_the_face_plainly_depends_on_it(tmp_path: Path) ->
         "pkg/b.py": "import pkg.c\n",  # pkg encloses b: loaded first anyway, no dependency on it
         "pkg/c.py": "",
     })
-    assert module_imports(root, "pkg") == {"pkg": set(), "pkg.a": {"pkg"}, "pkg.b": {"pkg.c"}, "pkg.c": set()}
+    assert module_imports(root, "pkg") == {
+        "pkg": set(), "pkg.a": {"pkg"}, "pkg.b": {"pkg.c"}, "pkg.c": set()}
 
 
 def between_kinds(modules: dict[str, set[str]], units: list[str]) -> list[tuple[str, str]]:
     """The imports of a kind's module from another kind (``imports_into_kinds`` from a kind)."""
-    return [(a, b) for a, b in imports_into_kinds(modules, units) if unit_among(a, units) is not None]
+    return [(a, b) for a, b in imports_into_kinds(modules, units)
+            if unit_among(a, units) is not None]
 
 
 def from_outside_kinds(modules: dict[str, set[str]], units: list[str]) -> list[tuple[str, str]]:
@@ -98,13 +100,15 @@ KIND_UNITS = kind_units(KIND_MODULES.values(), "fsdp_orch.backends")
 
 
 def test_the_kinds_are_the_registry_modules_and_their_packages() -> None:
-    assert KIND_UNITS == ["fsdp_orch.backends.local", "fsdp_orch.backends.slurm", "fsdp_orch.backends.ssh",
-                          "fsdp_orch.backends.tpu_vm"]
+    assert KIND_UNITS == [
+        "fsdp_orch.backends.local", "fsdp_orch.backends.slurm", "fsdp_orch.backends.ssh",
+        "fsdp_orch.backends.tpu_vm"]
 
 
 def test_no_cluster_kind_imports_another() -> None:
     crossing = between_kinds(module_imports(REPO), KIND_UNITS)
-    assert crossing == [], "a kind imports another (move what they share to a helper):\n" + listed(crossing)
+    assert crossing == [], ("a kind imports another (move what they share to a helper):\n"
+                            + listed(crossing))
 
 
 def test_nothing_but_the_registry_reaches_a_kind() -> None:
@@ -122,7 +126,8 @@ KINDS_PACKAGE = {
     "pkg/backends/shared.py": "from pkg.backends.base import Kind\n",
     "pkg/backends/one.py": "from pkg.backends.shared import Kind\nKIND = Kind()\n",
     "pkg/backends/two/__init__.py": "",
-    "pkg/backends/two/kind.py": "from pkg.backends.two import helper\nfrom pkg.backends import shared\n",
+    "pkg/backends/two/kind.py": "from pkg.backends.two import helper\n"
+                                "from pkg.backends import shared\n",
     "pkg/backends/two/helper.py": "import pkg.backends.base\n",
     "pkg/backends/three.py": "",  # not registered: a helper, whatever its name
 }

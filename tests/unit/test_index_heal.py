@@ -25,8 +25,8 @@ JOBS = ["aaa111", "bbb222", "ccc333"]
 def submit(runs: Path, job_id: str, name: str = "demo") -> None:
     run_dir = runs / job_id
     Journal(EventWriter(run_dir, "submit"), job_id).submitted(
-        name=name, cluster="local", kind="local", spec_json="{}", run_dir=str(run_dir), job_file=None,
-        spec_hash=None, idempotency_key=None)
+        name=name, cluster="local", kind="local", spec_json="{}", run_dir=str(run_dir),
+        job_file=None, spec_hash=None, idempotency_key=None)
 
 
 @pytest.fixture
@@ -55,22 +55,26 @@ def aside_files(home: Path) -> list[str]:
     return sorted(p.name for p in home.iterdir() if ".corrupt-" in p.name)
 
 
-def test_garbage_is_moved_aside_intact_and_the_index_rebuilt(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_garbage_is_moved_aside_intact_and_the_index_rebuilt(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     said = notices(monkeypatch)
     assert listed(home) == JOBS and said == []
     garbage = os.urandom(8192)
     (home / "jobs.db").write_bytes(garbage)
     (home / "jobs.db-wal").write_bytes(b"wal garbage")
     assert listed(home) == JOBS
-    assert len(said) == 1 and str(home / "jobs.db") in said[0] and "not an SQLite database" in said[0]
+    assert (len(said) == 1 and str(home / "jobs.db") in said[0]
+            and "not an SQLite database" in said[0])
     moved = aside_files(home)
     assert len(moved) == 2 and moved[1] == moved[0] + "-wal", moved
     assert moved[0] in said[0]
-    assert (home / moved[0]).read_bytes() == garbage and (home / moved[1]).read_bytes() == b"wal garbage"
+    assert ((home / moved[0]).read_bytes() == garbage
+            and (home / moved[1]).read_bytes() == b"wal garbage")
     assert listed(home) == JOBS and len(said) == 1  # healed: no second notice
 
 
-def test_a_header_that_lies_is_caught_by_sqlite(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_header_that_lies_is_caught_by_sqlite(home: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The magic and the version are right, the rest is not a database."""
     said = notices(monkeypatch)
     listed(home)
@@ -80,7 +84,8 @@ def test_a_header_that_lies_is_caught_by_sqlite(home: Path, monkeypatch: pytest.
     assert listed(home) == JOBS and len(said) == 1 and "SQLite cannot read it" in said[0]
 
 
-def test_a_database_writable_by_others_is_not_trusted(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_database_writable_by_others_is_not_trusted(home: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     said = notices(monkeypatch)
     listed(home)
     os.chmod(home / "jobs.db", 0o620)
@@ -90,7 +95,8 @@ def test_a_database_writable_by_others_is_not_trusted(home: Path, monkeypatch: p
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="giving a file to another uid needs root")
-def test_a_database_of_another_owner_is_not_trusted(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_database_of_another_owner_is_not_trusted(home: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     said = notices(monkeypatch)
     listed(home)
     os.chown(home / "jobs.db", 4242, 4242)
@@ -119,7 +125,8 @@ def test_a_missing_empty_or_other_version_index_is_rebuilt_without_a_notice(
     assert not (home / "jobs.db.rebuild").exists()
 
 
-def test_a_stale_wal_is_not_replayed_into_the_new_database(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stale_wal_is_not_replayed_into_the_new_database(home: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """``rm jobs.db`` leaves its -wal while a process still has it open: that log belongs to the
     deleted file, and SQLite would apply it to the rebuilt one."""
     notices(monkeypatch)

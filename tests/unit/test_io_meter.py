@@ -1,4 +1,5 @@
-"""The bootstrap's write meter: I/O progress from /proc/self/io, the clock and the reader injected."""
+"""The bootstrap's write meter: I/O progress from /proc/self/io, the clock and the reader
+injected."""
 
 from __future__ import annotations
 

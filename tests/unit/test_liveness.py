@@ -11,7 +11,8 @@ from fsdp_orch.record.status import JobStatus
 
 
 def row(**fields: object) -> JobStatus:
-    return JobStatus(id="job42abc", name="demo", cluster="local", kind="local", run_dir="/r/job42abc",
+    return JobStatus(id="job42abc", name="demo", cluster="local", kind="local",
+                     run_dir="/r/job42abc",
                      created_at=0.0, **fields)  # type: ignore[arg-type]
 
 
@@ -19,8 +20,10 @@ def test_only_jobs_with_something_started_and_no_live_supervisor_here_are_looked
     assert not needs_settling(row())  # nothing was ever started for it
     assert needs_settling(row(backend_ref="slurm:7"))  # the scheduler knows more
     assert needs_settling(row(supervisor_pid=os.getpid()))  # alive, but not this job's supervisor
-    # Popen can return before the child's exec (when our stdin is closed, as in CI): wait for its line.
-    supervisor = subprocess.Popen([sys.executable, "-c", "import time; print(flush=True); time.sleep(30)",
+    # Popen can return before the child's exec (when our stdin is closed, as in CI): wait for its
+    # line.
+    supervisor = subprocess.Popen([sys.executable, "-c",
+                                   "import time; print(flush=True); time.sleep(30)",
                                    "job42abc"], stdout=subprocess.PIPE)
     try:
         supervisor.stdout.readline()  # type: ignore[union-attr]

@@ -39,14 +39,15 @@ def test_a_half_written_line_waits_for_its_end(tmp_path: Path):
         f.write("ory. Tried to allocate 2.00 GiB\n")
     cause = follower.poll()
     assert cause is not None and cause.category == "cuda_oom"
-    assert cause.evidence == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert cause.evidence == (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
 
 
 def test_per_rank_files_name_their_rank(tmp_path: Path):
     rank_dir = tmp_path / "node-0" / "run_x" / "attempt_0" / "1"
     rank_dir.mkdir(parents=True)
-    (rank_dir / "stderr.log").write_text("Traceback (most recent call last):\n  File \"t.py\", line 1\n"
-                                         "KeyError: 'tokens'\n")
+    (rank_dir / "stderr.log").write_text("Traceback (most recent call last):\n"
+                                         "  File \"t.py\", line 1\nKeyError: 'tokens'\n")
     follower = LogFollower(FileTail(tmp_path).chunks)
     cause = follower.poll()
     assert cause is not None and cause.category == "user_code_error" and follower.cause_rank() == 1
@@ -54,8 +55,9 @@ def test_per_rank_files_name_their_rank(tmp_path: Path):
 
 def test_a_bare_exception_line_never_stops_the_restarts(tmp_path: Path):
     """`diagnose` reads a lone "ValueError: ..." as the user's (a cut excerpt); the supervisor does
-    not: a handled error a library logged must not make a crash look like a bug that is not retried."""
-    (tmp_path / "console-node-0.log").write_text("[default0]:ValueError: bad value, using the default\n"
-                                                  "[default0]:step=3 loss=2.0\n")
+    not: a handled error a library logged must not make a crash look like a bug that is not
+    retried."""
+    (tmp_path / "console-node-0.log").write_text("[default0]:ValueError: bad value, using "
+                                                  "the default\n[default0]:step=3 loss=2.0\n")
     follower = LogFollower(FileTail(tmp_path).chunks)
     assert follower.poll(final=True) is None

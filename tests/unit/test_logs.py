@@ -1,6 +1,6 @@
-"""``fsdp-orch logs --rank N`` under every launcher: a rank's own lines where the launcher tags them,
-the node's log where the rank is its node's only process, and otherwise a line that says which logs
-the attempt has and where rank N's output went."""
+"""``fsdp-orch logs --rank N`` under every launcher: a rank's own lines where the launcher tags
+them, the node's log where the rank is its node's only process, and otherwise a line that says which
+logs the attempt has and where rank N's output went."""
 
 from __future__ import annotations
 
@@ -31,10 +31,11 @@ def job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-unt
 
     def make(launcher: str, logs: str, nproc: int = 2):  # type: ignore[no-untyped-def]
         run_dir = tmp_path / "runs" / "j1"
-        spec = {"launcher": launcher, "_resolved": {"nproc_per_node": nproc, "world_size": 2 * nproc}}
+        spec = {"launcher": launcher,
+                "_resolved": {"nproc_per_node": nproc, "world_size": 2 * nproc}}
         index.journal("j1", role="submit", run_dir=str(run_dir)).submitted(
-            name="n", cluster="c", kind="local", spec_json=json.dumps(spec), run_dir=str(run_dir), job_file=None,
-            spec_hash=None, idempotency_key=None)
+            name="n", cluster="c", kind="local", spec_json=json.dumps(spec), run_dir=str(run_dir),
+            job_file=None, spec_hash=None, idempotency_key=None)
         (run_dir / "attempt-0").mkdir(parents=True)
         for node, text in enumerate(NODE_LOGS[logs]):
             (run_dir / "attempt-0" / f"console-node-{node}.log").write_text(text)
@@ -54,9 +55,10 @@ def test_a_launcher_that_tags_lines_gives_the_rank_its_own(job, launcher: str) -
 
 def test_under_launcher_python_the_rank_is_pointed_to_its_node_log(job) -> None:  # type: ignore[no-untyped-def]
     said = job("python", "untagged")(rank=3)
-    assert said == ("[fsdp-orch] attempt 0 has the logs of nodes 0, 1: launcher: python runs one process per node, "
-                    "which starts its ranks itself, so rank 3 has no log of its own: its output is in node 1's "
-                    "log, with the other ranks of that node (fsdp-orch logs j1 --node 1)\n")
+    assert said == ("[fsdp-orch] attempt 0 has the logs of nodes 0, 1: launcher: python runs one "
+                    "process per node, which starts its ranks itself, so rank 3 has no log of its "
+                    "own: its output is in node 1's log, with the other ranks of that node "
+                    "(fsdp-orch logs j1 --node 1)\n")
 
 
 def test_node_shows_one_node_log(job) -> None:  # type: ignore[no-untyped-def]
@@ -70,8 +72,8 @@ def test_a_rank_alone_on_its_node_has_the_node_log(job) -> None:  # type: ignore
 def test_a_log_written_without_tags_says_so(job) -> None:  # type: ignore[no-untyped-def]
     """An accelerate job's log from before its launcher tagged lines: nothing to filter by."""
     assert job("accelerate", "untagged")(rank=1) == (
-        "[fsdp-orch] rank 1 wrote nothing to node 0's log in attempt 0: its lines are not tagged with their "
-        "ranks (fsdp-orch logs j1 --node 0 --attempt 0)\n")
+        "[fsdp-orch] rank 1 wrote nothing to node 0's log in attempt 0: its lines are not "
+        "tagged with their ranks (fsdp-orch logs j1 --node 0 --attempt 0)\n")
 
 
 @pytest.mark.parametrize(("options", "message"), [

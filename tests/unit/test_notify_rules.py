@@ -27,9 +27,11 @@ EVENTS = [
     ev(1, "submitted", 1, "submit-a.jsonl"), ev(2, "attempt_started", 1, attempt=0),
     ev(3, "checkpoint_committed", 2, step=50),
     ev(4, "failure_detected", 3, attempt=0, category="hang", action="restart"),
-    ev(5, "restart_scheduled", 4), ev(5.5, "allocation_requeued", 5),  # RESTARTING twice: one change
+    # RESTARTING twice: one change
+    ev(5, "restart_scheduled", 4), ev(5.5, "allocation_requeued", 5),
     ev(6, "attempt_started", 6, attempt=1),
-    ev(8, "finished", 7, state="SUCCEEDED"), ev(9, "state", 8, state="RUNNING"),  # nothing after the end
+    # nothing after the end
+    ev(8, "finished", 7, state="SUCCEEDED"), ev(9, "state", 8, state="RUNNING"),
     ev(10, "checkpoint_committed", 9, step=100),
 ]
 
@@ -56,7 +58,8 @@ def test_due_filters_by_hook_and_skips_what_the_ledger_has():
 def test_the_identity_of_an_event_is_its_file_and_seq():
     # the same seq and time in two writers' files (two supervisors) are two events
     hook = [Webhook(url="http://a/x", when=["restart_scheduled"])]
-    twins = [ev(1, "submitted", 1, "submit-a.jsonl"), ev(2, "restart_scheduled", 4, "supervisor-a.jsonl"),
+    twins = [ev(1, "submitted", 1, "submit-a.jsonl"),
+             ev(2, "restart_scheduled", 4, "supervisor-a.jsonl"),
              ev(2, "restart_scheduled", 4, "supervisor-b.jsonl")]
     assert len({d.key for d in due(twins, hook, set())}) == 2
 
@@ -64,8 +67,8 @@ def test_the_identity_of_an_event_is_its_file_and_seq():
 def test_a_json_body_is_the_status_and_the_change_it_is_for():
     hooks = [Webhook(url="http://a/x", when=["RUNNING", "failure_detected"])]
     running, failure = due(EVENTS, hooks, set())[:2]
-    status = JobStatus(id="abc", name="demo", cluster="local", kind="local", run_dir="/r", created_at=0.0,
-                       state="SUCCEEDED")
+    status = JobStatus(id="abc", name="demo", cluster="local", kind="local", run_dir="/r",
+                       created_at=0.0, state="SUCCEEDED")
     sent = json.loads(body(running, status, "json"))
     assert sent["state"] == "SUCCEEDED"  # the status now; the notification says what it is for
     assert sent["notification"] == {"job": "abc", "state": "RUNNING", "trigger": "RUNNING",
@@ -76,13 +79,15 @@ def test_a_json_body_is_the_status_and_the_change_it_is_for():
 
 
 class FakeJob:
-    """The job's event log in a folder, a FAKE poster that fails until told otherwise, a manual clock."""
+    """The job's event log in a folder, a FAKE poster that fails until told otherwise, a manual
+    clock."""
 
     def __init__(self, tmp_path, events: list[Logged]):
         writer = EventWriter(tmp_path, "submit")
         for logged in events:
             e = logged.event
-            writer.append(e["kind"], at=e["at"], **{k: v for k, v in e.items() if k not in ("at", "kind", "seq")})
+            writer.append(e["kind"], at=e["at"],
+                          **{k: v for k, v in e.items() if k not in ("at", "kind", "seq")})
         self.now = 100.0
         self.posts: list[tuple[float, str, bytes]] = []
         self.down_until = 0.0
@@ -108,9 +113,11 @@ def test_a_receiver_down_is_retried_with_backoff_and_served_in_order(tmp_path):
     job.down_until = 160.0
     hook = Webhook(url="http://a/x", when=["RUNNING", "SUCCEEDED"], retry_for="5m")
     notifier(tmp_path, job, [hook]).run()
-    # tries at 100, 101, 103, 107, 115, 131 (the delay doubles from 1 s, capped at 30 s), then 161: up
+    # tries at 100, 101, 103, 107, 115, 131 (the delay doubles from 1 s, capped at 30 s), then 161:
+    # up
     assert [t for t, _, _ in job.posts] == [pytest.approx(161.0), pytest.approx(161.5)]
-    assert [json.loads(d)["notification"]["state"] for _, _, d in job.posts] == ["RUNNING", "SUCCEEDED"]
+    assert [json.loads(d)["notification"]["state"] for _, _, d in job.posts] == [
+        "RUNNING", "SUCCEEDED"]
     # run again (a notifier restarted): the ledger says both were sent
     again = FakeJob(tmp_path / "x", [])
     n = notifier(tmp_path, again, [hook])
@@ -139,7 +146,8 @@ def test_gives_up_after_retry_for_and_says_so(tmp_path):
     notifier(tmp_path, job, [Webhook(url="http://a/x", when=["FAILED"], retry_for="90s")],
              gave_up=lambda d, e: gave.append(d.trigger)).run()
     assert gave == ["FAILED"] and job.posts == [] and 191 <= job.now <= 191 + MAX_RETRY_S + 1
-    ledger = [json.loads(line) for line in (tmp_path / "notify" / "sent.jsonl").read_text().splitlines()]
+    ledger = [json.loads(line)
+              for line in (tmp_path / "notify" / "sent.jsonl").read_text().splitlines()]
     assert [entry["outcome"] for entry in ledger] == ["gave_up"]
 
 

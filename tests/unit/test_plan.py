@@ -16,7 +16,8 @@ from fsdp_orch.launch.plan import RDZV_PORT_RANGE, PlanContext, rendezvous_port,
 from fsdp_orch.places.builtin import builtin_dir
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-CTX = PlanContext(job_id="j1", attempt=2, run_root="/h", job_dir="/jobs/demo", supervisor_command=SUPERVISOR)
+CTX = PlanContext(job_id="j1", attempt=2, run_root="/h", job_dir="/jobs/demo",
+                  supervisor_command=SUPERVISOR)
 
 
 def plan(kind: str, extra: str = "", ctx: PlanContext = CTX):  # type: ignore[no-untyped-def]
@@ -35,7 +36,8 @@ def test_node_count_and_world_size_come_from_one_place(launcher: str) -> None:
     three = texts(plan("slurm", f"launcher: {launcher}\nnodes: 3\n"))
     assert all(len(two[n].splitlines()) == len(three[n].splitlines()) for n in two)
     changed = {(name, a, b) for name in two
-               for a, b in zip(two[name].splitlines(), three[name].splitlines(), strict=True) if a != b}
+               for a, b in zip(two[name].splitlines(), three[name].splitlines(), strict=True)
+               if a != b}
     lines = {b for _, _, b in changed}
     # slurm fixture: 4 GPUs per node -> world size 8 vs 12
     assert "#SBATCH --nodes=3" in lines
@@ -70,7 +72,8 @@ def test_rendezvous() -> None:
     assert low <= p.rdzv_port < high < 32768  # never in Linux's ephemeral port range
     assert p.rdzv_id == "j1-a2" and p.rdzv_host is None
     assert plan("ssh").rdzv_port == 29400 and plan("ssh").rdzv_host == "node1.example.internal"
-    ctx = PlanContext(job_id="j1", attempt=2, run_root="/h", job_dir="/j", supervisor_command=SUPERVISOR, rdzv_port=31000)
+    ctx = PlanContext(job_id="j1", attempt=2, run_root="/h", job_dir="/j",
+                      supervisor_command=SUPERVISOR, rdzv_port=31000)
     assert plan("local", ctx=ctx).rdzv_port == 31000
 
 
@@ -78,16 +81,20 @@ def test_paths() -> None:
     p = plan("local")
     assert p.workdir == "/jobs/demo"
     assert p.checkpoint_dir == "/jobs/demo/checkpoints/demo-run"
-    assert (p.run_dir, p.attempt_dir, p.spec_path) == ("/h/runs/j1", "/h/runs/j1/attempt-2", "/h/runs/j1/job.json")
-    assert plan("local", "workdir: sub/../w\ncheckpoint: {dir: ck}\n").checkpoint_dir == "/jobs/demo/w/ck"
+    assert (p.run_dir, p.attempt_dir, p.spec_path) == (
+        "/h/runs/j1", "/h/runs/j1/attempt-2", "/h/runs/j1/job.json")
+    assert (plan("local", "workdir: sub/../w\ncheckpoint: {dir: ck}\n").checkpoint_dir
+            == "/jobs/demo/w/ck")
     assert plan("ssh").workdir == "/shared/work"
     assert plan("ssh", "workdir: exp1\n").workdir == "/shared/work/exp1"
     # a TPU VM worker keeps the job on its own disk
-    assert plan("tpu-vm", "launcher: xla\n").checkpoint_dir == "/var/tmp/fsdp-orch/runs/j1/code/checkpoints/demo-run"
+    assert plan("tpu-vm", "launcher: xla\n").checkpoint_dir == (
+        "/var/tmp/fsdp-orch/runs/j1/code/checkpoints/demo-run")
 
 
 def test_resume_and_env() -> None:
-    ctx = PlanContext(job_id="j1", attempt=1, run_root="/h", job_dir="/j", supervisor_command=SUPERVISOR, resume_from="/ck/step-5")
+    ctx = PlanContext(job_id="j1", attempt=1, run_root="/h", job_dir="/j",
+                      supervisor_command=SUPERVISOR, resume_from="/ck/step-5")
     env = dict(plan("local", ctx=ctx).env)
     assert env["FSDP_ORCH_RESUME"] == "/ck/step-5" and env["FSDP_ORCH_ATTEMPT"] == "1"
     assert dict(plan("tpu-vm", "launcher: xla\n").env)["PJRT_DEVICE"] == "TPU"
@@ -115,15 +122,20 @@ def test_slug(name: str, expected: str) -> None:
 
 
 def test_resume_args_are_appended_only_when_there_is_a_checkpoint() -> None:
-    extra = 'args: [--x]\ncheckpoint: {resume_args: ["--resume_from_checkpoint", "{checkpoint}", "--at={step}"]}\n'
+    extra = ('args: [--x]\n'
+             'checkpoint: {resume_args: ["--resume_from_checkpoint", "{checkpoint}", '
+             '"--at={step}"]}\n')
     assert plan("local", extra).program == ["train.py", "--x"]
     assert "FSDP_ORCH_RESUME_FROM" not in dict(plan("local", extra).env)
-    ctx = PlanContext(job_id="j1", attempt=1, run_root="/h", job_dir="/j", supervisor_command=SUPERVISOR, resume_from="/out/checkpoint-40",
+    ctx = PlanContext(job_id="j1", attempt=1, run_root="/h", job_dir="/j",
+                      supervisor_command=SUPERVISOR, resume_from="/out/checkpoint-40",
                       resume_step=40)
     p = plan("local", extra, ctx=ctx)
-    assert p.program == ["train.py", "--x", "--resume_from_checkpoint", "/out/checkpoint-40", "--at=40"]
+    assert p.program == [
+        "train.py", "--x", "--resume_from_checkpoint", "/out/checkpoint-40", "--at=40"]
     env = dict(p.env)
-    assert env["FSDP_ORCH_RESUME_FROM"] == "/out/checkpoint-40" and env["FSDP_ORCH_RESUME_STEP"] == "40"
+    assert (env["FSDP_ORCH_RESUME_FROM"] == "/out/checkpoint-40"
+            and env["FSDP_ORCH_RESUME_STEP"] == "40")
     assert "--resume_from_checkpoint /out/checkpoint-40" in texts(p)["launch.sh"]
 
 
@@ -135,20 +147,25 @@ def test_a_warm_start_passes_its_checkpoint_until_the_job_has_one_of_its_own() -
     first = plan("local", extra, ctx=PlanContext(attempt=0, **warm))
     assert first.program == ["train.py", "--x", "--model_name_or_path", "/prev/checkpoint-90"]
     env = dict(first.env)
-    assert env["FSDP_ORCH_INIT_FROM"] == "/prev/checkpoint-90" and env["FSDP_ORCH_INIT_OPTIMIZER"] == "0"
-    assert first.checkpoint_dir == "/j/checkpoints/demo-run/j1"  # its own folder: never the previous run's
+    assert (env["FSDP_ORCH_INIT_FROM"] == "/prev/checkpoint-90"
+            and env["FSDP_ORCH_INIT_OPTIMIZER"] == "0")
+    # its own folder: never the previous run's
+    assert first.checkpoint_dir == "/j/checkpoints/demo-run/j1"
     # a restart after the job saved: its own checkpoint wins, the warm start is not passed again
-    later = plan("local", extra, ctx=PlanContext(attempt=1, resume_from="/j/checkpoints/demo-run/j1/checkpoint-5",
-                                                 resume_step=5, **warm))
-    assert later.program == ["train.py", "--x", "--resume_from_checkpoint", "/j/checkpoints/demo-run/j1/checkpoint-5"]
+    later = plan("local", extra,
+                 ctx=PlanContext(attempt=1, resume_from="/j/checkpoints/demo-run/j1/checkpoint-5",
+                                 resume_step=5, **warm))
+    assert later.program == [
+        "train.py", "--x", "--resume_from_checkpoint", "/j/checkpoints/demo-run/j1/checkpoint-5"]
     assert "FSDP_ORCH_INIT_FROM" not in dict(later.env)
-    assert plan("local", extra).checkpoint_dir.endswith("/checkpoints/demo-run")  # a plain submit: as before
+    # a plain submit: as before
+    assert plan("local", extra).checkpoint_dir.endswith("/checkpoints/demo-run")
 
 
 def test_job_id_in_the_checkpoint_dir_and_args_gives_each_run_its_own_folder() -> None:
     extra = 'args: [--output_dir, "out/{job_id}"]\ncheckpoint: {dir: "out/{job_id}"}\n'
-    ctx = PlanContext(job_id="a1b2", attempt=0, run_root="/h", job_dir="/j", supervisor_command=SUPERVISOR,
-                      checkpoint_per_job=True)
+    ctx = PlanContext(job_id="a1b2", attempt=0, run_root="/h", job_dir="/j",
+                      supervisor_command=SUPERVISOR, checkpoint_per_job=True)
     p = plan("local", extra, ctx=ctx)
     assert p.program == ["train.py", "--output_dir", "out/a1b2"]
     assert p.checkpoint_dir.endswith("/out/a1b2")  # a folder the user named is not nested further
@@ -156,14 +173,18 @@ def test_job_id_in_the_checkpoint_dir_and_args_gives_each_run_its_own_folder() -
 
 
 def test_every_kind_exports_the_collective_timeout_and_the_bootstrap_path() -> None:
-    ctx = PlanContext(job_id="j1", attempt=0, run_root="/h", job_dir="/j", supervisor_command=SUPERVISOR, bootstrap_dir="/pkg/boot site")
+    ctx = PlanContext(job_id="j1", attempt=0, run_root="/h", job_dir="/j",
+                      supervisor_command=SUPERVISOR, bootstrap_dir="/pkg/boot site")
     for kind, extra in (("local", ""), ("slurm", ""), ("ssh", ""), ("tpu-vm", "launcher: xla\n")):
         p = plan(kind, extra + "watch: {collective_timeout: 90s}\n", ctx=ctx)
         assert dict(p.env)["FSDP_ORCH_COLLECTIVE_TIMEOUT"] == "90"
         main = [t for name, t in texts(p).items() if name.endswith(".sh") and "NODE_RANK=" in t]
-        # a TPU VM's workers have their own disks: the bootstrap is that of the copy sent with the job
-        site = "/var/tmp/fsdp-orch/runs/j1/lib/fsdp_orch/bootstrap/site" if kind == "tpu-vm" else "'/pkg/boot site'"
-        assert main and all(f"export PYTHONPATH={site}${{PYTHONPATH:+:\"$PYTHONPATH\"}}" in t for t in main), kind
+        # a TPU VM's workers have their own disks: the bootstrap is that of the copy sent with the
+        # job
+        site = ("/var/tmp/fsdp-orch/runs/j1/lib/fsdp_orch/bootstrap/site" if kind == "tpu-vm"
+                else "'/pkg/boot site'")
+        assert (main and all(f"export PYTHONPATH={site}${{PYTHONPATH:+:\"$PYTHONPATH\"}}" in t
+                             for t in main)), kind
 
 
 def test_nccl_flight_recorder_on_gpus_with_the_users_values_winning() -> None:

@@ -12,7 +12,8 @@ def policy(**kw) -> RestartPolicy:
     return RestartPolicy.model_validate(kw)
 
 
-def rec(attempt: int, category: str = "hang", before: int | None = 0, after: int | None = 10) -> FailureRecord:
+def rec(attempt: int, category: str = "hang", before: int | None = 0,
+        after: int | None = 10) -> FailureRecord:
     return FailureRecord(attempt, category, before, after)
 
 
@@ -49,7 +50,8 @@ def test_crash_loop_without_progress_past_the_same_checkpoint_gives_up():
     d = decide(policy(max_restarts=10, crash_loop_attempts=3), stuck, restarts_done=2)
     assert not d.restart and "crash loop" in d.reason and "checkpoint step 40" in d.reason
     progressing = [rec(0, "unknown", 40, 40), rec(1, "unknown", 40, 50), rec(2, "unknown", 50, 50)]
-    assert decide(policy(max_restarts=10, crash_loop_attempts=3), progressing, restarts_done=2).restart
+    assert decide(policy(max_restarts=10, crash_loop_attempts=3), progressing,
+                  restarts_done=2).restart
 
 
 
@@ -64,7 +66,8 @@ def test_saves_of_a_file_of_unknown_step_count_as_progress():
 
 def test_backoff_grows_exponentially_up_to_max_without_jitter():
     p = policy(backoff={"initial": "2s", "max": "20s", "multiplier": 2, "jitter": 0})
-    assert [backoff_delay(p, n, random.Random(0)) for n in range(1, 7)] == [2.0, 4.0, 8.0, 16.0, 20.0, 20.0]
+    assert [backoff_delay(p, n, random.Random(0)) for n in range(1, 7)] == [
+        2.0, 4.0, 8.0, 16.0, 20.0, 20.0]
 
 
 def test_jitter_is_bounded_and_reproducible_with_an_injected_rng():
@@ -79,7 +82,8 @@ def test_jitter_is_bounded_and_reproducible_with_an_injected_rng():
 
 def test_a_lost_host_is_excluded_once_and_only_for_a_lost_node():
     assert hosts_to_exclude("preemption_or_node_lost", ("10.0.0.3:22",), []) == ["10.0.0.3:22"]
-    assert hosts_to_exclude("preemption_or_node_lost", ("a:22", "b:22", "a:22"), ["b:22"]) == ["a:22"]
+    assert hosts_to_exclude("preemption_or_node_lost", ("a:22", "b:22", "a:22"), ["b:22"]) == [
+        "a:22"]
     assert hosts_to_exclude("hang", ("10.0.0.3:22",), []) == []
     assert hosts_to_exclude("preemption_or_node_lost", (), []) == []
 
@@ -87,8 +91,10 @@ def test_a_lost_host_is_excluded_once_and_only_for_a_lost_node():
 def test_no_restart_when_the_next_attempt_has_too_few_hosts():
     history = [rec(0, "preemption_or_node_lost")]
     d = decide(policy(max_restarts=3), history, restarts_done=0,
-               cannot_place="cluster 'ssh' has 1 of its 2 hosts left (10.0.0.3:22 lost); the job needs 2")
-    assert not d.restart and d.reason.startswith("cannot restart: cluster 'ssh' has 1 of its 2 hosts left")
+               cannot_place="cluster 'ssh' has 1 of its 2 hosts left (10.0.0.3:22 lost); "
+                            "the job needs 2")
+    assert (not d.restart
+            and d.reason.startswith("cannot restart: cluster 'ssh' has 1 of its 2 hosts left"))
     assert decide(policy(max_restarts=3), history, restarts_done=0, cannot_place=None).restart
     # A failure the policy does not retry says so first.
     d = decide(policy(retry_on=["hang"]), history, restarts_done=0, cannot_place="too few hosts")

@@ -40,7 +40,8 @@ def test_a_file_of_ours_in_folders_only_we_can_write_is_trusted() -> None:
 def test_another_owner_anywhere_up_to_the_run_root_is_refused_and_named() -> None:
     planted = [("/s/runs/j", OTHER, DIR | 0o700), ("/s/runs", ME, DIR | 0o700)]
     why = trust_problem(planted, ME, names)
-    assert why is not None and "/s/runs/j" in why and "uid 1001 (mallory)" in why and "uid 1000 (me)" in why
+    assert (why is not None and "/s/runs/j" in why and "uid 1001 (mallory)" in why
+            and "uid 1000 (me)" in why)
     above = [("/s/runs/j", ME, DIR | 0o700), ("/s/runs", OTHER, DIR | 0o755)]
     why = trust_problem(above, ME)
     assert why is not None and why.startswith("/s/runs is owned by uid 1001")
@@ -67,7 +68,8 @@ def test_root_verdicts_ok_tighten_or_refuse_with_path_owner_mode_and_fix() -> No
     assert "/h" in why and "0775" in why and "uid 1000 (me)" in why and "chmod 700 /h" in why
     verdict, why = root_verdict(("/h", OTHER, DIR | 0o700), ME, names)
     assert verdict == "refuse" and why is not None
-    assert "/h is owned by uid 1001 (mallory) with mode 0700" in why and "remove it or choose another" in why
+    assert ("/h is owned by uid 1001 (mallory) with mode 0700" in why
+            and "remove it or choose another" in why)
     verdict, why = root_verdict(("/h", ME, FILE | 0o600), ME)
     assert verdict == "refuse" and why is not None and "not a folder" in why
 
@@ -85,7 +87,8 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
 
 
-def test_folders_and_files_made_are_0700_and_0600_whatever_the_umask(tmp_path: Path, umask0: None) -> None:
+def test_folders_and_files_made_are_0700_and_0600_whatever_the_umask(
+        tmp_path: Path, umask0: None) -> None:
     make_private_dirs(str(tmp_path / "a" / "b" / "c"))
     assert [mode(tmp_path / p) for p in ("a", "a/b", "a/b/c")] == [0o700, 0o700, 0o700]
     write_private(str(tmp_path / "a" / "f"), "secret")
@@ -93,7 +96,8 @@ def test_folders_and_files_made_are_0700_and_0600_whatever_the_umask(tmp_path: P
     assert [p.name for p in (tmp_path / "a").iterdir() if p.name.endswith(".tmp")] == []
 
 
-def test_event_files_ledger_artifacts_and_schedule_lock_are_private(tmp_path: Path, umask0: None) -> None:
+def test_event_files_ledger_artifacts_and_schedule_lock_are_private(
+        tmp_path: Path, umask0: None) -> None:
     from fsdp_orch.launch.render import Artifact, write_artifacts
     from fsdp_orch.notify.delivery import Ledger
     from fsdp_orch.record.events import EventWriter
@@ -102,7 +106,8 @@ def test_event_files_ledger_artifacts_and_schedule_lock_are_private(tmp_path: Pa
     writer = EventWriter(tmp_path / "runs" / "j", "cli")
     writer.append("note")
     writer.close()
-    assert mode(tmp_path / "runs") == mode(tmp_path / "runs" / "j") == mode(tmp_path / "runs" / "j" / "events") == 0o700
+    assert (mode(tmp_path / "runs") == mode(tmp_path / "runs" / "j")
+            == mode(tmp_path / "runs" / "j" / "events") == 0o700)
     assert mode(Path(writer.path)) == 0o600
     ledger = Ledger(str(tmp_path / "runs" / "j" / "notify"))
     ledger.add("k", "sent", 1.0, 1)
@@ -110,7 +115,8 @@ def test_event_files_ledger_artifacts_and_schedule_lock_are_private(tmp_path: Pa
     attempt = tmp_path / "runs" / "j" / "attempt-0"
     write_artifacts([Artifact(str(attempt / "launch.sh"), "#!/bin/sh\n", executable=True),
                      Artifact(str(attempt / "job.json"), "{}")])
-    assert (mode(attempt), mode(attempt / "launch.sh"), mode(attempt / "job.json")) == (0o700, 0o700, 0o600)
+    assert (mode(attempt), mode(attempt / "launch.sh"), mode(attempt / "job.json")) == (
+        0o700, 0o700, 0o600)
     book = ScheduleBook(tmp_path / "home")
     with book.lock():
         pass
@@ -118,15 +124,16 @@ def test_event_files_ledger_artifacts_and_schedule_lock_are_private(tmp_path: Pa
     assert mode(tmp_path / "home" / "schedules" / "scheduler.lock") == 0o600
 
 
-def test_a_submission_makes_its_run_root_and_run_folder_private(tmp_path: Path, umask0: None,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_submission_makes_its_run_root_and_run_folder_private(
+        tmp_path: Path, umask0: None, monkeypatch: pytest.MonkeyPatch) -> None:
     from fsdp_orch.control.job_control import record_submission
     from fsdp_orch.control.submit_request import SubmitRequest
     from fsdp_orch.places.private import user_name
     from fsdp_orch.record.index import open_index
 
     (tmp_path / "clusters").mkdir()
-    (tmp_path / "clusters" / "shared.yaml").write_text(f"kind: local\nshared_dir: {tmp_path / 'scratch'}\n")
+    (tmp_path / "clusters" / "shared.yaml").write_text("kind: local\n"
+                                                       f"shared_dir: {tmp_path / 'scratch'}\n")
     (tmp_path / "job.yaml").write_text("name: sleeper\nlauncher: python\ncommand: [sleep, '1']\n")
     monkeypatch.chdir(tmp_path)
     with open_index(str(tmp_path / "home")) as index:
@@ -134,13 +141,15 @@ def test_a_submission_makes_its_run_root_and_run_folder_private(tmp_path: Path, 
     assert submission is not None
     user_root = tmp_path / "scratch" / user_name()
     assert submission.run_dir == user_root / "runs" / job_id
-    for folder in (user_root, user_root / "runs", submission.run_dir, submission.run_dir / "events"):
+    for folder in (
+        user_root, user_root / "runs", submission.run_dir, submission.run_dir / "events"):
         assert mode(folder) == 0o700, folder
     assert mode(submission.run_dir / "submission.json") == 0o600
     assert all(mode(p) == 0o600 for p in (submission.run_dir / "events").iterdir())
 
 
-def test_an_existing_home_of_ours_is_made_0700_and_one_others_can_write_is_refused(tmp_path: Path) -> None:
+def test_an_existing_home_of_ours_is_made_0700_and_one_others_can_write_is_refused(
+        tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     home.chmod(0o755)
@@ -150,7 +159,8 @@ def test_an_existing_home_of_ours_is_made_0700_and_one_others_can_write_is_refus
     with pytest.raises(InputError) as err:
         ensure_private_root(str(home))
     text = str(err.value)
-    assert str(home) in text and "0777" in text and f"uid {os.getuid()}" in text and f"chmod 700 {home}" in text
+    assert (str(home) in text and "0777" in text and f"uid {os.getuid()}" in text
+            and f"chmod 700 {home}" in text)
     assert mode(home) == 0o777  # refused, not changed behind the user's back
 
 
@@ -158,7 +168,8 @@ def test_the_supervisor_is_always_this_fsdp_orch_with_arguments_built_here() -> 
     from fsdp_orch.backends.supervised_here import supervisor_argv
 
     assert supervisor_argv("j1", "/r/runs/j1", True) == [
-        sys.executable, "-m", "fsdp_orch.supervise.supervisor", "j1", "--run-dir", "/r/runs/j1", "--reattach"]
+        sys.executable, "-m", "fsdp_orch.supervise.supervisor", "j1", "--run-dir", "/r/runs/j1",
+        "--reattach"]
 
 
 # --- what is read: real files, another owner (needs root for chown) -----------------------------

@@ -75,7 +75,8 @@ def test_profile_by_path(sandbox: dict[str, Path]) -> None:
     assert (profile.kind, ref.name, ref.origin) == ("local", "mine", "path")
 
 
-def test_clusters_command_shows_origin(sandbox: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_clusters_command_shows_origin(sandbox: dict[str, Path],
+                                       capsys: pytest.CaptureFixture[str]) -> None:
     write(sandbox["cwd"] / "clusters" / "local.yaml", "kind: local\n")
     write(sandbox["home"] / "clusters" / "team.yaml", "kind: slurm\n")
     write(sandbox["home"] / "clusters" / "broken.yaml", "kind: slurm\npartiton: x\n")
@@ -83,7 +84,8 @@ def test_clusters_command_shows_origin(sandbox: dict[str, Path], capsys: pytest.
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert {n: (r["kind"], r["origin"]) for n, r in rows.items()} == {
         "local": ("local", "project"), "team": ("slurm", "home"), "broken": ("?", "home"),
-        "slurm": ("slurm", "built-in"), "ssh": ("ssh", "built-in"), "tpu-vm": ("tpu-vm", "built-in")}
+        "slurm": ("slurm", "built-in"), "ssh": ("ssh", "built-in"),
+        "tpu-vm": ("tpu-vm", "built-in")}
     assert "did you mean 'partition'" in rows["broken"]["description"]
     assert cli.main(["clusters"]) == 0
     table = capsys.readouterr().out.splitlines()
@@ -104,7 +106,8 @@ def test_template_dirs_order(sandbox: dict[str, Path]) -> None:
 def test_project_and_home_templates_override_builtin(sandbox: dict[str, Path]) -> None:
     write(sandbox["home"] / "templates" / "local.sh.j2", "# home template {{ plan.world_size }}\n")
     write(sandbox["home"] / "templates" / "slurm.sbatch.j2", "# home sbatch {{ plan.nnodes }}\n")
-    write(sandbox["cwd"] / "templates" / "local.sh.j2", "# project template {{ plan.job.name | q }}\n")
+    write(sandbox["cwd"] / "templates" / "local.sh.j2",
+          "# project template {{ plan.job.name | q }}\n")
     local = {a.name: a.text for a in plan_job(Path("job.yaml"), "local").artifacts}
     assert local["launch.sh"] == "# project template demo\n"
     slurm = {a.name: a.text for a in plan_job(Path("job.yaml"), "slurm").artifacts}
@@ -204,7 +207,8 @@ def test_profile_kind_missing(tmp_path: Path) -> None:
 
 
 def test_ssh_checks(tmp_path: Path) -> None:
-    assert "expected a host name" in profile_error(tmp_path, "kind: ssh\nhosts: [{address: 'a;b'}]\n").detail
+    assert "expected a host name" in profile_error(tmp_path,
+                                                   "kind: ssh\nhosts: [{address: 'a;b'}]\n").detail
     assert profile_error(tmp_path, "kind: ssh\nhosts: []\n").field == "hosts"
     p = profile(tmp_path, "kind: ssh\nhosts: [{address: a}]\nvenv: /v/\n")
     assert p.python == "/v/bin/python" and p.host_key_policy == "strict"
@@ -213,11 +217,13 @@ def test_ssh_checks(tmp_path: Path) -> None:
 def test_profile_env_keeps_text_and_checks_names(tmp_path: Path) -> None:
     p = profile(tmp_path, "kind: local\nenv: {OMP_NUM_THREADS: 1, V: 3.10}\n")
     assert p.env == {"OMP_NUM_THREADS": "1", "V": "3.10"}
-    assert "not a valid shell name" in profile_error(tmp_path, "kind: local\nenv: {A-B: 1}\n").detail
+    assert ("not a valid shell name"
+            in profile_error(tmp_path, "kind: local\nenv: {A-B: 1}\n").detail)
 
 
 def test_sbatch_extra_names(tmp_path: Path) -> None:
-    assert "not an option name" in profile_error(tmp_path, "kind: slurm\nsbatch_extra: {'--x': 1}\n").detail
+    assert "not an option name" in profile_error(tmp_path,
+                                                 "kind: slurm\nsbatch_extra: {'--x': 1}\n").detail
 
 
 def test_local_python_defaults_to_this_interpreter(tmp_path: Path) -> None:

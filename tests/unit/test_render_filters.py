@@ -66,7 +66,8 @@ def test_sbatch_value_refuses_line_breaks() -> None:
 
 def test_sbatch_path_keeps_percent_literal() -> None:
     assert sbatch_path("/home/me/50% done") == '"/home/me/50%% done"'
-    assert sbatch_reads(f"--output={sbatch_path('/a b/runs')}/slurm-%j.out") == ["--output=/a b/runs/slurm-%j.out"]
+    assert sbatch_reads(f"--output={sbatch_path('/a b/runs')}/slurm-%j.out") == [
+        "--output=/a b/runs/slurm-%j.out"]
 
 
 def bash_echo(expr: str) -> str:
@@ -77,14 +78,15 @@ def bash_echo(expr: str) -> str:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=20))
+@given(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+               max_size=20))
 def test_shell_quote_reads_back_in_bash(value: str) -> None:
     assert bash_echo(shell_quote(value)) == value
 
 
 @pytest.mark.parametrize(("path", "seen"), [
-    ("~", "/home/tester"), ("~/w x", "/home/tester/w x"), ("/a/~/b", "/a/~/b"), ("~user/x", "~user/x"),
-    ("a~b", "a~b"), ("~/$(x)", "/home/tester/$(x)"), ("/plain", "/plain"),
+    ("~", "/home/tester"), ("~/w x", "/home/tester/w x"), ("/a/~/b", "/a/~/b"),
+    ("~user/x", "~user/x"), ("a~b", "a~b"), ("~/$(x)", "/home/tester/$(x)"), ("/plain", "/plain"),
 ])
 def test_path_quote(path: str, seen: str) -> None:
     assert bash_echo(path_quote(path)) == seen

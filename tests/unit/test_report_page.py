@@ -22,11 +22,14 @@ def events() -> list[event_types.Event]:
             event_types.Progress(at=T0 + 3, step=1, loss=4.0, progress_at=T0 + 3),
             event_types.CheckpointCommitted(at=T0 + 8, step=5, path="/ck/step-5"),
             event_types.Progress(at=T0 + 10, step=9, loss=3.0, progress_at=T0 + 10),
-            event_types.FailureDetected(at=T0 + 20, attempt=0, category="hang", action="restart", stalled_for_s=10.0,
-                                  evidence=f"rank 1 </td><img src=http://x/y.png> {NASTY}", hint=NASTY),
+            event_types.FailureDetected(at=T0 + 20, attempt=0, category="hang", action="restart",
+                                        stalled_for_s=10.0,
+                                  evidence=f"rank 1 </td><img src=http://x/y.png> {NASTY}",
+                                        hint=NASTY),
             event_types.AttemptEnded(at=T0 + 21, attempt=0, exit_code=-9),
             event_types.RestartScheduled(at=T0 + 21, delay=1.0),
-            event_types.AttemptStarted(at=T0 + 22, attempt=1, resume_from="/ck/step-5", resume_step=5),
+            event_types.AttemptStarted(at=T0 + 22, attempt=1, resume_from="/ck/step-5",
+                                       resume_step=5),
             event_types.FirstStep(at=T0 + 24, attempt=1, first_step_at=T0 + 24),
             event_types.Progress(at=T0 + 24, step=6, loss=3.5, progress_at=T0 + 24),
             event_types.Progress(at=T0 + 34, step=20, loss=2.0, progress_at=T0 + 34),
@@ -42,9 +45,11 @@ def page() -> tuple[str, dict]:
 
 def test_user_words_are_escaped_and_nothing_is_fetched() -> None:
     html, _ = page()
-    assert "<script" not in html and "<img" not in html and "url(" not in html and "@import" not in html
+    assert ("<script" not in html and "<img" not in html and "url(" not in html
+            and "@import" not in html)
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; &quot;quoted&quot;" in html
-    assert not re.search(r"<[^>]*\s(src|href|srcset)\s*=", html), "no tag refers to anything outside the page"
+    assert not re.search(r"<[^>]*\s(src|href|srcset)\s*=",
+                         html), "no tag refers to anything outside the page"
     assert html.count("class='failure'") == 1 and html.count('class="checkpoint"') == 1
 
 
@@ -60,7 +65,7 @@ def test_the_figures_are_status_jsons() -> None:
 
 
 def test_rendering_the_page_imports_no_torch() -> None:
-    code = ("import sys; import fsdp_orch.cli.main; from tests.unit.test_report_page import page; page(); "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = ("import sys; import fsdp_orch.cli.main; from tests.unit.test_report_page import "
+            "page; page(); assert 'torch' not in sys.modules, 'torch imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -23,7 +23,8 @@ def login(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A project folder with a profile whose runs go to a shared folder; the CLI runs from it."""
     project = tmp_path / "project"
     (project / "clusters").mkdir(parents=True)
-    (project / "clusters" / "shared.yaml").write_text(f"kind: local\nshared_dir: {tmp_path / 'nfs'}\n")
+    (project / "clusters" / "shared.yaml").write_text("kind: local\n"
+                                                      f"shared_dir: {tmp_path / 'nfs'}\n")
     (project / "job.yaml").write_text("name: sleeper\nlauncher: python\ncommand: [sleep, '1']\n")
     monkeypatch.chdir(project)
     return tmp_path
@@ -62,7 +63,8 @@ def test_shared_dir_must_be_absolute_and_a_broken_profile_names_none(tmp_path: P
     relative.write_text("kind: slurm\nshared_dir: relative/runs\n")
     with pytest.raises(InputError) as err:
         parse_profile(relative)
-    assert "shared_dir" in str(err.value) and "absolute" in str(err.value) and str(relative) in str(err.value)
+    assert ("shared_dir" in str(err.value) and "absolute" in str(err.value)
+            and str(relative) in str(err.value))
     broken = tmp_path / "broken.yaml"
     broken.write_text("kind: [unclosed\n")
     assert shared_dir_of(str(broken)) is None

@@ -15,59 +15,61 @@ from fsdp_orch.vocab.errors import InputError
 
 
 def at(text: str) -> float:
-    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp() if "+" not in text \
-        else datetime.fromisoformat(text).timestamp()
+    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp() \
+        if "+" not in text else datetime.fromisoformat(text).timestamp()
 
 
 MINUTELY = "* * * * *"
 
 
 def test_the_tick_just_reached_runs_and_nothing_else():
-    plan = plan_ticks(MINUTELY, "UTC", after=at("2026-11-24T03:00:00"), now=at("2026-11-24T03:01:00.5"),
-                      max_catch_up=1)
+    plan = plan_ticks(MINUTELY, "UTC", after=at("2026-11-24T03:00:00"),
+                      now=at("2026-11-24T03:01:00.5"), max_catch_up=1)
     assert plan.run == (at("2026-11-24T03:01:00"),)
     assert plan.missed == 0
 
 
 def test_nothing_is_due_before_the_next_tick():
-    plan = plan_ticks(MINUTELY, "UTC", after=at("2026-11-24T03:01:00"), now=at("2026-11-24T03:01:59"),
-                      max_catch_up=1)
+    plan = plan_ticks(MINUTELY, "UTC", after=at("2026-11-24T03:01:00"),
+                      now=at("2026-11-24T03:01:59"), max_catch_up=1)
     assert plan.run == () and plan.missed == 0
 
 
 def test_a_tick_exactly_now_is_due():
-    plan = plan_ticks(MINUTELY, "UTC", after=at("2026-11-24T03:00:30"), now=at("2026-11-24T03:01:00"),
-                      max_catch_up=1)
+    plan = plan_ticks(MINUTELY, "UTC", after=at("2026-11-24T03:00:30"),
+                      now=at("2026-11-24T03:01:00"), max_catch_up=1)
     assert plan.run == (at("2026-11-24T03:01:00"),)
 
 
 def test_after_a_long_downtime_one_catch_up_runs_and_the_rest_are_missed():
     # down from 03:00 to 05:00:30: 120 ticks due; 05:00 is on time, 04:59 is the one catch-up
-    plan = plan_ticks(MINUTELY, "UTC", after=at("2026-11-24T03:00:00"), now=at("2026-11-24T05:00:30"),
-                      max_catch_up=1)
+    plan = plan_ticks(MINUTELY, "UTC", after=at("2026-11-24T03:00:00"),
+                      now=at("2026-11-24T05:00:30"), max_catch_up=1)
     assert plan.run == (at("2026-11-24T04:59:00"), at("2026-11-24T05:00:00"))
     assert plan.missed == 118
-    assert (plan.missed_first, plan.missed_last) == (at("2026-11-24T03:01:00"), at("2026-11-24T04:58:00"))
+    assert (plan.missed_first, plan.missed_last) == (
+        at("2026-11-24T03:01:00"), at("2026-11-24T04:58:00"))
     assert plan.last_handled == at("2026-11-24T05:00:00")
 
 
 def test_a_nightly_schedule_down_for_days_runs_only_the_last_missed_night():
-    plan = plan_ticks("0 3 * * *", "UTC", after=at("2026-11-20T03:00:00"), now=at("2026-11-24T12:00:00"),
-                      max_catch_up=1)
+    plan = plan_ticks("0 3 * * *", "UTC", after=at("2026-11-20T03:00:00"),
+                      now=at("2026-11-24T12:00:00"), max_catch_up=1)
     assert plan.run == (at("2026-11-24T03:00:00"),)  # nine hours late: a catch-up, not on time
     assert plan.missed == 3 and plan.missed_last == at("2026-11-23T03:00:00")
 
 
 def test_no_catch_up_when_it_is_zero():
-    plan = plan_ticks("0 3 * * *", "UTC", after=at("2026-11-20T03:00:00"), now=at("2026-11-24T12:00:00"),
-                      max_catch_up=0)
+    plan = plan_ticks("0 3 * * *", "UTC", after=at("2026-11-20T03:00:00"),
+                      now=at("2026-11-24T12:00:00"), max_catch_up=0)
     assert plan.run == () and plan.missed == 4 and plan.last_handled == at("2026-11-24T03:00:00")
 
 
 def test_more_catch_up_when_configured():
-    plan = plan_ticks("0 3 * * *", "UTC", after=at("2026-11-20T03:00:00"), now=at("2026-11-24T12:00:00"),
-                      max_catch_up=3)
-    assert plan.run == (at("2026-11-22T03:00:00"), at("2026-11-23T03:00:00"), at("2026-11-24T03:00:00"))
+    plan = plan_ticks("0 3 * * *", "UTC", after=at("2026-11-20T03:00:00"),
+                      now=at("2026-11-24T12:00:00"), max_catch_up=3)
+    assert plan.run == (
+        at("2026-11-22T03:00:00"), at("2026-11-23T03:00:00"), at("2026-11-24T03:00:00"))
     assert plan.missed == 1
 
 
@@ -81,7 +83,8 @@ def test_the_hours_are_the_time_zones():
 
 
 def test_the_idempotency_key_is_the_schedule_and_the_instant():
-    assert tick_key("nightly", utc_iso(at("2026-11-24T03:00:00"))) == "schedule:nightly@2026-11-24T03:00:00Z"
+    assert tick_key("nightly", utc_iso(at("2026-11-24T03:00:00"))) == (
+        "schedule:nightly@2026-11-24T03:00:00Z")
 
 
 @pytest.mark.parametrize(("concurrency", "active", "submit", "cancel"), [
@@ -162,13 +165,15 @@ def test_a_file_written_before_the_model_still_reads():
     assert schedule.to_json() == text
 
 
-@pytest.mark.parametrize("cron", ["0 3 31 2 *", "0 3 30 2 *", "0 3 31 4,6,9,11 *", "*/5 * 30,31 2 *"])
+@pytest.mark.parametrize("cron",
+                         ["0 3 31 2 *", "0 3 30 2 *", "0 3 31 4,6,9,11 *", "*/5 * 30,31 2 *"])
 def test_a_cron_that_never_fires_is_refused_by_its_next_tick(cron):
     """Valid fields, but no date matches: croniter's search for the next tick fails, and an `add`
     that let it in made every later `schedule list` and `scheduler run` crash."""
     with pytest.raises(InputError) as err:
         parse_schedule({**NIGHTLY, "cron": cron}, labels={"cron": "--cron"})
-    assert err.value.field == "--cron" and "never fires" in str(err.value) and repr(cron) in str(err.value)
+    assert (err.value.field == "--cron" and "never fires" in str(err.value)
+            and repr(cron) in str(err.value))
 
 
 @pytest.mark.parametrize("cron", ["0 3 29 2 *", "0 3 30 2 1", "0 3 31 * *", "59 23 31 12 *"])
@@ -178,8 +183,9 @@ def test_a_rare_cron_that_does_fire_is_kept(cron):
     assert first_fire(cron, datetime(2026, 3, 1, tzinfo=timezone.utc)) is not None
 
 
-@pytest.mark.parametrize("name", ["", ".", "..", "../x", "a/b", "/abs", ".hidden", "-dash", "a b", "a\nb",
-                                  "a" * 65, "é"])
+@pytest.mark.parametrize("name",
+                         ["", ".", "..", "../x", "a/b", "/abs", ".hidden", "-dash", "a b", "a\nb",
+                          "a" * 65, "é"])
 def test_a_schedule_name_is_one_safe_path_part(name):
     with pytest.raises(InputError) as err:
         check_schedule_name(name)
@@ -219,12 +225,14 @@ def test_a_broken_schedule_is_skipped_with_one_warning_naming_its_file(book, tex
     assert [s.name for s in book.all()] == ["ok1"]
     assert [s.name for s in book.all()] == ["ok1"]  # the scheduler's passes: warned once
     [warning] = book.warnings
-    assert warning.startswith("skipping schedule bad: ") and str(path) in warning and "\n" not in warning
+    assert (warning.startswith("skipping schedule bad: ") and str(path) in warning
+            and "\n" not in warning)
     book.remove("bad")  # what one wants done with it, and it works
     assert not (book.root / "bad").exists() and [s.name for s in book.all()] == ["ok1"]
 
 
-@pytest.mark.parametrize("text", ["{broken", "[]", '{"last_tick": "soon"}', '{"runs": [{"tick": 1}]}'])
+@pytest.mark.parametrize("text",
+                         ["{broken", "[]", '{"last_tick": "soon"}', '{"runs": [{"tick": 1}]}'])
 def test_a_broken_state_file_skips_its_schedule_only(book, text):
     book.add(parse_schedule({**NIGHTLY, "name": "two"}))
     path = plant(book, "two", text, "state.json")
@@ -238,9 +246,11 @@ def test_every_schedule_command_checks_the_name_before_any_path(book, tmp_path):
     outside.mkdir()
     (outside / "schedule.json").write_text(json.dumps({**NIGHTLY, "name": "outside"}))
     for call in (lambda n: book.get(n), lambda n: book.remove(n), lambda n: book.events(n),
-                 lambda n: book.state(n), lambda n: book.save(parse_schedule({**NIGHTLY}).model_copy(
+                 lambda n: book.state(n),
+                 lambda n: book.save(parse_schedule({**NIGHTLY}).model_copy(
                      update={"name": n}))):
         with pytest.raises(InputError) as err:
             call("../outside")
         assert err.value.field == "NAME"
-    assert (outside / "schedule.json").exists() and sorted(p.name for p in outside.iterdir()) == ["schedule.json"]
+    assert ((outside / "schedule.json").exists()
+            and sorted(p.name for p in outside.iterdir()) == ["schedule.json"])

@@ -36,7 +36,8 @@ def test_from_env_reads_the_submitting_environment_and_names_the_field_when_unse
     assert raised.value.field == "env.HF_TOKEN" and "MY_HF" in str(raised.value)
 
 
-def test_from_file_wants_a_private_file_of_ones_own_and_drops_the_last_line_break(tmp_path: Path) -> None:
+def test_from_file_wants_a_private_file_of_ones_own_and_drops_the_last_line_break(
+        tmp_path: Path) -> None:
     secret = tmp_path / "token"
     secret.write_text("Bearer abc123\n")
     secret.chmod(0o600)
@@ -55,34 +56,39 @@ def test_a_header_read_from_a_file_may_not_split_the_request(tmp_path: Path) -> 
     secret = tmp_path / "token"
     secret.write_text("Bearer abc\r\nX-Evil: 1\n")
     secret.chmod(0o600)
-    job = load_job_text(JOB + "notify:\n  - url: http://h/x\n    headers: {Authorization: {from_file: token}}\n")
+    job = load_job_text(JOB + "notify:\n  - url: http://h/x\n"
+                              "    headers: {Authorization: {from_file: token}}\n")
     profile = type("P", (), {"env": {}, "notify": []})()
     with pytest.raises(InputError) as raised:
         resolve_submission(profile, job, {}, str(tmp_path / "job.yaml"), "/p.yaml")
-    assert raised.value.field == "notify.0.headers.Authorization" and "carriage return" in str(raised.value)
+    assert (raised.value.field == "notify.0.headers.Authorization"
+            and "carriage return" in str(raised.value))
     assert raised.value.file == str(tmp_path / "job.yaml")
 
 
 def test_the_profile_reference_is_named_in_the_profile_file() -> None:
     job = load_job_text(JOB)
-    profile = type("P", (), {"env": {"HF_TOKEN": SecretRef(from_env="NOT_SET_HERE")}, "notify": []})()
+    profile = type("P", (),
+                   {"env": {"HF_TOKEN": SecretRef(from_env="NOT_SET_HERE")}, "notify": []})()
     with pytest.raises(InputError) as raised:
         resolve_submission(profile, job, {}, "/j/job.yaml", "/c/mine.yaml")
     assert raised.value.file == "/c/mine.yaml" and raised.value.field == "env.HF_TOKEN"
 
 
 def test_what_is_shown_of_a_spec() -> None:
-    doc = {"env": {"HF_TOKEN": {"from_env": "MY_HF"}, "WANDB_API_KEY": "wb-123", "db_password": "pw",
-                   "WANDB_PROJECT": "p"},
+    doc = {"env": {"HF_TOKEN": {"from_env": "MY_HF"}, "WANDB_API_KEY": "wb-123",
+                   "db_password": "pw", "WANDB_PROJECT": "p"},
            "notify": [{"url": "u", "headers": {"Authorization": "Bearer x", "X-Team": "ml",
                                                "X-Api-Token": {"from_file": "/t"}}}]}
     shown = shown_spec(doc)
-    assert shown["env"] == {"HF_TOKEN": {"from_env": "MY_HF"}, "WANDB_API_KEY": MASK, "db_password": MASK,
-                            "WANDB_PROJECT": "p"}
+    assert shown["env"] == {
+        "HF_TOKEN": {"from_env": "MY_HF"}, "WANDB_API_KEY": MASK, "db_password": MASK,
+        "WANDB_PROJECT": "p"}
     assert shown["notify"][0]["headers"] == {"Authorization": MASK, "X-Team": "ml",
                                              "X-Api-Token": {"from_file": "/t"}}
     event = {"kind": "submitted", "spec_json": json.dumps(doc)}
-    assert "wb-123" not in json.dumps(shown_event(event)) and "Bearer x" not in json.dumps(shown_event(event))
+    assert ("wb-123" not in json.dumps(shown_event(event))
+            and "Bearer x" not in json.dumps(shown_event(event)))
     assert shown_event({"kind": "submitted", "spec_json": "not json wb-123"})["spec_json"] == MASK
 
 
@@ -98,7 +104,8 @@ def test_render_shows_where_a_value_comes_from_never_a_value(tmp_path: Path) -> 
     profile_file = tmp_path / "local.yaml"
     profile_file.write_text("kind: local\npython: /py\n")
     job = load_job_text(JOB + "env:\n  HF_TOKEN: {from_env: MY_HF}\n  WANDB_API_KEY: wb-plain-123\n"
-                        "notify:\n  - url: http://h/x\n    headers: {Authorization: Bearer plain-456}\n")
+                        "notify:\n  - url: http://h/x\n"
+                        "    headers: {Authorization: Bearer plain-456}\n")
     plan = plan_on(job, parse_profile(profile_file), "local",
                    PlanContext(job_id="j", attempt=0, run_root="/h", job_dir="/j"))
     assert ("WANDB_API_KEY", "wb-plain-123") in plan.env  # what the private launch script exports
@@ -107,7 +114,8 @@ def test_render_shows_where_a_value_comes_from_never_a_value(tmp_path: Path) -> 
     assert "from_env MY_HF" in text and "export WANDB_API_KEY='***'" in text
 
 
-def test_values_cross_the_ssh_channel_as_shell_lines_a_shell_reads_back(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_values_cross_the_ssh_channel_as_shell_lines_a_shell_reads_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from fsdp_orch.backends.over_ssh.launcher import handed_values
 
     value = "it's $HOME `id` \"quoted\"\\n"
@@ -119,17 +127,20 @@ def test_values_cross_the_ssh_channel_as_shell_lines_a_shell_reads_back(monkeypa
     assert out.decode() == value
 
 
-def test_the_notifier_fills_in_kept_header_values_and_leaves_out_a_hook_whose_value_is_gone() -> None:
+def test_the_notifier_fills_in_kept_header_values_and_leaves_out_a_hook_whose_value_is_gone(
+) -> None:
     from fsdp_orch.notify.process import with_header_values
 
-    hooks = [Webhook(url="http://h/a", headers={"Authorization": SecretRef(from_file="/t"), "X": "1"}),
+    hooks = [Webhook(url="http://h/a",
+                     headers={"Authorization": SecretRef(from_file="/t"), "X": "1"}),
              Webhook(url="http://h/b", headers={"Authorization": SecretRef(from_env="GONE")})]
     ready, missing = with_header_values(hooks, {"0": {"Authorization": "Bearer kept"}})
     assert [h.headers for h in ready] == [{"Authorization": "Bearer kept", "X": "1"}]
     assert missing == [(1, "Authorization")]
 
 
-def test_kept_values_are_private_and_forgotten(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kept_values_are_private_and_forgotten(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from fsdp_orch.places import secrets
 
     monkeypatch.setenv("FSDP_ORCH_HOME", str(tmp_path / "home"))
@@ -145,8 +156,8 @@ def test_kept_values_are_private_and_forgotten(tmp_path: Path, monkeypatch: pyte
     assert not path.exists() and secrets.held("j1") == []
 
 
-def test_doctor_says_what_is_kept_and_fails_when_others_could_read_it(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_doctor_says_what_is_kept_and_fails_when_others_could_read_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from fsdp_orch.cli.doctor import secret_checks
     from fsdp_orch.places import secrets
 

@@ -18,13 +18,15 @@ def test_every_longest_file_exists_so_a_rename_does_not_drop_it_to_the_end() -> 
 
 
 def test_services_first_then_the_longest_files_longest_first_then_the_rest_as_collected() -> None:
-    collected = ["tests/unit/test_a.py::t1", "tests/xla/test_xla_fsdp.py::x", "tests/ssh/test_h.py::s",
+    collected = ["tests/unit/test_a.py::t1", "tests/xla/test_xla_fsdp.py::x",
+                 "tests/ssh/test_h.py::s",
                  "tests/integration/test_unchanged_scripts.py::u", "tests/unit/test_b.py::t2",
                  "tests/slurm/test_c.py::c", "tests/integration/test_supervisor_faults.py::f"]
     items = [SimpleNamespace(nodeid=n) for n in collected]
     pytest_collection_modifyitems(items)  # type: ignore[arg-type]
     assert [i.nodeid for i in items] == [
-        "tests/slurm/test_c.py::c", "tests/ssh/test_h.py::s", "tests/integration/test_unchanged_scripts.py::u",
+        "tests/slurm/test_c.py::c", "tests/ssh/test_h.py::s",
+        "tests/integration/test_unchanged_scripts.py::u",
         "tests/integration/test_supervisor_faults.py::f", "tests/xla/test_xla_fsdp.py::x",
         "tests/unit/test_a.py::t1", "tests/unit/test_b.py::t2"]
 

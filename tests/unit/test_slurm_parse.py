@@ -1,4 +1,5 @@
-"""SLURM output parsing against output captured from the real test cluster (tests/fixtures/slurm)."""
+"""SLURM output parsing against output captured from the real test cluster
+(tests/fixtures/slurm)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ def by_name(text: str) -> dict:
 def test_every_ended_state_maps_to_ours():
     jobs = by_name((FIXTURES / "sacct-backend.txt").read_text())
     expected = {
-        "fx-completed": JobState.SUCCEEDED, "fx-failed": JobState.FAILED, "fx-killed": JobState.FAILED,
+        "fx-completed": JobState.SUCCEEDED, "fx-failed": JobState.FAILED,
+        "fx-killed": JobState.FAILED,
         "fx-step-failed": JobState.SUCCEEDED, "fx-cancelled": JobState.CANCELLED,
-        "fx-timeout": JobState.FAILED, "fx-pending": JobState.CANCELLED, "fx-requeued": JobState.CANCELLED,
+        "fx-timeout": JobState.FAILED, "fx-pending": JobState.CANCELLED,
+        "fx-requeued": JobState.CANCELLED,
         "fx-urgent": JobState.SUCCEEDED, "fx-preempted": JobState.CANCELLED,
     }
     assert {name: job.mapped_state for name, job in jobs.items()} == expected
@@ -49,7 +52,8 @@ def test_preempted_and_requeued_runs_keep_the_latest_record():
 
 
 def test_a_reused_slurm_id_is_recognised_by_its_name():
-    line = "77|someone-elses-job|RUNNING|0:0|2026-11-21T13:26:12|2026-11-21T13:26:14|Unknown|node1\n"
+    line = ("77|someone-elses-job|RUNNING|0:0|2026-11-21T13:26:12|2026-11-21T13:26:14|Unknown|"
+            "node1\n")
     [job] = parse_sacct(line)
     assert job.ours is None
     [ours] = parse_sacct(line.replace("someone-elses-job", "fsdp-orch-0123456789ab"))
@@ -62,7 +66,8 @@ def test_garbage_lines_are_skipped_not_fatal():
 
 def test_the_batch_script_carries_the_profile_and_runs_the_supervisor(tmp_path):
     """What sbatch is given: every scheduler option from the profile, the job name the status
-    refresh recognises, the signal before the time limit sent to the batch shell, and the supervisor."""
+    refresh recognises, the signal before the time limit sent to the batch shell, and the
+    supervisor."""
     from planning import SUPERVISOR, plan_on, render
 
     from fsdp_orch.backends.slurm.kind import SlurmProfile
@@ -70,21 +75,22 @@ def test_the_batch_script_carries_the_profile_and_runs_the_supervisor(tmp_path):
     from fsdp_orch.launch.plan import PlanContext
 
     profile = SlurmProfile.model_validate({
-        "kind": "slurm", "partition": "gpu", "account": "ml", "time": "02:00:00", "gpus_per_node": 4,
-        "cpus_per_task": 16, "setup": ["module load cuda"], "sbatch_extra": {"exclusive": True,
-                                                                              "mail-type": "END"}})
+        "kind": "slurm", "partition": "gpu", "account": "ml", "time": "02:00:00",
+        "gpus_per_node": 4, "cpus_per_task": 16, "setup": ["module load cuda"],
+        "sbatch_extra": {"exclusive": True, "mail-type": "END"}})
     job = JobSpec.model_validate({"name": "x y", "script": "train.py", "nodes": 3})
     ctx = PlanContext(job_id="abc", attempt=0, run_root=str(tmp_path), job_dir=str(tmp_path),
                       supervisor_command=SUPERVISOR)
     artifacts = {a.path: a.text for a in render(plan_on(job, profile, "slurm", ctx))}
     batch = artifacts[f"{tmp_path}/runs/abc/sbatch.sh"]
-    for line in ("#SBATCH --job-name=fsdp-orch-abc", "#SBATCH --nodes=3", "#SBATCH --ntasks-per-node=1",
-                 "#SBATCH --time=02:00:00", "#SBATCH --gpus-per-node=4", "#SBATCH --cpus-per-task=16",
-                 "#SBATCH --partition=gpu", "#SBATCH --account=ml", "#SBATCH --exclusive",
-                 "#SBATCH --mail-type=END", "#SBATCH --signal=B:USR2@120", "module load cuda",
-                 f"#SBATCH --chdir={tmp_path}/runs/abc",
-                 f"exec python3 -m fsdp_orch.supervise.supervisor abc --run-dir {tmp_path}/runs/abc "
-                 "--in-allocation"):
+    for line in (
+        "#SBATCH --job-name=fsdp-orch-abc", "#SBATCH --nodes=3", "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --time=02:00:00", "#SBATCH --gpus-per-node=4", "#SBATCH --cpus-per-task=16",
+        "#SBATCH --partition=gpu", "#SBATCH --account=ml", "#SBATCH --exclusive",
+        "#SBATCH --mail-type=END", "#SBATCH --signal=B:USR2@120", "module load cuda",
+        f"#SBATCH --chdir={tmp_path}/runs/abc",
+        f"exec python3 -m fsdp_orch.supervise.supervisor abc --run-dir {tmp_path}/runs/abc "
+        "--in-allocation"):
         assert line in batch.splitlines(), line
     assert f"{tmp_path}/runs/abc/attempt-0/node.sh" in artifacts
 
@@ -96,16 +102,17 @@ def test_render_shows_the_batch_script_sbatch_is_given(tmp_path):
     repo = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-m", "fsdp_orch", "render", "--cluster", "slurm",
                           str(repo / "examples" / "demo" / "job.yaml"), "--set", "nodes=2",
-                          "--job-id", "abc123"], capture_output=True, text=True, check=True, cwd=repo,
-                         env={**os.environ, "FSDP_ORCH_HOME": str(tmp_path)}).stdout
+                          "--job-id", "abc123"], capture_output=True, text=True, check=True,
+                         cwd=repo, env={**os.environ, "FSDP_ORCH_HOME": str(tmp_path)}).stdout
     header = f"==> {tmp_path}/runs/abc123/sbatch.sh <=="
     assert header in out
     batch = out.split(header, 1)[1].split("==> ", 1)[0]
     assert "#SBATCH --job-name=fsdp-orch-abc123" in batch and "#SBATCH --nodes=2" in batch
     assert "#SBATCH --ntasks-per-node=1" in batch and "#SBATCH --signal=B:USR2@120" in batch
-    assert (f"exec {sys.executable} -m fsdp_orch.supervise.supervisor abc123 --run-dir {tmp_path}/runs/abc123 "
-            "--in-allocation") in batch
-    assert f"==> {tmp_path}/runs/abc123/attempt-0/node.sh <==" in out  # run once per node, per attempt
+    assert (f"exec {sys.executable} -m fsdp_orch.supervise.supervisor abc123 --run-dir "
+            f"{tmp_path}/runs/abc123 --in-allocation") in batch
+    # run once per node, per attempt
+    assert f"==> {tmp_path}/runs/abc123/attempt-0/node.sh <==" in out
 
 
 def test_a_profile_with_a_shared_dir_puts_the_run_folder_there_not_in_the_private_home(tmp_path):
@@ -115,7 +122,8 @@ def test_a_profile_with_a_shared_dir_puts_the_run_folder_there_not_in_the_privat
     repo = Path(__file__).resolve().parents[2]
     profile = tmp_path / "clusters" / "hpc.yaml"
     profile.parent.mkdir()
-    profile.write_text((repo / "clusters" / "slurm.yaml").read_text() + "shared_dir: /lustre/me/fsdp-orch\n")
+    profile.write_text((repo / "clusters" / "slurm.yaml").read_text()
+                       + "shared_dir: /lustre/me/fsdp-orch\n")
     out = subprocess.run([sys.executable, "-m", "fsdp_orch", "render", "--cluster", "hpc",
                           str(repo / "examples" / "demo" / "job.yaml"), "--job-id", "abc123"],
                          capture_output=True, text=True, check=True, cwd=tmp_path,
@@ -151,15 +159,20 @@ def test_a_node_failure_is_recorded_and_resubmitted_while_the_budget_allows(tmp_
     resubmitted = []
 
     def lost(ids):
-        return {"41": SlurmJob("41", f"fsdp-orch-{job_id}", "NODE_FAIL", "0:0", "", "", "", "node2")}
+        return {"41": SlurmJob("41", f"fsdp-orch-{job_id}", "NODE_FAIL", "0:0", "", "", "",
+                               "node2")}
 
-    refresh(index, store.active_jobs(), query_fn=lost, resubmit_fn=lambda st, sub: resubmitted.append(sub.job_id))
+    refresh(index, store.active_jobs(), query_fn=lost,
+            resubmit_fn=lambda st, sub: resubmitted.append(sub.job_id))
     status = json.loads(store.status_json(job_id))
     assert resubmitted == [job_id] and status["state"] == "RESTARTING"
-    assert [(f["category"], f["action"]) for f in status["failures"]] == [("preemption_or_node_lost", "resubmit")]
+    assert [(f["category"], f["action"]) for f in status["failures"]] == [
+        ("preemption_or_node_lost", "resubmit")]
 
-    index.journal(job_id).start_attempt(1, resume_from=None)  # the resubmitted job ran, and lost a node again
-    refresh(index, store.active_jobs(), query_fn=lost, resubmit_fn=lambda st, sub: resubmitted.append(sub.job_id))
+    # the resubmitted job ran, and lost a node again
+    index.journal(job_id).start_attempt(1, resume_from=None)
+    refresh(index, store.active_jobs(), query_fn=lost,
+            resubmit_fn=lambda st, sub: resubmitted.append(sub.job_id))
     status = json.loads(store.status_json(job_id))
     assert resubmitted == [job_id] and status["state"] == "FAILED"
     assert status["failures"][-1]["action"] == "give_up" and "NODE_FAIL" in status["reason"]

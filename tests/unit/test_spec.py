@@ -1,4 +1,5 @@
-"""The job spec: defaults, accepted spellings, literal strings, --set, and what loading keeps intact."""
+"""The job spec: defaults, accepted spellings, literal strings, --set, and what loading keeps
+intact."""
 
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ def test_bad_sharding_strategy(bad: str) -> None:
 
 def test_fsdp_prefix_is_accepted() -> None:
     job = spec("fsdp:\n  fsdp_sharding_strategy: 2\n  fsdp_offload_params: true\n"
-               "  fsdp_backward_prefetch_policy: BACKWARD_POST\n  fsdp_transformer_layer_cls_to_wrap: A, B\n")
+               "  fsdp_backward_prefetch_policy: BACKWARD_POST\n"
+               "  fsdp_transformer_layer_cls_to_wrap: A, B\n")
     assert job.fsdp.sharding_strategy == "SHARD_GRAD_OP"
     assert job.fsdp.offload_params is True
     assert job.fsdp.backward_prefetch == "BACKWARD_POST"
@@ -78,7 +80,8 @@ def test_fsdp_key_given_twice() -> None:
 
 
 @pytest.mark.parametrize(("written", "value"), [
-    ("no", "no"), ("'no'", "no"), ("false", "no"), ("null", "no"), ("bf16", "bf16"), ("FP16", "fp16"),
+    ("no", "no"), ("'no'", "no"), ("false", "no"), ("null", "no"), ("bf16", "bf16"),
+    ("FP16", "fp16"),
 ])
 def test_mixed_precision(written: str, value: str) -> None:
     assert spec(f"fsdp: {{mixed_precision: {written}}}\n").fsdp.mixed_precision == value
@@ -115,7 +118,8 @@ def test_nul_bytes_are_refused(extra: str) -> None:
 
 
 def test_non_json_settings_are_refused() -> None:
-    assert error("fsdp: {xla_fsdp_settings: {a: !!binary /w==}}\n").field == "fsdp.xla_fsdp_settings"
+    assert (error("fsdp: {xla_fsdp_settings: {a: !!binary /w==}}\n").field
+            == "fsdp.xla_fsdp_settings")
 
 
 @pytest.mark.parametrize("name", ["1BAD", "A-B", "A B", "", "É"])
@@ -190,8 +194,8 @@ def test_odd_keys_keep_messages_on_one_line() -> None:
 
 
 def test_resume_args_placeholders_are_checked() -> None:
-    assert spec('checkpoint: {resume_args: ["--resume", "{checkpoint}", "{step}"]}\n').checkpoint.resume_args == [
-        "--resume", "{checkpoint}", "{step}"]
+    assert spec('checkpoint: {resume_args: ["--resume", "{checkpoint}", "{step}"]}\n'
+                ).checkpoint.resume_args == ["--resume", "{checkpoint}", "{step}"]
     exc = error('checkpoint: {resume_args: ["--resume", "{ckpt}"]}\n')
     assert exc.field == "checkpoint.resume_args.1" or "resume_args" in str(exc)
     assert "{ckpt}" in str(exc) and "{checkpoint}" in str(exc)
@@ -215,10 +219,12 @@ def test_nodes_is_a_count_or_an_elastic_range(written: str, low: int, high: int)
 
 
 @pytest.mark.parametrize(("written", "expected"), [
-    ("3-1", "1 <= MIN <= MAX"), ("0-2", "1 <= MIN <= MAX"), ("'1-'", "a node count (2) or an elastic range"),
-    ("a-b", "a node count (2) or an elastic range"), ("two", "a node count (2) or an elastic range"),
-    ("0", "greater than 0")])
-def test_a_bad_node_range_names_the_field_and_what_was_expected(written: str, expected: str) -> None:
+    ("3-1", "1 <= MIN <= MAX"), ("0-2", "1 <= MIN <= MAX"),
+    ("'1-'", "a node count (2) or an elastic range"),
+    ("a-b", "a node count (2) or an elastic range"),
+    ("two", "a node count (2) or an elastic range"), ("0", "greater than 0")])
+def test_a_bad_node_range_names_the_field_and_what_was_expected(written: str,
+                                                                expected: str) -> None:
     exc = error(f"nodes: {written}\n")
     assert exc.field == "nodes" and exc.line == 3 and expected in str(exc), str(exc)
 
@@ -230,7 +236,8 @@ def test_set_nodes_takes_a_range_and_its_errors_name_the_set(tmp_path: Path) -> 
     assert (job.min_nodes, job.nodes) == (1, 2)
     with pytest.raises(InputError) as info:
         load_job(path, ["nodes=2-1"])
-    assert (info.value.file, info.value.field) == ("--set", "nodes") and "MIN <= MAX" in str(info.value)
+    assert ((info.value.file, info.value.field) == ("--set", "nodes")
+            and "MIN <= MAX" in str(info.value))
 
 
 CONTROLS = [chr(c) for c in range(0x20)] + ["\x7f"]

@@ -13,7 +13,8 @@ from pathlib import Path
 from fsdp_orch.backends.over_ssh.attempt import exit_file, start_command, stop_command
 
 
-def test_a_node_script_starts_detached_in_its_own_session_and_records_its_exit(tmp_path: Path) -> None:
+def test_a_node_script_starts_detached_in_its_own_session_and_records_its_exit(
+        tmp_path: Path) -> None:
     attempt_dir = tmp_path / "run $(touch PWNED) 'q'" / "attempt-0"
     attempt_dir.mkdir(parents=True)
     (attempt_dir / "node-1.sh").write_text("echo from node 1; sleep 2; exit 3\n")
@@ -21,9 +22,11 @@ def test_a_node_script_starts_detached_in_its_own_session_and_records_its_exit(t
                          capture_output=True, text=True, timeout=30)
     pid = int(out.stdout.strip())
     deadline = time.monotonic() + 10
-    while os.getsid(pid) != pid and time.monotonic() < deadline:  # `setsid` runs just after the echo
+    # `setsid` runs just after the echo
+    while os.getsid(pid) != pid and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert os.getsid(pid) == pid  # its own session: the whole tree can be stopped, SSH's end does not
+    # its own session: the whole tree can be stopped, SSH's end does not
+    assert os.getsid(pid) == pid
     while not Path(exit_file(str(attempt_dir), 1)).exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert Path(exit_file(str(attempt_dir), 1)).read_text().strip() == "3"
@@ -39,11 +42,12 @@ def test_the_stop_sweep_ends_every_process_of_the_job_and_attempt(tmp_path: Path
     worker = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
     other_attempt = subprocess.Popen(["sleep", "60"], env={**env, "FSDP_ORCH_ATTEMPT": "1"})
     try:
-        subprocess.run(["bash", "-c", stop_command(sys.executable, "job'x", 2, None, 1.0)], check=True, timeout=60)
+        subprocess.run(["bash", "-c", stop_command(sys.executable, "job'x", 2, None, 1.0)],
+                       check=True, timeout=60)
         assert worker.wait(timeout=10) is not None
         assert other_attempt.poll() is None  # another attempt's process is not this sweep's
-        subprocess.run(["bash", "-c", stop_command(sys.executable, "job'x", None, None, 1.0)], check=True,
-                       timeout=60)
+        subprocess.run(["bash", "-c", stop_command(sys.executable, "job'x", None, None, 1.0)],
+                       check=True, timeout=60)
         assert other_attempt.wait(timeout=10) is not None  # no attempt given: the whole job
     finally:
         for proc in (worker, other_attempt):

@@ -63,8 +63,10 @@ def test_parse_pyspy_dump_of_a_sleeping_script():
     main, prefetcher = pyspy("pyspy-sleep.txt")
     assert (main.id, main.name, main.active, main.gil) == (3489, "MainThread", False, False)
     assert main.frames == (
-        Frame("load_batch", "/tmp/stackdemo/train.py", 11), Frame("train", "/tmp/stackdemo/train.py", 17),
-        Frame("main", "/tmp/stackdemo/train.py", 32), Frame("<module>", "/tmp/stackdemo/train.py", 36))
+        Frame("load_batch", "/tmp/stackdemo/train.py", 11),
+        Frame("train", "/tmp/stackdemo/train.py", 17),
+        Frame("main", "/tmp/stackdemo/train.py", 32),
+        Frame("<module>", "/tmp/stackdemo/train.py", 36))
     assert (prefetcher.id, prefetcher.name) == (3490, "prefetcher")
     assert prefetcher.frames[1] == Frame("Thread.run", f"{STDLIB}/threading.py", 982)
 
@@ -75,13 +77,15 @@ def test_parse_pyspy_dump_of_a_torchrun_rank_in_a_collective():
     assert thread.frames[0] == Frame(
         "all_reduce", f"{SITE}/torch/distributed/distributed_c10d.py", 3252)
     assert thread.frames[1].function == "_exception_logger.<locals>.wrapper"
-    assert [f.function for f in thread.frames[2:]] == ["sync_grads", "train_step", "main", "<module>"]
+    assert [f.function for f in thread.frames[2:]] == [
+        "sync_grads", "train_step", "main", "<module>"]
 
 
 def test_parse_pyspy_native_frames_have_no_line():
     (thread,) = pyspy("pyspy-torchrun-rank0-native.txt")
     assert len(thread.frames) == 13
-    assert thread.frames[1] == Frame("pthread_cond_wait", "/usr/lib/x86_64-linux-gnu/libc.so.6", None)
+    assert thread.frames[1] == Frame("pthread_cond_wait", "/usr/lib/x86_64-linux-gnu/libc.so.6",
+                                     None)
     pybind = thread.frames[4]  # a C++ name full of parentheses
     assert pybind.function.startswith("pybind11::cpp_function::initialize<")
     assert pybind.function.endswith("::_FUN")
@@ -123,7 +127,8 @@ def test_parse_faulthandler_names_single_stack_and_unknown_lines():
                                '  File "/w/x.py", line ??? in <module>\n')
     assert named == [ThreadStack(0x7F58C25BE6C0, "sleeper", None, (
         Frame("run", "/w/x.py", 996), Frame("<module>", "/w/x.py", None)))]
-    (stack,) = parse_faulthandler('Stack (most recent call first):\n  File "/w/x.py", line 3 in f\n')
+    (stack,) = parse_faulthandler(
+        'Stack (most recent call first):\n  File "/w/x.py", line 3 in f\n')
     assert (stack.id, stack.current, stack.frames) == (None, True, (Frame("f", "/w/x.py", 3),))
 
 
@@ -132,14 +137,16 @@ def test_parse_faulthandler_names_single_stack_and_unknown_lines():
 def test_innermost_user_frame_skips_nothing_when_the_user_called_a_c_function():
     assert innermost_user_frame(pyspy("pyspy-sleep.txt"), ROOTS) == Frame(
         "load_batch", "/tmp/stackdemo/train.py", 11)  # time.sleep is C: no frame of its own
-    assert innermost_user_frame(faulthandler("faulthandler-sleep.txt"), ROOTS).function == "load_batch"
+    assert (innermost_user_frame(faulthandler("faulthandler-sleep.txt"), ROOTS).function
+            == "load_batch")
 
 
 def test_innermost_user_frame_skips_the_standard_library():
     assert innermost_user_frame(pyspy("pyspy-queue.txt"), ROOTS) == Frame(
         "next_batch", "/tmp/stackdemo/train_queue.py", 13)
     # another Python's standard library is recognised by its path, with no roots at all
-    assert innermost_user_frame(faulthandler("faulthandler-timeout-queue.txt"), ()).function == "next_batch"
+    assert (innermost_user_frame(faulthandler("faulthandler-timeout-queue.txt"), ()).function
+            == "next_batch")
 
 
 def test_innermost_user_frame_skips_torch_and_native_frames():
@@ -245,7 +252,8 @@ def test_describe_stuck_without_user_code_or_main_thread():
     assert describe_stuck(4, library_only, ROOTS) == (
         "rank 4 stuck in wait at .../threading.py:327 (no frame of user code on its main thread)")
     two = [ThreadStack(7, None, None, ()), ThreadStack(8, None, None, ())]
-    assert describe_stuck(5, two, ROOTS) == "rank 5: no main thread among the 2 threads of its stack dump"
+    assert describe_stuck(5, two, ROOTS) == (
+        "rank 5: no main thread among the 2 threads of its stack dump")
     assert describe_stuck(6, two[:1], ROOTS) == "rank 6: its main thread shows no Python frames"
 
 
@@ -330,7 +338,8 @@ def test_capture_stacks_falls_back_to_the_ranks_faulthandler(tmp_path):
 
 
 def test_capture_stacks_reads_a_process_it_cannot_pause_without_pausing_it(tmp_path):
-    run = FakePySpy({7: (1, "Process 7: python train.py\n", fixture("pyspy-error-stopped-process.txt")),
+    run = FakePySpy({7: (1, "Process 7: python train.py\n",
+                         fixture("pyspy-error-stopped-process.txt")),
                      (7, "--nonblocking"): (0, fixture("pyspy-nonblocking-stopped.txt"), "")})
     dump = capture_stacks({0: 7}, tmp_path, run=run)[0]
     assert (dump.source, dump.path) == ("py-spy --nonblocking", tmp_path / "rank-0.txt")
@@ -409,7 +418,8 @@ def hung_process(tmp_path):
     def start(*args: str) -> subprocess.Popen:
         script = tmp_path / "hung_train.py"
         script.write_text(HUNG_SCRIPT)
-        proc = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE,
+                                text=True)
         started.append(proc)
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
         return proc

@@ -1,5 +1,5 @@
-"""The warm standby's pure parts: the plan's choice of warm or cold and its reason, the environment a
-rank gets (torchrun's), the orders' wire format, and torchrun's failure summary as the classifier
+"""The warm standby's pure parts: the plan's choice of warm or cold and its reason, the environment
+a rank gets (torchrun's), the orders' wire format, and torchrun's failure summary as the classifier
 reads it."""
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from fsdp_orch.supervise.diagnose import diagnose_lines
 from fsdp_orch.supervise.torchrun_summary import torchrun_root_cause
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-CTX = PlanContext(job_id="j1", attempt=2, run_root="/h", job_dir="/jobs/demo", supervisor_command=SUPERVISOR)
+CTX = PlanContext(job_id="j1", attempt=2, run_root="/h", job_dir="/jobs/demo",
+                  supervisor_command=SUPERVISOR)
 
 
 def plan(kind: str, extra: str = "", entry: str = "script: train.py\n"):  # type: ignore[no-untyped-def]
@@ -37,7 +38,8 @@ def plan(kind: str, extra: str = "", entry: str = "script: train.py\n"):  # type
 
 
 def launch_script(p) -> str:  # type: ignore[no-untyped-def]
-    return next(a.text for a in render(p, search=[builtin_dir("templates")]) if a.name.endswith(".sh"))
+    return next(a.text for a in render(p, search=[builtin_dir("templates")])
+                if a.name.endswith(".sh"))
 
 
 @pytest.mark.parametrize("extra,entry", [
@@ -59,7 +61,8 @@ def test_local_torchrun_and_python_programs_start_warm(extra: str, entry: str) -
     ("slurm", "", "script: train.py\n", "the slurm kind starts its ranks cold"),
     ("ssh", "", "script: train.py\n", "the ssh kind starts its ranks cold"),
 ])
-def test_cold_where_the_standby_cannot_apply_with_the_reason(kind: str, extra: str, entry: str, why: str) -> None:
+def test_cold_where_the_standby_cannot_apply_with_the_reason(kind: str, extra: str, entry: str,
+                                                             why: str) -> None:
     p = plan(kind, extra, entry)
     assert not p.standby
     assert p.standby_reason.startswith("cold start: ") and why in p.standby_reason
@@ -67,16 +70,21 @@ def test_cold_where_the_standby_cannot_apply_with_the_reason(kind: str, extra: s
 
 
 def test_a_rank_gets_torchruns_environment_over_the_attempts() -> None:
-    layout = Layout(node_rank=1, nnodes=2, nproc_per_node=4, master_addr="n0", master_port=23456, run_id="j1-a2")
+    layout = Layout(node_rank=1, nnodes=2, nproc_per_node=4, master_addr="n0", master_port=23456,
+                    run_id="j1-a2")
     base = {"FSDP_ORCH_JOB_ID": "j1", "PATH": "/bin", "RANK": "stale"}
     env = torchrun_env(layout, 3, base)
-    assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
-                                "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+    assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "LOCAL_WORLD_SIZE",
+                                "WORLD_SIZE",
+                                "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                                "TORCHELASTIC_RUN_ID",
                                 "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
                                 "TORCHELASTIC_USE_AGENT_STORE", "OMP_NUM_THREADS")} == {
-        "RANK": "7", "LOCAL_RANK": "3", "GROUP_RANK": "1", "ROLE_RANK": "7", "LOCAL_WORLD_SIZE": "4",
+        "RANK": "7", "LOCAL_RANK": "3", "GROUP_RANK": "1", "ROLE_RANK": "7",
+        "LOCAL_WORLD_SIZE": "4",
         "WORLD_SIZE": "8", "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "n0", "MASTER_PORT": "23456",
-        "TORCHELASTIC_RUN_ID": "j1-a2", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_RUN_ID": "j1-a2", "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_USE_AGENT_STORE": "True", "OMP_NUM_THREADS": "1"}
     assert env["FSDP_ORCH_JOB_ID"] == "j1" and env["PATH"] == "/bin"
     assert base["RANK"] == "stale"  # the launcher's own environment is not changed
@@ -85,7 +93,8 @@ def test_a_rank_gets_torchruns_environment_over_the_attempts() -> None:
 def test_the_users_thread_count_wins_and_one_rank_gets_none() -> None:
     layout = Layout(0, 1, 1, "h", 1, "r")
     assert "OMP_NUM_THREADS" not in torchrun_env(layout, 0, {})
-    assert torchrun_env(Layout(0, 1, 2, "h", 1, "r"), 0, {"OMP_NUM_THREADS": "8"})["OMP_NUM_THREADS"] == "8"
+    assert (torchrun_env(Layout(0, 1, 2, "h", 1, "r"), 0,
+                         {"OMP_NUM_THREADS": "8"})["OMP_NUM_THREADS"] == "8")
 
 
 def test_orders_survive_the_wire() -> None:
@@ -98,7 +107,8 @@ def test_sys_argv_and_path_as_python_sets_them(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     assert child_argv("script", ["sub/t.py", "--a"]) == ["sub/t.py", "--a"]
     assert child_argv("module", ["pkg.m", "--a"]) == ["-m", "--a"]
-    assert child_sys_path0("script", ["sub/t.py"], str(tmp_path)) == str((tmp_path / "sub").resolve())
+    assert (child_sys_path0("script", ["sub/t.py"], str(tmp_path))
+            == str((tmp_path / "sub").resolve()))
     assert child_sys_path0("module", ["pkg.m"], str(tmp_path)) == str(tmp_path)
 
 

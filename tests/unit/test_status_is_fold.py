@@ -25,7 +25,8 @@ def test_the_check_passes_on_a_true_index_and_names_a_job_whose_index_lies(tmp_p
     assert mismatches(cli) == []
     conn = sqlite3.connect(cli.home / "jobs.db")
     conn.execute("UPDATE jobs SET doc = json_set(doc, '$.state', 'FAILED')")  # an index that lies
-    conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")  # past the cached list
+    # past the cached list
+    conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")
     conn.commit()
     conn.close()
     wrong = mismatches(cli, tries=1)

@@ -35,8 +35,8 @@ def status(job_id: str = "j1", created_at: float = 1000.0, **fields: object) -> 
 def submit(runs: Path, job_id: str, *, key: str | None = None, name: str = "demo") -> Path:
     run_dir = runs / job_id
     Journal(EventWriter(run_dir, "submit"), job_id).submitted(
-        name=name, cluster="local", kind="local", spec_json="{}", run_dir=str(run_dir), job_file=None,
-        spec_hash=None, idempotency_key=key)
+        name=name, cluster="local", kind="local", spec_json="{}", run_dir=str(run_dir),
+        job_file=None, spec_hash=None, idempotency_key=key)
     return run_dir
 
 
@@ -67,7 +67,8 @@ def test_mode_0600_even_with_a_permissive_umask(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("version", [5, SCHEMA_VERSION + 1])
-def test_another_schema_version_is_dropped_and_rebuilt_from_the_event_logs(tmp_path: Path, version: int) -> None:
+def test_another_schema_version_is_dropped_and_rebuilt_from_the_event_logs(
+        tmp_path: Path, version: int) -> None:
     """An older fsdp-orch's database (or a newer one's) is a cache like this one: no migration, the
     index reads the logs again and lists the same jobs."""
     runs = tmp_path / "runs"
@@ -123,7 +124,8 @@ def test_values_are_parameters_not_sql(store: Store) -> None:
 def test_an_idempotency_key_belongs_to_one_job(store: Store) -> None:
     assert store.put(status("first", idempotency_key="k1"))
     assert not store.put(status("second", idempotency_key="k1"))
-    assert store.put(status("first", idempotency_key="k1", state="RUNNING"))  # the same job, updated
+    # the same job, updated
+    assert store.put(status("first", idempotency_key="k1", state="RUNNING"))
     assert store.job_ids() == {"first"} and store.job_for_key("k1") == "first"
 
 
@@ -152,7 +154,8 @@ def _worker(db: str, runs: str, index_no: int, barrier, results) -> None:  # typ
                 job_id = f"w{index_no:02d}j{i}"
                 run_dir = Path(runs) / job_id
                 index.journal(job_id, role="submit", run_dir=str(run_dir)).submitted(
-                    name=job_id, cluster="local", kind="local", spec_json="{}", run_dir=str(run_dir),
+                    name=job_id, cluster="local", kind="local", spec_json="{}",
+                    run_dir=str(run_dir),
                     job_file=None, spec_hash=None, idempotency_key=f"{index_no}-{i}")
                 supervisor = Journal(EventWriter(run_dir, "supervisor"), job_id)
                 supervisor.start_attempt(0, resume_from=None)
@@ -171,7 +174,8 @@ def test_many_processes_lose_nothing(tmp_path: Path) -> None:
     runs.mkdir()
     ctx = multiprocessing.get_context("fork")
     barrier, results = ctx.Barrier(WORKERS), ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(str(db), str(runs), i, barrier, results)) for i in range(WORKERS)]
+    procs = [ctx.Process(target=_worker, args=(str(db), str(runs), i, barrier, results))
+             for i in range(WORKERS)]
     for p in procs:
         p.start()
     outcomes = [results.get(timeout=120) for _ in procs]
@@ -185,5 +189,6 @@ def test_many_processes_lose_nothing(tmp_path: Path) -> None:
         index.ingest()
         listed = json.loads(index.store.status_json() or "[]")
         assert sorted(j["id"] for j in listed) == created
-        wrong = [(j["id"], j["state"], j["progress"]) for j in listed if j["progress"] is None or j["state"] != "RUNNING"]
+        wrong = [(j["id"], j["state"], j["progress"]) for j in listed
+                 if j["progress"] is None or j["state"] != "RUNNING"]
         assert not wrong

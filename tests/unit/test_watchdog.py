@@ -36,7 +36,8 @@ def test_no_progress_for_the_heartbeat_timeout_is_a_hang():
 def test_a_rank_that_never_reported_is_late_once_others_progress():
     beats = {0: beat(0, 5, 100.0)}
     verdict = check_hang(beats, world_size=2, attempt_started=50.0, now=100.5, watch=WATCH)
-    assert verdict is not None and verdict.ranks == [1] and "never finished a step" in verdict.evidence
+    assert (verdict is not None and verdict.ranks == [1]
+            and "never finished a step" in verdict.evidence)
 
 
 def writing(rank: int, step: int, t: float, state: str = "training", *, python_at: float,
@@ -67,7 +68,8 @@ def test_a_slow_save_that_keeps_writing_is_never_a_hang():
              1: writing(1, 30, 100.0, "saving", python_at=100.0, io_at=159.6)}
     assert check_hang(beats, world_size=2, attempt_started=0.0, now=160.0, watch=WATCH) is None
     # an unchanged script's torch.save in the main thread: no saving state, the bytes still count
-    beats = {0: writing(0, 30, 100.0, python_at=100.0, io_at=159.6), 1: writing(1, 30, 100.0, python_at=100.0)}
+    beats = {0: writing(0, 30, 100.0, python_at=100.0, io_at=159.6),
+             1: writing(1, 30, 100.0, python_at=100.0)}
     assert check_hang(beats, world_size=2, attempt_started=0.0, now=160.0, watch=WATCH) is None
     # the writes stop: past the window from the last byte, a hang
     assert check_hang(beats, world_size=2, attempt_started=0.0, now=169.7, watch=WATCH) is not None
@@ -83,15 +85,18 @@ def test_an_unprobed_save_keeps_the_startup_window_and_done_ranks_are_never_late
 
 
 def test_adaptive_window_follows_the_ranks_step_summaries_bounded_below():
-    watch = Watch.model_validate({"adaptive_multiplier": 10, "adaptive_min": "3s", "heartbeat_timeout": "5m"})
+    watch = Watch.model_validate({"adaptive_multiplier": 10, "adaptive_min": "3s",
+                                  "heartbeat_timeout": "5m"})
     slow = {"n": 10, "p50": 0.4, "p95": 0.5, "max": 0.6}  # 10 x 0.5 s = 5 s
-    beats = {r: Heartbeat(rank=r, attempt=0, step=11, loss=1.0, time=5.5, state="training", pid=1, step_s=slow)
+    beats = {r: Heartbeat(rank=r, attempt=0, step=11, loss=1.0, time=5.5, state="training", pid=1,
+                          step_s=slow)
              for r in (0, 1)}
     assert check_hang(beats, world_size=2, attempt_started=0.0, now=10.4, watch=watch) is None
     assert check_hang(beats, world_size=2, attempt_started=0.0, now=10.6, watch=watch) is not None
     fast = {r: Heartbeat(rank=r, attempt=0, step=11, loss=1.0, time=5.5, state="training", pid=1,
                          step_s={"n": 10, "p50": 0.01, "p95": 0.01, "max": 0.02}) for r in (0, 1)}
-    assert check_hang(fast, world_size=2, attempt_started=0.0, now=8.4, watch=watch) is None  # never below 3 s
+    # never below 3 s
+    assert check_hang(fast, world_size=2, attempt_started=0.0, now=8.4, watch=watch) is None
     assert check_hang(fast, world_size=2, attempt_started=0.0, now=8.6, watch=watch) is not None
 
 
@@ -113,10 +118,11 @@ Root Cause (first observed failure):
     assert torchrun_root_cause(["nothing here"]) is None
 
 
-def probed(rank: int, step: int, progress: float, python: float, state: str = "training") -> Heartbeat:
+def probed(rank: int, step: int, progress: float, python: float,
+           state: str = "training") -> Heartbeat:
     """A heartbeat from the bootstrap: written recently, with the main-thread probe's time."""
-    return Heartbeat(rank=rank, attempt=0, step=step, loss=None, time=python + 0.5, state=state, pid=1,
-                     progress_at=progress, python_at=python)
+    return Heartbeat(rank=rank, attempt=0, step=step, loss=None, time=python + 0.5, state=state,
+                     pid=1, progress_at=progress, python_at=python)
 
 
 def test_ranks_stuck_in_native_calls_past_the_window_are_hung_first_stopper_first():
@@ -164,7 +170,8 @@ def test_no_heartbeat_at_all_is_no_signal_never_a_hang():
 
 
 def test_during_start_up_a_rank_with_no_heartbeat_yet_is_no_signal_not_a_hang():
-    # rank 0 waits in the rendezvous (a native call); rank 1 is still importing: nothing from it yet.
+    # rank 0 waits in the rendezvous (a native call); rank 1 is still importing: nothing from it
+    # yet.
     waiting = {0: probed(0, 0, 1.0, 1.0, "starting")}
     assert check_hang(waiting, world_size=2, attempt_started=0.0, now=500.0, watch=WATCH) is None
 
@@ -199,14 +206,17 @@ def test_a_verdict_over_thousands_of_ranks_names_them_as_runs():
 
 def test_a_rank_whose_heartbeat_is_not_rewritten_is_no_signal_until_the_ceiling():
     # Seen in CI: rank 0 holds the interpreter in one native call (a page fault stalled under memory
-    # pressure, a C call that keeps the GIL): its watcher cannot rewrite the file, its python_at ages
-    # like a hung rank's, and rank 1 waits for it in a collective. Its node's relay says since when.
+    # pressure, a C call that keeps the GIL): its watcher cannot rewrite the file, its python_at
+    # ages like a hung rank's, and rank 1 waits for it in a collective. Its node's relay says since
+    # when.
     def held(rank: int, since: float | None) -> Heartbeat:
-        return Heartbeat(rank=rank, attempt=0, step=30, loss=1.0, time=since or 100.0, state="training",
+        return Heartbeat(rank=rank, attempt=0, step=30, loss=1.0, time=since or 100.0,
+                         state="training",
                          pid=1, progress_at=100.0, python_at=since or 100.0, held_since=since)
 
     beats = {0: held(0, 104.0), 1: probed(1, 30, 100.0, 100.0)}
-    for now in (110.5, 112.0, 113.9):  # past the window (10 s): rank 1 waits natively, rank 0 is held
+    # past the window (10 s): rank 1 waits natively, rank 0 is held
+    for now in (110.5, 112.0, 113.9):
         assert check_hang(beats, world_size=2, attempt_started=0.0, now=now, watch=WATCH) is None
     # held past heartbeat_timeout (10 s): judged, and the evidence says the interpreter was held
     verdict = check_hang(beats, world_size=2, attempt_started=0.0, now=114.5, watch=WATCH)
@@ -214,8 +224,9 @@ def test_a_rank_whose_heartbeat_is_not_rewritten_is_no_signal_until_the_ceiling(
     first = {0: held(0, 99.0), 1: probed(1, 30, 100.0, 100.0)}  # rank 0 stopped first: it leads
     verdict = check_hang(first, world_size=2, attempt_started=0.0, now=110.5, watch=WATCH)
     assert verdict is not None and verdict.suspects == [0, 1]
-    assert "rank 0 last reported step 30, main thread in one native call for 11.5s, its heartbeat " \
-           "not rewritten for 11.5s (the interpreter held)" in verdict.evidence, verdict.evidence
+    assert "rank 0 last reported step 30, main thread in one native call for 11.5s, its " \
+           "heartbeat not rewritten for 11.5s (the interpreter held)" in verdict.evidence, \
+        verdict.evidence
     # the same rank without the relay's word (its file merely unchanged): judged after the window
     plain = {0: held(0, None), 1: probed(1, 30, 100.0, 100.0)}
     assert check_hang(plain, world_size=2, attempt_started=0.0, now=110.5, watch=WATCH) is not None

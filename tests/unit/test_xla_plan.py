@@ -70,7 +70,7 @@ def test_v1_refuses_fewer_processes_than_devices():
     assert "one process per XLA device" in str(error) and "torch_xla.launch" in str(error)
 
 
-# --- xla_fsdp_settings -----------------------------------------------------------------------------
+# --- xla_fsdp_settings ----------------------------------------------------------------------------
 
 def test_v1_settings_are_checked_and_translated():
     p = plan(8, 8, **V1, sharding_strategy="SHARD_GRAD_OP", xla_fsdp_settings={
@@ -95,15 +95,17 @@ def test_v1_general_options_imply_settings_the_spec_did_not_write():
 @pytest.mark.parametrize(("fsdp", "field", "message"), [
     ({"xla_fsdp_settings": {"shard_param_on_dim0": True}}, "shard_param_on_dim0",
      "did you mean 'shard_param_on_dim_0'"),
-    ({"xla_fsdp_settings": {"zero_stage": 3}}, "zero_stage", "unknown setting of XlaFullyShardedDataParallel"),
-    ({"xla_fsdp_settings": {"flatten_parameters": "yes"}}, "flatten_parameters", "expected true or false"),
+    ({"xla_fsdp_settings": {"zero_stage": 3}}, "zero_stage",
+     "unknown setting of XlaFullyShardedDataParallel"),
+    ({"xla_fsdp_settings": {"flatten_parameters": "yes"}}, "flatten_parameters",
+     "expected true or false"),
     ({"xla_fsdp_settings": {"compute_dtype": "bfloat8"}}, "compute_dtype", "expected a dtype name"),
     ({"xla_fsdp_settings": {"reduce_scatter_bucket_size_mb": -1}}, "reduce_scatter_bucket_size_mb",
      "expected a whole number"),
     ({"xla_fsdp_settings": {"auto_wrap_policy": "x"}}, "auto_wrap_policy", "fsdp.auto_wrap_policy"),
     ({"xla_fsdp_settings": {"sharding_groups": [[0, 1]]}}, "sharding_groups", "model parallelism"),
-    ({"mixed_precision": "bf16", "xla_fsdp_settings": {"compute_dtype": "float32"}}, "compute_dtype",
-     "contradicts fsdp.mixed_precision"),
+    ({"mixed_precision": "bf16", "xla_fsdp_settings": {"compute_dtype": "float32"}},
+     "compute_dtype", "contradicts fsdp.mixed_precision"),
     ({"sharding_strategy": "SHARD_GRAD_OP", "xla_fsdp_settings": {"reshard_after_forward": True}},
      "reshard_after_forward", "contradicts fsdp.sharding_strategy"),
     ({"reshard_after_forward": True, "xla_fsdp_settings": {"reshard_after_forward": False}},
@@ -174,7 +176,8 @@ def test_grad_ckpt_checkpoints_each_layer_that_is_wrapped():
     assert targets == ["blocks.0", "blocks.1"]
     assert layers_to_checkpoint(model, ["Block"], targets) == ["blocks.0", "blocks.1"]
     # Without layer classes: the outermost wrapped modules (no checkpoint inside a checkpoint).
-    assert layers_to_checkpoint(model, [], ["blocks.0.attn", "blocks.0", "embed"]) == ["blocks.0", "embed"]
+    assert layers_to_checkpoint(model, [], ["blocks.0.attn", "blocks.0", "embed"]) == [
+        "blocks.0", "embed"]
 
 
 def test_activation_checkpointing_means_grad_ckpt_on_xla():
@@ -202,7 +205,8 @@ def test_the_spec_fsdp_block_reaches_the_plan(tmp_path: Path):
                                           "xla_fsdp_settings": {"compute_dtype": "bfloat16",
                                                                 "reshard_after_forward": False}})
     spec = tmp_path / "job.json"  # as fsdp_orch.launch.plan.spec_json writes it: every field
-    spec.write_text(json.dumps({"name": "t", "script": "train.py", "fsdp": written.model_dump(mode="json")}))
+    spec.write_text(json.dumps({"name": "t", "script": "train.py",
+                                "fsdp": written.model_dump(mode="json")}))
     options = from_env({"FSDP_ORCH_SPEC": str(spec)}).fsdp
     p = plan_xla_wrap(options, devices=4, processes=4)
     assert p.wrapper == FSDP_V1 and p.grad_ckpt
@@ -226,7 +230,8 @@ def test_where_a_process_runs(pjrt, installed, choice):
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("FSDP_ORCH_", "PJRT_", "RANK", "WORLD_SIZE", "LOCAL_", "MASTER_"))}
+             if not k.startswith(("FSDP_ORCH_", "PJRT_", "RANK", "WORLD_SIZE", "LOCAL_",
+                                  "MASTER_"))}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env={**clean, **env},
                           capture_output=True, text=True, timeout=180, cwd=REPO)
 
@@ -236,9 +241,10 @@ def test_tpu_without_torch_xla_fails_with_one_clear_error_that_is_not_retried():
     assert proc.returncode == 1, proc.stderr
     version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
     last = proc.stderr.strip().splitlines()[-1]
-    assert last == (f"fsdp_orch.runtime.dist.TorchXlaUnavailable: PJRT_DEVICE=TPU but torch_xla is not "
-                    f"installed in {sys.executable}; install the torch_xla built for torch {version} "
-                    f"(pip install 'torch_xla[tpu]=={version}.*')")
+    assert last == (
+        f"fsdp_orch.runtime.dist.TorchXlaUnavailable: PJRT_DEVICE=TPU but torch_xla is not "
+        f"installed in {sys.executable}; install the torch_xla built for torch {version} "
+        f"(pip install 'torch_xla[tpu]=={version}.*')")
     diagnosis = diagnose_text(proc.stderr)
     assert (diagnosis.category, diagnosis.retryable) == ("user_code_error", False)
 
@@ -257,7 +263,8 @@ def test_cpu_stand_in_without_torch_xla_runs_the_gloo_path():
 def test_importing_the_runtime_does_not_import_torch_xla(tmp_path: Path):
     # A torch_xla that fails when imported: only find_spec may look at it.
     (tmp_path / "torch_xla").mkdir()
-    (tmp_path / "torch_xla" / "__init__.py").write_text("raise RuntimeError('torch_xla imported')\n")
+    (tmp_path / "torch_xla" / "__init__.py").write_text(
+        "raise RuntimeError('torch_xla imported')\n")
     proc = run_python("""
         import sys
         import fsdp_orch.runtime.dist, fsdp_orch.runtime.fsdp, fsdp_orch.runtime.checkpoint
@@ -275,7 +282,7 @@ def test_importing_the_runtime_does_not_import_torch_xla(tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
 
 
-# --- XlaFullyShardedDataParallel's checkpoint state, on CPU ----------------------------------------
+# --- XlaFullyShardedDataParallel's checkpoint state, on CPU ---------------------------------------
 
 PER_RANK_ROUND_TRIP = """
 import sys

@@ -24,7 +24,8 @@ ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
 def job_args(job: Path, *extra: str) -> list[str]:
-    return ["--cluster", "xla-cpu", str(job), "--set", "launcher=python", "--set", "procs_per_node=1",
+    return ["--cluster", "xla-cpu", str(job), "--set", "launcher=python",
+            "--set", "procs_per_node=1",
             "--set", f"args={json.dumps(['--steps', str(STEPS), *SMALL_DEMO])}",
             "--set", f"checkpoint.interval={INTERVAL}", "--set", "restart.backoff.initial=1s",
             "--set", "restart.backoff.jitter=0", "--set", "watch.heartbeat_timeout=8s",
@@ -80,7 +81,8 @@ def test_fsdpv2_on_four_devices_resumes_after_a_crash_and_a_hang_to_the_clean_ru
     assert (step_dir / ".metadata").is_file(), sorted(p.name for p in step_dir.parent.iterdir())
 
 
-def test_xla_fsdp_v1_resumes_after_a_crash_to_the_clean_runs_loss(xla_cli: Cli, tmp_path: Path) -> None:
+def test_xla_fsdp_v1_resumes_after_a_crash_to_the_clean_runs_loss(
+        xla_cli: Cli, tmp_path: Path) -> None:
     v1 = ["--set", "env.PJRT_DEVICE=CPU", "--set", "fsdp.xla_fsdp_v2=false"]
     faulted_job = copy_demo(tmp_path / "faulted")
     clean, faulted = submit_together(
@@ -100,11 +102,14 @@ def test_xla_fsdp_v1_resumes_after_a_crash_to_the_clean_runs_loss(xla_cli: Cli, 
     assert (step_dir / ".metadata").is_file()
 
 
-def test_xla_fsdp_settings_and_grad_ckpt_reach_the_wrapped_modules(xla_cli: Cli, tmp_path: Path) -> None:
+def test_xla_fsdp_settings_and_grad_ckpt_reach_the_wrapped_modules(
+        xla_cli: Cli, tmp_path: Path) -> None:
     job = copy_demo(tmp_path)
-    probe = Path(__file__).resolve().parents[1] / "fixtures" / "scripts" / "xla_wrapper_read_back.py"
+    probe = (
+        Path(__file__).resolve().parents[1] / "fixtures" / "scripts" / "xla_wrapper_read_back.py")
     (job.parent / probe.name).write_text(probe.read_text())
-    settings = {"compute_dtype": "bfloat16", "buffer_dtype": "float32", "shard_param_on_dim_0": True,
+    settings = {"compute_dtype": "bfloat16", "buffer_dtype": "float32",
+                "shard_param_on_dim_0": True,
                 "flatten_parameters": False, "fp32_reduce_scatter": True,
                 "optimization_barrier_in_forward": False}
     status = submit(xla_cli, job, "--set", f"script={probe.name}", "--set", "args=[]",

@@ -73,7 +73,8 @@ def worker(local_rank: int, nproc: int, args: argparse.Namespace) -> None:
         optim.step()
         scheduler.step()
         if job.is_main:
-            print(f"step={step} loss={loss.item():.6f} lr={scheduler.get_last_lr()[0]:g}", flush=True)
+            print(f"step={step} loss={loss.item():.6f} lr={scheduler.get_last_lr()[0]:g}",
+                  flush=True)
         job.step_done(step, loss)
     job.finish()
 
