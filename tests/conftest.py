@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_harness import Cli, copy_demo, copy_unchanged, make_cli
+from cli_harness import SMALL_DEMO, Cli, copy_demo, copy_unchanged, make_cli
 from status_is_fold import CHECKED, CLIS, mismatches
 
 pytest_plugins = [
@@ -23,9 +23,6 @@ pytest_plugins = [
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "demo" / "train.py"
-# The demo at a size that trains in a fraction of a second per step on 2 CPU cores.
-SMALL_DEMO = ["--vocab", "64", "--dim", "32", "--layers", "2", "--heads", "2", "--seq-len", "16",
-              "--batch-size", "16", "--lr", "0.01"]
 
 
 @dataclass

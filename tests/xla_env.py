@@ -8,12 +8,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_harness import REPO
+
+# SMALL_DEMO: the demo at a size that also compiles in seconds on 2 CPU cores (compiling
+# dominates XLA's start-up).
+from cli_harness import REPO, SMALL_DEMO  # noqa: F401 (imported from here by the XLA tests)
 
 XLA_VENV = REPO / ".venv-xla"
-# The demo at a size that compiles in seconds on 2 CPU cores (compiling dominates XLA's start-up).
-SMALL_DEMO = ["--vocab", "64", "--dim", "32", "--layers", "2", "--heads", "2", "--seq-len", "16",
-              "--batch-size", "16", "--lr", "0.01"]
 XLA_DEVICES = 4
 
 

@@ -12,20 +12,18 @@ import signal
 import time
 
 import pytest
-from cli_harness import why
+from cli_harness import SMALL_DEMO, why
 
 from fsdp_orch.nodeagent.beat_dir import read_node_heartbeats
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["--vocab", "64", "--dim", "32", "--layers", "2", "--heads", "2", "--seq-len", "16",
-         "--batch-size", "16", "--lr", "0.01"]
 ONE_ATTEMPT = ["--set", "restart.max_restarts=0", "--set", "checkpoint.interval=1000",
                "--set", "watch.startup_timeout=60s", "--set", "watch.heartbeat_timeout=30s"]
 
 
 def args(steps: int) -> list[str]:
-    return ["--set", "args=" + json.dumps(["--steps", str(steps), *SMALL])]
+    return ["--set", "args=" + json.dumps(["--steps", str(steps), *SMALL_DEMO])]
 
 
 def ended(cli, job_id: str) -> dict:  # type: ignore[no-untyped-def]

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.slow
 STEPS = 32
 FAULTS = "crash:step=8:rank=1:attempt=0;kill:step=16:rank=0:attempt=1;hang:step=24:rank=1:attempt=2"
 SETTINGS = [
+    # the default model: the saves must stay a small part of the productive time
     "--set", f"args=[--steps, {STEPS}]",
     "--set", "checkpoint.interval=5",
     "--set", "restart.backoff.initial=1s",

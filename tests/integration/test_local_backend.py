@@ -11,13 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from cli_harness import UNTIL_STOPPED, demo_args
 
 from fsdp_orch.observe.proctree import job_processes, pid_alive
 from fsdp_orch.record.store import Store
 
 pytestmark = pytest.mark.slow
 
-SHORT = ["--set", "args=[--steps, 24]", "--set", "checkpoint.interval=8"]
+SHORT = ["--set", demo_args(24), "--set", "checkpoint.interval=8"]
 
 
 def result_of(cli, job_id: str) -> dict:
@@ -49,7 +50,7 @@ def test_submit_wait_runs_fsdp_to_success_with_checkpoints(cli, demo):
 
 
 def test_cancel_stops_every_process_and_marks_cancelled(cli, demo):
-    job_id = cli.run("submit", "--cluster", "local", str(demo), "--set", "args=[--steps, 100000]",
+    job_id = cli.run("submit", "--cluster", "local", str(demo), "--set", demo_args(*UNTIL_STOPPED),
                      check=True).stdout.strip()
     running = cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 2,
                              timeout=180, what="two training steps")
@@ -68,7 +69,8 @@ def test_cancel_stops_every_process_and_marks_cancelled(cli, demo):
 
 
 def test_resume_after_cancel_matches_an_uninterrupted_run_bit_for_bit(cli, demo):
-    steps = ["--set", "args=[--steps, 40]", "--set", "checkpoint.interval=10"]
+    # 0.15 s a step: the cancel, after a checkpoint at step 20 is seen, lands before step 40.
+    steps = ["--set", demo_args(40, "--sleep-per-step", "0.15"), "--set", "checkpoint.interval=10"]
     clean = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo), *steps,
                     "--set", "name=clean")
     assert clean.returncode == 0, clean.stderr

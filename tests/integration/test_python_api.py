@@ -5,6 +5,7 @@ bad input raises the CLI's InputError."""
 from __future__ import annotations
 
 import pytest
+from cli_harness import SMALL_DEMO, UNTIL_STOPPED
 
 import fsdp_orch
 from fsdp_orch.vocab.errors import InputError
@@ -22,7 +23,8 @@ def here(cli, monkeypatch):  # type: ignore[no-untyped-def]
 
 def test_the_api_drives_a_real_job_to_succeeded_with_what_the_cli_prints(here, demo):
     job = fsdp_orch.submit(demo, cluster="local",
-                           overrides={"args": ["--steps", "12"], "checkpoint.interval": 4},
+                           overrides={"args": ["--steps", "12", *SMALL_DEMO],
+                                      "checkpoint.interval": 4},
                            wait=True, timeout=300)
     assert isinstance(job, fsdp_orch.Job) and job.created
     status = job.status()
@@ -44,7 +46,8 @@ def test_a_failing_job_raises_nothing_and_reports_failed(here, tmp_path):
 
 
 def test_a_wait_that_runs_out_raises_wait_timed_out_and_the_job_goes_on(here, demo):
-    job = fsdp_orch.submit(demo, cluster="local", overrides={"args": ["--steps", "100000"]})
+    job = fsdp_orch.submit(demo, cluster="local",
+                           overrides={"args": ["--steps", *UNTIL_STOPPED, *SMALL_DEMO]})
     with pytest.raises(fsdp_orch.WaitTimedOut) as raised:
         job.wait(timeout=2)
     assert (raised.value.status["state"] in ("PENDING", "STARTING", "RUNNING")

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_harness import UNTIL_STOPPED, demo_args
 
 pytestmark = pytest.mark.slow
 
 
 def test_a_wait_that_runs_out_exits_3_and_the_job_goes_on(cli, demo):
     proc = cli.run("submit", "--cluster", "local", "--wait", "--timeout", "3s", "--json", str(demo),
-                   "--set", "args=[--steps, 100000]")
+                   "--set", demo_args(*UNTIL_STOPPED))
     assert proc.returncode == 3, (proc.returncode, proc.stderr)
     status = json.loads(proc.stdout)
     assert status["state"] in ("PENDING", "STARTING", "RUNNING"), status

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_harness import copy_demo, iso_epoch
+from cli_harness import copy_demo, demo_args, iso_epoch
 
 from fsdp_orch.backends.local import LocalLauncher
 from fsdp_orch.backends.slurm.allocation import on_time_limit_warning
@@ -98,7 +98,8 @@ def test_attempts_the_scheduler_took_away_use_no_restart_budget(tmp_path):
 
 
 def test_killing_the_supervisor_and_reattaching_keeps_one_attempt_and_succeeds(cli, demo):
-    job_id = cli.run("submit", "--cluster", "local", str(demo), "--set", "args=[--steps, 60]",
+    job_id = cli.run("submit", "--cluster", "local", str(demo), "--set",
+                     demo_args(60, "--sleep-per-step", "0.3"),
                      "--set", "checkpoint.interval=10", check=True).stdout.strip()
     cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 5, timeout=180,
                    what="five steps")

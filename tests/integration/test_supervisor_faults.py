@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_harness import culprit_leads, hang_windows
+from cli_harness import culprit_leads, demo_args, hang_windows
 
 pytestmark = pytest.mark.slow
 
 STEPS = 30
 COMMON = [
-    "--set", f"args=[--steps, {STEPS}]",
+    "--set", demo_args(STEPS),
     "--set", "checkpoint.interval=5",
     "--set", "restart.backoff.initial=0.5s",
     "--set", "restart.backoff.jitter=0",

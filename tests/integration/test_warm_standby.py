@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_harness import demo_args
 
 from fsdp_orch.nodeagent.beat_dir import private_beat_dir, user_tmp_root
 from fsdp_orch.standby.launch import start_keeper
@@ -21,7 +22,7 @@ from fsdp_orch.standby.ranks import keeper_socket, standby_folder
 pytestmark = pytest.mark.slow
 
 SETTINGS = [
-    "--set", "args=[--steps, 20]",
+    "--set", demo_args(20),
     "--set", "checkpoint.interval=5",
     "--set", "restart.backoff.initial=0.5s",
     "--set", "restart.backoff.jitter=0",

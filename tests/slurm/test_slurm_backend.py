@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_harness import check_goodput, culprit_leads
+from cli_harness import UNTIL_STOPPED, check_goodput, culprit_leads, demo_args
 
 from fsdp_orch.backends.slurm.kind import slurm_job_id
 from fsdp_orch.nodeagent.server import NODE_TIMEOUT_S
@@ -54,7 +54,7 @@ def submit_wait(cli, demo: Path, *extra: str, timeout: float = 400) -> dict:
 @pytest.fixture(scope="module")
 def clean_run(slurm_cluster, module_cli_and_demo):
     cli, demo = module_cli_and_demo
-    status = submit_wait(cli, demo, "--set", "args=[--steps, 30]")
+    status = submit_wait(cli, demo, "--set", demo_args(30))
     return cli, demo, status
 
 
@@ -85,7 +85,7 @@ def test_a_hang_on_the_second_node_restarts_as_a_new_step_of_the_same_job(
         slurm_cluster, clean_run, cli, demo):
     _, _, clean = clean_run
     reference = result_of(clean_run[0], clean["id"])
-    status = submit_wait(cli, demo, "--set", "args=[--steps, 30]",
+    status = submit_wait(cli, demo, "--set", demo_args(30),
                          "--set", "env.FSDP_ORCH_FAULT=hang:step=12:rank=1")
     assert status["state"] == "SUCCEEDED", status
     [failure] = status["failures"]
@@ -121,7 +121,7 @@ def node_agent_of(job_id: str, node_rank: int) -> int | None:
 def test_a_killed_node_agent_is_a_lost_node_within_the_node_timeout_and_the_job_restarts(
         slurm_cluster, cli, demo):
     job_id = cli.run("submit", "--cluster", "slurm", str(demo), *TWO_NODES, "--set",
-                     "args=[--steps, 100, --sleep-per-step, 0.3]", check=True).stdout.strip()
+                     demo_args(100, "--sleep-per-step", "0.3"), check=True).stdout.strip()
     cli.wait_until(job_id, lambda s: (s.get("last_checkpoint_step") or 0) >= 5, timeout=300,
                    what="a checkpoint at step 5")
     pid = node_agent_of(job_id, 1)
@@ -145,7 +145,7 @@ def test_a_killed_node_agent_is_a_lost_node_within_the_node_timeout_and_the_job_
 
 def test_scontrol_requeue_brings_the_job_back_and_it_resumes(slurm_cluster, cli, demo):
     job_id = cli.run("submit", "--cluster", "slurm", str(demo), *TWO_NODES,
-                     "--set", "args=[--steps, 200]", check=True).stdout.strip()
+                     "--set", demo_args(200, "--sleep-per-step", "0.1"), check=True).stdout.strip()
     cli.wait_until(job_id, lambda s: (s.get("last_checkpoint_step") or 0) >= 10, timeout=300,
                    what="a checkpoint at step 10")
     sid = slurm_id(cli, job_id)
@@ -163,7 +163,7 @@ def test_scontrol_requeue_brings_the_job_back_and_it_resumes(slurm_cluster, cli,
 
 def test_cancel_ends_the_job_in_sacct_and_in_status_with_no_step_left(slurm_cluster, cli, demo):
     job_id = cli.run("submit", "--cluster", "slurm", str(demo), *TWO_NODES,
-                     "--set", "args=[--steps, 100000]", check=True).stdout.strip()
+                     "--set", demo_args(*UNTIL_STOPPED), check=True).stdout.strip()
     cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=300,
                    what="three steps")
     assert "cancelled" in cli.run("cancel", job_id, check=True).stdout

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_harness import copy_demo, culprit_leads
+from cli_harness import copy_demo, culprit_leads, demo_args
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.root]
 
@@ -35,7 +35,7 @@ def test_two_login_nodes_agree_and_a_deleted_index_is_rebuilt_to_the_same_status
     a, b = login_nodes(2)
     demo = copy_demo(tmp_path)
     job_id = a.cli.run("submit", "--cluster", "slurm", str(demo), *TWO_NODES,
-                       "--set", "args=[--steps, 40, --sleep-per-step, 0.5]",
+                       "--set", demo_args(40, "--sleep-per-step", "0.5"),
                        "--set", "env.FSDP_ORCH_FAULT=hang:step=12:rank=1",
                        check=True).stdout.strip()
     mid = a.cli.wait_until(job_id, lambda s: bool(s["failures"]) and s["state"] == "RUNNING"

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_harness import copy_demo
+from cli_harness import copy_demo, demo_args
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.root]
 
@@ -32,7 +32,7 @@ def test_a_job_past_its_time_limit_checkpoints_on_the_warning_is_requeued_and_re
     demo = copy_demo(tmp_path)
     job_id = cli.run("submit", "--cluster", "slurm-2min", str(demo), "--set", "nodes=2",
                      "--set", "procs_per_node=1", "--set", "checkpoint.interval=1000",
-                     "--set", f"args=[--steps, {STEPS}, --sleep-per-step, {SLEEP}]",
+                     "--set", demo_args(STEPS, "--sleep-per-step", SLEEP),
                      "--set", "restart.backoff.initial=1s", "--set", "watch.heartbeat_timeout=30s",
                      check=True).stdout.strip()
     final = cli.wait_until(job_id, lambda s: s["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"),

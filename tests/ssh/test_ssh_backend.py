@@ -11,7 +11,16 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_harness import Cli, check_goodput, copy_demo, copy_unchanged, culprit_leads, make_cli
+from cli_harness import (
+    UNTIL_STOPPED,
+    Cli,
+    check_goodput,
+    copy_demo,
+    copy_unchanged,
+    culprit_leads,
+    demo_args,
+    make_cli,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
@@ -64,7 +73,7 @@ def result_of(status: dict) -> dict:
 def test_the_demo_runs_one_rank_inside_each_host(ssh_hosts, on_hosts):
     cli, demo = on_hosts
     job_id = cli.run("submit", "--cluster", "ssh", str(demo), *TWO_HOSTS,
-                     "--set", "args=[--steps, 30, --sleep-per-step, 0.3]",
+                     "--set", demo_args(30, "--sleep-per-step", "0.3"),
                      check=True).stdout.strip()
     seen: dict[int, set[str]] = {0: set(), 1: set()}
     expected = {0: {"RANK=0", "FSDP_ORCH_NODE_RANK=0"}, 1: {"RANK=1", "FSDP_ORCH_NODE_RANK=1"}}
@@ -91,9 +100,9 @@ def test_the_demo_runs_one_rank_inside_each_host(ssh_hosts, on_hosts):
 def test_a_hang_on_the_second_host_stops_every_host_and_resumes_to_the_same_loss(
         ssh_hosts, on_hosts, tmp_path):
     cli, demo = on_hosts
-    clean = submit_wait(cli, copy_demo(tmp_path / "clean"), "--set", "args=[--steps, 30]")
+    clean = submit_wait(cli, copy_demo(tmp_path / "clean"), "--set", demo_args(30))
     assert clean["state"] == "SUCCEEDED", clean
-    hung = submit_wait(cli, demo, "--set", "args=[--steps, 30]", "--set",
+    hung = submit_wait(cli, demo, "--set", demo_args(30), "--set",
                        "env.FSDP_ORCH_FAULT=hang:step=12:rank=1")
     assert hung["state"] == "SUCCEEDED", hung
     [failure] = hung["failures"]
@@ -110,7 +119,7 @@ def test_a_hang_on_the_second_host_stops_every_host_and_resumes_to_the_same_loss
 def test_cancel_leaves_no_process_on_any_host(ssh_hosts, on_hosts):
     cli, demo = on_hosts
     job_id = cli.run("submit", "--cluster", "ssh", str(demo), *TWO_HOSTS,
-                     "--set", "args=[--steps, 100000]", check=True).stdout.strip()
+                     "--set", demo_args(*UNTIL_STOPPED), check=True).stdout.strip()
     cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=180,
                    what="three steps")
     assert all(ssh_hosts.job_processes(i, job_id) for i in (0, 1))
@@ -187,7 +196,7 @@ def test_a_host_lost_mid_run_is_node_lost_and_the_job_fails_naming_it(ssh_hosts,
     write_profile(cli, ssh_hosts, ssh_hosts.addresses[:2])
     job_id = cli.run("submit", "--cluster", "ssh", str(demo), *TWO_HOSTS, "--set",
                      "restart.max_restarts=1",
-                     "--set", "watch.heartbeat_timeout=60s", "--set", "args=[--steps, 100000]",
+                     "--set", "watch.heartbeat_timeout=60s", "--set", demo_args(*UNTIL_STOPPED),
                      check=True).stdout.strip()
     cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=180,
                    what="three steps")

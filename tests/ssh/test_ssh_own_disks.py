@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from cli_harness import Cli, copy_demo, make_cli, notices
+from cli_harness import UNTIL_STOPPED, Cli, copy_demo, demo_args, make_cli, notices
 
 from fsdp_orch.nodeagent.beat_dir import node_beat_dir
 
@@ -68,7 +68,7 @@ def test_the_hosts_cannot_see_the_submitting_side(ssh_hosts, apart):
 
 def test_the_demo_runs_from_copies_on_each_hosts_own_disk(ssh_hosts, apart):
     cli, demo = apart
-    status = submit_wait(cli, demo, "--set", "args=[--steps, 20]")
+    status = submit_wait(cli, demo, "--set", demo_args(20))
     assert status["state"] == "SUCCEEDED", status
     job_id = status["id"]
     assert status["failures"] == [] and status["progress"]["step"] == 20
@@ -106,9 +106,9 @@ def test_the_demo_runs_from_copies_on_each_hosts_own_disk(ssh_hosts, apart):
 def test_a_hang_with_own_disks_restarts_from_the_copied_checkpoint_to_the_exact_loss(
         ssh_hosts, apart, tmp_path):
     cli, demo = apart
-    clean = submit_wait(cli, copy_demo(demo.parent.parent / "clean"), "--set", "args=[--steps, 30]")
+    clean = submit_wait(cli, copy_demo(demo.parent.parent / "clean"), "--set", demo_args(30))
     assert clean["state"] == "SUCCEEDED", clean
-    hung = submit_wait(cli, demo, "--set", "args=[--steps, 30]", "--set",
+    hung = submit_wait(cli, demo, "--set", demo_args(30), "--set",
                        "env.FSDP_ORCH_FAULT=hang:step=12:rank=1")
     assert hung["state"] == "SUCCEEDED", hung
     [failure] = hung["failures"]
@@ -126,7 +126,7 @@ def test_a_hang_with_own_disks_restarts_from_the_copied_checkpoint_to_the_exact_
 def test_each_rank_runs_inside_its_host_and_cancel_stops_them_all(ssh_hosts, apart):
     cli, demo = apart
     job_id = cli.run("submit", "--cluster", "own", str(demo), *TWO_HOSTS, "--set",
-                     "args=[--steps, 100000]", check=True).stdout.strip()
+                     demo_args(*UNTIL_STOPPED), check=True).stdout.strip()
     cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=180,
                    what="three steps")
     for i in (0, 1):
@@ -155,7 +155,7 @@ def test_a_host_whose_link_goes_down_is_lost_and_named(ssh_hosts, apart):
     profile.write_text("".join(line for line in profile.read_text().splitlines(True)
                                if not line.startswith(third)))
     job_id = cli.run("submit", "--cluster", "own", str(demo), *TWO_HOSTS, "--set",
-                     "restart.max_restarts=1", "--set", "args=[--steps, 100000]",
+                     "restart.max_restarts=1", "--set", demo_args(*UNTIL_STOPPED),
                                                check=True).stdout.strip()
     cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=180,
                    what="three steps")

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_harness import copy_demo
+from cli_harness import UNTIL_STOPPED, copy_demo, demo_args
 from fakes.fake_gcloud import calls, preempt
 from tpu_stand import ENDED, TPU, Stand, explained, tpu_stand, verbs
 
@@ -37,7 +37,7 @@ def stand(ssh_hosts) -> Iterator[Stand]:  # type: ignore[no-untyped-def]
 
 
 def test_a_two_worker_job_creates_its_tpu_vm_and_succeeds(ssh_hosts, stand):
-    status = stand.submit("--set", f"args=[--steps, {STEPS}]")
+    status = stand.submit("--set", demo_args(STEPS))
     assert status["state"] == "SUCCEEDED", explained(status)
     assert status["failures"] == [] and status["progress"]["step"] == STEPS
     job_id = status["id"]
@@ -64,7 +64,7 @@ def test_a_two_worker_job_creates_its_tpu_vm_and_succeeds(ssh_hosts, stand):
 
 
 def test_a_hung_worker_is_restarted_on_the_same_tpu_vm(ssh_hosts, stand):
-    status = stand.submit("--set", f"args=[--steps, {STEPS}]", "--set",
+    status = stand.submit("--set", demo_args(STEPS), "--set",
                           "env.FSDP_ORCH_FAULT=hang:step=12:rank=1")
     assert status["state"] == "SUCCEEDED", explained(status)
     [failure] = status["failures"]
@@ -76,12 +76,12 @@ def test_a_hung_worker_is_restarted_on_the_same_tpu_vm(ssh_hosts, stand):
 
 
 def test_a_preempted_tpu_vm_is_deleted_created_and_the_job_resumes(ssh_hosts, stand):
-    clean = stand.submit("--set", f"args=[--steps, {STEPS}]",
+    clean = stand.submit("--set", demo_args(STEPS),
                          demo=copy_demo(stand.demo.parent.parent / "clean"))
     assert clean["state"] == "SUCCEEDED", explained(clean)
     reference = json.loads(stand.on_worker(ssh_hosts, 0, clean["id"], "result.json"))
     before = len(calls(stand.state))
-    job_id = stand.submit("--set", f"args=[--steps, {STEPS}, --sleep-per-step, 0.3]", wait=False)
+    job_id = stand.submit("--set", demo_args(STEPS, "--sleep-per-step", "0.3"), wait=False)
     assert isinstance(job_id, str)
     try:
         running = stand.cli.wait_until(job_id, lambda s: (s.get("last_checkpoint_step") or 0) >= 10,
@@ -116,7 +116,7 @@ def test_a_preempted_tpu_vm_is_deleted_created_and_the_job_resumes(ssh_hosts, st
 
 
 def test_cancel_stops_the_job_on_every_worker(ssh_hosts, stand):
-    job_id = stand.submit("--set", "args=[--steps, 100000]", wait=False)
+    job_id = stand.submit("--set", demo_args(*UNTIL_STOPPED), wait=False)
     assert isinstance(job_id, str)
     stand.cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3,
                          timeout=180, what="three steps")
@@ -131,7 +131,7 @@ def test_cancel_stops_the_job_on_every_worker(ssh_hosts, stand):
 def test_a_supervisor_killed_mid_run_is_reattached_to_the_running_workers(ssh_hosts, stand):
     """`status` re-attaches a new supervisor, which adopts the attempt still running on the workers
     (their addresses come from the attempt's record) instead of starting another."""
-    job_id = stand.submit("--set", f"args=[--steps, {STEPS}, --sleep-per-step, 0.3]", wait=False)
+    job_id = stand.submit("--set", demo_args(STEPS, "--sleep-per-step", "0.3"), wait=False)
     assert isinstance(job_id, str)
     store = Store(stand.cli.home / "jobs.db")
     stand.cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3,
