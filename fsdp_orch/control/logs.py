@@ -99,7 +99,8 @@ def rank_has_no_log(job_id: str, rank: int, node: int, attempt: int, latest: boo
 def show_logs(index: Any, job_id: str, *, rank: int | None = None, node: int | None = None,
               attempt: int | None = None, follow: bool = False, out: Any = None) -> int:
     """Print the chosen attempt's node logs (all, ``node``'s, or ``rank``'s lines); ``follow``: keep
-    printing, moving on to each new attempt when none was chosen, until the job ends."""
+    printing, moving on to each new attempt when none was chosen, until the job ends (an attempt
+    chosen by number: until a later one begins)."""
     out = out or sys.stdout
     if rank is not None and node is not None:
         raise InputError("expected one of --rank or --node, not both", field="--rank/--node")
@@ -122,13 +123,10 @@ def show_logs(index: Any, job_id: str, *, rank: int | None = None, node: int | N
     printed, tagged = 0, [False]
     while True:
         printed += _print_new(logs, positions, local, tagged, hidden, out)
-        ended = not follow
-        if follow:
-            index.ingest([job_id])
-            current = index.store.job(job_id)
-            ended = (current is not None and current.ended
-                     and attempt_dirs(run_dir).keys() == attempts.keys())
+        ended = not follow or _followed_to_its_end(index, job_id, run_dir, attempts, attempt)
         if ended:
+            if follow:  # what was written while the end was looked for
+                printed += _print_new(logs, positions, local, tagged, hidden, out)
             if rank is not None and not printed:
                 _said_nothing(job_id, rank, chosen, logs, tagged[0], out)
             return _point_to_stacks(attempts[chosen], out)
@@ -142,6 +140,18 @@ def show_logs(index: Any, job_id: str, *, rank: int | None = None, node: int | N
         for number in logs:
             positions.setdefault(number, 0)
         time.sleep(0.5)
+
+
+def _followed_to_its_end(index: Any, job_id: str, run_dir: Path, attempts: dict[int, Path],
+                         attempt: int | None) -> bool:
+    """Whether ``logs --follow`` is done: the job ended with no attempt left unread, or, for an
+    attempt asked for by number, a later attempt began (that one's output is no longer growing)."""
+    index.ingest([job_id])
+    current = index.store.job(job_id)
+    now = attempt_dirs(run_dir)
+    if attempt is not None and max(now) > attempt:
+        return True
+    return current is not None and current.ended and now.keys() == attempts.keys()
 
 
 def _chosen_attempt(job_id: str, run_dir: Path, attempt: int | None) -> tuple[dict[int, Path], int]:

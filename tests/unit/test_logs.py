@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,30 @@ def test_a_log_written_without_tags_says_so(job) -> None:  # type: ignore[no-unt
 def test_what_is_not_there_is_an_input_error(job, options: dict, message: str) -> None:  # type: ignore[no-untyped-def,type-arg]
     with pytest.raises(InputError, match=message):
         job("torchrun", "tagged")(**options)
+
+
+def test_following_a_numbered_attempt_ends_once_a_later_attempt_begins(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job goes on (attempt 1 runs), but attempt 0's output no longer grows: ``logs --follow
+    --attempt 0`` prints all of it and ends, where it used to wait for the job's end forever."""
+    monkeypatch.setenv("FSDP_ORCH_HOME", str(tmp_path / "home"))
+    index = JobIndex(Store(tmp_path / "jobs.db"), [str(tmp_path / "runs")], warn=lambda text: None)
+    run_dir = tmp_path / "runs" / "j1"
+    index.journal("j1", role="submit", run_dir=str(run_dir)).submitted(
+        name="n", cluster="c", kind="local", spec_json="{}", run_dir=str(run_dir), job_file=None,
+        spec_hash=None, idempotency_key=None)
+    (run_dir / "attempt-0").mkdir(parents=True)
+    log = run_dir / "attempt-0" / "console-node-0.log"
+    log.write_text("step 1\n")
+    out = io.StringIO()
+    follower = threading.Thread(target=show_logs, args=(index, "j1"),
+                                kwargs={"attempt": 0, "follow": True, "out": out}, daemon=True)
+    follower.start()
+    follower.join(1.5)
+    assert follower.is_alive()  # attempt 0 is still the latest: followed
+    with log.open("a") as f:
+        f.write("step 2\n")
+    (run_dir / "attempt-1").mkdir()
+    follower.join(30)  # ends within a poll (0.5 s); 30: a machine many times slower
+    assert not follower.is_alive(), "logs --follow --attempt 0 went on after attempt 1 began"
+    assert out.getvalue().startswith("step 1\nstep 2\n"), out.getvalue()
