@@ -4,6 +4,7 @@ loss curve. Pure: every user word is escaped here, at the boundary."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
 
@@ -76,19 +77,7 @@ def timeline(goodput: Goodput, bars: list[Bar], verdicts: list[Mark],
                            COLORS[span.bucket], f"{span.bucket}: {span.end - span.start:.1f}s",
                            f' class="span {span.bucket}"'))
     for i, bar in enumerate(bars):
-        y = bar_y0 + i * (bar_h + 8)
-        color = ATTEMPT_COLORS[bar.attempt % len(ATTEMPT_COLORS)]
-        ended = ("running" if bar.exit_code is None and bar.end == goodput.until
-                 else f"exit {bar.exit_code}")
-        parts.append(_text(LEFT - 8, y + 15, f"attempt {bar.attempt}", "end"))
-        parts.append(_rect(x(bar.start), y, x(bar.end) - x(bar.start), bar_h, color,
-                           f"attempt {bar.attempt}: {bar.end - bar.start:.1f}s, {ended}",
-                           ' class="attempt"'))
-        if bar.first_step_at is not None:  # start-up, lighter
-            parts.append(_rect(x(bar.start), y, x(bar.first_step_at) - x(bar.start), bar_h,
-                               "#ffffff", f"attempt {bar.attempt} start-up: "
-                                          f"{bar.first_step_at - bar.start:.1f}s",
-                               ' fill-opacity="0.55"'))
+        parts += _attempt_bar(bar, bar_y0 + i * (bar_h + 8), bar_h, x, goodput.until)
     axis_y = bar_y0 + len(bars) * (bar_h + 8) + 4
     parts.append(f'<line x1="{LEFT}" y1="{axis_y}" x2="{WIDTH - RIGHT}" '
                  f'y2="{axis_y}" stroke="#555"/>')
@@ -111,6 +100,21 @@ def timeline(goodput: Goodput, bars: list[Bar], verdicts: list[Mark],
     parts.append("</svg>")
     return "\n".join(parts)
 
+
+
+def _attempt_bar(bar: Bar, y: float, bar_h: float, x: Callable[[float], float],
+                 until: float) -> list[str]:
+    """One attempt's row: its label, its bar, and its start-up drawn lighter over the bar."""
+    color = ATTEMPT_COLORS[bar.attempt % len(ATTEMPT_COLORS)]
+    ended = "running" if bar.exit_code is None and bar.end == until else f"exit {bar.exit_code}"
+    row = [_text(LEFT - 8, y + 15, f"attempt {bar.attempt}", "end"),
+           _rect(x(bar.start), y, x(bar.end) - x(bar.start), bar_h, color,
+                 f"attempt {bar.attempt}: {bar.end - bar.start:.1f}s, {ended}", ' class="attempt"')]
+    if bar.first_step_at is not None:
+        row.append(_rect(x(bar.start), y, x(bar.first_step_at) - x(bar.start), bar_h, "#ffffff",
+                         f"attempt {bar.attempt} start-up: {bar.first_step_at - bar.start:.1f}s",
+                         ' fill-opacity="0.55"'))
+    return row
 
 def loss_curve(points: dict[int, list[tuple[int, float]]]) -> str:
     """Loss against step, one line per attempt (a resume that trains steps again draws over the
