@@ -199,8 +199,8 @@ class StepSampler:
                 attempt = int(folder.name.split("-")[1])
                 beat = beats_of(run_dir, attempt).get(0)
                 if beat is not None and beat.state == "training":
-                    self.progress.setdefault((run_dir.name, attempt), {}).setdefault(beat.step,
-                                                                                      beat.progress_time)
+                    self.progress.setdefault((run_dir.name, attempt), {}).setdefault(
+                        beat.step, beat.progress_time)
 
     def step_time(self, skip: int = 3) -> float | None:
         """Seconds per step over all attempts, each from its first sampled step after ``skip``

@@ -62,7 +62,8 @@ if _OUT:
         yield from _timed(item, "teardown")
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type: ignore[no-untyped-def]
+    def pytest_runtest_makereport(item: pytest.Item,  # type: ignore[no-untyped-def]
+                                  call: pytest.CallInfo):
         made = yield
         timed = item.stash.get(_PHASE, {}).pop(call.when, None)
         if timed is not None:

@@ -2,9 +2,9 @@
 
     python -m fsdp_orch.nodeagent NODE_RANK LAUNCHER_PID
 
-Reads ``FSDP_ORCH_BEAT_DIR`` (its ranks' heartbeats), ``FSDP_ORCH_ATTEMPT_DIR`` (where the supervisor
-announces itself: ``agent.json``), ``FSDP_ORCH_JOB_ID`` and ``FSDP_ORCH_ATTEMPT`` (which processes are
-its ranks). Ends after its last line, once the launcher has ended, or on SIGTERM.
+Reads ``FSDP_ORCH_BEAT_DIR`` (its ranks' heartbeats), ``FSDP_ORCH_ATTEMPT_DIR`` (where the
+supervisor announces itself: ``agent.json``), ``FSDP_ORCH_JOB_ID`` and ``FSDP_ORCH_ATTEMPT`` (which
+processes are its ranks). Ends after its last line, once the launcher has ended, or on SIGTERM.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def main(argv: list[str]) -> int:
         return {"dumps": {str(rank): dump_to_wire(dump) for rank, dump in dumps.items()}}
 
     agent = NodeAgent(node, socket.gethostname(), lambda: read_beat_files(beat_dir),
-                      lambda: read_endpoint(attempt_dir), launcher_alive=lambda: process_alive(launcher),
+                      lambda: read_endpoint(attempt_dir),
+                      launcher_alive=lambda: process_alive(launcher),
                       on_stop=stop, on_stacks=stacks, attempt=attempt)
 
     async def run() -> None:

@@ -1,6 +1,7 @@
-"""One node's agent: reads its ranks' heartbeats (node-local), sends the supervisor one summary line a
-second (sooner when a rank starts, saves or ends), and carries out the supervisor's orders for its
-own ranks: their stacks, their end. asyncio, so that the scale bench runs hundreds in one process."""
+"""One node's agent: reads its ranks' heartbeats (node-local), sends the supervisor one summary line
+a second (sooner when a rank starts, saves or ends), and carries out the supervisor's orders for its
+own ranks: their stacks, their end. asyncio, so that the scale bench runs hundreds in one
+process."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ Beats = dict[int, dict[str, Any]]
 
 
 class NodeAgent:
-    """``read_beats``: this node's ranks now; ``endpoint``: (host, port, token) or None while there is
-    none; ``launcher_alive``: False once the node's launcher ended (one last line, then the end);
-    ``on_stop(grace)`` and ``on_stacks(pids, folder)`` run in a thread and return the reply's body."""
+    """``read_beats``: this node's ranks now; ``endpoint``: (host, port, token) or None while there
+    is none; ``launcher_alive``: False once the node's launcher ended (one last line, then the end);
+    ``on_stop(grace)`` and ``on_stacks(pids, folder)`` run in a thread and return the reply's
+    body."""
 
     def __init__(self, node: int, host: str, read_beats: Callable[[], Beats],
                  endpoint: Callable[[], tuple[str, int, str] | None], *,
@@ -61,7 +63,8 @@ class NodeAgent:
 
     async def _connected(self, host: str, port: int, token: str) -> bool:
         reader, writer = await asyncio.open_connection(host, port, limit=4 << 20)
-        writer.write((json.dumps({"hello": token, "node": self.node, "host": self.host}) + "\n").encode())
+        writer.write((json.dumps({"hello": token, "node": self.node, "host": self.host})
+                      + "\n").encode())
         listening = asyncio.ensure_future(self._listen(reader, writer))
         try:
             return await self._stream(writer, listening)
@@ -79,14 +82,15 @@ class NodeAgent:
             current = {rank: compact(beat, now) for rank, beat in beats.items()}
             if (ending or now - last >= self.every or state_changed(current, sent)
                     or alive_between_steps(current, sent, now)):
-                line = summary_line(self.node, self.host, now, changed_beats(current, sent), final=ending,
-                                    attempt=self.attempt)
+                line = summary_line(self.node, self.host, now, changed_beats(current, sent),
+                                    final=ending, attempt=self.attempt)
                 writer.write(line.encode() + b"\n")
                 await writer.drain()
                 sent, last = current, now
                 self.lines_sent += 1
             if ending:
-                if self._answering is not None:  # the reply to the order that ended us goes out first
+                if self._answering is not None:
+                    # the reply to the order that ended us goes out first
                     await asyncio.wait([self._answering], timeout=2.0)
                 return True
             await asyncio.sleep(self.look_every)
@@ -97,7 +101,8 @@ class NodeAgent:
         while True:
             try:
                 line = await reader.readline()
-            except (OSError, ValueError):  # reset, or a line past the limit: the supervisor went away
+            except (OSError, ValueError):
+                # reset, or a line past the limit: the supervisor went away
                 return  # quietly: the agent's stderr is the node's console log, which is classified
             if not line:
                 return
@@ -112,12 +117,13 @@ class NodeAgent:
                     key = "stacks_done"
                 else:
                     continue
-                self._answering = asyncio.ensure_future(self._answer(work, key, order["id"], writer))
+                self._answering = asyncio.ensure_future(
+                    self._answer(work, key, order["id"], writer))
                 await asyncio.shield(self._answering)
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue
-            except Exception:  # noqa: BLE001 - an order that failed (py-spy, a vanished process): no answer
-                continue
+            except Exception:  # noqa: BLE001 - an order that failed (py-spy, a vanished process):
+                continue  # no answer
 
     @staticmethod
     async def _answer(work: asyncio.Future[dict[str, Any]], key: str, order: Any,
@@ -126,8 +132,8 @@ class NodeAgent:
             body = await work
             writer.write((json.dumps({key: order, **body}, separators=(",", ":")) + "\n").encode())
             await writer.drain()
-        except Exception:  # noqa: BLE001 - a failed order or a closed connection: no answer, no noise
-            return
+        except Exception:  # noqa: BLE001 - a failed order or a closed connection:
+            return  # no answer, no noise
 
 
 __all__ = ["LOOK_EVERY_S", "NodeAgent", "SUMMARY_EVERY_S"]

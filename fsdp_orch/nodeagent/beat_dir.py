@@ -32,7 +32,8 @@ def private_beat_dir(path: str) -> str | None:
     reason it must not be used, or None. A root another account owns is never written into."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(path)))  # <root>/<job>/attempt-A/node-N
     if not os.path.basename(root).startswith("fsdp-orch-"):
-        return f"{path} is not a node beat folder (<tmp>/fsdp-orch-<uid>/<job>/attempt-<A>/node-<N>)"
+        return (f"{path} is not a node beat folder "
+                "(<tmp>/fsdp-orch-<uid>/<job>/attempt-<A>/node-<N>)")
     try:
         os.mkdir(root, 0o700)
     except FileExistsError:
@@ -44,7 +45,8 @@ def private_beat_dir(path: str) -> str | None:
     except OSError as exc:
         return f"{root}: {exc.strerror}"
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-        return f"{root} is not a folder of this user's (uid {st.st_uid}, mode {stat.filemode(st.st_mode)})"
+        return (f"{root} is not a folder of this user's (uid {st.st_uid}, "
+                f"mode {stat.filemode(st.st_mode)})")
     if st.st_mode & 0o077:
         os.chmod(root, 0o700)
     here = root
@@ -62,14 +64,16 @@ def private_beat_dir(path: str) -> str | None:
 def rank_beat_path(beat_dir: str | None, run_dir: str, attempt: int, rank: int) -> str | None:
     """Where a rank writes its heartbeat: in its node's beat folder (``FSDP_ORCH_BEAT_DIR``, set by
     every launch script fsdp-orch renders), else the run folder's ``heartbeats/`` (a process started
-    by hand with only ``FSDP_ORCH_RUN_DIR``). None when the node folder cannot be used: no heartbeat,
-    said once on stderr (the supervisor then reports that hang detection has no signal)."""
+    by hand with only ``FSDP_ORCH_RUN_DIR``). None when the node folder cannot be used: no
+    heartbeat, said once on stderr (the supervisor then reports that hang detection has no
+    signal)."""
     if beat_dir:
         problem = private_beat_dir(beat_dir)
         if problem is not None:
             import sys
 
-            print(f"[fsdp-orch] no heartbeat for rank {rank}: {problem}", file=sys.stderr, flush=True)
+            print(f"[fsdp-orch] no heartbeat for rank {rank}: {problem}", file=sys.stderr,
+                  flush=True)
             return None
         return os.path.join(beat_dir, f"rank-{rank}.json")
     from fsdp_orch.observe.heartbeats import heartbeat_path
@@ -101,9 +105,11 @@ def read_beat_files(beat_dir: str) -> dict[int, dict[str, Any]]:
     return out
 
 
-def read_node_heartbeats(job_id: str, attempt: int, tmp: str = NODE_TMP) -> dict:  # type: ignore[type-arg]
-    """Every heartbeat of ``attempt`` that this machine's nodes hold (all its ``node-N`` folders), by
-    rank: what a test or a bench on the nodes' machine reads; the supervisor gets them from the agents."""
+def read_node_heartbeats(job_id: str, attempt: int,
+                         tmp: str = NODE_TMP) -> dict:  # type: ignore[type-arg]
+    """Every heartbeat of ``attempt`` that this machine's nodes hold (all its ``node-N`` folders),
+    by rank: what a test or a bench on the nodes' machine reads; the supervisor gets them from the
+    agents."""
     from fsdp_orch.observe.heartbeats import parse_heartbeat
 
     folder = os.path.join(user_tmp_root(None, tmp), job_id, f"attempt-{attempt}")

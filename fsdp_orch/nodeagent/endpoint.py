@@ -1,7 +1,7 @@
-"""Where the node agents reach the supervisor: ``agent.json`` in the attempt's folder, written by the
-supervisor (0600) with the address and a token the agents must say first. The folder is the user's
-alone (0700), so only the user's own processes read the token; an agent trusts the file only when
-it is the user's and no one else can write it."""
+"""Where the node agents reach the supervisor: ``agent.json`` in the attempt's folder, written by
+the supervisor (0600) with the address and a token the agents must say first. The folder is the
+user's alone (0700), so only the user's own processes read the token; an agent trusts the file only
+when it is the user's and no one else can write it."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def endpoint_path(attempt_dir: str) -> str:
 def write_endpoint(attempt_dir: str, host: str, port: int, token: str) -> None:
     from fsdp_orch.places.private import write_private
 
-    write_private(endpoint_path(attempt_dir), json.dumps({"host": host, "port": port, "token": token}))
+    write_private(endpoint_path(attempt_dir),
+                  json.dumps({"host": host, "port": port, "token": token}))
 
 
 def read_endpoint(attempt_dir: str) -> tuple[str, int, str] | None:

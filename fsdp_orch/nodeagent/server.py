@@ -88,9 +88,11 @@ class SummaryServer:
         loop.call_soon_threadsafe(shut)
 
     def _hello(self, line: bytes, transport: asyncio.Transport) -> int | None:
-        """The node of a connection whose first line carries this attempt's token; None: a stranger."""
+        """The node of a connection whose first line carries this attempt's token; None: a
+        stranger."""
         hello = json.loads(line)
-        if not isinstance(hello, dict) or not hmac.compare_digest(str(hello.get("hello", "")), self.token):
+        if (not isinstance(hello, dict)
+                or not hmac.compare_digest(str(hello.get("hello", "")), self.token)):
             return None
         node, host = int(hello["node"]), str(hello.get("host", ""))
         with self._lock:
@@ -128,7 +130,8 @@ class SummaryServer:
     # --- what the supervisor asks -----------------------------------------------------------
 
     def heartbeats(self) -> dict[int, Heartbeat]:
-        """Every rank's latest heartbeat, by rank (sorted once after ranks appeared, not per line)."""
+        """Every rank's latest heartbeat, by rank (sorted once after ranks appeared, not per
+        line)."""
         with self._lock:
             if self._unsorted:
                 self._beats = dict(sorted(self._beats.items()))
@@ -147,20 +150,24 @@ class SummaryServer:
             for state in sorted(self._nodes.values(), key=lambda s: s.node):
                 if state.final or now - state.seen <= self.node_timeout:
                     continue
-                how = "its connection closed" if not state.connected else "its connection went silent"
-                return (f"node {state.node} (host {state.host}) is lost: its agent has said nothing for "
-                        f"{now - state.seen:.1f}s ({how}; node timeout {self.node_timeout:g}s)")
+                how = ("its connection closed" if not state.connected
+                       else "its connection went silent")
+                return (f"node {state.node} (host {state.host}) is lost: its agent has said "
+                        f"nothing for {now - state.seen:.1f}s ({how}; node timeout "
+                        f"{self.node_timeout:g}s)")
         return None
 
     def silent_nodes(self, after: float) -> dict[int, float]:
-        """The nodes whose agent has said nothing for more than ``after`` seconds (and has not sent its
-        last summary), with how long."""
+        """The nodes whose agent has said nothing for more than ``after`` seconds (and has not sent
+        its last summary), with how long."""
         now = self.clock()
         with self._lock:
-            return {s.node: now - s.seen for s in self._nodes.values() if not s.final and now - s.seen > after}
+            return {s.node: now - s.seen for s in self._nodes.values()
+                    if not s.final and now - s.seen > after}
 
     def settle(self, timeout: float, sleep: Callable[[float], None] = time.sleep) -> None:
-        """Wait (up to ``timeout``) for every connected agent's last summary, after the launchers ended."""
+        """Wait (up to ``timeout``) for every connected agent's last summary, after the launchers
+        ended."""
         deadline = self.clock() + timeout
         while self.clock() < deadline:
             with self._lock:
@@ -169,7 +176,8 @@ class SummaryServer:
             sleep(0.05)
 
     def _order(self, message_of: Callable[[int], dict[str, Any] | None], wait: float,
-               sleep: Callable[[float], None] = time.sleep, ended_is_done: bool = False) -> dict[int, Any]:
+               sleep: Callable[[float], None] = time.sleep,
+               ended_is_done: bool = False) -> dict[int, Any]:
         """Send each connected node its message (None: none) and wait up to ``wait`` for the replies
         (``ended_is_done``: a node whose agent ended meanwhile counts as answered)."""
         order = next(self._orders)
@@ -186,7 +194,8 @@ class SummaryServer:
             with self._lock:
                 answered = set(self._replies.get(order, {}))
                 if ended_is_done:
-                    answered |= {n for n in sent if self._nodes[n].final or not self._nodes[n].connected}
+                    answered |= {n for n in sent
+                                 if self._nodes[n].final or not self._nodes[n].connected}
                 if answered >= set(sent):
                     break
             sleep(0.05)
@@ -200,9 +209,11 @@ class SummaryServer:
 
     def stop_ranks(self, grace: float) -> dict[int, Any]:
         """Every agent ends its node's ranks (SIGTERM, SIGKILL after ``grace``), all at once."""
-        return self._order(lambda node: {"stop": True, "grace": grace}, grace + 5, ended_is_done=True)
+        return self._order(lambda node: {"stop": True, "grace": grace}, grace + 5,
+                           ended_is_done=True)
 
-    def capture_stacks(self, pids: dict[int, int], folder: str, wait: float = 30.0) -> dict[int, Any]:
+    def capture_stacks(self, pids: dict[int, int], folder: str,
+                       wait: float = 30.0) -> dict[int, Any]:
         """Each agent dumps the stacks of its own ranks among ``pids`` into ``folder``, in parallel;
         its reply by node: ``{"dumps": {rank: {"path", "source", "error"}}}``."""
         with self._lock:

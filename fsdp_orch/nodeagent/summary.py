@@ -27,7 +27,8 @@ from typing import Any
 
 from fsdp_orch.observe.heartbeats import TIME_FIELDS, Heartbeat, heartbeat_from_dict, held_since
 
-# What the node's line says once for all its ranks (``at``, ``host``, ``attempt``): left out of each.
+# What the node's line says once for all its ranks (``at``, ``host``, ``attempt``): left out of
+# each.
 _PER_NODE = ("time", "host", "attempt")
 
 
@@ -47,31 +48,35 @@ def compact(beat: dict[str, Any], now: float) -> dict[str, Any]:
     return out
 
 
-def changed_beats(current: dict[int, dict[str, Any]], sent: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+def changed_beats(current: dict[int, dict[str, Any]],
+                  sent: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
     """The heartbeats of ``current`` that differ from what was last ``sent``, by rank."""
     return [beat for rank, beat in sorted(current.items()) if sent.get(rank) != beat]
 
 
 def summary_line(node: int, host: str, at: float, beats: list[dict[str, Any]], final: bool = False,
                  attempt: int = 0) -> str:
-    return json.dumps({"node": node, "host": host, "attempt": attempt, "at": round(at, 3), "beats": beats,
-                       "final": final}, separators=(",", ":"))
+    return json.dumps({"node": node, "host": host, "attempt": attempt, "at": round(at, 3),
+                       "beats": beats, "final": final}, separators=(",", ":"))
 
 
 def state_changed(current: dict[int, dict[str, Any]], sent: dict[int, dict[str, Any]]) -> bool:
     """A rank appeared, changed state (started, saving, done) or its file stopped or started being
     rewritten (``held_since``): worth a line before the next tick."""
     return any(rank not in sent or sent[rank].get("state") != beat.get("state")
-               or ("held_since" in sent[rank]) != ("held_since" in beat) for rank, beat in current.items())
+               or ("held_since" in sent[rank]) != ("held_since" in beat)
+               for rank, beat in current.items())
 
 
 # A rank that has not stepped for this long is between steps: an evaluation, a save, a wait on its
 # data loader workers, or a hang. Steady training steps more often and keeps one line a second.
 BETWEEN_STEPS_AFTER_S = 1.0
-_LIVENESS = ("python_at", "io_at", "compute_at")  # ran Python, wrote, used CPU (itself or its children)
+# ran Python, wrote, used CPU (itself or its children)
+_LIVENESS = ("python_at", "io_at", "compute_at")
 
 
-def alive_between_steps(current: dict[int, dict[str, Any]], sent: dict[int, dict[str, Any]], now: float) -> bool:
+def alive_between_steps(current: dict[int, dict[str, Any]], sent: dict[int, dict[str, Any]],
+                        now: float) -> bool:
     """A rank between steps (none for ``BETWEEN_STEPS_AFTER_S``) shows it is alive: it ran Python
     (an evaluation), wrote (a save) or used CPU (its data loader workers loading). Worth a line at
     once: the hang rule's window can be 2 s, and with a line a second that news would reach the
@@ -81,7 +86,8 @@ def alive_between_steps(current: dict[int, dict[str, Any]], sent: dict[int, dict
     for rank, beat in current.items():
         progress_at, before = beat.get("progress_at"), sent.get(rank)
         if (before is None or beat.get("state") in ("starting", "done")
-                or not isinstance(progress_at, (int, float)) or now - progress_at <= BETWEEN_STEPS_AFTER_S):
+                or not isinstance(progress_at, (int, float))
+                or now - progress_at <= BETWEEN_STEPS_AFTER_S):
             continue
         if any(beat.get(key) != before.get(key) for key in _LIVENESS if beat.get(key) is not None):
             return True
@@ -130,8 +136,10 @@ def dump_to_wire(dump: Any) -> dict[str, Any]:
     """A ``StackDump`` as JSON: what an agent sends back after taking its ranks' stacks."""
     return {"rank": dump.rank, "pid": dump.pid, "source": dump.source, "error": dump.error,
             "path": None if dump.path is None else str(dump.path),
-            "threads": [{"id": t.id, "name": t.name, "active": t.active, "gil": t.gil, "current": t.current,
-                         "frames": [[f.function, f.file, f.line] for f in t.frames]} for t in dump.threads]}
+            "threads": [{"id": t.id, "name": t.name, "active": t.active, "gil": t.gil,
+                         "current": t.current,
+                         "frames": [[f.function, f.file, f.line] for f in t.frames]}
+                        for t in dump.threads]}
 
 
 def dump_from_wire(data: dict[str, Any]) -> Any:
@@ -139,11 +147,13 @@ def dump_from_wire(data: dict[str, Any]) -> Any:
 
     from fsdp_orch.observe.stacks import Frame, StackDump, ThreadStack
 
-    threads = tuple(ThreadStack(t["id"], t["name"], t["active"], tuple(Frame(*f) for f in t["frames"]),
-                                bool(t.get("gil")), bool(t.get("current"))) for t in data.get("threads", []))
+    threads = tuple(ThreadStack(t["id"], t["name"], t["active"],
+                                tuple(Frame(*f) for f in t["frames"]),
+                                bool(t.get("gil")), bool(t.get("current")))
+                    for t in data.get("threads", []))
     return StackDump(int(data["rank"]), int(data["pid"]), threads, str(data.get("source", "")),
                      Path(data["path"]) if data.get("path") else None, str(data.get("error", "")))
 
 
-__all__ = ["NodeSummary", "alive_between_steps", "changed_beats", "compact", "dump_from_wire", "dump_to_wire",
-           "parse_summary", "state_changed", "summary_line"]
+__all__ = ["NodeSummary", "alive_between_steps", "changed_beats", "compact", "dump_from_wire",
+           "dump_to_wire", "parse_summary", "state_changed", "summary_line"]

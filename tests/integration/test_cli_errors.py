@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input_through_a_real_process(case, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_bad_input_through_a_real_process(case,  # type: ignore[no-untyped-def]
+                                          tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     materialize(work, case.files)

@@ -56,7 +56,8 @@ def test_cancel_stops_every_process_and_marks_cancelled(cli, demo):
                              timeout=180, what="two training steps")
     assert running["state"] == "RUNNING"
     assert len(job_processes(job_id)) >= 3  # torchrun agent + 2 workers
-    supervisor_pid = Store(cli.home / "jobs.db").job(job_id).supervisor_pid  # type: ignore[union-attr]
+    supervisor_pid = (Store(cli.home / "jobs.db").job(job_id)  # type: ignore[union-attr]
+                      .supervisor_pid)
     out = cli.run("cancel", job_id, check=True).stdout
     assert "cancelled" in out
     status = cli.status(job_id)

@@ -44,7 +44,8 @@ def submit(cli, job: Path, *extra: str) -> dict:  # type: ignore[no-untyped-def]
     return json.loads(proc.stdout)
 
 
-def submit_watching(cli, job: Path, *extra: str) -> tuple[dict, list[dict]]:  # type: ignore[no-untyped-def]
+def submit_watching(cli, job: Path,  # type: ignore[no-untyped-def]
+                    *extra: str) -> tuple[dict, list[dict]]:
     """As ``submit``, while ``status --json`` is polled until the job's first failure: its final
     status and every status seen before that failure."""
     final: dict = {}

@@ -29,7 +29,8 @@ TWO_HOSTS = ["--set", "nodes=2", "--set", "procs_per_node=1", "--set", "checkpoi
              "--set", "watch.heartbeat_timeout=10s", "--set", "watch.startup_timeout=120s"]
 
 
-def write_profile(cli: Cli, hosts, addresses: tuple[str, ...] | None = None,  # type: ignore[no-untyped-def]
+def write_profile(cli: Cli, hosts,  # type: ignore[no-untyped-def]
+                  addresses: tuple[str, ...] | None = None,
                   known_hosts: Path | None = None, name: str = "ssh") -> None:
     """The cluster profile for the namespace hosts, with this interpreter (fsdp-orch and torch)."""
     lines = ["kind: ssh", "device: cpu", "hosts:"]

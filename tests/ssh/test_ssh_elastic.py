@@ -49,8 +49,8 @@ def straight(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return json.loads((Path(status["run_dir"]) / "result.json").read_text())
 
 
-def lose_host_2_after_a_checkpoint(ssh_hosts, cli: Cli, demo: Path, nodes: str,  # type: ignore[no-untyped-def]
-                                   *extra: str,
+def lose_host_2_after_a_checkpoint(ssh_hosts, cli: Cli,  # type: ignore[no-untyped-def]
+                                   demo: Path, nodes: str, *extra: str,
                                    then: Callable[[str], None] | None = None) -> tuple[dict, int]:
     """Submit, kill host 2 once step 10 is checkpointed, ``then(job_id)``, wait for the end (then
     start host 2 again). Returns the final status and the checkpoint step committed before the

@@ -50,8 +50,8 @@ def host_disk(ssh_hosts, i: int) -> Place:  # type: ignore[no-untyped-def]
     return Place(f"{ssh_hosts.dir}/host-disk", f"host {i + 1}'s own disk", run)
 
 
-def run_on_hosts(ssh_hosts, account, base: Path, tmp_path: Path, profile: Path,  # type: ignore[no-untyped-def]
-                 own_disks: bool) -> None:
+def run_on_hosts(ssh_hosts, account, base: Path,  # type: ignore[no-untyped-def]
+                 tmp_path: Path, profile: Path, own_disks: bool) -> None:
     values = make_secrets(tmp_path / "private")
     with receiver() as got:
         work = tmp_path / "work"

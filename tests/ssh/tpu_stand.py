@@ -59,7 +59,8 @@ class Stand:
                 and proc.stdout.strip()), ((proc.returncode, proc.stdout, proc.stderr))
         return json.loads(proc.stdout) if wait else proc.stdout.strip()
 
-    def on_worker(self, ssh_hosts, i: int, job_id: str, path: str) -> str:  # type: ignore[no-untyped-def]
+    def on_worker(self, ssh_hosts, i: int,  # type: ignore[no-untyped-def]
+                  job_id: str, path: str) -> str:
         return ssh_hosts.ssh(i, "cat", f"{self.remote_workdir}/runs/{job_id}/{path}").stdout
 
 

@@ -35,7 +35,8 @@ for name in ("step_20", "step_40", "epoch_0", "epoch_1"):
     accelerator.save_state(os.path.join(out, "named", name))
 auto = Accelerator(cpu=True, project_config=ProjectConfiguration(
     project_dir=os.path.join(out, "auto"), automatic_checkpoint_naming=True))
-model2, optimizer2 = auto.prepare(torch.nn.Linear(8, 4), torch.optim.SGD(torch.nn.Linear(8, 4).parameters(), lr=0.1))
+model2, optimizer2 = auto.prepare(torch.nn.Linear(8, 4),
+                                  torch.optim.SGD(torch.nn.Linear(8, 4).parameters(), lr=0.1))
 auto.save_state()
 auto.save_state()
 """

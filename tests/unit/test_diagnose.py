@@ -392,7 +392,8 @@ def test_sigterm_and_the_ranks_torchrun_stopped_itself_name_no_cause():
         "------------------------------------------------------",
         "Root Cause (first observed failure):",
         "[0]:", "  rank      : 1 (local_rank: 1)", "  exitcode  : 1 (pid: 7870) ",
-        "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"])
+        "  traceback : To enable traceback see: "
+        "https://pytorch.org/docs/stable/elastic/errors.html"])
     # rank 1 failed first; torchrun killed rank 0
     assert diagnose_text(stopped).category == "unknown"
 

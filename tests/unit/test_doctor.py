@@ -52,7 +52,8 @@ def test_doctor_exits_0_when_every_check_holds(tmp_path) -> None:
 
 # --- SSH and TPU VM clusters ----------------------------------------------------------------------
 
-def ssh_profile(tmp_path, ports: list[int], known_hosts: str, policy: str = "strict"):  # type: ignore[no-untyped-def]
+def ssh_profile(tmp_path, ports: list[int], known_hosts: str,  # type: ignore[no-untyped-def]
+                policy: str = "strict"):
     from fsdp_orch.backends.over_ssh.hosts import SshProfile
 
     return SshProfile.model_validate({

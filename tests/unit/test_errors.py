@@ -38,7 +38,8 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(case, sandbox: Path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_bad_input(case, sandbox: Path,  # type: ignore[no-untyped-def]
+                   capsys: pytest.CaptureFixture[str]) -> None:
     materialize(sandbox, case.files)
     materialize(sandbox.parent / "home", case.home)
     before = listing(sandbox.parent)  # the cwd and $FSDP_ORCH_HOME

@@ -26,8 +26,8 @@ FAILURE_KEYS = ["attempt", "category", "evidence", "detected_at", "stalled_for_s
 
 
 def submitted(at: float = T0, **fields: object) -> event_types.Submitted:
-    return event_types.Submitted(at=at, job="j1", name="demo", cluster="local",  # type: ignore[arg-type]
-                                 run_dir="/runs/j1", **fields)
+    return event_types.Submitted(at=at, job="j1", name="demo",  # type: ignore[arg-type]
+                                 cluster="local", run_dir="/runs/j1", **fields)
 
 
 def test_the_status_document_has_its_keys_in_order_and_its_times_in_utc() -> None:
@@ -342,9 +342,10 @@ def test_the_cached_list_keeps_no_time_and_a_stalled_jobs_document_is_put_in_as_
     later = json.loads(index.store.status_json_bytes(now=now + 40) or b"[]")  # from the cache
     assert {job["id"]: job["stalled_for_s"] for job in later} == {
         "j1": 42.0, "j2": 100.0, "j3": 42.0}
-    assert later == [fold_lines(read_job(tmp_path / "runs" / job["id"])[0],  # type: ignore[union-attr]
-                                job["id"]).to_json(now + 40)
-                     for job in later]
+    assert later == [
+        fold_lines(read_job(tmp_path / "runs" / job["id"])[0],  # type: ignore[union-attr]
+                   job["id"]).to_json(now + 40)
+        for job in later]
 
 
 def test_the_status_table_says_stalled_with_the_window_and_the_detail_says_where_the_loss_came_from(

@@ -25,7 +25,8 @@ def timed(durations: list[float], start: float = 100.0) -> StepTimes:
     return times
 
 
-def beat(rank: int, step_s: dict | None, state: str = "training") -> Heartbeat:  # type: ignore[type-arg]
+def beat(rank: int, step_s: dict | None,  # type: ignore[type-arg]
+         state: str = "training") -> Heartbeat:
     return Heartbeat(rank=rank, attempt=0, step=50, loss=1.0, time=1000.0, state=state, pid=1,
                      step_s=step_s)
 

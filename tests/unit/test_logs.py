@@ -50,11 +50,13 @@ def job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-unt
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
-def test_a_launcher_that_tags_lines_gives_the_rank_its_own(job, launcher: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_launcher_that_tags_lines_gives_the_rank_its_own(job,  # type: ignore[no-untyped-def]
+                                                           launcher: str) -> None:
     assert job(launcher, "tagged")(rank=3) == "step 1 on rank 3\n"
 
 
-def test_under_launcher_python_the_rank_is_pointed_to_its_node_log(job) -> None:  # type: ignore[no-untyped-def]
+def test_under_launcher_python_the_rank_is_pointed_to_its_node_log(  # type: ignore[no-untyped-def]
+        job) -> None:
     said = job("python", "untagged")(rank=3)
     assert said == ("[fsdp-orch] attempt 0 has the logs of nodes 0, 1: launcher: python runs one "
                     "process per node, which starts its ranks itself, so rank 3 has no log of its "
@@ -82,7 +84,9 @@ def test_a_log_written_without_tags_says_so(job) -> None:  # type: ignore[no-unt
     ({"node": 2}, "--node: attempt 0 has the logs of nodes 0, 1, none of node 2"),
     ({"rank": 1, "node": 0}, "expected one of --rank or --node, not both"),
 ])
-def test_what_is_not_there_is_an_input_error(job, options: dict, message: str) -> None:  # type: ignore[no-untyped-def,type-arg]
+def test_what_is_not_there_is_an_input_error(job,  # type: ignore[no-untyped-def]
+                                             options: dict,  # type: ignore[type-arg]
+                                             message: str) -> None:
     with pytest.raises(InputError, match=message):
         job("torchrun", "tagged")(**options)
 

@@ -37,8 +37,8 @@ from fsdp_orch.observe.stacks import Frame, StackDump, ThreadStack
 
 
 def beat(rank: int, step: int, state: str = "training", at: float = 100.0) -> dict:
-    return json.loads(Heartbeat(rank=rank, attempt=0, step=step, loss=None, time=at, state=state, pid=1000 + rank,
-                                progress_at=at, python_at=at, host="n1").to_json())
+    return json.loads(Heartbeat(rank=rank, attempt=0, step=step, loss=None, time=at, state=state,
+                                pid=1000 + rank, progress_at=at, python_at=at, host="n1").to_json())
 
 
 def test_only_changed_ranks_are_sent_and_a_state_change_is_worth_a_line_at_once():
@@ -61,7 +61,8 @@ def test_a_rank_whose_file_is_not_rewritten_is_sent_held_once_and_fresh_again_wh
     assert changed_beats({0: compact(fresh, now=140.0)}, {0: held}) == []  # once per silence
     again = compact(beat(0, 5, at=140.5), now=140.6)
     assert "held_since" not in again and state_changed({0: again}, {0: held})
-    assert "held_since" not in compact(beat(0, 30, "done", at=100.0), now=200.0)  # done: no more writes
+    # done: no more writes
+    assert "held_since" not in compact(beat(0, 30, "done", at=100.0), now=200.0)
     parsed = parse_summary(json.loads(summary_line(0, "n1", 100.8, [held])))
     assert parsed.beats[0].held_since == 100.0
 
@@ -78,17 +79,20 @@ def test_a_rank_alive_between_steps_is_worth_a_line_at_once_and_a_hung_or_steppi
         assert alive_between_steps({0: compact({**between, **shows}, now=at)}, sent, now=at), shows
     assert not alive_between_steps(sent, sent, now=at)  # nothing new: a hung rank adds no lines
     stepping = {0: compact({**beat(0, 6, at=101.0), "compute_at": 101.0}, now=at)}
-    assert not alive_between_steps(stepping, sent, now=at)  # steady training: with the second's line
+    # steady training: with the second's line
+    assert not alive_between_steps(stepping, sent, now=at)
     started = {0: compact({**between, "state": "starting", "python_at": 101.0}, now=at)}
     assert not alive_between_steps(started, sent, now=at)  # start-up: its window is startup_timeout
-    assert not alive_between_steps({0: compact({**between, "python_at": 101.0}, now=at)}, {}, now=at)  # new: state_changed
+    assert not alive_between_steps({0: compact({**between, "python_at": 101.0}, now=at)},
+                                   {}, now=at)  # new: state_changed
 
 
 def test_a_summary_parses_back_and_names_a_wrong_field():
     line = summary_line(3, "n4", 123.5, [beat(24, 7), {"rank": "x"}], final=True)
     summary = parse_summary(json.loads(line))
     assert (summary.node, summary.host, summary.at, summary.final) == (3, "n4", 123.5, True)
-    assert list(summary.beats) == [24] and summary.beats[24].step == 7  # the bad heartbeat is dropped
+    # the bad heartbeat is dropped
+    assert list(summary.beats) == [24] and summary.beats[24].step == 7
     with pytest.raises(ValueError, match="node: expected a node rank"):
         parse_summary({"node": -1, "host": "h", "at": 1.0})
     with pytest.raises(ValueError, match="at: expected a unix time"):
@@ -96,8 +100,9 @@ def test_a_summary_parses_back_and_names_a_wrong_field():
 
 
 def test_a_stack_dump_crosses_the_wire_whole():
-    dump = StackDump(3, 77, (ThreadStack(77, "MainThread", True, (Frame("wait", "/x/dist.py", 12),
-                                                                     Frame("train", "/u/train.py", None)), gil=True),),
+    dump = StackDump(3, 77, (ThreadStack(77, "MainThread", True,
+                                         (Frame("wait", "/x/dist.py", 12),
+                                          Frame("train", "/u/train.py", None)), gil=True),),
                      "py-spy", Path("/r/stacks/rank-3.txt"), "")
     assert dump_from_wire(json.loads(json.dumps(dump_to_wire(dump)))) == dump
 
@@ -117,7 +122,8 @@ def test_ranks_write_to_the_node_folder_and_an_untrusted_root_is_refused(tmp_pat
         os.chown(planted, 65534, 65534)
         problem = private_beat_dir(str(planted / "j" / "attempt-0" / "node-0"))
         assert problem is not None and "not a folder of this user's" in problem
-        assert rank_beat_path(str(planted / "j" / "attempt-0" / "node-0"), str(tmp_path), 0, 0) is None
+        assert rank_beat_path(str(planted / "j" / "attempt-0" / "node-0"),
+                              str(tmp_path), 0, 0) is None
 
 
 def test_the_endpoint_file_is_private_and_one_others_can_write_is_not_trusted(tmp_path):
@@ -139,11 +145,14 @@ def test_read_beat_files_skips_what_is_not_a_rank_file(tmp_path):
 class Node:
     """One agent in a thread of its own, with ranks in memory."""
 
-    def __init__(self, node: int, port: int, token: str, ranks: dict[int, dict], every: float = 0.2):
+    def __init__(self, node: int, port: int, token: str, ranks: dict[int, dict],
+                 every: float = 0.2):
         self.ranks = ranks
         self.orders: list[tuple] = []
-        self.agent = NodeAgent(node, f"host{node}", lambda: dict(self.ranks), lambda: ("127.0.0.1", port, token),
-                               on_stop=self._stop, on_stacks=self._stacks, every=every, look_every=0.05)
+        self.agent = NodeAgent(node, f"host{node}", lambda: dict(self.ranks),
+                               lambda: ("127.0.0.1", port, token),
+                               on_stop=self._stop, on_stacks=self._stacks, every=every,
+                               look_every=0.05)
         self.loop = asyncio.new_event_loop()
         self.task: asyncio.Task | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -208,7 +217,8 @@ def test_orders_reach_the_agent_that_holds_the_ranks(server, tmp_path):
     b = Node(1, server.port, "tok", {1: beat(1, 1)})
     assert wait_for(lambda: sorted(server.heartbeats()) == [0, 1])
     replies = server.capture_stacks({1: 1001}, str(tmp_path))
-    assert list(replies) == [1] and b.orders == [("stacks", {1: 1001}, str(tmp_path))] and a.orders == []
+    assert (list(replies) == [1] and b.orders == [("stacks", {1: 1001}, str(tmp_path))]
+            and a.orders == [])
     assert dump_from_wire(replies[1]["dumps"]["1"]).pid == 1001
     started = time.monotonic()
     server.stop_ranks(grace=2.0)
@@ -226,7 +236,8 @@ def test_a_node_whose_agent_dies_is_named_lost_after_the_node_timeout(server):
     b.kill()
     killed = time.monotonic()
     assert wait_for(lambda: server.lost_node() is not None, timeout=5)
-    assert time.monotonic() - killed >= 0.8  # not before the node timeout (1 s): a reconnect may come
+    # not before the node timeout (1 s): a reconnect may come
+    assert time.monotonic() - killed >= 0.8
     lost = server.lost_node()
     assert lost.startswith("node 1 (host host1) is lost") and "connection closed" in lost, lost
     a.kill()
@@ -244,7 +255,8 @@ def test_a_node_whose_agent_falls_silent_is_silent_before_it_is_lost(server):
     assert wait_for(lambda: 1 in server.silent_nodes(0.5), timeout=3)
     silent = server.silent_nodes(0.5)
     assert list(silent) == [1] and 0.5 < silent[1] < 1.5, silent
-    assert server.lost_node() is None or silent[1] > 1.0  # silent first; lost only past the node timeout
+    # silent first; lost only past the node timeout
+    assert server.lost_node() is None or silent[1] > 1.0
     assert wait_for(lambda: server.lost_node() is not None, timeout=5)
     a.kill()
 
@@ -262,14 +274,16 @@ def test_a_node_whose_launcher_ended_is_not_lost(server):
     thread.join(5)
     assert not thread.is_alive()
     server.settle(5)  # what the supervisor does once the launchers ended
-    assert server.nodes()[0].final and server.heartbeats()[0].state == "done"  # the last line carried the end
+    # the last line carried the end
+    assert server.nodes()[0].final and server.heartbeats()[0].state == "done"
     time.sleep(1.3)
     assert server.lost_node() is None
 
 
 def test_an_order_that_fails_gets_no_answer_and_the_agent_goes_on(server, tmp_path, capfd):
     node = Node(0, server.port, "tok", {0: beat(0, 1)})
-    node.agent.on_stacks = lambda pids, folder: (_ for _ in ()).throw(RuntimeError("py-spy vanished"))
+    node.agent.on_stacks = lambda pids, folder: (_ for _ in ()).throw(
+        RuntimeError("py-spy vanished"))
     assert wait_for(lambda: 0 in server.heartbeats())
     assert server.capture_stacks({0: 1000}, str(tmp_path), wait=1.0) == {}
     node.ranks = {0: beat(0, 2)}

@@ -1,5 +1,5 @@
-"""The SSH hosts' report stream and the heartbeats: ``node_report`` reads a node's heartbeats from its
-beat folder in node-local tmp (``node_beat_dir``, never the run folder), and the supervisor's
+"""The SSH hosts' report stream and the heartbeats: ``node_report`` reads a node's heartbeats from
+its beat folder in node-local tmp (``node_beat_dir``, never the run folder), and the supervisor's
 ``HostReports`` keeps the latest of each rank in memory, writing no heartbeat file. The whole path
 runs on the namespace hosts in tests/ssh/."""
 
@@ -29,7 +29,8 @@ HOST = "h1"
 
 
 def beat(rank: int, step: int, state: str = "training") -> Heartbeat:
-    return Heartbeat(rank=rank, attempt=2, step=step, loss=1.0, time=100.0 + step, state=state, pid=7)
+    return Heartbeat(rank=rank, attempt=2, step=step, loss=1.0, time=100.0 + step, state=state,
+                     pid=7)
 
 
 def relayed(b: Heartbeat, at: float, host: str = HOST) -> Heartbeat:
@@ -62,14 +63,16 @@ def write_beat(job: str, node: int, b: Heartbeat) -> None:
     (folder / f"rank-{b.rank}.json").write_text(b.to_json())
 
 
-def reporter(run: Path, node: int, **kwargs) -> tuple[NodeReport, list[dict]]:  # type: ignore[no-untyped-def]
+def reporter(run: Path, node: int,  # type: ignore[no-untyped-def]
+             **kwargs) -> tuple[NodeReport, list[dict]]:
     lines: list[dict] = []
     report = NodeReport(str(run), 2, node, 0, {}, write=lambda line: lines.append(json.loads(line)),
                         clock=lambda: 0.0, host=HOST, **kwargs)
     return report, lines
 
 
-def test_the_report_reads_its_nodes_beat_folder_in_node_local_tmp(tmp_path: Path, job_id: str) -> None:
+def test_the_report_reads_its_nodes_beat_folder_in_node_local_tmp(tmp_path: Path,
+                                                                  job_id: str) -> None:
     run = tmp_path / "runs" / job_id  # the run folder's name is the job id
     (run / "attempt-2").mkdir(parents=True)
     write_beat(job_id, 1, beat(3, 5))
@@ -80,7 +83,8 @@ def test_the_report_reads_its_nodes_beat_folder_in_node_local_tmp(tmp_path: Path
     stale.parent.mkdir(parents=True)
     stale.write_text(beat(4, 1).to_json())
     report, lines = reporter(run, 1)
-    assert report.beat_dir == Path(f"/tmp/fsdp-orch-{__import__('os').getuid()}/{job_id}/attempt-2/node-1")
+    assert report.beat_dir == Path(
+        f"/tmp/fsdp-orch-{__import__('os').getuid()}/{job_id}/attempt-2/node-1")
     assert report.look() is False
     assert lines == [summary(1, 0.0, beat(3, 5))]  # the node agents' line, byte for byte
     assert beats_in(lines) == [relayed(beat(3, 5), 0.0)]
@@ -131,7 +135,8 @@ def test_a_beat_file_not_rewritten_is_reported_held_once_and_fresh_again_when_it
     assert beats_in(lines) == [relayed(beat(0, 7, "done"), 130.0)]
 
 
-def test_the_job_id_can_be_given_when_the_run_folder_is_not_named_after_it(tmp_path: Path, job_id: str) -> None:
+def test_the_job_id_can_be_given_when_the_run_folder_is_not_named_after_it(tmp_path: Path,
+                                                                           job_id: str) -> None:
     write_beat(job_id, 0, beat(0, 2))
     report, lines = reporter(tmp_path / "elsewhere", 0, job_id=job_id)
     report.look()
@@ -150,7 +155,8 @@ def test_beats_only_reports_no_log_and_ends_at_the_exit_after_the_last_beats(tmp
     assert report.look() is True
     assert lines == [summary(0, 0.0, beat(0, 20, "done"), final=True), {"exit": 0}]
     assert parse_summary(lines[0]).final  # the last summary says so, before the end
-    assert sorted(p.name for p in run.rglob("*")) == ["attempt-2", "console-node-0.log", "exit-node-0"]
+    assert sorted(p.name for p in run.rglob("*")) == ["attempt-2", "console-node-0.log",
+                                                      "exit-node-0"]
 
 
 def test_the_module_runs_on_a_host_with_the_hosts_arguments(tmp_path: Path, job_id: str) -> None:
@@ -164,7 +170,8 @@ def test_the_module_runs_on_a_host_with_the_hosts_arguments(tmp_path: Path, job_
                           python=f"PYTHONPATH={REPO} {sys.executable}")
     command = reports.command()
     assert command.endswith(f"node_report --job-id {job_id} --beats-only {run} 2 1 0")
-    proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
     out = proc.stdout.read()  # type: ignore[union-attr]
     proc.stdin.close()  # type: ignore[union-attr]
     assert proc.wait(timeout=30) == 0
@@ -178,7 +185,8 @@ def test_the_module_runs_on_a_host_with_the_hosts_arguments(tmp_path: Path, job_
     assert not (tmp_path / "supervisor").exists()  # nothing mirrored: no heartbeat, no exit file
 
 
-def test_the_supervisor_keeps_the_latest_beats_in_memory_and_merges_the_hosts(tmp_path: Path) -> None:
+def test_the_supervisor_keeps_the_latest_beats_in_memory_and_merges_the_hosts(
+        tmp_path: Path) -> None:
     def host(rank: int) -> HostReports:
         return HostReports(host=None, profile=None, job_id="j1", attempt=2, rank=rank, pgid=9,
                            local_run_dir=tmp_path)
@@ -216,7 +224,8 @@ def test_an_attempt_whose_nodes_ended_waits_for_their_reports_last_beats(tmp_pat
     attempt_dir.mkdir()
     attempt = ReportedAttempt.__new__(ReportedAttempt)
     attempt.attempt_dir, attempt.pgids = attempt_dir, {0: 11, 1: 12}
-    attempt.reports = {rank: ScriptedHost(tmp_path, rank, beat(rank, 20, "done")) for rank in (0, 1)}
+    attempt.reports = {rank: ScriptedHost(tmp_path, rank, beat(rank, 20, "done"))
+                       for rank in (0, 1)}
     for rank in (0, 1):
         (attempt_dir / f"exit-node-{rank}").write_text("0\n")  # on the shared run folder
     for report in attempt.reports.values():
@@ -227,4 +236,5 @@ def test_an_attempt_whose_nodes_ended_waits_for_their_reports_last_beats(tmp_pat
     for report in attempt.reports.values():
         assert report.finished.wait(5)  # (not join: HostReports' _stop hides threading.Thread's)
     attempt._reports_settle()  # ended threads: no wait, no error
-    assert sorted(p.name for p in tmp_path.rglob("*")) == ["attempt-2", "exit-node-0", "exit-node-1"]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["attempt-2", "exit-node-0",
+                                                           "exit-node-1"]

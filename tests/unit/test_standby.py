@@ -32,7 +32,8 @@ CTX = PlanContext(job_id="j1", attempt=2, run_root="/h", job_dir="/jobs/demo",
                   supervisor_command=SUPERVISOR)
 
 
-def plan(kind: str, extra: str = "", entry: str = "script: train.py\n"):  # type: ignore[no-untyped-def]
+def plan(kind: str, extra: str = "",  # type: ignore[no-untyped-def]
+         entry: str = "script: train.py\n"):
     job = load_job_text("name: demo\n" + entry + extra)
     return plan_on(job, parse_profile(FIXTURES / "clusters" / f"{kind}.yaml"), kind, CTX)
 

@@ -29,7 +29,8 @@ def store(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def status(job_id: str = "j1", created_at: float = 1000.0, **fields: object) -> JobStatus:
     return JobStatus(id=job_id, name=str(fields.pop("name", "demo")), cluster="local", kind="local",
-                     run_dir=f"/runs/{job_id}", created_at=created_at, **fields)  # type: ignore[arg-type]
+                     run_dir=f"/runs/{job_id}", created_at=created_at,
+                     **fields)  # type: ignore[arg-type]
 
 
 def submit(runs: Path, job_id: str, *, key: str | None = None, name: str = "demo") -> Path:
@@ -99,7 +100,8 @@ def test_a_status_is_given_back_as_it_was_kept(store: Store) -> None:
     assert json.loads(store.status_json("j1") or "null") == kept.to_json()
     assert [s.id for s in store.active_jobs()] == ["j1"]
     assert store.put(status(state="SUCCEEDED", ended_at=1002.0))
-    assert store.active_jobs() == [] and store.job("j1").state == "SUCCEEDED"  # type: ignore[union-attr]
+    assert (store.active_jobs() == []
+            and store.job("j1").state == "SUCCEEDED")  # type: ignore[union-attr]
     assert store.job("nope") is None and store.status_json("nope") is None
 
 
@@ -145,7 +147,8 @@ WORKERS = 12
 JOBS_EACH = 6
 
 
-def _worker(db: str, runs: str, index_no: int, barrier, results) -> None:  # type: ignore[no-untyped-def]
+def _worker(db: str, runs: str, index_no: int, barrier,  # type: ignore[no-untyped-def]
+            results) -> None:
     try:
         barrier.wait(timeout=60)
         ids = []

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 import xla_env
 from cli_harness import Cli, make_cli
-from xla_env import SMALL_DEMO, XLA_DEVICES  # noqa: F401 (test_xla_fsdp imports SMALL_DEMO from here)
+
+# test_xla_fsdp imports SMALL_DEMO from here
+from xla_env import SMALL_DEMO, XLA_DEVICES  # noqa: F401
 
 xla_python = xla_env.xla_python  # the session fixture, shared with tests/ssh
 SPMD_ENV = ["--set", "env.PJRT_DEVICE=CPU", "--set", f"env.CPU_NUM_DEVICES={XLA_DEVICES}"]

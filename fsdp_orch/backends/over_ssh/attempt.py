@@ -1,9 +1,10 @@
-"""An attempt on an SSH cluster: every host's ``node-N.sh`` started at once over SSH, each in a session
-of its own (so its whole tree can be stopped), with its exit status written beside its console log.
-Starting and stopping go over SSH. The logs and exit statuses are read from files: those of the run
-folder the hosts share with the supervisor, or the local mirror that ``ssh_reports`` keeps of
-hosts with their own disks. The heartbeats stay on each node (node-local tmp): the attempts of
-``ssh_reports`` get them from every host's report stream (one SSH channel a host)."""
+"""An attempt on an SSH cluster: every host's ``node-N.sh`` started at once over SSH, each in a
+session of its own (so its whole tree can be stopped), with its exit status written beside its
+console log. Starting and stopping go over SSH. The logs and exit statuses are read from files:
+those of the run folder the hosts share with the supervisor, or the local mirror that
+``ssh_reports`` keeps of hosts with their own disks. The heartbeats stay on each node (node-local
+tmp): the attempts of ``ssh_reports`` get them from every host's report stream (one SSH channel a
+host)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def start_command(attempt_dir: str, rank: int) -> str:
     # `cd` is its own command: `cd && setsid ... &` would background a subshell, and $! be its pid
     # umask 077 before anything is created: the console log, the exit file and whatever the job
     # writes on the host are this user's alone (an SSH session's umask is usually 022).
-    return (f"umask 077; cd {shlex.quote(attempt_dir)} || exit 1; setsid bash -c {shlex.quote(NODE_WRAPPER)} fsdp-orch-node "
+    return (f"umask 077; cd {shlex.quote(attempt_dir)} || exit 1; "
+            f"setsid bash -c {shlex.quote(NODE_WRAPPER)} fsdp-orch-node "
             f"{shlex.quote(script)} {shlex.quote(exit_file(attempt_dir, rank))} "
             f">> {shlex.quote(console)} 2>&1 < /dev/null & echo $!")
 
@@ -55,23 +57,25 @@ def host_python(profile: Any, job_id: str) -> str:
     return f"PYTHONPATH={shlex.quote(posixpath.join(run_dir, OWN_DISK_PACKAGE))} {python}"
 
 
-def stop_command(python: str, job_id: str, attempt: int | None, pgid: int | None, grace: float) -> str:
+def stop_command(python: str, job_id: str, attempt: int | None, pgid: int | None,
+                 grace: float) -> str:
     """Stops the attempt's processes on one host: its node script's group, then every process that
     carries the job's id and attempt (torchrun starts its workers in sessions of their own).
     ``python``: shell words (``host_python``)."""
     code = ("import sys; from fsdp_orch.observe.proctree import stop_job_processes; "
             "stop_job_processes(sys.argv[1], int(sys.argv[2]) if sys.argv[2] else None, "
             "grace=float(sys.argv[3]), pgid=int(sys.argv[4]) or None)")
-    return python + " " + " ".join(shlex.quote(w) for w in ("-c", code, job_id, "" if attempt is None else str(attempt),
-                                                           f"{grace:g}", str(pgid or 0)))
+    return python + " " + " ".join(shlex.quote(w) for w in (
+        "-c", code, job_id, "" if attempt is None else str(attempt), f"{grace:g}", str(pgid or 0)))
 
 
 def stop_on_host(host: Any, profile: Any, job_id: str, attempt: int | None, pgid: int | None,
                  grace: float, timeout: float | None = None) -> None:
-    """``stop_command`` on one host (within ``timeout``, default ``grace`` + 60 s); a host that cannot
-    be reached has nothing we could stop."""
+    """``stop_command`` on one host (within ``timeout``, default ``grace`` + 60 s); a host that
+    cannot be reached has nothing we could stop."""
     try:
-        run_on(host, profile, stop_command(host_python(profile, job_id), job_id, attempt, pgid, grace),
+        run_on(host, profile,
+               stop_command(host_python(profile, job_id), job_id, attempt, pgid, grace),
                timeout=grace + 60 if timeout is None else timeout)
     except Exception:  # noqa: BLE001 - lost or refusing: nothing to stop there from here
         return
@@ -80,11 +84,12 @@ def stop_on_host(host: Any, profile: Any, job_id: str, attempt: int | None, pgid
 class SshAttempt(FileObservation):
     def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int],
                  attempt_dir: Path | None = None, hosts: list[Any] | None = None, ssh: Any = None):
-        """``attempt_dir``: where the attempt's files are read (default: the run folder the hosts share).
-        ``hosts``: the profile's host of each node rank (default: the profile's first hosts; an attempt
-        planned around lost hosts has others). ``ssh``: the SSH settings and hosts (default: the
-        submission's ssh profile; a TPU VM's are found at launch)."""
-        super().__init__(submission.run_dir, attempt, attempt_dir or Path(submission.attempt_dir(attempt)))
+        """``attempt_dir``: where the attempt's files are read (default: the run folder the hosts
+        share). ``hosts``: the profile's host of each node rank (default: the profile's first hosts;
+        an attempt planned around lost hosts has others). ``ssh``: the SSH settings and hosts
+        (default: the submission's ssh profile; a TPU VM's are found at launch)."""
+        super().__init__(submission.run_dir, attempt,
+                         attempt_dir or Path(submission.attempt_dir(attempt)))
         self.submission = submission
         self.profile: Any = ssh or submission.profile
         self.hosts = list(self.profile.hosts if hosts is None else hosts)  # by node rank
@@ -95,13 +100,17 @@ class SshAttempt(FileObservation):
 
     @property
     def ref(self) -> str:
-        """``ssh:RANK=PGID@ADDRESS:PORT,...``: what a re-attached supervisor needs to find each node."""
-        return "ssh:" + ",".join(f"{rank}={pgid}@{host_port(self.hosts[rank].address, self.hosts[rank].port)}"
-                                 for rank, pgid in sorted(self.pgids.items()))
+        """``ssh:RANK=PGID@ADDRESS:PORT,...``: what a re-attached supervisor needs to find each
+        node."""
+        return "ssh:" + ",".join(
+            f"{rank}={pgid}@{host_port(self.hosts[rank].address, self.hosts[rank].port)}"
+            for rank, pgid in sorted(self.pgids.items()))
 
     def lost_hosts(self) -> tuple[str, ...]:
-        """The hosts (``address:port``) found lost, by node rank: later attempts are planned without them."""
-        return tuple(host_port(self.hosts[r].address, self.hosts[r].port) for r in sorted(self.lost_ranks))
+        """The hosts (``address:port``) found lost, by node rank: later attempts are planned without
+        them."""
+        return tuple(host_port(self.hosts[r].address, self.hosts[r].port)
+                     for r in sorted(self.lost_ranks))
 
     def poll(self) -> int | None:
         codes = {}
@@ -121,7 +130,8 @@ class SshAttempt(FileObservation):
         return None
 
     def _check_hosts(self, ranks: list[int]) -> int | None:
-        """Whether the hosts still running a node script answer; NODE_LOST_EXIT when one does not."""
+        """Whether the hosts still running a node script answer; NODE_LOST_EXIT when one does
+        not."""
         def alive(i: int, rank: int) -> bool:
             host = self.hosts[rank]
             try:
@@ -148,4 +158,5 @@ class SshAttempt(FileObservation):
 
     def stop(self, grace: float) -> None:
         on_every_host(list(self.pgids), lambda i, rank: stop_on_host(
-            self.hosts[rank], self.profile, self.submission.job_id, self.attempt, self.pgids[rank], grace))
+            self.hosts[rank], self.profile, self.submission.job_id, self.attempt, self.pgids[rank],
+            grace))

@@ -1,8 +1,8 @@
 """Connections to an SSH cluster's hosts, through fabric (the user's keys, agent and ~/.ssh/config).
 
 Host keys are checked against the profile's ``known_hosts``: with ``host_key_policy: strict`` (the
-default) an unknown or changed key refuses the connection; ``accept-new`` takes an unknown key (never
-a changed one); ``warn`` logs and goes on. fabric's own default (add any key) is never used.
+default) an unknown or changed key refuses the connection; ``accept-new`` takes an unknown key
+(never a changed one); ``warn`` logs and goes on. fabric's own default (add any key) is never used.
 
 A connection refused or dropped on the way in is tried again (``backoff.SSH_CONNECT``); a host that
 does not answer within the connect timeout is not: the caller takes it for lost.
@@ -63,7 +63,8 @@ def open_connection(host: Any, profile: Any) -> Any:
     import fabric
     import paramiko
 
-    kwargs: dict[str, Any] = {"allow_agent": True, "look_for_keys": True, "banner_timeout": profile.connect_timeout,
+    kwargs: dict[str, Any] = {"allow_agent": True, "look_for_keys": True,
+                              "banner_timeout": profile.connect_timeout,
                               "auth_timeout": profile.connect_timeout}
     if host.identity_file:
         kwargs["key_filename"] = os.path.expanduser(host.identity_file)
@@ -78,16 +79,19 @@ def open_connection(host: Any, profile: Any) -> Any:
     try:
         conn.open()
     except paramiko.BadHostKeyException:
-        raise HostKeyRejected(f"host {where(host)}: its key does not match the one in {known_hosts}; refusing "
-                              "to connect (if the host was rebuilt, verify its new key and replace the line)") from None
+        raise HostKeyRejected(
+            f"host {where(host)}: its key does not match the one in {known_hosts}; refusing to "
+            "connect (if the host was rebuilt, verify its new key and replace the line)") from None
     except paramiko.SSHException as exc:
         if "not found in known_hosts" in str(exc):
             raise HostKeyRejected(
-                f"host {where(host)}: its key is not in {known_hosts} and host_key_policy is strict; "
-                f"verify the key and add it (ssh-keyscan -p {host.port} {host.address}), or set "
-                "host_key_policy: accept-new in the profile") from None
-        if "protocol banner" in str(exc) and isinstance(exc.__context__, (EOFError, ConnectionError)):
-            # sshd closed the connection before it said hello (not a banner timeout: that is silence)
+                f"host {where(host)}: its key is not in {known_hosts} and host_key_policy is "
+                f"strict; verify the key and add it (ssh-keyscan -p {host.port} {host.address}), "
+                "or set host_key_policy: accept-new in the profile") from None
+        if ("protocol banner" in str(exc)
+                and isinstance(exc.__context__, (EOFError, ConnectionError))):
+            # sshd closed the connection before it said hello (not a banner timeout: that is
+            # silence)
             raise HostRefused(f"host {where(host)}: {exc}") from None
         raise HostUnreachable(f"host {where(host)}: {exc}") from None
     except TimeoutError:
@@ -100,8 +104,8 @@ def open_connection(host: Any, profile: Any) -> Any:
 
 
 def run_on(host: Any, profile: Any, command: str, timeout: float, warn: bool = True) -> Any:
-    """``command`` on ``host`` over a connection of its own (fabric's Result; with ``warn``, a failed
-    command is a Result too, not an exception); the connection errors of ``connect``."""
+    """``command`` on ``host`` over a connection of its own (fabric's Result; with ``warn``, a
+    failed command is a Result too, not an exception); the connection errors of ``connect``."""
     conn = connect(host, profile)
     try:
         return conn.run(command, hide=True, warn=warn, in_stream=False, timeout=timeout)
@@ -110,8 +114,8 @@ def run_on(host: Any, profile: Any, command: str, timeout: float, warn: bool = T
 
 
 def run_with_input(host: Any, profile: Any, command: str, data: bytes, timeout: float) -> str:
-    """Run ``command`` on ``host`` with ``data`` as its standard input (an archive, or values that must
-    travel only over the SSH channel); its standard output. FsdpOrchError when it fails."""
+    """Run ``command`` on ``host`` with ``data`` as its standard input (an archive, or values that
+    must travel only over the SSH channel); its standard output. FsdpOrchError when it fails."""
     conn = connect(host, profile)
     try:
         channel = conn.client.get_transport().open_session()
@@ -125,7 +129,8 @@ def run_with_input(host: Any, profile: Any, command: str, data: bytes, timeout: 
     finally:
         conn.close()
     if code != 0:
-        raise FsdpOrchError(f"host {where(host)}: `{command}` exited {code}: {errors.strip()[-500:]}")
+        raise FsdpOrchError(
+            f"host {where(host)}: `{command}` exited {code}: {errors.strip()[-500:]}")
     return out
 
 

@@ -1,6 +1,6 @@
 """The hosts a job reaches over SSH, and how: the ssh kind's profile, which is also what the shared
-SSH machinery (``attempt``, ``launcher``, ``staging``, ``reports``) takes; the TPU VM kind builds one
-for its workers."""
+SSH machinery (``attempt``, ``launcher``, ``staging``, ``reports``) takes; the TPU VM kind builds
+one for its workers."""
 
 from __future__ import annotations
 
@@ -51,8 +51,9 @@ class SshProfile(ProfileBase):
     @classmethod
     def _own_disks_need_a_workdir(cls, value: str | None, info: ValidationInfo) -> str | None:
         if info.data.get("shared_filesystem") is False and not (value or "").startswith("/"):
-            raise ValueError("with shared_filesystem: false, expected an absolute folder that every host has "
-                             "(fsdp-orch copies the job there and keeps its run folders in it)")
+            raise ValueError("with shared_filesystem: false, expected an absolute folder that "
+                             "every host has (fsdp-orch copies the job there and keeps its run "
+                             "folders in it)")
         return value
 
     def default_procs_per_node(self) -> int:

@@ -1,7 +1,8 @@
-"""The SSH kind's attempts: every host's node script started at once (``ssh_attempt``), on hosts that
-share the run folder or, with ``shared_filesystem: false``, after the job was put on each host's own
-disk (``ssh_staging``); either way watched through the reports the hosts send back (``ssh_reports``):
-the heartbeats only, from hosts that share the run folder; the logs and exit statuses too otherwise."""
+"""The SSH kind's attempts: every host's node script started at once (``ssh_attempt``), on hosts
+that share the run folder or, with ``shared_filesystem: false``, after the job was put on each
+host's own disk (``ssh_staging``); either way watched through the reports the hosts send back
+(``ssh_reports``): the heartbeats only, from hosts that share the run folder; the logs and exit
+statuses too otherwise."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from fsdp_orch.launch.submission import Submission
 def handed_values(plan: LaunchPlan) -> bytes:
     """The shell lines that export the values that came by reference, from this (the supervisor's)
     environment, where ``submit`` put them; b"" when the job has none."""
-    lines = [f"export {name}={shlex.quote(os.environ[name])}\n" for name, _ in plan.secret_env if name in os.environ]
+    lines = [f"export {name}={shlex.quote(os.environ[name])}\n"
+             for name, _ in plan.secret_env if name in os.environ]
     return "".join(lines).encode()
 
 
@@ -35,8 +37,8 @@ class SshLauncher:
 
     @property
     def ssh(self) -> Any:
-        """The SSH settings and hosts (an ssh profile): the submission's own here; a TPU VM's launcher
-        makes them from the workers it finds."""
+        """The SSH settings and hosts (an ssh profile): the submission's own here; a TPU VM's
+        launcher makes them from the workers it finds."""
         return self.submission.profile
 
     @cached_property
@@ -49,7 +51,8 @@ class SshLauncher:
     def _attempt(self, attempt: int, pgids: dict[int, int], hosts: list[Any]) -> SshAttempt:
         if self.ssh.shared_filesystem:
             return SharedFsAttempt(self.submission, attempt, pgids, hosts=hosts, ssh=self.ssh)
-        return OwnDiskAttempt(self.submission, attempt, pgids, self.checkpoints, hosts=hosts, ssh=self.ssh)
+        return OwnDiskAttempt(self.submission, attempt, pgids, self.checkpoints, hosts=hosts,
+                              ssh=self.ssh)
 
     def port_for_attempt(self, attempt: int) -> int | None:
         return None  # the profile's rdzv_port, else one derived from the job and attempt (plan.py)
@@ -58,8 +61,8 @@ class SshLauncher:
         return ()  # the profile lists the hosts
 
     def adopt(self, attempt: int, ref: str | None) -> SshAttempt:
-        """The attempt of ``SshAttempt.ref`` (``ssh:RANK=PGID@ADDRESS:PORT,...``; without ``@``, node
-        rank N is the profile's host N)."""
+        """The attempt of ``SshAttempt.ref`` (``ssh:RANK=PGID@ADDRESS:PORT,...``; without ``@``,
+        node rank N is the profile's host N)."""
         by_place = {host_port(host.address, host.port): host for host in self.ssh.hosts}
         pgids, hosts = {}, list(self.ssh.hosts)
         for item in (ref or "").removeprefix("ssh:").split(","):
@@ -85,7 +88,8 @@ class SshLauncher:
         def start_on(rank: int, host: Any) -> Exception | None:
             try:
                 command, timeout = start_command(plan.attempt_dir, rank), ssh.connect_timeout + 30
-                if secrets:  # over the SSH channel only: never a file, never an argument others could see
+                if secrets:
+                    # over the SSH channel only: never a file, never an argument others could see
                     out = run_with_input(host, ssh, f'eval "$(cat)"; {command}', secrets, timeout)
                 else:
                     out = run_on(host, ssh, command, timeout=timeout, warn=False).stdout

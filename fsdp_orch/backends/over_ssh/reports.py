@@ -83,7 +83,8 @@ class HostReports(threading.Thread):
         self.finished = threading.Event()
         self._halt = threading.Event()
         self._conn: Any = None
-        self.heard_at = time.monotonic()  # when the host last said something (from the start: connecting)
+        # when the host last said something (from the start: connecting)
+        self.heard_at = time.monotonic()
 
     def command(self) -> str:
         run_dir = self.run_dir or str(own_disk_run_dir(self.profile, self.job_id))
@@ -121,8 +122,8 @@ class HostReports(threading.Thread):
             return  # stopped while it waited to open the stream again
         silent = time.monotonic() - self.heard_at
         if silent > REPORT_LOST_S:
-            raise HostUnreachable(f"its report stream said nothing for {silent:.0f}s though the host "
-                                  "answers SSH")
+            raise HostUnreachable(f"its report stream said nothing for {silent:.0f}s though the "
+                                  "host answers SSH")
         try:
             self._stream()
         finally:
@@ -141,7 +142,8 @@ class HostReports(threading.Thread):
                 raise StreamSilent() from None
             self.heard_at = time.monotonic()
             if not data:
-                return  # the report ended: after the node's end, or killed (then it is started again)
+                # the report ended: after the node's end, or killed (then it is started again)
+                return
             pending += data
             *lines, pending = pending.split(b"\n")
             for line in lines:
@@ -188,26 +190,30 @@ class HostReports(threading.Thread):
 
 class ReportedAttempt(SshAttempt):
     """An SSH attempt whose hosts each run a report stream (``HostReports``) for it: the heartbeats
-    (``heartbeats``) are the merge of what the reports brought. ``MIRROR``: the reports bring the logs
-    and exit statuses too (hosts with their own disks); else they run ``--beats-only``."""
+    (``heartbeats``) are the merge of what the reports brought. ``MIRROR``: the reports bring the
+    logs and exit statuses too (hosts with their own disks); else they run ``--beats-only``."""
 
     MIRROR = False
 
     def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int],
                  attempt_dir: Path | None = None, hosts: list[Any] | None = None, ssh: Any = None):
         super().__init__(submission, attempt, pgids, attempt_dir=attempt_dir, hosts=hosts, ssh=ssh)
-        import fabric  # noqa: F401 - here, in one thread: paramiko's circular imports fail in several at once
+        # here, in one thread: paramiko's circular imports fail in several at once
+        import fabric  # noqa: F401
 
         job_id = submission.job_id
         shared_fs: dict[str, Any] = {}
-        if not self.MIRROR:  # the run folder as the hosts see it; fsdp_orch from where their bootstrap is
-            python, bootstrap = host_python(self.profile, job_id), submission.base_plan.bootstrap_dir
+        if not self.MIRROR:
+            # the run folder as the hosts see it; fsdp_orch from where their bootstrap is
+            python, bootstrap = (host_python(self.profile, job_id),
+                                 submission.base_plan.bootstrap_dir)
             if bootstrap:
                 python = f"PYTHONPATH={shlex.quote(package_root(bootstrap))} {python}"
-            shared_fs = {"beats_only": True, "run_dir": posixpath.dirname(submission.attempt_dir(attempt)),
-                      "python": python}
-        self.reports = {rank: HostReports(self.hosts[rank], self.profile, job_id, attempt, rank, pgid,
-                                          submission.run_dir, **shared_fs)
+            shared_fs = {"beats_only": True,
+                         "run_dir": posixpath.dirname(submission.attempt_dir(attempt)),
+                         "python": python}
+        self.reports = {rank: HostReports(self.hosts[rank], self.profile, job_id, attempt, rank,
+                                          pgid, submission.run_dir, **shared_fs)
                         for rank, pgid in pgids.items()}
         for report in self.reports.values():
             report.start()
@@ -234,13 +240,15 @@ class ReportedAttempt(SshAttempt):
         return code
 
     def _reports_settle(self) -> None:
-        """The reports of the nodes whose exit status is in end once they sent the heartbeats they read
-        with it: wait for them (``REPORTS_SETTLE_S`` at most), so that the last steps and states count."""
+        """The reports of the nodes whose exit status is in end once they sent the heartbeats they
+        read with it: wait for them (``REPORTS_SETTLE_S`` at most), so that the last steps and
+        states count."""
         deadline = time.monotonic() + REPORTS_SETTLE_S
         for rank, report in self.reports.items():
             if not Path(exit_file(str(self.attempt_dir), rank)).exists():
                 continue
-            while not report.finished.is_set() and not report.ended.is_set() and time.monotonic() < deadline:
+            while (not report.finished.is_set() and not report.ended.is_set()
+                    and time.monotonic() < deadline):
                 report.ended.wait(0.1)
 
     def stop(self, grace: float) -> None:
@@ -251,7 +259,8 @@ class ReportedAttempt(SshAttempt):
 
 class SharedFsAttempt(ReportedAttempt):
     """An attempt on hosts that share the run folder with the supervisor: the logs and exit statuses
-    are read there; the reports, ``--beats-only``, bring the heartbeats (node-local on each host)."""
+    are read there; the reports, ``--beats-only``, bring the heartbeats (node-local on each
+    host)."""
 
 
 class OwnDiskAttempt(ReportedAttempt):
@@ -259,10 +268,11 @@ class OwnDiskAttempt(ReportedAttempt):
 
     MIRROR = True
 
-    def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int], storage: Storage,
-                 hosts: list[Any] | None = None, ssh: Any = None):
+    def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int],
+                 storage: Storage, hosts: list[Any] | None = None, ssh: Any = None):
         local_attempt = submission.run_dir / f"attempt-{attempt}"
-        super().__init__(submission, attempt, pgids, attempt_dir=local_attempt, hosts=hosts, ssh=ssh)
+        super().__init__(submission, attempt, pgids, attempt_dir=local_attempt, hosts=hosts,
+                         ssh=ssh)
         self.storage = storage
 
     @property
@@ -278,6 +288,7 @@ class OwnDiskAttempt(ReportedAttempt):
                 print(f"fsdp-orch supervisor: {self.lost}", flush=True)
                 return NODE_LOST_EXIT
             if report.gone and not self._any_exit_written(ranks):
-                print(f"fsdp-orch supervisor: host {where(report.host)} (node {rank}): {report.gone}", flush=True)
+                print(f"fsdp-orch supervisor: host {where(report.host)} (node {rank}): "
+                      f"{report.gone}", flush=True)
                 return NODE_LOST_EXIT
         return None

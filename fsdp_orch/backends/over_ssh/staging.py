@@ -1,6 +1,6 @@
-"""Putting a job on SSH hosts that have their own disks (``shared_filesystem: false``): one archive per
-attempt, unpacked into the job's run folder on every host, and a checkpoint made whole on every host
-before an attempt resumes from it.
+"""Putting a job on SSH hosts that have their own disks (``shared_filesystem: false``): one archive
+per attempt, unpacked into the job's run folder on every host, and a checkpoint made whole on every
+host before an attempt resumes from it.
 
 The archive holds ``lib/fsdp_orch`` (fsdp-orch's own code: the hosts need only Python and the job's
 libraries), ``code/`` (the folder of job.yaml) and the attempt's rendered files (job.json, the node
@@ -47,9 +47,11 @@ def _add_tree(archive: tarfile.TarFile, root: Path, arcroot: str, leave_out: set
             total += path.stat().st_size
             if limit is not None and total > limit:
                 raise FsdpOrchError(
-                    f"{root} holds more than {limit // 2**20} MiB to copy to every host (shared_filesystem: "
-                    "false copies the folder of job.yaml); keep data out of it, or use a shared filesystem")
-            archive.add(path, arcname=posixpath.join(arcroot, path.relative_to(root).as_posix()), recursive=False)
+                    f"{root} holds more than {limit // 2**20} MiB to copy to every host "
+                    "(shared_filesystem: false copies the folder of job.yaml); keep data out of "
+                    "it, or use a shared filesystem")
+            archive.add(path, arcname=posixpath.join(arcroot, path.relative_to(root).as_posix()),
+                        recursive=False)
     return total
 
 
@@ -58,7 +60,8 @@ def job_archive(plan: LaunchPlan, artifacts: list[Artifact], job_dir: str) -> by
     buffer = io.BytesIO()
     code_dir = Path(job_dir)
     # A checkpoint folder inside the job's folder (left by a local run) is not code.
-    code_checkpoints = code_dir / posixpath.relpath(plan.checkpoint_dir, posixpath.join(plan.run_dir, OWN_DISK_CODE))
+    code_checkpoints = code_dir / posixpath.relpath(plan.checkpoint_dir,
+                                                    posixpath.join(plan.run_dir, OWN_DISK_CODE))
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as archive:
         _add_tree(archive, PACKAGE_DIR, posixpath.join(OWN_DISK_PACKAGE, "fsdp_orch"), set())
         _add_tree(archive, code_dir, OWN_DISK_CODE, {code_checkpoints}, CODE_LIMIT_BYTES)
@@ -75,8 +78,9 @@ def unpack_on_every_host(plan: LaunchPlan, archive: bytes, ssh: Any) -> None:
     # would otherwise give the archive's modes, and the job's code would be readable by all).
     command = (f"umask 077 && mkdir -p {shlex.quote(plan.run_dir)} && "
                f"tar --no-same-permissions -xzf - -C {shlex.quote(plan.run_dir)}")
-    on_every_host(plan_hosts(plan, ssh), lambda i, host: run_with_input(host, ssh, command, archive,
-                                                                   timeout=ssh.connect_timeout + 120))
+    on_every_host(plan_hosts(plan, ssh),
+                  lambda i, host: run_with_input(host, ssh, command, archive,
+                                                 timeout=ssh.connect_timeout + 120))
 
 
 def plan_hosts(plan: LaunchPlan, ssh: Any) -> list[Any]:
@@ -88,7 +92,8 @@ def plan_hosts(plan: LaunchPlan, ssh: Any) -> list[Any]:
 
 def _files_on(host: Any, profile: Any, folder: str) -> dict[str, int]:
     """Every file under ``folder`` on ``host`` (relative path: size); {} when there is none."""
-    result = run_on(host, profile, f"cd {shlex.quote(folder)} 2>/dev/null && find . -type f -printf '%P\\t%s\\n'",
+    result = run_on(host, profile,
+                    f"cd {shlex.quote(folder)} 2>/dev/null && find . -type f -printf '%P\\t%s\\n'",
                     timeout=profile.connect_timeout + 60)
     files = {}
     for line in result.stdout.splitlines():
@@ -116,7 +121,8 @@ def complete_on_every_host(hosts: list[Any], profile: Any, folder: str) -> tuple
         copied = 0
         for name, source, target in copies:
             path = posixpath.join(folder, name)
-            conns[target].run(f"umask 077 && mkdir -p {shlex.quote(posixpath.dirname(path))}", hide=True, in_stream=False)
+            conns[target].run(f"umask 077 && mkdir -p {shlex.quote(posixpath.dirname(path))}",
+                              hide=True, in_stream=False)
             with tempfile.TemporaryFile() as spool:
                 sftps[source].getfo(path, spool)
                 spool.seek(0)
@@ -129,16 +135,18 @@ def complete_on_every_host(hosts: list[Any], profile: Any, folder: str) -> tuple
             conn.close()
 
 
-def put_on_own_disks(plan: LaunchPlan, artifacts: list[Artifact], submission: Any, ssh: Any) -> None:
+def put_on_own_disks(plan: LaunchPlan, artifacts: list[Artifact], submission: Any,
+                     ssh: Any) -> None:
     """Everything the attempt needs, on every host of the plan (reached with ``ssh``); a copy of the
     rendered files in the supervisor's run folder, for the record. When the attempt resumes, the
     checkpoint first."""
     local_run_dir = Path(submission.run_dir)
-    write_artifacts([Artifact(str(local_run_dir / posixpath.relpath(a.path, plan.run_dir)), a.text, a.executable)
+    write_artifacts([Artifact(str(local_run_dir / posixpath.relpath(a.path, plan.run_dir)), a.text,
+                              a.executable)
                      for a in artifacts])
     unpack_on_every_host(plan, job_archive(plan, artifacts, submission.job_dir), ssh)
     if plan.resume_from:
         files, size = complete_on_every_host(plan_hosts(plan, ssh), ssh, plan.resume_from)
         if files:
-            print(f"fsdp-orch supervisor: copied {files} file(s), {size / 2**20:.1f} MiB, of {plan.resume_from} "
-                  "between the hosts, so that each has all of it", flush=True)
+            print(f"fsdp-orch supervisor: copied {files} file(s), {size / 2**20:.1f} MiB, of "
+                  f"{plan.resume_from} between the hosts, so that each has all of it", flush=True)
