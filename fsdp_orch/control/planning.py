@@ -15,7 +15,7 @@ from fsdp_orch.jobspec.loading import load_job
 from fsdp_orch.jobspec.profiles import ProfileRef
 from fsdp_orch.jobspec.secrets import resolve_submission
 from fsdp_orch.launch.plan import LaunchPlan
-from fsdp_orch.launch.render import Artifact
+from fsdp_orch.launch.render import Artifact, own_template_dirs
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.places.builtin import home, local_has_gpu
 from fsdp_orch.record.run_roots import shared_run_root
@@ -51,7 +51,7 @@ def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None
         job_id=job_id, cluster=ref.name, job=job, profile=profile,
         job_dir=str(job_file.resolve().parent), run_root=run_root, kind=cluster_kind(profile.kind),
         supervisor_command=supervisor_command(),
-        profile_template=str(template) if template else None,
+        profile_template=str(template) if template else None, template_dirs=own_template_dirs(),
         init_from=init.path if init else None, init_step=init.step if init else None,
         init_optimizer=init_optimizer,
         checkpoint_per_job=checkpoint_per_job or init is not None)

@@ -17,6 +17,7 @@ from fsdp_orch.jobspec.notify import Webhook
 from fsdp_orch.jobspec.secrets import ValueOrRef
 from fsdp_orch.jobspec.validation import StrictModel, check_env_names
 from fsdp_orch.places.builtin import home
+from fsdp_orch.places.trust import load_problem, refusal
 from fsdp_orch.record.run_roots import PROFILE_ORIGINS, profile_dirs
 from fsdp_orch.vocab.errors import InputError
 
@@ -64,7 +65,17 @@ class ProfileRef:
 
     name: str
     path: Path
-    origin: str  # "project", "home" or "built-in"
+    origin: str  # "project", "home", "built-in" or "path"
+    refused: str | None = None  # why it must not be used (places.trust), for one not the user's
+
+    def usable(self) -> ProfileRef:
+        """This profile, or an InputError that names it, its owner and mode, and what to do."""
+        if self.refused is None:
+            return self
+        fix = ("move it into a folder of yours and `chmod go-w` it and its folders, or run from "
+               "a folder of yours, or name a profile of yours by path (--cluster PATH)")
+        raise InputError(refusal("cluster profile", self.path, self.refused, fix),
+                         field="--cluster")
 
 
 def search_dirs(cwd: Path | None = None) -> list[tuple[str, Path]]:
@@ -74,14 +85,25 @@ def search_dirs(cwd: Path | None = None) -> list[tuple[str, Path]]:
 
 
 def discover(cwd: Path | None = None) -> dict[str, ProfileRef]:
-    """Profiles by name; earlier directories shadow later ones (project, home, built-in)."""
+    """Profiles by name; earlier directories shadow later ones (project, home, built-in). One that
+    is refused (``ProfileRef.refused``) still shadows: it is never passed over quietly."""
     found: dict[str, ProfileRef] = {}
     for origin, directory in search_dirs(cwd):
         if not directory.is_dir():
             continue
         for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
-            found.setdefault(path.stem, ProfileRef(path.stem, path, origin))
+            if path.stem not in found:
+                found[path.stem] = checked(ProfileRef(path.stem, path, origin))
     return found
+
+
+def checked(ref: ProfileRef) -> ProfileRef:
+    """``ref`` with why it is refused, if it is: every profile but the built-in ones (inside the
+    installed package) must follow the rule of ``places.trust``."""
+    if ref.origin == "built-in":
+        return ref
+    why = load_problem(ref.path)
+    return ref if why is None else ProfileRef(ref.name, ref.path, ref.origin, why)
 
 
 def find_profile(name_or_path: str, cwd: Path | None = None) -> ProfileRef:
@@ -89,10 +111,10 @@ def find_profile(name_or_path: str, cwd: Path | None = None) -> ProfileRef:
     refs = discover(cwd)
     ref = refs.get(name_or_path)
     if ref is not None:
-        return ref
+        return ref.usable()
     candidate = Path(name_or_path)
     if candidate.suffix in (".yaml", ".yml") and candidate.is_file():
-        return ProfileRef(candidate.stem, candidate, "path")
+        return checked(ProfileRef(candidate.stem, candidate, "path")).usable()
     import difflib
 
     hint = difflib.get_close_matches(name_or_path, list(refs), n=1)

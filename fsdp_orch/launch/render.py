@@ -17,6 +17,7 @@ import jinja2
 from fsdp_orch.launch.plan import PATH_ENV, LaunchPlan, slug, spec_json
 from fsdp_orch.nodeagent.beat_dir import NODE_TMP
 from fsdp_orch.places.builtin import builtin_dir, home
+from fsdp_orch.places.trust import load_problem, refusal
 from fsdp_orch.vocab.errors import InputError
 from fsdp_orch.vocab.version import __version__
 
@@ -87,9 +88,33 @@ def template_dirs(cwd: Path | None = None) -> list[Path]:
     return seen
 
 
+class _CheckedLoader(jinja2.FileSystemLoader):
+    """Templates from ``search``; each one loaded from outside the built-in folder follows the rule
+    of ``places.trust`` (a template decides what runs as the user), or is refused."""
+
+    def get_source(self, environment: jinja2.Environment,
+                   template: str) -> tuple[str, str, Callable[[], bool]]:
+        source, filename, uptodate = super().get_source(environment, template)
+        builtin = str(builtin_dir("templates").resolve())
+        if not str(Path(filename).resolve()).startswith(builtin + "/"):
+            why = load_problem(filename)
+            if why is not None:
+                raise InputError(refusal("template", filename, why,
+                                         "move it into a folder of yours and `chmod go-w` it and "
+                                         "its folders, or remove it to use the built-in one"))
+        return source, filename, uptodate
+
+
+def own_template_dirs(cwd: Path | None = None) -> tuple[str, ...]:
+    """The template folders of ``template_dirs`` that are not the built-in one, as absolute paths:
+    what a submission records, so that every attempt renders with the templates ``render`` shows."""
+    builtin = builtin_dir("templates").resolve()
+    return tuple(str(d.resolve()) for d in template_dirs(cwd) if d.resolve() != builtin)
+
+
 def make_environment(search: list[Path]) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader([str(d) for d in search]),
+        loader=_CheckedLoader([str(d) for d in search]),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
@@ -138,8 +163,10 @@ class _TemplateSet:
 
 def render_plan(plan: LaunchPlan, kind: KindArtifacts, *, profile_template: Path | None = None,
                 search: list[Path] | None = None) -> list[Artifact]:
-    """Every artifact for ``plan``, in the order submit writes them."""
-    dirs = list(search if search is not None else template_dirs())
+    """Every artifact for ``plan``, in the order submit writes them; templates from ``search``
+    and then the built-in ones (None: ``template_dirs`` of the current folder)."""
+    builtin = builtin_dir("templates")
+    dirs = template_dirs() if search is None else [*search, builtin]
     main_name = kind.main_template
     if profile_template is not None:
         if not profile_template.is_file():

@@ -40,6 +40,9 @@ class Submission:
     kind: PlanningKind
     supervisor_command: tuple[str, ...] | None = None  # the supervisor's argv, less the job id
     profile_template: str | None = None
+    # The template folders found at submit (project, home), absolute: every attempt renders with
+    # them, wherever its supervisor runs. None (a submission recorded before): the current folder's.
+    template_dirs: tuple[str, ...] | None = None
     # a warm start: the checkpoint the job starts from (submit --init-from)
     init_from: str | None = None
     init_step: int | None = None
@@ -51,6 +54,7 @@ class Submission:
         return json.dumps({
             "job_id": self.job_id, "cluster": self.cluster, "job_dir": self.job_dir,
             "run_root": self.run_root, "profile_template": self.profile_template,
+            "template_dirs": self.template_dirs,
             "supervisor_command": self.supervisor_command,
             "init_from": self.init_from, "init_step": self.init_step,
             "init_optimizer": self.init_optimizer,
@@ -68,7 +72,10 @@ class Submission:
                    job=JobSpec.model_validate(data["job"]), profile=profile,
                    job_dir=data["job_dir"], run_root=data["run_root"], kind=kind,
                    supervisor_command=tuple(data.get("supervisor_command") or ()) or None,
-                   profile_template=data.get("profile_template"), init_from=data.get("init_from"),
+                   profile_template=data.get("profile_template"),
+                   template_dirs=(tuple(data["template_dirs"])
+                                  if data.get("template_dirs") is not None else None),
+                   init_from=data.get("init_from"),
                    init_step=data.get("init_step"), init_optimizer=bool(data.get("init_optimizer")),
                    checkpoint_per_job=bool(data.get("checkpoint_per_job")))
 
@@ -131,7 +138,8 @@ class Submission:
 
     def render(self, plan: LaunchPlan) -> list[Artifact]:
         template = Path(self.profile_template) if self.profile_template else None
-        return render_plan(plan, self.kind, profile_template=template)
+        search = None if self.template_dirs is None else [Path(d) for d in self.template_dirs]
+        return render_plan(plan, self.kind, profile_template=template, search=search)
 
     @cached_property
     def base_plan(self) -> LaunchPlan:

@@ -134,6 +134,10 @@ def test_a_submission_makes_its_run_root_and_run_folder_private(
     (tmp_path / "clusters").mkdir()
     (tmp_path / "clusters" / "shared.yaml").write_text("kind: local\n"
                                                        f"shared_dir: {tmp_path / 'scratch'}\n")
+    # the user's own profile, as their umask 022 makes it: made under umask 0, anyone could write
+    # it, and it would be refused (a profile decides what runs as the user: places.trust)
+    (tmp_path / "clusters").chmod(0o755)
+    (tmp_path / "clusters" / "shared.yaml").chmod(0o644)
     (tmp_path / "job.yaml").write_text("name: sleeper\nlauncher: python\ncommand: [sleep, '1']\n")
     monkeypatch.chdir(tmp_path)
     with open_index(str(tmp_path / "home")) as index:

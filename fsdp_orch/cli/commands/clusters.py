@@ -26,17 +26,27 @@ def run(args: argparse.Namespace) -> int:
     refs = discover()
     rows = []
     for name, ref in sorted(refs.items()):
-        try:
-            profile = parse_profile(ref.path)
-            kind, desc = profile.kind, profile.description
-        except FsdpOrchError as exc:
-            kind, desc = "?", f"invalid: {exc}"
+        if ref.refused is not None:  # not read: it is not the user's to use
+            kind, desc = "?", f"refused: {ref.refused}"
+        else:
+            try:
+                profile = parse_profile(ref.path)
+                kind, desc = profile.kind, profile.description
+            except FsdpOrchError as exc:
+                kind, desc = "?", f"invalid: {exc}"
         rows.append({"name": name, "kind": kind, "origin": ref.origin, "path": str(ref.path),
-                     "description": desc})
+                     "description": desc, "refused": ref.refused})
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
     from fsdp_orch.cli.status_table import format_rows
 
-    print(format_rows(["name", "kind", "origin", "path"], rows))
+    shown = [{**row, "origin": row["origin"] + (" REFUSED" if row["refused"] else "")}
+             for row in rows]
+    print(format_rows(["name", "kind", "origin", "path"], shown))
+    for name, ref in sorted(refs.items()):
+        if ref.refused is not None:
+            print(f"refused {name} ({ref.path}): {ref.refused}; a profile decides what runs as "
+                  "you: it must be yours (or root's), and writable by no one else, and so must "
+                  "each folder above it")
     return EXIT_OK
