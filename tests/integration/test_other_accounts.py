@@ -100,8 +100,9 @@ def test_a_profile_planted_in_a_shared_folder_is_refused_and_its_python_never_ru
 def test_a_template_planted_in_a_shared_folder_is_refused(
         tmp_path: Path, other_account: tuple[int, int], scratch: Path) -> None:
     marker = scratch / "ran-as-the-victim"
+    planted = scratch / "templates" / "local.sh.j2"
     as_other(other_account, f"mkdir -m 755 {scratch}/templates; "
-                            f"printf '#!/bin/sh\\nid > {marker}\\n' > {scratch}/templates/local.sh.j2")
+                            f"printf '#!/bin/sh\\nid > {marker}\\n' > {planted}")
     job = victim_job(tmp_path)
     profile = tmp_path / "profiles" / "mine.yaml"
     profile.parent.mkdir()
