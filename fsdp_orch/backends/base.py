@@ -65,6 +65,11 @@ class AttemptObservation(Protocol):
         attempts without them (``PlanContext.excluded_hosts``); () when the kind cannot tell."""
         ...
 
+    def refused_connections(self) -> dict[str, int]:
+        """How many connections to the supervisor's node channel were closed before they said the
+        attempt's token, by why (its data never kept); {} where there is no such channel."""
+        ...
+
     def silent_nodes(self) -> dict[int, float]:
         """The nodes whose channel to the supervisor has said nothing for longer than it should
         (``CHANNEL_SILENT_S``), by node rank, with how long. Their ranks' heartbeats come through

@@ -52,5 +52,8 @@ class FileObservation:
     def silent_nodes(self) -> dict[int, float]:
         return {}  # the heartbeats are read from the run folder: no channel to fall silent
 
+    def refused_connections(self) -> dict[str, int]:
+        return {}  # no channel that strangers could reach
+
     def flight_recorder_dumps(self) -> list[str]:
         return [str(p) for p in sorted(self.attempt_dir.glob(f"{FLIGHT_RECORDER_PREFIX}*"))]

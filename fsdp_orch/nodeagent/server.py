@@ -20,7 +20,13 @@ from fsdp_orch.observe.heartbeats import Heartbeat
 
 NODE_TIMEOUT_S = 10.0  # an agent says something every second; this long without a word: lost
 MAX_LINE = 4 << 20
-HELLO_WITHIN_S = 10.0  # a connection that has not said the token by then is closed
+# A stranger must not cost the supervisor memory or time: a connection says the token within
+# HELLO_WITHIN_S and its first HELLO_MAX_BYTES (an agent's hello is one short line, sent at once),
+# and at most MAX_STRANGERS connections wait for theirs (the oldest is closed for a newer one, so
+# an agent that connects during a flood still gets in).
+HELLO_WITHIN_S = 5.0
+HELLO_MAX_BYTES = 1024
+MAX_STRANGERS = 64
 
 
 @dataclass
@@ -50,6 +56,9 @@ class SummaryServer:
         self._server: asyncio.AbstractServer | None = None
         self._ready = threading.Event()
         self.lines = 0  # summaries taken, for the bench
+        self._strangers: dict[_AgentConnection, None] = {}  # awaiting their hello, oldest first
+        # connections closed before they said the token, by why (read by refused_connections)
+        self.refused: dict[str, int] = {"no token": 0, "too slow": 0, "too long": 0, "crowded": 0}
 
     # --- running ----------------------------------------------------------------------------
 
@@ -99,6 +108,24 @@ class SummaryServer:
             self._nodes[node] = NodeState(node, host, self.clock())
             self._writers[node] = transport
         return node
+
+    def _stranger(self, conn: _AgentConnection) -> None:
+        """A new connection, not yet a node's: the oldest waiting one goes when too many wait."""
+        if len(self._strangers) >= MAX_STRANGERS:
+            oldest = next(iter(self._strangers))
+            oldest.refuse("crowded")
+        self._strangers[conn] = None
+
+    def _refuse(self, conn: _AgentConnection, why: str) -> None:
+        self._strangers.pop(conn, None)
+        with self._lock:
+            self.refused[why] += 1
+
+    def refused_connections(self) -> dict[str, int]:
+        """How many connections were closed before they said the token, by why; the data they
+        sent is never kept."""
+        with self._lock:
+            return dict(self.refused)
 
     def _closed(self, node: int, transport: asyncio.Transport) -> None:
         with self._lock:
@@ -239,14 +266,23 @@ class _AgentConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self.hello_timer = asyncio.get_running_loop().call_later(HELLO_WITHIN_S, self._no_hello)
+        self.hello_timer = asyncio.get_running_loop().call_later(HELLO_WITHIN_S, self.refuse,
+                                                                 "too slow")
+        self.server._stranger(self)
 
-    def _no_hello(self) -> None:
-        if self.node is None and self.transport is not None:
+    def refuse(self, why: str) -> None:
+        """Close a connection that has not said the token (``why`` counted, its data dropped)."""
+        if self.node is None and self.transport is not None and not self.transport.is_closing():
+            self.pending = b""
+            self.server._refuse(self, why)
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
         assert self.transport is not None
+        if self.node is None and len(self.pending) + len(data) > HELLO_MAX_BYTES and (
+                b"\n" not in data[:HELLO_MAX_BYTES - len(self.pending)]):
+            self.refuse("too long")
+            return
         *lines, self.pending = (self.pending + data).split(b"\n")
         try:
             for line in lines:
@@ -254,10 +290,13 @@ class _AgentConnection(asyncio.Protocol):
                     self.node = self.server._hello(line, self.transport)
                     if self.node is None:
                         raise ValueError("not one of this attempt's agents")
+                    self.server._strangers.pop(self, None)
                 elif line:
                     self.server._take(self.node, json.loads(line))
         except (ValueError, KeyError, TypeError):
-            self.transport.close()  # a stranger, or a line that is not ours: the connection ends
+            # a stranger, or a line that is not ours: the connection ends
+            self.refuse("no token")
+            self.transport.close()
             return
         if len(self.pending) > MAX_LINE:
             self.transport.close()
@@ -265,6 +304,7 @@ class _AgentConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.hello_timer is not None:
             self.hello_timer.cancel()
+        self.server._strangers.pop(self, None)
         if self.node is not None and self.transport is not None:
             self.server._closed(self.node, self.transport)
 

@@ -33,6 +33,8 @@ STOP_GRACE_S = 5.0
 # A lost peer is usually the symptom of a rank that died first: after a communication error the
 # supervisor gives torchrun this long to report which rank failed first.
 SETTLE_S = 5.0
+REFUSED_CONNECTIONS = "refused_connections"  # the notice of strangers at the node channel
+STRANGERS_NOTICE_S = 30.0
 
 
 def node_lost_instead(diagnosis: Diagnosis, handle: AttemptHandle) -> Diagnosis:
@@ -69,6 +71,7 @@ class AttemptWatch:
         self.sleep = sleep
         self.follower = LogFollower(handle.log_chunks)
         self._silent = False  # a node's channel was silent at the last look
+        self._strangers_noted, self._strangers_noted_at = 0, float("-inf")
         progress.begin(self.follower)
 
     def run(self) -> Outcome:
@@ -94,6 +97,7 @@ class AttemptWatch:
             self.progress.progress(beats, window)
             self.checkpoints.record()
             self.progress.hang_detection(beats, self.started, watch)
+            self._note_strangers()
             finished_at = scripts_finished_at(beats, self.world)
             if code is not None:
                 return self._at_exit(code, beats, ranks_seen, finished_at)
@@ -201,6 +205,20 @@ class AttemptWatch:
                                    message=f"stacks of the hung attempt: {explained.stacks}")
         return self._fail(Diagnosis("hang", True, explained.evidence), verdict.stalled_for_s,
                           detected_at)
+
+    def _note_strangers(self) -> None:
+        """A notice when connections that never said the token were refused since the last one:
+        counts only, at most one a STRANGERS_NOTICE_S (a flood is one line, not a thousand)."""
+        refused = self.handle.refused_connections()
+        total = sum(refused.values())
+        now = self.clock()
+        if total <= self._strangers_noted or now - self._strangers_noted_at < STRANGERS_NOTICE_S:
+            return
+        counts = ", ".join(f"{n} {why}" for why, n in refused.items() if n)
+        self.journal.add_event(attempt=self.attempt, kind=REFUSED_CONNECTIONS, message=(
+            f"{total} connection(s) to the node channel refused so far, none of them having said "
+            f"this attempt's token ({counts}); what they sent was dropped unread"))
+        self._strangers_noted, self._strangers_noted_at = total, now
 
     def _silent_nodes(self) -> dict[int, float]:
         """The nodes whose channel is silent (``handle.silent_nodes``): while any is, the hang rule

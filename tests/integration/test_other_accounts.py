@@ -118,3 +118,76 @@ def test_a_template_planted_in_a_shared_folder_is_refused(
         assert "Traceback" not in proc.stderr
     time.sleep(2)
     assert not marker.exists(), marker.read_text()
+
+
+FLOOD = r"""
+import socket, sys, threading
+host, port, count, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+payload = b"x" * size  # no newline: a line that never ends
+def one(_):
+    try:
+        with socket.create_connection((host, port), timeout=10) as s:
+            s.sendall(payload)
+            s.recv(1)
+    except OSError:
+        pass  # closed by the server: what a stranger should get
+threading.stack_size(256 << 10)
+threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]  # all at once
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"""
+
+
+def rss_kb(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def test_a_flood_of_strangers_at_the_agent_port_costs_no_memory_and_no_hang_judging(
+        tmp_path: Path, other_account: tuple[int, int]) -> None:
+    """1,000 connections of the other account's, each sending 1 MB without the token (or a
+    newline), against a running job's node channel: the supervisor grows less than 100 MB, its
+    real agent is never silent, and a notice counts what was refused."""
+    from cli_harness import UNTIL_STOPPED, copy_demo, demo_args
+
+    from fsdp_orch.record.store import Store
+
+    cli = Cli(home=tmp_path / "home", cwd=tmp_path)
+    demo = copy_demo(tmp_path)
+    job_id = cli.run("submit", "--cluster", "local", str(demo), "--set", demo_args(*UNTIL_STOPPED),
+                     check=True).stdout.strip()
+    try:
+        cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3,
+                       timeout=180, what="three steps")
+        endpoint = json.loads((Path(cli.status(job_id)["run_dir"]) / "attempt-0" / "agent.json")
+                              .read_text())
+        supervisor = Store(cli.home / "jobs.db").job(job_id).supervisor_pid
+        assert supervisor is not None
+        Path(f"/proc/{supervisor}/clear_refs").write_text("5")  # the peak RSS starts again here
+        before = rss_kb(supervisor, "VmRSS")
+        uid, gid = other_account
+        import subprocess
+
+        subprocess.run(secret_checks.as_account(uid, gid, [
+            "/usr/bin/python3", "-c", FLOOD, str(endpoint["host"]), str(endpoint["port"]),
+            "1000", str(1 << 20)]), check=True, timeout=600)
+        grown_mb = (rss_kb(supervisor, "VmHWM") - before) / 1024
+        print(f"the supervisor's peak RSS grew {grown_mb:.1f} MB under the flood")
+        assert grown_mb < 100, f"the supervisor grew {grown_mb:.0f} MB under the flood"
+        # the job goes on, heard all along; the refusals are notices with counts (one at most
+        # every 30 s: the flood's total within a minute)
+
+        def refused_so_far(status: dict) -> int:  # type: ignore[type-arg]
+            return max([int(n["message"].split()[0]) for n in status["events"]
+                        if n["kind"] == "refused_connections"] or [0])
+        status = cli.wait_until(job_id, lambda s: refused_so_far(s) >= 500, timeout=120,
+                                what="a notice counting the flood's connections")
+        assert status["state"] == "RUNNING", status
+        assert "node_silent" not in [n["kind"] for n in status["events"]], status["events"]
+        assert "xxxx" not in json.dumps(status)  # counts, not the data
+    finally:
+        cli.run("cancel", job_id)
