@@ -9,7 +9,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from fsdp_orch.jobspec.yamlio import YamlDoc, dotted
 from fsdp_orch.vocab.errors import InputError
@@ -41,9 +41,24 @@ def reattribute(exc: InputError, origins: dict[tuple[str, ...], FieldOrigin]) ->
 
 
 class StrictModel(BaseModel):
-    """Unknown keys are errors: a typo in ``max_restarts`` must not silently mean zero restarts."""
+    """Unknown keys are errors: a typo in ``max_restarts`` must not silently mean zero restarts.
+    Neither is a number what it is not: ``true`` for a count (pydantic would take it as 1), or an
+    infinite or NaN float."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True,
+                              allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name is not None:
+            annotation = cls.model_fields[info.field_name].annotation
+            if annotation in _NUMBERS:
+                raise ValueError(f"expected a number, got {str(value).lower()}")
+        return value
+
+
+_NUMBERS = (int, float, int | None, float | None)
 
 
 def validate_doc(model: type[BaseModel], doc: YamlDoc, data: dict[str, Any] | None = None) -> Any:
