@@ -94,10 +94,12 @@ def _read_secret_file(path: str, field: str, base_dir: str) -> str:
     except OSError as exc:
         raise InputError(f"from_file {path}: cannot read it ({exc.strerror})",
                          field=field) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # checked before fdopen, which refuses a folder itself
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise InputError(f"from_file {path}: expected a regular file, got {kind}", field=field)
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise InputError(f"from_file {path}: expected a regular file", field=field)
         if info.st_uid != os.geteuid():
             raise InputError(f"from_file {path}: owned by uid {info.st_uid}, not by you (uid "
                              f"{os.geteuid()}); a secret must be your own file", field=field)
