@@ -188,10 +188,10 @@ def submit(job: str | os.PathLike[str], cluster: str = "local", *,
                        init_from, init_optimizer, resume, fresh)
     from fsdp_orch.control.job_control import submit as submit_job
     from fsdp_orch.control.planning import plan_submission
-    from fsdp_orch.record.index import open_index
+    from fsdp_orch.record.index import open_index_for_submit
 
     planned = plan_submission(request)
-    with open_index() as index:
+    with open_index_for_submit() as index:
         job_id, created = submit_job(index, request, planned)
     handle = Job(job_id, created)
     if wait:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 
 from fsdp_orch.record.events import (
     CANCEL_MARKER,
@@ -228,3 +230,28 @@ def open_index(home: str | None = None) -> JobIndex:
 
     store = open_store(store_path(root), build)
     return JobIndex(store, runs_roots(store, root))
+
+
+@contextmanager
+def open_index_for_submit(home: str | None = None) -> Iterator[JobIndex]:
+    """``open_index`` for a submit, whose input is checked against the index (``--init-from`` names
+    a job): when the body raises InputError, a database this opening made is removed again, and a
+    home it made (if left empty), so that bad input writes nothing."""
+    from fsdp_orch.places.home import home_dir, store_path
+    from fsdp_orch.vocab.errors import InputError
+
+    root = home or home_dir()
+    db = store_path(root)
+    had_home, had_db = os.path.isdir(root), os.path.exists(db)
+    try:
+        with open_index(home) as index:
+            yield index
+    except InputError:
+        if not had_db:
+            for path in (db, db + "-wal", db + "-shm", db + "-journal", db + ".lock"):
+                with suppress(FileNotFoundError):
+                    os.remove(path)
+            if not had_home:
+                with suppress(OSError):
+                    os.rmdir(root)
+        raise

@@ -9,7 +9,6 @@ from fsdp_orch.cli.common import (
     EXIT_OK,
     EXIT_WAIT_TIMED_OUT,
     add_job_options,
-    open_index,
     print_table,
     say,
 )
@@ -67,10 +66,11 @@ def submit_request(args: argparse.Namespace) -> SubmitRequest:
 def run(args: argparse.Namespace) -> int:
     from fsdp_orch.control.job_control import submit
     from fsdp_orch.control.planning import plan_submission
+    from fsdp_orch.record.index import open_index_for_submit
 
     request = submit_request(args)
     planned = plan_submission(request)  # before the index is opened: bad input writes nothing
-    with open_index() as index:
+    with open_index_for_submit() as index:
         job_id, created = submit(index, request, planned, say=lambda line: say([line]))
         if created:
             # What the launch changes of the job's settings, as planned (the supervisor records
