@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fsdp_orch.backends.base import AttemptHandle
 from fsdp_orch.launch.submission import Submission
+from fsdp_orch.nodeagent.server import NODE_TIMEOUT_S
 from fsdp_orch.record.journal import Journal
 from fsdp_orch.supervise.checkpoint_tracker import CheckpointTracker
 from fsdp_orch.supervise.diagnose import Diagnosis
@@ -24,7 +25,7 @@ from fsdp_orch.supervise.hang_evidence import (
 )
 from fsdp_orch.supervise.hang_window import Window, hang_window
 from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower
-from fsdp_orch.supervise.outcomes import Cancelled, Failed, Outcome, Succeeded, TornDown
+from fsdp_orch.supervise.outcomes import Adopt, Cancelled, Failed, Outcome, Succeeded, TornDown
 from fsdp_orch.supervise.progress_events import ProgressEvents
 from fsdp_orch.supervise.watchdog import HangVerdict, check_hang, scripts_finished_at
 from fsdp_orch.vocab.categories import SIGNAL_ENDINGS
@@ -56,7 +57,7 @@ class AttemptWatch:
                  attempt: int, started: float, world: int, before: int | None,
                  progress: ProgressEvents, checkpoints: CheckpointTracker,
                  cancel_requested: Callable[[], bool], clock: Callable[[], float],
-                 sleep: Callable[[float], None]):
+                 sleep: Callable[[float], None], adopted: Adopt | None = None):
         self.journal = journal
         self.sub = submission
         self.handle = handle
@@ -72,6 +73,10 @@ class AttemptWatch:
         self.follower = LogFollower(handle.log_chunks)
         self._silent = False  # a node's channel was silent at the last look
         self._strangers_noted, self._strangers_noted_at = 0, float("-inf")
+        # Re-attached to a running attempt: its first step may be on record already, and its
+        # nodes' channels reconnect to this supervisor only now (no signal yet is no news).
+        self._stepped = adopted is not None and adopted.first_step_at is not None
+        self._reconnecting_until = clock() + NODE_TIMEOUT_S if adopted is not None else 0.0
         progress.begin(self.follower)
 
     def run(self) -> Outcome:
@@ -83,7 +88,7 @@ class AttemptWatch:
     def _watch(self) -> Outcome:
         watch = self.sub.job.watch
         comm_seen: float | None = None
-        first_step_seen = False
+        first_step_seen = self._stepped
         ranks_seen: set[int] = set()
         while True:
             code = self.handle.poll()
@@ -96,7 +101,8 @@ class AttemptWatch:
                                                           if b.state != "starting"))
             self.progress.progress(beats, window)
             self.checkpoints.record()
-            self.progress.hang_detection(beats, self.started, watch)
+            if beats or self.clock() >= self._reconnecting_until:
+                self.progress.hang_detection(beats, self.started, watch)
             self._note_strangers()
             finished_at = scripts_finished_at(beats, self.world)
             if code is not None:

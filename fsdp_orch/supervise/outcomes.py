@@ -63,3 +63,4 @@ class Adopt:
     attempt: int
     handle: AttemptHandle
     started_at: float  # when the first supervisor started it (from the job's events)
+    first_step_at: float | None = None  # its first step, when one was recorded already

@@ -125,7 +125,7 @@ def _where_to_begin(journal: Journal, loop: Loop, launcher,  # type: ignore[no-u
     if view.state == JobState.RUNNING.value and attempts:
         attempt = max(attempts)
         adopt = Adopt(attempt, launcher.adopt(attempt, view.backend_ref),
-                      attempts[attempt].started_at)
+                      attempts[attempt].started_at, attempts[attempt].first_step_at)
         print(f"fsdp-orch supervisor: re-attached to job {job_id} attempt {attempt}", flush=True)
         return adopt, first_attempt
     # died before launching, or while backing off: the next attempt starts now

@@ -190,7 +190,7 @@ class Supervisor:
         watch = AttemptWatch(self.journal, self.sub, handle, attempt=attempt, started=started,
                              world=world, before=before, progress=self.progress,
                              checkpoints=self.checkpoints, cancel_requested=self._cancel_requested,
-                             clock=self.clock, sleep=self.sleep)
+                             clock=self.clock, sleep=self.sleep, adopted=adopt)
         try:
             return watch.run()
         except AllocationEnding as ending:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_harness import copy_demo, demo_args, iso_epoch
+from cli_harness import copy_demo, demo_args, iso_epoch, job_events
 
 from fsdp_orch.backends.local import LocalLauncher
 from fsdp_orch.backends.slurm.allocation import on_time_limit_warning
@@ -139,6 +139,11 @@ def test_killing_the_supervisor_and_reattaching_keeps_one_attempt_and_succeeds(c
     assert final["state"] == "SUCCEEDED", final
     assert final["attempts"] == 1 and final["failures"] == []
     assert final["progress"]["step"] == 60
+    # The new supervisor took up the attempt as it was: its first step once, and no false "hang
+    # detection off" while the node's agent reconnected to it (issue 42's audit found both).
+    events = job_events(cli, job_id)
+    assert [e["kind"] for e in events].count("first_step") == 1, events
+    assert not [e for e in events if e["kind"] == "hang_detection" and e.get("off_because")], events
 
 
 def test_the_warning_before_a_time_limit_records_a_requeue_and_asks_for_it(tmp_path):
