@@ -4,6 +4,7 @@ as its own process tree."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -167,6 +168,25 @@ class LocalKind(SupervisedHere[LocalProfile]):
 
     def artifacts(self, plan: LaunchPlan, templates: Templates) -> list[Artifact]:
         return [Artifact(f"{plan.attempt_dir}/{LAUNCH_SCRIPT}", templates(templates.main), True)]
+
+    def check_here(self, plan: LaunchPlan, job_file: str, profile_file: str) -> None:
+        """What the job needs on this machine, checked at submit: its working folder, its script
+        and its profile's python. An InputError names the one missing (such a job used to fail
+        13 s later, after its restarts, as ``unknown``)."""
+        if not os.path.isdir(plan.workdir):
+            raise InputError(f"the working folder {plan.workdir} does not exist", file=job_file,
+                             field="workdir")
+        script = plan.job.script
+        if script and "$" not in script:
+            path = os.path.join(plan.workdir, os.path.expanduser(script))
+            if not os.path.isfile(path):
+                raise InputError(f"script {script} is not in {plan.workdir}", file=job_file,
+                                 field="script")
+        python = plan.python
+        found = python if "/" in python else shutil.which(python)
+        if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
+            raise InputError(f"python {python} is not an executable file on this machine",
+                             file=profile_file, field="python")
 
     def attempt_launcher(self, submission: Submission) -> LocalLauncher:
         return LocalLauncher(submission)

@@ -99,6 +99,9 @@ def plan_submission(request: SubmitRequest, init: InitSource | None = None) -> P
     env_values, header_values = resolve_submission(
         planned.submission.profile, planned.submission.job, os.environ, str(request.job_file),
         str(planned.profile_ref.path))
+    check_here = getattr(planned.submission.kind, "check_here", None)  # kinds that run here
+    if check_here is not None:
+        check_here(planned.plan, str(request.job_file), str(planned.profile_ref.path))
     return PlannedSubmission(planned, env_values, header_values, init)
 
 

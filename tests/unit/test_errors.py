@@ -138,7 +138,7 @@ def test_an_empty_id_names_no_job_even_when_one_exists(sandbox: Path,
     from fsdp_orch.control.submit_request import SubmitRequest
     from fsdp_orch.record.index import open_index
 
-    materialize(sandbox, {"job.yaml": OK_JOB})
+    materialize(sandbox, {"job.yaml": OK_JOB, "train.py": ""})
     with open_index() as index:
         # recorded, not started
         job_id, created, _ = record_submission(index, SubmitRequest(Path("job.yaml"), "local"))

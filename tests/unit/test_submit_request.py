@@ -98,6 +98,7 @@ def test_a_submit_plans_once_and_says_the_plans_notices(home, capsys, monkeypatc
     from fsdp_orch.control import job_control, planning
 
     (home.parent / "work" / "job.yaml").write_text(JOB + "launcher: accelerate\n")
+    (home.parent / "work" / "train.py").write_text("print('trained')\n")  # submit checks it
     calls: Counter[str] = Counter()
     make_plan = submission.make_plan
 
