@@ -269,15 +269,13 @@ class CheckpointPolicy(StrictModel):
         if value is not None and not value.strip():
             raise ValueError("expected the key of the step in the saved dict (nanoGPT: iter_num)")
         if value is not None and info.data.get("file") is None:
-            raise ValueError("step_key is the step's key in a single-file checkpoint: it needs "
-                             "checkpoint.file")
+            raise ValueError("the key of a single file's step: it needs checkpoint.file")
         return value
 
     @field_validator("resume")
     @classmethod
     def _resume(cls, value: str) -> str:
-        # A bare word other than these is a mistake (``latest``), not a checkpoint in the
-        # working folder: a path says where it is (``./ckpt``, ``out/step-100``, ``~/c``).
+        # a bare word (``latest``) is a mistake; a path says where it is (./c, out/step-9, ~/c)
         if value not in ("auto", "never") and not any(c in value for c in "/~."):
             raise ValueError(f"expected 'auto', 'never' or a checkpoint path (with a '/'), "
                              f"got {value!r}")
