@@ -42,7 +42,13 @@ from fsdp_orch.bootstrap.faults import FaultInjector
 from fsdp_orch.checkpoints.info import CheckpointInfo
 from fsdp_orch.checkpoints.layouts.dcp import COMMIT_FILE, step_dir_name
 from fsdp_orch.runtime import ckpt_files as files
-from fsdp_orch.runtime.ckpt_errors import CheckpointError, warn
+from fsdp_orch.runtime.ckpt_errors import (
+    CheckpointError,
+    io_cause,
+    kept_clause,
+    save_failed,
+    warn,
+)
 from fsdp_orch.runtime.ckpt_preflight import preflight_save
 from fsdp_orch.runtime.ckpt_restore import (
     initialise_from,
@@ -89,6 +95,7 @@ class Checkpointer:
         self.init_from = Path(init_from).expanduser() if init_from else None
         self.init_optimizer = init_optimizer
         self.last_saved_step: int | None = None
+        self.committed_step: int | None = None  # the newest save known whole (or the one resumed)
         self.restored_from: Path | None = None
         self.load_seconds: float | None = None  # how long the checkpoint restored from took to load
         # The world size the restored checkpoint was saved with (None: nothing restored). A script
@@ -119,13 +126,14 @@ class Checkpointer:
         """Save the state after ``step`` steps (sync, or started in the background when async)."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint import FileSystemWriter
+        from torch.distributed.checkpoint.api import CheckpointException
 
         started = time.perf_counter()
         self._beat("saving")
+        path = self.directory / step_dir_name(step)
         try:
             self.wait()
             self.wait_seconds.append(time.perf_counter() - started)
-            path = self.directory / step_dir_name(step)
             state = self.sharded_state.for_save()
             preflight_save(self.directory, path, self.sharded_state.nbytes(state), self.info,
                            self.group)
@@ -151,15 +159,31 @@ class Checkpointer:
                              planner=self.sharded_state.save_planner())
                 dist.barrier(group=self.group)
                 self._commit(step, path)
-        except CheckpointError:
-            raise
-        except Exception as exc:
-            raise CheckpointError(f"checkpoint save of step {step} into {self.directory} failed: "
-                                  f"{type(exc).__name__}: {exc}") from exc
+                self.committed_step = step
+        except CheckpointError as exc:  # refused before writing, or an injected fault: its text,
+            # with what is kept, stands alone (chained, the first would be the evidence read)
+            raise CheckpointError(f"{exc}{kept_clause(self._kept())}") from None
+        except (Exception, CheckpointException) as exc:  # DCP's own is a BaseException
+            self._raise_save_failed(exc, step, path)
         finally:
             self._beat("training")
         self.last_saved_step = step
         self.block_seconds.append(time.perf_counter() - started)
+
+    def _raise_save_failed(self, exc: BaseException, step: int, path: Path) -> None:
+        """Raise the save's CheckpointError. One that names its I/O error stands alone: printed
+        after DCP's (``CheckpointException ranks:dict_keys([0, 1])``), it would not be the line
+        read as the failure's evidence."""
+        error = save_failed(exc, step, str(path), self._kept())
+        if io_cause(exc) is not None:
+            raise error from None
+        raise error from exc
+
+    def _kept(self) -> str | None:
+        """The last checkpoint this run committed, which a failed save leaves in place."""
+        if not self.committed_step:
+            return None
+        return str(self.directory / step_dir_name(self.committed_step))
 
     def _commit_async(self, future: Future, step: int, path: Path, done: threading.Event) -> None:
         """Rank 0, in the writer thread once its future completed: DCP's coordinator finished
@@ -197,14 +221,16 @@ class Checkpointer:
         self._pending = None
         try:
             future.result()
-        except Exception as exc:
-            raise CheckpointError(f"async checkpoint save of step {step} into {path} failed: "
-                                  f"{type(exc).__name__}: {exc}") from exc
+        except BaseException as exc:  # DCP's CheckpointException is a BaseException
+            if not isinstance(exc, Exception) and type(exc).__name__ != "CheckpointException":
+                raise
+            self._raise_save_failed(exc, step, path)
         if self.info.rank == 0:
             committed.wait()  # the done-callback may still be running
             if not (path / COMMIT_FILE).exists():
                 raise CheckpointError(f"async checkpoint save of step {step}: {path} not committed")
         self._commit(step, path, written=True)
+        self.committed_step = step
 
     def finalize(self, step: int | None = None) -> None:
         """End of training: save ``step`` if not saved yet, wait for async saves, write the full
@@ -295,7 +321,7 @@ class Checkpointer:
             self.load_seconds = time.perf_counter() - started
             step, self.saved_world_size = saved_step_and_world(path)
             restore_rank_state(path, self.info, self.extras, self.saved_world_size)
-            self.last_saved_step = step
+            self.last_saved_step = self.committed_step = step
             self.restored_from = path
             if self.info.is_main:
                 print(f"[fsdp-orch] resumed from {path} (step {step})", file=sys.stderr, flush=True)

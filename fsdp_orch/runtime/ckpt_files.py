@@ -19,6 +19,7 @@ import torch
 from fsdp_orch.checkpoints.folders import list_checkpoints
 from fsdp_orch.checkpoints.layouts.dcp import COMMIT_FILE, METADATA_FILE, parse_commit
 from fsdp_orch.places.private import write_atomically
+from fsdp_orch.runtime.ckpt_errors import IO_ERRORS
 
 RANK_STATE = "rank-{rank}.state.pt"
 
@@ -124,6 +125,8 @@ def preflight(directory: Path, path: Path, rank: int, clear: bool, need_bytes: i
             return (f"not enough free space in {path}: about {need_bytes / 2**20:.0f} MiB needed, "
                     f"{free / 2**20:.0f} MiB free")
     except OSError as exc:
+        if exc.errno in IO_ERRORS:
+            return f"{IO_ERRORS[exc.errno]} in {path}"
         return f"cannot write to {path}: {exc.strerror or exc}"
     return None
 
