@@ -102,7 +102,29 @@ def plan_submission(request: SubmitRequest, init: InitSource | None = None) -> P
     check_here = getattr(planned.submission.kind, "check_here", None)  # kinds that run here
     if check_here is not None:
         check_here(planned.plan, str(request.job_file), str(planned.profile_ref.path))
+    check_checkpoint_folder(planned.plan, str(request.job_file))
     return PlannedSubmission(planned, env_values, header_values, init)
+
+
+def check_checkpoint_folder(plan: LaunchPlan, job_file: str) -> None:
+    """A job loads what is in its checkpoint folder (a DCP ``.metadata`` and a ``.pt`` are pickles:
+    loading one can run code), so that folder follows the rule of ``places.trust``: yours or
+    root's, writable by no one else, and so every folder above it. Where it is not made yet, the
+    folder it will be made in. InputError naming it, its owner and mode, and what to do."""
+    if plan.job.checkpoint.resume == "never":
+        return
+    from fsdp_orch.places.trust import load_problem, refusal
+
+    folder = plan.checkpoint_dir
+    while not os.path.lexists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    why = load_problem(folder)
+    if why is not None:
+        raise InputError(refusal("checkpoint folder", plan.checkpoint_dir, why,
+                                 "a checkpoint there could have been planted by someone else; "
+                                 "use a folder of yours (checkpoint.dir), and to start from a "
+                                 "checkpoint there, copy it into that folder first"),
+                         file=job_file, field="checkpoint.dir")
 
 
 def warm_started(request: SubmitRequest, planned: PlannedSubmission,

@@ -39,13 +39,20 @@ def checkpoint_dir_of(job: JobStatus) -> str | None:
         return None
 
 
-def writer_of(checkpoint_dir: str, jobs: Iterable[JobStatus]) -> JobStatus | None:
+def writer_of(checkpoint_dir: str, jobs: Iterable[JobStatus], step: int | None = None,
+              path: str | None = None) -> JobStatus | None:
     """The newest job that wrote into ``checkpoint_dir``: of those with a checkpoint recorded,
-    else of all that used it (pure)."""
+    else of all that used it (pure). Given the checkpoint found (its ``step`` or ``path``), only a
+    job whose events recorded that very checkpoint: a copy planted under a job's folder name is
+    no job's (the claim "written by job ..." must be true)."""
     same = [job for job in jobs if checkpoint_dir_of(job) == checkpoint_dir]
-    committed = [job for job in same
-                 if job.last_checkpoint_step is not None or job.last_checkpoint_path]
-    pool = committed or same
+    if step is not None or path is not None:
+        pool = [job for job in same if (path is not None and job.last_checkpoint_path == path)
+                or (step is not None and job.last_checkpoint_step == step)]
+    else:
+        committed = [job for job in same
+                     if job.last_checkpoint_step is not None or job.last_checkpoint_path]
+        pool = committed or same
     return max(pool, key=lambda job: job.created_at) if pool else None
 
 
@@ -57,7 +64,8 @@ def existing_checkpoint(checkpoint_dir: str, jobs: Iterable[JobStatus],
     if found is None:
         return None
     step = found.step if found.step_known else None
-    return Existing(str(found.path), step, writer_of(checkpoint_dir, jobs))
+    return Existing(str(found.path), step,
+                    writer_of(checkpoint_dir, jobs, step=step, path=str(found.path)))
 
 
 def decide(existing: Existing | None, choice: Choice | None, field: str) -> Choice | None:

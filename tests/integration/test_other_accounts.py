@@ -191,3 +191,46 @@ def test_a_flood_of_strangers_at_the_agent_port_costs_no_memory_and_no_hang_judg
         assert "xxxx" not in json.dumps(status)  # counts, not the data
     finally:
         cli.run("cancel", job_id)
+
+
+PLANT_CHECKPOINT = r"""
+import os, pickle, sys
+folder, marker = sys.argv[1], sys.argv[2]
+class Payload:
+    def __reduce__(self):
+        return (os.system, (f"id > {marker}",))
+step = os.path.join(folder, "step-00000400")
+os.makedirs(step)
+with open(os.path.join(step, ".metadata"), "wb") as f:
+    pickle.dump(Payload(), f)
+with open(os.path.join(step, "COMMITTED"), "w") as f:
+    f.write('{"step": 400, "world_size": 2}\n')
+"""
+
+
+def test_a_checkpoint_folder_another_account_can_write_is_refused_and_nothing_is_loaded(
+        tmp_path: Path, other_account: tuple[int, int], scratch: Path) -> None:
+    """The audit's setting: ``checkpoint.dir`` is a folder of the other account's with mode 0777,
+    holding a complete-looking DCP checkpoint whose ``.metadata`` pickle runs a command when
+    loaded. Submit refuses the folder (exit 2, one line), and nothing of it is loaded."""
+    from cli_harness import copy_demo, demo_args
+
+    marker = scratch / "ran-as-the-victim"
+    planted = scratch / "ckpt"
+    planter = scratch / "plant.py"
+    planter.write_text(PLANT_CHECKPOINT)
+    planter.chmod(0o644)
+    as_other(other_account, f"mkdir -m 777 {planted}; python3 {planter} {planted} {marker}")
+    assert (planted / "step-00000400" / ".metadata").stat().st_uid == other_account[0]
+    cli = Cli(home=tmp_path / "home", cwd=tmp_path)
+    demo = copy_demo(tmp_path)
+    proc = cli.run("submit", "--cluster", "local", "--wait", str(demo), "--set", demo_args(10),
+                   "--set", f"checkpoint.dir={planted}", timeout=300)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    [line] = proc.stderr.strip().splitlines()
+    assert f"refused checkpoint folder {planted}" in line, line
+    assert f"uid {other_account[0]} ({OTHER})" in line and "mode 0777" in line, line
+    assert "copy it into that folder first" in line, line
+    time.sleep(2)
+    assert not marker.exists(), f"the planted checkpoint was loaded: {marker.read_text()}"
+    assert not (cli.home / "runs").exists() or not any((cli.home / "runs").iterdir())

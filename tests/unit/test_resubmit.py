@@ -35,6 +35,10 @@ def test_the_writer_is_the_newest_job_that_recorded_a_checkpoint_there() -> None
     assert writer_of("/ck", jobs).id == "b"  # c used the folder but never recorded a checkpoint
     assert writer_of("/ck", jobs[2:3]).id == "c"
     assert writer_of("/nowhere", jobs) is None
+    # the checkpoint found: only a job that recorded it wrote it (issue 42: a planted step-400 was
+    # said to be "written by job b", which never reached step 400)
+    assert writer_of("/ck", jobs, step=20).id == "b"
+    assert writer_of("/ck", jobs, step=400, path="/ck/step-00000400") is None
 
 
 def test_a_succeeded_writer_is_refused_without_a_choice_naming_both_flags() -> None:
