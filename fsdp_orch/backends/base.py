@@ -65,6 +65,11 @@ class AttemptObservation(Protocol):
         attempts without them (``PlanContext.excluded_hosts``); () when the kind cannot tell."""
         ...
 
+    def node_notes(self) -> dict[int, str]:
+        """What each node's launch script told the supervisor at start (its node-local folder
+        was someone else's, and which it used instead), by node rank; {} where none can."""
+        ...
+
     def refused_connections(self) -> dict[str, int]:
         """How many connections to the supervisor's node channel were closed before they said the
         attempt's token, by why (its data never kept); {} where there is no such channel."""

@@ -55,5 +55,8 @@ class FileObservation:
     def refused_connections(self) -> dict[str, int]:
         return {}  # no channel that strangers could reach
 
+    def node_notes(self) -> dict[int, str]:
+        return {}  # no channel to carry them
+
     def flight_recorder_dumps(self) -> list[str]:
         return [str(p) for p in sorted(self.attempt_dir.glob(f"{FLIGHT_RECORDER_PREFIX}*"))]

@@ -55,6 +55,9 @@ class AgentObservation(FileObservation):
     def refused_connections(self) -> dict[str, int]:
         return self.channel.refused_connections()
 
+    def node_notes(self) -> dict[int, str]:
+        return self.channel.node_notes()
+
     def judge_exit(self, code: int | None) -> int | None:
         """The attempt's exit code as the launcher gave it (``code``), once the agents' last lines
         are in (the ranks' final states); while it runs, NODE_LOST_EXIT when a node's agent went

@@ -58,7 +58,8 @@ def main(argv: list[str]) -> int:
     agent = NodeAgent(node, socket.gethostname(), lambda: read_beat_files(beat_dir),
                       lambda: read_endpoint(attempt_dir),
                       launcher_alive=lambda: process_alive(launcher),
-                      on_stop=stop, on_stacks=stacks, attempt=attempt)
+                      on_stop=stop, on_stacks=stacks, attempt=attempt,
+                      note=os.environ.get("FSDP_ORCH_NODE_TMP_NOTE", ""))
 
     async def run() -> None:
         def ending() -> None:

@@ -38,8 +38,11 @@ class NodeAgent:
                  on_stop: Callable[[float], dict[str, Any]] | None = None,
                  on_stacks: Callable[[dict[int, int], str], dict[str, Any]] | None = None,
                  clock: Callable[[], float] = time.time, every: float = SUMMARY_EVERY_S,
-                 look_every: float = LOOK_EVERY_S, attempt: int = 0):
+                 look_every: float = LOOK_EVERY_S, attempt: int = 0, note: str = ""):
+        """``note``: what the node's launch script has to tell the supervisor (its node-local
+        folder was someone else's), said in the hello."""
         self.node, self.host, self.attempt = node, host, attempt
+        self.note = note[:400]  # a hello stays one short line (nodeagent.server.HELLO_MAX_BYTES)
         self.read_beats, self.endpoint = read_beats, endpoint
         self.launcher_alive = launcher_alive
         self.on_stop, self.on_stacks = on_stop, on_stacks
@@ -63,8 +66,9 @@ class NodeAgent:
 
     async def _connected(self, host: str, port: int, token: str) -> bool:
         reader, writer = await asyncio.open_connection(host, port, limit=4 << 20)
-        writer.write((json.dumps({"hello": token, "node": self.node, "host": self.host})
-                      + "\n").encode())
+        hello = {"hello": token, "node": self.node, "host": self.host,
+                 **({"note": self.note} if self.note else {})}
+        writer.write((json.dumps(hello) + "\n").encode())
         listening = asyncio.ensure_future(self._listen(reader, writer))
         try:
             return await self._stream(writer, listening)

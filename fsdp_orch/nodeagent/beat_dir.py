@@ -19,6 +19,11 @@ _RANK_FILE = re.compile(r"rank-(\d+)\.json")
 
 
 def user_tmp_root(uid: int | None = None, tmp: str = NODE_TMP) -> str:
+    """``<tmp>/fsdp-orch-<uid>``; on a node whose launch script had to make a private folder
+    instead (that one was someone else's), the one it named in ``FSDP_ORCH_NODE_TMP``."""
+    named = os.environ.get("FSDP_ORCH_NODE_TMP")
+    if uid is None and tmp == NODE_TMP and named:
+        return named
     return os.path.join(tmp, f"fsdp-orch-{os.getuid() if uid is None else uid}")
 
 

@@ -36,6 +36,7 @@ class NodeState:
     seen: float  # the server's clock at its last line
     connected: bool = True
     final: bool = False
+    note: str = ""  # what its launch script said in the hello (its node-local folder was taken)
 
 
 class SummaryServer:
@@ -105,7 +106,7 @@ class SummaryServer:
             return None
         node, host = int(hello["node"]), str(hello.get("host", ""))
         with self._lock:
-            self._nodes[node] = NodeState(node, host, self.clock())
+            self._nodes[node] = NodeState(node, host, self.clock(), note=str(hello.get("note", "")))
             self._writers[node] = transport
         return node
 
@@ -120,6 +121,11 @@ class SummaryServer:
         self._strangers.pop(conn, None)
         with self._lock:
             self.refused[why] += 1
+
+    def node_notes(self) -> dict[int, str]:
+        """What each node's launch script said in its agent's hello, by node rank."""
+        with self._lock:
+            return {n: state.note for n, state in self._nodes.items() if state.note}
 
     def refused_connections(self) -> dict[str, int]:
         """How many connections were closed before they said the token, by why; the data they

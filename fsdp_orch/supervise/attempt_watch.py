@@ -35,6 +35,7 @@ STOP_GRACE_S = 5.0
 # supervisor gives torchrun this long to report which rank failed first.
 SETTLE_S = 5.0
 REFUSED_CONNECTIONS = "refused_connections"  # the notice of strangers at the node channel
+NODE_TMP_TAKEN = "node_tmp_taken"  # a node's /tmp/fsdp-orch-<uid> was someone else's
 STRANGERS_NOTICE_S = 30.0
 
 
@@ -73,6 +74,7 @@ class AttemptWatch:
         self.follower = LogFollower(handle.log_chunks)
         self._silent = False  # a node's channel was silent at the last look
         self._strangers_noted, self._strangers_noted_at = 0, float("-inf")
+        self._nodes_noted: set[int] = set()
         # Re-attached to a running attempt: its first step may be on record already, and its
         # nodes' channels reconnect to this supervisor only now (no signal yet is no news).
         self._stepped = adopted is not None and adopted.first_step_at is not None
@@ -104,6 +106,7 @@ class AttemptWatch:
             if beats or self.clock() >= self._reconnecting_until:
                 self.progress.hang_detection(beats, self.started, watch)
             self._note_strangers()
+            self._note_nodes()
             finished_at = scripts_finished_at(beats, self.world)
             if code is not None:
                 return self._at_exit(code, beats, ranks_seen, finished_at)
@@ -211,6 +214,14 @@ class AttemptWatch:
                                    message=f"stacks of the hung attempt: {explained.stacks}")
         return self._fail(Diagnosis("hang", True, explained.evidence), verdict.stalled_for_s,
                           detected_at)
+
+    def _note_nodes(self) -> None:
+        """Each node's note from its launch script, once (``node_tmp_taken``)."""
+        for node, note in sorted(self.handle.node_notes().items()):
+            if node not in self._nodes_noted:
+                self._nodes_noted.add(node)
+                self.journal.add_event(attempt=self.attempt, kind=NODE_TMP_TAKEN,
+                                       message=f"node {node}: node-local folder taken: {note}")
 
     def _note_strangers(self) -> None:
         """A notice when connections that never said the token were refused since the last one:

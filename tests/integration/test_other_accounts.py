@@ -234,3 +234,44 @@ def test_a_checkpoint_folder_another_account_can_write_is_refused_and_nothing_is
     time.sleep(2)
     assert not marker.exists(), f"the planted checkpoint was loaded: {marker.read_text()}"
     assert not (cli.home / "runs").exists() or not any((cli.home / "runs").iterdir())
+
+
+def test_a_node_folder_another_account_made_first_is_never_used_and_hang_detection_stays_on(
+        tmp_path: Path, other_account: tuple[int, int], scratch: Path) -> None:
+    """The audit's attack: the other account made ``/tmp/fsdp-orch-<victim uid>`` first (0755).
+    The job trained but recorded no heartbeat, judged no hang, and ended FAILED no_ranks_started.
+    Now its node keeps its heartbeats in a private folder it makes beside it, says so in a notice,
+    and a hang is judged as ever. The folder is the other account's in the job's own mount
+    namespace only (a bind mount): taking the real one would take it from every test beside."""
+    import os
+
+    from cli_harness import copy_demo, demo_args, why
+
+    taken = scratch / "taken"
+    as_other(other_account, f"mkdir -m 755 {taken}")
+    mine = Path(f"/tmp/fsdp-orch-{os.getuid()}")
+    mine.mkdir(mode=0o700, exist_ok=True)
+    prefix = ("unshare", "-m", "--propagation", "private", "sh", "-c",
+              'mount --bind "$0" "$1" && shift && exec "$@"', str(taken), str(mine))
+    cli = Cli(home=tmp_path / "home", cwd=tmp_path, prefix=prefix)
+    demo = copy_demo(tmp_path)
+    made_before = set(Path("/tmp").glob(f"fsdp-orch-{os.getuid()}-*"))
+    try:
+        proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo),
+                       "--set", demo_args(30), "--set", "env.FSDP_ORCH_FAULT=hang:step=12:rank=1",
+                       "--set", "restart.max_restarts=0", "--set", "watch.heartbeat_timeout=10s",
+                       timeout=300)
+    finally:
+        import shutil
+
+        for made in set(Path("/tmp").glob(f"fsdp-orch-{os.getuid()}-*")) - made_before:
+            shutil.rmtree(made, ignore_errors=True)
+    status = json.loads(proc.stdout)
+    assert status["state"] == "FAILED", why(status)
+    [failure] = status["failures"]
+    assert failure["category"] == "hang", failure  # judged: hang detection was on
+    notes = [e["message"] for e in status["events"] if e["kind"] == "node_tmp_taken"]
+    assert notes and f"{mine} is owned by {OTHER} (uid {other_account[0]}), mode 755" in notes[0], (
+        status["events"])
+    assert "this node keeps its heartbeats in /tmp/fsdp-orch-" in notes[0], notes
+    assert list(taken.iterdir()) == []  # nothing written into the other account's folder

@@ -25,7 +25,23 @@ NODE_LOG_DIR=/srv/fsdp-orch/runs/j0123456789a/attempt-1/node-"$NODE_RANK"
 mkdir -p -- "$NODE_LOG_DIR"
 export FSDP_ORCH_NODE_RANK="$NODE_RANK"
 # Heartbeats stay on this node: its ranks write them under node-local tmp, never the shared run folder.
-FSDP_ORCH_BEAT_DIR=/tmp/fsdp-orch-"$(id -u)"/j0123456789a/attempt-1/node-"$NODE_RANK"
+# That folder is this user's alone. One someone else made first is never used: a private one is made
+# beside it and named to the ranks, the agent and the standby (FSDP_ORCH_NODE_TMP).
+FSDP_ORCH_NODE_TMP=/tmp/fsdp-orch-"$(id -u)"
+mkdir -m 700 -- "$FSDP_ORCH_NODE_TMP" 2>/dev/null || true
+if [ -L "$FSDP_ORCH_NODE_TMP" ] || [ ! -d "$FSDP_ORCH_NODE_TMP" ] || [ ! -O "$FSDP_ORCH_NODE_TMP" ] \
+    || [ -n "$(find "$FSDP_ORCH_NODE_TMP" -maxdepth 0 -perm /022 2>/dev/null)" ]; then
+  FSDP_ORCH_NODE_TMP_NOTE="$FSDP_ORCH_NODE_TMP is $(stat -c 'owned by %U (uid %u), mode %a' -- "$FSDP_ORCH_NODE_TMP" 2>/dev/null || echo 'not a folder')"
+  FSDP_ORCH_NODE_TMP=$(mktemp -d /tmp/fsdp-orch-"$(id -u)"-XXXXXXXX) || {
+    echo "[fsdp-orch] node setup: $FSDP_ORCH_NODE_TMP_NOTE, and no private folder could be made in /tmp" >&2
+    exit 78
+  }
+  FSDP_ORCH_NODE_TMP_NOTE="$FSDP_ORCH_NODE_TMP_NOTE: this node keeps its heartbeats in $FSDP_ORCH_NODE_TMP instead"
+  echo "[fsdp-orch] node-local folder taken: $FSDP_ORCH_NODE_TMP_NOTE" >&2
+  export FSDP_ORCH_NODE_TMP_NOTE
+fi
+export FSDP_ORCH_NODE_TMP
+FSDP_ORCH_BEAT_DIR="$FSDP_ORCH_NODE_TMP"/j0123456789a/attempt-1/node-"$NODE_RANK"
 export FSDP_ORCH_BEAT_DIR
 # fsdp-orch's bootstrap in every Python process: step progress, liveness probe, injected faults.
 export PYTHONPATH=/opt/fsdp-orch/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
