@@ -133,6 +133,7 @@ def trust_checks(home: str | None = None, cwd: str | None = None) -> list[Check]
                             "every run folder, event file and schedule "
                             "read is yours and writable by you alone"))
     checks += checkpoint_checks(trusted)
+    checks.append(node_tmp_check())
     checks += secret_checks()
     return checks
 
@@ -182,18 +183,52 @@ def checkpoint_checks(run_folders: list[str]) -> list[Check]:
             continue
         if isinstance(directory, str) and directory:
             dirs[os.path.expanduser(directory)] = None
+    from fsdp_orch.places.private import user_name
+    from fsdp_orch.places.trust import load_problem
+
     checks = []
     for directory in dirs:
         try:
-            mode = os.stat(directory).st_mode
+            st = os.stat(directory)
         except OSError:
             continue
-        if mode & (stat.S_IRGRP | stat.S_IROTH):
+        mine, bits = st.st_uid == os.getuid(), stat.S_IMODE(st.st_mode)
+        why = load_problem(directory)
+        if why is not None:  # a job would refuse it at submit (control.planning)
+            checks.append(Check("checkpoint.dir yours", False,
+                                f"{why}: a checkpoint there could have been planted by someone "
+                                "else, and a job loads what it holds",
+                                f"chmod go-w {directory} and the folders named" if mine else
+                                "copy the checkpoints you trust into a folder of yours (mkdir -m "
+                                "700 DIR; cp -r ...) and set checkpoint.dir to it: a folder of "
+                                f"{user_name(st.st_uid)}'s is not yours to chmod"))
+        elif st.st_mode & (stat.S_IRGRP | stat.S_IROTH):
             checks.append(Check("checkpoint.dir readable by others", False,
-                                f"{directory} (mode {stat.S_IMODE(mode):04o}): "
+                                f"{directory} (mode {bits:04o}): "
                                 "other accounts can read these checkpoints",
-                                f"chmod 700 {directory} if they are not meant to be shared"))
+                                f"chmod 700 {directory} if they are not meant to be shared"
+                                if mine else f"ask {user_name(st.st_uid)}, its owner, or keep "
+                                             "them in a folder of yours"))
     return checks
+
+
+def node_tmp_check(tmp: str | None = None) -> Check:
+    """This machine's node-local folder (``/tmp/fsdp-orch-<uid>``, heartbeats and the warm
+    standby's sockets): one someone else made first, or that others can write, is never used (a
+    job's node makes a private one beside it and says so)."""
+    from fsdp_orch.nodeagent.beat_dir import NODE_TMP
+    from fsdp_orch.places.trust import load_problem
+
+    folder = os.path.join(tmp or NODE_TMP, f"fsdp-orch-{os.getuid()}")
+    if not os.path.lexists(folder):
+        return Check("node-local folder", True, f"{folder} is not there yet (made 0700 by a job)")
+    why = load_problem(folder)
+    if why is None:
+        return Check("node-local folder", True, f"{folder} is yours and closed to others")
+    return Check("node-local folder", False,
+                 f"{why}: jobs on this machine keep their heartbeats in a private folder made "
+                 "beside it instead (notice node_tmp_taken)",
+                 f"ask its owner or root to remove {folder}")
 
 
 def report(checks: list[Check], as_json: bool) -> str:
@@ -218,5 +253,5 @@ def run_doctor(cluster: str | None, as_json: bool, run: Runner = command.run) ->
     return report(checks, as_json), all(c.ok for c in checks)
 
 
-__all__ = ["Check", "checkpoint_checks", "home_checks", "report", "run_doctor", "torch_here",
-           "trust_checks", "untrusted_paths"]
+__all__ = ["Check", "checkpoint_checks", "home_checks", "node_tmp_check", "report", "run_doctor",
+           "torch_here", "trust_checks", "untrusted_paths"]

@@ -275,3 +275,37 @@ def test_a_node_folder_another_account_made_first_is_never_used_and_hang_detecti
         status["events"])
     assert "this node keeps its heartbeats in /tmp/fsdp-orch-" in notes[0], notes
     assert list(taken.iterdir()) == []  # nothing written into the other account's folder
+
+
+def test_doctor_names_the_other_accounts_checkpoint_and_node_folders_with_fixes_to_apply(
+        tmp_path: Path, other_account: tuple[int, int], scratch: Path) -> None:
+    """``doctor`` offered ``chmod`` on a folder the user does not own; it now says what the user
+    can do: copy the checkpoints into a folder of theirs. It also names a node-local folder taken
+    first (the jobs work around it; its owner or root can remove it)."""
+    import os
+
+    from fsdp_orch.cli.doctor import checkpoint_checks, node_tmp_check
+
+    theirs = scratch / "ckpt"
+    as_other(other_account,
+             f"mkdir -m 777 {theirs}; mkdir -m 755 {scratch}/fsdp-orch-{os.getuid()}")
+    run_folder = tmp_path / "run"
+    run_folder.mkdir()
+
+    def job_saving_to(folder: Path) -> None:
+        (run_folder / "submission.json").write_text(
+            json.dumps({"job": {"checkpoint": {"dir": str(folder)}}}))
+    job_saving_to(theirs)
+    [check] = checkpoint_checks([str(run_folder)])
+    assert not check.ok and check.name == "checkpoint.dir yours", check
+    assert f"{theirs} is owned by uid {other_account[0]} ({OTHER})" in check.detail, check
+    assert not check.fix.startswith("chmod") and "copy the checkpoints you trust" in check.fix
+    node = node_tmp_check(str(scratch))
+    assert not node.ok and f"owned by uid {other_account[0]} ({OTHER})" in node.detail, node
+    assert "private folder made beside it" in node.detail and "remove" in node.fix, node
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o755)
+    job_saving_to(mine)
+    [readable] = checkpoint_checks([str(run_folder)])  # yours, others can read: yours to chmod
+    assert readable.name == "checkpoint.dir readable by others"
+    assert f"chmod 700 {mine}" in readable.fix, readable
