@@ -16,6 +16,8 @@ def _rule(category: str, *patterns: str) -> list[tuple[str, re.Pattern[str]]]:
 
 # Strong signatures, most specific first (a line is given the first category that matches).
 STRONG = [
+    # A node's launch script says what it lacks (templates/_node_body.sh.j2), then exits 78.
+    *_rule("node_setup_error", r"\[fsdp-orch\] node setup: "),
     # The process group's own watchdog is stuck (not a collective that timed out): a hang.
     *_rule("hang", r"watchdog got stuck for \d+ seconds", r"due to ProcessGroupNCCL watchdog hang"),
     *_rule("cuda_oom", r"CUDA out of memory", r"OutOfMemoryError", r"CUBLAS_STATUS_ALLOC_FAILED",

@@ -21,13 +21,16 @@ class FailureCategory(Word):
     CRASHED_SIGNAL = "crashed_signal"
     INJECTED_FAULT = "injected_fault"
     NO_RANKS_STARTED = "no_ranks_started"
+    NODE_SETUP_ERROR = "node_setup_error"  # a node's launch script found what it needs missing
     UNKNOWN = "unknown"
 
 
 FAILURE_CATEGORIES = tuple(c.value for c in FailureCategory)
 # A bug in the script or a checkpoint it cannot read fails the same way on every attempt.
 # An attempt that started no rank (mp.spawn of 0 processes) starts none the next time either.
-NOT_RETRYABLE = frozenset({"user_code_error", "checkpoint_error", "no_ranks_started"})
+# A node without the job's script, working folder or python lacks it the next time too.
+NOT_RETRYABLE = frozenset({"user_code_error", "checkpoint_error", "no_ranks_started",
+                           "node_setup_error"})
 DEFAULT_RETRY_ON = (
     "hang", "nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost", "rendezvous_failure",
     "hardware_fault", "preemption_or_node_lost", "cuda_oom", "killed_sigkill", "crashed_signal",
@@ -42,7 +45,7 @@ COMMUNICATION = frozenset({"nccl_timeout", "nccl_error", "gloo_timeout_or_peer_l
 SIGNAL_ENDINGS = frozenset({"killed_sigkill", "crashed_signal"})
 # What fsdp-orch decides from what it sees itself (heartbeats, its own fault injection),
 # never from a program's own output: no public log shows them.
-NOT_IN_PUBLIC_LOGS = frozenset({"injected_fault", "no_ranks_started"})
+NOT_IN_PUBLIC_LOGS = frozenset({"injected_fault", "no_ranks_started", "node_setup_error"})
 # The exit status a kind's attempt handle reports when a node stopped answering (an SSH host lost
 # mid-run): outside the range of real exit statuses and signals.
 NODE_LOST_EXIT = -1001

@@ -54,7 +54,20 @@ export PYTHONPATH=/opt/fsdp-orch/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHON
 # This node's agent: sends the supervisor one summary of these ranks a second over TCP (the address
 # is in the attempt's agent.json), takes their stacks and stops them when it asks. Ends with the launcher.
 PYTHONPATH=/opt/fsdp-orch${PYTHONPATH:+:"$PYTHONPATH"} /shared/venvs/train/bin/python -m fsdp_orch.nodeagent "$NODE_RANK" "$$" &
+# What the job needs on this node, said by name (node_setup_error, not retried) before anything starts.
+if [ ! -d /srv/jobs/demo ]; then
+  printf '[fsdp-orch] node setup: the working folder %s is not on %s\n' /srv/jobs/demo "$(hostname)" >&2
+  exit 78
+fi
 cd -- /srv/jobs/demo
+if [ ! -f train.py ]; then
+  printf '[fsdp-orch] node setup: the script %s is not in %s on %s\n' train.py /srv/jobs/demo "$(hostname)" >&2
+  exit 78
+fi
+if ! command -v /shared/venvs/train/bin/python >/dev/null 2>&1; then
+  printf '[fsdp-orch] node setup: python %s is not on %s\n' /shared/venvs/train/bin/python "$(hostname)" >&2
+  exit 78
+fi
 # python: one process per node; the script spawns its own workers (e.g. mp.spawn).
 export MASTER_ADDR="$RDZV_HOST"
 export MASTER_PORT=21709

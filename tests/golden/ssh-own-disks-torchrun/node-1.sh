@@ -54,7 +54,20 @@ export FSDP_ORCH_BEAT_DIR
 export PYTHONPATH=/scratch/fsdp-orch/runs/j0123456789a/lib${PYTHONPATH:+:"$PYTHONPATH"}
 # fsdp-orch's bootstrap in every Python process: step progress, liveness probe, injected faults.
 export PYTHONPATH=/scratch/fsdp-orch/runs/j0123456789a/lib/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
+# What the job needs on this node, said by name (node_setup_error, not retried) before anything starts.
+if [ ! -d /scratch/fsdp-orch/runs/j0123456789a/code ]; then
+  printf '[fsdp-orch] node setup: the working folder %s is not on %s\n' /scratch/fsdp-orch/runs/j0123456789a/code "$(hostname)" >&2
+  exit 78
+fi
 cd -- /scratch/fsdp-orch/runs/j0123456789a/code
+if [ ! -f train.py ]; then
+  printf '[fsdp-orch] node setup: the script %s is not in %s on %s\n' train.py /scratch/fsdp-orch/runs/j0123456789a/code "$(hostname)" >&2
+  exit 78
+fi
+if ! command -v /opt/venvs/train/bin/python >/dev/null 2>&1; then
+  printf '[fsdp-orch] node setup: python %s is not on %s\n' /opt/venvs/train/bin/python "$(hostname)" >&2
+  exit 78
+fi
 # torchrun: c10d rendezvous on the first node; restarts belong to the fsdp-orch supervisor.
 # The first node hosts the rendezvous store, said outright: torchrun's own guess compares this
 # host's addresses with RDZV_HOST and misses hosts with several interfaces.

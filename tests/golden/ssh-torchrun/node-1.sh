@@ -52,7 +52,20 @@ FSDP_ORCH_BEAT_DIR="$FSDP_ORCH_NODE_TMP"/j0123456789a/attempt-1/node-"$NODE_RANK
 export FSDP_ORCH_BEAT_DIR
 # fsdp-orch's bootstrap in every Python process: step progress, liveness probe, injected faults.
 export PYTHONPATH=/opt/fsdp-orch/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
+# What the job needs on this node, said by name (node_setup_error, not retried) before anything starts.
+if [ ! -d /shared/work ]; then
+  printf '[fsdp-orch] node setup: the working folder %s is not on %s\n' /shared/work "$(hostname)" >&2
+  exit 78
+fi
 cd -- /shared/work
+if [ ! -f train.py ]; then
+  printf '[fsdp-orch] node setup: the script %s is not in %s on %s\n' train.py /shared/work "$(hostname)" >&2
+  exit 78
+fi
+if ! command -v /shared/venvs/train/bin/python >/dev/null 2>&1; then
+  printf '[fsdp-orch] node setup: python %s is not on %s\n' /shared/venvs/train/bin/python "$(hostname)" >&2
+  exit 78
+fi
 # torchrun: c10d rendezvous on the first node; restarts belong to the fsdp-orch supervisor.
 # The first node hosts the rendezvous store, said outright: torchrun's own guess compares this
 # host's addresses with RDZV_HOST and misses hosts with several interfaces.

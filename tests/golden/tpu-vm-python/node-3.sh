@@ -50,7 +50,20 @@ export FSDP_ORCH_BEAT_DIR
 export PYTHONPATH=/var/tmp/fsdp-orch/runs/j0123456789a/lib${PYTHONPATH:+:"$PYTHONPATH"}
 # fsdp-orch's bootstrap in every Python process: step progress, liveness probe, injected faults.
 export PYTHONPATH=/var/tmp/fsdp-orch/runs/j0123456789a/lib/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
+# What the job needs on this node, said by name (node_setup_error, not retried) before anything starts.
+if [ ! -d /var/tmp/fsdp-orch/runs/j0123456789a/code ]; then
+  printf '[fsdp-orch] node setup: the working folder %s is not on %s\n' /var/tmp/fsdp-orch/runs/j0123456789a/code "$(hostname)" >&2
+  exit 78
+fi
 cd -- /var/tmp/fsdp-orch/runs/j0123456789a/code
+if [ ! -f train.py ]; then
+  printf '[fsdp-orch] node setup: the script %s is not in %s on %s\n' train.py /var/tmp/fsdp-orch/runs/j0123456789a/code "$(hostname)" >&2
+  exit 78
+fi
+if ! command -v /usr/bin/python3 >/dev/null 2>&1; then
+  printf '[fsdp-orch] node setup: python %s is not on %s\n' /usr/bin/python3 "$(hostname)" >&2
+  exit 78
+fi
 # python: one process per node; the script spawns its own workers (e.g. mp.spawn).
 export MASTER_ADDR="$RDZV_HOST"
 export MASTER_PORT=21709

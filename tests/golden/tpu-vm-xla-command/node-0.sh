@@ -45,6 +45,15 @@ export FSDP_ORCH_BEAT_DIR
 export PYTHONPATH=/var/tmp/fsdp-orch/runs/j0123456789a/lib${PYTHONPATH:+:"$PYTHONPATH"}
 # fsdp-orch's bootstrap in every Python process: step progress, liveness probe, injected faults.
 export PYTHONPATH=/var/tmp/fsdp-orch/runs/j0123456789a/lib/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
+# What the job needs on this node, said by name (node_setup_error, not retried) before anything starts.
+if [ ! -d /var/tmp/fsdp-orch/runs/j0123456789a/code ]; then
+  printf '[fsdp-orch] node setup: the working folder %s is not on %s\n' /var/tmp/fsdp-orch/runs/j0123456789a/code "$(hostname)" >&2
+  exit 78
+fi
 cd -- /var/tmp/fsdp-orch/runs/j0123456789a/code
+if ! command -v /usr/bin/python3 >/dev/null 2>&1; then
+  printf '[fsdp-orch] node setup: python %s is not on %s\n' /usr/bin/python3 "$(hostname)" >&2
+  exit 78
+fi
 # XLA on TPU VM: one process per worker; PJRT_DEVICE=TPU selects the runtime.
 exec ./run_training.sh --verbose --epochs 2
