@@ -25,9 +25,12 @@ from fsdp_orch.record.events import (
 from fsdp_orch.record.store import Store
 from fsdp_orch.vocab.states import JobState
 
+BROKEN = JobState.BROKEN.value
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from fsdp_orch.record.journal import Journal
+    from fsdp_orch.record.status import JobStatus
 
 
 class _IngestingWriter(EventWriter):
@@ -200,15 +203,36 @@ class JobIndex:
             new, _ = read_keyed(os.path.dirname(os.path.dirname(paths[0])), offsets)
             ingested = [(path, offset, line) for path, (offset, line) in offsets.items()]
             status = None
-        status = fold_lines([event for _, event in new], job_id, status)
+        was_broken = status is not None and status.state == BROKEN
+        lines = [event for _, event in new]
+        status = fold_lines(lines, job_id, status)
+        if status is None:
+            status = self._broken(job_id, paths, lines)
         if status is None:
             return True  # its submission is not readable (yet): read these again next time
+        if was_broken and not status.ended:
+            status.state = BROKEN  # what a later event says of it is folded in; it stays broken
         kept = self.store.put(status, new[-1][0], ingested, expected_last_key=folded_to)
         if kept is None:
             return False
         if not kept:
             self.store.set_ingested_many(ingested)  # another job holds its idempotency key
         return True
+
+
+    def _broken(self, job_id: str, paths: list[str],
+                lines: list[dict]) -> JobStatus | None:  # type: ignore[type-arg]
+        """The job folded from its run folder's ``submission.json`` when its submission event is
+        not readable (``record/broken.py``); None when it may yet be (a submit mid-write)."""
+        from fsdp_orch.record.broken import mark_broken, submitted_line
+        from fsdp_orch.record.fold import fold_lines
+
+        made = submitted_line(job_id, os.path.dirname(os.path.dirname(paths[0])), lines)
+        if made is None:
+            return None
+        line, damaged = made
+        status = fold_lines([line, *lines], job_id)
+        return None if status is None else mark_broken(status, damaged)
 
 
 # after a job ended, its logs are still read this long (late events of its supervisor)

@@ -24,6 +24,8 @@ class JobState(Word):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    # its submission event is unreadable: found by its run folder, cancellable (record/broken.py)
+    BROKEN = "BROKEN"
 
     def is_terminal(self) -> bool:
         return self in TERMINAL
