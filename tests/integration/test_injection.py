@@ -64,6 +64,8 @@ def box(tmp_path: Path) -> dict[str, Path]:
     }
     for key in ("bin", "workdir", "home", "cwd"):
         paths[key].mkdir()
+    # the job's script is there: each node script checks it before anything starts
+    (paths["workdir"] / SCRIPT).write_text("")
     stub = paths["bin"] / "fake python"
     stub.write_text(STUB.format(python=sys.executable, record=str(paths["record"])))
     stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
@@ -71,10 +73,13 @@ def box(tmp_path: Path) -> dict[str, Path]:
     return paths
 
 
+SCRIPT = "train $(touch PWNED) `x`;'q'.py"
+
+
 def write_job(box: dict[str, Path], **extra: object) -> Path:
     doc = {
         "name": NAME,
-        "script": "train $(touch PWNED) `x`;'q'.py",
+        "script": SCRIPT,
         "args": PAYLOADS,
         "env": {f"EVIL_{i}": value for i, value in enumerate(PAYLOADS)},
         "workdir": str(box["workdir"]),
@@ -254,6 +259,7 @@ def test_tilde_paths_mean_the_nodes_home(box: dict[str, Path]) -> None:
     literal."""
     fake_home = box["tmp"] / "fake home"
     (fake_home / "w").mkdir(parents=True)
+    (fake_home / "w" / SCRIPT).write_text("")
     job, artifacts = render(box, write_job(box, workdir="~/w", checkpoint={"dir": "~/ck a~b"}),
                             write_profile(box, "local"), ["launcher=python"])
     (launch,) = [a for a in artifacts if a.name == "launch.sh"]
