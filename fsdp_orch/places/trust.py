@@ -10,17 +10,13 @@ from __future__ import annotations
 import os
 import stat
 
-from fsdp_orch.places.private import OTHERS_WRITE, Seen, user_name
+from fsdp_orch.places.private import OTHERS_WRITE, Seen, _who, user_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 ROOT_UID = 0
-
-
-def _who(uid: int, name: Callable[[int], str] | None) -> str:
-    return f"uid {uid}" + (f" ({name(uid)})" if name is not None else "")
 
 
 def chain_problem(chain: Sequence[Seen], me: int,
