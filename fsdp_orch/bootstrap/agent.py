@@ -55,6 +55,7 @@ class Agent:
         self._optimizer_steps: dict[int, int] = {}
         self._lock = _thread.allocate_lock()
         self._last_write = 0.0
+        self._step_unwritten = False  # a step taken since the last write
         self._path: str | None = None
         self._probe: Any = None
         self._io: Any = None
@@ -105,6 +106,8 @@ class Agent:
             self._step_times.step_at(now)
             if now - self._last_write >= STEP_WRITE_MIN_S:
                 self._write_locked(now)
+            else:
+                self._step_unwritten = True
         if self._injector:
             self._injector.at_step_end(step)
 
@@ -254,9 +257,12 @@ class Agent:
         self._watcher_ident = _thread.get_ident()
         woke = time.monotonic()
         while self.active:
-            time.sleep(TICK_S)
+            time.sleep(STEP_WRITE_MIN_S / 2)
             if not self.active:
                 return
+            if time.monotonic() - woke < TICK_S:
+                self._write_step_left_unwritten()
+                continue
             last, woke = woke, time.monotonic()
             if woke - last > HELD_AFTER_S:
                 # The interpreter was held until now (this thread could not take it back): whoever
@@ -275,6 +281,16 @@ class Agent:
                 self._serve_trace_request()
             with self._lock:
                 self._write_locked(self.clock())
+
+    def _write_step_left_unwritten(self) -> None:
+        """Between ticks: a step the main thread did not write (its last write too young) is
+        written once that write is STEP_WRITE_MIN_S old. The job's last step is then in the
+        heartbeat even if the rank stops in a native call holding the interpreter right after it
+        (a process group's destructor), where the next tick could not run."""
+        if not self._step_unwritten or self.clock() - self._last_write < STEP_WRITE_MIN_S:
+            return
+        with self._lock:
+            self._write_locked(self.clock())
 
     def _at_exit(self) -> None:
         if not self.active:
@@ -306,6 +322,7 @@ class Agent:
                 step_s=self._step_times.summary() if self._step_times is not None else None,
                 collecting_since=self._gc_since), tmp_tag=tmp_tag)
             self._last_write = now
+            self._step_unwritten = False
         except OSError:
             pass  # a full or vanished run directory must not break training
 

@@ -138,7 +138,7 @@ def dump_to_wire(dump: Any) -> dict[str, Any]:
             "path": None if dump.path is None else str(dump.path),
             "threads": [{"id": t.id, "name": t.name, "active": t.active, "gil": t.gil,
                          "current": t.current,
-                         "frames": [[f.function, f.file, f.line] for f in t.frames]}
+                         "frames": [[f.function, f.file, f.line, f.native] for f in t.frames]}
                         for t in dump.threads]}
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from fsdp_orch.backends.base import AttemptHandle
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.nodeagent.server import NODE_TIMEOUT_S
+from fsdp_orch.observe.stacks import StackCapture, default_library_roots
 from fsdp_orch.record.journal import Journal
 from fsdp_orch.supervise.checkpoint_tracker import CheckpointTracker
 from fsdp_orch.supervise.diagnose import Diagnosis
@@ -27,6 +28,13 @@ from fsdp_orch.supervise.hang_window import Window, hang_window
 from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower
 from fsdp_orch.supervise.outcomes import Adopt, Cancelled, Failed, Outcome, Succeeded, TornDown
 from fsdp_orch.supervise.progress_events import ProgressEvents
+from fsdp_orch.supervise.teardown import (
+    TEARDOWN_WINDOW_S,
+    PastTheEnd,
+    past_the_end,
+    returned_step,
+    teardown_place,
+)
 from fsdp_orch.supervise.watchdog import HangVerdict, check_hang, scripts_finished_at
 from fsdp_orch.vocab.categories import SIGNAL_ENDINGS
 
@@ -79,6 +87,8 @@ class AttemptWatch:
         # nodes' channels reconnect to this supervisor only now (no signal yet is no news).
         self._stepped = adopted is not None and adopted.first_step_at is not None
         self._reconnecting_until = clock() + NODE_TIMEOUT_S if adopted is not None else 0.0
+        self._returned_step: int | None = None  # the step all ranks had when one returned
+        self._past_read: float | None = None  # the ``since`` of the last stuck ranks' stacks read
         progress.begin(self.follower)
 
     def run(self) -> Outcome:
@@ -108,6 +118,7 @@ class AttemptWatch:
             self._note_strangers()
             self._note_nodes()
             finished_at = scripts_finished_at(beats, self.world)
+            self._returned_step = returned_step(beats) or self._returned_step
             if code is not None:
                 return self._at_exit(code, beats, ranks_seen, finished_at)
             cause = self.follower.poll()
@@ -129,6 +140,12 @@ class AttemptWatch:
             verdict = None if self._silent_nodes() else check_hang(
                 beats, world_size=self.world, attempt_started=self.started, now=detected_at,
                 watch=watch, window=window.seconds)
+            past = past_the_end(beats, self.world, detected_at, watch)
+            if past is not None and (verdict is not None
+                                     or detected_at - past.since > TEARDOWN_WINDOW_S):
+                torn = self._stuck_after_the_end(past, beats, window)
+                if torn is not None:
+                    return torn
             if verdict is not None:
                 return self._hang(verdict, beats, window, detected_at)
             if self.cancel_requested():
@@ -148,7 +165,8 @@ class AttemptWatch:
         diagnosis = node_lost_instead(diagnosis, self.handle)
         self._stop()
         return Failed(with_flight_recorder(diagnosis, self.handle.flight_recorder_dumps()), now,
-                      stalled, self.before, self.checkpoints.step())
+                      stalled, self.before, self.checkpoints.step(),
+                      returned_step=self._returned_step)
 
     def _at_exit(self, code: int, beats: dict, ranks_seen: set[int],  # type: ignore[type-arg]
                  finished_at: float | None) -> Outcome:
@@ -177,7 +195,8 @@ class AttemptWatch:
         cause = node_lost_instead(cause, self.handle)
         # one node's end: the others may still run (a rank cut off from a lost host)
         self.handle.stop(STOP_GRACE_S)
-        return Failed(cause, self.clock(), None, self.before, self.checkpoints.step())
+        return Failed(cause, self.clock(), None, self.before, self.checkpoints.step(),
+                      returned_step=self._returned_step)
 
     def _cause_at_exit(self, code: int) -> Diagnosis:
         """The logs' root cause, unless torchrun says another rank failed first, or a rank's SIGKILL
@@ -194,6 +213,34 @@ class AttemptWatch:
             "processes did not exit within startup_timeout "
             f"({self.sub.job.watch.startup_timeout:g}s); stopped them "
             "and counted the attempt as done"))
+        return TornDown("teardown_hang")
+
+    def _stuck_after_the_end(self, past: PastTheEnd, beats: dict,  # type: ignore[type-arg]
+                             window: Window) -> TornDown | None:
+        """Ranks at the job's last step that have not returned while a peer has: their stacks,
+        read once for each ``since``, decide. All at the script's top level or in teardown, in no
+        collective: stopped, and the attempt counts as done (``teardown_hang``)."""
+        if self._past_read == past.since:
+            return None
+        self._past_read = past.since
+        capture: StackCapture = self.handle.capture_stacks({r: beats[r] for r in past.stuck})
+        roots = default_library_roots()
+        places = {}
+        for rank in past.stuck:
+            dump = capture.dumps.get(rank)
+            place = teardown_place(dump.threads, roots) if dump is not None else None
+            if place is None:
+                return None  # in a collective, in its own code, or no stack: the hang rule judges
+            places[rank] = place
+        stuck_for = self.clock() - past.since
+        self.progress.progress(beats, window, final=True)
+        self._stop()
+        returned = ", ".join(map(str, past.returned))
+        where = "; ".join(f"rank {rank} stuck at {place}" for rank, place in places.items())
+        self.journal.add_event(attempt=self.attempt, kind="teardown_hang", message=(
+            f"rank {returned} returned from its script after step {past.step}, which every rank "
+            f"reached; {where}, in no collective, {stuck_for:.0f}s after the last progress: "
+            f"stopped it and counted the attempt as done (stacks: {capture.folder})"))
         return TornDown("teardown_hang")
 
     def _hang(self, verdict: HangVerdict, beats: dict, window: Window,  # type: ignore[type-arg]

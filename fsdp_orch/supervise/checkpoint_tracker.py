@@ -10,12 +10,14 @@ from pathlib import Path
 
 from fsdp_orch.backends.base import AttemptHandle
 from fsdp_orch.checkpoints.info import CheckpointInfo
+from fsdp_orch.checkpoints.layouts.hugging_face import HF_COMPLETE_FILE
 from fsdp_orch.checkpoints.polls import PolledCheckpoints
 from fsdp_orch.checkpoints.resume import CheckpointSetting, resume_point, setting_of
 from fsdp_orch.checkpoints.storage import Storage
 from fsdp_orch.launch.plan import CHECKPOINT_REQUEST_FILE
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.record.journal import Journal
+from fsdp_orch.supervise.teardown import trainer_final_step
 from fsdp_orch.vocab.errors import FsdpOrchError
 
 
@@ -62,6 +64,29 @@ class CheckpointTracker:
         except FsdpOrchError:
             return self.last
         return self.polled.mark(info)
+
+    def final_one(self, returned_step: int | None) -> str | None:
+        """Why the latest complete checkpoint is the job's last, or None: its step is the one every
+        rank had reached when one returned from its script (``returned_step``), or a Trainer's
+        ``trainer_state.json`` in it says ``global_step`` reached ``max_steps``."""
+        try:
+            info = self.latest()
+            if info is None or not info.step_known:
+                return None
+            if returned_step is not None and info.step >= returned_step:
+                return (f"the latest complete checkpoint ({info.path.name}) is at step "
+                        f"{info.step}, the step every rank had reached when one returned from its "
+                        "script")
+            if info.layout == "HF":
+                state = self.storage.read_text(str(info.path / HF_COMPLETE_FILE))
+                final = trainer_final_step(state)
+                if final is not None:
+                    return (f"the latest complete checkpoint ({info.path.name}) is the Trainer's "
+                            f"last: its {HF_COMPLETE_FILE} has global_step {final}, max_steps "
+                            f"reached")
+        except FsdpOrchError:
+            return None
+        return None
 
     def record(self) -> None:
         """A checkpoint event for a complete checkpoint not recorded yet."""

@@ -109,7 +109,8 @@ def _library_top(frames: Sequence[Frame], library_roots: tuple[str, ...]) -> lis
     """The frames above the innermost frame of user code (innermost first)."""
     top = []
     for frame in frames:
-        if frame.line is not None and not is_library_file(frame.file, library_roots):
+        if (frame.line is not None and not frame.native
+                and not is_library_file(frame.file, library_roots)):
             break
         top.append(frame)
     return top
@@ -138,7 +139,7 @@ def place_of(rank: int, threads: Sequence[ThreadStack], library_roots: Iterable[
         return RankPlace(rank, NO_STACK, "no main-thread stack", in_save=saving)
     top = _library_top(main.frames, roots)
     user = main.frames[len(top)] if len(top) < len(main.frames) else None
-    shown = user or main.frames[0]
+    shown = user or next((f for f in main.frames if not f.native), main.frames[0])
     line = "" if shown.line is None else f":{shown.line}"
     where = f"{display_path(shown.file, roots)}{line} {shown.function}"
     in_save = saving or any(_matches(f, SAVE_FRAMES) for f in main.frames)

@@ -33,7 +33,8 @@ class Cancelled:
 class Failed:
     """The attempt failed: its diagnosis (a node lost is ``preemption_or_node_lost``), when it was
     judged, how long the ranks had stalled (a hang), the latest complete checkpoint before and after
-    it, and the hosts its handle found lost (address:port)."""
+    it, the hosts its handle found lost (address:port), and the step every rank had reached when
+    one of them returned from its script (``returned_step``: the job's last, by its own count)."""
 
     diagnosis: Diagnosis
     detected_at: float
@@ -41,6 +42,7 @@ class Failed:
     checkpoint_before: int | None
     checkpoint_after: int | None
     lost_hosts: tuple[str, ...] = ()
+    returned_step: int | None = None
 
     def record(self, attempt: int) -> FailureRecord:
         """What the restart policy weighs of it."""

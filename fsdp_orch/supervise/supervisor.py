@@ -79,6 +79,8 @@ class Supervisor:
                 if not isinstance(outcome, Failed):
                     self.journal.set_state(JobState.SUCCEEDED, reason=None, now=self.clock())
                     return JobState.SUCCEEDED
+                if self._training_complete(attempt, outcome):
+                    return JobState.SUCCEEDED
                 decision = self._decide(attempt, outcome)
                 if not decision.restart:
                     reason = (f"{outcome.diagnosis.category}: "
@@ -103,6 +105,21 @@ class Supervisor:
             if ending.requeue is not None:
                 ending.requeue()
             return JobState.RESTARTING
+
+    def _training_complete(self, attempt: int, failed: Failed) -> bool:
+        """A failure after the job's last checkpoint was saved: a restart would train past the end
+        (a Trainer resumed at ``max_steps`` takes one more step and writes its final model again).
+        The job ends SUCCEEDED, and an event says why and what failed."""
+        why = self.checkpoints.final_one(failed.returned_step)
+        if why is None:
+            return False
+        diagnosis = failed.diagnosis
+        self.journal.add_event(attempt=attempt, kind="training_complete", message=(
+            f"not restarted after {diagnosis.category} ({diagnosis.evidence or 'no evidence'}): "
+            f"{why}, so the training is complete; what the script does after its last "
+            "checkpoint may not have run"))
+        self.journal.set_state(JobState.SUCCEEDED, reason=None, now=self.clock())
+        return True
 
     def _decide(self, attempt: int, failed: Failed) -> Decision:
         """Record the failure and what is done about it."""

@@ -10,6 +10,7 @@ errors; its README says how each was taken and holds the scripts.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -85,7 +86,7 @@ def test_parse_pyspy_native_frames_have_no_line():
     (thread,) = pyspy("pyspy-torchrun-rank0-native.txt")
     assert len(thread.frames) == 13
     assert thread.frames[1] == Frame("pthread_cond_wait", "/usr/lib/x86_64-linux-gnu/libc.so.6",
-                                     None)
+                                     None, native=True)
     pybind = thread.frames[4]  # a C++ name full of parentheses
     assert pybind.function.startswith("pybind11::cpp_function::initialize<")
     assert pybind.function.endswith("::_FUN")
@@ -297,12 +298,15 @@ def test_capture_stacks_writes_each_dump_and_reports_failures(tmp_path):
     dumps = capture_stacks({1: 102, 0: 101}, tmp_path / "stacks", run=run, timeout=7.0,
                            send=lambda pid, sig: sent.append((pid, sig)))
     py_spy = pyspy_binary()
-    assert sorted(run.calls) == [  # ranks run in parallel; a failed dump is tried once more
+    # ranks run in parallel; native frames first, and a failed dump is tried without them, then
+    # without pausing the process
+    assert sorted(run.calls) == [
+        ([py_spy, "dump", "--full-filenames", "--native", "--pid", "101"], 7.0),
+        ([py_spy, "dump", "--full-filenames", "--native", "--pid", "102"], 7.0),
         ([py_spy, "dump", "--full-filenames", "--nonblocking", "--pid", "102"], 7.0),
-        ([py_spy, "dump", "--full-filenames", "--pid", "101"], 7.0),
         ([py_spy, "dump", "--full-filenames", "--pid", "102"], 7.0)]
     ok, failed = dumps[0], dumps[1]
-    assert (ok.rank, ok.pid, ok.source, ok.error) == (0, 101, "py-spy", "")
+    assert (ok.rank, ok.pid, ok.source, ok.error) == (0, 101, "py-spy --native", "")
     assert ok.path == tmp_path / "stacks" / "rank-0.txt"
     assert ok.path.read_text() == fixture("pyspy-torchrun-rank0.txt")
     assert innermost_user_frame(ok.threads, ROOTS).function == "sync_grads"
@@ -439,13 +443,15 @@ def test_real_pyspy_capture_of_a_hung_process(tmp_path, hung_process):
     dumps = capture_stacks({0: proc.pid}, tmp_path / "stacks")
     elapsed = time.monotonic() - started
     dump = dumps[0]
-    assert (dump.source, dump.error) == ("py-spy", ""), dump.error
+    assert (dump.source, dump.error) == ("py-spy --native", ""), dump.error
     assert {t.name for t in dump.threads} == {"MainThread", "loader"}
     assert main_thread(dump.threads, main_thread_id=proc.pid).name == "MainThread"
     frame = innermost_user_frame(dump.threads, default_library_roots())
     assert (frame.function, frame.file) == ("wait_for_batch", str(tmp_path / "hung_train.py"))
-    assert describe_stuck(0, dump.threads, default_library_roots()) == (
-        "rank 0 stuck at hung_train.py:5 in wait_for_batch")
+    stuck = describe_stuck(0, dump.threads, default_library_roots())
+    # and the native call it sits in (glibc's names: clock_nanosleep < time_sleep)
+    assert re.fullmatch(r"rank 0 stuck at hung_train\.py:5 in wait_for_batch "
+                        r"\(native: \w*sleep\w* < .*time_sleep.*\)", stuck), stuck
     assert (tmp_path / "stacks" / "rank-0.txt").read_text().startswith(f"Process {proc.pid}:")
     assert elapsed < 5.0
 
