@@ -13,16 +13,20 @@ from fsdp_orch.vocab.states import TERMINAL_NAMES
 
 def progress_line(row: JobStatus) -> str:
     """The live line: the attempt (numbered from 0, as events and ``logs --attempt`` number it) and
-    its progress; no step until the current attempt has reported one of its own."""
+    its progress; no step until the current attempt has reported one of its own, and no checkpoint
+    ahead of the step shown (a new attempt's first report can come before its resumed step does)."""
     parts = [f"{row.id}", row.state]
     if row.attempts:
         parts.append(attempt_text(row))
+    step = None
     if row.progress_step is not None and row.progress_attempt == row.attempts - 1:
-        parts.append(f"step {row.progress_step}")
+        step = row.progress_step
+        parts.append(f"step {step}")
         if row.progress_loss is not None:
             parts.append(f"loss {float(row.progress_loss):.4f}")
     if row.last_checkpoint_step is not None:
-        parts.append(f"checkpoint {row.last_checkpoint_step}")
+        if step is None or row.last_checkpoint_step <= step:
+            parts.append(f"checkpoint {row.last_checkpoint_step}")
     elif row.last_checkpoint_path:
         parts.append("checkpoint (step unknown)")
     return "  ".join(parts)

@@ -116,7 +116,9 @@ def _first_step(status: JobStatus, event: FirstStep) -> None:
         record.first_step_at = float(event.first_step_at)
 
 
-def _progress(status: JobStatus, event: Progress) -> None:
+def fold_progress(status: JobStatus, event: Progress) -> None:
+    """A progress event, from the log or from the supervisor's live file
+    (``record.live_progress``)."""
     _stepped(status, event)
     status.progress_step = event.step
     status.progress_loss = finite(event.loss)
@@ -202,7 +204,7 @@ _STEPS: dict[type[Event], Callable[[JobStatus, Any], None]] = {
     AttemptLaunched: _backend_ref,
     AttemptStarted: _attempt_started,
     FirstStep: _first_step,
-    Progress: _progress,
+    Progress: fold_progress,
     HangWindow: _hang_window,
     CheckpointCommitted: _checkpoint,
     HangDetection: _hang_detection,

@@ -21,12 +21,16 @@ from fsdp_orch.vocab.times import iso_time
 # worth telling while the window still runs; steady jitter of a few seconds is not one).
 STALL_STEPS = 3
 STALL_FLOOR_S = 30.0
+# Never shorter than twice what the step status reads can lag the ranks' (the supervisor's poll,
+# 1 s, its live file, LIVE_EVERY_S, a rank's heartbeat write, 0.2 s): a stepping job is not stalled.
+STALL_MIN_S = 3.0
 STEP_SAMPLES = 15  # the step times kept (seconds per step between progress events)
 
 
 def stall_threshold(step_seconds: list[float], window_s: float | None) -> float:
     """Seconds without a step after which a running attempt shows as stalled."""
-    floor = STALL_FLOOR_S if window_s is None else min(STALL_FLOOR_S, window_s / 2)
+    floor = STALL_FLOOR_S if window_s is None else max(STALL_MIN_S,
+                                                       min(STALL_FLOOR_S, window_s / 2))
     if not step_seconds:
         return floor
     ordered = sorted(step_seconds)  # no statistics import: status starts fast

@@ -4,10 +4,12 @@ the hang window in force, and whether hang detection is off for lack of any sign
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.record.event_types import RUNTIME_LOSS, finite
 from fsdp_orch.record.journal import Journal
+from fsdp_orch.record.live_progress import LIVE_EVERY_S, write_live
 from fsdp_orch.supervise.hang_window import Window, moved
 from fsdp_orch.supervise.logfollow import LogFollower
 from fsdp_orch.supervise.watchdog import no_signal
@@ -19,9 +21,13 @@ PROGRESS_EVERY_S = 5.0  # progress events: the first step at once, then at most 
 class ProgressEvents:
     """One per supervisor; ``begin`` at each attempt."""
 
-    def __init__(self, journal: Journal, clock: Callable[[], float]):
+    def __init__(self, journal: Journal, clock: Callable[[], float], run_dir: str | None = None):
+        """``run_dir``: where the live step goes (``record.live_progress``); None: nowhere."""
         self.journal = journal
         self.clock = clock
+        self.run_dir = run_dir
+        self._live: tuple[int, int] | None = None  # (attempt, step) last written to the live file
+        self._live_at = float("-inf")
         self._last_step: int | None = None  # the progress last recorded for the running attempt
         self._last_loss: float | None = None
         self._progress_at = 0.0  # when it was recorded (the supervisor's clock)
@@ -46,6 +52,7 @@ class ProgressEvents:
         loss, source = finite(lead.loss), RUNTIME_LOSS
         if loss is None and self._follower is not None and self._follower.loss is not None:
             loss, source = finite(self._follower.loss[0]), self._follower.loss[1]
+        self._write_live(lead, loss, source, final)
         if lead.step == self._last_step and loss == self._last_loss:
             return
         if (not final and self._last_step is not None
@@ -56,6 +63,16 @@ class ProgressEvents:
         self.journal.progress(lead.step, loss, lead.progress_time, loss_source=source,
                               checkpoint_s=(float(blocked) if isinstance(blocked, (int, float))
                                             else None))
+
+    def _write_live(self, lead: Any, loss: float | None, source: str, final: bool) -> None:
+        """Rank 0's step into the live file as it changes, at most every LIVE_EVERY_S."""
+        now = self.clock()
+        if (self.run_dir is None or self._live == (lead.attempt, lead.step)
+                or (not final and now - self._live_at < LIVE_EVERY_S)):
+            return
+        self._live, self._live_at = (lead.attempt, lead.step), now
+        write_live(self.run_dir, attempt=lead.attempt, step=lead.step, loss=loss,
+                   loss_source=source, progress_at=lead.progress_time)
 
     def _record_window(self, attempt: int, window: Window) -> None:
         """The hang window in force once the attempt steps, recorded when it first applies, when its

@@ -60,7 +60,7 @@ class Supervisor:
         self.requeued_attempts = 0  # attempts the scheduler took away: they use no restart budget
         self.excluded_hosts = list(excluded_hosts or [])  # later attempts are planned without them
         self.workers: tuple[str, ...] = ()  # the machines the kind found for the latest attempt
-        self.progress = ProgressEvents(journal, clock)
+        self.progress = ProgressEvents(journal, clock, str(submission.run_dir))
         self.checkpoints = CheckpointTracker(journal, submission, lambda: launcher.checkpoints,
                                              clock=clock, sleep=sleep)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import secret_checks
 from cli_harness import Cli
+from other_accounts import PLANT_CHECKPOINT, as_other, plant_wrapper
 
 OTHER = secret_checks.OTHER
 
@@ -34,23 +35,6 @@ def scratch() -> Iterator[Path]:
     path.chmod(0o1777)
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-def as_other(account: tuple[int, int], script: str) -> None:
-    """Run ``script`` (bash) as the other account."""
-    import subprocess
-
-    uid, gid = account
-    subprocess.run(secret_checks.as_account(uid, gid, ["bash", "-euc", script]), check=True,
-                   capture_output=True, timeout=60)
-
-
-def plant_wrapper(account: tuple[int, int], scratch: Path, marker: Path) -> Path:
-    """The other account's ``python``: it notes who ran it, then runs python."""
-    wrapper = scratch / "python-wrapper"
-    as_other(account, f"printf '#!/bin/sh\\nid > {marker}\\nexec python3 \"$@\"\\n' > {wrapper}; "
-                      f"chmod 755 {wrapper}")
-    return wrapper
 
 
 def victim_job(tmp_path: Path) -> Path:
@@ -193,19 +177,6 @@ def test_a_flood_of_strangers_at_the_agent_port_costs_no_memory_and_no_hang_judg
         cli.run("cancel", job_id)
 
 
-PLANT_CHECKPOINT = r"""
-import os, pickle, sys
-folder, marker = sys.argv[1], sys.argv[2]
-class Payload:
-    def __reduce__(self):
-        return (os.system, (f"id > {marker}",))
-step = os.path.join(folder, "step-00000400")
-os.makedirs(step)
-with open(os.path.join(step, ".metadata"), "wb") as f:
-    pickle.dump(Payload(), f)
-with open(os.path.join(step, "COMMITTED"), "w") as f:
-    f.write('{"step": 400, "world_size": 2}\n')
-"""
 
 
 def test_a_checkpoint_folder_another_account_can_write_is_refused_and_nothing_is_loaded(

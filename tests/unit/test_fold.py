@@ -239,6 +239,8 @@ def steps(start: float, first: int, count: int, every: float,
 def test_the_stall_threshold_is_three_step_times_and_at_least_30s_or_half_the_window() -> None:
     assert stall_threshold([], None) == 30.0
     assert stall_threshold([], 10.0) == 5.0  # a short window: a stall shows before the verdict
+    # but never within what status can lag the ranks by (a 2 s window: 1 s would flicker)
+    assert stall_threshold([], 2.0) == 3.0
     assert stall_threshold([0.05] * 9, 300.0) == 30.0
     assert stall_threshold([20.0, 21.0, 100.0], 600.0) == 63.0  # the median, not one slow step
     # even count: the mean of the middle two

@@ -53,3 +53,15 @@ def test_an_attempt_the_scheduler_requeued_uses_no_restart() -> None:
                 event_types.AllocationRequeued(at=T0 + 2, reason="requeued"),
                 event_types.AttemptStarted(at=T0 + 5, attempt=1))
     assert line(*requeued) == "j1  RUNNING  attempt 1 (restart 0 of 3, 1 requeue)"
+
+
+def test_no_checkpoint_ahead_of_the_step_shown() -> None:
+    """A script that counts its steps from 1 again after it resumed (its own counter, not the
+    checkpoint's) reports step 1 before step 61: the checkpoint is left out until the step is past
+    it, not shown as ``step 1 ... checkpoint 60``."""
+    resumed = (*FIRST, event_types.CheckpointCommitted(at=T0 + 2, step=60),
+               event_types.AttemptStarted(at=T0 + 5, attempt=1))
+    assert line(*resumed, event_types.Progress(at=T0 + 6, step=1, progress_at=T0 + 6)) == (
+        "j1  RUNNING  attempt 1 (restart 1 of 3)  step 1")
+    assert line(*resumed, event_types.Progress(at=T0 + 6, step=60, progress_at=T0 + 6)) == (
+        "j1  RUNNING  attempt 1 (restart 1 of 3)  step 60  checkpoint 60")

@@ -1,0 +1,72 @@
+"""The running attempt's step as the supervisor last saw it, in one small file of the run folder
+(``progress.json``, replaced in place), for ``status`` and ``submit --wait``.
+
+Progress events go to the job's event log at most one per ``PROGRESS_EVERY_S`` (5 s): a line a
+second for days would grow the log, and with it every fold of it. Between them, status read a step
+up to 5 s old (65 steps of the demo) and called a stepping job stalled. The supervisor now replaces
+this file as rank 0's step changes (at most every ``LIVE_EVERY_S``), and the index folds it into the
+running job's status at each read, never into its event log.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+from fsdp_orch.places.private import write_atomically
+from fsdp_orch.record.event_types import Progress, finite
+from fsdp_orch.record.status import JobStatus
+
+LIVE_FILE = "progress.json"
+LIVE_EVERY_S = 0.5
+
+
+def write_live(run_dir: str, *, attempt: int, step: int, loss: float | None,
+               loss_source: str | None, progress_at: float) -> None:
+    """The supervisor's view of the attempt's progress now; a failed write only costs freshness."""
+    data = {"attempt": attempt, "step": step, "loss": finite(loss),
+            "loss_source": loss_source if finite(loss) is not None else None,
+            "progress_at": progress_at}
+    try:
+        write_atomically(os.path.join(run_dir, LIVE_FILE), json.dumps(data), mode=0o600)
+    except OSError:
+        pass
+
+
+def read_live(run_dir: str) -> dict | None:  # type: ignore[type-arg]
+    """The file's content when it is well formed, else None (absent, torn, or not this shape)."""
+    try:
+        with open(os.path.join(run_dir, LIVE_FILE), encoding="utf-8") as f:
+            data = json.loads(f.read(4096))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    numbers = (data.get("attempt"), data.get("step"), data.get("progress_at"))
+    if (type(numbers[0]) is not int or type(numbers[1]) is not int
+            or not isinstance(numbers[2], (int, float)) or not math.isfinite(numbers[2])):
+        return None
+    return data
+
+
+def apply_live(status: JobStatus, live: dict | None) -> bool:  # type: ignore[type-arg]
+    """Fold ``live`` into a running job's status when it is its current attempt's and ahead of
+    what the event log said; True when it changed anything."""
+    if live is None or not status.running or live["attempt"] != status.attempts - 1:
+        return False
+    current = status.progress_step if status.progress_attempt == live["attempt"] else None
+    if current is not None and live["step"] <= current:
+        return False
+    from fsdp_orch.record.fold import fold_progress
+
+    loss = live.get("loss")
+    fold_progress(status, Progress(job=status.id, step=live["step"],
+                                   loss=loss if isinstance(loss, (int, float)) else None,
+                                   progress_at=float(live["progress_at"]),
+                                   loss_source=live.get("loss_source")
+                                   if isinstance(live.get("loss_source"), str) else None))
+    return True
+
+
+__all__ = ["LIVE_EVERY_S", "LIVE_FILE", "apply_live", "read_live", "write_live"]

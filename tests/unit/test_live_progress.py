@@ -1,0 +1,58 @@
+"""The supervisor's live step file (fsdp_orch.record.live_progress): written privately, read only
+when well formed, and folded into a running job's status only for its current attempt and only
+ahead of what the event log said."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from fsdp_orch.record import event_types
+from fsdp_orch.record.fold import fold
+from fsdp_orch.record.live_progress import LIVE_FILE, apply_live, read_live, write_live
+from fsdp_orch.record.status import JobStatus
+
+T0 = 1_700_000_000.0
+
+
+def running(*events: event_types.Event) -> JobStatus:
+    status = fold([event_types.Submitted(at=T0, job="j1", name="demo", cluster="local",
+                                         run_dir="/runs/j1", spec_json="{}"),
+                   event_types.AttemptStarted(at=T0 + 1, attempt=0), *events], "j1")
+    assert isinstance(status, JobStatus)
+    return status
+
+
+def test_the_file_is_private_and_read_back(tmp_path):
+    write_live(str(tmp_path), attempt=0, step=65, loss=2.5, loss_source="runtime",
+               progress_at=T0 + 7.0)
+    assert os.stat(tmp_path / LIVE_FILE).st_mode & 0o777 == 0o600
+    assert read_live(str(tmp_path)) == {"attempt": 0, "step": 65, "loss": 2.5,
+                                        "loss_source": "runtime", "progress_at": T0 + 7.0}
+
+
+def test_a_torn_or_odd_file_is_not_read(tmp_path):
+    assert read_live(str(tmp_path)) is None
+    for text in ('{"attempt": 0, "step": 6', "[]", json.dumps({"attempt": "0", "step": 1,
+                                                               "progress_at": 1.0}),
+                 json.dumps({"attempt": 0, "step": True, "progress_at": 1.0})):
+        (tmp_path / LIVE_FILE).write_text(text)
+        assert read_live(str(tmp_path)) is None, text
+
+
+def test_the_live_step_moves_status_ahead_of_the_throttled_log():
+    status = running(event_types.Progress(at=T0 + 2, step=10, progress_at=T0 + 2))
+    live = {"attempt": 0, "step": 75, "loss": 1.5, "loss_source": "runtime",
+            "progress_at": T0 + 7.0}
+    assert apply_live(status, live)
+    assert (status.progress_step, status.progress_loss, status.stepped_at) == (75, 1.5, T0 + 7.0)
+    assert status.step_seconds[-1] == 5.0 / 65  # the step time follows it too
+    assert status.stalled_for_s(T0 + 8.0) is None  # a stepping job is not stalled
+    assert not apply_live(status, {**live, "step": 70})  # behind what status has: left alone
+
+
+def test_another_attempts_or_an_ended_jobs_live_step_is_not_folded():
+    status = running(event_types.Progress(at=T0 + 2, step=10, progress_at=T0 + 2))
+    assert not apply_live(status, {"attempt": 1, "step": 75, "progress_at": T0 + 7.0})
+    ended = running(event_types.StateChanged(at=T0 + 3, state="SUCCEEDED"))
+    assert not apply_live(ended, {"attempt": 0, "step": 75, "progress_at": T0 + 7.0})
