@@ -80,6 +80,7 @@ def render(status: JobStatus, events: list[Event]) -> str:
     parts += ["<h2>Loss</h2>", loss_curve(_losses(events))]
     parts += ["<h2>Where the time went</h2>", _breakdown(g)]
     parts += ["<h2>Failures</h2>", _failures(doc["failures"])]
+    parts += ["<h2>Notices</h2>", _notices(doc["events"])]
     parts.append(f"<p class='meta'>run folder: {escape(status.run_dir)}</p></body></html>")
     return "\n".join(parts) + "\n"
 
@@ -149,6 +150,21 @@ def _failures(failures: list[dict[str, Any]]) -> str:
                     f"<td>{escape(f['action'])}</td>"
                     f"<td class='evidence'>{escape(f['evidence'] or '')}</td>"
                     f"<td>{escape(f['hint'] or '')}</td></tr>")
+    rows.append("</table>")
+    return "\n".join(rows)
+
+
+def _notices(notices: list[dict[str, Any]]) -> str:
+    """What the supervisor noted that is no failure (``teardown_hang``, ``training_complete``,
+    ``node_tmp_taken``, ...), as ``status`` lists them."""
+    if not notices:
+        return "<p>none</p>"
+    rows = ["<table id='notices'><tr><th>attempt</th><th>at</th><th>notice</th>"
+            "<th>message</th></tr>"]
+    for n in notices:
+        rows.append(f"<tr class='notice' data-kind='{escape(n['kind'])}'><td>{n['attempt']}</td>"
+                    f"<td>{escape(n['at'] or '')}</td><td>{escape(n['kind'])}</td>"
+                    f"<td class='evidence'>{escape(n['message'] or '')}</td></tr>")
     rows.append("</table>")
     return "\n".join(rows)
 

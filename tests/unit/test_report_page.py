@@ -69,3 +69,15 @@ def test_rendering_the_page_imports_no_torch() -> None:
             "page; page(); assert 'torch' not in sys.modules, 'torch imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_notices_are_on_the_page_escaped() -> None:
+    """A teardown hang after the last step (issue 43) is no failure, but the page says it."""
+    teardown = event_types.Notice(at=T0 + 35, attempt=1, notice="teardown_hang",
+                                  message=f"rank 1 stuck at <module> at sft.py:145 {NASTY}")
+    status = fold([*events()[:-1], teardown, events()[-1]], "j")
+    assert status is not None
+    html = render(status, events())
+    assert html.count("class='notice' data-kind='teardown_hang'") == 1
+    assert "rank 1 stuck at &lt;module&gt; at sft.py:145" in html and "<script" not in html
+    assert "<h2>Notices</h2>\n<p>none</p>" in page()[0]
