@@ -1,6 +1,7 @@
 """For every job the tests make: what ``fsdp-orch status --json`` lists equals ``fold`` of the job's
-event logs, read afresh. Run after each test over the CLIs (homes) it used, through each CLI's own
-prefix and environment (a login node in its own mount namespace sees its own files)."""
+event logs, read afresh (with a running job's live step folded in, as status reads it). Run after
+each test over the CLIs (homes) it used, through each CLI's own prefix and environment (a login
+node in its own mount namespace sees its own files)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ FOLD = """
 import json, os, sys
 from fsdp_orch.record.events import event_files, read_job
 from fsdp_orch.record.fold import fold_lines
+from fsdp_orch.record.store import with_live
 out = {}
 for run_dir, job_id in zip(sys.argv[1::2], sys.argv[2::2]):
     sizes = {p: os.path.getsize(p) for p in event_files(run_dir)}
     status = fold_lines(read_job(run_dir)[0], job_id)
+    status = status if status is None else with_live(status)
     out[job_id] = {"sizes": sizes, "doc": None if status is None else status.to_json()}
 print(json.dumps(out))
 """
@@ -40,11 +43,13 @@ def _fold_here(jobs: list[dict[str, Any]]) -> dict[str, Any]:
 
     from fsdp_orch.record.events import event_files, read_job
     from fsdp_orch.record.fold import fold_lines
+    from fsdp_orch.record.store import with_live
 
     out = {}
     for job in jobs:
         sizes = {p: os.path.getsize(p) for p in event_files(job["run_dir"])}
         status = fold_lines(read_job(job["run_dir"])[0], job["id"])
+        status = status if status is None else with_live(status)  # as status reads a running one
         out[job["id"]] = {"sizes": sizes, "doc": None if status is None else status.to_json()}
     return out
 

@@ -27,7 +27,12 @@ if TYPE_CHECKING:
     from typing import Any
 
 TICK_S = 0.5  # the watcher's period: heartbeat file refresh and probe
-STEP_WRITE_MIN_S = 0.2  # after a step, write at once unless the last write is younger than this
+# After a step, write at once unless the last write is younger than this: every step of 50 ms or
+# more is in the heartbeat as it is taken (a rank that stops in a native call holding the
+# interpreter right after its last step cannot have it written later: issue 43). A write took
+# 0.2 ms here (bench/bootstrap_cost.py): at most 20 a second, 0.4% of the main thread.
+STEP_WRITE_MIN_S = 0.05
+WATCH_CHUNK_S = 0.1  # the watcher's sleep between ticks: a step left unwritten goes out then
 # young objects past which a collection is worth a heartbeat (about 10 ms of work)
 LONG_YOUNG_COLLECTION = 100_000
 
@@ -257,7 +262,7 @@ class Agent:
         self._watcher_ident = _thread.get_ident()
         woke = time.monotonic()
         while self.active:
-            time.sleep(STEP_WRITE_MIN_S / 2)
+            time.sleep(WATCH_CHUNK_S)
             if not self.active:
                 return
             if time.monotonic() - woke < TICK_S:

@@ -112,21 +112,8 @@ class JobIndex:
             folders.update(found)
         for job_id in sorted(folders):
             self.ingest_files(job_id, event_files(folders[job_id]))
-            self._fold_live(job_id, folders[job_id])
         if looked:
             self._mark_looked(looked, found)
-
-    def _fold_live(self, job_id: str, folder: str) -> None:
-        """A running job's live step (``record.live_progress``), when ahead of its event log."""
-        from fsdp_orch.record.live_progress import apply_live, read_live
-
-        live = read_live(folder)
-        if live is None:
-            return
-        last = self.store.last_key(job_id)
-        status = self.store.job(job_id)
-        if status is not None and apply_live(status, live):
-            self.store.put(status, last, [], expected_last_key=last)
 
     def _mark_looked(self, looked: list[tuple[str, str, int]], found: dict[str, str]) -> None:
         """Keep each runs folder's mtime as seen, only now that the job folders found in it are in

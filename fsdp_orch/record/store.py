@@ -254,9 +254,10 @@ class Store:
                                  (job_id,)).fetchone() is not None
 
     def job(self, job_id: str) -> JobStatus | None:
-        """The job's status as last folded, with everything fsdp-orch reads of it."""
+        """The job's status as last folded, with everything fsdp-orch reads of it (a running
+        job's step as its supervisor last saw it: ``with_live``)."""
         row = self.conn.execute("SELECT record FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return None if row is None else _status(row[0])
+        return None if row is None else with_live(_status(row[0]))
 
     def last_key(self, job_id: str) -> list[Any] | None:
         """``events.order_key`` of the last event folded into the job's status (JSON: a list)."""
@@ -271,7 +272,7 @@ class Store:
                                  " rowid AS r FROM jobs ORDER BY created_at DESC,"
                                  " rowid DESC LIMIT ?) ORDER BY created_at, r",
                                  (-1 if limit is None else int(limit),)).fetchall()
-        return [_status(row[0]) for row in rows]
+        return [with_live(_status(row[0])) for row in rows]
 
     def active_jobs(self) -> list[JobStatus]:
         """Jobs not yet in a terminal state (what a liveness refresh has to look at)."""
@@ -328,15 +329,39 @@ class Store:
         if job_id is not None:
             row = self.conn.execute(f"SELECT CAST({_DOC_AT} AS BLOB) FROM jobs WHERE id = ?",
                                     (now, now, job_id)).fetchone()
-            return bytes(row[0]) if row else None
+            if row is None:
+                return None
+            return with_docs(bytes(row[0]), self._live_docs(now, job_id=job_id))
         if limit is not None:
             row = self.conn.execute(
                 "SELECT CAST('[' || coalesce(group_concat(doc, ','), '') || ']' AS BLOB) FROM"
                 f" (SELECT doc, created_at, r FROM (SELECT {_DOC_AT} AS doc, created_at, rowid AS r"
                 " FROM jobs ORDER BY created_at DESC, rowid DESC LIMIT ?) ORDER BY created_at, r)",
                 (now, now, int(limit))).fetchone()
-            return bytes(row[0])
+            return with_docs(bytes(row[0]), self._live_docs(now))
         return self._all_docs_cached(now)
+
+    def _live_docs(self, now: float, *, job_id: str | None = None,
+                   as_kept: bool = False) -> list[tuple[bytes, bytes]]:
+        """(document as read at ``now``, or ``as_kept``, document with the live step) for each
+        running job whose supervisor's live file is ahead of its event log (``with_live``)."""
+        from fsdp_orch.record.live_progress import apply_live, read_live
+
+        column = "doc" if as_kept else _DOC_AT
+        where, args = ("AND id = ?", (job_id,)) if job_id else ("", ())
+        if not as_kept:
+            args = (now, now, *args)
+        rows = self.conn.execute(f"SELECT CAST({column} AS BLOB), record, run_dir FROM jobs"
+                                 f" WHERE state = 'RUNNING' {where}", args).fetchall()
+        out = []
+        for doc, record, run_dir in rows:
+            live = read_live(run_dir)
+            if live is None:
+                continue  # the common case: no record parsed
+            status = _status(record)
+            if apply_live(status, live):
+                out.append((bytes(doc), _dumps(status.to_json(now)).encode()))
+        return out
 
     def _all_docs_cached(self, now: float) -> bytes:
         """The full list, from the listing cache when nothing changed since it was written (status
@@ -351,8 +376,10 @@ class Store:
             generation = self.conn.execute(
                 "SELECT value FROM meta WHERE key = 'generation'").fetchone()[0]
             kept = cache.read(generation)
+            live = self._live_docs(now, as_kept=True)
+            stalled = _without_live(stalled, live)
             if kept is not None:
-                return with_docs(kept, stalled)
+                return with_docs(kept, stalled + live)
             row = self.conn.execute(
                 "SELECT CAST('[' || coalesce(group_concat(doc, ','), '') || ']' AS BLOB)"
                 " FROM (SELECT doc FROM jobs ORDER BY created_at, rowid)").fetchone()
@@ -360,7 +387,7 @@ class Store:
             self.conn.execute("COMMIT")
         data = bytes(row[0])
         cache.write(generation, data)
-        return with_docs(data, stalled)
+        return with_docs(data, stalled + live)
 
 
 class ActiveJob:
@@ -377,6 +404,26 @@ def _loads(text: str) -> Any:
     import json
 
     return json.loads(text)
+
+
+def with_live(status: JobStatus) -> JobStatus:
+    """``status`` with its running attempt's step as the supervisor last saw it
+    (``record.live_progress``): applied at each read, never kept, so the index stays the fold of
+    the event log."""
+    if status.running:
+        from fsdp_orch.record.live_progress import apply_live, read_live
+
+        apply_live(status, read_live(status.run_dir))
+    return status
+
+
+def _without_live(stalled: list[tuple[bytes, bytes]],
+                  live: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The stalled documents, less those of jobs the live step replaces (one replacement each)."""
+    if not live:
+        return stalled
+    kept_live = {kept for kept, _ in live}
+    return [pair for pair in stalled if pair[0] not in kept_live]
 
 
 def _status(record: str) -> JobStatus:
