@@ -66,7 +66,7 @@ def wait_for(index: Any, job_id: str, *, show_progress: bool = True, quiet: bool
     tty = sys.stderr.isatty()
     while True:
         index.ingest([job_id])
-        row = index.store.job(job_id)
+        row = index.store.job_as_shown(job_id)
         if row is None:
             return "FAILED"
         line = progress_line(row)

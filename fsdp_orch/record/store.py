@@ -254,10 +254,15 @@ class Store:
                                  (job_id,)).fetchone() is not None
 
     def job(self, job_id: str) -> JobStatus | None:
-        """The job's status as last folded, with everything fsdp-orch reads of it (a running
-        job's step as its supervisor last saw it: ``with_live``)."""
+        """The job's status as last folded, with everything fsdp-orch reads of it."""
         row = self.conn.execute("SELECT record FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return None if row is None else with_live(_status(row[0]))
+        return None if row is None else _status(row[0])
+
+    def job_as_shown(self, job_id: str) -> JobStatus | None:
+        """``job``, with a running job's step as its supervisor last saw it (``with_live``): for
+        showing only; a status folded further or kept starts from ``job``."""
+        status = self.job(job_id)
+        return None if status is None else with_live(status)
 
     def last_key(self, job_id: str) -> list[Any] | None:
         """``events.order_key`` of the last event folded into the job's status (JSON: a list)."""
@@ -267,7 +272,8 @@ class Store:
         return None if row is None or row[0] is None else json.loads(row[0])
 
     def jobs(self, limit: int | None = None) -> list[JobStatus]:
-        """Every job (``limit``: the newest that many), oldest first."""
+        """Every job (``limit``: the newest that many), oldest first, as shown (``with_live``):
+        the table's rows."""
         rows = self.conn.execute("SELECT record FROM (SELECT record, created_at,"
                                  " rowid AS r FROM jobs ORDER BY created_at DESC,"
                                  " rowid DESC LIMIT ?) ORDER BY created_at, r",

@@ -199,8 +199,9 @@ def test_many_processes_lose_nothing(tmp_path: Path) -> None:
 
 def test_a_running_jobs_live_step_is_read_at_each_read_and_never_kept(store, tmp_path: Path):
     """The supervisor's progress.json (record.live_progress) moves a running job's STEP and its
-    stall clock in every read (one job, the list, the table's rows), while the kept record stays
-    the fold of the event log; an ended job's file is not read."""
+    stall clock in every read that shows it (one job, the list, the table's rows), while the kept
+    record, and ``job`` that folds go on from, stay the fold of the event log; an ended job's file
+    is not read."""
     from fsdp_orch.record.live_progress import write_live
 
     run_dir = tmp_path / "runs" / "j1"
@@ -211,7 +212,8 @@ def test_a_running_jobs_live_step_is_read_at_each_read_and_never_kept(store, tmp
     store.put(running, ["k"])
     write_live(str(run_dir), attempt=0, step=75, loss=1.5, loss_source="runtime",
                progress_at=1100.0)
-    assert store.job("j1").progress_step == 75
+    assert store.job_as_shown("j1").progress_step == 75
+    assert store.job("j1").progress_step == 10  # what a fold goes on from: the log's
     assert [j.progress_step for j in store.jobs()] == [75]
     one = json.loads(store.status_json_bytes("j1", now=1101.0))
     assert one["progress"]["step"] == 75 and one["stalled_for_s"] is None  # stepped 1 s ago
@@ -222,4 +224,4 @@ def test_a_running_jobs_live_step_is_read_at_each_read_and_never_kept(store, tmp
     kept = store.conn.execute("SELECT record FROM jobs WHERE id = 'j1'").fetchone()[0]
     assert json.loads(kept)["progress_step"] == 10  # the record is the fold of the log
     store.put(JobStatus(**{**running.__dict__, "state": "SUCCEEDED", "ended_at": 1200.0}), ["k2"])
-    assert store.job("j1").progress_step == 10
+    assert store.job_as_shown("j1").progress_step == 10

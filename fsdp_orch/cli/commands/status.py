@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 print(store.status_json(job_id))
             else:
-                print_table([store.job(job_id)], detail=True)
+                print_table([store.job_as_shown(job_id)], detail=True)
             return EXIT_OK
         from fsdp_orch.control.liveness import refresh
 
