@@ -449,9 +449,10 @@ def test_real_pyspy_capture_of_a_hung_process(tmp_path, hung_process):
     frame = innermost_user_frame(dump.threads, default_library_roots())
     assert (frame.function, frame.file) == ("wait_for_batch", str(tmp_path / "hung_train.py"))
     stuck = describe_stuck(0, dump.threads, default_library_roots())
-    # and the native call it sits in (glibc's names: clock_nanosleep < time_sleep)
+    # and the native call it sits in: glibc's clock_nanosleep, then the interpreter's time_sleep
+    # where py-spy can read its symbols (as root here; not as a plain user of root's pyenv python)
     assert re.fullmatch(r"rank 0 stuck at hung_train\.py:5 in wait_for_batch "
-                        r"\(native: \w*sleep\w* < .*time_sleep.*\)", stuck), stuck
+                        r"\(native: \w*sleep\w*( < .*)?\)", stuck), stuck
     assert (tmp_path / "stacks" / "rank-0.txt").read_text().startswith(f"Process {proc.pid}:")
     assert elapsed < 5.0
 
