@@ -38,6 +38,11 @@ class Storage(Protocol):
         """Rename ``src`` to ``dst`` (which must not exist), making ``dst``'s folder first."""
         ...
 
+    def folder_problem(self, folder: str) -> str | None:
+        """Why nothing may be loaded from ``folder`` there (places.trust: not the caller's or
+        root's, or others can write it or a folder above it), or None when it may."""
+        ...
+
 
 class LocalStorage:
     """This machine's filesystem."""
@@ -88,6 +93,11 @@ class LocalStorage:
     def move(self, src: str, dst: str) -> None:
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         os.rename(src, dst)
+
+    def folder_problem(self, folder: str) -> str | None:
+        from fsdp_orch.places.trust import local_folder_problem
+
+        return local_folder_problem(folder)
 
 
 LOCAL = LocalStorage()

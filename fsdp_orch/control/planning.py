@@ -113,12 +113,9 @@ def check_checkpoint_folder(plan: LaunchPlan, job_file: str) -> None:
     folder it will be made in. InputError naming it, its owner and mode, and what to do."""
     if plan.job.checkpoint.resume == "never":
         return
-    from fsdp_orch.places.trust import load_problem, refusal
+    from fsdp_orch.places.trust import local_folder_problem, refusal
 
-    folder = plan.checkpoint_dir
-    while not os.path.lexists(folder) and os.path.dirname(folder) != folder:
-        folder = os.path.dirname(folder)
-    why = load_problem(folder)
+    why = local_folder_problem(plan.checkpoint_dir)
     if why is not None:
         raise InputError(refusal("checkpoint folder", plan.checkpoint_dir, why,
                                  "a checkpoint there could have been planted by someone else; "

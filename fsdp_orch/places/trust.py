@@ -8,22 +8,22 @@ said; ``load_problem`` does the I/O. Stdlib only."""
 from __future__ import annotations
 
 import os
+import posixpath
 import stat
+from collections.abc import Callable, Sequence
 
 from fsdp_orch.places.private import OTHERS_WRITE, Seen, _who, user_name
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
 
 ROOT_UID = 0
 
 
-def chain_problem(chain: Sequence[Seen], me: int,
-                  name: Callable[[int], str] | None = None) -> str | None:
+def chain_problem(chain: Sequence[Seen], me: int, name: Callable[[int], str] | None = None, *,
+                  to_be_made: bool = False) -> str | None:
     """Why the first path of ``chain`` must not be loaded, or None when it may: ``chain`` is that
-    file, then each folder above it, nearest first, as ``lstat`` saw them. Pure."""
-    for place, (path, owner, mode) in enumerate(chain):
+    file, then each folder above it, nearest first, as ``lstat`` saw them. ``to_be_made``: the
+    first path is the folder a file will be made in, so a sticky one (``/tmp``) passes there too.
+    Pure."""
+    for place, (path, owner, mode) in enumerate(chain, start=int(to_be_made)):
         bits = stat.S_IMODE(mode)
         if owner not in (me, ROOT_UID):
             return (f"{path} is owned by {_who(owner, name)} (mode {bits:04o}), "
@@ -36,35 +36,75 @@ def chain_problem(chain: Sequence[Seen], me: int,
     return None
 
 
-def _chain(path: str) -> list[Seen] | str:
+# What lstat says of a path: (owner uid, st_mode), or None where there is nothing.
+Lstat = Callable[[str], "tuple[int, int] | None"]
+
+
+def _local_lstat(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_uid, st.st_mode
+
+
+def _chain(path: str, lstat: Lstat) -> list[Seen] | str:
     """``path`` and every folder above it as ``lstat`` sees them; a reason when one is missing."""
     chain: list[Seen] = []
-    here = os.path.abspath(path)
+    here = path
     while True:
         try:
-            st = os.lstat(here)
+            seen = lstat(here)
         except OSError as exc:
             return f"{here} cannot be read ({exc.strerror})"
-        chain.append((here, st.st_uid, st.st_mode))
-        parent = os.path.dirname(here)
+        if seen is None:
+            return f"{here} cannot be read (it is not there)"
+        chain.append((here, *seen))
+        parent = posixpath.dirname(here)
         if parent == here:
             return chain
         here = parent
 
 
-def load_problem(path: str | os.PathLike[str]) -> str | None:
-    """Why the file at ``path`` must not decide what runs as the caller, or None when it may. Both
-    the path as given and the one its links lead to follow the rule."""
-    me = os.getuid()
-    given = os.path.abspath(os.fspath(path))
-    for candidate in dict.fromkeys([given, os.path.realpath(given)]):
-        chain = _chain(candidate)
+def path_problem(path: str, lstat: Lstat, me: int, *, name: Callable[[int], str] | None = None,
+                 real_path: Callable[[str], str] | None = None,
+                 to_be_made: bool = False) -> str | None:
+    """Why ``path`` must not decide what runs as ``me``, or None when it may, on any filesystem
+    ``lstat`` reads: the path as given (absolute) and the one its links lead to follow the rule."""
+    given = posixpath.normpath(path)
+    for candidate in dict.fromkeys([given, real_path(given) if real_path else given]):
+        chain = _chain(candidate, lstat)
         if isinstance(chain, str):
             return chain
-        why = chain_problem(chain, me, user_name)
+        why = chain_problem(chain, me, name, to_be_made=to_be_made)
         if why is not None:
             return why
     return None
+
+
+def load_problem(path: str | os.PathLike[str], *, to_be_made: bool = False) -> str | None:
+    """Why the file at ``path`` must not decide what runs as the caller, or None when it may. Both
+    the path as given and the one its links lead to follow the rule. ``to_be_made``: ``path`` is
+    the folder that file will be made in (see ``chain_problem``)."""
+    return path_problem(os.path.abspath(os.fspath(path)), _local_lstat, os.getuid(),
+                        name=user_name, real_path=os.path.realpath, to_be_made=to_be_made)
+
+
+def folder_problem(folder: str, lstat: Lstat, me: int, *, name: Callable[[int], str] | None = None,
+                   real_path: Callable[[str], str] | None = None) -> str | None:
+    """Why a folder fsdp-orch loads from (a checkpoint folder) must not be, or None: where it is not
+    made yet, the folder it will be made in, as a folder above it."""
+    nearest = posixpath.normpath(folder)
+    while lstat(nearest) is None and posixpath.dirname(nearest) != nearest:
+        nearest = posixpath.dirname(nearest)
+    return path_problem(nearest, lstat, me, name=name, real_path=real_path,
+                        to_be_made=nearest != posixpath.normpath(folder))
+
+
+def local_folder_problem(folder: str | os.PathLike[str]) -> str | None:
+    """``folder_problem`` on this machine, as the caller."""
+    return folder_problem(os.path.abspath(os.fspath(folder)), _local_lstat, os.getuid(),
+                          name=user_name, real_path=os.path.realpath)
 
 
 def refusal(what: str, path: str | os.PathLike[str], why: str, fix: str) -> str:
@@ -74,4 +114,5 @@ def refusal(what: str, path: str | os.PathLike[str], why: str, fix: str) -> str:
             f"{fix}")
 
 
-__all__ = ["chain_problem", "load_problem", "refusal"]
+__all__ = ["chain_problem", "folder_problem", "load_problem", "local_folder_problem",
+           "path_problem", "refusal"]

@@ -20,6 +20,8 @@ from fsdp_orch.record.journal import Journal
 from fsdp_orch.supervise.teardown import trainer_final_step
 from fsdp_orch.vocab.errors import FsdpOrchError
 
+FOLDER_REFUSED = "checkpoint_folder_refused"
+
 
 class CheckpointTracker:
     """``storage``: where the checkpoints are read, asked again at each use: a kind knows it only
@@ -34,6 +36,9 @@ class CheckpointTracker:
         self.sleep = sleep
         self.last: int | None = None  # the latest complete checkpoint's mark, as last recorded
         self._last_seen: tuple[int, str] | None = None  # (step or save mark, path) last recorded
+        # Why the checkpoint folder may not be loaded from (places.trust), as found at the last
+        # attempt's start: then no checkpoint there is the job's, resumed or recorded.
+        self.refused: str | None = None
 
     @property
     def storage(self) -> Storage:
@@ -51,8 +56,8 @@ class CheckpointTracker:
 
     def latest(self) -> CheckpointInfo | None:
         """The latest complete checkpoint; a ``checkpoint.file`` counts once its size is the same as
-        at the previous poll."""
-        return self.polled.latest()
+        at the previous poll. None while the folder is refused."""
+        return None if self.refused is not None else self.polled.latest()
 
     def step(self) -> int | None:
         """The latest complete checkpoint's step, or for a file of unknown step -N for the Nth save
@@ -109,6 +114,14 @@ class CheckpointTracker:
         or not) and, before a restart from scratch, the files that no layout reads
         (checkpoints/resume.py)."""
         cp = self.sub.job.checkpoint
+        refused, self.refused = self.refused, self._folder_problem(attempt)
+        if self.refused is not None:
+            if self.refused != refused:
+                self.journal.add_event(attempt=attempt, kind=FOLDER_REFUSED, message=(
+                    f"nothing in the checkpoint folder {self.setting.folder} is resumed or counted "
+                    f"as this job's: {self.refused}; a checkpoint there could have been planted by "
+                    "someone else (use a folder of yours, and copy in the checkpoints you trust)"))
+            return None, None
         point = resume_point(self.setting, self.storage, attempt,
                              resume=attempt > 0 or cp.resume == "auto", sleep=self.sleep)
         for kind, message in point.events:
@@ -118,6 +131,17 @@ class CheckpointTracker:
         if info is None:
             return None, None
         return str(info.path), info.step if info.step_known else None
+
+    def _folder_problem(self, attempt: int) -> str | None:
+        """places.trust for the checkpoint folder where the checkpoints are read (over SFTP on a
+        host's own disk); None for a first attempt that never resumes, or where the storage cannot
+        be reached (the nodes check it again as they start)."""
+        if attempt == 0 and self.sub.job.checkpoint.resume == "never":
+            return None
+        try:
+            return self.storage.folder_problem(self.setting.folder)
+        except FsdpOrchError:
+            return None
 
     def before_the_end(self, attempt: int, handle: AttemptHandle, within: float) -> None:
         """The scheduler warned that the nodes go away: ask the attempt for a checkpoint (a file the

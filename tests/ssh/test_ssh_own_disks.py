@@ -188,3 +188,33 @@ def test_a_host_whose_link_goes_down_is_lost_and_named(ssh_hosts, apart):
     while ssh_hosts.job_processes(1, job_id) and time.monotonic() < deadline:
         time.sleep(1)
     assert ssh_hosts.job_processes(1, job_id) == [], "the ranks cut off on host 2 still run"
+
+
+def test_a_checkpoint_planted_on_a_hosts_own_disk_is_refused_there_and_never_loaded(
+        ssh_hosts, apart):
+    """The other account's attack of issue 42 where only the host sees it: on host 0's own disk, a
+    checkpoint folder of that account's (mode 0777) holds a complete-looking DCP checkpoint whose
+    ``.metadata`` pickle runs ``id > MARKER`` when loaded. submit cannot see that disk; the host's
+    launch script checks the folder before anything starts, and the attempt ends
+    node_setup_error (not retried), naming the folder, its owner and mode."""
+    from other_accounts import PLANT_CHECKPOINT
+    from secret_checks import OTHER, other_account
+
+    cli, demo = apart
+    uid, gid = other_account()
+    disk = f"{ssh_hosts.dir}/host-disk"
+    planted, marker = f"{disk}/planted-{uuid.uuid4().hex[:6]}", f"{disk}/ran-as-the-victim"
+    ssh_hosts.ssh(0, "python3", "-c", PLANT_CHECKPOINT, planted, marker)
+    ssh_hosts.ssh(0, "chown", "-R", f"{uid}:{gid}", planted)
+    ssh_hosts.ssh(0, "chmod", "777", planted)
+    status = submit_wait(cli, demo, "--set", demo_args(10), "--set", f"checkpoint.dir={planted}")
+    assert status["state"] == "FAILED", status
+    [failure] = status["failures"]
+    assert failure["category"] == "node_setup_error" and failure["action"] != "restart", failure
+    assert f"refused checkpoint folder {planted}" in failure["evidence"], failure
+    assert f"owned by uid {uid} ({OTHER}) (mode 0777)" in failure["evidence"], failure
+    assert ssh_hosts.ssh(0, "test", "-e", marker, check=False).returncode == 1, (
+        "the planted checkpoint was loaded: "
+        + ssh_hosts.ssh(0, "cat", marker, check=False).stdout)
+    events = cli.run("events", status["id"], "--json").stdout
+    assert "step-00000400" not in events, "the planted checkpoint was taken for the job's"

@@ -30,6 +30,7 @@ class SftpStorage:
         self.sleep = sleep
         self._conn: Any = None
         self._sftp: Any = None
+        self._me: int | None = None  # the uid we are on the host
 
     def _call(self, action: Callable[[Any], T], missing: T) -> T:
         """``action(sftp)``; ``missing`` when the path does not exist. A broken connection is opened
@@ -96,6 +97,21 @@ class SftpStorage:
                 f.seek(offset)
                 return bytes(f.read(nbytes))
         return self._call(read, None)
+
+    def folder_problem(self, folder: str) -> str | None:
+        """places.trust on the host's disk, as the account the host logs us in as."""
+        from fsdp_orch.places.trust import folder_problem
+
+        def lstat(path: str) -> tuple[int, int] | None:
+            seen = self._call(lambda sftp: sftp.lstat(path), None)
+            return None if seen is None else (seen.st_uid or 0, seen.st_mode or 0)
+
+        if self._me is None:
+            self._call(lambda sftp: None, None)  # connected
+            self._me = int(self._conn.run("id -u", hide=True, in_stream=False).stdout)
+        return folder_problem(folder, lstat, self._me,
+                              real_path=lambda path: self._call(lambda sftp: sftp.normalize(path),
+                                                                path))
 
     def move(self, src: str, dst: str) -> None:
         def move(sftp: Any) -> None:

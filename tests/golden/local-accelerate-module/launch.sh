@@ -53,6 +53,39 @@ if ! command -v /opt/fsdp/venv/bin/python >/dev/null 2>&1; then
   printf '[fsdp-orch] node setup: python %s is not on %s\n' /opt/fsdp/venv/bin/python "$(hostname)" >&2
   exit 78
 fi
+# A checkpoint is a pickle, and loading one can run code: unless the job never resumes, its
+# checkpoint folder here (or, not made yet, the folder it will be made in) is yours or root's and
+# writable by no one else, and so is each folder above it (a sticky one like /tmp excepted), the rule
+# submit checks on its own machine (places/trust.py). Checked on every node, at every attempt.
+fsdp_orch_refusal() {
+  local given first uid hex owner mode path made=1
+  given=$(realpath -ms -- "$1")
+  while [ ! -e "$given" ] && [ ! -L "$given" ] && [ "$given" != / ]; do given=$(dirname -- "$given"); made=; done
+  for path in "$given" "$(realpath -m -- "$given")"; do
+    first=$made
+    while :; do
+      read -r uid hex owner < <(stat -c '%u %f %U' -- "$path" 2>/dev/null) || {
+        echo "$path cannot be read"; return 0; }
+      mode=$((16#$hex))
+      if [ "$uid" != "$(id -u)" ] && [ "$uid" != 0 ]; then
+        printf '%s is owned by uid %s (%s) (mode %04o), not by you (uid %s (%s)) or root' "$path" "$uid" "$owner" $((mode & 07777)) "$(id -u)" "$(id -un)"
+        return 0
+      fi
+      if [ $((mode & 0170000)) != $((0120000)) ] && [ $((mode & 022)) != 0 ] \
+          && { [ -n "$first" ] || [ ! -d "$path" ] || [ $((mode & 01000)) = 0 ]; }; then
+        printf '%s can be written by others (owner uid %s (%s), mode %04o)' "$path" "$uid" "$owner" $((mode & 07777))
+        return 0
+      fi
+      [ "$path" = / ] && break
+      path=$(dirname -- "$path"); first=
+    done
+  done
+  return 1
+}
+if [ "${FSDP_ORCH_RESUME:-}" != never ] && fsdp_orch_why=$(fsdp_orch_refusal "$FSDP_ORCH_CHECKPOINT_DIR"); then
+  printf '[fsdp-orch] node setup: refused checkpoint folder %s on %s: %s; a checkpoint there could have been planted by someone else: use a folder of yours (checkpoint.dir), and to start from a checkpoint there, copy it into that folder first\n' "$FSDP_ORCH_CHECKPOINT_DIR" "$(hostname)" "$fsdp_orch_why" >&2
+  exit 78
+fi
 # accelerate launch with the generated config; restarts belong to the fsdp-orch supervisor.
 # Its torchrun path tees each rank's output as torchrun does: the node's log tags every line with
 # the rank's local rank (fsdp-orch logs --rank), and $NODE_LOG_DIR keeps a file per rank.
