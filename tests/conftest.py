@@ -219,6 +219,25 @@ def pytest_runtest_setup(item: pytest.Item):  # type: ignore[no-untyped-def]
     return (yield)
 
 
+@pytest.fixture(autouse=True)
+def _umask_kept() -> Any:
+    """Each test starts with the umask the session started with: fsdp-orch's CLI, run in process,
+    sets 077 for good, and a test after it on the same worker made 0700 folders where it asked for
+    0755 (and the other account's files came out 0600)."""
+    os.umask(SESSION_UMASK)
+    yield
+    os.umask(SESSION_UMASK)
+
+
+def _session_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+SESSION_UMASK = _session_umask()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):  # type: ignore[no-untyped-def]
     """After a test passed, while its fixtures are still up (a login node's namespace, hosts): for

@@ -81,6 +81,8 @@ class Agent:
     def install(self) -> None:
         when_imported("torch.optim.optimizer", self._on_optimizer_module)
         when_imported("torch.distributed", self._on_distributed_module)
+        for module, bind in _store_hooks().items():
+            when_imported(module, bind)
         os.register_at_fork(after_in_child=self._after_fork_in_child)
 
     def _on_optimizer_module(self, module: ModuleType) -> None:
@@ -364,6 +366,12 @@ def _float(text: str | None) -> float | None:
         return float(text) if text else None
     except ValueError:
         return None
+
+
+def _store_hooks() -> dict[str, Callable[[ModuleType], None]]:
+    from fsdp_orch.bootstrap.store_bind import HOOKS
+
+    return HOOKS
 
 
 _agent: Agent | None = None

@@ -27,6 +27,11 @@ def user_tmp_root(uid: int | None = None, tmp: str = NODE_TMP) -> str:
     return os.path.join(tmp, f"fsdp-orch-{os.getuid() if uid is None else uid}")
 
 
+# In a node's log folder: the node-local folder its launch script made in place of a taken
+# ``fsdp-orch-<uid>`` (templates/_node_body.sh.j2), for the SSH hosts' report to read beats from.
+MOVED = "node_tmp_moved"
+
+
 def node_beat_dir(job_id: str, attempt: int, node_rank: int, uid: int | None = None,
                   tmp: str = NODE_TMP) -> str:
     return os.path.join(user_tmp_root(uid, tmp), job_id, f"attempt-{attempt}", f"node-{node_rank}")

@@ -157,9 +157,14 @@ def host_store(env: dict[str, str]) -> tuple[int, int] | str:
             try:
                 import torch.distributed as dist
 
-                store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=True,
-                                      wait_for_workers=False,
-                                      timeout=timedelta(seconds=STORE_TIMEOUT_S))
+                from fsdp_orch.bootstrap.store_bind import bound_store
+
+                address, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
+                timeout = timedelta(seconds=STORE_TIMEOUT_S)
+                store = (bound_store(dist.TCPStore, address, port, wait_for_workers=False,
+                                     timeout=timeout)
+                         or dist.TCPStore(address, port, is_master=True, wait_for_workers=False,
+                                          timeout=timeout))
             except Exception as exc:  # noqa: BLE001 - told to the keeper, which falls back
                 os.write(ready_w, b"0" + str(exc).encode()[:400])
             else:

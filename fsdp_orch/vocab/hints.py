@@ -35,8 +35,9 @@ HINTS = {
     "xla_error": "the TPU runtime failed: check that no other process holds the TPU, "
                  "that torch_xla matches the TPU runtime version, and the HBM use of the program",
     "node_setup_error": "a node did not have what the job needs there (its working folder, script "
-                        "or python, named in the evidence): put it on every node, then submit "
-                        "again",
+                        "or python, named in the evidence: put it on every node), or refused its "
+                        "checkpoint folder (not yours, or others can write it: use a folder of "
+                        "yours); then submit again",
     "no_ranks_started": "the program exited without starting a single rank: check how many "
                         "processes it starts (mp.spawn(nprocs=torch.cuda.device_count()) starts "
                         "none on a machine without a GPU; use WORLD_SIZE or procs_per_node); a job "

@@ -238,3 +238,26 @@ def test_an_attempt_whose_nodes_ended_waits_for_their_reports_last_beats(tmp_pat
     attempt._reports_settle()  # ended threads: no wait, no error
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["attempt-2", "exit-node-0",
                                                            "exit-node-1"]
+
+
+def test_the_report_reads_beats_from_the_folder_made_in_place_of_a_taken_one(
+        tmp_path: Path, job_id: str) -> None:
+    """A host's /tmp/fsdp-orch-<uid> was another account's: its launch script made a private folder
+    beside it (mktemp -d) and wrote that folder's path in the node's log folder; the ranks beat
+    there, and so the report reads there (it read the taken folder, and found no rank)."""
+    moved = tmp_path / "fsdp-orch-0-abcdefgh"
+    run = tmp_path / job_id
+    (run / "attempt-2" / "node-0").mkdir(parents=True)
+    lines: list[dict] = []
+    report = NodeReport(str(run), 2, 0, 0, {}, write=lambda line: lines.append(json.loads(line)),
+                        clock=lambda: 105.2, beats_only=True, host=HOST)
+    b = beat(0, 5)
+    folder = moved / job_id / "attempt-2" / "node-0"
+    folder.mkdir(parents=True)
+    (folder / "rank-0.json").write_text(b.to_json())
+    report.look()
+    assert beats_in(lines) == []  # no note yet: the usual folder, where no rank beats
+    (run / "attempt-2" / "node-0" / "node_tmp_moved").write_text(f"{moved}\n")
+    lines.clear()
+    report.look()
+    assert beats_in(lines) == [relayed(b, 105.2)]

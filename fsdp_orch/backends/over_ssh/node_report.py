@@ -46,7 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.nodeagent.beat_dir import node_beat_dir, read_beat_files
+from fsdp_orch.nodeagent.beat_dir import MOVED, node_beat_dir, read_beat_files
 from fsdp_orch.nodeagent.summary import changed_beats, compact, summary_line
 from fsdp_orch.observe.file_tail import FileTail
 
@@ -82,6 +82,9 @@ class NodeReport:
         self.attempt_dir = f"{run_dir}/attempt-{attempt}"
         job = job_id or os.path.basename(os.path.normpath(run_dir))
         self.beat_dir = Path(beat_dir or node_beat_dir(job, attempt, rank))
+        # where the node script names the node-local folder it made in place of a taken one
+        self._moved_note = None if beat_dir else Path(self.attempt_dir) / f"node-{rank}" / MOVED
+        self._job = job
         self.attempt, self.rank, self.pgid = attempt, rank, pgid
         self.host = host or socket.gethostname()
         self.tail = None if beats_only else FileTail(Path(self.attempt_dir), offsets=offsets)
@@ -103,11 +106,25 @@ class NodeReport:
     def send(self, message: dict) -> None:  # type: ignore[type-arg]
         self.send_line(json.dumps(message, separators=(",", ":")))
 
+    def _follow_moved_folder(self) -> None:
+        """The node's /tmp/fsdp-orch-<uid> was someone else's: its script made a private folder
+        beside it and wrote its path here, in the job's own run folder; the ranks beat there."""
+        if self._moved_note is None:
+            return
+        try:
+            moved = self._moved_note.read_text().strip()
+        except OSError:
+            return  # not written (yet): the usual folder
+        self._moved_note = None
+        if moved:
+            self.beat_dir = Path(moved, self._job, f"attempt-{self.attempt}", f"node-{self.rank}")
+
     def look(self) -> bool:
         """Report what changed; True once the node script's end has been reported."""
         code = self._exit_code()  # read first: once the status exists, what is read below is whole
         self._send_logs()
         now = self.clock()
+        self._follow_moved_folder()
         beats = read_beat_files(str(self.beat_dir))
         current = {rank: compact(beat, now) for rank, beat in beats.items()}
         gone = None if code is not None else self._gone(now)

@@ -34,6 +34,7 @@ if [ -L "$FSDP_ORCH_NODE_TMP" ] || [ ! -d "$FSDP_ORCH_NODE_TMP" ] || [ ! -O "$FS
   FSDP_ORCH_NODE_TMP_NOTE="$FSDP_ORCH_NODE_TMP_NOTE: this node keeps its heartbeats in $FSDP_ORCH_NODE_TMP instead"
   echo "[fsdp-orch] node-local folder taken: $FSDP_ORCH_NODE_TMP_NOTE" >&2
   export FSDP_ORCH_NODE_TMP_NOTE
+  printf '%s\n' "$FSDP_ORCH_NODE_TMP" > "$NODE_LOG_DIR"/node_tmp_moved  # read by an SSH host's report
 fi
 export FSDP_ORCH_NODE_TMP
 FSDP_ORCH_BEAT_DIR="$FSDP_ORCH_NODE_TMP"/j0123456789a/attempt-1/node-"$NODE_RANK"

@@ -21,6 +21,8 @@ export FSDP_ORCH_COLLECTIVE_TIMEOUT=600
 [[ -v HF_TOKEN ]] || { echo 'fsdp-orch: HF_TOKEN (from_env GOLDEN_HF_TOKEN) is missing from the environment fsdp-orch hands this node' >&2; exit 1; }
 NODE_RANK=0
 RDZV_HOST=127.0.0.1
+# One machine: its ranks reach each other, and its stores listen, at the rendezvous address alone.
+NODE_ADDR="$RDZV_HOST"
 NODE_LOG_DIR=/srv/fsdp-orch/runs/j0123456789a/attempt-1/node-"$NODE_RANK"
 mkdir -p -- "$NODE_LOG_DIR"
 export FSDP_ORCH_NODE_RANK="$NODE_RANK"
@@ -39,6 +41,7 @@ if [ -L "$FSDP_ORCH_NODE_TMP" ] || [ ! -d "$FSDP_ORCH_NODE_TMP" ] || [ ! -O "$FS
   FSDP_ORCH_NODE_TMP_NOTE="$FSDP_ORCH_NODE_TMP_NOTE: this node keeps its heartbeats in $FSDP_ORCH_NODE_TMP instead"
   echo "[fsdp-orch] node-local folder taken: $FSDP_ORCH_NODE_TMP_NOTE" >&2
   export FSDP_ORCH_NODE_TMP_NOTE
+  printf '%s\n' "$FSDP_ORCH_NODE_TMP" > "$NODE_LOG_DIR"/node_tmp_moved  # read by an SSH host's report
 fi
 export FSDP_ORCH_NODE_TMP
 FSDP_ORCH_BEAT_DIR="$FSDP_ORCH_NODE_TMP"/j0123456789a/attempt-1/node-"$NODE_RANK"
