@@ -43,15 +43,11 @@ class ProgressEvents:
                  final: bool = False) -> None:
         """Rank 0's step and the latest loss (the runtime's in its heartbeat, else the one its
         console printed last), when either changed; and the hang window in force."""
-        if not beats:
-            return
-        lead = beats.get(0) or next(iter(beats.values()))
-        if lead.state == "starting":
+        lead = self._lead(beats)
+        if lead is None:
             return
         self._record_window(lead.attempt, window)
-        loss, source = finite(lead.loss), RUNTIME_LOSS
-        if loss is None and self._follower is not None and self._follower.loss is not None:
-            loss, source = finite(self._follower.loss[0]), self._follower.loss[1]
+        loss, source = self._loss(lead)
         self._write_live(lead, loss, source, final)
         if lead.step == self._last_step and loss == self._last_loss:
             return
@@ -63,6 +59,28 @@ class ProgressEvents:
         self.journal.progress(lead.step, loss, lead.progress_time, loss_source=source,
                               checkpoint_s=(float(blocked) if isinstance(blocked, (int, float))
                                             else None))
+
+    def live(self, beats: dict) -> None:  # type: ignore[type-arg]
+        """Only the live file, between two of the loop's looks: ``status`` reads the step from it,
+        and the loop looks once per ``watch.poll_interval`` (1 s)."""
+        lead = self._lead(beats)
+        if lead is not None:
+            self._write_live(lead, *self._loss(lead), final=False)
+
+    @staticmethod
+    def _lead(beats: dict) -> Any:  # type: ignore[type-arg]
+        """Rank 0's heartbeat (else the first one), once it has stepped; else None."""
+        if not beats:
+            return None
+        lead = beats.get(0) or next(iter(beats.values()))
+        return None if lead.state == "starting" else lead
+
+    def _loss(self, lead: Any) -> tuple[float | None, str]:
+        """The runtime's loss in the heartbeat, else the one the console printed last."""
+        loss, source = finite(lead.loss), RUNTIME_LOSS
+        if loss is None and self._follower is not None and self._follower.loss is not None:
+            loss, source = finite(self._follower.loss[0]), self._follower.loss[1]
+        return loss, source
 
     def _write_live(self, lead: Any, loss: float | None, source: str, final: bool) -> None:
         """Rank 0's step into the live file as it changes, at most every LIVE_EVERY_S."""
