@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine for fsdp-orch: a virtual environment in .venv with the project,
-# the CPU wheel of torch (pinned: an unpinned torch pulls several GB of CUDA wheels) and the test tools.
+# Sets up a fresh machine for fsdp-orch's own tests: a virtual environment in .venv with the project
+# (editable), the runtime, the test tools, and the CPU build of torch 2.13.0 that the tests run the
+# ranks on. fsdp-orch itself needs no torch (its runtime extra asks torch>=2.9, never a pin); a
+# user installs it with pipx or pip beside the torch their training has.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -8,6 +10,12 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --no-cache-dir --upgrade pip
-.venv/bin/python -m pip install --quiet --no-cache-dir "torch==2.13.0" numpy
-.venv/bin/python -m pip install --quiet --no-cache-dir -e ".[test,accelerate,hf]"
+# The CPU build: this machine's pip configuration has its wheel (find-links /opt/wheels, version
+# 2.13.0+cpu); elsewhere it comes from PyTorch's CPU index (PyPI's torch 2.13.0 is the CUDA build,
+# 527 MB plus about 2.2 GB of nvidia packages).
+if ! .venv/bin/python -m pip install --quiet --no-cache-dir "torch==2.13.0+cpu" 2>/dev/null; then
+  .venv/bin/python -m pip install --quiet --no-cache-dir \
+    --index-url https://download.pytorch.org/whl/cpu "torch==2.13.0+cpu"
+fi
+.venv/bin/python -m pip install --quiet --no-cache-dir -e ".[runtime,test,accelerate,hf]"
 echo "fsdp-orch is set up in $(pwd)/.venv"

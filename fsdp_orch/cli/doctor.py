@@ -15,18 +15,34 @@ from fsdp_orch.backends.registry import cluster_kind, load_profile
 from fsdp_orch.observe import command
 from fsdp_orch.observe.command import Runner
 from fsdp_orch.places.home import filesystem_of, home_dir, on_network_filesystem, store_path
-from fsdp_orch.vocab.checks import TORCH_VERSION, Check
+from fsdp_orch.vocab.checks import MIN_TORCH, RANKS_NEED, TORCH_VERSION, Check, torch_too_old
 
 
 def torch_here(python: str = sys.executable, run: Runner = command.run) -> tuple[Check, str | None]:
-    """Does this host's Python import torch? (the check, and the version)"""
+    """Does this host's Python import torch? (the check, and the version). The CLI needs none: a
+    login node may have no torch; a machine that runs ranks needs one (``torch_for_ranks``)."""
     result = run([python, "-c", TORCH_VERSION], 120.0)
     version = result.stdout.strip() if result.returncode == 0 else None
     if version is None:
-        return Check("torch on this host", False, f"{python} cannot import torch: "
-                     f"{(result.stderr.strip().splitlines() or ['no output'])[-1]}",
-                     "install the pinned torch in this environment (bash scripts/setup.sh)"), None
+        return Check("torch on this host", True, f"{python} has no torch, and the CLI needs none "
+                     f"(submit, status, render, doctor); {RANKS_NEED}"), None
     return Check("torch on this host", True, f"{python}: torch {version}"), version
+
+
+def torch_for_ranks(python: str, run: Runner = command.run) -> Check:
+    """Can ``python``, the ranks' (a profile's ``python:``), run them: torch >= MIN_TORCH?"""
+    result = run([python, "-c", TORCH_VERSION], 120.0)
+    version = result.stdout.strip() if result.returncode == 0 else None
+    wanted = f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}"
+    if version is None:
+        return Check("torch for the ranks", False, f"{python} cannot import torch: "
+                     f"{(result.stderr.strip().splitlines() or ['no output'])[-1]}",
+                     f"{RANKS_NEED}; or set the profile's python: to the environment your "
+                     "training uses")
+    if torch_too_old(version):
+        return Check("torch for the ranks", False, f"{python}: torch {version}, older than "
+                     f"{wanted}", f"pip install '{wanted}' in that environment")
+    return Check("torch for the ranks", True, f"{python}: torch {version}")
 
 
 def home_checks(home: str | None = None, mounts: str | None = None) -> list[Check]:
@@ -249,9 +265,11 @@ def run_doctor(cluster: str | None, as_json: bool, run: Runner = command.run) ->
     checks = [check, *home_checks(), *trust_checks()]
     if cluster is not None:
         profile, _ = load_profile(cluster)
+        if profile.kind == "local":  # this machine runs the ranks
+            checks.append(torch_for_ranks(profile.python, run))
         checks += cluster_kind(profile.kind).doctor(profile, version, run)
     return report(checks, as_json), all(c.ok for c in checks)
 
 
 __all__ = ["Check", "checkpoint_checks", "home_checks", "node_tmp_check", "report", "run_doctor",
-           "torch_here", "trust_checks", "untrusted_paths"]
+           "torch_for_ranks", "torch_here", "trust_checks", "untrusted_paths"]

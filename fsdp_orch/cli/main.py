@@ -26,7 +26,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fsdp-orch",
         description="Run multi-node PyTorch FSDP jobs on real clusters and keep them alive.")
-    parser.add_argument("--version", action="version", version=f"fsdp-orch {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"fsdp-orch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in NAMES:

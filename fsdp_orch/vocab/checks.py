@@ -15,3 +15,23 @@ class Check:
 
 # What a Python prints when it imports torch: its version.
 TORCH_VERSION = "import torch; print(torch.__version__)"
+
+# The oldest torch the ranks may have (pyproject's runtime extra says the same): the tests have
+# run jobs on it (.venv-xla's torch 2.9.0, through a profile's python).
+MIN_TORCH = (2, 9)
+
+# What a machine that runs ranks needs; the CLI's own environment needs no torch.
+RANKS_NEED = ("the ranks' python (the profile's python:) needs "
+              f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}, the one your training already uses, and "
+              "fsdp-orch importable there for its bootstrap (pip install 'fsdp-orch[runtime]' "
+              "in that environment; on SSH hosts with their own disks fsdp-orch is copied with "
+              "the job)")
+
+
+def torch_too_old(version: str) -> bool:
+    """Is ``version`` (``torch.__version__``, e.g. ``2.9.0+cu128``) older than MIN_TORCH?"""
+    parts = []
+    for piece in version.split("+")[0].split(".")[:2]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts) < MIN_TORCH

@@ -7,22 +7,33 @@ import json
 import subprocess
 import sys
 
-from fsdp_orch.cli.doctor import home_checks, report, torch_here
+from fsdp_orch.cli.doctor import home_checks, report, torch_for_ranks, torch_here
 from fsdp_orch.observe.command import CommandResult
 from fsdp_orch.vocab.checks import Check
 
 MOUNTS = "/dev/sda1 / ext4 rw 0 0\nfiler:/home /shared nfs4 rw 0 0\n"
 
 
-def test_a_python_without_torch_fails_with_a_fix() -> None:
+def test_a_cli_without_torch_passes_and_says_what_the_ranks_need() -> None:
+    """A login node's CLI needs no torch; the ranks' python does: torch>=2.9 and fsdp-orch."""
     def no_torch(argv: list[str], timeout: float) -> CommandResult:
         return CommandResult(1, "", "Traceback ...\nModuleNotFoundError: No module named 'torch'\n")
 
+    def old_torch(argv: list[str], timeout: float) -> CommandResult:
+        return CommandResult(0, "2.8.1+cu126\n", "")
+
     check, version = torch_here("/usr/bin/python3", run=no_torch)
-    assert not check.ok and version is None
-    assert "No module named 'torch'" in check.detail and "setup.sh" in check.fix
+    assert check.ok and version is None
+    assert "the CLI needs none" in check.detail and "torch>=2.9" in check.detail
+    assert "fsdp-orch[runtime]" in check.detail and "setup.sh" not in check.detail + check.fix
+    ranks = torch_for_ranks("/opt/train/bin/python", run=no_torch)
+    assert not ranks.ok and "No module named 'torch'" in ranks.detail
+    assert "fsdp-orch[runtime]" in ranks.fix and "python:" in ranks.fix
+    ranks = torch_for_ranks("/opt/train/bin/python", run=old_torch)
+    assert not ranks.ok and "2.8.1+cu126, older than torch>=2.9" in ranks.detail
     check, version = torch_here(sys.executable)  # this environment's, for real
     assert check.ok and version and version.startswith("2.13.0")
+    assert torch_for_ranks(sys.executable).ok
 
 
 def test_a_home_on_nfs_keeps_the_database_local(monkeypatch, tmp_path) -> None:
