@@ -179,10 +179,21 @@ def module_cli_and_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Cli, 
 
 # --- the unchanged third-party scripts of examples/unchanged ------------------------------------
 
+def ranks_on(cli: Cli) -> Cli:
+    """With ``FSDP_ORCH_TEST_RANKS_PYTHON`` set (another environment's python, e.g. .venv-xla's
+    torch 2.9.0, the oldest the runtime extra allows), the CLI's local profile runs the ranks on it:
+    the unchanged scripts checked on another torch than the CLI's."""
+    python = os.environ.get("FSDP_ORCH_TEST_RANKS_PYTHON")
+    if python:
+        (cli.cwd / "clusters").mkdir(exist_ok=True)
+        (cli.cwd / "clusters" / "local.yaml").write_text(f"kind: local\npython: '{python}'\n")
+    return cli
+
+
 @pytest.fixture
 def unchanged(tmp_path: Path):
     """``unchanged(name)``: a CLI with its own home and a copy of examples/unchanged/<name>."""
-    return lambda name: (make_cli(tmp_path), copy_unchanged(tmp_path, name))
+    return lambda name: (ranks_on(make_cli(tmp_path)), copy_unchanged(tmp_path, name))
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +201,7 @@ def module_unchanged(tmp_path_factory: pytest.TempPathFactory):
     """Like ``unchanged``, shared by a module's tests (one run that several tests read)."""
     def make(name: str) -> tuple[Cli, Path]:
         base = tmp_path_factory.mktemp(name)
-        return make_cli(base), copy_unchanged(base, name)
+        return ranks_on(make_cli(base)), copy_unchanged(base, name)
     return make
 
 

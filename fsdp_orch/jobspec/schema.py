@@ -31,8 +31,11 @@ RESUME_PLACEHOLDERS = ("checkpoint", "step")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _NODE_RANGE = re.compile(r"\s*(\d+)\s*-\s*(\d+)\s*")
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-PositiveDuration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
+# json_schema_input_type: what `fsdp-orch schema` tells editors a file may hold ("30s" or 30)
+Duration = Annotated[float, BeforeValidator(parse_duration, json_schema_input_type=float | str)]
+PositiveDuration = Annotated[float, BeforeValidator(parse_duration,
+                                                    json_schema_input_type=float | str),
+                             Field(gt=0)]
 
 # accelerate's numeric sharding strategies (FullyShardedDataParallelPlugin).
 SHARDING_BY_NUMBER = {1: "FULL_SHARD", 2: "SHARD_GRAD_OP", 3: "NO_SHARD", 4: "HYBRID_SHARD",
@@ -68,7 +71,9 @@ def _no_nul(value: str) -> str:
 
 # A string that reaches a program (argv, environment, paths): numbers and booleans written
 # unquoted become their text; NUL bytes, which no argv or environment can carry, are refused.
-ArgStr = Annotated[str, BeforeValidator(_scalar_to_str), AfterValidator(_no_nul)]
+ArgStr = Annotated[str, BeforeValidator(_scalar_to_str,
+                                        json_schema_input_type=str | int | float | bool),
+                   AfterValidator(_no_nul)]
 ShellStr = Annotated[str, AfterValidator(_no_nul)]
 
 

@@ -1,5 +1,6 @@
-"""The README's "Adding a cluster kind", walked with a throwaway kind defined here: its profile
-model, ``place()``, a main template, ``artifacts()``, registered through the registry alone; a
+"""The docs' "Adding a cluster kind" (docs/contributing-layout.md), walked with a throwaway kind:
+its profile model, ``place()``, a main template, ``artifacts()``, registered through the registry
+alone; a
 profile for it in the project's ``clusters/``; then a job rendered with it the way ``fsdp-orch
 render`` does (``plan_job``) and through the CLI itself, in-process."""
 

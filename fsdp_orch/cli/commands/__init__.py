@@ -9,7 +9,7 @@ from types import ModuleType
 
 # In the order ``fsdp-orch --help`` lists them.
 NAMES = ("render", "submit", "status", "logs", "events", "report", "cancel", "diagnose", "doctor",
-         "clusters", "schedule", "scheduler")
+         "clusters", "schedule", "scheduler", "schema")
 
 
 def command(name: str) -> ModuleType:
