@@ -7,14 +7,15 @@ import sys
 import time
 from typing import Any
 
-from fsdp_orch.record.status import JobStatus
+from fsdp_orch.record.status import Failure, JobStatus
 from fsdp_orch.vocab.states import TERMINAL_NAMES
 
 
-def progress_line(row: JobStatus) -> str:
+def progress_line(row: JobStatus, now: float | None = None) -> str:
     """The live line: the attempt (numbered from 0, as events and ``logs --attempt`` number it) and
     its progress; no step until the current attempt has reported one of its own, and no checkpoint
-    ahead of the step shown (a new attempt's first report can come before its resumed step does)."""
+    ahead of the step shown (a new attempt's first report can come before its resumed step does);
+    while a restart waits out its backoff, the seconds left."""
     parts = [f"{row.id}", row.state]
     if row.attempts:
         parts.append(attempt_text(row))
@@ -29,7 +30,29 @@ def progress_line(row: JobStatus) -> str:
             parts.append(f"checkpoint {row.last_checkpoint_step}")
     elif row.last_checkpoint_path:
         parts.append("checkpoint (step unknown)")
+    if row.state == "RESTARTING" and row.restart_at is not None:
+        parts.append(f"next attempt in {max(0.0, row.restart_at - (now or time.time())):.0f}s")
     return "  ".join(parts)
+
+
+def failure_lines(failure: Failure) -> list[str]:
+    """What ``--wait`` prints of a failure as it happens: the attempt, the category and the action,
+    the evidence's first clause (the culprit comes first in it; ``status`` has the rest), and the
+    hint."""
+    lines = [f"attempt {failure.attempt} failed: {failure.category} -> {failure.action}"]
+    if failure.evidence:
+        first, _, rest = failure.evidence.partition("; ")
+        lines.append(f"  {first}" + (" (more: fsdp-orch status JOB_ID)" if rest else ""))
+    if failure.hint:
+        lines.append(f"  hint: {failure.hint}")
+    return lines
+
+
+def _told_whole(failure: Failure, row: JobStatus) -> bool:
+    """A hang's evidence (the culprit's frame) is recorded once its stacks are read, after the
+    verdict: a failure is said once it has evidence, or once the job has moved past it."""
+    return (failure.evidence is not None or row.state != "RUNNING"
+            or row.attempts - 1 > failure.attempt)
 
 
 def attempt_text(row: JobStatus) -> str:
@@ -56,20 +79,32 @@ def _max_restarts(row: JobStatus) -> int | None:
 
 
 def wait_for(index: Any, job_id: str, *, show_progress: bool = True, quiet: bool = False,
-             interval: float = 0.5, timeout: float | None = None) -> str:
-    """Block until the job ends; returns its final state. Progress goes to stderr."""
+             say_failures: bool | None = None, interval: float = 0.5,
+             timeout: float | None = None) -> str:
+    """Block until the job ends; returns its final state. Progress goes to stderr (not when
+    ``quiet``), and each failure as it comes and the reason at the end (``say_failures``, default:
+    not ``quiet``; ``submit --wait --json`` says them, its stdout being the status alone)."""
+    say_failures = not quiet if say_failures is None else say_failures
     from fsdp_orch.control.liveness import refresh
 
     last = ""
     last_print = 0.0
     started = time.monotonic()
     tty = sys.stderr.isatty()
+    failures_said = 0  # how many of the job's failures were printed
     while True:
         index.ingest([job_id])
         row = index.store.job_as_shown(job_id)
         if row is None:
             return "FAILED"
-        line = progress_line(row)
+        ready = [f for f in row.failures[failures_said:] if _told_whole(f, row)]
+        if say_failures and ready:
+            clear = "\r\033[K" if tty and show_progress else ""
+            for failure in ready:
+                sys.stderr.write(clear + "\n".join(failure_lines(failure)) + "\n")
+                clear = ""
+            failures_said, last = failures_said + len(ready), ""
+        line = progress_line(row, time.time())
         now = time.monotonic()
         if not quiet and line != last and (tty or now - last_print >= 2.0
                                            or row.state in TERMINAL_NAMES):
@@ -82,6 +117,8 @@ def wait_for(index: Any, job_id: str, *, show_progress: bool = True, quiet: bool
         if row.state in TERMINAL_NAMES:
             if tty and show_progress and not quiet:
                 sys.stderr.write("\n")
+            if say_failures and row.reason and row.state != "SUCCEEDED":
+                sys.stderr.write(f"reason: {row.reason}\n")
             return str(row.state)
         refresh(index, [job_id])
         if timeout is not None and now - started > timeout:

@@ -206,8 +206,34 @@ def native_top(thread: ThreadStack, most: int = 4) -> list[str]:
         if not frame.native:
             break
         if not frame.function.startswith("0x"):
-            names.append(frame.function)
+            names.append(short_symbol(frame.function))
     return names[:most]
+
+
+def short_symbol(name: str, longest: int = 80) -> str:
+    """A C++ symbol as a line of evidence can carry it: template arguments and parameter lists
+    folded to ``<…>`` and ``(…)`` (pybind11's were over a thousand characters), at most
+    ``longest`` characters. The stack dump keeps the whole name."""
+    operators = ("operator<<", "operator>>", "operator<", "operator>", "operator()")
+    kept = {op: f"\x00{n}\x00" for n, op in enumerate(operators)}
+    for op, mark in kept.items():
+        name = name.replace(op, mark)
+    out, depth = [], 0
+    for char in name:
+        if char in "<(":
+            if depth == 0:
+                out.append(char + "…")
+            depth += 1
+        elif char in ">)" and depth:
+            depth -= 1
+            if depth == 0:
+                out.append(char)
+        elif depth == 0:
+            out.append(char)
+    short = "".join(out)
+    for op, mark in kept.items():
+        short = short.replace(mark, op)
+    return short if len(short) <= longest else short[:longest - 1] + "…"
 
 
 def display_path(file: str, library_roots: Iterable[str]) -> str:

@@ -189,6 +189,8 @@ def _attempt_ended(status: JobStatus, event: AttemptEnded) -> None:
 
 def _restarting(status: JobStatus, event: RestartScheduled | AllocationRequeued) -> None:
     _set_state(status, JobState.RESTARTING.value, event.reason, float(event.at))
+    if isinstance(event, RestartScheduled):
+        status.restart_at = float(event.at) + float(event.delay)
     if isinstance(event, AllocationRequeued) and status.attempt_records:
         status.attempt_records[max(status.attempt_records)].requeued = True
 

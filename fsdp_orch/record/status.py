@@ -111,6 +111,7 @@ class JobStatus:
     progress_attempt: int | None = None  # the attempt whose progress progress_step is
     # the latest event folded in: what a running job's breakdown is as of
     last_event_at: float = 0.0
+    restart_at: float | None = None  # when a scheduled restart's backoff ends (RESTARTING)
 
     @property
     def ended(self) -> bool:

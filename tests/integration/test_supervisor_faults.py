@@ -37,6 +37,10 @@ def run_with_fault(cli, demo, fault: str, *extra: str) -> tuple[dict, dict]:
                    "--set", f"env.FSDP_ORCH_FAULT={fault}", *extra)
     status = json.loads(proc.stdout) if proc.stdout.strip() else {}
     assert proc.returncode == 0, (status, proc.stderr)
+    for failure in status["failures"]:  # --wait said each one as it came, with its evidence
+        said = f"attempt {failure['attempt']} failed: {failure['category']} -> {failure['action']}"
+        culprit = (failure["evidence"] or "").partition("; ")[0]
+        assert said in proc.stderr and culprit in proc.stderr, proc.stderr
     result = json.loads((cli.home / "runs" / status["id"] / "result.json").read_text())
     return status, result
 

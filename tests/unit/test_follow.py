@@ -65,3 +65,26 @@ def test_no_checkpoint_ahead_of_the_step_shown() -> None:
         "j1  RUNNING  attempt 1 (restart 1 of 3)  step 1")
     assert line(*resumed, event_types.Progress(at=T0 + 6, step=60, progress_at=T0 + 6)) == (
         "j1  RUNNING  attempt 1 (restart 1 of 3)  step 60  checkpoint 60")
+
+
+def test_a_restart_waiting_out_its_backoff_says_how_long_is_left() -> None:
+    status = fold([event_types.Submitted(at=T0, job="j1", name="demo", cluster="local",
+                                         run_dir="/runs/j1", spec_json=SPEC),
+                   *FIRST[:3], event_types.RestartScheduled(at=T0 + 3, delay=20.0)], "j1")
+    assert isinstance(status, JobStatus)
+    assert progress_line(status, now=T0 + 8) == (
+        "j1  RESTARTING  attempt 0  step 120  loss 2.5000  next attempt in 15s")
+    assert progress_line(status, now=T0 + 30).endswith("next attempt in 0s")
+
+
+def test_a_failure_is_said_with_its_category_action_evidence_and_hint() -> None:
+    from fsdp_orch.control.follow import failure_lines
+    from fsdp_orch.record.status import Failure
+
+    hang = Failure(attempt=0, category="hang", detected_at=T0, stalled_for_s=31.0,
+                   action="restart", hint="a rank stopped making progress",
+                   evidence="rank 1 stuck in train.py:88 main (not in a collective); 1 waiting")
+    assert failure_lines(hang) == [
+        "attempt 0 failed: hang -> restart",
+        "  rank 1 stuck in train.py:88 main (not in a collective) (more: fsdp-orch status JOB_ID)",
+        "  hint: a rank stopped making progress"]

@@ -494,3 +494,18 @@ def test_real_pyspy_on_a_finished_process_sends_no_signal(tmp_path):
     dump = capture_stacks({0: done.pid}, tmp_path, send=lambda pid, sig: sent.append((pid, sig)))[0]
     assert dump.threads == () and dump.error.startswith("py-spy: ")
     assert sent == []
+
+
+def test_a_native_symbol_is_short_enough_for_a_line_of_evidence() -> None:
+    """pybind11's dispatcher symbol, as py-spy --native read it under a rank waiting in
+    ``Work.wait`` (the quick start's hang), was 1,100 characters in the failure's evidence."""
+    from fsdp_orch.observe.stacks import short_symbol
+
+    pybind = ("pybind11::cpp_function::initialize<pybind11::cpp_function::cpp_function<bool, "
+              "c10d::Work, std::chrono::duration<long, std::ratio<(long)1, (long)1000> > >(bool "
+              "(c10d::Work::*)(std::chrono::duration<long, std::ratio<(long)1, (long)1000> >)), "
+              "bool, c10d::Work*>(x)::{lambda(pybind11::detail::function_call&)#1}::_FUN")
+    assert short_symbol(pybind) == "pybind11::cpp_function::initialize<…>(…)::{lambda(…)#1}::_FUN"
+    assert short_symbol("c10d::Work::wait") == "c10d::Work::wait"
+    assert short_symbol("std::operator<< <char>(std::ostream&)") == "std::operator<< <…>(…)"
+    assert len(short_symbol("a" * 300)) == 80

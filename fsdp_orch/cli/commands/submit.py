@@ -92,7 +92,7 @@ def _wait(args: argparse.Namespace, index: JobIndex, job_id: str, created: bool,
         print(job_id if created else f"{job_id} (already submitted with this idempotency key)",
               flush=True)
     state = wait_for(index, job_id, show_progress=not args.json and sys.stderr.isatty(),
-                     quiet=args.json, timeout=timeout)
+                     quiet=args.json, say_failures=True, timeout=timeout)
     if args.json:
         print(index.store.status_json(job_id))
     else:
