@@ -65,6 +65,11 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", required=True,
                    help="cluster profile name (see 'fsdp-orch clusters') or a YAML path")
     p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
-                   help="override a job spec field, e.g. --set nodes=2 (repeatable)")
+                   help="override a job spec field; the value is YAML: --set nodes=2, "
+                        "--set 'args=[--steps, \"100\"]', --set env.FSDP_ORCH_FAULT=hang:step=50 "
+                        "(repeatable)")
     p.add_argument("--accelerate-config", metavar="FILE",
                    help="an 'accelerate config' YAML whose FSDP options fill the job's fsdp:")
+
+
+JOB_ID_HELP = "a job's id, or the start of one that names a single job (as status lists them)"

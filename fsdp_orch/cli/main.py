@@ -23,9 +23,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """Every command's parser, or only ``only``'s (start-up time on a login node)."""
     import argparse
 
+    from fsdp_orch.cli.help_text import epilog
+
     parser = argparse.ArgumentParser(
-        prog="fsdp-orch",
-        description="Run multi-node PyTorch FSDP jobs on real clusters and keep them alive.")
+        prog="fsdp-orch", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run multi-node PyTorch FSDP jobs on real clusters and keep them alive.",
+        epilog=epilog(None))
     parser.add_argument("-V", "--version", action="version", version=f"fsdp-orch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -33,7 +36,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is not None and name != only:
             continue
         module = command(name)
-        p = sub.add_parser(name, help=module.HELP)
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP[:1].upper()
+                           + module.HELP[1:] + ".", epilog=epilog(name),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(p)
         p.set_defaults(func=module.run)
     return parser

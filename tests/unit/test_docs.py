@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +91,35 @@ def test_the_framework_guides_show_the_example_jobs_as_they_are() -> None:
     assert len(shown) >= 9, shown
     for path, block in shown:
         assert block == (REPO / path).read_text(), f"{path} is not shown as it is"
+
+
+def test_every_command_has_a_description_examples_and_the_environment() -> None:
+    """``fsdp-orch COMMAND --help``: what it is for, examples whose options exist, JOB_ID's help,
+    and FSDP_ORCH_HOME and FSDP_ORCH_FAULT; ``-V`` prints the version."""
+    import contextlib
+    import io
+
+    from fsdp_orch.cli.commands import NAMES
+    from fsdp_orch.cli.help_text import EXAMPLES
+    from fsdp_orch.cli.main import build_parser, main
+
+    for name in NAMES:
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text), pytest.raises(SystemExit):
+            main([name, "--help"])
+        page = text.getvalue()
+        assert "FSDP_ORCH_HOME" in page and "FSDP_ORCH_FAULT" in page, name
+        if "JOB_ID" in page.split("options:")[0]:
+            assert "the start of one that names a single job" in page, name
+        for example in EXAMPLES.get(name, "").replace("\\\n", " ").splitlines():
+            argv = shlex.split(example, comments=True)
+            if argv[:1] != ["fsdp-orch"]:
+                continue
+            argv = argv[1:argv.index(">")] if ">" in argv else argv[1:]
+            build_parser(only=argv[0]).parse_args(argv)  # exits 2 on an option that is not there
+    for name in ("render", "submit", "status", "cancel"):
+        assert name in EXAMPLES
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text), pytest.raises(SystemExit):
+        main(["-V"])
+    assert text.getvalue().startswith("fsdp-orch ")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fsdp_orch.cli.common import open_index, resolve_id
+from fsdp_orch.cli.common import JOB_ID_HELP, open_index, resolve_id
 from fsdp_orch.vocab.inputs import job_id as checked_job_id
 
 TYPE_CHECKING = False
@@ -14,7 +14,7 @@ USES_HOME = True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("job_id", metavar="JOB_ID")
+    p.add_argument("job_id", metavar="JOB_ID", help=JOB_ID_HELP)
     p.add_argument("--follow", "-f", action="store_true",
                    help="keep printing new output until the job ends")
     p.add_argument("--rank", type=int,

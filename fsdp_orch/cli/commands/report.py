@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from fsdp_orch.cli.common import EXIT_OK, open_index, resolve_id
+from fsdp_orch.cli.common import EXIT_OK, JOB_ID_HELP, open_index, resolve_id
 from fsdp_orch.vocab.errors import InputError, JobNotFound
 from fsdp_orch.vocab.inputs import job_id as checked_job_id
 
@@ -17,7 +17,7 @@ USES_HOME = True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("job_id", metavar="JOB_ID")
+    p.add_argument("job_id", metavar="JOB_ID", help=JOB_ID_HELP)
     p.add_argument("--out", metavar="FILE",
                    help="where to write it (default: report-JOB_ID.html here)")
 

@@ -18,7 +18,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      "one of the kinds, by its kind field). An editor with the YAML language "
                      "server validates a file whose first line is "
                      "'# yaml-language-server: $schema=./job.schema.json'.")
-    p.epilog = "example: fsdp-orch schema job > job.schema.json"
     p.add_argument("what", choices=("job", "profile"))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from fsdp_orch.cli.common import EXIT_OK, open_index, print_table, resolve_id
+from fsdp_orch.cli.common import EXIT_OK, JOB_ID_HELP, open_index, print_table, resolve_id
 from fsdp_orch.vocab.inputs import job_id as checked_job_id
 
 TYPE_CHECKING = False
@@ -18,7 +18,8 @@ STATUS_LIMIT = 30  # rows of the status table without --all
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("job_id", nargs="?", metavar="JOB_ID")
+    p.add_argument("job_id", nargs="?", metavar="JOB_ID",
+                   help=f"{JOB_ID_HELP}; none: every job")
     p.add_argument("--json", action="store_true",
                    help="JSON: a list of all jobs, or one object with JOB_ID")
     p.add_argument("--all", action="store_true", help="table: show every job, not only the latest")
