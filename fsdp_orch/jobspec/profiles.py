@@ -115,6 +115,10 @@ def find_profile(name_or_path: str, cwd: Path | None = None) -> ProfileRef:
     candidate = Path(name_or_path)
     if candidate.suffix in (".yaml", ".yml") and candidate.is_file():
         return checked(ProfileRef(candidate.stem, candidate, "path")).usable()
+    if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        what = "is a folder" if candidate.is_dir() else "does not exist"
+        raise InputError(f"the profile file {name_or_path} {what} (a cluster is a profile name, "
+                         "see 'fsdp-orch clusters', or the path of a YAML file)", field="--cluster")
     import difflib
 
     hint = difflib.get_close_matches(name_or_path, list(refs), n=1)

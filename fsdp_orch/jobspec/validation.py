@@ -37,6 +37,13 @@ def reattribute(exc: InputError, origins: dict[tuple[str, ...], FieldOrigin]) ->
             field = exc.field if origin.field is None else origin.field + "".join(
                 "." + p for p in parts[n:])
             return InputError(exc.detail, file=origin.file, field=field, line=origin.line)
+    # an error of a whole mapping (an unknown key, the env's fault) that only one origin wrote
+    # into: ``--set foo.bar=1`` blamed the job file for ``foo``
+    below = [(key, origin) for key, origin in origins.items() if key[:len(parts)] == parts]
+    if len(below) == 1:
+        key, origin = below[0]
+        return InputError(exc.detail, file=origin.file, line=origin.line,
+                          field=origin.field or ".".join(key))
     return exc
 
 
@@ -123,7 +130,9 @@ def _describe(err: dict[str, Any], model: type[BaseModel], data: Any = None) -> 
         msg = msg[len("Value error, "):]
     elif msg.startswith("Input should be"):
         msg = "expected" + msg[len("Input should be"):]
-    if "got" not in msg and kind not in ("missing",):
+    # a whole mapping is not repeated: it says nothing the message does not, and an env: holds
+    # values (a plain token) that an error line must not print
+    if "got" not in msg and kind not in ("missing",) and not isinstance(given, dict):
         msg += f"; got {_short(given)}"
     return path, msg
 

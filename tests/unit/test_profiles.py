@@ -92,6 +92,9 @@ def test_clusters_command_shows_origin(sandbox: dict[str, Path],
     assert table[0].split() == ["NAME", "KIND", "ORIGIN", "PATH"]
     assert any(line.split()[:3] == ["local", "local", "project"] for line in table)
     assert any(line.split()[:3] == ["ssh", "ssh", "built-in"] for line in table)
+    # the broken one's reason under the table, naming its file and field (it showed only "?")
+    assert any(line.startswith("invalid: ") and "broken.yaml:2: partiton: unknown field" in line
+               for line in table), table
 
 
 # --- templates: discovery and a profile's own template ---------------------------------------

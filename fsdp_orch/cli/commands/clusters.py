@@ -49,4 +49,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"refused {name} ({ref.path}): {ref.refused}; a profile decides what runs as "
                   "you: it must be yours (or root's), and writable by no one else, and so must "
                   "each folder above it")
+    for row in rows:
+        if row["kind"] == "?" and not row["refused"]:
+            print(f"{row['description']}")  # invalid: the loader's line, naming file and field
     return EXIT_OK
