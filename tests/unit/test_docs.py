@@ -123,3 +123,15 @@ def test_every_command_has_a_description_examples_and_the_environment() -> None:
     with contextlib.redirect_stdout(text), pytest.raises(SystemExit):
         main(["-V"])
     assert text.getvalue().startswith("fsdp-orch ")
+
+
+def test_the_field_reference_is_what_the_models_say() -> None:
+    """docs/reference/fields.md is generated from the loader's models (scripts/gen_reference.py):
+    a field added, removed or given another default without regenerating it fails here."""
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_reference.py"), "--check"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    text = (REPO / "docs" / "reference" / "fields.md").read_text()
+    for field in ("`watch.heartbeat_timeout`", "`checkpoint.resume_args`", "`restart.max_restarts`",
+                  "kind: slurm", "`shared_dir`"):
+        assert field in text, field
