@@ -10,7 +10,7 @@ import socket
 from collections.abc import Callable
 
 from fsdp_orch.observe.command import Runner
-from fsdp_orch.vocab.checks import TORCH_VERSION, Check
+from fsdp_orch.vocab.checks import MIN_TORCH, RANKS_NEED, TORCH_VERSION, Check, torch_too_old
 
 Connect = Callable[[tuple[str, int], float], object]
 
@@ -41,6 +41,7 @@ def ssh_argv(host, profile, *command: str) -> list[str]:  # type: ignore[no-unty
 def ssh_checks(profile, torch_version: str | None, run: Runner,  # type: ignore[no-untyped-def]
                connect: Connect = _connect) -> list[Check]:
     checks: list[Check] = []
+    versions: list[str] = []  # each host's torch, as found
     known_hosts = os.path.expanduser(profile.known_hosts)
     for host in profile.hosts:
         where = f"{host.address}:{host.port}"
@@ -77,13 +78,46 @@ def ssh_checks(profile, torch_version: str | None, run: Runner,  # type: ignore[
             checks.append(Check(f"{where} torch", False, f"{profile.python} there: {detail}",
                                 "set python: or venv: in the profile to an "
                                 "interpreter with torch on that host"))
-        elif torch_version is not None and version != torch_version:
+        elif torch_too_old(version):
+            checks.append(Check(f"{where} torch", False, f"torch {version} there, older than "
+                                f"{MIN_TORCH[0]}.{MIN_TORCH[1]}", RANKS_NEED))
+        elif versions and version not in versions:
             checks.append(Check(f"{where} torch", False,
-                                f"torch {version} there, {torch_version} here",
+                                f"torch {version} there, {versions[0]} on the first host",
                                 "use the same torch on every host"))
         else:
             checks.append(Check(f"{where} torch", True, f"{profile.python}: torch {version}"))
+        if version is not None:
+            versions.append(version)
+            checks.append(_bootstrap_check(host, profile, where, run))
     return checks
+
+
+def _bootstrap_check(host, profile, where: str, run: Runner) -> Check:  # type: ignore[no-untyped-def]
+    """How the host gets fsdp-orch's bootstrap: copied with each job onto a host with its own
+    disk; on a shared filesystem, imported from where this fsdp-orch is installed, so that path
+    must be there, with the same fsdp-orch."""
+    if not profile.shared_filesystem:
+        return Check(f"{where} bootstrap", True, "copied with each job (shared_filesystem: false)")
+    import fsdp_orch
+    from fsdp_orch.vocab.version import __version__
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(fsdp_orch.__file__)))
+    probe = (f"import sys; sys.path.insert(0, {root!r}); import fsdp_orch.bootstrap.agent; "
+             "from fsdp_orch.vocab.version import __version__; print(__version__)")
+    found = run(ssh_argv(host, profile, shlex.quote(profile.python), "-c", shlex.quote(probe)),
+                120.0)
+    said = found.stdout.strip().splitlines() if found.returncode == 0 else []
+    there = said[-1] if said else None
+    fix = (f"install this fsdp-orch at {root} on the host (the shared filesystem), or set "
+           "shared_filesystem: false in the profile to copy it with each job")
+    if there is None:
+        return Check(f"{where} bootstrap", False, f"{profile.python} there cannot import "
+                     f"fsdp_orch from {root}", fix)
+    if there != __version__:
+        return Check(f"{where} bootstrap", False, f"fsdp-orch {there} at {root} there, "
+                     f"{__version__} here", fix)
+    return Check(f"{where} bootstrap", True, f"fsdp-orch {there} from {root} (shared filesystem)")
 
 
 def tpu_checks(profile, run: Runner) -> list[Check]:  # type: ignore[no-untyped-def]

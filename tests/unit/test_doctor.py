@@ -6,12 +6,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from fsdp_orch.cli.doctor import home_checks, report, torch_for_ranks, torch_here
 from fsdp_orch.observe.command import CommandResult
 from fsdp_orch.vocab.checks import Check
+from fsdp_orch.vocab.version import __version__
 
 MOUNTS = "/dev/sda1 / ext4 rw 0 0\nfiler:/home /shared nfs4 rw 0 0\n"
+
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_cli_without_torch_passes_and_says_what_the_ranks_need() -> None:
@@ -94,6 +99,8 @@ def test_ssh_hosts_are_checked_for_a_port_that_answers_a_known_key_and_the_same_
     def runner(argv: list[str], timeout: float) -> CommandResult:
         if argv[0] == "ssh":  # stand-in for the host's python over ssh: no sshd in a unit test
             remote.append(argv)
+            if "fsdp_orch.bootstrap.agent" in argv[-1]:  # the bootstrap, from this install's path
+                return CommandResult(0, f"{__version__}\n", "")
             return CommandResult(0, "2.13.0+cpu\n", "")
         return command.run(argv, timeout)  # ssh-keygen -F, for real
 
@@ -109,10 +116,14 @@ def test_ssh_hosts_are_checked_for_a_port_that_answers_a_known_key_and_the_same_
     unreachable = by_name[f"127.0.0.1:{closed_port} reachable"]
     assert not unreachable.ok and "sshd" in unreachable.fix
     assert f"127.0.0.1:{closed_port} host key" not in by_name  # nothing more to ask of it
-    [ssh] = remote
+    [ssh, bootstrap] = remote
     assert (["-o", "StrictHostKeyChecking=yes"]
             == ssh[ssh.index("StrictHostKeyChecking=yes") - 1:][:2])
     assert ssh[-3:] == ["/opt/venv/bin/python", "-c", "'import torch; print(torch.__version__)'"]
+    # a shared filesystem: the host imports the bootstrap from where this fsdp-orch is installed
+    assert by_name[f"127.0.0.1:{open_port} bootstrap"].ok
+    assert str(REPO) in bootstrap[-1] and "shared filesystem" in by_name[
+        f"127.0.0.1:{open_port} bootstrap"].detail
 
 
 def test_an_unknown_host_key_is_red_when_strict_with_how_to_verify_it(tmp_path) -> None:
@@ -133,7 +144,10 @@ def test_an_unknown_host_key_is_red_when_strict_with_how_to_verify_it(tmp_path) 
                         connect=lambda address, timeout: None)
     by_end = {c.name.split()[-1]: c for c in checks}
     assert by_end["key"].ok and "accept-new" in by_end["key"].detail
-    assert not by_end["torch"].ok and "2.5.0" in by_end["torch"].detail
+    assert not by_end["torch"].ok and "2.5.0 there, older than 2.9" in by_end["torch"].detail
+    assert "fsdp-orch[runtime]" in by_end["torch"].fix
+    # the bootstrap's probe printed a torch version, not fsdp-orch's: another fsdp-orch there
+    assert not by_end["bootstrap"].ok and "shared_filesystem: false" in by_end["bootstrap"].fix
 
 
 def test_doctor_for_a_tpu_vm_needs_gcloud(tmp_path) -> None:

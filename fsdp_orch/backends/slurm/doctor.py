@@ -11,7 +11,7 @@ from fsdp_orch.observe.command import Runner
 from fsdp_orch.places.home import home_dir
 from fsdp_orch.places.private import ensure_private_root
 from fsdp_orch.record.run_roots import shared_run_root
-from fsdp_orch.vocab.checks import TORCH_VERSION, Check
+from fsdp_orch.vocab.checks import MIN_TORCH, RANKS_NEED, TORCH_VERSION, Check, torch_too_old
 from fsdp_orch.vocab.errors import InputError
 
 COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scontrol", "scancel")
@@ -49,10 +49,11 @@ def slurm_checks(profile: SlurmProfile, torch_version: str | None, run: Runner) 
                             f"{(nodes.stderr.strip().splitlines() or ['no output'])[-1][:300]}",
                             "set python: in the profile to an interpreter the nodes have, "
                             "with torch (a venv on the shared filesystem)"))
-    elif torch_version is not None and version != torch_version:
+    elif torch_too_old(version):
         checks.append(Check("torch on the nodes", False,
-                            f"nodes have torch {version}, this host {torch_version}",
-                            "use the same environment on both (python: in the profile)"))
+                            f"nodes have torch {version}, older than "
+                            f"{MIN_TORCH[0]}.{MIN_TORCH[1]}",
+                            f"{RANKS_NEED}; or set python: in the profile to such an environment"))
     else:
         checks.append(Check("torch on the nodes", True, f"{profile.python}: torch {version}"))
     runs = os.path.join(shared_run_root(profile.shared_dir) if profile.shared_dir else home_dir(),
