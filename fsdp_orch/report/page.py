@@ -35,7 +35,8 @@ MEANING = {
 }
 
 STYLE = """
-body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1000px; }
+body { font-family: sans-serif; margin: 16px; color: #222; max-width: 1000px; }
+svg { display: block; } .scroll { overflow-x: auto; }
 h1 { font-size: 20px; margin-bottom: 4px; } h2 { font-size: 16px; margin-top: 28px; }
 .meta { color: #555; font-size: 13px; } .big { font-size: 28px; font-weight: bold; }
 table { border-collapse: collapse; font-size: 13px; } \
@@ -77,9 +78,10 @@ def render(status: JobStatus, events: list[Event]) -> str:
     parts += ["<h2>Timeline</h2>",
               timeline(goodput, _bars(status, goodput.until), _verdicts(status),
                        _checkpoints(events)), _legend()]
+    parts += ["<h2>Attempts</h2>", _attempts(status)]
     parts += ["<h2>Loss</h2>", loss_curve(_losses(events))]
     parts += ["<h2>Where the time went</h2>", _breakdown(g)]
-    parts += ["<h2>Failures</h2>", _failures(doc["failures"])]
+    parts += ["<h2>Failures</h2>", f"<div class='scroll'>{_failures(doc['failures'])}</div>"]
     parts += ["<h2>Notices</h2>", _notices(doc["events"])]
     parts.append(f"<p class='meta'>run folder: {escape(status.run_dir)}</p></body></html>")
     return "\n".join(parts) + "\n"
@@ -114,6 +116,30 @@ def _losses(events: list[Event]) -> dict[int, list[tuple[int, float]]]:
         elif isinstance(event, Progress) and (loss := finite(event.loss)) is not None:
             points.setdefault(attempt, []).append((int(event.step), loss))
     return points
+
+
+def _attempts(status: JobStatus) -> str:
+    """One row per attempt: when it started and ended, the steps it trained (from the checkpoint
+    it resumed, to its last step reported), that checkpoint, and how it ended."""
+    from fsdp_orch.vocab.times import iso_time
+
+    verdicts = {f.attempt: f"{f.category} -> {f.action}" for f in status.failures}
+    rows = ["<div class='scroll'><table id='attempts'><tr><th>attempt</th><th>started</th>"
+            "<th>ended</th><th>steps</th><th>resumed from</th><th>how it ended</th></tr>"]
+    for r in sorted(status.attempt_records.values(), key=lambda r: r.attempt):
+        steps = "" if r.last_step is None else f"{r.resume_step or 0} to {r.last_step}"
+        ended = verdicts.get(r.attempt) or (
+            "running" if r.ended_at is None else f"exit {r.exit_code}")
+        rows.append(f"<tr class='attempt' data-attempt='{r.attempt}' "
+                    f"data-last-step='{'' if r.last_step is None else r.last_step}'>"
+                    f"<td class='num'>{r.attempt}</td>"
+                    f"<td>{escape(iso_time(r.started_at) or '')}</td>"
+                    f"<td>{escape(iso_time(r.ended_at) or '')}</td>"
+                    f"<td class='num'>{steps}</td>"
+                    f"<td class='evidence'>{escape(r.resume_from or '')}</td>"
+                    f"<td>{escape(ended)}</td></tr>")
+    rows.append("</table></div>")
+    return "\n".join(rows)
 
 
 def _legend() -> str:

@@ -14,8 +14,14 @@ WIDTH, LEFT, RIGHT = 960, 90, 20
 COLORS = {"productive": "#2e7d32", "queue": "#9e9e9e", "startup": "#1e88e5",
           "checkpoint": "#00897b", "detection": "#e53935", "restart": "#fb8c00",
           "lost_work": "#8e24aa", "teardown": "#6d4c41", "unaccounted": "#cfcfcf"}
-ATTEMPT_COLORS = ("#1565c0", "#c62828", "#2e7d32", "#6a1b9a", "#ef6c00", "#00838f")
+# Attempts in shades of one hue that no bucket, verdict or checkpoint uses: one colour per meaning
+# (the first palette reused the productive green and a failure red for attempts 2 and 1).
+ATTEMPT_COLORS = ("#283593", "#5c6bc0", "#0d47a1", "#7986cb", "#1a237e", "#3f51b5")
+ATTEMPT_DASHES = ("", "6,3", "2,2", "8,3,2,3", "4,4", "1,3")  # told apart without colour too
 assert set(COLORS) == set(BUCKETS)
+assert not set(ATTEMPT_COLORS) & set(COLORS.values())
+# as wide as the page allows, never wider than drawn; the height follows the viewBox
+_SIZE = f'width="100%" style="max-width:{WIDTH}px;height:auto"'
 
 
 @dataclass(frozen=True)
@@ -62,9 +68,8 @@ def timeline(goodput: Goodput, bars: list[Bar], verdicts: list[Mark],
 
     strip_y, bar_y0, bar_h = 24, 64, 22
     height = bar_y0 + len(bars) * (bar_h + 8) + 56
-    parts = [f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" '
-             f'height="{height}" viewBox="0 0 {WIDTH} {height}" role="img" '
-             'aria-label="timeline of the job">',
+    parts = [f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" {_SIZE} '
+             f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="timeline of the job">',
              f'<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#ffffff"/>']
     for prev, nxt in zip(bars, bars[1:], strict=False):  # the gaps between attempts, shaded across
         parts.append(_rect(x(prev.end), bar_y0 - 6, x(nxt.start) - x(prev.end),
@@ -121,7 +126,7 @@ def loss_curve(points: dict[int, list[tuple[int, float]]]) -> str:
     attempt before it). ``points``: attempt -> (step, loss)."""
     height, top, bottom = 300, 16, 40
     every = [p for line in points.values() for p in line]
-    parts = [f'<svg id="loss" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+    parts = [f'<svg id="loss" xmlns="http://www.w3.org/2000/svg" {_SIZE} '
              f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="loss curve">',
              f'<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#ffffff"/>']
     if not every:
@@ -144,14 +149,23 @@ def loss_curve(points: dict[int, list[tuple[int, float]]]) -> str:
     for step, anchor in ((s0, "start"), (s1, "end")):
         parts.append(_text(LEFT + inner_w * (step - s0) / (s1 - s0), top + inner_h + 16,
                            f"step {step}", anchor, 11))
+    parts.append(_text(LEFT + inner_w / 2, top + inner_h + 16, "optimizer step", "middle", 11,
+                       "#666").replace("<text ", '<text class="axis-title" ', 1))
+    parts.append(f'<text class="axis-title" x="14" y="{_num(top + inner_h / 2)}" font-size="11" '
+                 f'fill="#666" text-anchor="middle" '
+                 f'transform="rotate(-90 14 {_num(top + inner_h / 2)})">loss</text>')
     for n, (attempt, line) in enumerate(sorted(points.items())):
         color = ATTEMPT_COLORS[attempt % len(ATTEMPT_COLORS)]
         path = " ".join(xy(s, v) for s, v in line)
-        parts.append(f'<polyline class="loss-line" points="{path}" fill="none" '
-                     f'stroke="{color}" stroke-width="2"/>')
-        for s, v in line[-1:] if len(line) > 1 else line:
+        dash = ATTEMPT_DASHES[attempt % len(ATTEMPT_DASHES)]
+        dashed = f' stroke-dasharray="{dash}"' if dash else ""
+        parts.append(f'<polyline class="loss-line" data-attempt="{attempt}" points="{path}" '
+                     f'fill="none" stroke="{color}" stroke-width="2"{dashed}/>')
+        for s, v in line:  # every point logged, each with its step and loss on hover
             cx, cy = xy(s, v).split(",")
-            parts.append(f'<circle cx="{cx}" cy="{cy}" r="3" fill="{color}"/>')
+            parts.append(f'<circle class="loss-point" cx="{cx}" cy="{cy}" r="2.5" '
+                         f'fill="{color}"><title>attempt {attempt}, step {s}: loss {v:.4g}'
+                         '</title></circle>')
         parts.append(_rect(LEFT + 10 + n * 110, height - 14, 12, 10, color))
         parts.append(_text(LEFT + 26 + n * 110, height - 5, f"attempt {attempt}", size=11))
     parts.append("</svg>")

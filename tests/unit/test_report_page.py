@@ -81,3 +81,23 @@ def test_the_notices_are_on_the_page_escaped() -> None:
     assert html.count("class='notice' data-kind='teardown_hang'") == 1
     assert "rank 1 stuck at &lt;module&gt; at sft.py:145" in html and "<script" not in html
     assert "<h2>Notices</h2>\n<p>none</p>" in page()[0]
+
+
+def test_each_attempt_has_a_row_and_each_loss_point_a_mark_with_labelled_axes() -> None:
+    """Issue 44: a per-attempt table (start, end, steps, the checkpoint resumed, how it ended),
+    every loss point logged, the loss curve's axes titled, the drawings as wide as the page, and
+    attempts drawn in colours no other meaning uses."""
+    from fsdp_orch.report.svg import ATTEMPT_COLORS, COLORS
+
+    html, _ = page()
+    rows = re.findall(r"<tr class='attempt' data-attempt='(\d)' data-last-step='(\d*)'>(.*?)</tr>",
+                      html)
+    assert [(a, last) for a, last, _ in rows] == [("0", "9"), ("1", "20")]
+    first, second = rows[0][2], rows[1][2]
+    assert "0 to 9" in first and "hang -&gt; restart" in first
+    assert "5 to 20" in second and "/ck/step-5" in second and "exit 0" in second
+    assert html.count('class="loss-point"') == 4  # every progress event's loss
+    assert "attempt 1, step 20: loss 2" in html
+    assert html.count('class="axis-title"') == 2 and ">loss</text>" in html
+    assert 'width="100%" style="max-width:960px;height:auto"' in html
+    assert not set(ATTEMPT_COLORS) & set(COLORS.values())
