@@ -99,10 +99,10 @@ def _bootstrap_check(host, profile, where: str, run: Runner) -> Check:  # type: 
     must be there, with the same fsdp-orch."""
     if not profile.shared_filesystem:
         return Check(f"{where} bootstrap", True, "copied with each job (shared_filesystem: false)")
-    import fsdp_orch
     from fsdp_orch.vocab.version import __version__
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(fsdp_orch.__file__)))
+    # the folder fsdp_orch is imported from here: <root>/fsdp_orch/backends/remote_doctor.py
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     probe = (f"import sys; sys.path.insert(0, {root!r}); import fsdp_orch.bootstrap.agent; "
              "from fsdp_orch.vocab.version import __version__; print(__version__)")
     found = run(ssh_argv(host, profile, shlex.quote(profile.python), "-c", shlex.quote(probe)),
