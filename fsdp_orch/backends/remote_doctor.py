@@ -10,7 +10,7 @@ import socket
 from collections.abc import Callable
 
 from fsdp_orch.observe.command import Runner
-from fsdp_orch.vocab.checks import MIN_TORCH, RANKS_NEED, TORCH_VERSION, Check, torch_too_old
+from fsdp_orch.vocab.checks import MIN_TORCH_TEXT, RANKS_NEED, TORCH_VERSION, Check, torch_too_old
 
 Connect = Callable[[tuple[str, int], float], object]
 
@@ -80,7 +80,7 @@ def ssh_checks(profile, torch_version: str | None, run: Runner,  # type: ignore[
                                 "interpreter with torch on that host"))
         elif torch_too_old(version):
             checks.append(Check(f"{where} torch", False, f"torch {version} there, older than "
-                                f"{MIN_TORCH[0]}.{MIN_TORCH[1]}", RANKS_NEED))
+                                + MIN_TORCH_TEXT, RANKS_NEED))
         elif versions and version not in versions:
             checks.append(Check(f"{where} torch", False,
                                 f"torch {version} there, {versions[0]} on the first host",

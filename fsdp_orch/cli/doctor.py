@@ -15,28 +15,37 @@ from fsdp_orch.backends.registry import cluster_kind, load_profile
 from fsdp_orch.observe import command
 from fsdp_orch.observe.command import Runner
 from fsdp_orch.places.home import filesystem_of, home_dir, on_network_filesystem, store_path
-from fsdp_orch.vocab.checks import MIN_TORCH, RANKS_NEED, TORCH_VERSION, Check, torch_too_old
+from fsdp_orch.vocab.checks import MIN_TORCH_TEXT, RANKS_NEED, TORCH_VERSION, Check, torch_too_old
 
 
-def torch_here(python: str = sys.executable, run: Runner = command.run) -> tuple[Check, str | None]:
-    """Does this host's Python import torch? (the check, and the version). The CLI needs none: a
-    login node may have no torch; a machine that runs ranks needs one (``torch_for_ranks``)."""
+def torch_version_of(python: str, run: Runner = command.run) -> tuple[str | None, str]:
+    """``python``'s torch version, or None and the last line it said instead."""
     result = run([python, "-c", TORCH_VERSION], 120.0)
-    version = result.stdout.strip() if result.returncode == 0 else None
+    if result.returncode == 0 and result.stdout.strip():
+        return result.stdout.strip(), ""
+    return None, (result.stderr.strip().splitlines() or ["no output"])[-1]
+
+
+def torch_here(python: str = sys.executable, run: Runner = command.run,
+               found: tuple[str | None, str] | None = None) -> tuple[Check, str | None]:
+    """Does this host's Python import torch? (the check, and the version). The CLI needs none: a
+    login node may have no torch; a machine that runs ranks needs one (``torch_for_ranks``).
+    ``found``: ``torch_version_of(python)`` when already asked."""
+    version, _ = found if found is not None else torch_version_of(python, run)
     if version is None:
         return Check("torch on this host", True, f"{python} has no torch, and the CLI needs none "
                      f"(submit, status, render, doctor); {RANKS_NEED}"), None
     return Check("torch on this host", True, f"{python}: torch {version}"), version
 
 
-def torch_for_ranks(python: str, run: Runner = command.run) -> Check:
-    """Can ``python``, the ranks' (a profile's ``python:``), run them: torch >= MIN_TORCH?"""
-    result = run([python, "-c", TORCH_VERSION], 120.0)
-    version = result.stdout.strip() if result.returncode == 0 else None
-    wanted = f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}"
+def torch_for_ranks(python: str, run: Runner = command.run,
+                    found: tuple[str | None, str] | None = None) -> Check:
+    """Can ``python``, the ranks' (a profile's ``python:``), run them: torch >= MIN_TORCH?
+    ``found``: ``torch_version_of(python)`` when already asked (the CLI's own python)."""
+    version, said = found if found is not None else torch_version_of(python, run)
+    wanted = f"torch>={MIN_TORCH_TEXT}"
     if version is None:
-        return Check("torch for the ranks", False, f"{python} cannot import torch: "
-                     f"{(result.stderr.strip().splitlines() or ['no output'])[-1]}",
+        return Check("torch for the ranks", False, f"{python} cannot import torch: {said}",
                      f"{RANKS_NEED}; or set the profile's python: to the environment your "
                      "training uses")
     if torch_too_old(version):
@@ -261,12 +270,14 @@ def report(checks: list[Check], as_json: bool) -> str:
 
 def run_doctor(cluster: str | None, as_json: bool, run: Runner = command.run) -> tuple[str, bool]:
     """(the report, whether every check passed)."""
-    check, version = torch_here(run=run)
+    found = torch_version_of(sys.executable, run)  # asked once: importing torch takes seconds
+    check, version = torch_here(run=run, found=found)
     checks = [check, *home_checks(), *trust_checks()]
     if cluster is not None:
         profile, _ = load_profile(cluster)
         if profile.kind == "local":  # this machine runs the ranks
-            checks.append(torch_for_ranks(profile.python, run))
+            checks.append(torch_for_ranks(profile.python, run,
+                                          found if profile.python == sys.executable else None))
         checks += cluster_kind(profile.kind).doctor(profile, version, run)
     return report(checks, as_json), all(c.ok for c in checks)
 

@@ -19,10 +19,11 @@ TORCH_VERSION = "import torch; print(torch.__version__)"
 # The oldest torch the ranks may have (pyproject's runtime extra says the same): the tests have
 # run jobs on it (.venv-xla's torch 2.9.0, through a profile's python).
 MIN_TORCH = (2, 9)
+MIN_TORCH_TEXT = f"{MIN_TORCH[0]}.{MIN_TORCH[1]}"
 
 # What a machine that runs ranks needs; the CLI's own environment needs no torch.
 RANKS_NEED = ("the ranks' python (the profile's python:) needs "
-              f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}, the one your training already uses, and "
+              f"torch>={MIN_TORCH_TEXT}, the one your training already uses, and "
               "fsdp-orch importable there for its bootstrap (pip install 'fsdp-orch[runtime]' "
               "in that environment; on SSH hosts with their own disks fsdp-orch is copied with "
               "the job)")

@@ -11,7 +11,7 @@ from fsdp_orch.observe.command import Runner
 from fsdp_orch.places.home import home_dir
 from fsdp_orch.places.private import ensure_private_root
 from fsdp_orch.record.run_roots import shared_run_root
-from fsdp_orch.vocab.checks import MIN_TORCH, RANKS_NEED, TORCH_VERSION, Check, torch_too_old
+from fsdp_orch.vocab.checks import MIN_TORCH_TEXT, RANKS_NEED, TORCH_VERSION, Check, torch_too_old
 from fsdp_orch.vocab.errors import InputError
 
 COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scontrol", "scancel")
@@ -52,7 +52,7 @@ def slurm_checks(profile: SlurmProfile, torch_version: str | None, run: Runner) 
     elif torch_too_old(version):
         checks.append(Check("torch on the nodes", False,
                             f"nodes have torch {version}, older than "
-                            f"{MIN_TORCH[0]}.{MIN_TORCH[1]}",
+                            + MIN_TORCH_TEXT,
                             f"{RANKS_NEED}; or set python: in the profile to such an environment"))
     else:
         checks.append(Check("torch on the nodes", True, f"{profile.python}: torch {version}"))
