@@ -35,10 +35,11 @@ def duration(seconds: float) -> str:
 
 def _state(job: JobStatus, now: float) -> str:
     """The STATE column: a running job whose steps stopped says for how long, and the hang window in
-    force (``RUNNING (stalled 42s/5m)``)."""
+    force (``RUNNING (stalled 42s/5m)``); one that takes no step while its ranks save or shut down
+    says so (``RUNNING (saving)``, ``RUNNING (finishing)``)."""
     stalled = job.stalled_for_s(now)
     if stalled is None:
-        return job.state
+        return f"{job.state} ({job.quiet})" if job.running and job.quiet else job.state
     window = f"/{duration(job.hang_window_s)}" if job.hang_window_s is not None else ""
     return f"{job.state} (stalled {duration(stalled)}{window})"
 

@@ -107,6 +107,7 @@ def _attempt_started(status: JobStatus, event: AttemptStarted) -> None:
                                                     resume_from=event.resume_from,
                                                     resume_step=event.resume_step)
     status.stepped_at = None  # the new attempt has not stepped yet; its window comes with its steps
+    status.quiet = status.active_at = None
     status.hang_window_s = status.hang_window_mode = None
 
 

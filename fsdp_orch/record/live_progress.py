@@ -20,14 +20,18 @@ from fsdp_orch.record.status import JobStatus
 
 LIVE_FILE = "progress.json"
 LIVE_EVERY_S = 0.5
+QUIET_STATES = ("saving", "finishing")
 
 
 def write_live(run_dir: str, *, attempt: int, step: int, loss: float | None,
-               loss_source: str | None, progress_at: float) -> None:
-    """The supervisor's view of the attempt's progress now; a failed write only costs freshness."""
+               loss_source: str | None, progress_at: float, quiet: str | None = None,
+               active_at: float | None = None) -> None:
+    """The supervisor's view of the attempt's progress now; a failed write only costs freshness.
+    ``quiet``: why no step comes and none is due (QUIET_STATES); ``active_at``: the last progress
+    of any rank (a step or a change of state)."""
     data = {"attempt": attempt, "step": step, "loss": finite(loss),
             "loss_source": loss_source if finite(loss) is not None else None,
-            "progress_at": progress_at}
+            "progress_at": progress_at, "quiet": quiet, "active_at": active_at}
     try:
         write_atomically(os.path.join(run_dir, LIVE_FILE), json.dumps(data), mode=0o600)
     except OSError:
@@ -52,12 +56,21 @@ def read_live(run_dir: str) -> dict | None:  # type: ignore[type-arg]
 
 def apply_live(status: JobStatus, live: dict | None) -> bool:  # type: ignore[type-arg]
     """Fold ``live`` into a running job's status when it is its current attempt's and ahead of
-    what the event log said; True when it changed anything."""
+    what the event log said, or says a rank has returned from its script; True when it changed
+    anything."""
     if live is None or not status.running or live["attempt"] != status.attempts - 1:
         return False
+    quiet = live.get("quiet") if live.get("quiet") in QUIET_STATES else None
+    active = live.get("active_at")
+    active = float(active) if isinstance(active, (int, float)) and math.isfinite(active) else None
+    changed = quiet != status.quiet or (
+        active is not None and (status.active_at is None or active > status.active_at))
+    status.quiet = quiet
+    if active is not None and (status.active_at is None or active > status.active_at):
+        status.active_at = active
     current = status.progress_step if status.progress_attempt == live["attempt"] else None
     if current is not None and live["step"] <= current:
-        return False
+        return changed
     from fsdp_orch.record.fold import fold_progress
 
     loss = live.get("loss")
@@ -69,4 +82,4 @@ def apply_live(status: JobStatus, live: dict | None) -> bool:  # type: ignore[ty
     return True
 
 
-__all__ = ["LIVE_EVERY_S", "LIVE_FILE", "apply_live", "read_live", "write_live"]
+__all__ = ["LIVE_EVERY_S", "LIVE_FILE", "QUIET_STATES", "apply_live", "read_live", "write_live"]

@@ -107,6 +107,12 @@ class JobStatus:
     attempt_records: dict[int, AttemptRecord] = field(default_factory=dict)
     excluded_hosts: list[str] = field(default_factory=list)  # address:port, in the order lost
     stepped_at: float | None = None  # the running attempt's last step (None: none yet)
+    # From the supervisor's live file only, never kept: why the running attempt takes no step and
+    # is not stalled ("saving": a rank saves a checkpoint; "finishing": a rank returned from its
+    # script, the rest is the processes' teardown), and the last progress of any rank (a step, or
+    # a save begun or ended).
+    quiet: str | None = None
+    active_at: float | None = None
     step_seconds: list[float] = field(default_factory=list)  # recent seconds per step
     progress_attempt: int | None = None  # the attempt whose progress progress_step is
     # the latest event folded in: what a running job's breakdown is as of
@@ -134,17 +140,24 @@ class JobStatus:
     @property
     def stall_from(self) -> float | None:
         """When the running attempt shows as stalled if it takes no step before; None while it is
-        not running or has not stepped yet (starting up is not a stall)."""
-        if not self.running or self.stepped_at is None:
+        not running, has not stepped yet (starting up is not a stall) or is ``quiet`` (saving, or
+        finishing)."""
+        if not self.running or self.stepped_at is None or self.quiet is not None:
             return None
-        return self.stepped_at + stall_threshold(self.step_seconds, self.hang_window_s)
+        return self._progressed_at + stall_threshold(self.step_seconds, self.hang_window_s)
+
+    @property
+    def _progressed_at(self) -> float:
+        assert self.stepped_at is not None
+        return self.stepped_at if self.active_at is None else max(self.stepped_at, self.active_at)
 
     def stalled_for_s(self, now: float) -> float | None:
-        """Seconds since the running attempt's last step, once that is a stall (``stall_from``)."""
+        """Seconds since the running attempt's last progress, once that is a stall
+        (``stall_from``)."""
         since = self.stall_from
-        if since is None or self.stepped_at is None or now <= since:
+        if since is None or now <= since:
             return None
-        return round(now - self.stepped_at, 1)
+        return round(now - self._progressed_at, 1)
 
     def goodput(self, now: float | None = None) -> Goodput:
         """Where the wall time went, to the job's end; while it runs, to ``now`` (None:

@@ -26,7 +26,8 @@ class ProgressEvents:
         self.journal = journal
         self.clock = clock
         self.run_dir = run_dir
-        self._live: tuple[int, int] | None = None  # (attempt, step) last written to the live file
+        # (attempt, step, quiet, active_at) last written to the live file
+        self._live: tuple[int, int, str | None, float] | None = None
         self._live_at = float("-inf")
         self._last_step: int | None = None  # the progress last recorded for the running attempt
         self._last_loss: float | None = None
@@ -48,7 +49,7 @@ class ProgressEvents:
             return
         self._record_window(lead.attempt, window)
         loss, source = self._loss(lead)
-        self._write_live(lead, loss, source, final)
+        self._write_live(lead, loss, source, final, beats)
         if lead.step == self._last_step and loss == self._last_loss:
             return
         if (not final and self._last_step is not None
@@ -65,7 +66,7 @@ class ProgressEvents:
         and the loop looks once per ``watch.poll_interval`` (1 s)."""
         lead = self._lead(beats)
         if lead is not None:
-            self._write_live(lead, *self._loss(lead), final=False)
+            self._write_live(lead, *self._loss(lead), final=False, beats=beats)
 
     @staticmethod
     def _lead(beats: dict) -> Any:  # type: ignore[type-arg]
@@ -82,15 +83,22 @@ class ProgressEvents:
             loss, source = finite(self._follower.loss[0]), self._follower.loss[1]
         return loss, source
 
-    def _write_live(self, lead: Any, loss: float | None, source: str, final: bool) -> None:
-        """Rank 0's step into the live file as it changes, at most every LIVE_EVERY_S."""
+    def _write_live(self, lead: Any, loss: float | None, source: str, final: bool,
+                    beats: dict) -> None:  # type: ignore[type-arg]
+        """Rank 0's step into the live file as it or any rank's progress changes, at most every
+        LIVE_EVERY_S; at once when the ranks begin or end a save or return from their script."""
         now = self.clock()
-        if (self.run_dir is None or self._live == (lead.attempt, lead.step)
-                or (not final and now - self._live_at < LIVE_EVERY_S)):
+        quiet = quiet_state(beats)
+        seen = (lead.attempt, lead.step, quiet, max(b.progress_time for b in beats.values()))
+        if self.run_dir is None or self._live == seen:
             return
-        self._live, self._live_at = (lead.attempt, lead.step), now
+        told = self._live is not None and self._live[2] == quiet
+        if not final and told and now - self._live_at < LIVE_EVERY_S:
+            return
+        self._live, self._live_at = seen, now
         write_live(self.run_dir, attempt=lead.attempt, step=lead.step, loss=loss,
-                   loss_source=source, progress_at=lead.progress_time)
+                   loss_source=source, progress_at=lead.progress_time, quiet=quiet,
+                   active_at=seen[3])
 
     def _record_window(self, attempt: int, window: Window) -> None:
         """The hang window in force once the attempt steps, recorded when it first applies, when its
@@ -111,3 +119,10 @@ class ProgressEvents:
         elif beats and self._hang_detection_off is not None:
             self._hang_detection_off = None
             self.journal.hang_detection(None)
+
+
+def quiet_state(beats: dict) -> str | None:  # type: ignore[type-arg]
+    """Why the attempt takes no step and none is due: "finishing" once a rank has returned from
+    its script (its heartbeat says done), "saving" while a rank saves; else None."""
+    states = {beat.state for beat in beats.values()}
+    return "finishing" if "done" in states else "saving" if "saving" in states else None

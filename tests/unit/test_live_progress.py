@@ -28,7 +28,8 @@ def test_the_file_is_private_and_read_back(tmp_path):
                progress_at=T0 + 7.0)
     assert os.stat(tmp_path / LIVE_FILE).st_mode & 0o777 == 0o600
     assert read_live(str(tmp_path)) == {"attempt": 0, "step": 65, "loss": 2.5,
-                                        "loss_source": "runtime", "progress_at": T0 + 7.0}
+                                        "loss_source": "runtime", "progress_at": T0 + 7.0,
+                                        "quiet": None, "active_at": None}
 
 
 def test_a_torn_or_odd_file_is_not_read(tmp_path):
@@ -84,3 +85,52 @@ def test_the_supervisor_refreshes_the_live_step_between_its_looks(tmp_path):
     events.live(beats(9))
     live = read_live(str(tmp_path))
     assert (live["attempt"], live["step"], live["loss"]) == (1, 9, 0.5)
+
+
+def test_a_job_whose_ranks_save_or_shut_down_is_not_stalled():
+    """r13 of the suite sampled ``RUNNING (stalled 3.0s)`` at the demo's last step while its ranks
+    shut down: a rank that returned from its script, or one saving, is progress the step does not
+    show. After a save the stall counts from its end, not from the last step."""
+    from fsdp_orch.cli.status_table import format_jobs
+
+    status = running(event_types.Progress(at=T0 + 2, step=150, progress_at=T0 + 2),
+                     event_types.HangWindow(at=T0 + 2, window_s=6.0, mode="adaptive"))
+    assert status.stalled_for_s(T0 + 10) == 8.0  # the control: no word from the ranks
+    live = {"attempt": 0, "step": 150, "progress_at": T0 + 2, "quiet": "finishing",
+            "active_at": T0 + 3}
+    assert apply_live(status, live)
+    assert status.stalled_for_s(T0 + 60) is None
+    assert "RUNNING (finishing)" in format_jobs([status], now=T0 + 60)
+
+    saving = running(event_types.Progress(at=T0 + 2, step=100, progress_at=T0 + 2),
+                     event_types.HangWindow(at=T0 + 2, window_s=6.0, mode="adaptive"))
+    assert apply_live(saving, {"attempt": 0, "step": 100, "progress_at": T0 + 2,
+                               "quiet": "saving", "active_at": T0 + 2.5})
+    assert saving.stalled_for_s(T0 + 30) is None
+    assert "RUNNING (saving)" in format_jobs([saving], now=T0 + 30)
+    assert apply_live(saving, {"attempt": 0, "step": 100, "progress_at": T0 + 2,
+                               "quiet": None, "active_at": T0 + 30})  # the save ended at T0+30
+    assert saving.stalled_for_s(T0 + 31) is None
+    assert saving.stalled_for_s(T0 + 40) == 10.0
+    assert not apply_live(saving, {"attempt": 0, "step": 100, "progress_at": T0 + 2,
+                                   "quiet": None, "active_at": T0 + 30})  # nothing new
+
+
+def test_the_supervisor_writes_a_returned_rank_at_once(tmp_path):
+    """The live file is throttled to LIVE_EVERY_S for steps, not for a rank that returned from its
+    script: status must not call the teardown a stall for want of a write."""
+    from fsdp_orch.observe.heartbeats import Heartbeat
+    from fsdp_orch.supervise.progress_events import ProgressEvents
+
+    now = [100.0]
+    events = ProgressEvents(journal=None, clock=lambda: now[0], run_dir=str(tmp_path))  # type: ignore[arg-type]
+
+    def beat(rank: int, state: str, at: float) -> Heartbeat:
+        return Heartbeat(rank=rank, attempt=0, step=150, loss=0.5, time=at, state=state, pid=7,
+                         progress_at=at)
+
+    events.live({0: beat(0, "training", 99.0), 1: beat(1, "training", 99.0)})
+    now[0] += 0.1
+    events.live({0: beat(0, "training", 99.0), 1: beat(1, "done", 100.1)})
+    live = read_live(str(tmp_path))
+    assert (live["step"], live["quiet"], live["active_at"]) == (150, "finishing", 100.1)
