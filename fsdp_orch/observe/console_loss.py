@@ -52,6 +52,10 @@ _RANK_PREFIX = re.compile(r"\[default(\d+)\]:")
 _BREAK = re.compile(r"[\r\n]")
 _INDENT = " " * 8  # a Rich bar's metrics wrapped under it are indented to the metrics column
 CARRY_LIMIT = 16_384  # an unfinished piece longer than this keeps only its end
+# The step a loss line names: ``step=12``, ``step 12:``, ``iter 100:``, ``global step 50``,
+# ``'step': 12``; not ``max_steps=300`` or ``steps``.
+_STEP = re.compile(r"(?<![\w/.-])(?:global[ _]step|step|iter(?:ation)?)['\"]?(?:\s*[:=]\s*|\s+)"
+                   r"(?P<step>\d+)(?![\w.])", re.IGNORECASE)
 
 
 def mentions_loss(text: str) -> bool:
@@ -101,6 +105,14 @@ def _number(m: re.Match[str]) -> float:
     return float(m.group("value"))
 
 
+def printed_step(line: str) -> int | None:
+    """The step a console line names beside its loss (``step=12 loss=2.3``, nanoGPT's
+    ``iter 100: loss ...``, Lightning's ``global step 50``); None when it names none (the
+    Trainer's log dicts: its step is the rank's at the time the line was read)."""
+    m = _STEP.search(line)
+    return int(m.group("step")) if m is not None else None
+
+
 def rank_segments(line: str) -> list[tuple[int | None, str]]:
     """A node console line cut at torchrun's ``[defaultN]:`` prefixes into (local rank, text); the
     text before any prefix has rank None."""
@@ -125,18 +137,23 @@ class LossReader:
     def feed(self, text: str, final: bool = False) -> list[tuple[float, str, int | None]]:
         """(loss, source, torchrun's local rank prefix or None) for each loss in the whole pieces
         of the text so far, in order; ``final``: the log ended, its last piece is whole."""
+        return [found[:3] for found in self.feed_points(text, final)]
+
+    def feed_points(self, text: str,
+                    final: bool = False) -> list[tuple[float, str, int | None, int | None]]:
+        """``feed``'s, each with the step its line names (``printed_step``), else None."""
         text = self.carry + text
         if self.pending is None and not mentions_loss(text):
             self.carry = "" if final else _unfinished(text)
             return []
         pieces = _BREAK.split(text)
         self.carry = "" if final else pieces.pop()[-CARRY_LIMIT:]
-        found: list[tuple[float, str, int | None]] = []
+        found: list[tuple[float, str, int | None, int | None]] = []
         for piece in pieces:
             for rank, segment in rank_segments(piece) if "[default" in piece else [(None, piece)]:
                 hit = self._segment(segment)
                 if hit is not None:
-                    found.append((*hit, rank))
+                    found.append((*hit, rank, printed_step(segment)))
         return found
 
     def _segment(self, text: str) -> tuple[float, str] | None:
@@ -165,4 +182,4 @@ def _unfinished(text: str) -> str:
 
 
 __all__ = ["HF_TRAINER", "LIGHTNING", "PRINT", "LossReader", "is_training_key", "mentions_loss",
-           "parse_loss", "rank_segments"]
+           "parse_loss", "printed_step", "rank_segments"]

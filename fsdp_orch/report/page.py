@@ -49,9 +49,11 @@ vertical-align: middle; }
 """
 
 
-def render(status: JobStatus, events: list[Event]) -> str:
-    """The whole page, one self-contained HTML document
-    (inline CSS and SVG, no scripts, no fetches)."""
+def render(status: JobStatus, events: list[Event],
+           logged: dict[int, list[tuple[int, float]]] | None = None) -> str:
+    """The whole page, one self-contained HTML document (inline CSS and SVG, no scripts, no
+    fetches). ``logged``: every loss the job logged, by attempt (``record.loss_points``); an
+    attempt with none there is drawn from its progress events."""
     doc = status.to_json()
     goodput = status.goodput()
     g = doc["goodput"]
@@ -79,7 +81,7 @@ def render(status: JobStatus, events: list[Event]) -> str:
               timeline(goodput, _bars(status, goodput.until), _verdicts(status),
                        _checkpoints(events)), _legend()]
     parts += ["<h2>Attempts</h2>", _attempts(status)]
-    parts += ["<h2>Loss</h2>", loss_curve(_losses(events))]
+    parts += ["<h2>Loss</h2>", loss_curve({**_losses(events), **(logged or {})})]
     parts += ["<h2>Where the time went</h2>", _breakdown(g)]
     parts += ["<h2>Failures</h2>", f"<div class='scroll'>{_failures(doc['failures'])}</div>"]
     parts += ["<h2>Notices</h2>", _notices(doc["events"])]

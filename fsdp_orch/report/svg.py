@@ -121,6 +121,9 @@ def _attempt_bar(bar: Bar, y: float, bar_h: float, x: Callable[[float], float],
                          ' fill-opacity="0.55"'))
     return row
 
+POINT_MARKS = 500
+
+
 def loss_curve(points: dict[int, list[tuple[int, float]]]) -> str:
     """Loss against step, one line per attempt (a resume that trains steps again draws over the
     attempt before it). ``points``: attempt -> (step, loss)."""
@@ -161,9 +164,12 @@ def loss_curve(points: dict[int, list[tuple[int, float]]]) -> str:
         dashed = f' stroke-dasharray="{dash}"' if dash else ""
         parts.append(f'<polyline class="loss-line" data-attempt="{attempt}" points="{path}" '
                      f'fill="none" stroke="{color}" stroke-width="2"{dashed}/>')
-        for s, v in line:  # every point logged, each with its step and loss on hover
+        # every point logged, each with its step and loss on hover (the line alone past
+        # POINT_MARKS: a long run's page stays small)
+        for s, v in line if len(line) <= POINT_MARKS else ():
             cx, cy = xy(s, v).split(",")
-            parts.append(f'<circle class="loss-point" cx="{cx}" cy="{cy}" r="2.5" '
+            parts.append(f'<circle class="loss-point" data-attempt="{attempt}" data-step="{s}" '
+                         f'data-loss="{v!r}" cx="{cx}" cy="{cy}" r="2.5" '
                          f'fill="{color}"><title>attempt {attempt}, step {s}: loss {v:.4g}'
                          '</title></circle>')
         parts.append(_rect(LEFT + 10 + n * 110, height - 14, 12, 10, color))

@@ -16,6 +16,7 @@ from fsdp_orch.supervise.torchrun_summary import torchrun_root_cause
 # surface in the same poll, the others win.
 COMMUNICATION = frozenset({"nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost",
                            "rendezvous_failure"})
+LOSS_POINTS_HELD = 10_000  # console losses kept between two takes (a reader that never takes)
 
 
 class LogFollower:
@@ -32,6 +33,8 @@ class LogFollower:
         self.loss_readers: dict[str, LossReader] = {}
         self.loss: tuple[float, str] | None = None  # the latest console loss and its format
         self._loss_rank = 3  # how near rank 0 the log that gave it is (0: rank 0's own file)
+        # every loss of that log since ``take_loss_points``: (loss, source, the step its line names)
+        self.loss_points: list[tuple[float, str, int | None]] = []
 
     def poll(self, final: bool = False) -> Diagnosis | None:
         """The first root cause seen so far (strong signatures only unless ``final``). New lines are
@@ -83,10 +86,17 @@ class LogFollower:
         """Keep the latest loss from the log nearest rank 0 that has shown one: rank 0's own file,
         then node 0's console lines of local rank 0 (or of no rank), then any other."""
         reader = self.loss_readers.setdefault(path, LossReader())
-        for loss, source, prefix_rank in reader.feed(text, final):
+        for loss, source, prefix_rank, step in reader.feed_points(text, final):
             nearness = _nearness_to_rank_0(path, prefix_rank)
             if nearness <= self._loss_rank:
                 self.loss, self._loss_rank = (loss, source), nearness
+                self.loss_points.append((loss, source, step))
+        del self.loss_points[:-LOSS_POINTS_HELD]
+
+    def take_loss_points(self) -> list[tuple[float, str, int | None]]:
+        """The console losses read since the last call (the log nearest rank 0), in order."""
+        points, self.loss_points = self.loss_points, []
+        return points
 
     def root_cause_rank(self) -> tuple[int, int, int] | None:
         """torchrun's first observed failure, (global rank, local rank,

@@ -10,6 +10,7 @@ from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.record.event_types import RUNTIME_LOSS, finite
 from fsdp_orch.record.journal import Journal
 from fsdp_orch.record.live_progress import LIVE_EVERY_S, write_live
+from fsdp_orch.record.loss_points import LossLog
 from fsdp_orch.supervise.hang_window import Window, moved
 from fsdp_orch.supervise.logfollow import LogFollower
 from fsdp_orch.supervise.watchdog import no_signal
@@ -35,10 +36,19 @@ class ProgressEvents:
         self._follower: LogFollower | None = None  # the running attempt's: its console loss
         self._window: Window | None = None  # the hang window last recorded for the running attempt
         self._hang_detection_off: str | None = None
+        self.losses = LossLog(run_dir, clock)  # every loss logged, for the report's curve
+        self._lead_seen: tuple[int, int] | None = None  # rank 0's (attempt, step) last seen
 
     def begin(self, follower: LogFollower) -> None:
-        self._follower = follower
+        self._follower, self._lead_seen = follower, None
         self._window, self._last_step, self._last_loss = None, None, None
+
+    def end_attempt(self) -> None:
+        """The attempt's last printed losses (its logs' last lines are read at its end) into the
+        loss log, and the log written."""
+        if self._lead_seen is not None:
+            self._log_printed(*self._lead_seen)
+        self.losses.flush(final=True)
 
     def progress(self, beats: dict, window: Window,  # type: ignore[type-arg]
                  final: bool = False) -> None:
@@ -50,6 +60,8 @@ class ProgressEvents:
         self._record_window(lead.attempt, window)
         loss, source = self._loss(lead)
         self._write_live(lead, loss, source, final, beats)
+        self._log_losses(lead)
+        self.losses.flush(final)
         if lead.step == self._last_step and loss == self._last_loss:
             return
         if (not final and self._last_step is not None
@@ -67,6 +79,21 @@ class ProgressEvents:
         lead = self._lead(beats)
         if lead is not None:
             self._write_live(lead, *self._loss(lead), final=False, beats=beats)
+            self._log_losses(lead)
+
+    def _log_losses(self, lead: Any) -> None:
+        """Each loss the script printed since the last look, at the step its line names (else
+        rank 0's now); the runtime's heartbeat loss where the console shows none."""
+        self._lead_seen = (lead.attempt, lead.step)
+        printed = self._log_printed(lead.attempt, lead.step)
+        if not printed and (self._follower is None or self._follower.loss is None):
+            self.losses.point(lead.attempt, lead.step, finite(lead.loss), RUNTIME_LOSS)
+
+    def _log_printed(self, attempt: int, step_now: int) -> bool:
+        printed = self._follower.take_loss_points() if self._follower is not None else []
+        for loss, source, step in printed:
+            self.losses.point(attempt, step_now if step is None else step, loss, source)
+        return bool(printed)
 
     @staticmethod
     def _lead(beats: dict) -> Any:  # type: ignore[type-arg]

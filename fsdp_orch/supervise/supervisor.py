@@ -214,6 +214,8 @@ class Supervisor:
             if ending.checkpoint_within > 0:
                 self.checkpoints.before_the_end(attempt, handle, ending.checkpoint_within)
             raise
+        finally:
+            self.progress.end_attempt()
 
     def _launch(self, attempt: int,
                 before: int | None) -> tuple[AttemptHandle, float, int] | Outcome:

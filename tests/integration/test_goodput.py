@@ -103,6 +103,16 @@ def test_report_writes_a_private_page_with_the_status_figures(three_faults, tmp_
     assert f"data-goodput-pct='{g['goodput_pct']!r}'" in page
     assert page.count("class='failure'") == 3 and page.count('class="verdict"') == 3
     assert page.count('class="attempt"') == 4 and page.count('class="gap"') == 3
+    # every loss the demo printed (``step=N loss=L``, each step, in each attempt) is a point of
+    # the curve; the event log's progress (one per 5 s) would give a few
+    drawn = {(int(step), round(float(loss), 6)) for step, loss in
+             re.findall(r'class="loss-point" data-attempt="\d+" data-step="(\d+)" '
+                        r'data-loss="([^"]+)"', page)}
+    printed = {(int(step), float(loss)) for log in Path(status["run_dir"]).rglob("*.log")
+               for step, loss in re.findall(r"step=(\d+) loss=([0-9.]+)",
+                                            log.read_text(errors="replace"))}
+    assert len(printed) >= STEPS, printed
+    assert drawn == printed, (sorted(printed - drawn), sorted(drawn - printed))
 
 
 def test_report_default_file_and_a_bad_id(three_faults):

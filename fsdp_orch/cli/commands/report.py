@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from fsdp_orch.record.event_types import parse_event
     from fsdp_orch.record.events import read_job
     from fsdp_orch.record.fold import fold_lines
+    from fsdp_orch.record.loss_points import read_points
     from fsdp_orch.report.page import render
 
     checked_job_id(args.job_id)
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if os.path.isdir(out):
         raise InputError("expected a file to write, not a directory", field="--out", file=out)
     try:
-        write_private(out, render(status, events))
+        write_private(out, render(status, events, read_points(run_dir)))
     except OSError as exc:
         raise InputError(f"cannot write the report: {exc.strerror}", field="--out",
                          file=out) from None
