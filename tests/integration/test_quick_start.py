@@ -1,0 +1,88 @@
+"""The README's quick start works as written, twice in a row (issue 44: its third command once
+exited 2 on the first run's finished checkpoint, and so did a second run of the demo).
+
+The block is taken from the README's "## Quick start" section and run by bash, unchanged, in a
+copy of this checkout: ``bash scripts/setup.sh``, the demo, the demo with rank 1 hung at step 120,
+``status``; then all of it again. Its ``.venv`` starts with this checkout's packages hard-linked
+in (torch, transformers...: nothing is downloaded, and pip can replace any of them without touching
+the suite's own environment), less fsdp-orch itself, which ``setup.sh`` installs from the copy.
+Real torchrun, 2 CPU ranks, the default demo model (300 steps)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_harness import REPO
+
+pytestmark = pytest.mark.slow
+
+BASE_PYTHON = Path(sys.base_prefix) / "bin" / "python3"
+NOT_LINKED = ("fsdp_orch", "_editable_impl_fsdp_orch", "__editable__", "pip", "setuptools",
+              "_distutils_hack", "distutils-precedence.pth", "pkg_resources")
+
+
+def quick_start_block() -> str:
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("\n## Quick start", 1)[1].split("\n## ", 1)[0]
+    match = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert match is not None, "the README's quick start has no ```bash block"
+    return match.group(1)
+
+
+def checkout_copy(where: Path) -> Path:
+    """The checkout's files as git sees them (tracked, and new ones not ignored), as now."""
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], capture_output=True, check=True).stdout
+    for name in filter(None, listed.decode().split("\0")):
+        source = REPO / name
+        if source.is_file():
+            (where / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, where / name)
+    return where
+
+
+def seeded_venv(copy: Path) -> None:
+    """``copy/.venv`` with the suite's packages hard-linked in, less fsdp-orch and pip's own."""
+    subprocess.run([str(BASE_PYTHON), "-m", "venv", str(copy / ".venv")], check=True)
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    theirs = Path(subprocess.run([sys.executable, "-c", purelib], capture_output=True, text=True,
+                                 check=True).stdout.strip())
+    mine = Path(subprocess.run([str(copy / ".venv" / "bin" / "python"), "-c", purelib],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    for entry in theirs.iterdir():
+        if entry.name.startswith(NOT_LINKED):
+            continue
+        if subprocess.run(["cp", "-al", str(entry), str(mine)]).returncode != 0:
+            subprocess.run(["cp", "-as", str(entry), str(mine)], check=True)  # another filesystem
+
+
+def test_the_quick_start_runs_as_written_twice_in_a_row(tmp_path: Path) -> None:
+    block = quick_start_block()
+    assert "bash scripts/setup.sh" in block and "hang:step=120:rank=1" in block, block
+    copy = checkout_copy(tmp_path / "fsdp-orch")
+    seeded_venv(copy)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FSDP_ORCH_", "PYTHON", "VIRTUAL_ENV"))}
+    env["FSDP_ORCH_HOME"] = str(tmp_path / "home")
+    for run in (1, 2):
+        proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=copy, env=env,
+                              capture_output=True, text=True, timeout=900)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, f"run {run} of the quick start failed:\n{out[-4000:]}"
+        listed = subprocess.run([str(copy / ".venv" / "bin" / "fsdp-orch"), "status", "--json"],
+                                cwd=copy, env=env, capture_output=True, text=True, timeout=60)
+        jobs = json.loads(listed.stdout)
+        assert [j["state"] for j in jobs] == ["SUCCEEDED"] * (2 * run), jobs
+        healthy, hung = jobs[-2:]
+        assert healthy["attempts"] == 1 and healthy["progress"]["step"] == 300, healthy
+        assert hung["attempts"] == 2 and hung["progress"]["step"] == 300, hung
+        [failure] = hung["failures"]
+        assert failure["category"] == "hang" and "rank 1" in failure["evidence"], failure
+        assert "rank 1" in proc.stderr, out[-3000:]  # --wait said it as it happened
