@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from cli_harness import SMALL_DEMO, Cli, copy_demo, copy_unchanged, make_cli
-from status_is_fold import CHECKED, CLIS, mismatches
+from status_is_fold import CHECKED, CLIS, STRAGGLERS_NAMED, mismatches
 
 pytest_plugins = [
     "suite_times",  # FSDP_ORCH_TEST_TIMES=FILE: where the suite's time goes
@@ -258,6 +258,7 @@ def pytest_runtest_call(item: pytest.Item):  # type: ignore[no-untyped-def]
     made = CLIS[item.stash.get(_FIRST_CLI, len(CLIS)):]
     used = _clis_used(list(getattr(item, "funcargs", {}).values()))
     seen: set[int] = set()
+    STRAGGLERS_NAMED.clear()
     for cli in [*made, *used]:
         if id(cli) in seen or id(cli) in CHECKED:
             continue
@@ -266,6 +267,10 @@ def pytest_runtest_call(item: pytest.Item):  # type: ignore[no-untyped-def]
         if wrong:
             pytest.fail("status --json is not fold(events) for:\n" + "\n".join(wrong),
                         pytrace=False)
+    if STRAGGLERS_NAMED and item.get_closest_marker("straggler") is None:
+        pytest.fail("a straggler was named in a run that slowed no rank: "
+                    + "; ".join(f"{job}: {message}" for job, message in STRAGGLERS_NAMED),
+                    pytrace=False)
     return result
 
 

@@ -28,6 +28,9 @@ print(json.dumps(out))
 """
 
 CLIS: list[Any] = []  # every Cli made in this session, in order
+# (job id, message) of each straggler named in the jobs ``mismatches`` listed since it was cleared:
+# no healthy run of the suite may name one (issue 45); tests that slow a rank are marked straggler
+STRAGGLERS_NAMED: list[tuple[str, str]] = []
 CHECKED: set[int] = set()  # id() of those a test checks itself (the after-test check leaves them)
 
 
@@ -82,6 +85,8 @@ def mismatches(cli: Any, tries: int = 6) -> list[str]:
     jobs = _listing(cli)
     if not jobs:
         return []
+    STRAGGLERS_NAMED.extend((job["id"], event["message"]) for job in jobs
+                            for event in job.get("events") or () if event["kind"] == "straggler")
     # Most tests end with their jobs ended and their logs still: one listing that equals the fold
     # settles it. Anything else goes through the careful loop below.
     quick = _folds(cli, jobs)

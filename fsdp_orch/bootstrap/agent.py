@@ -75,6 +75,8 @@ class Agent:
         # where the supervisor asks for a flight-recorder dump
         self._trace_request: str | None = None
         self._trace_prefix = ""
+        self._arrivals: dict[str, Any] | None = None  # the latest sample (observe.arrivals)
+        self._arrivals_at = 0  # its round (observe.arrivals)
 
     # --- hooks -------------------------------------------------------------------------------
 
@@ -286,8 +288,21 @@ class Agent:
             self._children.sample()
             if self._trace_request is not None:
                 self._serve_trace_request()
+            self._sample_arrivals()
             with self._lock:
                 self._write_locked(self.clock())
+
+    def _sample_arrivals(self) -> None:
+        """At the first tick of each round of the wall clock (``observe.arrivals``), while
+        training: every rank's sample holds the same collectives."""
+        from fsdp_orch.observe.arrivals import ARRIVALS_EVERY_S
+
+        at = int(self.clock() // ARRIVALS_EVERY_S * ARRIVALS_EVERY_S)
+        if at == self._arrivals_at or self.state != "training":
+            return
+        from fsdp_orch.bootstrap.flight_recorder import arrivals_now
+
+        self._arrivals_at, self._arrivals = at, arrivals_now(at)
 
     def _write_step_left_unwritten(self) -> None:
         """Between ticks: a step the main thread did not write (its last write too young) is
@@ -327,7 +342,7 @@ class Agent:
                 io_at=self._io.io_at if self._io is not None else None,
                 compute_at=max(computed) if computed else None,
                 step_s=self._step_times.summary() if self._step_times is not None else None,
-                collecting_since=self._gc_since), tmp_tag=tmp_tag)
+                collecting_since=self._gc_since, arrivals=self._arrivals), tmp_tag=tmp_tag)
             self._last_write = now
             self._step_unwritten = False
         except OSError:

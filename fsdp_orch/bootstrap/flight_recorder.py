@@ -26,6 +26,33 @@ def flight_recorder_dump(c10d: object) -> bytes | None:
     return dump
 
 
+def arrivals_now(at: int) -> dict | None:  # type: ignore[type-arg]
+    """This rank's arrival at its collectives of round ``at`` (``observe.arrivals``), from its
+    flight recorder without stack traces (0.2 ms for a few dozen entries, a few ms for 2,000); None
+    before the process group exists or where this torch keeps no recorder. The pickle is this
+    process's own torch's, made just now."""
+    import pickle
+
+    from fsdp_orch.observe.arrivals import arrivals_sample
+
+    c10d = sys.modules.get("torch._C._distributed_c10d")
+    if c10d is None:
+        return None
+    for name in FLIGHT_RECORDER_DUMPERS:
+        dumper = getattr(c10d, name, None)
+        if dumper is None:
+            continue
+        try:
+            dump = pickle.loads(dumper(True, False, False))  # collectives, no stacks, all
+        except Exception:
+            continue
+        entries = dump.get("entries") if isinstance(dump, dict) else None
+        sample = arrivals_sample(entries, at) if isinstance(entries, list) else None
+        if sample is not None:
+            return sample
+    return None
+
+
 def _has_entries(dump: bytes) -> bool:
     from fsdp_orch.observe.collective_counts import parse_flight_recorder
 

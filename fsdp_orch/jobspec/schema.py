@@ -212,6 +212,9 @@ class Watch(StrictModel):
     # optimizer step, seen by the bootstrap): an attempt that exits 0 with none is then a failure
     # (no_ranks_started). None: yes for script/module jobs, no for command jobs.
     expect_ranks: bool | None = None
+    # report: name a rank its peers keep waiting for in their collectives (a straggler: an event,
+    # and a line of ``status ID``; supervise/stragglers.py); off: do not look.
+    stragglers: Literal["report", "off"] = "report"
 
 
 class CheckpointPolicy(StrictModel):

@@ -66,6 +66,8 @@ class Heartbeat:
     collecting_since: float | None = None  # a full garbage collection runs since; None: none runs
     # the rank's writer fell silent at this time (set by the relay: see held_since)
     held_since: float | None = None
+    # its arrival at its recent collectives (observe.arrivals); None: not sampled
+    arrivals: dict[str, Any] | None = None
 
     @property
     def progress_time(self) -> float:
@@ -90,6 +92,8 @@ class Heartbeat:
             data["collecting_since"] = self.collecting_since
         if self.held_since is not None:
             data["held_since"] = self.held_since
+        if self.arrivals is not None:
+            data["arrivals"] = self.arrivals
         return json.dumps(data, separators=(",", ":"))
 
 
@@ -121,6 +125,7 @@ def heartbeat_from_dict(data: Any) -> Heartbeat:
         progress_at, python_at, io_at, compute_at = (get("progress_at"), get("python_at"),
                                                      get("io_at"), get("compute_at"))
         step_s, collecting, held = get("step_s"), get("collecting_since"), get("held_since")
+        arrivals = get("arrivals")
         # x - x == 0 holds for finite numbers only (inf - inf and nan - nan are
         # nan); type() is exact: no bool
         if (type(rank) is int and type(attempt) is int and type(step) is int and type(pid) is int
@@ -137,7 +142,8 @@ def heartbeat_from_dict(data: Any) -> Heartbeat:
                 and (step_s is None or type(step_s) is dict)
                 and (collecting is None
                      or (type(collecting) in _NUMBER and collecting - collecting == 0))
-                and (held is None or (type(held) in _NUMBER and held - held == 0))):
+                and (held is None or (type(held) in _NUMBER and held - held == 0))
+                and (arrivals is None or type(arrivals) is dict)):
             return Heartbeat(rank, attempt, step, None if loss is None else float(loss),
                              float(when), state, pid, metrics,
                              None if progress_at is None else float(progress_at),
@@ -145,7 +151,7 @@ def heartbeat_from_dict(data: Any) -> Heartbeat:
                              None if io_at is None else float(io_at),
                              None if compute_at is None else float(compute_at), step_s,
                              None if collecting is None else float(collecting),
-                             None if held is None else float(held))
+                             None if held is None else float(held), arrivals)
     return _checked(data)
 
 
@@ -180,9 +186,13 @@ def _checked(data: Any) -> Heartbeat:
     step_s = data.get("step_s")
     if step_s is not None and not isinstance(step_s, dict):
         raise ValueError(f"step_s: expected an object or null, got {step_s!r}")
+    arrivals = data.get("arrivals")
+    if arrivals is not None and not isinstance(arrivals, dict):
+        raise ValueError(f"arrivals: expected an object or null, got {arrivals!r}")
     return Heartbeat(rank=data["rank"], attempt=data["attempt"], step=data["step"],
                      loss=None if loss is None else float(loss), time=float(when), state=state,
-                     pid=data["pid"], metrics=metrics, host=host, step_s=step_s, **times)
+                     pid=data["pid"], metrics=metrics, host=host, step_s=step_s,
+                     arrivals=arrivals, **times)
 
 
 def held_since(beat: Any, now: float) -> float | None:

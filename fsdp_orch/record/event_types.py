@@ -186,6 +186,7 @@ class Finished(StateChanged):
 
 
 HOST_EXCLUDED = "host_excluded"  # the notice of a host lost mid-run, left out of later attempts
+STRAGGLER = "straggler"  # the notice of a rank its peers keep waiting for (supervise.stragglers)
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     Submitted, SupervisorStarted, Scheduled, AttemptStarted, AttemptLaunched, FirstStep, Progress,

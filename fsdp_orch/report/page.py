@@ -9,6 +9,7 @@ from html import escape
 from typing import Any
 
 from fsdp_orch.record.event_types import (
+    STRAGGLER,
     AttemptStarted,
     CheckpointCommitted,
     Event,
@@ -79,7 +80,7 @@ def render(status: JobStatus, events: list[Event],
         parts.append(f"<p>reason: {escape(status.reason)}</p>")
     parts += ["<h2>Timeline</h2>",
               timeline(goodput, _bars(status, goodput.until), _verdicts(status),
-                       _checkpoints(events)), _legend()]
+                       _checkpoints(events), _stragglers(status)), _legend()]
     parts += ["<h2>Attempts</h2>", _attempts(status)]
     parts += ["<h2>Loss</h2>", loss_curve({**_losses(events), **(logged or {})})]
     parts += ["<h2>Where the time went</h2>", _breakdown(g)]
@@ -107,6 +108,11 @@ def _verdicts(status: JobStatus) -> list[Mark]:
 def _checkpoints(events: list[Event]) -> list[Mark]:
     return [Mark(e.at, f"checkpoint at step {e.step if e.step is not None else '?'}")
             for e in events if isinstance(e, CheckpointCommitted)]
+
+
+def _stragglers(status: JobStatus) -> list[Mark]:
+    return [Mark(n.at, f"attempt {n.attempt}: straggler: {n.message}")
+            for n in status.notices if n.kind == STRAGGLER]
 
 
 def _losses(events: list[Event]) -> dict[int, list[tuple[int, float]]]:

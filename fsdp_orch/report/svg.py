@@ -57,9 +57,10 @@ def _rect(x: float, y: float, w: float, h: float, fill: str, title: str = "",
 
 
 def timeline(goodput: Goodput, bars: list[Bar], verdicts: list[Mark],
-             checkpoints: list[Mark]) -> str:
+             checkpoints: list[Mark], stragglers: list[Mark] = ()) -> str:  # type: ignore[assignment]
     """The job's life left to right: a strip of goodput spans, one bar per attempt (its start-up
-    lighter), verdicts as red marks, checkpoints as ticks, and the gaps between attempts shaded."""
+    lighter), verdicts as red marks, checkpoints as ticks, stragglers named as purple diamonds,
+    and the gaps between attempts shaded."""
     t0, wall = goodput.started_at, max(goodput.wall_s, 1e-9)
     inner = WIDTH - LEFT - RIGHT
 
@@ -97,11 +98,18 @@ def timeline(goodput: Goodput, bars: list[Bar], verdicts: list[Mark],
                      f'fill="#d50000"><title>{escape(v.label)}</title></path>')
         parts.append(f'<line x1="{_num(vx)}" y1="{bar_y0 - 4}" x2="{_num(vx)}" y2="{axis_y}" '
                      'stroke="#d50000" stroke-dasharray="3,3"/>')
+    for mark in stragglers:
+        sx = x(mark.at)
+        parts.append(f'<path class="straggler" d="M{_num(sx)},{axis_y - 16} '
+                     f'L{_num(sx + 6)},{axis_y - 10} L{_num(sx)},{axis_y - 4} '
+                     f'L{_num(sx - 6)},{axis_y - 10} Z" fill="#6a1b9a">'
+                     f'<title>{escape(mark.label)}</title></path>')
     for k in range(6):
         at = t0 + wall * k / 5
         parts.append(_text(x(at), axis_y + 16, f"{at - t0:.0f}s", "middle", 11))
-    parts.append(_text(LEFT, axis_y + 34, "seconds since submission; triangles: verdicts; "
-                       "black ticks: checkpoints; shaded: between attempts", size=11, fill="#666"))
+    parts.append(_text(LEFT, axis_y + 34, "seconds since submission; triangles: verdicts; black "
+                       "ticks: checkpoints; diamonds: stragglers; shaded: between attempts",
+                       size=11, fill="#666"))
     parts.append("</svg>")
     return "\n".join(parts)
 

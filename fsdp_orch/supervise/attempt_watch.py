@@ -13,6 +13,7 @@ from fsdp_orch.backends.base import AttemptHandle
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.nodeagent.server import NODE_TIMEOUT_S
 from fsdp_orch.observe.stacks import StackCapture, default_library_roots
+from fsdp_orch.record.event_types import STRAGGLER
 from fsdp_orch.record.journal import Journal
 from fsdp_orch.record.live_progress import LIVE_EVERY_S
 from fsdp_orch.supervise.checkpoint_tracker import CheckpointTracker
@@ -30,6 +31,7 @@ from fsdp_orch.supervise.hang_window import Window, hang_window
 from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower
 from fsdp_orch.supervise.outcomes import Adopt, Cancelled, Failed, Outcome, Succeeded, TornDown
 from fsdp_orch.supervise.progress_events import ProgressEvents
+from fsdp_orch.supervise.stragglers import StragglerWatch
 from fsdp_orch.supervise.teardown import (
     TEARDOWN_WINDOW_S,
     PastTheEnd,
@@ -91,6 +93,8 @@ class AttemptWatch:
         self._reconnecting_until = clock() + NODE_TIMEOUT_S if adopted is not None else 0.0
         self._returned_step: int | None = None  # the step all ranks had when one returned
         self._past_read: float | None = None  # the ``since`` of the last stuck ranks' stacks read
+        self._stragglers = (StragglerWatch(submission.job.procs_per_node)
+                            if submission.job.watch.stragglers == "report" else None)
         progress.begin(self.follower)
 
     def run(self) -> Outcome:
@@ -119,6 +123,7 @@ class AttemptWatch:
                 self.progress.hang_detection(beats, self.started, watch)
             self._note_strangers()
             self._note_nodes()
+            self._note_straggler(beats)
             finished_at = scripts_finished_at(beats, self.world)
             self._returned_step = returned_step(beats) or self._returned_step
             if code is not None:
@@ -274,6 +279,14 @@ class AttemptWatch:
                                    message=f"stacks of the hung attempt: {explained.stacks}")
         return self._fail(Diagnosis("hang", True, explained.evidence), verdict.stalled_for_s,
                           detected_at)
+
+    def _note_straggler(self, beats: dict) -> None:  # type: ignore[type-arg]
+        """A rank the others keep waiting for, named once (``supervise.stragglers``)."""
+        if self._stragglers is None:
+            return
+        found = self._stragglers.look(beats)
+        if found is not None:
+            self.journal.add_event(attempt=self.attempt, kind=STRAGGLER, message=found.message())
 
     def _note_nodes(self) -> None:
         """Each node's note from its launch script, once (``node_tmp_taken``)."""

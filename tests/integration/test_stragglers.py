@@ -1,0 +1,85 @@
+"""A rank slowed to half speed is named a straggler (issue 45): the demo, unchanged, on 2 CPU ranks
+(real torchrun, FSDP2 over gloo); once it trains, rank 1 runs at half rank 0's speed, loaded or
+not (the suite runs beside it): each rank in a cpu cgroup of its own (v1), rank 1 with half rank
+0's quota and half its share. The supervisor
+names it from the ranks' arrival at their collectives (fsdp_orch/observe/arrivals.py), within 60 s,
+in an event and in ``status ID``. Every other test of the suite checks that its jobs name no
+straggler (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from cli_harness import copy_demo, make_cli
+from status_sampling import beat_glob
+
+pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.straggler]
+
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
+DETECTED_WITHIN_S = 60.0
+
+
+def half_speed(peer: int, slowed: int, name: str) -> Path:
+    """Rank ``slowed`` at half the speed of rank ``peer``, loaded or not: each (every thread) in a
+    cpu cgroup of its own, the peer with a core and the default share, the slowed one with half of
+    each (a share alone does nothing on idle cores; a quota alone, nothing on contended ones)."""
+    group = CPU_CGROUP / name
+    for pid, sub, quota, shares in ((peer, "peer", 100000, 1024), (slowed, "slowed", 50000, 512)):
+        (group / sub).mkdir(parents=True)
+        (group / sub / "cpu.cfs_period_us").write_text("100000")
+        (group / sub / "cpu.cfs_quota_us").write_text(str(quota))
+        (group / sub / "cpu.shares").write_text(str(shares))
+        (group / sub / "cgroup.procs").write_text(str(pid))
+    return group
+
+
+def remove(group: Path) -> None:
+    deadline = time.monotonic() + 30
+    while group.exists() and time.monotonic() < deadline:
+        try:  # once the ranks have exited
+            for sub in ("peer", "slowed"):
+                if (group / sub).exists():
+                    (group / sub).rmdir()
+            group.rmdir()
+        except OSError:
+            time.sleep(0.5)
+
+
+def test_a_rank_at_half_speed_is_named_a_straggler_within_a_minute(tmp_path: Path) -> None:
+    assert os.geteuid() == 0 and (CPU_CGROUP / "cgroup.procs").is_file(), "needs root, cgroup v1"
+    cli = make_cli(tmp_path)
+    demo = copy_demo(tmp_path)
+    job_id = cli.run("submit", "--cluster", "local", str(demo),
+                     "--set", 'args=["--steps", "100000"]', check=True).stdout.split()[-1]
+    group = None
+    try:
+        cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 5
+                       or s["state"] not in ("PENDING", "RUNNING"), timeout=300,
+                       what="the demo training")
+        pids = [json.loads(Path(beat).read_text())["pid"]
+                for rank in (0, 1) for beat in glob.glob(beat_glob(job_id, rank=rank))]
+        group = half_speed(*pids, f"fsdp-orch-test-{job_id}")
+        slowed = time.monotonic()
+        status = cli.wait_until(job_id, lambda s: any(e["kind"] == "straggler"
+                                                      for e in s["events"])
+                                or s["state"] != "RUNNING", timeout=180,
+                                what="a straggler named")
+        took = time.monotonic() - slowed
+        [event] = [e for e in status["events"] if e["kind"] == "straggler"]
+        message = event["message"]
+        assert message.startswith(f"node 0 ({os.uname().nodename}), rank 1: the others wait "), \
+            message
+        share = int(message.split("wait ")[1].split("%")[0])
+        assert 20 <= share <= 100, message
+        assert took <= DETECTED_WITHIN_S, (took, message)
+        shown = cli.run("status", job_id, check=True).stdout
+        assert f"straggler: {message}" in shown or message in shown, shown
+    finally:
+        cli.run("cancel", job_id)
+        if group is not None:
+            remove(group)
