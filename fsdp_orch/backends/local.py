@@ -53,7 +53,7 @@ class LocalAttempt(AgentObservation):
                  proc: subprocess.Popen | None = None):  # type: ignore[type-arg]
         attempt_dir = Path(submission.attempt_dir(attempt))
         super().__init__(submission.run_dir, attempt, attempt_dir, bind="127.0.0.1",
-                         announce="127.0.0.1")
+                         announce="127.0.0.1", node_timeout=submission.job.watch.node_timeout)
         self.job_id = submission.job_id
         self.pgid = pgid
         self.exit_file = attempt_dir / EXIT_FILE

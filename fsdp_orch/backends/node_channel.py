@@ -23,10 +23,11 @@ SETTLE_S = 3.0  # after the launchers ended: how long the agents' last lines may
 class AgentObservation(FileObservation):
     """``bind``: the address the server listens on; ``announce``: the one the agents connect to."""
 
-    def __init__(self, run_dir: Path, attempt: int, attempt_dir: Path, bind: str, announce: str):
+    def __init__(self, run_dir: Path, attempt: int, attempt_dir: Path, bind: str, announce: str,
+                 node_timeout: float):
         super().__init__(run_dir, attempt, attempt_dir)
         token = secrets.token_hex(16)
-        self.channel = SummaryServer(token, host=bind)
+        self.channel = SummaryServer(token, host=bind, node_timeout=node_timeout)
         port = self.channel.start()
         write_endpoint(str(attempt_dir), announce, port, token)
 

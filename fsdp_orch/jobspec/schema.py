@@ -215,6 +215,11 @@ class Watch(StrictModel):
     # report: name a rank its peers keep waiting for in their collectives (a straggler: an event,
     # and a line of ``status ID``; supervise/stragglers.py); off: do not look.
     stragglers: Literal["report", "off"] = "report"
+    # A node whose agent (or SSH report) says nothing for this long is lost: its attempt ends and
+    # the next one runs without it where the kind can. 30 s: a stress trial paused whole jobs for
+    # 10-15 s, as a VM pause or a live migration does, and the 10 s this was killed 2 of 4 of them;
+    # a node that is really gone costs 20 s more than that (tests/integration/test_node_pause.py).
+    node_timeout: PositiveDuration = 30.0
 
 
 class CheckpointPolicy(StrictModel):

@@ -18,7 +18,9 @@ from typing import Any
 from fsdp_orch.nodeagent.summary import parse_summary
 from fsdp_orch.observe.heartbeats import Heartbeat
 
-NODE_TIMEOUT_S = 10.0  # an agent says something every second; this long without a word: lost
+# An agent says something every second; this long without a word: lost (the job's
+# watch.node_timeout, this by default: see its comment in jobspec/schema.py)
+NODE_TIMEOUT_S = 30.0
 MAX_LINE = 4 << 20
 # A stranger must not cost the supervisor memory or time: a connection says the token within
 # HELLO_WITHIN_S and its first HELLO_MAX_BYTES (an agent's hello is one short line, sent at once),
@@ -187,7 +189,7 @@ class SummaryServer:
                        else "its connection went silent")
                 return (f"node {state.node} (host {state.host}) is lost: its agent has said "
                         f"nothing for {now - state.seen:.1f}s ({how}; node timeout "
-                        f"{self.node_timeout:g}s)")
+                        f"{self.node_timeout:g}s, watch.node_timeout)")
         return None
 
     def silent_nodes(self, after: float) -> dict[int, float]:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from fsdp_orch.backends.base import AttemptHandle
 from fsdp_orch.launch.submission import Submission
-from fsdp_orch.nodeagent.server import NODE_TIMEOUT_S
 from fsdp_orch.observe.stacks import StackCapture, default_library_roots
 from fsdp_orch.record.event_types import STRAGGLER
 from fsdp_orch.record.journal import Journal
@@ -49,6 +48,7 @@ SETTLE_S = 5.0
 REFUSED_CONNECTIONS = "refused_connections"  # the notice of strangers at the node channel
 NODE_TMP_TAKEN = "node_tmp_taken"  # a node's /tmp/fsdp-orch-<uid> was someone else's
 STRANGERS_NOTICE_S = 30.0
+PAUSE_WORTH_SAYING_S = 5.0  # a node silent this long and heard again: said (node_heard_again)
 
 
 def node_lost_instead(diagnosis: Diagnosis, handle: AttemptHandle) -> Diagnosis:
@@ -84,13 +84,14 @@ class AttemptWatch:
         self.clock = clock
         self.sleep = sleep
         self.follower = LogFollower(handle.log_chunks)
-        self._silent = False  # a node's channel was silent at the last look
+        self._silent: dict[int, float] = {}  # the nodes silent at the last look, for how long
         self._strangers_noted, self._strangers_noted_at = 0, float("-inf")
         self._nodes_noted: set[int] = set()
         # Re-attached to a running attempt: its first step may be on record already, and its
         # nodes' channels reconnect to this supervisor only now (no signal yet is no news).
         self._stepped = adopted is not None and adopted.first_step_at is not None
-        self._reconnecting_until = clock() + NODE_TIMEOUT_S if adopted is not None else 0.0
+        self._reconnecting_until = (clock() + submission.job.watch.node_timeout
+                                    if adopted is not None else 0.0)
         self._returned_step: int | None = None  # the step all ranks had when one returned
         self._past_read: float | None = None  # the ``since`` of the last stuck ranks' stacks read
         self._stragglers = (StragglerWatch(submission.job.procs_per_node)
@@ -320,7 +321,14 @@ class AttemptWatch:
             self.journal.add_event(attempt=self.attempt, kind="node_silent", message=(
                 f"no word from {nodes}: its ranks' heartbeats come through it, "
                 "so no hang is judged until it is heard again or found lost"))
-        self._silent = bool(silent)
+        for node in sorted(n for n in set(self._silent) - set(silent)
+                           if self._silent[n] >= PAUSE_WORTH_SAYING_S):
+            # heard again before the node timeout: paused (a VM pause, a live migration, a stall
+            # of the host), not lost
+            self.journal.add_event(attempt=self.attempt, kind="node_heard_again", message=(
+                f"node {node} heard again after about {self._silent[node]:.0f}s of silence, within "
+                f"the node timeout ({self.sub.job.watch.node_timeout:g}s): paused, not lost"))
+        self._silent = dict(silent)
         return silent
 
     def _no_ranks_started(self, seen: set[int]) -> Failed | None:

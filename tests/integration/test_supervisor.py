@@ -220,3 +220,5 @@ def test_the_hang_rule_waits_while_a_node_is_silent_and_judges_the_hang_once_it_
     silences = [e for e in status["events"] if e["kind"] == "node_silent"]
     assert (len(silences) == 1
             and silences[0]["message"].startswith("no word from node 0 for ")), silences
+    [back] = [e["message"] for e in status["events"] if e["kind"] == "node_heard_again"]
+    assert back.startswith("node 0 heard again after about ") and "paused, not lost" in back, back

@@ -221,7 +221,7 @@ class ScriptedReports(HostReports):
 
     def __init__(self, tmp_path: Path, script: list[BaseException | str]):
         super().__init__(host=HOST, profile=None, job_id="j1", attempt=0, rank=1, pgid=9,
-                         local_run_dir=tmp_path)
+                         node_timeout=30.0, local_run_dir=tmp_path)
         self.script = script
         self.streams = 0
         self.slept: list[float] = []

@@ -104,7 +104,7 @@ def test_a_beat_file_not_rewritten_is_reported_held_once_and_fresh_again_when_it
                         write=lambda line: lines.append(json.loads(line)), clock=lambda: now[0],
                         beats_only=True, host=HOST)
     host = HostReports(host=None, profile=None, job_id=job_id, attempt=2, rank=0, pgid=9,
-                       local_run_dir=tmp_path)
+                       node_timeout=30.0, local_run_dir=tmp_path)
     write_beat(job_id, 0, beat(0, 5))  # written at 105.0
     report.look()
     assert beats_in(lines) == [relayed(beat(0, 5), 105.2)]
@@ -166,7 +166,8 @@ def test_the_module_runs_on_a_host_with_the_hosts_arguments(tmp_path: Path, job_
     write_beat(job_id, 1, beat(1, 7, "done"))
     (run / "attempt-2" / "exit-node-1").write_text("0\n")
     reports = HostReports(host=None, profile=None, job_id=job_id, attempt=2, rank=1, pgid=0,
-                          local_run_dir=tmp_path / "supervisor", beats_only=True, run_dir=str(run),
+                          node_timeout=30.0, local_run_dir=tmp_path / "supervisor", beats_only=True,
+                          run_dir=str(run),
                           python=f"PYTHONPATH={REPO} {sys.executable}")
     command = reports.command()
     assert command.endswith(f"node_report --job-id {job_id} --beats-only {run} 2 1 0")
@@ -189,7 +190,7 @@ def test_the_supervisor_keeps_the_latest_beats_in_memory_and_merges_the_hosts(
         tmp_path: Path) -> None:
     def host(rank: int) -> HostReports:
         return HostReports(host=None, profile=None, job_id="j1", attempt=2, rank=rank, pgid=9,
-                           local_run_dir=tmp_path)
+                           node_timeout=30.0, local_run_dir=tmp_path)
 
     first, second = host(0), host(1)
     first._mirror(summary(0, 10.0, beat(0, 4), beat(1, 4)))
@@ -211,7 +212,7 @@ class ScriptedHost(HostReports):
 
     def __init__(self, local_run_dir: Path, rank: int, last: Heartbeat):
         super().__init__(host=None, profile=None, job_id="j1", attempt=2, rank=rank, pgid=9,
-                         local_run_dir=local_run_dir, beats_only=True)
+                         node_timeout=30.0, local_run_dir=local_run_dir, beats_only=True)
         self.last = last
 
     def _stream(self) -> None:

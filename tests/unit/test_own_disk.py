@@ -157,7 +157,7 @@ def test_a_node_script_killed_without_a_status_is_reported_gone(tmp_path: Path) 
 
 def test_the_supervisor_mirrors_a_report_once_even_when_it_comes_again(tmp_path: Path) -> None:
     reports = HostReports(host=None, profile=None, job_id="j1", attempt=0, rank=1, pgid=9,
-                          local_run_dir=tmp_path)
+                          node_timeout=30.0, local_run_dir=tmp_path)
 
     def log(at: int, data: bytes) -> dict:
         return {"log": "console-node-1.log", "at": at, "data": base64.b64encode(data).decode()}

@@ -38,9 +38,9 @@ from fsdp_orch.vocab.backoff import REPORT_STREAM, retrying
 from fsdp_orch.vocab.categories import NODE_LOST_EXIT
 
 SILENT_S = 5.0  # node_report says something every second
-# A host that answers SSH but whose report has said nothing for this long is lost all the same (its
-# node script or filesystem stuck): the supervisor's hang rule waits while a report is silent.
-REPORT_LOST_S = 3 * SILENT_S
+# A host that answers SSH but whose report has said nothing for the job's watch.node_timeout is lost
+# all the same (its node script or filesystem stuck, or the host paused that long): the
+# supervisor's hang rule waits while a report is silent.
 # After a node's exit status appeared: how long its report may take to bring the last heartbeats.
 REPORTS_SETTLE_S = 3.0
 
@@ -64,14 +64,15 @@ class HostReports(threading.Thread):
     ``host_python``)."""
 
     def __init__(self, host: Any, profile: Any, job_id: str, attempt: int, rank: int, pgid: int,
-                 local_run_dir: Path, *, beats_only: bool = False, run_dir: str | None = None,
-                 python: str | None = None):
+                 local_run_dir: Path, *, node_timeout: float, beats_only: bool = False,
+                 run_dir: str | None = None, python: str | None = None):
         super().__init__(daemon=True, name=f"fsdp-orch-reports-node-{rank}")
         self.host, self.profile, self.job_id = host, profile, job_id
         self.attempt, self.rank, self.pgid = attempt, rank, pgid
         self.local_run_dir = local_run_dir
         self.local_attempt = local_run_dir / f"attempt-{attempt}"
         self.beats_only = beats_only
+        self.node_timeout = node_timeout
         self.run_dir, self.python = run_dir, python
         self.offsets: dict[str, int] = {}
         self._beats: dict[int, Heartbeat] = {}
@@ -121,9 +122,10 @@ class HostReports(threading.Thread):
         if self._done():
             return  # stopped while it waited to open the stream again
         silent = time.monotonic() - self.heard_at
-        if silent > REPORT_LOST_S:
+        if silent > self.node_timeout:
             raise HostUnreachable(f"its report stream said nothing for {silent:.0f}s though the "
-                                  "host answers SSH")
+                                  f"host answers SSH (watch.node_timeout "
+                                  f"{self.node_timeout:g}s)")
         try:
             self._stream()
         finally:
@@ -213,7 +215,9 @@ class ReportedAttempt(SshAttempt):
                          "run_dir": posixpath.dirname(submission.attempt_dir(attempt)),
                          "python": python}
         self.reports = {rank: HostReports(self.hosts[rank], self.profile, job_id, attempt, rank,
-                                          pgid, submission.run_dir, **shared_fs)
+                                          pgid, submission.run_dir,
+                                          node_timeout=submission.job.watch.node_timeout,
+                                          **shared_fs)
                         for rank, pgid in pgids.items()}
         for report in self.reports.values():
             report.start()

@@ -53,7 +53,8 @@ class SlurmStep(AgentObservation):
 
     def __init__(self, submission: Submission, attempt: int, slurm_job: str, step_name: str):
         super().__init__(submission.run_dir, attempt, Path(submission.attempt_dir(attempt)),
-                         bind="0.0.0.0", announce=node_address())
+                         bind="0.0.0.0", announce=node_address(),
+                         node_timeout=submission.job.watch.node_timeout)
         self.proc: subprocess.Popen | None = None  # type: ignore[type-arg]
         self.slurm_job = slurm_job
         self.step_name = step_name
