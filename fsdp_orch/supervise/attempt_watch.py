@@ -106,7 +106,7 @@ class AttemptWatch:
 
     def _watch(self) -> Outcome:
         watch = self.sub.job.watch
-        comm_seen: float | None = None
+        settling_since: float | None = None
         first_step_seen = self._stepped
         ranks_seen: set[int] = set()
         while True:
@@ -135,10 +135,14 @@ class AttemptWatch:
                 cause = None
             if cause is not None:
                 self.progress.progress(beats, window, final=True)
-                if cause.category not in COMMUNICATION:
+                # A lost peer is often the symptom of a rank that died first; a rank's signal may
+                # come after its script returned, with the "done" of every rank still on its way
+                # from the node agents (a 20-step job's abort at exit was judged a crash under
+                # load): both settle until the exit, at most SETTLE_S.
+                if cause.category not in COMMUNICATION | SIGNAL_ENDINGS:
                     return self._fail(cause, None)
-                comm_seen = comm_seen if comm_seen is not None else self.clock()
-                if self.clock() - comm_seen >= SETTLE_S:
+                settling_since = settling_since if settling_since is not None else self.clock()
+                if self.clock() - settling_since >= SETTLE_S:
                     return self._fail(cause, None)
                 self.sleep(min(watch.poll_interval, 0.5))
                 continue
@@ -200,6 +204,10 @@ class AttemptWatch:
             self.follower.poll(final=True)  # the last lines: a progress bar drawn once, at the end
             self.progress.progress(last, hang_window(watch, last), final=True)
             return Succeeded()
+        if finished_at is None:
+            # every rank's "done" may reach the supervisor after the exit (a node agent relays it
+            # within its tick; under load a crash at the interpreter's end came first)
+            finished_at = scripts_finished_at(self.handle.heartbeats() or beats, self.world)
         if finished_at is not None and died_of_a_signal(code, self.follower.poll(final=True),
                                                         self.follower.root_cause_rank()):
             # The first failed rank died of a signal (SIGABRT, SIGSEGV) with no error in the logs
