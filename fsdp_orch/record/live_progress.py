@@ -63,10 +63,10 @@ def apply_live(status: JobStatus, live: dict | None) -> bool:  # type: ignore[ty
     quiet = live.get("quiet") if live.get("quiet") in QUIET_STATES else None
     active = live.get("active_at")
     active = float(active) if isinstance(active, (int, float)) and math.isfinite(active) else None
-    changed = quiet != status.quiet or (
-        active is not None and (status.active_at is None or active > status.active_at))
+    newer = active is not None and (status.active_at is None or active > status.active_at)
+    changed = quiet != status.quiet or newer
     status.quiet = quiet
-    if active is not None and (status.active_at is None or active > status.active_at):
+    if newer:
         status.active_at = active
     current = status.progress_step if status.progress_attempt == live["attempt"] else None
     if current is not None and live["step"] <= current:

@@ -57,7 +57,7 @@ def _rect(x: float, y: float, w: float, h: float, fill: str, title: str = "",
 
 
 def timeline(goodput: Goodput, bars: list[Bar], verdicts: list[Mark],
-             checkpoints: list[Mark], stragglers: list[Mark] = ()) -> str:  # type: ignore[assignment]
+             checkpoints: list[Mark], stragglers: list[Mark]) -> str:
     """The job's life left to right: a strip of goodput spans, one bar per attempt (its start-up
     lighter), verdicts as red marks, checkpoints as ticks, stragglers named as purple diamonds,
     and the gaps between attempts shaded."""

@@ -204,10 +204,6 @@ class AttemptWatch:
             self.follower.poll(final=True)  # the last lines: a progress bar drawn once, at the end
             self.progress.progress(last, hang_window(watch, last), final=True)
             return Succeeded()
-        if finished_at is None:
-            # every rank's "done" may reach the supervisor after the exit (a node agent relays it
-            # within its tick; under load a crash at the interpreter's end came first)
-            finished_at = scripts_finished_at(self.handle.heartbeats() or beats, self.world)
         if finished_at is not None and died_of_a_signal(code, self.follower.poll(final=True),
                                                         self.follower.root_cause_rank()):
             # The first failed rank died of a signal (SIGABRT, SIGSEGV) with no error in the logs

@@ -49,12 +49,14 @@ class StragglerWatch:
 
     def look(self, beats: Mapping[int, Any]) -> Straggler | None:
         """A straggler the first time it is persistent in this attempt; else None."""
-        samples = {rank: beat.arrivals for rank, beat in beats.items()
-                   if well_formed(beat.arrivals)}
-        rounds = {s["at"] for s in samples.values()}
-        if len(samples) < 2 or len(samples) != len(beats) or len(rounds) != 1:
-            return None  # a round is judged once every rank has sampled it
-        if rounds == {self._round}:
+        # a round is judged once, when every rank has sampled it; the samples are checked then,
+        # not at each of the loop's looks
+        rounds = {b.arrivals.get("at") if type(b.arrivals) is dict else None
+                  for b in beats.values()}
+        if len(beats) < 2 or len(rounds) != 1 or None in rounds or rounds == {self._round}:
+            return None
+        samples = {rank: beat.arrivals for rank, beat in beats.items()}
+        if not all(well_formed(sample) for sample in samples.values()):
             return None
         self._round = rounds.pop()
         judged = round_of(samples, median_step_ms(beats))
