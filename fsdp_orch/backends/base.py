@@ -123,6 +123,12 @@ class AttemptLauncher(Protocol):
         events. A FsdpOrchError when there are none to run on."""
         ...
 
+    def requeue_without(self, left_out: tuple[str, ...]) -> Callable[[], str] | None:
+        """Where the next attempt cannot be placed on what is left of the machines (no spare node
+        left) but the scheduler can find others: what sends the job back through the queue without
+        ``left_out`` (it returns the new backend reference); None where the kind has no such way."""
+        ...
+
 
 class ClusterKind(PlanningKind[P], Protocol[P]):
     """Everything fsdp-orch knows about one kind of cluster, ``P`` being its profile model. Subclass

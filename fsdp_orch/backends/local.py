@@ -128,6 +128,9 @@ class LocalLauncher:
     def machines(self, attempt: int, say: Callable[[str], None]) -> tuple[str, ...]:
         return ()  # this machine
 
+    def requeue_without(self, left_out: tuple[str, ...]) -> None:
+        return None  # no scheduler to go back through
+
     def launch(self, plan: LaunchPlan, artifacts: list[Artifact]) -> LocalAttempt:
         write_artifacts(artifacts)
         script = next(a.path for a in artifacts if a.name == LAUNCH_SCRIPT)

@@ -81,6 +81,9 @@ def detail_lines(job: JobStatus, now: float | None = None) -> list[str]:
     lines.append(goodput_line(job))
     if job.reason:
         lines.append(f"reason: {job.reason}")
+    if job.excluded_hosts:
+        lines.append(f"left out: {', '.join(job.excluded_hosts)} (lost; the attempts after run "
+                     "without them)")
     for f in job.failures:
         stalled = f" (stalled {f.stalled_for_s:.1f}s)" if f.stalled_for_s is not None else ""
         lines.append(f"attempt {f.attempt}: {f.category}{stalled} -> {f.action}: "

@@ -317,6 +317,9 @@ class JobSpec(StrictModel):
     # A count, or an elastic range "MIN-MAX": ``nodes`` is the most the job runs on, ``min_nodes``
     # the fewest it goes on with after losing nodes (written back as the range it came from).
     nodes: Annotated[int, BeforeValidator(_max_of_range)] = Field(default=1, gt=0)
+    # SLURM: nodes allocated beyond ``nodes``, for attempts after a node is lost (None: the
+    # profile's spare_nodes).
+    spare_nodes: int | None = Field(default=None, ge=0)
     procs_per_node: int | None = Field(default=None, gt=0)
     env: dict[str, ValueOrRef] = Field(default_factory=dict)  # a value, or {from_env:}/{from_file:}
     workdir: ShellStr = "."

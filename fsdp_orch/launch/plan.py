@@ -117,6 +117,8 @@ class LaunchPlan:
     # from). The scripts never hold them; every node's environment is handed them (places/secrets).
     secret_env: list[tuple[str, str]] = field(default_factory=list)
     nodes: tuple[NodeTarget, ...] = ()
+    spare_nodes: int = 0  # Placement.spare_nodes
+    node_names: tuple[str, ...] = ()  # Placement.node_names
     accelerate_config_path: str | None = None
     bootstrap_dir: str | None = None  # put first on every rank's PYTHONPATH
     checkpoint_file: str | None = None  # checkpoint.file resolved: a path or glob, {step} kept
@@ -180,6 +182,10 @@ class Placement:
     checkpoint_on_request: bool = False
     # The kind's launch scripts can start ranks from a warm standby (``fsdp_orch/standby``).
     standby: bool = False
+    # Nodes allocated beyond ``nnodes`` for later attempts (SLURM's spare_nodes), and the
+    # scheduler's names of the nodes this attempt runs on, where the kind chose them (() : all).
+    spare_nodes: int = 0
+    node_names: tuple[str, ...] = ()
 
 
 # A kind's own profile model, which its place() takes (contravariant: a hook that takes any profile
@@ -214,6 +220,11 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
             f"launcher {job.launcher!r} cannot run on cluster {cluster!r} (kind {profile.kind}); "
             f"expected one of: {', '.join(profile.launchers)}", field="launcher")
     place = kind.place(job, profile, cluster, ctx)
+    if job.spare_nodes and place.spare_nodes != job.spare_nodes:
+        raise InputError(f"spare_nodes is for SLURM allocations, not cluster {cluster!r} (kind "
+                         f"{profile.kind}); expected no spare_nodes (on ssh, list more hosts than "
+                         "nodes: a lost host's place is taken by the next one listed)",
+                         field="spare_nodes")
     paths = _node_paths(job, ctx, place)
     checkpoint_dir, checkpoint_file = _checkpoint_paths(job, ctx, paths.workdir)
     rdzv_port = ctx.rdzv_port or place.rdzv_port or rendezvous_port(ctx.job_id, ctx.attempt)
@@ -234,7 +245,8 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
         workdir=paths.workdir, run_dir=paths.run_dir, attempt_dir=paths.attempt_dir,
         checkpoint_dir=checkpoint_dir, checkpoint_file=checkpoint_file, spec_path=paths.spec_path,
         resume_from=ctx.resume_from, program=program, env=env, secret_env=secret_env,
-        nodes=place.nodes, accelerate_config_path=accel_path,
+        nodes=place.nodes, spare_nodes=place.spare_nodes, node_names=place.node_names,
+        accelerate_config_path=accel_path,
         bootstrap_dir=paths.bootstrap_dir, run_root=paths.run_root, package_dir=paths.package_dir,
         supervisor_command=ctx.supervisor_command, accelerate_distributed_type=accel_type,
         notices=notices, standby=standby, standby_reason=standby_reason,

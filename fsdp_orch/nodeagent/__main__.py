@@ -55,7 +55,9 @@ def main(argv: list[str]) -> int:
         dumps = capture_stacks(pids, Path(folder))
         return {"dumps": {str(rank): dump_to_wire(dump) for rank, dump in dumps.items()}}
 
-    agent = NodeAgent(node, socket.gethostname(), lambda: read_beat_files(beat_dir),
+    # In a SLURM step, the node as SLURM names it: what a later attempt's --nodelist leaves out.
+    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    agent = NodeAgent(node, host, lambda: read_beat_files(beat_dir),
                       lambda: read_endpoint(attempt_dir),
                       launcher_alive=lambda: process_alive(launcher),
                       on_stop=stop, on_stacks=stacks, attempt=attempt,

@@ -192,6 +192,14 @@ class SummaryServer:
                         f"{self.node_timeout:g}s, watch.node_timeout)")
         return None
 
+    def lost_hosts(self) -> tuple[str, ...]:
+        """The hosts (as their agents named them) of the nodes silent past the node timeout."""
+        now = self.clock()
+        with self._lock:
+            return tuple(dict.fromkeys(
+                s.host for s in sorted(self._nodes.values(), key=lambda s: s.node)
+                if s.host and not s.final and now - s.seen > self.node_timeout))
+
     def silent_nodes(self, after: float) -> dict[int, float]:
         """The nodes whose agent has said nothing for more than ``after`` seconds (and has not sent
         its last summary), with how long."""

@@ -185,6 +185,7 @@ class JobStatus:
             "hang_window_s": self.hang_window_s if self.running else None,
             "failures": [f.to_json() for f in self.failures],
             "reason": self.reason, "run_dir": self.run_dir,
+            "left_out": list(self.excluded_hosts),
             "hang_detection": {"enabled": self.hang_detection_off is None,
                                "reason": self.hang_detection_off},
             "events": [n.to_json() for n in self.notices],

@@ -139,6 +139,8 @@ class Supervisor:
             raise AllocationEnding("") from None
         cannot_place = (self._cannot_place(attempt + 1) if category == "preemption_or_node_lost"
                         else None)
+        if cannot_place and self.excluded_hosts:
+            cannot_place = self._requeue_without(attempt, failed, cannot_place)
         decision = decide(self.sub.job.restart, self.history,
                           restarts_done=attempt - self.requeued_attempts, cannot_place=cannot_place)
         self.journal.add_failure(attempt=attempt, category=category,
@@ -147,6 +149,30 @@ class Supervisor:
                                  hint=failed.diagnosis.hint, stalled_for_s=failed.stalled_for_s,
                                  now=failed.detected_at)
         return decision
+
+    def _requeue_without(self, attempt: int, failed: Failed, why: str) -> str:
+        """No spare left where the job runs: where the kind can, the job goes back through the
+        queue without the hosts left out, and this supervisor ends (AllocationEnding: the next
+        allocation's resumes from the latest complete checkpoint). Returns why the next attempt
+        cannot be placed, for the policy, where the kind cannot, or the scheduler refused."""
+        left_out = tuple(self.excluded_hosts)
+        requeue = self.launcher.requeue_without(left_out)
+        if requeue is None:
+            return why
+        try:
+            ref = requeue()
+        except FsdpOrchError as exc:
+            return f"{why}; submitting the job again without {', '.join(left_out)} failed: {exc}"
+        self.journal.add_failure(attempt=attempt, category=failed.diagnosis.category,
+                                 evidence=failed.diagnosis.evidence, action="requeue",
+                                 hint=failed.diagnosis.hint, stalled_for_s=failed.stalled_for_s,
+                                 now=failed.detected_at)
+        self.journal.add_event(attempt=attempt, kind="requeued_without", message=(
+            f"{why}: submitted again as {ref}, without {', '.join(left_out)}"))
+        self.journal.requeued(f"no spare node left: back through the queue without "
+                              f"{', '.join(left_out)}", now=self.clock())
+        self.journal.scheduled(ref, now=self.clock())
+        raise AllocationEnding("") from None
 
     def _cannot_place(self, attempt: int) -> str | None:
         """Why ``attempt`` could not be planned on the hosts that are left; None when it can."""
@@ -231,7 +257,8 @@ class Supervisor:
         self.journal.start_attempt(attempt, resume_from=resume_from, resume_step=resume_step,
                                    now=started)
         if excluded:
-            used = ", ".join(host_port(node.address, node.port) for node in plan.nodes)
+            used = ", ".join(plan.node_names or tuple(host_port(node.address, node.port)
+                                                      for node in plan.nodes))
             self.journal.add_event(attempt=attempt, kind="fewer_hosts", message=(
                 f"attempt {attempt} runs without {', '.join(excluded)}: "
                 f"on {plan.nnodes} node(s) ({used}; nodes: {self.sub.job.nodes_text}), "

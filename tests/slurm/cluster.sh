@@ -6,7 +6,7 @@
 #   tests/slurm/cluster.sh stop              # cancel jobs, end exactly the daemons `start` started
 #   tests/slurm/cluster.sh clean             # stop, then delete the state directory
 #
-# munged, MariaDB, slurmdbd, slurmctld and two slurmd (node1, node2) run from one directory,
+# munged, MariaDB, slurmdbd, slurmctld and three slurmd (node1, node2, node3) run from one directory,
 # FSDP_ORCH_SLURM_DIR (default /tmp/fsdp-orch-slurm): config, state, logs, pids; ports from
 # FSDP_ORCH_SLURM_PORT_BASE (default 16800). State is kept across stop/start (job ids go on,
 # sacct keeps its history); `clean` starts over. Partitions:
@@ -22,8 +22,8 @@ PORT_BASE=${FSDP_ORCH_SLURM_PORT_BASE:-16800}
 DB_PORT=$((PORT_BASE + 6))
 CTLD_PORT=$((PORT_BASE + 17))
 DBD_PORT=$((PORT_BASE + 19))
-NODES=(node1 node2)
-NODE_PORTS=($((PORT_BASE + 21)) $((PORT_BASE + 22)))
+NODES=(node1 node2 node3)  # a 2-node job with a spare node (spare_nodes: 1) fills all three
+NODE_PORTS=($((PORT_BASE + 21)) $((PORT_BASE + 22)) $((PORT_BASE + 23)))
 PACKAGES=(slurmctld slurmd slurm-client slurmdbd munge mariadb-server)
 COMMANDS=(slurmctld slurmd sbatch sacct slurmdbd munged mariadbd mariadb-install-db)
 # Daemons in start order; stop goes in reverse.

@@ -1,7 +1,7 @@
 """The real SLURM test cluster (``tests/slurm/cluster.sh``) as a session fixture.
 
 ``slurm_cluster`` installs the Debian packages the first time (root + apt-get), starts munge,
-MariaDB, slurmdbd, slurmctld and two slurmd (node1, node2; partitions ``debug`` and ``urgent``),
+MariaDB, slurmdbd, slurmctld and three slurmd (node1, node2, node3; partitions ``debug`` and ``urgent``),
 puts the exported variables (``SLURM_CONF``) into ``os.environ`` for the session, and stops what it
 started at the end. A cluster that was already running is reused and left running. It skips only
 where the machine cannot run it (not root, no apt-get and no SLURM); with ``CI`` set it fails
@@ -51,7 +51,7 @@ class SlurmCluster:
 
     dir: Path
     env: dict[str, str]
-    nodes: tuple[str, ...] = ("node1", "node2")
+    nodes: tuple[str, ...] = ("node1", "node2", "node3")
 
     def run(self, *argv: str, check: bool = True, timeout: float = 60,
             cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

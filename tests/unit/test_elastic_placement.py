@@ -131,3 +131,70 @@ def test_excluded_hosts_are_rebuilt_from_the_events(tmp_path: Path) -> None:
     later.host_excluded(attempt=1, host="10.0.0.2:22", message="lost again")
     view = read_status(str(run_dir), "j")
     assert view is not None and view.excluded_hosts == ["10.0.0.2:22", "10.0.0.1:22"]
+
+
+# --- SLURM: spare nodes in the allocation --------------------------------------------------------
+
+ALLOCATION = ("n1", "n2", "n3", "n4")  # as the launcher finds it: the supervisor's node first
+
+
+def slurm_plan(job_text: str, *excluded: str, workers: tuple[str, ...] = ALLOCATION):  # type: ignore[no-untyped-def]
+    job = load_job_text(f"name: demo\nscript: train.py\n{job_text}")
+    profile = parse_profile(FIXTURES / "clusters" / "slurm.yaml")
+    return plan_on(job, profile, "slurm",
+                   replace(CONTEXT, excluded_hosts=excluded, workers=workers,
+                           supervisor_command=("python", "-m", "fsdp_orch.supervise.supervisor")))
+
+
+def test_spare_nodes_are_allocated_and_each_attempt_runs_on_the_first_healthy_ones() -> None:
+    from fsdp_orch.backends.slurm.allocation import step_argv
+
+    first = slurm_plan("nodes: 2\nspare_nodes: 2\n")
+    assert (first.nnodes, first.spare_nodes, first.node_names) == (2, 2, ("n1", "n2"))
+    sbatch = {a.name: a.text for a in render(first, search=[builtin_dir("templates")])}["sbatch.sh"]
+    assert "#SBATCH --nodes=4\n" in sbatch
+    later = slurm_plan("nodes: 2\nspare_nodes: 2\n", "n2")
+    assert later.node_names == ("n1", "n3")
+    argv = step_argv(later, "node.sh")
+    assert "--nodelist=n1,n3" in argv and "--ntasks=2" in argv and "--nodes=2" in argv, argv
+    # render, with no allocation known yet: the step takes the allocation's nodes as SLURM orders
+    assert slurm_plan("nodes: 2\nspare_nodes: 1\n", workers=()).node_names == ()
+
+
+def test_without_spares_the_step_takes_every_node_as_before() -> None:
+    from fsdp_orch.backends.slurm.allocation import step_argv
+
+    plain = slurm_plan("nodes: 2\n", workers=())
+    assert (plain.spare_nodes, plain.node_names) == (0, ())
+    assert not any(a.startswith(("--nodelist", "--ntasks=")) for a in step_argv(plain, "node.sh"))
+
+
+def test_no_spare_left_or_the_supervisors_node_left_out_cannot_be_placed() -> None:
+    with pytest.raises(InputError) as info:
+        slurm_plan("nodes: 2\nspare_nodes: 1\n", "n2", "n3", workers=("n1", "n2", "n3"))
+    assert info.value.field == "spare_nodes"
+    assert "no spare node left in the allocation: n2, n3 left out, 1 healthy node(s) of 3" in str(
+        info.value) and "needs 2" in str(info.value), str(info.value)
+    with pytest.raises(InputError) as info:
+        slurm_plan("nodes: 2\nspare_nodes: 1\n", "n1", workers=("n1", "n2", "n3"))
+    assert "the supervisor's own node n1 is among them" in str(info.value)
+
+
+def test_spare_nodes_come_from_the_profile_unless_the_job_says() -> None:
+    job = load_job_text("name: demo\nscript: train.py\nnodes: 2\n")
+    data = parse_profile(FIXTURES / "clusters" / "slurm.yaml").model_dump()
+    profile = type(parse_profile(FIXTURES / "clusters" / "slurm.yaml")).model_validate(
+        {**data, "spare_nodes": 1})
+    assert plan_on(job, profile, "slurm", replace(
+        CONTEXT, supervisor_command=("python",))).spare_nodes == 1
+    own = load_job_text("name: demo\nscript: train.py\nnodes: 2\nspare_nodes: 0\n")
+    assert plan_on(own, profile, "slurm", replace(
+        CONTEXT, supervisor_command=("python",))).spare_nodes == 0
+
+
+def test_spare_nodes_on_a_kind_without_an_allocation_is_refused_by_name() -> None:
+    job = load_job_text("name: demo\nscript: train.py\nspare_nodes: 1\n")
+    with pytest.raises(InputError) as info:
+        plan_on(job, parse_profile(FIXTURES / "clusters" / "local.yaml"), "local")
+    assert info.value.field == "spare_nodes" and "spare_nodes is for SLURM allocations" in str(
+        info.value), str(info.value)

@@ -60,6 +60,9 @@ class SshLauncher:
     def machines(self, attempt: int, say: Callable[[str], None]) -> tuple[str, ...]:
         return ()  # the profile lists the hosts
 
+    def requeue_without(self, left_out: tuple[str, ...]) -> None:
+        return None  # no scheduler: the profile's hosts are all there is
+
     def adopt(self, attempt: int, ref: str | None) -> SshAttempt:
         """The attempt of ``SshAttempt.ref`` (``ssh:RANK=PGID@ADDRESS:PORT,...``; without ``@``,
         node rank N is the profile's host N)."""

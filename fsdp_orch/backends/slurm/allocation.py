@@ -10,6 +10,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from fsdp_orch.backends.base import AllocationEnding
@@ -25,6 +26,7 @@ from fsdp_orch.observe.command import CommandResult, Runner, run_command
 from fsdp_orch.vocab.backoff import SLURM_QUERY, Sleep, retrying
 
 NODE_SCRIPT = "node.sh"
+BATCH_SCRIPT = "sbatch.sh"  # in the run folder: the batch script sbatch was given
 # What squeue says of a job the controller no longer holds (ended a while ago): an answer.
 UNKNOWN_JOB = "Invalid job id"
 
@@ -51,7 +53,11 @@ class SlurmStep(AgentObservation):
     streams its ranks' summary to this supervisor (on the first node); logs and checkpoints are read
     from the run directory the nodes share with it."""
 
-    def __init__(self, submission: Submission, attempt: int, slurm_job: str, step_name: str):
+    def __init__(self, submission: Submission, attempt: int, slurm_job: str, step_name: str,
+                 leaves_out: bool = False):
+        """``leaves_out``: the allocation has spare nodes, and a node found lost is named to the
+        supervisor (``lost_hosts``), which runs the next attempt without it."""
+        self.leaves_out = leaves_out
         super().__init__(submission.run_dir, attempt, Path(submission.attempt_dir(attempt)),
                          bind="0.0.0.0", announce=node_address(),
                          node_timeout=submission.job.watch.node_timeout)
@@ -66,6 +72,11 @@ class SlurmStep(AgentObservation):
     def poll(self) -> int | None:
         assert self.proc is not None
         return self.judge_exit(self.proc.poll())
+
+    def lost_hosts(self) -> tuple[str, ...]:
+        """The SLURM names of the nodes whose agent went silent past the node timeout (each agent
+        says its node's SLURMD_NODENAME), where the allocation has spares to run without them."""
+        return self.channel.lost_hosts() if self.leaves_out else ()
 
     def stop(self, grace: float) -> None:
         assert self.proc is not None
@@ -114,12 +125,37 @@ def step_name(attempt: int) -> str:
 
 
 def step_argv(plan: LaunchPlan, script: str) -> list[str]:
-    """The attempt's job step: every node of the allocation, one task (``script``) per node."""
+    """The attempt's job step: one task (``script``) on each node of the allocation, or of the
+    plan's node list where the allocation holds spares."""
     assert isinstance(plan.profile, SlurmProfile)
-    return ["srun", "--overlap", f"--nodes={plan.nnodes}", "--ntasks-per-node=1",
+    chosen = ([f"--nodelist={','.join(plan.node_names)}", f"--ntasks={plan.nnodes}"]
+              if plan.node_names else [])
+    return ["srun", "--overlap", f"--nodes={plan.nnodes}", *chosen, "--ntasks-per-node=1",
             "--kill-on-bad-exit=1", f"--job-name={step_name(plan.attempt)}",
             f"--output={plan.attempt_dir}/console-node-%n.log", *container_options(plan.profile),
             "bash", script]
+
+
+def allocation_nodes(runner: Runner | None = None) -> tuple[str, ...]:
+    """The nodes of this allocation by SLURM name, this one (the batch script's, where the
+    supervisor and the rendezvous run) first."""
+    listed = run_command(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
+                         runner=query_runner(runner)).split()
+    here = os.environ.get("SLURMD_NODENAME", "")
+    return tuple(sorted(listed, key=lambda name: name != here))
+
+
+def resubmit_without(run_dir: Path, left_out: tuple[str, ...], runner: Runner | None = None) -> str:
+    """This job's batch script submitted again as a new SLURM job that excludes ``left_out``
+    (SLURM refuses to change a running job's ExcNodeList, and a requeued job keeps it); returns the
+    new job's id. The new job starts with this one's events: it resumes from the latest complete
+    checkpoint and leaves the same nodes out."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
+    if "SLURM_CONF" in os.environ:
+        env["SLURM_CONF"] = os.environ["SLURM_CONF"]
+    argv = ["sbatch", "--parsable", f"--exclude={','.join(left_out)}", str(run_dir / BATCH_SCRIPT)]
+    out = run_command(argv, runner=runner or partial(command.run, env=env))
+    return out.strip().split(";")[0]
 
 
 def allocation_ending() -> bool:
@@ -152,6 +188,10 @@ class SlurmStepLauncher:
         self.submission = submission
         assert isinstance(submission.profile, SlurmProfile)
         on_time_limit_warning(signal_delay=submission.profile.signal_delay)
+        job = submission.job
+        self.spares = (submission.profile.spare_nodes if job.spare_nodes is None
+                       else job.spare_nodes)
+        self.nodes: tuple[str, ...] = ()
 
     @property
     def checkpoints(self) -> Storage:
@@ -161,7 +201,22 @@ class SlurmStepLauncher:
         return free_port("0.0.0.0")
 
     def machines(self, attempt: int, say: Callable[[str], None]) -> tuple[str, ...]:
-        return ()  # the allocation's nodes, known to SLURM
+        """The allocation's nodes where it holds spares (an attempt's step is given its node list);
+        () where every attempt runs on all of them."""
+        if not self.spares:
+            return ()
+        if not self.nodes:
+            self.nodes = allocation_nodes()
+            say(f"allocation of {len(self.nodes)} nodes ({', '.join(self.nodes)}): each attempt "
+                f"runs on {self.submission.job.nodes}, the others are spares")
+        return self.nodes
+
+    def requeue_without(self, left_out: tuple[str, ...]) -> Callable[[], str] | None:
+        """No spare left: the job goes back through the queue, as a new SLURM job excluding the
+        nodes left out."""
+        if not self.spares:
+            return None
+        return lambda: f"slurm:{resubmit_without(self.submission.run_dir, left_out)}"
 
     def adopt(self, attempt: int, ref: str | None) -> SlurmStep:
         raise NotImplementedError("a SLURM attempt is never adopted: "
@@ -174,7 +229,8 @@ class SlurmStepLauncher:
         env = dict(os.environ)
         env["RDZV_HOST"] = node_address()
         # announces itself first
-        step = SlurmStep(self.submission, plan.attempt, slurm_job, step_name(plan.attempt))
+        step = SlurmStep(self.submission, plan.attempt, slurm_job, step_name(plan.attempt),
+                         leaves_out=bool(self.spares))
         step.proc = subprocess.Popen(step_argv(plan, script), env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)

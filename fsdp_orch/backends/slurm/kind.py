@@ -37,11 +37,31 @@ from fsdp_orch.vocab.errors import InputError
 from fsdp_orch.vocab.hints import hint_for
 from fsdp_orch.vocab.states import JobState
 
-BATCH_SCRIPT = "sbatch.sh"
+BATCH_SCRIPT = slurm_allocation.BATCH_SCRIPT
 
 
 def batch_script_path(plan: LaunchPlan) -> str:
     return f"{plan.run_dir}/{BATCH_SCRIPT}"
+
+
+def step_nodes(nodes: int, allocation: tuple[str, ...],
+               left_out: tuple[str, ...]) -> tuple[str, ...]:
+    """The nodes an attempt's job step runs on: the first ``nodes`` of the allocation's nodes
+    (``allocation``, the supervisor's own node first: the rendezvous runs there) less those left
+    out. () where the allocation is not known (``render``) or holds no spare: the step takes them
+    all. An InputError when too few are left: the job must go back through the queue without
+    them."""
+    if len(allocation) <= nodes:
+        return ()
+    left = [name for name in allocation if name not in left_out]
+    if allocation[0] in left_out or len(left) < nodes:
+        gone = ", ".join(name for name in allocation if name in left_out)
+        why = (f"the supervisor's own node {allocation[0]} is among them"
+               if allocation[0] in left_out
+               else f"{len(left)} healthy node(s) of {len(allocation)}")
+        raise InputError(f"no spare node left in the allocation: {gone} left out, {why}; the job "
+                         f"needs {nodes} (nodes: {nodes})", field="spare_nodes")
+    return tuple(left[:nodes])
 
 
 class SlurmKind(ClusterKind[SlurmProfile]):
@@ -51,12 +71,14 @@ class SlurmKind(ClusterKind[SlurmProfile]):
 
     def place(self, job: JobSpec, profile: SlurmProfile, cluster: str,
               ctx: PlanContext) -> Placement:
-        fixed_node_count(job, "a SLURM allocation keeps its node count (a lost node ends it, "
-                              "and the job is requeued whole)")
+        fixed_node_count(job, "a SLURM allocation keeps its node count (spare_nodes: K "
+                              "allocates K more, for the attempts after a node is lost)")
+        spares = profile.spare_nodes if job.spare_nodes is None else job.spare_nodes
         return Placement(nnodes=job.nodes,
                          nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
                          device="cuda" if profile.gpus_per_node else "cpu", rdzv_host=None,
-                         checkpoint_on_request=True)
+                         checkpoint_on_request=True, spare_nodes=spares,
+                         node_names=step_nodes(job.nodes, ctx.workers, ctx.excluded_hosts))
 
     def artifacts(self, plan: LaunchPlan, templates: Templates) -> list[Artifact]:
         """The batch script sbatch is given (one per job: the supervisor in the allocation), and the

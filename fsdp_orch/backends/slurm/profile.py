@@ -38,6 +38,9 @@ class SlurmProfile(ProfileBase):
     container: SlurmContainer | None = None
     job_folder: str | None = None
     signal_delay: int = Field(default=120, ge=0)
+    # Nodes allocated beyond the job's ``nodes``: a lost node is left out and the next attempt runs
+    # on a spare, in the same allocation (a job's own spare_nodes wins).
+    spare_nodes: int = Field(default=0, ge=0)
     launchers: ClassVar[tuple[str, ...]] = ("torchrun", "accelerate", "python")
 
     @field_validator("time", mode="before")
