@@ -213,8 +213,10 @@ class Watch(StrictModel):
     # (no_ranks_started). None: yes for script/module jobs, no for command jobs.
     expect_ranks: bool | None = None
     # report: name a rank its peers keep waiting for in their collectives (a straggler: an event,
-    # and a line of ``status ID``; supervise/stragglers.py); off: do not look.
-    stragglers: Literal["report", "off"] = "report"
+    # and a line of ``status ID``; supervise/stragglers.py); replace: also end the attempt at the
+    # next complete checkpoint and run the next one without the straggler's node, where the kind
+    # can (SLURM with spare_nodes); off: do not look.
+    stragglers: Literal["report", "replace", "off"] = "report"
     # A node whose agent (or SSH report) says nothing for this long is lost: its attempt ends and
     # the next one runs without it where the kind can. 30 s: a stress trial paused whole jobs for
     # 10-15 s, as a VM pause or a live migration does, and the 10 s this was killed 2 of 4 of them;

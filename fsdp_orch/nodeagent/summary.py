@@ -118,7 +118,7 @@ def parse_summary(data: Any) -> NodeSummary:
     raw = data.get("beats") or []
     if not isinstance(raw, list):
         raise ValueError(f"beats: expected a list, got {type(raw).__name__}")
-    per_node = {"time": float(at), "host": host, "attempt": data.get("attempt", 0)}
+    per_node = {"time": float(at), "host": host, "attempt": data.get("attempt", 0), "node": node}
     beats = {}
     for item in raw:
         try:

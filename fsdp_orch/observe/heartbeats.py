@@ -68,6 +68,9 @@ class Heartbeat:
     held_since: float | None = None
     # its arrival at its recent collectives (observe.arrivals); None: not sampled
     arrivals: dict[str, Any] | None = None
+    # the node rank it runs on, as its node agent said (torchrun's c10d rendezvous need not give
+    # node N the ranks N*procs..); None: not said
+    node: int | None = None
 
     @property
     def progress_time(self) -> float:
@@ -125,7 +128,7 @@ def heartbeat_from_dict(data: Any) -> Heartbeat:
         progress_at, python_at, io_at, compute_at = (get("progress_at"), get("python_at"),
                                                      get("io_at"), get("compute_at"))
         step_s, collecting, held = get("step_s"), get("collecting_since"), get("held_since")
-        arrivals = get("arrivals")
+        arrivals, node = get("arrivals"), get("node")
         # x - x == 0 holds for finite numbers only (inf - inf and nan - nan are
         # nan); type() is exact: no bool
         if (type(rank) is int and type(attempt) is int and type(step) is int and type(pid) is int
@@ -143,7 +146,8 @@ def heartbeat_from_dict(data: Any) -> Heartbeat:
                 and (collecting is None
                      or (type(collecting) in _NUMBER and collecting - collecting == 0))
                 and (held is None or (type(held) in _NUMBER and held - held == 0))
-                and (arrivals is None or type(arrivals) is dict)):
+                and (arrivals is None or type(arrivals) is dict)
+                and (node is None or type(node) is int)):
             return Heartbeat(rank, attempt, step, None if loss is None else float(loss),
                              float(when), state, pid, metrics,
                              None if progress_at is None else float(progress_at),
@@ -151,7 +155,7 @@ def heartbeat_from_dict(data: Any) -> Heartbeat:
                              None if io_at is None else float(io_at),
                              None if compute_at is None else float(compute_at), step_s,
                              None if collecting is None else float(collecting),
-                             None if held is None else float(held), arrivals)
+                             None if held is None else float(held), arrivals, node)
     return _checked(data)
 
 
@@ -189,10 +193,13 @@ def _checked(data: Any) -> Heartbeat:
     arrivals = data.get("arrivals")
     if arrivals is not None and not isinstance(arrivals, dict):
         raise ValueError(f"arrivals: expected an object or null, got {arrivals!r}")
+    node = data.get("node")
+    if node is not None and (type(node) is not int or node < 0):
+        raise ValueError(f"node: expected a node rank or null, got {node!r}")
     return Heartbeat(rank=data["rank"], attempt=data["attempt"], step=data["step"],
                      loss=None if loss is None else float(loss), time=float(when), state=state,
                      pid=data["pid"], metrics=metrics, host=host, step_s=step_s,
-                     arrivals=arrivals, **times)
+                     arrivals=arrivals, node=node, **times)
 
 
 def held_since(beat: Any, now: float) -> float | None:

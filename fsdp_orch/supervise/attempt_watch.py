@@ -30,7 +30,7 @@ from fsdp_orch.supervise.hang_window import Window, hang_window
 from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower
 from fsdp_orch.supervise.outcomes import Adopt, Cancelled, Failed, Outcome, Succeeded, TornDown
 from fsdp_orch.supervise.progress_events import ProgressEvents
-from fsdp_orch.supervise.stragglers import StragglerWatch
+from fsdp_orch.supervise.stragglers import Straggler, StragglerWatch
 from fsdp_orch.supervise.teardown import (
     TEARDOWN_WINDOW_S,
     PastTheEnd,
@@ -39,7 +39,7 @@ from fsdp_orch.supervise.teardown import (
     teardown_place,
 )
 from fsdp_orch.supervise.watchdog import HangVerdict, check_hang, scripts_finished_at
-from fsdp_orch.vocab.categories import SIGNAL_ENDINGS
+from fsdp_orch.vocab.categories import SIGNAL_ENDINGS, FailureCategory
 
 STOP_GRACE_S = 5.0
 # A lost peer is usually the symptom of a rank that died first: after a communication error the
@@ -70,7 +70,8 @@ class AttemptWatch:
                  attempt: int, started: float, world: int, before: int | None,
                  progress: ProgressEvents, checkpoints: CheckpointTracker,
                  cancel_requested: Callable[[], bool], clock: Callable[[], float],
-                 sleep: Callable[[float], None], adopted: Adopt | None = None):
+                 sleep: Callable[[float], None], adopted: Adopt | None = None,
+                 replaceable: bool = False):
         self.journal = journal
         self.sub = submission
         self.handle = handle
@@ -95,13 +96,16 @@ class AttemptWatch:
         self._returned_step: int | None = None  # the step all ranks had when one returned
         self._past_read: float | None = None  # the ``since`` of the last stuck ranks' stacks read
         self._stragglers = (StragglerWatch(submission.job.procs_per_node)
-                            if submission.job.watch.stragglers == "report" else None)
+                            if submission.job.watch.stragglers != "off" else None)
+        # watch.stragglers: replace, where the kind can run the next attempt without a node
+        self._replaceable = replaceable and submission.job.watch.stragglers == "replace"
+        self._to_replace: tuple[Straggler, int | None] | None = None  # and the checkpoint then
         progress.begin(self.follower)
 
     def run(self) -> Outcome:
         outcome = self._watch()
         if isinstance(outcome, Failed):
-            return replace(outcome, lost_hosts=self.handle.lost_hosts())
+            return replace(outcome, lost_hosts=outcome.lost_hosts or self.handle.lost_hosts())
         return outcome
 
     def _watch(self) -> Outcome:
@@ -127,6 +131,8 @@ class AttemptWatch:
             self._note_straggler(beats)
             finished_at = scripts_finished_at(beats, self.world)
             self._returned_step = returned_step(beats) or self._returned_step
+            if code is None and finished_at is None and self._replace_now():
+                return self._replace_straggler()
             if code is not None:
                 return self._at_exit(code, beats, ranks_seen, finished_at)
             cause = self.follower.poll()
@@ -286,12 +292,41 @@ class AttemptWatch:
                           detected_at)
 
     def _note_straggler(self, beats: dict) -> None:  # type: ignore[type-arg]
-        """A rank the others keep waiting for, named once (``supervise.stragglers``)."""
+        """A rank the others keep waiting for, named once (``supervise.stragglers``); under
+        ``replace``, its node is left out at the next complete checkpoint."""
         if self._stragglers is None:
             return
         found = self._stragglers.look(beats)
-        if found is not None:
-            self.journal.add_event(attempt=self.attempt, kind=STRAGGLER, message=found.message())
+        if found is None:
+            return
+        message = found.message()
+        if self.sub.job.watch.stragglers == "replace":
+            if self._replaceable and found.host and self._to_replace is None:
+                self._to_replace = (found, self.checkpoints.step())
+                message += f"; its node {found.host} is left out at the next checkpoint"
+            elif self._to_replace is None:
+                message += ("; watch.stragglers is replace, but this cluster has no spare node to "
+                            "run without it (SLURM's spare_nodes): named only")
+        self.journal.add_event(attempt=self.attempt, kind=STRAGGLER, message=message)
+
+    def _replace_now(self) -> bool:
+        """A straggler is to be replaced and a checkpoint newer than its naming is complete."""
+        if self._to_replace is None:
+            return False
+        step = self.checkpoints.step()
+        return step is not None and (self._to_replace[1] is None or step > self._to_replace[1])
+
+    def _replace_straggler(self) -> Failed:
+        """End the attempt at the checkpoint just completed; the next one runs without the
+        straggler's node (``Failed.lost_hosts``)."""
+        assert self._to_replace is not None
+        straggler, _ = self._to_replace
+        evidence = (f"straggler {straggler.message()}: replaced at the checkpoint of step "
+                    f"{self.checkpoints.step()} (watch.stragglers: replace)")
+        self._stop()
+        return Failed(Diagnosis(FailureCategory.STRAGGLER_REPLACED.value, True, evidence),
+                      self.clock(), None, self.before, self.checkpoints.step(),
+                      returned_step=self._returned_step, lost_hosts=(str(straggler.host),))
 
     def _note_nodes(self) -> None:
         """Each node's note from its launch script, once (``node_tmp_taken``)."""

@@ -64,8 +64,9 @@ def decide(policy: RestartPolicy, history: list[FailureRecord], restarts_done: i
 
 def hosts_to_exclude(category: str, lost: tuple[str, ...], excluded: list[str]) -> list[str]:
     """The hosts a failure adds to those later attempts are planned without: the ones its attempt
-    found lost, when the failure is a lost node, and not left out already."""
-    if category != "preemption_or_node_lost":
+    found lost (or a straggler's, replaced), when the failure is a lost node or a straggler
+    replaced, and not left out already."""
+    if category not in ("preemption_or_node_lost", "straggler_replaced"):
         return []
     return [host for host in dict.fromkeys(lost) if host not in excluded]
 

@@ -68,7 +68,9 @@ class StragglerWatch:
             return None
         rank, fraction = found
         self.named.add(rank)
-        node = rank // self.procs_per_node if self.procs_per_node else None
+        node = beats[rank].node
+        if node is None and self.procs_per_node:
+            node = rank // self.procs_per_node
         return Straggler(rank, node, beats[rank].host, fraction)
 
 

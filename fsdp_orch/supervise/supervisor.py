@@ -30,9 +30,12 @@ from fsdp_orch.supervise.policy import (
 )
 from fsdp_orch.supervise.progress_events import ProgressEvents
 from fsdp_orch.supervise.stop_flag import StopFlag
+from fsdp_orch.vocab.categories import FailureCategory
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError
 from fsdp_orch.vocab.hints import hint_for
 from fsdp_orch.vocab.states import JobState
+
+STRAGGLER_REPLACED = FailureCategory.STRAGGLER_REPLACED.value
 
 
 class Supervisor:
@@ -127,8 +130,9 @@ class Supervisor:
         category = failed.diagnosis.category
         for host in hosts_to_exclude(category, failed.lost_hosts, self.excluded_hosts):
             self.excluded_hosts.append(host)  # recorded before the decision: a re-attach finds it
+            how = ("was a straggler, replaced" if category == STRAGGLER_REPLACED else "was lost")
             self.journal.host_excluded(attempt=attempt, host=host, now=failed.detected_at, message=(
-                f"host {host} was lost in attempt {attempt}: "
+                f"host {host} {how} in attempt {attempt}: "
                 "the attempts after it are planned without it"))
         if category == "preemption_or_node_lost" and self.allocation_ending():
             self.journal.add_failure(attempt=attempt, category=category,
@@ -139,8 +143,17 @@ class Supervisor:
             raise AllocationEnding("") from None
         cannot_place = (self._cannot_place(attempt + 1) if category == "preemption_or_node_lost"
                         else None)
+        if category == STRAGGLER_REPLACED:
+            cannot_place = self._cannot_place(attempt + 1)
         if cannot_place and self.excluded_hosts:
             cannot_place = self._requeue_without(attempt, failed, cannot_place)
+        if category == STRAGGLER_REPLACED and not cannot_place:
+            # not a failure of the job's: no restart of its budget is used
+            self.requeued_attempts += 1
+            self.journal.add_failure(attempt=attempt, category=category,
+                                     evidence=failed.diagnosis.evidence, action="restart",
+                                     hint=failed.diagnosis.hint, now=failed.detected_at)
+            return Decision(True, "the straggler's node is left out")
         decision = decide(self.sub.job.restart, self.history,
                           restarts_done=attempt - self.requeued_attempts, cannot_place=cannot_place)
         self.journal.add_failure(attempt=attempt, category=category,
@@ -233,7 +246,8 @@ class Supervisor:
         watch = AttemptWatch(self.journal, self.sub, handle, attempt=attempt, started=started,
                              world=world, before=before, progress=self.progress,
                              checkpoints=self.checkpoints, cancel_requested=self._cancel_requested,
-                             clock=self.clock, sleep=self.sleep, adopted=adopt)
+                             clock=self.clock, sleep=self.sleep, adopted=adopt,
+                             replaceable=self.launcher.requeue_without(()) is not None)
         try:
             return watch.run()
         except AllocationEnding as ending:

@@ -22,6 +22,8 @@ class FailureCategory(Word):
     INJECTED_FAULT = "injected_fault"
     NO_RANKS_STARTED = "no_ranks_started"
     NODE_SETUP_ERROR = "node_setup_error"  # a node's launch script found what it needs missing
+    # watch.stragglers: replace ended the attempt at a checkpoint to leave a straggler's node out
+    STRAGGLER_REPLACED = "straggler_replaced"
     UNKNOWN = "unknown"
 
 
@@ -45,7 +47,8 @@ COMMUNICATION = frozenset({"nccl_timeout", "nccl_error", "gloo_timeout_or_peer_l
 SIGNAL_ENDINGS = frozenset({"killed_sigkill", "crashed_signal"})
 # What fsdp-orch decides from what it sees itself (heartbeats, its own fault injection),
 # never from a program's own output: no public log shows them.
-NOT_IN_PUBLIC_LOGS = frozenset({"injected_fault", "no_ranks_started", "node_setup_error"})
+NOT_IN_PUBLIC_LOGS = frozenset({"injected_fault", "no_ranks_started", "node_setup_error",
+                                "straggler_replaced"})
 # The exit status a kind's attempt handle reports when a node stopped answering (an SSH host lost
 # mid-run): outside the range of real exit statuses and signals.
 NODE_LOST_EXIT = -1001

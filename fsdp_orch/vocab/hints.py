@@ -38,6 +38,10 @@ HINTS = {
                         "or python, named in the evidence: put it on every node), or refused its "
                         "checkpoint folder (not yours, or others can write it: use a folder of "
                         "yours); then submit again",
+    "straggler_replaced": "a rank its peers kept waiting for was left out with its node at a "
+                          "checkpoint (watch.stragglers: replace); the job goes on on a spare: "
+                          "look at that node's health (thermal throttling, a slow link, a noisy "
+                          "neighbour) before it is used again",
     "no_ranks_started": "the program exited without starting a single rank: check how many "
                         "processes it starts (mp.spawn(nprocs=torch.cuda.device_count()) starts "
                         "none on a machine without a GPU; use WORLD_SIZE or procs_per_node); a job "

@@ -1,11 +1,11 @@
 """The real SLURM test cluster (``tests/slurm/cluster.sh``) as a session fixture.
 
 ``slurm_cluster`` installs the Debian packages the first time (root + apt-get), starts munge,
-MariaDB, slurmdbd, slurmctld and three slurmd (node1, node2, node3; partitions ``debug`` and ``urgent``),
-puts the exported variables (``SLURM_CONF``) into ``os.environ`` for the session, and stops what it
-started at the end. A cluster that was already running is reused and left running. It skips only
-where the machine cannot run it (not root, no apt-get and no SLURM); with ``CI`` set it fails
-instead, so CI never skips these tests silently.
+MariaDB, slurmdbd, slurmctld and three slurmd (node1, node2, node3; partitions ``debug`` and
+``urgent``), puts the exported variables (``SLURM_CONF``) into ``os.environ`` for the session,
+and stops what it started at the end. A cluster that was already running is reused and left
+running. It skips only where the machine cannot run it (not root, no apt-get and no SLURM); with
+``CI`` set it fails instead, so CI never skips these tests silently.
 """
 
 from __future__ import annotations

@@ -33,9 +33,9 @@ def beat(rank: int, step: int, state: str = "training") -> Heartbeat:
                      pid=7)
 
 
-def relayed(b: Heartbeat, at: float, host: str = HOST) -> Heartbeat:
-    """``b`` as the supervisor reads it from a summary line sent at ``at`` (its time and host)."""
-    return replace(b, time=at, host=host)
+def relayed(b: Heartbeat, at: float, host: str = HOST, node: int = 0) -> Heartbeat:
+    """``b`` as the supervisor reads it from node ``node``'s summary line sent at ``at``."""
+    return replace(b, time=at, host=host, node=node)
 
 
 def summary(node: int, at: float, *beats: Heartbeat, final: bool = False) -> dict[str, Any]:
@@ -87,11 +87,11 @@ def test_the_report_reads_its_nodes_beat_folder_in_node_local_tmp(tmp_path: Path
         f"/tmp/fsdp-orch-{__import__('os').getuid()}/{job_id}/attempt-2/node-1")
     assert report.look() is False
     assert lines == [summary(1, 0.0, beat(3, 5))]  # the node agents' line, byte for byte
-    assert beats_in(lines) == [relayed(beat(3, 5), 0.0)]
+    assert beats_in(lines) == [relayed(beat(3, 5), 0.0, node=1)]
     lines.clear()
     assert report.look() is False and lines == []  # unchanged: not sent again
     write_beat(job_id, 1, beat(3, 6))
-    assert report.look() is False and beats_in(lines) == [relayed(beat(3, 6), 0.0)]
+    assert report.look() is False and beats_in(lines) == [relayed(beat(3, 6), 0.0, node=1)]
 
 
 def test_a_beat_file_not_rewritten_is_reported_held_once_and_fresh_again_when_it_is(
@@ -182,7 +182,8 @@ def test_the_module_runs_on_a_host_with_the_hosts_arguments(tmp_path: Path, job_
     assert json.loads(last)["final"] is True and json.loads(end) == {"exit": 0}
     [got] = reports.heartbeats().values()
     assert reports.ended.is_set()
-    assert got == relayed(beat(1, 7, "done"), got.time, socket.gethostname())
+    assert got == relayed(beat(1, 7, "done"), got.time, socket.gethostname(), node=got.node)
+    assert got.node is not None
     assert not (tmp_path / "supervisor").exists()  # nothing mirrored: no heartbeat, no exit file
 
 
@@ -203,7 +204,7 @@ def test_the_supervisor_keeps_the_latest_beats_in_memory_and_merges_the_hosts(
     attempt = ReportedAttempt.__new__(ReportedAttempt)  # only its reports matter here
     attempt.reports = {0: first, 1: second}
     assert attempt.heartbeats() == {0: relayed(beat(0, 5), 11.0), 1: relayed(beat(1, 4), 10.0),
-                                    2: relayed(beat(2, 3), 10.0)}
+                                    2: relayed(beat(2, 3), 10.0, node=1)}
     assert list(tmp_path.iterdir()) == []  # no heartbeat file anywhere under the run folder
 
 
@@ -233,7 +234,7 @@ def test_an_attempt_whose_nodes_ended_waits_for_their_reports_last_beats(tmp_pat
         report.start()
     assert attempt.poll() == 0
     assert attempt.heartbeats() == {0: relayed(beat(0, 20, "done"), 50.0),
-                                    1: relayed(beat(1, 20, "done"), 50.0)}
+                                    1: relayed(beat(1, 20, "done"), 50.0, node=1)}
     for report in attempt.reports.values():
         assert report.finished.wait(5)  # (not join: HostReports' _stop hides threading.Thread's)
     attempt._reports_settle()  # ended threads: no wait, no error

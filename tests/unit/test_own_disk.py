@@ -131,7 +131,7 @@ def test_a_host_reports_log_growth_beats_and_then_its_exit(tmp_path: Path) -> No
     assert lines == [{"log": "console-node-1.log", "at": 5,
                       "data": base64.b64encode(b"dy sent\n").decode()},
                      summary(1, 0.0, beat(1, 3))]
-    assert parse_summary(lines[1]).beats == {1: replace(beat(1, 3), time=0.0, host="h1")}
+    assert parse_summary(lines[1]).beats == {1: replace(beat(1, 3), time=0.0, host="h1", node=1)}
     lines.clear()
     assert report.look() is False and lines == []  # nothing new, and the last line was just now
     with open(attempt / "console-node-1.log", "ab") as f:
@@ -168,7 +168,7 @@ def test_the_supervisor_mirrors_a_report_once_even_when_it_comes_again(tmp_path:
     assert (tmp_path / "attempt-0" / "console-node-1.log").read_bytes() == b"hello world\nmore\n"
     reports._mirror(summary(1, 9.0, beat(1, 4)))
     # kept in memory, never a file in the run folder
-    assert reports.heartbeats() == {1: replace(beat(1, 4), time=9.0, host="h1")}
+    assert reports.heartbeats() == {1: replace(beat(1, 4), time=9.0, host="h1", node=1)}
     assert not (tmp_path / "heartbeats").exists()
     assert not reports.ended.is_set()
     reports._mirror({"exit": 0})

@@ -1,0 +1,87 @@
+"""A straggler on the real SLURM test cluster (issue 45): the demo on 2 of the 3 nodes with one
+spare (``spare_nodes: 1``), 1 CPU rank a node, gloo. Once it trains, rank 1 (on node 2) runs at
+half rank 0's speed (cpu cgroups, tests/cpu_caps.py): the supervisor names it from the ranks'
+arrivals relayed by the node agents, within a minute, by its node's SLURM name; under
+``watch.stragglers: replace`` the attempt ends at the next complete checkpoint and the next one, a
+new step of the same SLURM job, runs on the spare, where no straggler is named."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from cpu_caps import CPU_CGROUP, half_speed, remove
+from status_sampling import beat_glob
+from test_slurm_backend import slurm_id
+from test_slurm_spares import events_of, expand, step_nodes
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.root, pytest.mark.straggler]
+
+DETECTED_WITHIN_S = 60.0
+REPLACE = ["--set", "nodes=2", "--set", "spare_nodes=1", "--set", "procs_per_node=1",
+           "--set", "checkpoint.interval=25", "--set", "restart.backoff.initial=1s",
+           "--set", "restart.backoff.jitter=0", "--set", "watch.startup_timeout=120s",
+           "--set", "watch.stragglers=replace"]
+
+
+def ranks_by_node(job_id: str) -> dict[int, tuple[int, int, str]]:
+    """{node rank: (its rank, the rank's pid, the node's SLURM name)} of attempt 0, from the
+    heartbeats in the node-local folders (the nodes run here). torchrun's c10d rendezvous decides
+    which rank each node gets."""
+    found = {}
+    for beat in glob.glob(beat_glob(job_id, rank="*", attempt=0)):  # type: ignore[arg-type]
+        data = json.loads(Path(beat).read_text())
+        environ = Path(f"/proc/{data['pid']}/environ").read_bytes().split(b"\0")
+        name = next(v.split(b"=", 1)[1].decode() for v in environ
+                    if v.startswith(b"SLURMD_NODENAME="))
+        found[int(Path(beat).parent.name.split("-")[1])] = (data["rank"], data["pid"], name)
+    return found
+
+
+def test_a_straggler_under_replace_is_named_then_swapped_for_the_spare_at_a_checkpoint(
+        slurm_cluster, cli, demo) -> None:
+    assert os.geteuid() == 0 and (CPU_CGROUP / "cgroup.procs").is_file(), "needs root, cgroup v1"
+    job_id = cli.run("submit", "--cluster", "slurm", str(demo), *REPLACE,
+                     "--set", 'args=["--steps", "100000"]', check=True).stdout.strip()
+    group = None
+    try:
+        cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 5
+                       or s["state"] not in ("PENDING", "RUNNING"), timeout=300,
+                       what="the demo training")
+        nodes = ranks_by_node(job_id)
+        assert sorted(nodes) == [0, 1], nodes
+        # the rank on node 1 is slowed: node 0 runs the supervisor (and the rendezvous), which a
+        # spare cannot replace within the allocation
+        (_, peer, _), (slowed_rank, slowed_pid, slowed_node) = nodes[0], nodes[1]
+        group = half_speed(peer, slowed_pid, f"fsdp-orch-test-{job_id}")
+        slowed = time.monotonic()
+        named = cli.wait_until(job_id, lambda s: any(e["kind"] == "straggler" for e in s["events"])
+                               or s["state"] != "RUNNING", timeout=180, what="a straggler named")
+        took = time.monotonic() - slowed
+        [event] = [e for e in named["events"] if e["kind"] == "straggler"]
+        assert event["message"].startswith(
+            f"node 1 ({slowed_node}), rank {slowed_rank}: the others wait "), event
+        assert f"its node {slowed_node} is left out at the next checkpoint" in event["message"]
+        assert took <= DETECTED_WITHIN_S, (took, event)
+        moved = cli.wait_until(job_id, lambda s: s["attempts"] >= 2 and (
+            (s.get("progress") or {}).get("step", 0) >= (s.get("last_checkpoint_step") or 0) + 10)
+            or s["state"] not in ("PENDING", "RUNNING", "RESTARTING"), timeout=240,
+            what="the next attempt training on the spare")
+        assert moved["state"] == "RUNNING", moved
+        [failure] = moved["failures"]
+        assert (failure["category"], failure["action"]) == ("straggler_replaced", "restart")
+        assert "replaced at the checkpoint of step" in failure["evidence"], failure
+        assert moved["left_out"] == [slowed_node], moved
+        steps = step_nodes(slurm_cluster, slurm_id(cli, job_id))
+        first, second = expand(steps["fsdp-orch-attempt-0"]), expand(steps["fsdp-orch-attempt-1"])
+        assert slowed_node in first and slowed_node not in second and len(second) == 2, steps
+        assert [e["kind"] for e in events_of(cli, job_id)].count("scheduled") == 1
+        assert not [e for e in moved["events"] if e["kind"] == "straggler" and e["attempt"] == 1]
+    finally:
+        cli.run("cancel", job_id)
+        if group is not None:
+            remove(group)
