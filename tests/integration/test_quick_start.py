@@ -6,7 +6,7 @@ copy of this checkout: ``bash scripts/setup.sh``, the demo, the demo with rank 1
 ``status``; then all of it again. Its ``.venv`` starts with this checkout's packages hard-linked
 in (torch, transformers...: nothing is downloaded, and pip can replace any of them without touching
 the suite's own environment), less fsdp-orch itself, which ``setup.sh`` installs from the copy.
-Real torchrun, 2 CPU ranks, the default demo model (300 steps)."""
+Real torchrun, 2 CPU ranks, the default demo model (200 steps)."""
 
 from __future__ import annotations
 
@@ -19,10 +19,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from cli_harness import REPO
 
 pytestmark = pytest.mark.slow
 
+STEPS = int(yaml.safe_load((REPO / "examples" / "demo" / "job.yaml").read_text())["args"][1])
 BASE_PYTHON = Path(sys.base_prefix) / "bin" / "python3"
 NOT_LINKED = ("fsdp_orch", "_editable_impl_fsdp_orch", "__editable__", "pip", "setuptools",
               "_distutils_hack", "distutils-precedence.pth", "pkg_resources")
@@ -81,8 +83,8 @@ def test_the_quick_start_runs_as_written_twice_in_a_row(tmp_path: Path) -> None:
         jobs = json.loads(listed.stdout)
         assert [j["state"] for j in jobs] == ["SUCCEEDED"] * (2 * run), jobs
         healthy, hung = jobs[-2:]
-        assert healthy["attempts"] == 1 and healthy["progress"]["step"] == 300, healthy
-        assert hung["attempts"] == 2 and hung["progress"]["step"] == 300, hung
+        assert healthy["attempts"] == 1 and healthy["progress"]["step"] == STEPS, healthy
+        assert hung["attempts"] == 2 and hung["progress"]["step"] == STEPS, hung
         [failure] = hung["failures"]
         assert failure["category"] == "hang" and "rank 1" in failure["evidence"], failure
         assert "rank 1" in proc.stderr, out[-3000:]  # --wait said it as it happened

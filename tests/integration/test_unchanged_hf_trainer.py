@@ -95,7 +95,8 @@ def test_a_healthy_unmodified_trainer_run_longer_than_startup_timeout_succeeds(h
 def test_a_hang_is_detected_with_the_stuck_frame_and_the_trainer_resumes_from_its_checkpoint(
         unchanged):
     cli, job = unchanged("hf_trainer")
-    status, seen = submit_watching(cli, job, *args_with(job, max_steps="140", save_steps="40"),
+    # the hang comes after step 80's save; the restart resumes there and trains the last 20
+    status, seen = submit_watching(cli, job, *args_with(job, max_steps="100", save_steps="40"),
                                    "--set", "env.FSDP_ORCH_FAULT=hang:step=90:rank=1")
     assert status["state"] == "SUCCEEDED", status
     [failure] = status["failures"]
@@ -120,8 +121,8 @@ def test_a_hang_is_detected_with_the_stuck_frame_and_the_trainer_resumes_from_it
     checkpoint = job.parent / "out" / "checkpoint-80"
     assert f"--resume_from_checkpoint {checkpoint}" in launch
     assert "global step 80" in attempt_logs(cli, status["id"], 1)  # the Trainer went on from M
-    assert json.loads((job.parent / "out" / "trainer_state.json").read_text())["global_step"] == 140
-    assert status["progress"]["step"] == 140  # the resumed attempt counts on from the checkpoint
+    assert json.loads((job.parent / "out" / "trainer_state.json").read_text())["global_step"] == 100
+    assert status["progress"]["step"] == 100  # the resumed attempt counts on from the checkpoint
 
 
 def test_a_partial_checkpoint_newer_than_the_latest_complete_is_moved_aside_not_passed(healthy):
@@ -130,8 +131,9 @@ def test_a_partial_checkpoint_newer_than_the_latest_complete_is_moved_aside_not_
     partial = out / "checkpoint-500"
     shutil.copytree(out / "checkpoint-300", partial)
     (partial / "trainer_state.json").unlink()  # the save died before the Trainer's last file
-    # the healthy run ended SUCCEEDED: going on from its checkpoint is asked for (--resume)
-    status = submit(cli, job, "--resume", *args_with(job, max_steps="470"))
+    # the healthy run ended SUCCEEDED: going on from its checkpoint is asked for (--resume), for
+    # 20 steps more
+    status = submit(cli, job, "--resume", *args_with(job, max_steps="320"))
     assert status["state"] == "SUCCEEDED", status
     launch = (Path(status["run_dir"]) / "attempt-0" / "launch.sh").read_text()
     assert f"--resume_from_checkpoint {out / 'checkpoint-300'}" in launch

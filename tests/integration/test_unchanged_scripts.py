@@ -32,12 +32,16 @@ def watch(heartbeat: float, startup: float) -> list[str]:
 SPAWN_SIZE = ["--batch-size", "16"]
 TORCHRUN_SIZE = ["--dim", "64", "--batch-size", "8"]
 TUTORIALS = {
-    # name: (args of a healthy run of about 15-20 s, args of a run to hang, the step to hang at)
-    "spawn_fsdp1": (["--epochs", "3", "--batches-per-epoch", "30", "--sleep-per-step", "0.15",
+    # name: (args of a healthy run, args of a run to hang, the step to hang at). The healthy runs
+    # step for 9 s and 8 s idle (their sleeps alone, longer under load), past the 4 s startup
+    # timeout and over the 5 s heartbeat timeout, across an epoch's end (spawn) or a DCP save at
+    # step 50 (torchrun). The hang comes in the second epoch (spawn), after step 40's save
+    # (torchrun).
+    "spawn_fsdp1": (["--epochs", "2", "--batches-per-epoch", "30", "--sleep-per-step", "0.15",
                      *SPAWN_SIZE],
-                    ["--epochs", "3", "--batches-per-epoch", "30", *SPAWN_SIZE], 40),
-    "torchrun_fsdp2": (["--steps", "120", "--sleep-per-step", "0.1", *TORCHRUN_SIZE],
-                       ["--steps", "120", "--save-every", "20", *TORCHRUN_SIZE], 50),
+                    ["--epochs", "2", "--batches-per-epoch", "30", *SPAWN_SIZE], 40),
+    "torchrun_fsdp2": (["--steps", "80", "--sleep-per-step", "0.1", *TORCHRUN_SIZE],
+                       ["--steps", "80", "--save-every", "20", *TORCHRUN_SIZE], 50),
 }
 
 

@@ -9,16 +9,18 @@ with ``CI`` set it fails instead, so CI never skips these tests silently.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_harness import copy_demo, demo_args, make_cli
 from machine_services import service
 
 HOSTS_SH = Path(__file__).resolve().with_name("hosts.sh")
@@ -131,3 +133,32 @@ def ssh_hosts() -> Iterator[SshHosts]:
                        namespaces=tuple(f"fo-h{i + 1}" for i in range(len(addresses))),
                        own_disks_profile=Path(env["FSDP_ORCH_SSH_OWN_DISKS_PROFILE"]),
                        submit_host_dir=Path(env["FSDP_ORCH_SSH_SUBMIT_HOST_DIR"]))
+
+
+@pytest.fixture(scope="session")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], dict]:
+    """The demo's result.json for ``demo_args(steps)`` by 2 ranks that were never interrupted: run
+    once a session for each step count, on the local cluster (2 ranks on this machine: the same
+    arithmetic as one rank on each of two hosts, bit for bit, as test_ssh_elastic's spare-host
+    test also holds). Every test here runs in one worker (tests/side_by_side.py), so the tests
+    that resume after a fault and compare with a run that had none share it."""
+    results: dict[int, dict] = {}
+
+    def result(steps: int) -> dict:
+        if steps not in results:
+            base = tmp_path_factory.mktemp(f"uninterrupted-{steps}")
+            cli = make_cli(base)
+            proc = cli.run("submit", "--cluster", "local", "--wait", "--json",
+                           str(copy_demo(base)), "--set", "nodes=1", "--set", "procs_per_node=2",
+                           "--set", "checkpoint.interval=5", "--set", demo_args(steps),
+                           timeout=300)
+            assert proc.stdout.strip(), proc.stderr
+            status = json.loads(proc.stdout)
+            assert status["state"] == "SUCCEEDED" and status["attempts"] == 1, status
+            done = json.loads((Path(status["run_dir"]) / "result.json").read_text())
+            assert (done["final_step"], done["world_size"], done["resumed_from"]) == (
+                steps, 2, 0), done
+            results[steps] = done
+        return results[steps]
+
+    return result

@@ -29,7 +29,7 @@ def error(extra: str) -> InputError:
 def test_example_job_loads() -> None:
     job, doc = load_job(REPO / "examples" / "demo" / "job.yaml")
     assert (job.name, job.script, job.nodes, job.procs_per_node) == ("demo", "train.py", 1, 2)
-    assert job.args == ["--steps", "300", "--seq-len", "64"]
+    assert job.args == ["--steps", "200", "--seq-len", "64"]
     assert job.restart.backoff.max == 30
     assert doc.line_of(("restart", "max_restarts")) is not None
 
