@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 
 from fsdp_orch.checkpoints.storage import LOCAL, Storage
-from fsdp_orch.observe.attempt_files import STACKS_DIR
+from fsdp_orch.observe.attempt_files import LOG_PATTERNS, STACKS_DIR
 from fsdp_orch.observe.file_tail import FileTail, LogChunk
 from fsdp_orch.observe.heartbeats import Heartbeat, read_heartbeats
 from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIX
@@ -17,11 +17,12 @@ from fsdp_orch.observe.stacks import StackCapture, capture_stacks
 class FileObservation:
     """Heartbeats, logs, checkpoints, stacks and flight-recorder dumps read from local paths."""
 
-    def __init__(self, run_dir: Path, attempt: int, attempt_dir: Path):
+    def __init__(self, run_dir: Path, attempt: int, attempt_dir: Path,
+                 log_patterns: tuple[str, ...] = LOG_PATTERNS):
         self.run_dir = run_dir
         self.attempt = attempt
         self.attempt_dir = attempt_dir
-        self._tail = FileTail(attempt_dir)
+        self._tail = FileTail(attempt_dir, log_patterns)
 
     @property
     def checkpoints(self) -> Storage:

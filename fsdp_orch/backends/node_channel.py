@@ -12,7 +12,8 @@ from fsdp_orch.backends.files import FileObservation
 from fsdp_orch.nodeagent.endpoint import write_endpoint
 from fsdp_orch.nodeagent.server import SummaryServer
 from fsdp_orch.nodeagent.summary import dump_from_wire
-from fsdp_orch.observe.attempt_files import STACKS_DIR
+from fsdp_orch.observe.attempt_files import LOG_PATTERNS, STACKS_DIR
+from fsdp_orch.observe.file_tail import LogChunk
 from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.observe.stacks import StackCapture
 from fsdp_orch.vocab.categories import NODE_LOST_EXIT
@@ -24,8 +25,10 @@ class AgentObservation(FileObservation):
     """``bind``: the address the server listens on; ``announce``: the one the agents connect to."""
 
     def __init__(self, run_dir: Path, attempt: int, attempt_dir: Path, bind: str, announce: str,
-                 node_timeout: float):
-        super().__init__(run_dir, attempt, attempt_dir)
+                 node_timeout: float, log_patterns: tuple[str, ...] = LOG_PATTERNS):
+        """``log_patterns``: the logs read from the run folder; the rest come from the agents
+        (nodeagent.node_logs)."""
+        super().__init__(run_dir, attempt, attempt_dir, log_patterns)
         token = secrets.token_hex(16)
         self.channel = SummaryServer(token, host=bind, node_timeout=node_timeout)
         port = self.channel.start()
@@ -33,6 +36,9 @@ class AgentObservation(FileObservation):
 
     def heartbeats(self) -> dict[int, Heartbeat]:
         return self.channel.heartbeats()
+
+    def log_chunks(self) -> list[LogChunk]:
+        return self._tail.chunks() + self.channel.log_chunks()
 
     def capture_stacks(self, beats: dict[int, Heartbeat]) -> StackCapture:
         """py-spy on every node at once, each agent on its own ranks."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.observe.attempt_files import STACKS_DIR
+from fsdp_orch.observe.attempt_files import RANKS_FILE, STACKS_DIR
 from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.errors import InputError
 from fsdp_orch.vocab.redact import masked, secret_header, secret_name
@@ -110,7 +111,7 @@ def show_logs(index: Any, job_id: str, *, rank: int | None = None, node: int | N
     layout = Layout.of(row)
     local: int | None = None  # with --rank under a launcher that tags lines: whose lines to keep
     if rank is not None:
-        node, local, how = _rank_place(job_id, rank, layout)
+        node, local, how = _rank_place(job_id, rank, layout, attempts[chosen])
         if how == MIXED:
             out.write(rank_has_no_log(job_id, rank, node, chosen, attempt is None, layout,
                                       node_logs(attempts[chosen])))
@@ -166,15 +167,30 @@ def _chosen_attempt(job_id: str, run_dir: Path, attempt: int | None) -> tuple[di
     return attempts, chosen
 
 
-def _rank_place(job_id: str, rank: int, layout: Layout) -> tuple[int, int | None, str]:
+def _rank_place(job_id: str, rank: int, layout: Layout,
+                attempt_dir: Path | None = None) -> tuple[int, int | None, str]:
     """Where ``rank``'s output is: its node, its local rank when its lines are tagged with it (else
-    None), and how the node's log holds its ranks' lines (:data:`RANK_LINES`)."""
+    None), and how the node's log holds its ranks' lines (:data:`RANK_LINES`). The node is the one
+    the attempt's ``ranks.json`` names, where the supervisor wrote it (torchrun's c10d rendezvous
+    need not give node N ranks N*procs..); else the rank's place in that order."""
     if rank < 0 or (layout.world_size is not None and rank >= layout.world_size):
         raise InputError(f"job {job_id} has ranks 0-{(layout.world_size or 1) - 1}, not {rank}",
                          field="--rank")
     node, local = divmod(rank, layout.nproc_per_node)
+    node = _placed_node(attempt_dir, rank, node)
     how = RANK_LINES.get(layout.launcher, MIXED)
     return node, local if how == TAGGED else None, how
+
+
+def _placed_node(attempt_dir: Path | None, rank: int, otherwise: int) -> int:
+    """The node ``ranks.json`` names for ``rank``, else ``otherwise``."""
+    if attempt_dir is None:
+        return otherwise
+    try:
+        node = json.loads((attempt_dir / RANKS_FILE).read_text())["nodes"][str(rank)]
+    except (OSError, ValueError, KeyError, TypeError):
+        return otherwise
+    return node if type(node) is int and node >= 0 else otherwise
 
 
 def _print_new(logs: dict[int, Path], positions: dict[int, int], local: int | None,

@@ -20,6 +20,7 @@ from typing import Any
 from fsdp_orch.nodeagent.agent import NodeAgent
 from fsdp_orch.nodeagent.beat_dir import read_beat_files, remove_earlier_attempts
 from fsdp_orch.nodeagent.endpoint import read_endpoint
+from fsdp_orch.nodeagent.node_logs import NodeLogs
 from fsdp_orch.nodeagent.summary import dump_to_wire
 
 
@@ -61,7 +62,9 @@ def main(argv: list[str]) -> int:
                       lambda: read_endpoint(attempt_dir),
                       launcher_alive=lambda: process_alive(launcher),
                       on_stop=stop, on_stacks=stacks, attempt=attempt,
-                      note=os.environ.get("FSDP_ORCH_NODE_TMP_NOTE", ""))
+                      note=os.environ.get("FSDP_ORCH_NODE_TMP_NOTE", ""),
+                      logs=(NodeLogs(node, Path(beat_dir), Path(attempt_dir))
+                            if os.environ.get("FSDP_ORCH_LOGS_ON_NODE") == "1" else None))
 
     async def run() -> None:
         def ending() -> None:

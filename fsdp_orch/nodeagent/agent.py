@@ -6,11 +6,13 @@ process."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from collections.abc import Callable
 from typing import Any
 
+from fsdp_orch.nodeagent.node_logs import NodeLogs
 from fsdp_orch.nodeagent.summary import (
     alive_between_steps,
     changed_beats,
@@ -22,6 +24,7 @@ from fsdp_orch.nodeagent.summary import (
 SUMMARY_EVERY_S = 1.0  # a line at least this often: the node's liveness
 LOOK_EVERY_S = 0.25  # how often the ranks' files are read
 RECONNECT_EVERY_S = 0.5
+LAST_LINES_S = 5.0  # at its end, how long the agent waits for the launcher's, for its last lines
 
 Beats = dict[int, dict[str, Any]]
 
@@ -38,9 +41,12 @@ class NodeAgent:
                  on_stop: Callable[[float], dict[str, Any]] | None = None,
                  on_stacks: Callable[[dict[int, int], str], dict[str, Any]] | None = None,
                  clock: Callable[[], float] = time.time, every: float = SUMMARY_EVERY_S,
-                 look_every: float = LOOK_EVERY_S, attempt: int = 0, note: str = ""):
+                 look_every: float = LOOK_EVERY_S, attempt: int = 0, note: str = "",
+                 logs: NodeLogs | None = None):
         """``note``: what the node's launch script has to tell the supervisor (its node-local
-        folder was someone else's), said in the hello."""
+        folder was someone else's), said in the hello. ``logs``: the node's logs, kept on the node
+        (``nodeagent.node_logs``): what they gain goes to the supervisor before each summary, and
+        into the run folder every few seconds."""
         self.node, self.host, self.attempt = node, host, attempt
         self.note = note[:400]  # a hello stays one short line (nodeagent.server.HELLO_MAX_BYTES)
         self.read_beats, self.endpoint = read_beats, endpoint
@@ -50,19 +56,30 @@ class NodeAgent:
         self.ending = False  # set from outside (SIGTERM): send the last line and end
         self._answering: asyncio.Future[None] | None = None  # the reply to an order, being made
         self.lines_sent = 0
+        self.logs = logs
 
     async def run(self) -> None:
-        while True:
-            found = self.endpoint()
-            if found is not None:
-                try:
-                    if await self._connected(*found):
-                        return
-                except (OSError, ConnectionError):
-                    pass
-            if self.ending or not self.launcher_alive():
-                return
-            await asyncio.sleep(RECONNECT_EVERY_S)
+        try:
+            while True:
+                found = self.endpoint()
+                if found is not None:
+                    try:
+                        if await self._connected(*found):
+                            return
+                    except (OSError, ConnectionError):
+                        pass
+                if self.ending or not self.launcher_alive():
+                    return
+                if self.logs is not None:
+                    self.logs.copy()
+                await asyncio.sleep(RECONNECT_EVERY_S)
+        finally:
+            if self.logs is not None:
+                # the launcher's own last lines (a SIGTERM it was sent with this agent) come after
+                deadline = self.clock() + LAST_LINES_S
+                while self.launcher_alive() and self.clock() < deadline:
+                    await asyncio.sleep(0.1)
+                self.logs.copy(final=True)  # the whole of each log, in the run folder
 
     async def _connected(self, host: str, port: int, token: str) -> bool:
         reader, writer = await asyncio.open_connection(host, port, limit=4 << 20)
@@ -84,6 +101,12 @@ class NodeAgent:
             beats = self.read_beats()
             now = self.clock()
             current = {rank: compact(beat, now) for rank, beat in beats.items()}
+            if self.logs is not None:
+                for name, at, data in self.logs.new_text():
+                    writer.write((json.dumps({"log": name, "at": at,
+                                              "data": base64.b64encode(data).decode()},
+                                             separators=(",", ":")) + "\n").encode())
+                self.logs.copy(final=ending)
             if (ending or now - last >= self.every or state_changed(current, sent)
                     or alive_between_steps(current, sent, now)):
                 line = summary_line(self.node, self.host, now, changed_beats(current, sent),

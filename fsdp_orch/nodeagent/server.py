@@ -6,9 +6,11 @@ per node per tick, whatever the number of ranks on it."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import hmac
 import itertools
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +24,10 @@ from fsdp_orch.observe.heartbeats import Heartbeat
 # watch.node_timeout, this by default: see its comment in jobspec/schema.py)
 NODE_TIMEOUT_S = 30.0
 MAX_LINE = 4 << 20
+# The names of the logs a node's agent sends (nodeagent.node_logs), and how much of what they gained
+# waits for the supervisor's next look at most.
+LOG_NAME = re.compile(r"console-node-\d+\.log|node-\d+/[\w.-]+/attempt_\d+/\d+/std(?:out|err)\.log")
+LOG_KEPT_BYTES = 16 << 20
 # A stranger must not cost the supervisor memory or time: a connection says the token within
 # HELLO_WITHIN_S and its first HELLO_MAX_BYTES (an agent's hello is one short line, sent at once),
 # and at most MAX_STRANGERS connections wait for theirs (the oldest is closed for a newer one, so
@@ -59,6 +65,9 @@ class SummaryServer:
         self._server: asyncio.AbstractServer | None = None
         self._ready = threading.Event()
         self.lines = 0  # summaries taken, for the bench
+        # what the nodes' logs gained (nodeagent.node_logs), for log_chunks; bytes had, by log
+        self._log_chunks: list[tuple[str, bytes]] = []
+        self._log_had: dict[tuple[int, str], int] = {}
         self._strangers: dict[_AgentConnection, None] = {}  # awaiting their hello, oldest first
         # connections closed before they said the token, by why (read by refused_connections)
         self.refused: dict[str, int] = {"no token": 0, "too slow": 0, "too long": 0, "crowded": 0}
@@ -150,6 +159,9 @@ class SummaryServer:
                 self._nodes[node].seen = now
                 self._replies.setdefault(order, {})[node] = data
             return
+        if "log" in data:
+            self._take_log(node, data, now)
+            return
         summary = parse_summary(data)
         with self._lock:
             state = self._nodes[node]
@@ -162,7 +174,31 @@ class SummaryServer:
             self._beats.update(summary.beats)
             self.lines += 1
 
+    def _take_log(self, node: int, data: dict[str, Any], now: float) -> None:
+        """``{"log": NAME, "at": OFFSET, "data": BASE64}``: bytes a log of the node gained."""
+        name, at = data["log"], data["at"]
+        if (not isinstance(name, str) or not LOG_NAME.fullmatch(name) or type(at) is not int
+                or at < 0 or not name.startswith((f"console-node-{node}.", f"node-{node}/"))):
+            raise ValueError(f"log: expected one of node {node}'s log names and an offset")
+        blob = base64.b64decode(data["data"], validate=True)
+        with self._lock:
+            self._nodes[node].seen = now
+            had = self._log_had.get((node, name), 0)
+            if at + len(blob) <= had:
+                return
+            blob = blob[had - at:] if at < had else blob
+            self._log_had[(node, name)] = max(had, at) + len(blob)
+            self._log_chunks.append((name, blob))
+            while sum(len(b) for _, b in self._log_chunks) > LOG_KEPT_BYTES:
+                del self._log_chunks[0]  # nobody read them: the oldest go
+
     # --- what the supervisor asks -----------------------------------------------------------
+
+    def log_chunks(self) -> list[tuple[str, bytes]]:
+        """What the nodes' logs gained since the last call (``nodeagent.node_logs``)."""
+        with self._lock:
+            chunks, self._log_chunks = self._log_chunks, []
+        return chunks
 
     def heartbeats(self) -> dict[int, Heartbeat]:
         """Every rank's latest heartbeat, by rank (sorted once after ranks appeared, not per

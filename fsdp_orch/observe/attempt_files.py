@@ -1,6 +1,7 @@
 """Names of what an attempt leaves in its folder besides the logs. Torch-free, stdlib-free."""
 
 STACKS_DIR = "stacks"  # every rank's Python stack, dumped when the attempt was judged hung
+RANKS_FILE = "ranks.json"  # {"nodes": {rank: node rank}}: where each rank ran (logs --rank)
 # Written by the supervisor when it judges the attempt hung: each rank's bootstrap answers with its
 # flight recorder's dump (torch's ``_dump_fr_trace``; gloo writes none on
 # its own) at the dump prefix.

@@ -4,14 +4,19 @@ return how it ended as a value (``outcomes``). What ends the attempt stops it fi
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from fsdp_orch.backends.base import AttemptHandle
+from fsdp_orch.launch.plan import attempt_dir_of
 from fsdp_orch.launch.submission import Submission
+from fsdp_orch.observe.attempt_files import RANKS_FILE
 from fsdp_orch.observe.stacks import StackCapture, default_library_roots
+from fsdp_orch.places.private import write_private
 from fsdp_orch.record.event_types import STRAGGLER
 from fsdp_orch.record.journal import Journal
 from fsdp_orch.record.live_progress import LIVE_EVERY_S
@@ -100,6 +105,7 @@ class AttemptWatch:
         # watch.stragglers: replace, where the kind can run the next attempt without a node
         self._replaceable = replaceable and submission.job.watch.stragglers == "replace"
         self._to_replace: tuple[Straggler, int | None] | None = None  # and the checkpoint then
+        self._placed = False  # ranks.json written
         progress.begin(self.follower)
 
     def run(self) -> Outcome:
@@ -129,6 +135,7 @@ class AttemptWatch:
             self._note_strangers()
             self._note_nodes()
             self._note_straggler(beats)
+            self._note_placement(beats)
             finished_at = scripts_finished_at(beats, self.world)
             self._returned_step = returned_step(beats) or self._returned_step
             if code is None and finished_at is None and self._replace_now():
@@ -308,6 +315,19 @@ class AttemptWatch:
                 message += ("; watch.stragglers is replace, but this cluster has no spare node to "
                             "run without it (SLURM's spare_nodes): named only")
         self.journal.add_event(attempt=self.attempt, kind=STRAGGLER, message=message)
+
+    def _note_placement(self, beats: dict) -> None:  # type: ignore[type-arg]
+        """Which node each rank runs on, once all are known, in the attempt's ``ranks.json``
+        (``logs --rank``): torchrun's c10d rendezvous need not give node N ranks N*procs..."""
+        if self._placed or len(beats) < self.world or any(b.node is None for b in beats.values()):
+            return
+        self._placed = True
+        placed = {str(rank): beat.node for rank, beat in sorted(beats.items())}
+        try:  # the supervisor's own view of the run folder (SSH hosts' own disks have theirs)
+            write_private(os.path.join(attempt_dir_of(str(self.sub.run_dir), self.attempt),
+                                       RANKS_FILE), json.dumps({"nodes": placed}) + "\n")
+        except OSError:
+            pass  # logs --rank then takes the launcher's order
 
     def _replace_now(self) -> bool:
         """A straggler is to be replaced and a checkpoint newer than its naming is complete."""

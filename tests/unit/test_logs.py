@@ -55,6 +55,17 @@ def test_a_launcher_that_tags_lines_gives_the_rank_its_own(job,  # type: ignore[
     assert job(launcher, "tagged")(rank=3) == "step 1 on rank 3\n"
 
 
+def test_a_rank_is_read_on_the_node_the_attempt_placed_it(job,  # type: ignore[no-untyped-def]
+                                                          tmp_path: Path) -> None:
+    """torchrun's c10d rendezvous put ranks 0-1 on node 1 and ranks 2-3 on node 0 (the supervisor
+    wrote it in ranks.json, from the node agents' heartbeats)."""
+    show = job("torchrun", "tagged")
+    (tmp_path / "runs" / "j1" / "attempt-0" / "ranks.json").write_text(
+        json.dumps({"nodes": {"0": 1, "1": 1, "2": 0, "3": 0}}))
+    assert show(rank=3) == "step 1 on rank 1\n"  # node 0's local rank 1
+    assert show(rank=0) == "step 1 on rank 2\n"  # node 1's local rank 0
+
+
 def test_under_launcher_python_the_rank_is_pointed_to_its_node_log(  # type: ignore[no-untyped-def]
         job) -> None:
     said = job("python", "untagged")(rank=3)

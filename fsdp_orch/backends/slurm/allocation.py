@@ -27,6 +27,9 @@ from fsdp_orch.vocab.backoff import SLURM_QUERY, Sleep, retrying
 
 NODE_SCRIPT = "node.sh"
 BATCH_SCRIPT = "sbatch.sh"  # in the run folder: the batch script sbatch was given
+# What a node's task prints before node.sh sends its output to the node-local console (and what srun
+# itself says of it); the console reaches the run folder through the node's agent (node_logs).
+SRUN_OUTPUT = "srun-node-%n.log"
 # What squeue says of a job the controller no longer holds (ended a while ago): an answer.
 UNKNOWN_JOB = "Invalid job id"
 
@@ -60,7 +63,8 @@ class SlurmStep(AgentObservation):
         self.leaves_out = leaves_out
         super().__init__(submission.run_dir, attempt, Path(submission.attempt_dir(attempt)),
                          bind="0.0.0.0", announce=node_address(),
-                         node_timeout=submission.job.watch.node_timeout)
+                         node_timeout=submission.job.watch.node_timeout,
+                         log_patterns=(SRUN_OUTPUT.replace("%n", "*"),))
         self.proc: subprocess.Popen | None = None  # type: ignore[type-arg]
         self.slurm_job = slurm_job
         self.step_name = step_name
@@ -132,7 +136,7 @@ def step_argv(plan: LaunchPlan, script: str) -> list[str]:
               if plan.node_names else [])
     return ["srun", "--overlap", f"--nodes={plan.nnodes}", *chosen, "--ntasks-per-node=1",
             "--kill-on-bad-exit=1", f"--job-name={step_name(plan.attempt)}",
-            f"--output={plan.attempt_dir}/console-node-%n.log", *container_options(plan.profile),
+            f"--output={plan.attempt_dir}/{SRUN_OUTPUT}", *container_options(plan.profile),
             "bash", script]
 
 

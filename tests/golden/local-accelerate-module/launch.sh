@@ -103,7 +103,7 @@ exec /opt/fsdp/venv/bin/python -m accelerate.commands.launch \
   --main_process_port 21709 \
   --rdzv_backend static \
   --max_restarts 0 \
-  --log_dir "$NODE_LOG_DIR" \
+  --log_dir "${RANK_LOG_DIR:-$NODE_LOG_DIR}" \
   --tee 3 \
   --module \
   mypkg.train --config configs/small.yaml

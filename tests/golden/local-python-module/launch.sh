@@ -106,7 +106,7 @@ set +e
   --master-addr "$RDZV_HOST" \
   --master-port 21709 \
   --run-id j0123456789a-a1 \
-  --log-dir "$NODE_LOG_DIR" \
+  --log-dir "${RANK_LOG_DIR:-$NODE_LOG_DIR}" \
   --entry module \
   -- mypkg.train --config configs/small.yaml
 standby_status=$?

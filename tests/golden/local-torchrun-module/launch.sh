@@ -101,7 +101,7 @@ set +e
   --master-addr "$RDZV_HOST" \
   --master-port 21709 \
   --run-id j0123456789a-a1 \
-  --log-dir "$NODE_LOG_DIR" \
+  --log-dir "${RANK_LOG_DIR:-$NODE_LOG_DIR}" \
   --entry module \
   -- mypkg.train --config configs/small.yaml
 standby_status=$?
@@ -119,7 +119,7 @@ exec /opt/fsdp/venv/bin/python -m torch.distributed.run \
   ${NODE_ADDR:+"--local-addr=$NODE_ADDR"} \
   --rdzv-id j0123456789a-a1 \
   --max-restarts 0 \
-  --log-dir "$NODE_LOG_DIR" \
+  --log-dir "${RANK_LOG_DIR:-$NODE_LOG_DIR}" \
   --redirects 3 \
   --tee 3 \
   --module \

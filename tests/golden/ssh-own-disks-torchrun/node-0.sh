@@ -114,7 +114,7 @@ exec /opt/venvs/train/bin/python -m torch.distributed.run \
   ${NODE_ADDR:+"--local-addr=$NODE_ADDR"} \
   --rdzv-id j0123456789a-a1 \
   --max-restarts 0 \
-  --log-dir "$NODE_LOG_DIR" \
+  --log-dir "${RANK_LOG_DIR:-$NODE_LOG_DIR}" \
   --redirects 3 \
   --tee 3 \
   -- train.py --steps 300 --lr 3e-4 --tag 'it'"'"'s a test'
