@@ -72,7 +72,7 @@ def job_setup(base: Path) -> tuple[Path, Path, Path]:
     profile = (REPO / "clusters" / "slurm.yaml").read_text() + f"shared_dir: {shared}\n"
     (cwd / "clusters" / "slurm.yaml").write_text(profile)
     demo = shared / "demo"
-    shutil.copytree(REPO / "examples" / "demo", demo)
+    shutil.copytree(REPO / "examples" / "demo", demo, ignore=shutil.ignore_patterns("checkpoints"))
     return cwd, home, demo / "job.yaml"
 
 

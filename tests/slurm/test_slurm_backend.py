@@ -123,7 +123,7 @@ NODE_TIMEOUT_S = 10.0  # the job's watch.node_timeout here (the default is 30 s)
 def test_a_killed_node_agent_is_a_lost_node_within_the_node_timeout_and_the_job_restarts(
         slurm_cluster, cli, demo):
     job_id = cli.run("submit", "--cluster", "slurm", str(demo), *TWO_NODES, "--set",
-                     demo_args(100, "--sleep-per-step", "0.3"),
+                     demo_args(60, "--sleep-per-step", "0.3"),
                      "--set", f"watch.node_timeout={NODE_TIMEOUT_S:g}s", check=True).stdout.strip()
     cli.wait_until(job_id, lambda s: (s.get("last_checkpoint_step") or 0) >= 5, timeout=300,
                    what="a checkpoint at step 5")
