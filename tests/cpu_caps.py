@@ -1,10 +1,15 @@
 """Slowing one rank to half the speed of another with cpu cgroups (v1): what the straggler tests
-(local, SLURM, SSH hosts) do to a running job's processes, all of which run on this machine."""
+(local, SLURM, SSH hosts) do to a running job's processes, all of which run on this machine; and
+the steps those tests share (the job training, its ranks' nodes, the straggler named)."""
 
 from __future__ import annotations
 
+import glob
+import json
 import time
 from pathlib import Path
+
+from status_sampling import beat_glob
 
 CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
 
@@ -33,3 +38,31 @@ def remove(group: Path) -> None:
             group.rmdir()
         except OSError:
             time.sleep(0.5)
+
+
+def until_training(cli, job_id: str) -> None:  # type: ignore[no-untyped-def]
+    """Until the job has stepped 5 times (or ended)."""
+    cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 5
+                   or s["state"] not in ("PENDING", "RUNNING"), timeout=300,
+                   what="the demo training")
+
+
+def ranks_by_node(job_id: str) -> dict[int, tuple[int, int]]:
+    """{node rank: (its rank, the rank's pid)} of attempt 0, from the heartbeats in the nodes'
+    node-local folders (the nodes run here). Which rank a node gets is the rendezvous' choice."""
+    found = {}
+    for beat in glob.glob(beat_glob(job_id, rank="*", attempt=0)):  # type: ignore[arg-type]
+        data = json.loads(Path(beat).read_text())
+        found[int(Path(beat).parent.name.split("-")[1])] = (data["rank"], data["pid"])
+    return found
+
+
+def until_straggler_named(cli, job_id: str) -> tuple[dict, float]:  # type: ignore[no-untyped-def,type-arg]
+    """Until a straggler is named (or the job stops running): the event, and the seconds the wait
+    took."""
+    since = time.monotonic()
+    status = cli.wait_until(job_id, lambda s: any(e["kind"] == "straggler" for e in s["events"])
+                            or s["state"] != "RUNNING", timeout=180, what="a straggler named")
+    took = time.monotonic() - since
+    [event] = [e for e in status["events"] if e["kind"] == "straggler"]
+    return event, took

@@ -67,6 +67,7 @@ class SummaryServer:
         self.lines = 0  # summaries taken, for the bench
         # what the nodes' logs gained (nodeagent.node_logs), for log_chunks; bytes had, by log
         self._log_chunks: list[tuple[str, bytes]] = []
+        self._log_bytes = 0  # in _log_chunks
         self._log_had: dict[tuple[int, str], int] = {}
         self._strangers: dict[_AgentConnection, None] = {}  # awaiting their hello, oldest first
         # connections closed before they said the token, by why (read by refused_connections)
@@ -189,15 +190,16 @@ class SummaryServer:
             blob = blob[had - at:] if at < had else blob
             self._log_had[(node, name)] = max(had, at) + len(blob)
             self._log_chunks.append((name, blob))
-            while sum(len(b) for _, b in self._log_chunks) > LOG_KEPT_BYTES:
-                del self._log_chunks[0]  # nobody read them: the oldest go
+            self._log_bytes += len(blob)
+            while self._log_bytes > LOG_KEPT_BYTES:  # nobody read them: the oldest go
+                self._log_bytes -= len(self._log_chunks.pop(0)[1])
 
     # --- what the supervisor asks -----------------------------------------------------------
 
     def log_chunks(self) -> list[tuple[str, bytes]]:
         """What the nodes' logs gained since the last call (``nodeagent.node_logs``)."""
         with self._lock:
-            chunks, self._log_chunks = self._log_chunks, []
+            chunks, self._log_chunks, self._log_bytes = self._log_chunks, [], 0
         return chunks
 
     def heartbeats(self) -> dict[int, Heartbeat]:

@@ -135,33 +135,28 @@ class Supervisor:
                 f"host {host} {how} in attempt {attempt}: "
                 "the attempts after it are planned without it"))
         if category == "preemption_or_node_lost" and self.allocation_ending():
-            self.journal.add_failure(attempt=attempt, category=category,
-                                     evidence=failed.diagnosis.evidence, action="requeue",
-                                     hint=failed.diagnosis.hint, stalled_for_s=failed.stalled_for_s,
-                                     now=failed.detected_at)
+            self._record_failure(attempt, failed, "requeue")
             self.journal.requeued("the scheduler requeued the job", now=self.clock())
             raise AllocationEnding("") from None
-        cannot_place = (self._cannot_place(attempt + 1) if category == "preemption_or_node_lost"
-                        else None)
-        if category == STRAGGLER_REPLACED:
-            cannot_place = self._cannot_place(attempt + 1)
+        cannot_place = (self._cannot_place(attempt + 1)
+                        if category in ("preemption_or_node_lost", STRAGGLER_REPLACED) else None)
         if cannot_place and self.excluded_hosts:
             cannot_place = self._requeue_without(attempt, failed, cannot_place)
         if category == STRAGGLER_REPLACED and not cannot_place:
             # not a failure of the job's: no restart of its budget is used
             self.requeued_attempts += 1
-            self.journal.add_failure(attempt=attempt, category=category,
-                                     evidence=failed.diagnosis.evidence, action="restart",
-                                     hint=failed.diagnosis.hint, now=failed.detected_at)
+            self._record_failure(attempt, failed, "restart")
             return Decision(True, "the straggler's node is left out")
         decision = decide(self.sub.job.restart, self.history,
                           restarts_done=attempt - self.requeued_attempts, cannot_place=cannot_place)
-        self.journal.add_failure(attempt=attempt, category=category,
-                                 evidence=failed.diagnosis.evidence,
-                                 action="restart" if decision.restart else "give_up",
-                                 hint=failed.diagnosis.hint, stalled_for_s=failed.stalled_for_s,
-                                 now=failed.detected_at)
+        self._record_failure(attempt, failed, "restart" if decision.restart else "give_up")
         return decision
+
+    def _record_failure(self, attempt: int, failed: Failed, action: str) -> None:
+        diagnosis = failed.diagnosis
+        self.journal.add_failure(attempt=attempt, category=diagnosis.category,
+                                 evidence=diagnosis.evidence, action=action, hint=diagnosis.hint,
+                                 stalled_for_s=failed.stalled_for_s, now=failed.detected_at)
 
     def _requeue_without(self, attempt: int, failed: Failed, why: str) -> str:
         """No spare left where the job runs: where the kind can, the job goes back through the
@@ -176,10 +171,7 @@ class Supervisor:
             ref = requeue()
         except FsdpOrchError as exc:
             return f"{why}; submitting the job again without {', '.join(left_out)} failed: {exc}"
-        self.journal.add_failure(attempt=attempt, category=failed.diagnosis.category,
-                                 evidence=failed.diagnosis.evidence, action="requeue",
-                                 hint=failed.diagnosis.hint, stalled_for_s=failed.stalled_for_s,
-                                 now=failed.detected_at)
+        self._record_failure(attempt, failed, "requeue")
         self.journal.add_event(attempt=attempt, kind="requeued_without", message=(
             f"{why}: submitted again as {ref}, without {', '.join(left_out)}"))
         self.journal.requeued(f"no spare node left: back through the queue without "

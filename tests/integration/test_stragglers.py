@@ -11,12 +11,11 @@ from __future__ import annotations
 import glob
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
 from cli_harness import copy_demo, make_cli
-from cpu_caps import CPU_CGROUP, half_speed, remove
+from cpu_caps import CPU_CGROUP, half_speed, remove, until_straggler_named, until_training
 from status_sampling import beat_glob
 
 from fsdp_orch.supervise.stragglers import WAIT_FRACTION
@@ -34,19 +33,11 @@ def test_a_rank_at_half_speed_is_named_a_straggler_within_a_minute(tmp_path: Pat
                      "--set", 'args=["--steps", "100000"]', check=True).stdout.split()[-1]
     group = None
     try:
-        cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 5
-                       or s["state"] not in ("PENDING", "RUNNING"), timeout=300,
-                       what="the demo training")
+        until_training(cli, job_id)
         pids = [json.loads(Path(beat).read_text())["pid"]
                 for rank in (0, 1) for beat in glob.glob(beat_glob(job_id, rank=rank))]
         group = half_speed(*pids, f"fsdp-orch-test-{job_id}")
-        slowed = time.monotonic()
-        status = cli.wait_until(job_id, lambda s: any(e["kind"] == "straggler"
-                                                      for e in s["events"])
-                                or s["state"] != "RUNNING", timeout=180,
-                                what="a straggler named")
-        took = time.monotonic() - slowed
-        [event] = [e for e in status["events"] if e["kind"] == "straggler"]
+        event, took = until_straggler_named(cli, job_id)
         message = event["message"]
         assert message.startswith(f"node 0 ({os.uname().nodename}), rank 1: the others wait "), \
             message

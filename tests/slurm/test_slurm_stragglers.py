@@ -7,15 +7,18 @@ new step of the same SLURM job, runs on the spare, where no straggler is named."
 
 from __future__ import annotations
 
-import glob
-import json
 import os
-import time
 from pathlib import Path
 
 import pytest
-from cpu_caps import CPU_CGROUP, half_speed, remove
-from status_sampling import beat_glob
+from cpu_caps import (
+    CPU_CGROUP,
+    half_speed,
+    ranks_by_node,
+    remove,
+    until_straggler_named,
+    until_training,
+)
 from test_slurm_backend import slurm_id
 from test_slurm_spares import events_of, expand, step_nodes
 
@@ -31,18 +34,10 @@ REPLACE = ["--set", "nodes=2", "--set", "spare_nodes=1", "--set", "procs_per_nod
            "--set", "watch.stragglers=replace"]
 
 
-def ranks_by_node(job_id: str) -> dict[int, tuple[int, int, str]]:
-    """{node rank: (its rank, the rank's pid, the node's SLURM name)} of attempt 0, from the
-    heartbeats in the node-local folders (the nodes run here). torchrun's c10d rendezvous decides
-    which rank each node gets."""
-    found = {}
-    for beat in glob.glob(beat_glob(job_id, rank="*", attempt=0)):  # type: ignore[arg-type]
-        data = json.loads(Path(beat).read_text())
-        environ = Path(f"/proc/{data['pid']}/environ").read_bytes().split(b"\0")
-        name = next(v.split(b"=", 1)[1].decode() for v in environ
-                    if v.startswith(b"SLURMD_NODENAME="))
-        found[int(Path(beat).parent.name.split("-")[1])] = (data["rank"], data["pid"], name)
-    return found
+def slurm_name(pid: int) -> str:
+    """The SLURM name of the node process ``pid`` runs on (its SLURMD_NODENAME)."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return next(v.split(b"=", 1)[1].decode() for v in environ if v.startswith(b"SLURMD_NODENAME="))
 
 
 def test_a_straggler_under_replace_is_named_then_swapped_for_the_spare_at_a_checkpoint(
@@ -52,20 +47,15 @@ def test_a_straggler_under_replace_is_named_then_swapped_for_the_spare_at_a_chec
                      "--set", COMPUTE_BOUND, check=True).stdout.strip()
     group = None
     try:
-        cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 5
-                       or s["state"] not in ("PENDING", "RUNNING"), timeout=300,
-                       what="the demo training")
+        until_training(cli, job_id)
         nodes = ranks_by_node(job_id)
         assert sorted(nodes) == [0, 1], nodes
         # the rank on node 1 is slowed: node 0 runs the supervisor (and the rendezvous), which a
         # spare cannot replace within the allocation
-        (_, peer, _), (slowed_rank, slowed_pid, slowed_node) = nodes[0], nodes[1]
+        (_, peer), (slowed_rank, slowed_pid) = nodes[0], nodes[1]
+        slowed_node = slurm_name(slowed_pid)
         group = half_speed(peer, slowed_pid, f"fsdp-orch-test-{job_id}")
-        slowed = time.monotonic()
-        named = cli.wait_until(job_id, lambda s: any(e["kind"] == "straggler" for e in s["events"])
-                               or s["state"] != "RUNNING", timeout=180, what="a straggler named")
-        took = time.monotonic() - slowed
-        [event] = [e for e in named["events"] if e["kind"] == "straggler"]
+        event, took = until_straggler_named(cli, job_id)
         assert event["message"].startswith(
             f"node 1 ({slowed_node}), rank {slowed_rank}: the others wait "), event
         assert f"its node {slowed_node} is left out at the next checkpoint" in event["message"]

@@ -192,9 +192,7 @@ class SlurmStepLauncher:
         self.submission = submission
         assert isinstance(submission.profile, SlurmProfile)
         on_time_limit_warning(signal_delay=submission.profile.signal_delay)
-        job = submission.job
-        self.spares = (submission.profile.spare_nodes if job.spare_nodes is None
-                       else job.spare_nodes)
+        self.spares = submission.profile.spares_for(submission.job.spare_nodes)
         self.nodes: tuple[str, ...] = ()
 
     @property

@@ -73,11 +73,11 @@ class SlurmKind(ClusterKind[SlurmProfile]):
               ctx: PlanContext) -> Placement:
         fixed_node_count(job, "a SLURM allocation keeps its node count (spare_nodes: K "
                               "allocates K more, for the attempts after a node is lost)")
-        spares = profile.spare_nodes if job.spare_nodes is None else job.spare_nodes
         return Placement(nnodes=job.nodes,
                          nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
                          device="cuda" if profile.gpus_per_node else "cpu", rdzv_host=None,
-                         checkpoint_on_request=True, spare_nodes=spares,
+                         checkpoint_on_request=True,
+                         spare_nodes=profile.spares_for(job.spare_nodes),
                          node_names=step_nodes(job.nodes, ctx.workers, ctx.excluded_hosts))
 
     def artifacts(self, plan: LaunchPlan, templates: Templates) -> list[Artifact]:

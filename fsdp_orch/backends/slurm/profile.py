@@ -70,3 +70,7 @@ class SlurmProfile(ProfileBase):
 
     def default_procs_per_node(self) -> int:
         return self.gpus_per_node or 1
+
+    def spares_for(self, job_spare_nodes: int | None) -> int:
+        """The spare nodes of a job on this profile: its own ``spare_nodes``, else the profile's."""
+        return self.spare_nodes if job_spare_nodes is None else job_spare_nodes
