@@ -12,6 +12,11 @@ from pathlib import Path
 from status_sampling import beat_glob
 
 CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
+# The demo with batches of 32 (its default: 8), so that a step mostly computes, as on a GPU node. At
+# 8, gloo's exchange took most of a step: a rank at half speed made the other wait only 15-16% of
+# it, at the rule's threshold (named after 97 s on the sshd hosts; at 60.5 s on local, in the CI of
+# 1787c8d).
+COMPUTE_BOUND = 'args=["--steps", "100000", "--batch-size", "32"]'
 
 
 def half_speed(peer: int, slowed: int, name: str) -> Path:

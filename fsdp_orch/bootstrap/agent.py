@@ -30,7 +30,8 @@ TICK_S = 0.5  # the watcher's period: heartbeat file refresh and probe
 # After a step, write at once unless the last write is younger than this: every step of 50 ms or
 # more is in the heartbeat as it is taken (a rank that stops in a native call holding the
 # interpreter right after its last step cannot have it written later: issue 43). A write took
-# 0.2 ms here (bench/bootstrap_cost.py): at most 20 a second, 0.4% of the main thread.
+# 0.2 ms here (bench/bootstrap_cost.py): at most 20 a second, 0.4% of the main thread. A step
+# closer than that to the last write is marked at once instead (observe.step_marks).
 STEP_WRITE_MIN_S = 0.05
 WATCH_CHUNK_S = 0.1  # the watcher's sleep between ticks: a step left unwritten goes out then
 # young objects past which a collection is worth a heartbeat (about 10 ms of work)
@@ -62,6 +63,7 @@ class Agent:
         self._last_write = 0.0
         self._step_unwritten = False  # a step taken since the last write
         self._path: str | None = None
+        self._step_mark: Any = None  # observe.step_marks: a step left unwritten, marked at once
         self._probe: Any = None
         self._io: Any = None
         self._compute: Any = None
@@ -117,6 +119,8 @@ class Agent:
                 self._write_locked(now)
             else:
                 self._step_unwritten = True
+                if self._step_mark is not None:
+                    self._step_mark.mark(step, now)
         if self._injector:
             self._injector.at_step_end(step)
 
@@ -179,6 +183,13 @@ class Agent:
         self._host = socket.gethostname()
         self.rank = rank
         self._path = rank_beat_path(self.beat_dir, self.run_dir, self.attempt, rank)
+        if self._path is not None:
+            from fsdp_orch.observe.step_marks import StepMark
+
+            try:
+                self._step_mark = StepMark(self._path)
+            except OSError:
+                self._step_mark = None
         self._probe = MainThreadProbe(self.clock)
         self._io = WriteMeter(self.clock)
         self._compute = ComputeMeter(self.clock)

@@ -14,6 +14,8 @@ import re
 import stat
 from typing import Any
 
+from fsdp_orch.observe.step_marks import with_step_mark
+
 NODE_TMP = "/tmp"
 _RANK_FILE = re.compile(r"rank-(\d+)\.json")
 
@@ -105,13 +107,14 @@ def read_beat_files(beat_dir: str) -> dict[int, dict[str, Any]]:
         match = _RANK_FILE.fullmatch(name)
         if not match:
             continue
+        path = os.path.join(beat_dir, name)
         try:
-            with open(os.path.join(beat_dir, name), encoding="utf-8") as f:
+            with open(path, encoding="utf-8") as f:
                 data = json.loads(f.read())
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and data.get("rank") == int(match.group(1)):
-            out[int(match.group(1))] = data
+            out[int(match.group(1))] = with_step_mark(data, path)
     return out
 
 
@@ -120,7 +123,7 @@ def read_node_heartbeats(job_id: str, attempt: int,
     """Every heartbeat of ``attempt`` that this machine's nodes hold (all its ``node-N`` folders),
     by rank: what a test or a bench on the nodes' machine reads; the supervisor gets them from the
     agents."""
-    from fsdp_orch.observe.heartbeats import parse_heartbeat
+    from fsdp_orch.observe.heartbeats import read_heartbeat_file
 
     folder = os.path.join(user_tmp_root(None, tmp), job_id, f"attempt-{attempt}")
     out = {}
@@ -136,8 +139,7 @@ def read_node_heartbeats(job_id: str, attempt: int,
         for name in names:
             if name.startswith("rank-") and name.endswith(".json"):
                 try:
-                    with open(os.path.join(folder, node, name), encoding="utf-8") as f:
-                        beat = parse_heartbeat(f.read())
+                    beat = read_heartbeat_file(os.path.join(folder, node, name))
                 except (OSError, ValueError):
                     continue
                 out[beat.rank] = beat

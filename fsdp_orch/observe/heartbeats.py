@@ -224,6 +224,16 @@ def held_since(beat: Any, now: float) -> float | None:
     return float(written)
 
 
+def read_heartbeat_file(path: str) -> Heartbeat:
+    """One rank's heartbeat file, with the step its main thread marked since (``step_marks``).
+    Raises OSError or ValueError."""
+    from fsdp_orch.observe.step_marks import with_step_mark
+
+    with open(path, encoding="utf-8") as f:
+        data = json.loads(f.read())
+    return heartbeat_from_dict(with_step_mark(data, path) if type(data) is dict else data)
+
+
 def read_heartbeats(run_dir: str | os.PathLike[str], attempt: int) -> dict[int, Heartbeat]:
     """The latest heartbeat of every rank of ``attempt`` that wrote
     one; unreadable files are skipped."""
@@ -238,7 +248,7 @@ def read_heartbeats(run_dir: str | os.PathLike[str], attempt: int) -> dict[int, 
         if not match:
             continue
         try:
-            beat = parse_heartbeat((directory / name).read_text(encoding="utf-8"))
+            beat = read_heartbeat_file(str(directory / name))
         except (OSError, ValueError):
             continue  # a file replaced while we looked, or not ours
         if beat.rank == int(match.group(1)):
@@ -255,4 +265,4 @@ def write_heartbeat(path: str | os.PathLike[str], beat: Heartbeat, tmp_tag: str 
 
 __all__ = ["HELD_AFTER_S", "Heartbeat", "STATES", "TIME_FIELDS", "heartbeat_dir",
            "heartbeat_from_dict", "heartbeat_path", "held_since", "parse_heartbeat",
-           "read_heartbeats", "write_heartbeat"]
+           "read_heartbeat_file", "read_heartbeats", "write_heartbeat"]

@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pytest
 from cli_harness import copy_demo, make_cli
-from cpu_caps import CPU_CGROUP, half_speed, remove, until_straggler_named, until_training
+from cpu_caps import (
+    COMPUTE_BOUND,
+    CPU_CGROUP,
+    half_speed,
+    remove,
+    until_straggler_named,
+    until_training,
+)
 from status_sampling import beat_glob
 
 from fsdp_orch.supervise.stragglers import WAIT_FRACTION
@@ -30,7 +37,7 @@ def test_a_rank_at_half_speed_is_named_a_straggler_within_a_minute(tmp_path: Pat
     cli = make_cli(tmp_path)
     demo = copy_demo(tmp_path)
     job_id = cli.run("submit", "--cluster", "local", str(demo),
-                     "--set", 'args=["--steps", "100000"]', check=True).stdout.split()[-1]
+                     "--set", COMPUTE_BOUND, check=True).stdout.split()[-1]
     group = None
     try:
         until_training(cli, job_id)
@@ -39,6 +46,7 @@ def test_a_rank_at_half_speed_is_named_a_straggler_within_a_minute(tmp_path: Pat
         group = half_speed(*pids, f"fsdp-orch-test-{job_id}")
         event, took = until_straggler_named(cli, job_id)
         message = event["message"]
+        print(f"named after {took:.1f}s: {message}")
         assert message.startswith(f"node 0 ({os.uname().nodename}), rank 1: the others wait "), \
             message
         share = int(message.split("wait ")[1].split("%")[0])

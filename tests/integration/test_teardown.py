@@ -116,3 +116,20 @@ def test_a_rank_stuck_after_the_last_step_in_its_own_code_is_judged_but_not_trai
     [event] = [e for e in status["events"] if e["kind"] == "training_complete"]
     assert event["message"].startswith("not restarted after hang ("), event["message"]
     assert "(step-20) is at step 20, the step every rank had reached" in event["message"]
+
+
+def test_a_rank_held_right_after_its_last_fast_step_is_a_teardown_hang_not_trained_again(
+        cli, tmp_path):
+    """Steps of about a millisecond: the heartbeat file is rewritten at most every 50 ms, and the
+    watcher thread cannot write while rank 1 holds the interpreter, so only the step mark the main
+    thread wrote at the step says rank 1 reached step 20. Without it rank 1 looked hung at an
+    earlier step and the job was trained again (TRL's sft.py in the CI of 1787c8d)."""
+    status = run(cli, tmp_path, "native_after_step",
+                 restart={"max_restarts": 2, "backoff": {"initial": "1s", "jitter": 0}})
+    assert status["state"] == "SUCCEEDED", status
+    assert status["attempts"] == 1 and status["failures"] == [], status["failures"]
+    for rank in (0, 1):  # the training ran once
+        assert (tmp_path / "returned" / f"trained-{rank}").read_text() == "trained\n"
+    [event] = [e for e in status["events"] if e["kind"] == "teardown_hang"]
+    assert "rank 0 returned from its script after step 20" in event["message"], event["message"]
+    assert "rank 1 stuck at <module> at train.py:" in event["message"], event["message"]

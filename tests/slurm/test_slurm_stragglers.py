@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from cpu_caps import (
+    COMPUTE_BOUND,
     CPU_CGROUP,
     half_speed,
     ranks_by_node,
@@ -25,9 +26,6 @@ from test_slurm_spares import events_of, expand, step_nodes
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.root, pytest.mark.straggler]
 
 DETECTED_WITHIN_S = 60.0
-# Batches of 32 (the demo's default: 8): a step mostly computes, as on a GPU node; at 8 a rank at
-# half speed made the other wait 16% of a step, at the rule's threshold (a hand run).
-COMPUTE_BOUND = 'args=["--steps", "100000", "--batch-size", "32"]'
 REPLACE = ["--set", "nodes=2", "--set", "spare_nodes=1", "--set", "procs_per_node=1",
            "--set", "checkpoint.interval=25", "--set", "restart.backoff.initial=1s",
            "--set", "restart.backoff.jitter=0", "--set", "watch.startup_timeout=120s",

@@ -6,16 +6,19 @@ ranks' arrivals in the hosts' reports, within a minute, with its node."""
 from __future__ import annotations
 
 import pytest
-from cpu_caps import half_speed, ranks_by_node, remove, until_straggler_named, until_training
+from cpu_caps import (
+    COMPUTE_BOUND,
+    half_speed,
+    ranks_by_node,
+    remove,
+    until_straggler_named,
+    until_training,
+)
 from test_ssh_backend import TWO_HOSTS, on_hosts  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.straggler]
 
 DETECTED_WITHIN_S = 60.0
-# Batches of 32 (the demo's default: 8): a step mostly computes, as on a GPU node. At 8, each
-# step's gloo exchange over the namespace network took most of it, and a rank at half speed made
-# the other wait only 15% of it (named after 97 s, at the rule's threshold).
-COMPUTE_BOUND = 'args=["--steps", "100000", "--batch-size", "32"]'
 
 
 def test_a_rank_at_half_speed_on_the_second_host_is_named_within_a_minute(on_hosts) -> None:  # noqa: F811
