@@ -1,7 +1,8 @@
 """Decision to the next attempt's first step (issue 45): a node lost on SLURM with
-``spare_nodes: 1`` (the next attempt a new job step on the spare, started cold: no warm standby
-on SLURM), against the same figure on local, where the next attempt starts from the warm standby,
-in one run.
+``spare_nodes: 1`` (the next attempt a new job step on the spare, its ranks started from the keeper
+that the spare's keeper host kept ready: ``fsdp_orch/standby/host.py``), against the same figure on
+local, where the next attempt starts from the warm standby, in one run; and SLURM with
+``launch.standby: off`` (cold), for what the standby saves there.
 
 - local (the baseline): the demo on 2 CPU ranks, rank 1 hung at step ``--fault-step``; from the
   hang verdict to the resumed attempt's first step;
@@ -106,9 +107,19 @@ def node_agent(job_id: str, node: int) -> int:
     raise SystemExit(f"job {job_id}: no agent for node {node}")
 
 
-def slurm_run(base: Path) -> float:
+def how_started(run_dir: Path, attempt: int) -> str:
+    """How the attempt's ranks started, as its launchers said (the standby's line), else cold."""
+    for log in sorted((run_dir / f"attempt-{attempt}").rglob("*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if "started from the standby (" in line:
+                return line.split("started from the standby (", 1)[1].split(")", 1)[0]
+    return "cold"
+
+
+def slurm_run(base: Path, standby: str) -> float:
     cwd, home, job = job_setup(base)
     job_id = run(cwd, home, "submit", "--cluster", "slurm", str(job), *COMMON,
+                 "--set", f"launch.standby={standby}",
                  "--set", "nodes=2", "--set", "spare_nodes=1", "--set", "procs_per_node=1",
                  "--set", "watch.node_timeout=10s",
                  "--set", 'args=["--steps", "300", "--sleep-per-step", "0.1"]').split()[-1]
@@ -117,6 +128,7 @@ def slurm_run(base: Path) -> float:
     final = wait(cwd, home, job_id, lambda s: s["state"] in TERMINAL)
     assert final["state"] == "SUCCEEDED" and final["attempts"] == 2, final
     assert final["left_out"], final
+    print(f"  the spare's ranks: {how_started(Path(final['run_dir']), 1)}", file=sys.stderr)
     return decision_to_first_step(Path(final["run_dir"]))
 
 
@@ -129,18 +141,22 @@ def main() -> int:
         raise SystemExit("start the SLURM test cluster first: tests/slurm/cluster.sh start")
     os.environ.setdefault("SLURM_CONF", "/tmp/fsdp-orch-slurm/etc/slurm.conf")
     os.environ["PATH"] += ":/usr/sbin"
-    local, slurm = [], []
+    local, slurm, cold = [], [], []
     with tempfile.TemporaryDirectory(prefix="fsdp-orch-bench-spare-") as tmp:
         for i in range(args.runs):
             local.append(local_run(Path(tmp) / f"local-{i}", args.fault_step))
             print(f"local (warm standby): {local[-1]:.2f} s", file=sys.stderr)
-            slurm.append(slurm_run(Path(tmp) / f"slurm-{i}"))
-            print(f"SLURM on the spare (cold): {slurm[-1]:.2f} s", file=sys.stderr)
+            slurm.append(slurm_run(Path(tmp) / f"slurm-{i}", "auto"))
+            print(f"SLURM on the spare (warm standby): {slurm[-1]:.2f} s", file=sys.stderr)
+            cold.append(slurm_run(Path(tmp) / f"slurm-cold-{i}", "off"))
+            print(f"SLURM on the spare (launch.standby: off): {cold[-1]:.2f} s", file=sys.stderr)
     ratio = statistics.median(slurm) / statistics.median(local)
-    print("| figure | local, warm standby | SLURM, spare node, cold | ratio (target <= 1.5) |")
-    print("|---|---|---|---|")
+    print("| figure | local, warm standby | SLURM, spare, warm standby | ratio (target <= 1.5) "
+          "| SLURM, spare, standby off |")
+    print("|---|---|---|---|---|")
     print(f"| decision to the next attempt's first step, median of {args.runs} | "
-          f"{statistics.median(local):.2f} s | {statistics.median(slurm):.2f} s | {ratio:.2f} |")
+          f"{statistics.median(local):.2f} s | {statistics.median(slurm):.2f} s | {ratio:.2f} "
+          f"| {statistics.median(cold):.2f} s |")
     return 0 if ratio <= 1.5 else 1
 
 

@@ -135,6 +135,9 @@ class LaunchPlan:
     # (or why not), said by ``render``.
     standby: bool = False
     standby_reason: str = ""
+    # The keepers are kept ready by a keeper host on each node (SLURM: ``standby.host``), not
+    # prepared by the attempt before.
+    standby_hosted: bool = False
 
     @property
     def entry_kind(self) -> str:
@@ -180,8 +183,11 @@ class Placement:
     # The kind warns before it takes the nodes away (SLURM's signal before the time limit): the
     # runtime saves a checkpoint when the supervisor asks (FSDP_ORCH_CHECKPOINT_REQUEST).
     checkpoint_on_request: bool = False
-    # The kind's launch scripts can start ranks from a warm standby (``fsdp_orch/standby``).
+    # The kind's launch scripts can start ranks from a warm standby (``fsdp_orch/standby``); from
+    # keepers a keeper host on each node keeps ready (``standby_hosted``).
     standby: bool = False
+    standby_hosted: bool = False
+    standby_cold_because: str = ""  # why the kind starts this job cold (default: not built)
     # Nodes allocated beyond ``nnodes`` for later attempts (SLURM's spare_nodes), and the
     # scheduler's names of the nodes this attempt runs on, where the kind chose them (() : all).
     spare_nodes: int = 0
@@ -233,7 +239,9 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
     accel_path = (posixpath.join(paths.attempt_dir, "accelerate_config.yaml")
                   if job.launcher == "accelerate" else None)
     accel_type, notices = accelerate_distributed_type(job.launcher, device)
-    standby, standby_reason = standby_choice(job, profile.kind, place.standby)
+    standby, standby_reason = standby_choice(job, profile.kind, place.standby,
+                                             hosted=place.standby_hosted,
+                                             cold_because=place.standby_cold_because)
     spec_env = {**profile.env, **job.env}  # the job's own value of a variable wins
     env = _rank_env(job, ctx, place, paths, checkpoint_dir, spec_env)
     secret_env = [(name, ref.source) for name, ref in references(spec_env).items()]
@@ -250,6 +258,7 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
         bootstrap_dir=paths.bootstrap_dir, run_root=paths.run_root, package_dir=paths.package_dir,
         supervisor_command=ctx.supervisor_command, accelerate_distributed_type=accel_type,
         notices=notices, standby=standby, standby_reason=standby_reason,
+        standby_hosted=standby and place.standby_hosted,
     )
 
 

@@ -27,7 +27,8 @@ def accelerate_distributed_type(launcher: str, device: str) -> tuple[str | None,
 STANDBY_LAUNCHERS = ("torchrun", "python")
 
 
-def standby_choice(job: JobSpec, kind: str, kind_allows: bool) -> tuple[bool, str]:
+def standby_choice(job: JobSpec, kind: str, kind_allows: bool, hosted: bool = False,
+                   cold_because: str = "") -> tuple[bool, str]:
     """Whether the ranks start from a warm standby, and the one-line reason ``render`` says."""
     if job.launch.standby == "off":
         return False, "cold start: launch.standby is off"
@@ -36,9 +37,15 @@ def standby_choice(job: JobSpec, kind: str, kind_allows: bool) -> tuple[bool, st
                        f"{' or '.join(STANDBY_LAUNCHERS)}, not launcher {job.launcher}")
     if job.entry[0] == "command":
         return False, "cold start: the warm standby runs a Python script or module, not a command"
+    if not kind_allows and cold_because:
+        return False, f"cold start: {cold_because}"
     if not kind_allows:
         return False, (f"cold start: the {kind} kind starts its ranks cold (the warm "
                        "standby is not built for it)")
+    if hosted:
+        return True, ("warm standby: each attempt's ranks start from a process that has imported "
+                      "torch, kept ready on every node of the allocation (spares included) by a "
+                      f"job step of its own ({job.launcher}, launch.standby: auto)")
     return True, ("warm standby: each attempt's ranks start from a process that has imported torch "
                   f"({job.launcher}, launch.standby: auto)")
 

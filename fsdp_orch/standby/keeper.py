@@ -332,6 +332,7 @@ def keep(path: str, starter: int, waited_on: bool) -> RankOrder | int:
         _unlink(path)  # one attempt per keeper
     if conn is None:
         return 0
+    _unlink(keeper_pid_file(path))  # claimed: no launcher is to wait for it now
     return serve(conn, listener)
 
 

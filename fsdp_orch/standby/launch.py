@@ -35,6 +35,8 @@ from fsdp_orch.standby.ranks import (
     RankOrder,
     encode_orders,
     failure_summary,
+    hosted_folder,
+    hosted_keepers,
     keeper_pid_file,
     keeper_socket,
     standby_folder,
@@ -60,6 +62,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--run-id", default="none")
     p.add_argument("--log-dir", default=None)
     p.add_argument("--entry", choices=("script", "module"), required=True)
+    # The node's keeper host (``standby.host``) keeps keepers ready: claim one of its, and leave
+    # the next to it.
+    p.add_argument("--hosted", action="store_true")
     p.add_argument("program", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     if args.program[:1] == ["--"]:
@@ -119,6 +124,35 @@ def claim(folder: str, attempt: int, nproc: int) -> tuple[socket.socket | None, 
         time.sleep(0.02)
     signal_pids([starting], signal.SIGKILL)
     return None, "the keeper was not ready in time"
+
+
+def claim_hosted(folder: str) -> tuple[socket.socket | None, str]:
+    """A connection to the keeper this node's keeper host has ready (or is preparing), and how it
+    was found (or why there is none)."""
+    try:
+        names = hosted_keepers(os.listdir(folder))
+    except OSError:
+        return None, "no keeper host on this node"
+    for name in names:
+        if name.endswith(".sock"):
+            sock = connect(os.path.join(folder, name))
+            if sock is not None:
+                return sock, "kept ready on this node by its keeper host"
+    for name in names:
+        path = os.path.join(folder, name.removesuffix(".pid"))
+        starting = preparing_keeper(path) if name.endswith(".pid") else None
+        if starting is None:
+            continue
+        deadline = time.monotonic() + KEEPER_READY_S
+        while time.monotonic() < deadline and pid_alive(starting, must_contain=path):
+            if os.path.exists(path):
+                sock = connect(path)
+                if sock is not None:
+                    return sock, ("kept ready by the node's keeper host, still importing "
+                                  "when claimed")
+            time.sleep(0.02)
+        return None, "the keeper host's keeper was not ready in time"
+    return None, "the node's keeper host had no keeper ready"
 
 
 def preparing_keeper(path: str) -> int | None:
@@ -207,7 +241,15 @@ def main(argv: list[str]) -> int:
         say(f"{problem}; starting cold")
         return NO_STANDBY_EXIT
     nproc = args.nproc if args.mode == "torchrun" else 1
-    sock, how = claim(folder, attempt, nproc)
+    sock, how = None, ""
+    if args.hosted:
+        from fsdp_orch.standby.host import node_name
+
+        sock, how = claim_hosted(hosted_folder(user_tmp_root(), job_id, node_name()))
+        if sock is None:
+            say(f"{how}: starting a keeper at once")
+    if sock is None:
+        sock, how = claim(folder, attempt, nproc)
     if sock is None:
         say(f"none for attempt {attempt}: {how}; starting cold")
         return NO_STANDBY_EXIT
@@ -272,6 +314,8 @@ def supervise(sock: socket.socket, selector: selectors.BaseSelector, relay: Rela
         return 1
     pids = {int(rank): pid for rank, pid in started.items()}
     say(f"attempt {attempt}: {len(pids)} rank(s) started from the standby ({how}), torch preloaded")
+    if args.hosted:  # the node's keeper host prepares the next one
+        return watch(answers, selector, relay, args, pids)
     next_keeper = start_keeper(keeper_socket(folder, attempt + 1), attempt + 1, len(pids),
                                os.path.join(folder, f"attempt-{attempt + 1}.log"), waited_on=False)
     code = watch(answers, selector, relay, args, pids)

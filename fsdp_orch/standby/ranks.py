@@ -28,6 +28,28 @@ def standby_folder(user_root: str, job_id: str, node_rank: int) -> str:
     return os.path.join(user_root, job_id, "standby", f"node-{node_rank}")
 
 
+def hosted_folder(user_root: str, job_id: str, node_name: str) -> str:
+    """The node's private folder of the keepers its keeper host (``standby.host``) keeps ready:
+    ``<tmp>/fsdp-orch-<uid>/<job>/standby/host-<node name>`` (by name: an attempt after a node was
+    left out gives the nodes other ranks)."""
+    return os.path.join(user_root, job_id, "standby", f"host-{node_name}")
+
+
+def hosted_keeper_socket(folder: str, sequence: int) -> str:
+    return os.path.join(folder, f"keeper-{sequence}.sock")
+
+
+def hosted_keepers(names: list[str]) -> list[str]:
+    """Of a hosted folder's file names, the keepers' sockets and pid files, newest keeper first."""
+    def sequence(name: str) -> int:
+        number = name[len("keeper-"):].split(".", 1)[0]
+        return int(number) if number.isdigit() else -1
+
+    return sorted((n for n in names if n.startswith("keeper-") and n.endswith((".sock",
+                                                                               ".sock.pid"))
+                   and sequence(n) >= 0), key=lambda n: (-sequence(n), n))
+
+
 def keeper_socket(folder: str, attempt: int) -> str:
     return os.path.join(folder, f"attempt-{attempt}.sock")
 

@@ -1,7 +1,8 @@
 """Spare nodes on the real SLURM test cluster (three nodes, issue 45 item 2): ``spare_nodes: 1``
 allocates one node more than the job runs on. A node whose agent goes silent past the node timeout
 is lost: it is left out and the next attempt runs in the same SLURM job, as a new job step on an
-explicit node list, with the spare in its place, resumed from the latest complete checkpoint. When
+explicit node list, with the spare in its place, resumed from the latest complete checkpoint, its
+ranks started from the keeper the spare's keeper host kept ready (warm standby). When
 no spare is left (here: the supervisor's own node was the one lost), the job is submitted again
 with ``--exclude`` of the nodes left out, and resumes there.
 
@@ -15,6 +16,7 @@ import json
 import os
 import re
 import signal
+from pathlib import Path
 
 import pytest
 from cli_harness import demo_args
@@ -91,6 +93,17 @@ def test_a_lost_node_is_left_out_and_the_next_attempt_runs_on_the_spare_in_the_s
     assert result_of(cli, job_id)["resumed_from"] >= 5
     text = cli.run("status", job_id, check=True).stdout
     assert f"left out: {lost}" in text, text
+    # warm on the spare too: each node's ranks came from the keeper its keeper host kept ready
+    started = started_from(Path(final["run_dir"]) / "attempt-1")
+    assert len(started) == 2 and all("keeper host" in how for how in started), started
+
+
+def started_from(attempt: Path) -> list[str]:
+    """How each node's launcher started its ranks, as it said it (``standby.launch``)."""
+    return [line.split("started from the standby (", 1)[1].rsplit(")", 1)[0]
+            for log in sorted(attempt.rglob("*.log"))
+            for line in log.read_text(errors="replace").splitlines()
+            if "rank(s) started from the standby (" in line]
 
 
 def test_with_no_spare_left_the_job_is_submitted_again_without_the_lost_node(

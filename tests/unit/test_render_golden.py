@@ -48,7 +48,7 @@ CASES = [
     *[("tpu-vm", "xla", entry) for entry in ("module", "command")],
 ]
 # Profiles that change what a kind renders, named <kind>-<variant> (tests/fixtures/clusters/).
-VARIANTS = [("ssh-own-disks", "torchrun", "script")]
+VARIANTS = [("ssh-own-disks", "torchrun", "script"), ("slurm-standby", "torchrun", "script")]
 ALL_CASES = CASES + VARIANTS
 
 
@@ -58,9 +58,9 @@ def case_name(kind: str, launcher: str, entry: str) -> str:
 
 @functools.cache
 def render_case(kind: str, launcher: str, entry: str) -> tuple[Artifact, ...]:
-    job, _ = load_job(FIXTURES / "jobs" / f"{entry}.yaml",
-                      [f"launcher={launcher}", f"nodes={NODES[kind.split('-own')[0]]}"])
     profile = parse_profile(FIXTURES / "clusters" / f"{kind}.yaml")
+    job, _ = load_job(FIXTURES / "jobs" / f"{entry}.yaml",
+                      [f"launcher={launcher}", f"nodes={NODES[profile.kind]}"])
     ctx = PlanContext(job_id="j0123456789a", attempt=1, run_root="/srv/fsdp-orch",
                       job_dir="/srv/jobs/demo", local_has_gpu=False,
                       bootstrap_dir="/opt/fsdp-orch/fsdp_orch/bootstrap/site",

@@ -22,6 +22,7 @@ from fsdp_orch.standby.ranks import (
     decode_orders,
     encode_orders,
     failure_summary,
+    hosted_keepers,
     torchrun_env,
 )
 from fsdp_orch.supervise.diagnose import diagnose_lines
@@ -59,7 +60,7 @@ def test_local_torchrun_and_python_programs_start_warm(extra: str, entry: str) -
     ("local", "launch:\n  standby: off\n", "script: train.py\n", "launch.standby is off"),
     ("local", "launcher: accelerate\n", "script: train.py\n", "not launcher accelerate"),
     ("local", "", "command: [bash, run.sh]\n", "not a command"),
-    ("slurm", "", "script: train.py\n", "the slurm kind starts its ranks cold"),
+    ("slurm", "", "script: train.py\n", "run in the profile's container (not built)"),
     ("ssh", "", "script: train.py\n", "the ssh kind starts its ranks cold"),
 ])
 def test_cold_where_the_standby_cannot_apply_with_the_reason(kind: str, extra: str, entry: str,
@@ -68,6 +69,27 @@ def test_cold_where_the_standby_cannot_apply_with_the_reason(kind: str, extra: s
     assert not p.standby
     assert p.standby_reason.startswith("cold start: ") and why in p.standby_reason
     assert "fsdp_orch.standby" not in launch_script(p)
+
+
+def test_slurm_starts_warm_from_the_keeper_host_on_every_node_spares_included() -> None:
+    """Without a container: the batch script starts the keeper host's step over every node of the
+    allocation before the supervisor, and each node's launcher claims a hosted keeper."""
+    p = plan("slurm-standby")
+    assert p.standby and p.standby_hosted
+    assert "kept ready on every node of the allocation" in p.standby_reason
+    artifacts = {a.name: a.text for a in render(p, search=[builtin_dir("templates")])}
+    batch = artifacts["sbatch.sh"]
+    host = batch.index("-m fsdp_orch.standby.host j1 --nproc")
+    assert "srun --overlap --nodes=2 --ntasks-per-node=1" in batch[:host]  # 1 node + 1 spare
+    assert host < batch.index("exec ")  # started before the supervisor replaces the shell
+    assert "--hosted" in artifacts["node.sh"]
+
+
+def test_hosted_keepers_newest_first_sockets_before_their_pid_files() -> None:
+    names = ["keeper-2.sock.pid", "keeper-10.sock", "keeper-2.log", "keeper-x.sock", "other",
+             "keeper-10.sock.pid", "keeper-9.sock"]
+    assert hosted_keepers(names) == ["keeper-10.sock", "keeper-10.sock.pid", "keeper-9.sock",
+                                     "keeper-2.sock.pid"]
 
 
 def test_a_rank_gets_torchruns_environment_over_the_attempts() -> None:

@@ -77,6 +77,10 @@ class SlurmKind(ClusterKind[SlurmProfile]):
                          nproc_per_node=job.procs_per_node or profile.default_procs_per_node(),
                          device="cuda" if profile.gpus_per_node else "cpu", rdzv_host=None,
                          checkpoint_on_request=True,
+                         standby=profile.container is None, standby_hosted=True,
+                         standby_cold_because=(
+                             "the keeper host would have to run in the profile's container "
+                             "(not built)" if profile.container is not None else ""),
                          spare_nodes=profile.spares_for(job.spare_nodes),
                          node_names=step_nodes(job.nodes, ctx.workers, ctx.excluded_hosts))
 
