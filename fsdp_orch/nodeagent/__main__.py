@@ -48,7 +48,11 @@ def main(argv: list[str]) -> int:
     def stop(grace: float) -> dict[str, Any]:
         from fsdp_orch.observe.proctree import stop_job_processes
 
-        return {"killed": stop_job_processes(job_id, attempt, grace=grace)}
+        # This node's processes alone (nodes of the test cluster share a machine), less the node
+        # script, which ends on its own once its launcher has: the launcher's last lines
+        # (torchrun's failure summary) reach the console before the agent's last copy of it.
+        return {"killed": stop_job_processes(job_id, attempt, grace=grace, spare=(launcher,),
+                                             node=node)}
 
     def stacks(pids: dict[int, int], folder: str) -> dict[str, Any]:
         from fsdp_orch.observe.stacks import capture_stacks

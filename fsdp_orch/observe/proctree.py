@@ -62,21 +62,34 @@ def signal_pids(pids: list[int], sig: int) -> None:
 
 def stop_job_processes(job_id: str, attempt: int | None = None, *, grace: float = 5.0,
                        pgid: int | None = None, sleep: Callable[[float], None] = time.sleep,
-                       clock: Callable[[], float] = time.monotonic) -> list[int]:
+                       clock: Callable[[], float] = time.monotonic,
+                       spare: tuple[int, ...] = (), node: int | None = None) -> list[int]:
     """SIGTERM the attempt's process group and tagged processes, then SIGKILL what is left after
-    ``grace`` seconds. Returns the pids that had to be killed."""
+    ``grace`` seconds. Returns the pids that had to be killed. ``spare``: pids left to end on their
+    own once the others have (a node script, whose last lines come after its ranks'). ``node``:
+    only the processes of that node rank (``FSDP_ORCH_NODE_RANK``): a node's agent stops its own,
+    where several nodes share a machine (the SLURM test cluster)."""
+    wanted = [f"FSDP_ORCH_JOB_ID={job_id}"]
+    if attempt is not None:
+        wanted.append(f"FSDP_ORCH_ATTEMPT={attempt}")
+    if node is not None:
+        wanted.append(f"FSDP_ORCH_NODE_RANK={node}")
+
+    def tagged() -> list[int]:
+        return [pid for pid in job_processes_with(*wanted) if pid not in spare]
+
     if pgid is not None:
         try:
             os.killpg(pgid, signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
             pass
-    signal_pids(job_processes(job_id, attempt), signal.SIGTERM)
+    signal_pids(tagged(), signal.SIGTERM)
     deadline = clock() + grace
     while clock() < deadline:
-        if not job_processes(job_id, attempt):
+        if not tagged():
             return []
         sleep(0.1)
-    left = job_processes(job_id, attempt)
+    left = tagged()
     if pgid is not None:
         try:
             os.killpg(pgid, signal.SIGKILL)
@@ -84,7 +97,7 @@ def stop_job_processes(job_id: str, attempt: int | None = None, *, grace: float 
             pass
     signal_pids(left, signal.SIGKILL)
     for _ in range(50):
-        if not job_processes(job_id, attempt):
+        if not tagged():
             break
         sleep(0.1)
     return left

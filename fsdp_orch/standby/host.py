@@ -16,25 +16,18 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 from fsdp_orch.nodeagent.beat_dir import private_beat_dir, user_tmp_root
+from fsdp_orch.standby.launch import node_name, start_keeper
 from fsdp_orch.standby.ranks import hosted_folder, hosted_keeper_socket, keeper_pid_file
 
 LOOK_EVERY_S = 0.2
 
 
-def node_name() -> str:
-    """The node's scheduler name (SLURM's), else its host name."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-
-
 def start(path: str, nproc: int) -> subprocess.Popen[bytes]:
-    from fsdp_orch.standby.launch import start_keeper
-
     return start_keeper(path, -1, nproc, path[:-len(".sock")] + ".log", waited_on=False)
 
 
@@ -84,7 +77,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-__all__ = ["claimed", "keep_one_ready", "main", "node_name"]
+__all__ = ["claimed", "keep_one_ready", "main"]
 
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))

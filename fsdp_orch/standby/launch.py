@@ -106,29 +106,47 @@ def claim(folder: str, attempt: int, nproc: int) -> tuple[socket.socket | None, 
     sock = connect(path)
     if sock is not None:
         return sock, "prepared by the attempt before"
-    starting = preparing_keeper(path)
-    if starting is not None:
+    found = preparing_keeper(path)
+    if found is not None:
         how = "prepared by the attempt before, still importing when claimed"
+        starting = found
+
+        def alive() -> bool:
+            return pid_alive(found, must_contain=path)
     else:
-        starting = start_keeper(path, attempt, nproc,
-                                os.path.join(folder, f"attempt-{attempt}.log"), waited_on=True).pid
-        how = "started at once (none was prepared)"
+        # Our own child: asked for by its exit status. Its command line can read empty for a
+        # moment while it execs (seen on the SLURM test cluster under load), which a check by
+        # command line took for a keeper that had ended.
+        keeper = start_keeper(path, attempt, nproc, os.path.join(folder, f"attempt-{attempt}.log"),
+                              waited_on=True)
+        how, starting = "started at once (none was prepared)", keeper.pid
+
+        def alive() -> bool:
+            return keeper.poll() is None
     deadline = time.monotonic() + KEEPER_READY_S
     while time.monotonic() < deadline:
         if os.path.exists(path):
             sock = connect(path)
             if sock is not None:
                 return sock, how
-        if not pid_alive(starting, must_contain=path):
-            return None, "the keeper ended before it was ready"
+        if not alive():
+            return None, f"the keeper (pid {starting}) ended before it was ready"
         time.sleep(0.02)
     signal_pids([starting], signal.SIGKILL)
     return None, "the keeper was not ready in time"
 
 
+def node_name() -> str:
+    """The node's scheduler name (SLURM's), else its host name: what a keeper host's folder is
+    named by."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
 def claim_hosted(folder: str) -> tuple[socket.socket | None, str]:
-    """A connection to the keeper this node's keeper host has ready (or is preparing), and how it
-    was found (or why there is none)."""
+    """A connection to a keeper this node's keeper host has ready, and how it was found (or why
+    there is none). One still importing is not waited for: it imports at idle priority, which a
+    busy node can starve, so the caller starts one at once at the normal priority, and the host's
+    stays for the attempt after."""
     try:
         names = hosted_keepers(os.listdir(folder))
     except OSError:
@@ -138,20 +156,8 @@ def claim_hosted(folder: str) -> tuple[socket.socket | None, str]:
             sock = connect(os.path.join(folder, name))
             if sock is not None:
                 return sock, "kept ready on this node by its keeper host"
-    for name in names:
-        path = os.path.join(folder, name.removesuffix(".pid"))
-        starting = preparing_keeper(path) if name.endswith(".pid") else None
-        if starting is None:
-            continue
-        deadline = time.monotonic() + KEEPER_READY_S
-        while time.monotonic() < deadline and pid_alive(starting, must_contain=path):
-            if os.path.exists(path):
-                sock = connect(path)
-                if sock is not None:
-                    return sock, ("kept ready by the node's keeper host, still importing "
-                                  "when claimed")
-            time.sleep(0.02)
-        return None, "the keeper host's keeper was not ready in time"
+    if any(name.endswith(".pid") for name in names):
+        return None, "the node's keeper host is still preparing its keeper"
     return None, "the node's keeper host had no keeper ready"
 
 
@@ -232,27 +238,41 @@ def now_text() -> str:
     return time.strftime("%Y-%m-%d_%H:%M:%S")
 
 
+# The launcher's exit status when this node cannot start warm while the attempt's other nodes do.
+WARM_ELSEWHERE_EXIT = 1
+
+
+def cold_or_fail(args: argparse.Namespace, why: str) -> int:
+    """No keeper can serve this node: it starts cold (``NO_STANDBY_EXIT``) when it is the attempt's
+    only node. Of several, the others start from their keepers, whose store torchrun's c10d
+    rendezvous on this one would never meet (the attempt waited for its start-up timeout): the
+    attempt fails at once, saying so, and the next one tries again."""
+    if args.nnodes == 1:
+        say(f"{why}; starting cold")
+        return NO_STANDBY_EXIT
+    say(f"{why}; node {args.node} of {args.nnodes} cannot start warm while the others do, and a "
+        "cold start here would not meet them: this attempt fails (launch.standby: off starts "
+        "every node cold)")
+    return WARM_ELSEWHERE_EXIT
+
+
 def main(argv: list[str]) -> int:
     args = parse(argv)
     job_id, attempt = os.environ["FSDP_ORCH_JOB_ID"], int(os.environ.get("FSDP_ORCH_ATTEMPT", "0"))
     folder = standby_folder(user_tmp_root(), job_id, args.node)
     problem = private_beat_dir(folder)
     if problem is not None:
-        say(f"{problem}; starting cold")
-        return NO_STANDBY_EXIT
+        return cold_or_fail(args, problem)
     nproc = args.nproc if args.mode == "torchrun" else 1
     sock, how = None, ""
     if args.hosted:
-        from fsdp_orch.standby.host import node_name
-
         sock, how = claim_hosted(hosted_folder(user_tmp_root(), job_id, node_name()))
         if sock is None:
             say(f"{how}: starting a keeper at once")
     if sock is None:
         sock, how = claim(folder, attempt, nproc)
     if sock is None:
-        say(f"none for attempt {attempt}: {how}; starting cold")
-        return NO_STANDBY_EXIT
+        return cold_or_fail(args, f"none for attempt {attempt}: {how}")
     layout = Layout(args.node, args.nnodes, args.nproc, args.master_addr, args.master_port,
                     args.run_id)
     cwd = os.getcwd()

@@ -98,6 +98,10 @@ export WORLD_SIZE=2
 # else started now), and the next attempt's keeper is prepared while this one runs. Status 75: no
 # keeper could serve, nothing started: start cold below.
 set +e
+# A SIGTERM for the whole step (scancel) ends this script only once the launcher it reached too has
+# ended: its last lines (torchrun's failure summary) reach the console before the node agent's
+# last copy, which waits for this script.
+trap ':' TERM
 /opt/fsdp/venv/bin/python -m fsdp_orch.standby.launch \
   --mode plain \
   --node "$NODE_RANK" \
@@ -110,6 +114,7 @@ set +e
   --entry module \
   -- mypkg.train --config configs/small.yaml
 standby_status=$?
+trap - TERM
 set -e
 [ "$standby_status" = 75 ] || exit "$standby_status"
 exec /opt/fsdp/venv/bin/python -u -m mypkg.train --config configs/small.yaml

@@ -93,6 +93,10 @@ fi
 # else started now), and the next attempt's keeper is prepared while this one runs. Status 75: no
 # keeper could serve, nothing started: start cold below.
 set +e
+# A SIGTERM for the whole step (scancel) ends this script only once the launcher it reached too has
+# ended: its last lines (torchrun's failure summary) reach the console before the node agent's
+# last copy, which waits for this script.
+trap ':' TERM
 /opt/fsdp/venv/bin/python -m fsdp_orch.standby.launch \
   --mode torchrun \
   --node "$NODE_RANK" \
@@ -105,6 +109,7 @@ set +e
   --entry module \
   -- mypkg.train --config configs/small.yaml
 standby_status=$?
+trap - TERM
 set -e
 [ "$standby_status" = 75 ] || exit "$standby_status"
 # torchrun: c10d rendezvous on the first node; restarts belong to the fsdp-orch supervisor.

@@ -102,6 +102,10 @@ fi
 # else started now), and the next attempt's keeper is prepared while this one runs. Status 75: no
 # keeper could serve, nothing started: start cold below.
 set +e
+# A SIGTERM for the whole step (scancel) ends this script only once the launcher it reached too has
+# ended: its last lines (torchrun's failure summary) reach the console before the node agent's
+# last copy, which waits for this script.
+trap ':' TERM
 /opt/fsdp/venv/bin/python -m fsdp_orch.standby.launch \
   --mode torchrun \
   --node "$NODE_RANK" \
@@ -114,6 +118,7 @@ set +e
   --entry script \
   -- train.py --steps 300 --lr 3e-4 --tag 'it'"'"'s a test'
 standby_status=$?
+trap - TERM
 set -e
 [ "$standby_status" = 75 ] || exit "$standby_status"
 # torchrun: c10d rendezvous on the first node; restarts belong to the fsdp-orch supervisor.
