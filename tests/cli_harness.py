@@ -130,6 +130,15 @@ def culprit_leads(evidence: str | None, rank: int) -> bool:
     return head.startswith(f"rank {rank} stuck in ") and "(not in a collective" in head
 
 
+def standby_starts(attempt_dir: Path) -> list[str]:
+    """How each node's launcher of an attempt started its ranks from the warm standby, as it said it
+    in the node's console (``standby.launch``): one entry a node that started warm."""
+    return [line.split("started from the standby (", 1)[1].rsplit(")", 1)[0]
+            for log in sorted(attempt_dir.rglob("*.log"))
+            for line in log.read_text(errors="replace").splitlines()
+            if "rank(s) started from the standby (" in line]
+
+
 def iso_epoch(iso: str) -> float:
     """``2026-01-01T03:00:00.123Z`` (status --json's times) to seconds since the epoch."""
     import calendar

@@ -65,6 +65,11 @@ class AttemptObservation(Protocol):
         attempts without them (``PlanContext.excluded_hosts``); () when the kind cannot tell."""
         ...
 
+    def left_out_name(self, node: int | None, host: str | None) -> str | None:
+        """What the kind's planning leaves out for node rank ``node``, whose agent named its host
+        ``host`` (a SLURM node name; an SSH host's ``address:port``); None when unknown."""
+        ...
+
     def node_notes(self) -> dict[int, str]:
         """What each node's launch script told the supervisor at start (its node-local folder
         was someone else's, and which it used instead), by node rank; {} where none can."""
@@ -121,6 +126,12 @@ class AttemptLauncher(Protocol):
         and return their addresses where the kind finds them only now (``PlanContext.workers``); ()
         where the profile or the scheduler names them. ``say``: records what was done, as the job's
         events. A FsdpOrchError when there are none to run on."""
+        ...
+
+    def leaves_out_nodes(self) -> bool:
+        """Whether the next attempt can run without a node of this one, on one held in reserve
+        (SLURM's spare nodes, SSH hosts listed beyond the job's nodes): a straggler under
+        ``watch.stragglers: replace`` is then left out. False where every node is needed."""
         ...
 
     def requeue_without(self, left_out: tuple[str, ...]) -> Callable[[], str] | None:

@@ -50,6 +50,9 @@ class FileObservation:
     def lost_hosts(self) -> tuple[str, ...]:
         return ()
 
+    def left_out_name(self, node: int | None, host: str | None) -> str | None:
+        return host  # what the node's agent calls its host: the scheduler's name for it
+
     def silent_nodes(self) -> dict[int, float]:
         return {}  # the heartbeats are read from the run folder: no channel to fall silent
 

@@ -128,6 +128,9 @@ class LocalLauncher:
     def machines(self, attempt: int, say: Callable[[str], None]) -> tuple[str, ...]:
         return ()  # this machine
 
+    def leaves_out_nodes(self) -> bool:
+        return False  # one machine
+
     def requeue_without(self, left_out: tuple[str, ...]) -> None:
         return None  # no scheduler to go back through
 

@@ -104,7 +104,8 @@ class AttemptWatch:
                             if submission.job.watch.stragglers != "off" else None)
         # watch.stragglers: replace, where the kind can run the next attempt without a node
         self._replaceable = replaceable and submission.job.watch.stragglers == "replace"
-        self._to_replace: tuple[Straggler, int | None] | None = None  # and the checkpoint then
+        # the straggler, the checkpoint when it was named, and what the planning leaves out for it
+        self._to_replace: tuple[Straggler, int | None, str] | None = None
         self._placed = False  # ranks.json written
         progress.begin(self.follower)
 
@@ -308,12 +309,14 @@ class AttemptWatch:
             return
         message = found.message()
         if self.sub.job.watch.stragglers == "replace":
-            if self._replaceable and found.host and self._to_replace is None:
-                self._to_replace = (found, self.checkpoints.step())
-                message += f"; its node {found.host} is left out at the next checkpoint"
+            left_out = self.handle.left_out_name(found.node, found.host)
+            if self._replaceable and left_out and self._to_replace is None:
+                self._to_replace = (found, self.checkpoints.step(), left_out)
+                message += f"; its node {left_out} is left out at the next checkpoint"
             elif self._to_replace is None:
                 message += ("; watch.stragglers is replace, but this cluster has no spare node to "
-                            "run without it (SLURM's spare_nodes): named only")
+                            "run without it (SLURM's spare_nodes, or SSH hosts listed beyond the "
+                            "job's nodes): named only")
         self.journal.add_event(attempt=self.attempt, kind=STRAGGLER, message=message)
 
     def _note_placement(self, beats: dict) -> None:  # type: ignore[type-arg]
@@ -340,13 +343,13 @@ class AttemptWatch:
         """End the attempt at the checkpoint just completed; the next one runs without the
         straggler's node (``Failed.lost_hosts``)."""
         assert self._to_replace is not None
-        straggler, _ = self._to_replace
+        straggler, _, left_out = self._to_replace
         evidence = (f"straggler {straggler.message()}: replaced at the checkpoint of step "
                     f"{self.checkpoints.step()} (watch.stragglers: replace)")
         self._stop()
         return Failed(Diagnosis(FailureCategory.STRAGGLER_REPLACED.value, True, evidence),
                       self.clock(), None, self.before, self.checkpoints.step(),
-                      returned_step=self._returned_step, lost_hosts=(str(straggler.host),))
+                      returned_step=self._returned_step, lost_hosts=(left_out,))
 
     def _note_nodes(self) -> None:
         """Each node's note from its launch script, once (``node_tmp_taken``)."""

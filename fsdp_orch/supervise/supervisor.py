@@ -239,7 +239,7 @@ class Supervisor:
                              world=world, before=before, progress=self.progress,
                              checkpoints=self.checkpoints, cancel_requested=self._cancel_requested,
                              clock=self.clock, sleep=self.sleep, adopted=adopt,
-                             replaceable=self.launcher.requeue_without(()) is not None)
+                             replaceable=self.launcher.leaves_out_nodes())
         try:
             return watch.run()
         except AllocationEnding as ending:

@@ -19,7 +19,7 @@ from cli_harness import copy_unchanged, make_cli, why
 
 pytestmark = pytest.mark.slow
 
-RUNS = 5
+RUNS = 3
 MAX_STEPS = 30
 
 

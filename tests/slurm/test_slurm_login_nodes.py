@@ -38,8 +38,10 @@ def test_two_login_nodes_agree_and_a_deleted_index_is_rebuilt_to_the_same_status
                        "--set", demo_args(40, "--sleep-per-step", "0.5"),
                        "--set", "env.FSDP_ORCH_FAULT=hang:step=12:rank=1",
                        check=True).stdout.strip()
+    # past step 12, where attempt 0 hung: a step the second attempt took (at 12 itself, status
+    # could still show attempt 0's last step while attempt 1 had resumed below it)
     mid = a.cli.wait_until(job_id, lambda s: bool(s["failures"]) and s["state"] == "RUNNING"
-                           and (s.get("progress") or {}).get("step", 0) >= 12, timeout=400,
+                           and (s.get("progress") or {}).get("step", 0) >= 13, timeout=400,
                            what="running again after the hang")
     # The second login node has never seen this job: it finds it in the shared run root.
     seen_by_b = b.cli.status(job_id)

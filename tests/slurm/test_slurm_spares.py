@@ -19,7 +19,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from cli_harness import demo_args
+from cli_harness import demo_args, standby_starts
 from test_slurm_backend import node_agent_of, result_of, slurm_id
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -94,16 +94,8 @@ def test_a_lost_node_is_left_out_and_the_next_attempt_runs_on_the_spare_in_the_s
     text = cli.run("status", job_id, check=True).stdout
     assert f"left out: {lost}" in text, text
     # warm on the spare too: each node's ranks came from the keeper its keeper host kept ready
-    started = started_from(Path(final["run_dir"]) / "attempt-1")
+    started = standby_starts(Path(final["run_dir"]) / "attempt-1")
     assert len(started) == 2 and all("keeper host" in how for how in started), started
-
-
-def started_from(attempt: Path) -> list[str]:
-    """How each node's launcher started its ranks, as it said it (``standby.launch``)."""
-    return [line.split("started from the standby (", 1)[1].rsplit(")", 1)[0]
-            for log in sorted(attempt.rglob("*.log"))
-            for line in log.read_text(errors="replace").splitlines()
-            if "rank(s) started from the standby (" in line]
 
 
 def test_with_no_spare_left_the_job_is_submitted_again_without_the_lost_node(

@@ -106,6 +106,12 @@ class SshAttempt(FileObservation):
             f"{rank}={pgid}@{host_port(self.hosts[rank].address, self.hosts[rank].port)}"
             for rank, pgid in sorted(self.pgids.items()))
 
+    def left_out_name(self, node: int | None, host: str | None) -> str | None:
+        """The profile's host of node rank ``node`` (``address:port``), as lost hosts are named."""
+        if node is None or not 0 <= node < len(self.hosts):
+            return None
+        return host_port(self.hosts[node].address, self.hosts[node].port)
+
     def lost_hosts(self) -> tuple[str, ...]:
         """The hosts (``address:port``) found lost, by node rank: later attempts are planned without
         them."""

@@ -60,6 +60,11 @@ class SshLauncher:
     def machines(self, attempt: int, say: Callable[[str], None]) -> tuple[str, ...]:
         return ()  # the profile lists the hosts
 
+    def leaves_out_nodes(self) -> bool:
+        """The profile lists more hosts than the job's nodes: the next one listed takes the place
+        of a host left out."""
+        return len(self.ssh.hosts) > self.submission.job.nodes
+
     def requeue_without(self, left_out: tuple[str, ...]) -> None:
         return None  # no scheduler: the profile's hosts are all there is
 

@@ -213,6 +213,9 @@ class SlurmStepLauncher:
                 f"runs on {self.submission.job.nodes}, the others are spares")
         return self.nodes
 
+    def leaves_out_nodes(self) -> bool:
+        return bool(self.spares)
+
     def requeue_without(self, left_out: tuple[str, ...]) -> Callable[[], str] | None:
         """No spare left: the job goes back through the queue, as a new SLURM job excluding the
         nodes left out."""
