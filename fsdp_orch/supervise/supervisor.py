@@ -275,8 +275,12 @@ class Supervisor:
             handle = self.launcher.launch(plan, artifacts)
         except FsdpOrchError as exc:  # a node the attempt needs cannot be reached (an SSH host)
             self.journal.end_attempt(attempt, None, now=self.clock())
+            # a host that does not answer is lost, as one that stops answering mid-run is: the
+            # next attempt is planned without it (an SSH host listed beyond the nodes takes over)
+            lost = getattr(exc, "lost_host", None)
             return Failed(Diagnosis("preemption_or_node_lost", True, f"could not launch: {exc}"),
-                          self.clock(), None, before, before)
+                          self.clock(), None, before, before,
+                          lost_hosts=(lost,) if isinstance(lost, str) else ())
         self.journal.launched(attempt, handle.ref)
         return handle, started, plan.world_size
 

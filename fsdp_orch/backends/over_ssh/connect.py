@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from fsdp_orch.launch.plan import host_port
 from fsdp_orch.vocab.backoff import SSH_CONNECT, Sleep, retrying
 from fsdp_orch.vocab.errors import FsdpOrchError
 
@@ -24,7 +25,12 @@ T = TypeVar("T")
 
 
 class HostUnreachable(FsdpOrchError):
-    """A host did not answer within the profile's connect timeout."""
+    """A host did not answer within the profile's connect timeout. ``lost_host``: its
+    ``address:port``, as lost hosts are named (the supervisor plans the next attempt without it)."""
+
+    def __init__(self, message: str, lost_host: str | None = None):
+        super().__init__(message)
+        self.lost_host = lost_host
 
 
 class HostRefused(HostUnreachable):
@@ -92,14 +98,17 @@ def open_connection(host: Any, profile: Any) -> Any:
                 and isinstance(exc.__context__, (EOFError, ConnectionError))):
             # sshd closed the connection before it said hello (not a banner timeout: that is
             # silence)
-            raise HostRefused(f"host {where(host)}: {exc}") from None
+            raise HostRefused(f"host {where(host)}: {exc}",
+                              host_port(host.address, host.port)) from None
         raise HostUnreachable(f"host {where(host)}: {exc}") from None
     except TimeoutError:
         raise HostUnreachable(f"host {where(host)} did not answer within connect_timeout "
-                              f"({profile.connect_timeout}s)") from None
+                              f"({profile.connect_timeout}s)",
+                              host_port(host.address, host.port)) from None
     except OSError as exc:
         unreachable = HostRefused if refused(exc) else HostUnreachable
-        raise unreachable(f"host {where(host)} is unreachable: {exc.strerror or exc}") from None
+        raise unreachable(f"host {where(host)} is unreachable: {exc.strerror or exc}",
+                          host_port(host.address, host.port)) from None
     return conn
 
 
