@@ -104,7 +104,7 @@ def test_the_wheel_installs_beside_a_pinned_older_torch_and_a_job_runs_on_it(
     status = json.loads(proc.stdout)
     assert status["state"] == "SUCCEEDED" and status["progress"]["step"] == 20, status
     launch = (Path(status["run_dir"]) / "attempt-0" / "launch.sh").read_text()
-    assert f"exec {python} -m torch.distributed.run" in launch  # the ranks ran on torch 2.9.0
+    assert f"exec {python} -u -m torch.distributed.run" in launch  # the ranks ran on torch 2.9.0
 
 
 def interpreter(version: str) -> Path:

@@ -21,6 +21,7 @@ from cli_harness import (
     demo_args,
     make_cli,
 )
+from logs_on_node import node_logs_not_copied
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
@@ -114,6 +115,10 @@ def test_a_hang_on_the_second_host_stops_every_host_and_resumes_to_the_same_loss
     # the same weights, bit for bit, as 2 ranks that never stopped (the conftest's uninterrupted)
     assert result["final_loss"] == uninterrupted(30)["final_loss"]
     assert result["param_sha256"] == uninterrupted(30)["param_sha256"]
+    # each host kept its logs; the run folder has them whole: stopped (the stop command copied
+    # them) and ended (its wrapper did, before the exit status)
+    for attempt in ("attempt-0", "attempt-1"):
+        assert node_logs_not_copied(Path(hung["run_dir"]) / attempt, hung["id"], (0, 1)) == []
 
 
 def test_cancel_leaves_no_process_on_any_host(ssh_hosts, on_hosts):

@@ -139,7 +139,7 @@ def check_node_script(text: str) -> None:
     # the job's nodes
     assert "# 3 node(s) x 2 process(es) = world size 6; launcher torchrun" in lines
     # the launcher, the profile's python
-    assert "exec /opt/toy/bin/python -m torch.distributed.run \\" in lines
+    assert "exec /opt/toy/bin/python -u -m torch.distributed.run \\" in lines
     assert "  --nnodes 3 \\" in lines and "  --nproc-per-node 2 \\" in lines
     assert "# queue toy-queue" in lines  # a value of the profile, through artifacts()
     assert "RDZV_HOST=toy-0" in lines  # place()'s rendezvous host

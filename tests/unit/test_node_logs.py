@@ -61,12 +61,43 @@ def test_copies_are_batched_every_few_seconds_and_whole_at_the_end(tmp_path: Pat
     assert (attempt / "console-node-0.log").read_bytes() == b"a\n"
     now[0] += COPY_EVERY_S
     (local / "logs" / RANK_FILE).write_bytes(b"x\n")
-    assert logs.copy() == 2
+    assert logs.copy() == 1  # while it runs, the console alone (every rank's lines, tagged)
+    assert not (attempt / "node-0" / RANK_FILE).exists()
     with open(console, "ab") as f:
         f.write(b"c\n")
-    assert logs.copy(final=True) == 1
+    assert logs.copy(final=True) == 2  # at the end, the ranks' own files too
     assert (attempt / "console-node-0.log").read_bytes() == console.read_bytes() == b"a\nb\nc\n"
     assert (attempt / "node-0" / RANK_FILE).read_bytes() == b"x\n"
+
+
+def test_copiers_that_take_turns_never_append_twice(tmp_path: Path) -> None:
+    """An SSH host's report copies while the attempt runs; its node's wrapper (or the stop command)
+    copies the rest at the end, a new process that knows nothing of the report's copies: each
+    resumes at the run-folder copy's size, under the node folder's lock."""
+    local, attempt = node_folder(tmp_path)
+    console = local / "console.log"
+    console.write_bytes(b"a\n")
+    assert NodeLogs(0, local, attempt).copy() == 1  # the report, at its first look
+    with open(console, "ab") as f:
+        f.write(b"b\n")
+    assert NodeLogs(0, local, attempt).copy(final=True) == 1  # the wrapper, a new process
+    assert NodeLogs(0, local, attempt).copy(final=True) == 0  # the stop command after it
+    assert (attempt / "console-node-0.log").read_bytes() == b"a\nb\n"
+    assert stat.S_IMODE((local / node_logs.COPY_LOCK).stat().st_mode) == 0o600
+
+
+def test_copy_at_end_finds_the_node_folder_its_script_made_in_place_of_a_taken_one(
+        tmp_path: Path) -> None:
+    moved = tmp_path / "fsdp-orch-0-abcdefgh"
+    folder = moved / "j1" / "attempt-3" / "node-1"
+    folder.mkdir(parents=True)
+    (folder / "console.log").write_bytes(b"the ranks' lines\n")
+    attempt = tmp_path / "run" / "attempt-3"
+    (attempt / "node-1").mkdir(parents=True)
+    (attempt / "node-1" / "node_tmp_moved").write_text(f"{moved}\n")
+    assert node_logs.copy_at_end(str(attempt), "j1", 3, 1) == 1
+    assert (attempt / "console-node-1.log").read_bytes() == b"the ranks' lines\n"
+    assert node_logs.copy_at_end(str(attempt), "j1", 3, 0) == 0  # no folder for node 0: nothing
 
 
 def channel_with_node(node: int) -> SummaryServer:

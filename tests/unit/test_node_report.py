@@ -102,7 +102,7 @@ def test_a_beat_file_not_rewritten_is_reported_held_once_and_fresh_again_when_it
     lines: list[dict] = []
     report = NodeReport(str(tmp_path / job_id), 2, 0, 0, {},
                         write=lambda line: lines.append(json.loads(line)), clock=lambda: now[0],
-                        beats_only=True, host=HOST)
+                        logs_on_node=True, host=HOST)
     host = HostReports(host=None, profile=None, job_id=job_id, attempt=2, rank=0, pgid=9,
                        node_timeout=30.0, local_run_dir=tmp_path)
     write_beat(job_id, 0, beat(0, 5))  # written at 105.0
@@ -143,20 +143,47 @@ def test_the_job_id_can_be_given_when_the_run_folder_is_not_named_after_it(tmp_p
     assert beats_in(lines) == [relayed(beat(0, 2), 0.0)]
 
 
-def test_beats_only_reports_no_log_and_ends_at_the_exit_after_the_last_beats(tmp_path: Path,
-                                                                            job_id: str) -> None:
+def test_logs_on_node_are_sent_and_copied_and_the_report_ends_at_the_exit_after_the_last_beats(
+        tmp_path: Path, job_id: str) -> None:
+    """Hosts that share the run folder: the node's console and rank logs are in its beat folder;
+    the report sends what they gain (the supervisor keeps it in memory) and copies them into the
+    run folder at once, then every few seconds; the wrapper's own output stays where it is."""
     run = tmp_path / job_id
     (run / "attempt-2").mkdir(parents=True)
-    (run / "attempt-2" / "console-node-0.log").write_text("on the shared folder already\n")
-    report, lines = reporter(run, 0, beats_only=True)
-    assert report.look() is False and lines == []  # the log is not sent
+    (run / "attempt-2" / "ssh-node-0.log").write_text("the wrapper's\n")
+    folder = Path(node_beat_dir(job_id, 2, 0))
+    (folder / "logs" / "r1" / "attempt_0" / "0").mkdir(parents=True)
+    (folder / "console.log").write_bytes(b"step=1\n")
+    (folder / "logs" / "r1" / "attempt_0" / "0" / "stderr.log").write_bytes(b"warn\n")
+    report, lines = reporter(run, 0, logs_on_node=True)
+    assert report.look() is False
+    assert lines == [{"log": "console-node-0.log", "at": 0, "data": "c3RlcD0xCg=="},
+                     {"log": "node-0/r1/attempt_0/0/stderr.log", "at": 0, "data": "d2Fybgo="}]
+    copy = run / "attempt-2" / "console-node-0.log"
+    assert copy.read_bytes() == b"step=1\n"
+    host = HostReports(host=None, profile=None, job_id=job_id, attempt=2, rank=0, pgid=9,
+                       node_timeout=30.0, local_run_dir=tmp_path / "supervisor",
+                       logs_on_node=True)
+    for line in lines:
+        host._mirror(line)
+    assert host.log_chunks() == [("console-node-0.log", b"step=1\n"),
+                                 ("node-0/r1/attempt_0/0/stderr.log", b"warn\n")]
+    assert host.log_chunks() == []  # taken once
+    lines.clear()
+    with open(folder / "console.log", "ab") as f:
+        f.write(b"step=2\n")
     write_beat(job_id, 0, beat(0, 20, "done"))
     (run / "attempt-2" / "exit-node-0").write_text("0\n")
     assert report.look() is True
-    assert lines == [summary(0, 0.0, beat(0, 20, "done"), final=True), {"exit": 0}]
-    assert parse_summary(lines[0]).final  # the last summary says so, before the end
-    assert sorted(p.name for p in run.rglob("*")) == ["attempt-2", "console-node-0.log",
-                                                      "exit-node-0"]
+    assert lines == [{"log": "console-node-0.log", "at": 7, "data": "c3RlcD0yCg=="},
+                     summary(0, 0.0, beat(0, 20, "done"), final=True), {"exit": 0}]
+    assert parse_summary(lines[1]).final  # the last summary says so, before the end
+    assert copy.read_bytes() == b"step=1\n"  # within COPY_EVERY_S: the wrapper copies the rest
+    host._mirror(lines[0])
+    host._mirror({"log": "console-node-0.log", "at": 0, "data": "c3RlcD0xCg=="})  # resent: dropped
+    assert host.log_chunks() == [("console-node-0.log", b"step=2\n")]
+    assert not (tmp_path / "supervisor").exists()  # nothing written by the supervisor's side
+    assert (run / "attempt-2" / "ssh-node-0.log").read_text() == "the wrapper's\n"
 
 
 def test_the_module_runs_on_a_host_with_the_hosts_arguments(tmp_path: Path, job_id: str) -> None:
@@ -166,11 +193,11 @@ def test_the_module_runs_on_a_host_with_the_hosts_arguments(tmp_path: Path, job_
     write_beat(job_id, 1, beat(1, 7, "done"))
     (run / "attempt-2" / "exit-node-1").write_text("0\n")
     reports = HostReports(host=None, profile=None, job_id=job_id, attempt=2, rank=1, pgid=0,
-                          node_timeout=30.0, local_run_dir=tmp_path / "supervisor", beats_only=True,
-                          run_dir=str(run),
+                          node_timeout=30.0, local_run_dir=tmp_path / "supervisor",
+                          logs_on_node=True, run_dir=str(run),
                           python=f"PYTHONPATH={REPO} {sys.executable}")
     command = reports.command()
-    assert command.endswith(f"node_report --job-id {job_id} --beats-only {run} 2 1 0")
+    assert command.endswith(f"node_report --job-id {job_id} --logs-on-node {run} 2 1 0 '{{}}'")
     proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True)
     out = proc.stdout.read()  # type: ignore[union-attr]
@@ -213,7 +240,7 @@ class ScriptedHost(HostReports):
 
     def __init__(self, local_run_dir: Path, rank: int, last: Heartbeat):
         super().__init__(host=None, profile=None, job_id="j1", attempt=2, rank=rank, pgid=9,
-                         node_timeout=30.0, local_run_dir=local_run_dir, beats_only=True)
+                         node_timeout=30.0, local_run_dir=local_run_dir, logs_on_node=True)
         self.last = last
 
     def _stream(self) -> None:
@@ -252,7 +279,7 @@ def test_the_report_reads_beats_from_the_folder_made_in_place_of_a_taken_one(
     (run / "attempt-2" / "node-0").mkdir(parents=True)
     lines: list[dict] = []
     report = NodeReport(str(run), 2, 0, 0, {}, write=lambda line: lines.append(json.loads(line)),
-                        clock=lambda: 105.2, beats_only=True, host=HOST)
+                        clock=lambda: 105.2, logs_on_node=True, host=HOST)
     b = beat(0, 5)
     folder = moved / job_id / "attempt-2" / "node-0"
     folder.mkdir(parents=True)

@@ -18,25 +18,32 @@ from fsdp_orch.backends.files import FileObservation
 from fsdp_orch.backends.over_ssh.connect import on_every_host, run_on, where
 from fsdp_orch.backends.over_ssh.node_report import exit_file
 from fsdp_orch.launch.plan import OWN_DISK_PACKAGE, host_port
+from fsdp_orch.launch.render import package_root
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.vocab.categories import NODE_LOST_EXIT
 
-# Runs a node's script and writes its exit status (also for a supervisor that re-attached).
-NODE_WRAPPER = 'bash "$1"; code=$?; echo "$code" > "$2.tmp" && mv -f "$2.tmp" "$2"; exit "$code"'
+# Runs a node's script and writes its exit status (also for a supervisor that re-attached); before
+# the status, the command in $3 if any (the node's logs copied whole into the run folder).
+NODE_WRAPPER = ('bash "$1"; code=$?; [ -z "${3:-}" ] || eval "$3"; '
+                'echo "$code" > "$2.tmp" && mv -f "$2.tmp" "$2"; exit "$code"')
+WRAPPER_OUTPUT = "ssh-node-*.log"  # start_command's, where the node keeps its logs
 LIVENESS_EVERY_S = 5.0  # how often the hosts are asked whether the node scripts still run
 
 
-def start_command(attempt_dir: str, rank: int) -> str:
+def start_command(attempt_dir: str, rank: int, logs_at_end: str | None = None) -> str:
     """The shell line that starts host ``rank``'s script detached (``setsid``: its own session, not
-    ended with the SSH session) and prints its pid, which is also its process group."""
+    ended with the SSH session) and prints its pid, which is also its process group.
+    ``logs_at_end``: the node keeps its logs (``nodeagent.node_logs``), and this command copies them
+    into the run folder when its script ends; the wrapper's own output is ``ssh-node-N.log``."""
     script = f"{attempt_dir}/node-{rank}.sh"
-    console = f"{attempt_dir}/console-node-{rank}.log"
+    console = f"{attempt_dir}/{'ssh' if logs_at_end else 'console'}-node-{rank}.log"
     # `cd` is its own command: `cd && setsid ... &` would background a subshell, and $! be its pid
     # umask 077 before anything is created: the console log, the exit file and whatever the job
     # writes on the host are this user's alone (an SSH session's umask is usually 022).
     return (f"umask 077; cd {shlex.quote(attempt_dir)} || exit 1; "
             f"setsid bash -c {shlex.quote(NODE_WRAPPER)} fsdp-orch-node "
             f"{shlex.quote(script)} {shlex.quote(exit_file(attempt_dir, rank))} "
+            f"{shlex.quote(logs_at_end) if logs_at_end else ''} "
             f">> {shlex.quote(console)} 2>&1 < /dev/null & echo $!")
 
 
@@ -57,31 +64,61 @@ def host_python(profile: Any, job_id: str) -> str:
     return f"PYTHONPATH={shlex.quote(posixpath.join(run_dir, OWN_DISK_PACKAGE))} {python}"
 
 
+def fsdp_orch_python(profile: Any, job_id: str, bootstrap_dir: str | None) -> str:
+    """The shell words that run python with the fsdp_orch the job's ranks import: on hosts that
+    share the run folder, from where their bootstrap is (``host_python`` otherwise)."""
+    python = host_python(profile, job_id)
+    if profile.shared_filesystem and bootstrap_dir:
+        python = f"PYTHONPATH={shlex.quote(package_root(bootstrap_dir))} {python}"
+    return python
+
+
 def stop_command(python: str, job_id: str, attempt: int | None, pgid: int | None,
-                 grace: float) -> str:
+                 grace: float, logs_of: tuple[str, int] | None = None) -> str:
     """Stops the attempt's processes on one host: its node script's group, then every process that
     carries the job's id and attempt (torchrun starts its workers in sessions of their own).
-    ``python``: shell words (``host_python``)."""
+    ``python``: shell words (``host_python``). ``logs_of``: (attempt folder, node rank) of a node
+    that keeps its logs: once its processes are stopped, they are copied whole into the run folder
+    (its wrapper, stopped with them, does that at a normal end)."""
     code = ("import sys; from fsdp_orch.observe.proctree import stop_job_processes; "
             "stop_job_processes(sys.argv[1], int(sys.argv[2]) if sys.argv[2] else None, "
             "grace=float(sys.argv[3]), pgid=int(sys.argv[4]) or None)")
-    return python + " " + " ".join(shlex.quote(w) for w in (
-        "-c", code, job_id, "" if attempt is None else str(attempt), f"{grace:g}", str(pgid or 0)))
+    words = [job_id, "" if attempt is None else str(attempt), f"{grace:g}", str(pgid or 0)]
+    if logs_of is not None and attempt is not None:
+        code += ("; from fsdp_orch.nodeagent.node_logs import copy_at_end; "
+                 "copy_at_end(sys.argv[5], sys.argv[1], int(sys.argv[2]), int(sys.argv[6]))")
+        words += [logs_of[0], str(logs_of[1])]
+    return python + " " + " ".join(shlex.quote(w) for w in ("-c", code, *words))
+
+
+def logs_at_end_command(python: str, attempt_dir: str, job_id: str, attempt: int,
+                        rank: int) -> str:
+    """The shell line that copies node ``rank``'s logs whole into the run folder
+    (``nodeagent.node_logs``). ``python``: shell words with fsdp_orch importable."""
+    return (f"{python} -m fsdp_orch.nodeagent.node_logs "
+            f"{shlex.join([attempt_dir, job_id, str(attempt), str(rank)])}")
 
 
 def stop_on_host(host: Any, profile: Any, job_id: str, attempt: int | None, pgid: int | None,
-                 grace: float, timeout: float | None = None) -> None:
+                 grace: float, timeout: float | None = None, *, python: str | None = None,
+                 logs_of: tuple[str, int] | None = None) -> None:
     """``stop_command`` on one host (within ``timeout``, default ``grace`` + 60 s); a host that
-    cannot be reached has nothing we could stop."""
+    cannot be reached has nothing we could stop. ``python``: shell words (default:
+    ``host_python``)."""
     try:
         run_on(host, profile,
-               stop_command(host_python(profile, job_id), job_id, attempt, pgid, grace),
+               stop_command(python or host_python(profile, job_id), job_id, attempt, pgid, grace,
+                            logs_of),
                timeout=grace + 60 if timeout is None else timeout)
     except Exception:  # noqa: BLE001 - lost or refusing: nothing to stop there from here
         return
 
 
 class SshAttempt(FileObservation):
+    # The nodes keep their logs (hosts that share the run folder: nodeagent.node_logs); the run
+    # folder's own logs are then their wrappers' alone.
+    LOGS_ON_NODE = False
+
     def __init__(self, submission: Submission, attempt: int, pgids: dict[int, int],
                  attempt_dir: Path | None = None, hosts: list[Any] | None = None, ssh: Any = None):
         """``attempt_dir``: where the attempt's files are read (default: the run folder the hosts
@@ -89,7 +126,8 @@ class SshAttempt(FileObservation):
         an attempt planned around lost hosts has others). ``ssh``: the SSH settings and hosts
         (default: the submission's ssh profile; a TPU VM's are found at launch)."""
         super().__init__(submission.run_dir, attempt,
-                         attempt_dir or Path(submission.attempt_dir(attempt)))
+                         attempt_dir or Path(submission.attempt_dir(attempt)),
+                         **({"log_patterns": (WRAPPER_OUTPUT,)} if self.LOGS_ON_NODE else {}))
         self.submission = submission
         self.profile: Any = ssh or submission.profile
         self.hosts = list(self.profile.hosts if hosts is None else hosts)  # by node rank
@@ -163,6 +201,9 @@ class SshAttempt(FileObservation):
         return any(Path(exit_file(str(self.attempt_dir), r)).exists() for r in ranks)
 
     def stop(self, grace: float) -> None:
+        job_id = self.submission.job_id
+        python = fsdp_orch_python(self.profile, job_id, self.submission.base_plan.bootstrap_dir)
         on_every_host(list(self.pgids), lambda i, rank: stop_on_host(
-            self.hosts[rank], self.profile, self.submission.job_id, self.attempt, self.pgids[rank],
-            grace))
+            self.hosts[rank], self.profile, job_id, self.attempt, self.pgids[rank], grace,
+            python=python,
+            logs_of=(str(self.attempt_dir), rank) if self.LOGS_ON_NODE else None))

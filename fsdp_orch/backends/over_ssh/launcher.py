@@ -12,7 +12,12 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
-from fsdp_orch.backends.over_ssh.attempt import SshAttempt, start_command
+from fsdp_orch.backends.over_ssh.attempt import (
+    SshAttempt,
+    fsdp_orch_python,
+    logs_at_end_command,
+    start_command,
+)
 from fsdp_orch.backends.over_ssh.connect import on_every_host, run_on, run_with_input
 from fsdp_orch.backends.over_ssh.reports import OwnDiskAttempt, SharedFsAttempt
 from fsdp_orch.backends.over_ssh.sftp_storage import SftpStorage
@@ -92,10 +97,15 @@ class SshLauncher:
 
         started: dict[int, int] = {}
         secrets = handed_values(plan)
+        python = fsdp_orch_python(ssh, plan.job_id, plan.bootstrap_dir)
 
         def start_on(rank: int, host: Any) -> Exception | None:
+            # hosts that share the run folder keep their logs (templates/ssh-node.sh.j2)
+            at_end = (logs_at_end_command(python, plan.attempt_dir, plan.job_id, plan.attempt, rank)
+                      if ssh.shared_filesystem else None)
             try:
-                command, timeout = start_command(plan.attempt_dir, rank), ssh.connect_timeout + 30
+                command = start_command(plan.attempt_dir, rank, at_end)
+                timeout = ssh.connect_timeout + 30
                 if secrets:
                     # over the SSH channel only: never a file, never an argument others could see
                     out = run_with_input(host, ssh, f'eval "$(cat)"; {command}', secrets, timeout)

@@ -3,15 +3,16 @@ heartbeats, logs and node exit status and reports them as JSON lines on standard
 the SSH channel to the supervisor. Stdlib only (a host with its own disk has only the copy of
 fsdp_orch sent with the job).
 
-    python -m fsdp_orch.backends.over_ssh.node_report [--beats-only] [--job-id JOB]
+    python -m fsdp_orch.backends.over_ssh.node_report [--logs-on-node] [--job-id JOB]
         RUN_DIR ATTEMPT NODE_RANK PGID [OFFSETS_JSON]
 
 The heartbeats are read from the node's own beat folder in node-local tmp (``node_beat_dir``,
 computed here: the uid on the host may not be the supervisor's), never from the run folder.
 ``--job-id`` defaults to RUN_DIR's last part (the run folder is ``<root>/runs/<job id>``).
-``--beats-only``: the hosts share the run folder with the supervisor, which reads the logs and exit
-files there itself; only the heartbeats, the liveness and the end are reported (the exit file is
-still read, to end).
+``--logs-on-node``: the hosts share the run folder with the supervisor, which reads the exit files
+there itself (they are still read here, to end). The node keeps its console and its ranks' logs in
+its beat folder (``nodeagent.node_logs``): what they gain is reported, and copied into the run
+folder every few seconds (whole at the end by the node's wrapper, or by the stop command).
 
 Lines, each a JSON object:
   {"node": N, "host": ..., "attempt": A, "at": T, "beats": [...], "final": BOOL}
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_orch.nodeagent.beat_dir import MOVED, node_beat_dir, read_beat_files
+from fsdp_orch.nodeagent.node_logs import NodeLogs
 from fsdp_orch.nodeagent.summary import changed_beats, compact, summary_line
 from fsdp_orch.observe.file_tail import FileTail
 
@@ -75,7 +77,8 @@ class NodeReport:
     def __init__(self, run_dir: str, attempt: int, rank: int, pgid: int, offsets: dict[str, int],
                  write: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.time, *, job_id: str | None = None,
-                 beats_only: bool = False, beat_dir: str | None = None, host: str | None = None):
+                 logs_on_node: bool = False, beat_dir: str | None = None,
+                 host: str | None = None):
         """``beat_dir``: where this node's ranks write their heartbeats (default: ``node_beat_dir``
         of the job, attempt and node rank, on this host); ``host``: this host's name in the
         summaries (default: ``socket.gethostname()``, as the node agent's)."""
@@ -87,7 +90,9 @@ class NodeReport:
         self._job = job
         self.attempt, self.rank, self.pgid = attempt, rank, pgid
         self.host = host or socket.gethostname()
-        self.tail = None if beats_only else FileTail(Path(self.attempt_dir), offsets=offsets)
+        self.tail = None if logs_on_node else FileTail(Path(self.attempt_dir), offsets=offsets)
+        self.node_logs = (NodeLogs(rank, self.beat_dir, Path(self.attempt_dir), sent=offsets)
+                          if logs_on_node else None)
         self.sent: dict[int, dict[str, Any]] = {}  # the ranks' compact heartbeats, as last sent
         self.write = write or self._write_stdout
         self.clock = clock
@@ -118,13 +123,15 @@ class NodeReport:
         self._moved_note = None
         if moved:
             self.beat_dir = Path(moved, self._job, f"attempt-{self.attempt}", f"node-{self.rank}")
+            if self.node_logs is not None:
+                self.node_logs.folder = self.beat_dir
 
     def look(self) -> bool:
         """Report what changed; True once the node script's end has been reported."""
         code = self._exit_code()  # read first: once the status exists, what is read below is whole
+        self._follow_moved_folder()
         self._send_logs()
         now = self.clock()
-        self._follow_moved_folder()
         beats = read_beat_files(str(self.beat_dir))
         current = {rank: compact(beat, now) for rank, beat in beats.items()}
         gone = None if code is not None else self._gone(now)
@@ -147,6 +154,11 @@ class NodeReport:
             return None
 
     def _send_logs(self) -> None:
+        if self.node_logs is not None:
+            for name, at, data in self.node_logs.new_text():
+                self.send({"log": name, "at": at, "data": base64.b64encode(data).decode()})
+            self.node_logs.copy()
+            return
         if self.tail is None:
             return
         for name, data in self.tail.chunks():
@@ -173,7 +185,7 @@ def _end_when_stdin_closes() -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m fsdp_orch.backends.over_ssh.node_report")
-    parser.add_argument("--beats-only", action="store_true")
+    parser.add_argument("--logs-on-node", action="store_true")
     parser.add_argument("--job-id")
     parser.add_argument("run_dir")
     parser.add_argument("attempt", type=int)
@@ -183,7 +195,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     threading.Thread(target=_end_when_stdin_closes, daemon=True).start()
     report = NodeReport(args.run_dir, args.attempt, args.rank, args.pgid, json.loads(args.offsets),
-                        job_id=args.job_id, beats_only=args.beats_only)
+                        job_id=args.job_id, logs_on_node=args.logs_on_node)
     try:
         while not report.look():
             time.sleep(LOOK_EVERY_S)

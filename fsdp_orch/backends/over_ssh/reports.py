@@ -8,8 +8,10 @@ each rank: nothing is written under the run folder for them. On hosts with their
 (``shared_filesystem: false``, and TPU VM workers) the logs are mirrored into the supervisor's copy
 of the run folder, appended at the offsets they were read at, and the node's exit status written
 there, so the watchdog, the log classifier, ``fsdp-orch logs`` and ``status`` read the same files
-as on a shared filesystem. On hosts that share the run folder the report runs ``--beats-only``: the
-logs and exit files are there already. The stream also tells whether a host is alive: a report says
+as on a shared filesystem. On hosts that share the run folder the report runs ``--logs-on-node``:
+the exit files are there already, and each node keeps its logs, copied into the run folder every few
+seconds (``nodeagent.node_logs``); what they gain comes over the stream, kept in memory for the
+watchdog (``log_chunks``). The stream also tells whether a host is alive: a report says
 something at least every second, so a channel silent for ``SILENT_S`` is opened again (tenacity,
 ``backoff.REPORT_STREAM``), and a host that does not answer a new connection is lost."""
 
@@ -25,13 +27,19 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_orch.backends.base import CHANNEL_SILENT_S
-from fsdp_orch.backends.over_ssh.attempt import SshAttempt, host_python, own_disk_run_dir
+from fsdp_orch.backends.over_ssh.attempt import (
+    SshAttempt,
+    fsdp_orch_python,
+    host_python,
+    own_disk_run_dir,
+)
 from fsdp_orch.backends.over_ssh.connect import HostKeyRejected, HostUnreachable, connect, where
 from fsdp_orch.backends.over_ssh.node_report import exit_file
 from fsdp_orch.checkpoints.storage import Storage
-from fsdp_orch.launch.render import package_root
 from fsdp_orch.launch.submission import Submission
+from fsdp_orch.nodeagent.server import LOG_KEPT_BYTES
 from fsdp_orch.nodeagent.summary import parse_summary
+from fsdp_orch.observe.file_tail import LogChunk
 from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.places.private import write_atomically
 from fsdp_orch.vocab.backoff import REPORT_STREAM, retrying
@@ -55,23 +63,26 @@ def write_report(path: Path, data: bytes) -> None:
 
 
 class HostReports(threading.Thread):
-    """One host's report stream: its logs and exit status mirrored into ``local_run_dir`` (not with
-    ``beats_only``), its ranks' latest heartbeats kept in memory (``heartbeats``); ``lost`` says why
-    the host is taken for lost, ``ended`` that its node script's end was reported.
+    """One host's report stream: its logs and exit status mirrored into ``local_run_dir`` (with
+    ``logs_on_node``, what the logs gain kept in memory: ``log_chunks``), its ranks' latest
+    heartbeats kept in memory (``heartbeats``); ``lost`` says why the host is taken for lost,
+    ``ended`` that its node script's end was reported.
 
     ``run_dir``: the job's run folder as the host sees it (default: the one on its own disk);
     ``python``: the shell words that run python with fsdp_orch importable there (default:
     ``host_python``)."""
 
     def __init__(self, host: Any, profile: Any, job_id: str, attempt: int, rank: int, pgid: int,
-                 local_run_dir: Path, *, node_timeout: float, beats_only: bool = False,
+                 local_run_dir: Path, *, node_timeout: float, logs_on_node: bool = False,
                  run_dir: str | None = None, python: str | None = None):
         super().__init__(daemon=True, name=f"fsdp-orch-reports-node-{rank}")
         self.host, self.profile, self.job_id = host, profile, job_id
         self.attempt, self.rank, self.pgid = attempt, rank, pgid
         self.local_run_dir = local_run_dir
         self.local_attempt = local_run_dir / f"attempt-{attempt}"
-        self.beats_only = beats_only
+        self.logs_on_node = logs_on_node
+        # what the node's logs gained (logs_on_node), until log_chunks takes it
+        self._log_chunks: list[tuple[str, bytes]] = []
         self.node_timeout = node_timeout
         self.run_dir, self.python = run_dir, python
         self.offsets: dict[str, int] = {}
@@ -89,10 +100,9 @@ class HostReports(threading.Thread):
 
     def command(self) -> str:
         run_dir = self.run_dir or str(own_disk_run_dir(self.profile, self.job_id))
-        words = ["--job-id", self.job_id, *(["--beats-only"] if self.beats_only else []),
-                 run_dir, str(self.attempt), str(self.rank), str(self.pgid)]
-        if not self.beats_only:
-            words.append(json.dumps(self.offsets, separators=(",", ":")))
+        words = ["--job-id", self.job_id, *(["--logs-on-node"] if self.logs_on_node else []),
+                 run_dir, str(self.attempt), str(self.rank), str(self.pgid),
+                 json.dumps(self.offsets, separators=(",", ":"))]
         python = self.python or host_python(self.profile, self.job_id)
         return f"{python} -m fsdp_orch.backends.over_ssh.node_report {shlex.join(words)}"
 
@@ -100,6 +110,12 @@ class HostReports(threading.Thread):
         """The latest heartbeat this host reported of each of its ranks."""
         with self._beats_lock:
             return dict(self._beats)
+
+    def log_chunks(self) -> list[LogChunk]:
+        """What the node's logs gained since the last call (``logs_on_node``)."""
+        with self._beats_lock:
+            chunks, self._log_chunks = self._log_chunks, []
+        return chunks
 
     def run(self) -> None:
         # Silent, broken or ended without the node's end: a new connection decides.
@@ -159,11 +175,17 @@ class HostReports(threading.Thread):
             if at + len(data) <= have:
                 return
             data = data[have - at:] if at < have else data
+            self.offsets[name] = max(have, at) + len(data)
+            if self.logs_on_node:
+                with self._beats_lock:
+                    self._log_chunks.append((name, data))
+                    while sum(len(b) for _, b in self._log_chunks) > LOG_KEPT_BYTES:
+                        del self._log_chunks[0]  # nobody read them: the oldest go
+                return
             path = self.local_attempt / name
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "ab") as f:
                 f.write(data)
-            self.offsets[name] = max(have, at) + len(data)
         elif "beats" in message:  # a node summary, the node agents' line (nodeagent.summary)
             try:
                 summary = parse_summary(message)
@@ -172,7 +194,7 @@ class HostReports(threading.Thread):
             with self._beats_lock:
                 self._beats.update(summary.beats)
         elif "exit" in message:
-            if not self.beats_only:  # on a shared run folder the node wrote it there itself
+            if not self.logs_on_node:  # on a shared run folder the node wrote it there itself
                 write_report(Path(exit_file(str(self.local_attempt), self.rank)),
                                  f"{int(message['exit'])}\n".encode())
             self.ended.set()
@@ -193,7 +215,7 @@ class HostReports(threading.Thread):
 class ReportedAttempt(SshAttempt):
     """An SSH attempt whose hosts each run a report stream (``HostReports``) for it: the heartbeats
     (``heartbeats``) are the merge of what the reports brought. ``MIRROR``: the reports bring the
-    logs and exit statuses too (hosts with their own disks); else they run ``--beats-only``."""
+    logs and exit statuses too (hosts with their own disks); else they run ``--logs-on-node``."""
 
     MIRROR = False
 
@@ -207,13 +229,10 @@ class ReportedAttempt(SshAttempt):
         shared_fs: dict[str, Any] = {}
         if not self.MIRROR:
             # the run folder as the hosts see it; fsdp_orch from where their bootstrap is
-            python, bootstrap = (host_python(self.profile, job_id),
-                                 submission.base_plan.bootstrap_dir)
-            if bootstrap:
-                python = f"PYTHONPATH={shlex.quote(package_root(bootstrap))} {python}"
-            shared_fs = {"beats_only": True,
+            shared_fs = {"logs_on_node": True,
                          "run_dir": posixpath.dirname(submission.attempt_dir(attempt)),
-                         "python": python}
+                         "python": fsdp_orch_python(self.profile, job_id,
+                                                    submission.base_plan.bootstrap_dir)}
         self.reports = {rank: HostReports(self.hosts[rank], self.profile, job_id, attempt, rank,
                                           pgid, submission.run_dir,
                                           node_timeout=submission.job.watch.node_timeout,
@@ -221,6 +240,13 @@ class ReportedAttempt(SshAttempt):
                         for rank, pgid in pgids.items()}
         for report in self.reports.values():
             report.start()
+
+    def log_chunks(self) -> list[LogChunk]:
+        """The run folder's (the wrappers' output), then what the nodes' logs gained."""
+        chunks = self._tail.chunks()
+        for report in self.reports.values():
+            chunks += report.log_chunks()
+        return chunks
 
     def heartbeats(self) -> dict[int, Heartbeat]:
         """The latest heartbeat of every rank, merged over the hosts' reports."""
@@ -262,9 +288,11 @@ class ReportedAttempt(SshAttempt):
 
 
 class SharedFsAttempt(ReportedAttempt):
-    """An attempt on hosts that share the run folder with the supervisor: the logs and exit statuses
-    are read there; the reports, ``--beats-only``, bring the heartbeats (node-local on each
-    host)."""
+    """An attempt on hosts that share the run folder with the supervisor: the exit statuses are read
+    there; the reports, ``--logs-on-node``, bring the heartbeats and what the logs gain (both kept
+    node-local on each host), and copy the logs into the run folder."""
+
+    LOGS_ON_NODE = True
 
 
 class OwnDiskAttempt(ReportedAttempt):

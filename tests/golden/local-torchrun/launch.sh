@@ -123,8 +123,10 @@ set -e
 [ "$standby_status" = 75 ] || exit "$standby_status"
 # torchrun: c10d rendezvous on the first node; restarts belong to the fsdp-orch supervisor.
 # The first node hosts the rendezvous store, said outright: torchrun's own guess compares this
-# host's addresses with RDZV_HOST and misses hosts with several interfaces.
-exec /opt/fsdp/venv/bin/python -m torch.distributed.run \
+# host's addresses with RDZV_HOST and misses hosts with several interfaces. torchrun itself is
+# unbuffered (-u, its own process only: the ranks' output keeps its buffering): the lines it tees
+# reach the node's console as they come, not 8 KiB at a time.
+exec /opt/fsdp/venv/bin/python -u -m torch.distributed.run \
   --nnodes 1 \
   --nproc-per-node 2 \
   --rdzv-backend c10d \

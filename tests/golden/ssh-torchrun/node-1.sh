@@ -51,6 +51,14 @@ fi
 export FSDP_ORCH_NODE_TMP
 FSDP_ORCH_BEAT_DIR="$FSDP_ORCH_NODE_TMP"/j0123456789a/attempt-1/node-"$NODE_RANK"
 export FSDP_ORCH_BEAT_DIR
+# This node's console and its ranks' logs stay on the node, beside its heartbeats: its agent (on an
+# SSH host, its report) sends the supervisor what they gain and copies them into the run folder every
+# few seconds and at its end (appended line by line on the shared run folder, they were most of its
+# file changes).
+export RANK_LOG_DIR="$FSDP_ORCH_BEAT_DIR"/logs
+mkdir -p -- "$RANK_LOG_DIR"
+exec >>"$FSDP_ORCH_BEAT_DIR"/console.log 2>&1
+export FSDP_ORCH_LOGS_ON_NODE=1
 # fsdp-orch's bootstrap in every Python process: step progress, liveness probe, injected faults.
 export PYTHONPATH=/opt/fsdp-orch/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
 # What the job needs on this node, said by name (node_setup_error, not retried) before anything starts.
@@ -102,8 +110,10 @@ if [ "${FSDP_ORCH_RESUME:-}" != never ] && fsdp_orch_why=$(fsdp_orch_refusal "$F
 fi
 # torchrun: c10d rendezvous on the first node; restarts belong to the fsdp-orch supervisor.
 # The first node hosts the rendezvous store, said outright: torchrun's own guess compares this
-# host's addresses with RDZV_HOST and misses hosts with several interfaces.
-exec /shared/venvs/train/bin/python -m torch.distributed.run \
+# host's addresses with RDZV_HOST and misses hosts with several interfaces. torchrun itself is
+# unbuffered (-u, its own process only: the ranks' output keeps its buffering): the lines it tees
+# reach the node's console as they come, not 8 KiB at a time.
+exec /shared/venvs/train/bin/python -u -m torch.distributed.run \
   --nnodes 2 \
   --nproc-per-node 8 \
   --rdzv-backend c10d \
