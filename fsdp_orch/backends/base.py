@@ -134,6 +134,13 @@ class AttemptLauncher(Protocol):
         ``watch.stragglers: replace`` is then left out. False where every node is needed."""
         ...
 
+    def job_ending(self) -> None:
+        """The job ends (succeeded or failed, before that is recorded): stop what the kind keeps
+        between attempts (SSH hosts: the next attempt's warm keepers). Nothing where the kind's
+        keepers end by themselves (local: after ``standby.ranks.UNCLAIMED_S``; SLURM: with the
+        allocation)."""
+        ...
+
     def requeue_without(self, left_out: tuple[str, ...]) -> Callable[[], str] | None:
         """Where the next attempt cannot be placed on what is left of the machines (no spare node
         left) but the scheduler can find others: what sends the job back through the queue without

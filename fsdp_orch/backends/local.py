@@ -131,6 +131,9 @@ class LocalLauncher:
     def leaves_out_nodes(self) -> bool:
         return False  # one machine
 
+    def job_ending(self) -> None:
+        return None  # an unclaimed keeper ends UNCLAIMED_S after its launcher
+
     def requeue_without(self, left_out: tuple[str, ...]) -> None:
         return None  # no scheduler to go back through
 

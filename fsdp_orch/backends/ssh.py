@@ -45,7 +45,8 @@ class SshKind(SupervisedHere[SshProfile]):
                          device=profile.device, rdzv_host=nodes[0].address,
                          rdzv_port=profile.rdzv_port,
                          workdir_base=profile.remote_workdir if shared else None,
-                         own_run_root=None if shared else profile.remote_workdir, nodes=nodes)
+                         own_run_root=None if shared else profile.remote_workdir, nodes=nodes,
+                         standby=True)
 
     def attempt_launcher(self, submission: Submission) -> Any:
         from fsdp_orch.backends.over_ssh.launcher import SshLauncher

@@ -259,7 +259,8 @@ def cold_or_fail(args: argparse.Namespace, why: str) -> int:
 def main(argv: list[str]) -> int:
     args = parse(argv)
     job_id, attempt = os.environ["FSDP_ORCH_JOB_ID"], int(os.environ.get("FSDP_ORCH_ATTEMPT", "0"))
-    folder = standby_folder(user_tmp_root(), job_id, args.node)
+    folder = standby_folder(user_tmp_root(), job_id, args.node,
+                            os.environ.get("FSDP_ORCH_STANDBY_PLACE", ""))
     problem = private_beat_dir(folder)
     if problem is not None:
         return cold_or_fail(args, problem)

@@ -22,10 +22,14 @@ UNCLAIMED_S = 120.0
 WAITED_ON = "waited-on"
 
 
-def standby_folder(user_root: str, job_id: str, node_rank: int) -> str:
+def standby_folder(user_root: str, job_id: str, node_rank: int, place: str = "") -> str:
     """The node's private folder of the job's keepers:
-    ``<tmp>/fsdp-orch-<uid>/<job>/standby/node-N``."""
-    return os.path.join(user_root, job_id, "standby", f"node-{node_rank}")
+    ``<tmp>/fsdp-orch-<uid>/<job>/standby/node-N``; ``-<place>`` added where the node's launch
+    script names the host (``FSDP_ORCH_STANDBY_PLACE``, SSH hosts): node N's keeper prepared on a
+    host left out since is never claimed on the host that took its place, where the two share a
+    /tmp (hosts in network namespaces of one machine: its ranks would run in the other's)."""
+    name = f"node-{node_rank}-{place}" if place else f"node-{node_rank}"
+    return os.path.join(user_root, job_id, "standby", name)
 
 
 def hosted_folder(user_root: str, job_id: str, node_name: str) -> str:

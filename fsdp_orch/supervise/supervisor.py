@@ -80,7 +80,7 @@ class Supervisor:
                 if isinstance(outcome, Cancelled):
                     raise CancelledError()
                 if not isinstance(outcome, Failed):
-                    self.journal.set_state(JobState.SUCCEEDED, reason=None, now=self.clock())
+                    self._end(JobState.SUCCEEDED, None)
                     return JobState.SUCCEEDED
                 if self._training_complete(attempt, outcome):
                     return JobState.SUCCEEDED
@@ -88,7 +88,7 @@ class Supervisor:
                 if not decision.restart:
                     reason = (f"{outcome.diagnosis.category}: "
                               f"{outcome.diagnosis.evidence or 'no evidence'}; {decision.reason}")
-                    self.journal.set_state(JobState.FAILED, reason=reason, now=self.clock())
+                    self._end(JobState.FAILED, reason)
                     return JobState.FAILED
                 restarts += 1
                 delay = backoff_delay(self.sub.job.restart, restarts, self.rng)
@@ -109,6 +109,16 @@ class Supervisor:
                 ending.requeue()
             return JobState.RESTARTING
 
+    def _end(self, state: JobState, reason: str | None) -> None:
+        """Record the job's end, once the kind stopped what it keeps between attempts: whoever
+        reads the end finds nothing of the job left running."""
+        try:
+            self.launcher.job_ending()
+        except Exception as exc:  # noqa: BLE001 - the end is recorded all the same
+            print(f"fsdp-orch supervisor: stopping what the job kept between attempts: {exc}",
+                  flush=True)
+        self.journal.set_state(state, reason=reason, now=self.clock())
+
     def _training_complete(self, attempt: int, failed: Failed) -> bool:
         """A failure after the job's last checkpoint was saved: a restart would train past the end
         (a Trainer resumed at ``max_steps`` takes one more step and writes its final model again).
@@ -121,7 +131,7 @@ class Supervisor:
             f"not restarted after {diagnosis.category} ({diagnosis.evidence or 'no evidence'}): "
             f"{why}, so the training is complete; what the script does after its last "
             "checkpoint may not have run"))
-        self.journal.set_state(JobState.SUCCEEDED, reason=None, now=self.clock())
+        self._end(JobState.SUCCEEDED, None)
         return True
 
     def _decide(self, attempt: int, failed: Failed) -> Decision:

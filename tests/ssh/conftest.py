@@ -83,6 +83,23 @@ class SshHosts:
         out = run([IP, "netns", "pids", self.namespaces[i]], check=True, timeout=30).stdout
         return [int(pid) for pid in out.split()]
 
+    def ranks_inside(self, i: int, job_id: str, attempt: int = 0) -> set[int]:
+        """The ranks of the job's attempt whose process runs in host ``i``'s namespace, by the pid
+        each one's heartbeat names (the hosts' node-local folders are this machine's /tmp). Not
+        by a ``RANK=`` in the process's environment: a rank forked from a warm keeper has the
+        keeper's there."""
+        inside = set(self.pids(i))
+        found = set()
+        for beat in Path(f"/tmp/fsdp-orch-{os.getuid()}", job_id, f"attempt-{attempt}").glob(
+                "node-*/rank-*.json"):
+            try:
+                data = json.loads(beat.read_text())
+            except (OSError, ValueError):
+                continue
+            if data.get("pid") in inside:
+                found.add(data["rank"])
+        return found
+
     def job_processes(self, i: int, job_id: str) -> list[int]:
         """The processes on host ``i`` whose environment has ``FSDP_ORCH_JOB_ID=<job_id>``."""
         wanted = f"FSDP_ORCH_JOB_ID={job_id}".encode()

@@ -23,6 +23,7 @@ from fsdp_orch.standby.ranks import (
     encode_orders,
     failure_summary,
     hosted_keepers,
+    standby_folder,
     torchrun_env,
 )
 from fsdp_orch.supervise.diagnose import diagnose_lines
@@ -61,7 +62,6 @@ def test_local_torchrun_and_python_programs_start_warm(extra: str, entry: str) -
     ("local", "launcher: accelerate\n", "script: train.py\n", "not launcher accelerate"),
     ("local", "", "command: [bash, run.sh]\n", "not a command"),
     ("slurm", "", "script: train.py\n", "run in the profile's container (not built)"),
-    ("ssh", "", "script: train.py\n", "the ssh kind starts its ranks cold"),
 ])
 def test_cold_where_the_standby_cannot_apply_with_the_reason(kind: str, extra: str, entry: str,
                                                              why: str) -> None:
@@ -69,6 +69,21 @@ def test_cold_where_the_standby_cannot_apply_with_the_reason(kind: str, extra: s
     assert not p.standby
     assert p.standby_reason.startswith("cold start: ") and why in p.standby_reason
     assert "fsdp_orch.standby" not in launch_script(p)
+
+
+def test_ssh_hosts_start_warm_each_from_keepers_of_its_own() -> None:
+    """Each host's launcher prepares the next attempt's keeper, as on local; the keepers' folder
+    names the host, so a host that takes a node's place later never claims another's."""
+    p = plan("ssh")
+    assert p.standby and not p.standby_hosted
+    scripts = {a.name: a.text for a in render(p, search=[builtin_dir("templates")])}
+    for node in p.nodes:
+        script = scripts[f"node-{node.rank}.sh"]
+        assert "-m fsdp_orch.standby.launch" in script
+        assert f"export FSDP_ORCH_STANDBY_PLACE={node.address}-{node.port}\n" in script
+    assert (standby_folder("/tmp/u", "j1", 1, "10.0.0.12-22")
+            == "/tmp/u/j1/standby/node-1-10.0.0.12-22")
+    assert standby_folder("/tmp/u", "j1", 1) == "/tmp/u/j1/standby/node-1"
 
 
 def test_slurm_starts_warm_from_the_keeper_host_on_every_node_spares_included() -> None:

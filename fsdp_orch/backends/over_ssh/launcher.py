@@ -17,6 +17,7 @@ from fsdp_orch.backends.over_ssh.attempt import (
     fsdp_orch_python,
     logs_at_end_command,
     start_command,
+    stop_on_host,
 )
 from fsdp_orch.backends.over_ssh.connect import on_every_host, run_on, run_with_input
 from fsdp_orch.backends.over_ssh.reports import OwnDiskAttempt, SharedFsAttempt
@@ -72,6 +73,17 @@ class SshLauncher:
 
     def requeue_without(self, left_out: tuple[str, ...]) -> None:
         return None  # no scheduler: the profile's hosts are all there is
+
+    def job_ending(self) -> None:
+        """Every process of the job left on any host: the keepers the last attempt prepared for
+        a next one (warm standby), which would otherwise wait UNCLAIMED_S. A host that does not
+        answer has nothing we could stop."""
+        if not self.submission.base_plan.standby:
+            return
+        job_id, ssh = self.submission.job_id, self.ssh
+        on_every_host(list(ssh.hosts), lambda i, host: stop_on_host(
+            host, ssh, job_id, None, None, 2.0, timeout=ssh.connect_timeout + 30,
+            python=fsdp_orch_python(ssh, job_id, self.submission.base_plan.bootstrap_dir)))
 
     def adopt(self, attempt: int, ref: str | None) -> SshAttempt:
         """The attempt of ``SshAttempt.ref`` (``ssh:RANK=PGID@ADDRESS:PORT,...``; without ``@``,

@@ -216,6 +216,9 @@ class SlurmStepLauncher:
     def leaves_out_nodes(self) -> bool:
         return bool(self.spares)
 
+    def job_ending(self) -> None:
+        return None  # the keeper hosts end with the allocation
+
     def requeue_without(self, left_out: tuple[str, ...]) -> Callable[[], str] | None:
         """No spare left: the job goes back through the queue, as a new SLURM job excluding the
         nodes left out."""

@@ -28,6 +28,9 @@ NODE_RANK=1
 RDZV_HOST=node1.example.internal
 # The address the other hosts reach this one at (torchrun would guess it from the hostname).
 NODE_ADDR=10.0.0.12
+# The keepers of the warm standby are this host's: a host that takes this node's place later has
+# its own.
+export FSDP_ORCH_STANDBY_PLACE=10.0.0.12-2222
 NODE_LOG_DIR=/scratch/fsdp-orch/runs/j0123456789a/attempt-1/node-"$NODE_RANK"
 mkdir -p -- "$NODE_LOG_DIR"
 export FSDP_ORCH_NODE_RANK="$NODE_RANK"
@@ -102,6 +105,29 @@ if [ "${FSDP_ORCH_RESUME:-}" != never ] && fsdp_orch_why=$(fsdp_orch_refusal "$F
   printf '[fsdp-orch] node setup: refused checkpoint folder %s on %s: %s; a checkpoint there could have been planted by someone else: use a folder of yours (checkpoint.dir), and to start from a checkpoint there, copy it into that folder first\n' "$FSDP_ORCH_CHECKPOINT_DIR" "$(hostname)" "$fsdp_orch_why" >&2
   exit 78
 fi
+# Warm standby: the ranks start from a keeper that has imported torch (prepared by the attempt before,
+# else started now), and the next attempt's keeper is prepared while this one runs. Status 75: no
+# keeper could serve, nothing started: start cold below.
+set +e
+# A SIGTERM for the whole step (scancel) ends this script only once the launcher it reached too has
+# ended: its last lines (torchrun's failure summary) reach the console before the node agent's
+# last copy, which waits for this script.
+trap ':' TERM
+/opt/venvs/train/bin/python -m fsdp_orch.standby.launch \
+  --mode torchrun \
+  --node "$NODE_RANK" \
+  --nnodes 2 \
+  --nproc 8 \
+  --master-addr "$RDZV_HOST" \
+  --master-port 29400 \
+  --run-id j0123456789a-a1 \
+  --log-dir "${RANK_LOG_DIR:-$NODE_LOG_DIR}" \
+  --entry script \
+  -- train.py --steps 300 --lr 3e-4 --tag 'it'"'"'s a test'
+standby_status=$?
+trap - TERM
+set -e
+[ "$standby_status" = 75 ] || exit "$standby_status"
 # torchrun: c10d rendezvous on the first node; restarts belong to the fsdp-orch supervisor.
 # The first node hosts the rendezvous store, said outright: torchrun's own guess compares this
 # host's addresses with RDZV_HOST and misses hosts with several interfaces. torchrun itself is

@@ -26,6 +26,9 @@ export TORCH_FR_DUMP_TEMP_FILE=/srv/fsdp-orch/runs/j0123456789a/attempt-1/nccl_t
 [[ -v HF_TOKEN ]] || { echo 'fsdp-orch: HF_TOKEN (from_env GOLDEN_HF_TOKEN) is missing from the environment fsdp-orch hands this node' >&2; exit 1; }
 NODE_RANK=1
 RDZV_HOST=node1.example.internal
+# The keepers of the warm standby are this host's: a host that takes this node's place later has
+# its own.
+export FSDP_ORCH_STANDBY_PLACE=10.0.0.12-2222
 NODE_LOG_DIR=/srv/fsdp-orch/runs/j0123456789a/attempt-1/node-"$NODE_RANK"
 mkdir -p -- "$NODE_LOG_DIR"
 export FSDP_ORCH_NODE_RANK="$NODE_RANK"
@@ -113,4 +116,27 @@ export NNODES=2
 export NODE_RANK
 export NPROC_PER_NODE=8
 export WORLD_SIZE=16
+# Warm standby: the ranks start from a keeper that has imported torch (prepared by the attempt before,
+# else started now), and the next attempt's keeper is prepared while this one runs. Status 75: no
+# keeper could serve, nothing started: start cold below.
+set +e
+# A SIGTERM for the whole step (scancel) ends this script only once the launcher it reached too has
+# ended: its last lines (torchrun's failure summary) reach the console before the node agent's
+# last copy, which waits for this script.
+trap ':' TERM
+/shared/venvs/train/bin/python -m fsdp_orch.standby.launch \
+  --mode plain \
+  --node "$NODE_RANK" \
+  --nnodes 2 \
+  --nproc 8 \
+  --master-addr "$RDZV_HOST" \
+  --master-port 29400 \
+  --run-id j0123456789a-a1 \
+  --log-dir "${RANK_LOG_DIR:-$NODE_LOG_DIR}" \
+  --entry script \
+  -- train.py --steps 300 --lr 3e-4 --tag 'it'"'"'s a test'
+standby_status=$?
+trap - TERM
+set -e
+[ "$standby_status" = 75 ] || exit "$standby_status"
 exec /shared/venvs/train/bin/python -u train.py --steps 300 --lr 3e-4 --tag 'it'"'"'s a test'
