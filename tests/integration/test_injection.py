@@ -172,7 +172,7 @@ def test_local_launch_script(box: dict[str, Path], launcher: str, standby: str) 
     if standby == "auto" and launcher != "accelerate":
         assert record["argv"][:2] == ["-m", "fsdp_orch.standby.launch"], record["argv"]
     else:
-        assert record["argv"][0] == {"torchrun": "-m", "accelerate": "-m", "python": "-u"}[launcher]
+        assert record["argv"][0] == {"torchrun": "-u", "accelerate": "-m", "python": "-u"}[launcher]
     assert_nothing_ran(box)
 
 
