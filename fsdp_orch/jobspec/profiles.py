@@ -9,17 +9,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator
 
 from fsdp_orch.jobspec.notify import Webhook
 from fsdp_orch.jobspec.secrets import ValueOrRef
+from fsdp_orch.jobspec.sizes import parse_size
 from fsdp_orch.jobspec.validation import StrictModel, check_env_names
 from fsdp_orch.places.builtin import home
 from fsdp_orch.places.trust import load_problem, refusal
 from fsdp_orch.record.run_roots import PROFILE_ORIGINS, profile_dirs
 from fsdp_orch.vocab.errors import InputError
+
+MemorySize = Annotated[int, BeforeValidator(parse_size, json_schema_input_type=int | str)]
 
 
 class ProfileBase(StrictModel):
@@ -33,6 +36,8 @@ class ProfileBase(StrictModel):
     # shared for multi-host kinds.
     shared_dir: str | None = None
     notify: list[Webhook] = Field(default_factory=list)  # webhooks for every job on this cluster
+    # each GPU's memory (80GB), for ``fsdp-orch fit``'s verdict; None: not said
+    gpu_memory: MemorySize | None = None
 
     # Which launchers this kind of cluster can run.
     launchers: ClassVar[tuple[str, ...]] = ()

@@ -20,6 +20,7 @@ from pydantic import (
 
 from fsdp_orch.bootstrap.faults import parse_faults
 from fsdp_orch.jobspec.durations import parse_duration
+from fsdp_orch.jobspec.fit import FitOptions
 from fsdp_orch.jobspec.notify import Webhook
 from fsdp_orch.jobspec.secrets import SecretRef, ValueOrRef
 from fsdp_orch.jobspec.validation import StrictModel, check_env_names
@@ -332,6 +333,7 @@ class JobSpec(StrictModel):
     watch: Watch = Field(default_factory=Watch)
     launch: LaunchOptions = Field(default_factory=LaunchOptions)
     notify: list[Webhook] = Field(default_factory=list)
+    fit: FitOptions | None = None  # what ``fsdp-orch fit`` estimates the GPUs' memory for
     _min_nodes: int | None = PrivateAttr(default=None)
 
     @model_validator(mode="wrap")

@@ -1,0 +1,36 @@
+"""Memory sizes as users write them: ``80GB``, ``24 GiB``, ``512MB`` or a bare number of bytes.
+GPU vendors' ``80GB`` is 80 GiB of addressable memory as ``nvidia-smi`` counts it, so GB and GiB
+are both taken as powers of 1024, as ``nvidia-smi`` and the cluster schedulers' GRES do."""
+
+from __future__ import annotations
+
+import math
+import re
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40,
+          "tib": 1 << 40}
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)([a-z]*)")
+
+
+def parse_size(value: object) -> int:
+    """Bytes. Raises ValueError with the accepted forms."""
+    expected = "expected a memory size like 80GB, 24GiB or 512MB"
+    if isinstance(value, bool):
+        raise ValueError(f"{expected}; got {value!r}")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError(f"{expected}; got {value!r}")
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value > 0:
+        return int(value)
+    if isinstance(value, str):
+        match = _SIZE.fullmatch(value.strip().lower().replace(" ", ""))
+        if match and match.group(2) in _UNITS and float(match.group(1)) > 0:
+            return int(float(match.group(1)) * _UNITS[match.group(2)])
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    raise ValueError(f"{expected}; got {shown}")
+
+
+def format_gib(size: float) -> str:
+    return f"{size / (1 << 30):.1f} GiB"

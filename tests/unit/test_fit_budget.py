@@ -1,0 +1,91 @@
+"""``fsdp-orch fit``'s pure parts: memory sizes as users write them, how a job's FSDP options become
+the ranks' mesh, and how one rank's tracked peak becomes each GPU's budget, with every part fake
+tensors cannot see added as a stated model."""
+
+from __future__ import annotations
+
+import pytest
+
+from fsdp_orch.fit.adapters_math import quant_state_bytes
+from fsdp_orch.fit.budget import ALLOCATOR_SLACK, CUDA_CONTEXT_GIB, GIB, NCCL_GIB, as_json, budget
+from fsdp_orch.fit.setup import fit_setup
+from fsdp_orch.jobspec.schema import JobSpec
+from fsdp_orch.jobspec.sizes import parse_size
+from fsdp_orch.vocab.errors import InputError
+
+
+@pytest.mark.parametrize("given,expected", [
+    ("80GB", 80 << 30), ("24 GiB", 24 << 30), ("512MB", 512 << 20), ("1.5g", 3 << 29),
+    (1024, 1024)])
+def test_sizes_are_read_as_gpu_vendors_and_schedulers_count_them(given, expected) -> None:
+    assert parse_size(given) == expected
+
+
+@pytest.mark.parametrize("given", ["80 parsecs", "", "-1GB", 0, True, "GB"])
+def test_a_size_that_is_not_one_says_what_was_expected(given) -> None:
+    with pytest.raises(ValueError, match="expected a memory size like 80GB"):
+        parse_size(given)
+
+
+def job(strategy: str = "FULL_SHARD", **fsdp: object) -> JobSpec:
+    return JobSpec.model_validate({"name": "j", "script": "t.py", "nodes": 2,
+                                   "fsdp": {"sharding_strategy": strategy, **fsdp},
+                                   "fit": {"model": "config.json"}})
+
+
+@pytest.mark.parametrize("strategy,mesh,reshard", [
+    ("FULL_SHARD", (16,), True), ("SHARD_GRAD_OP", (16,), False), ("NO_SHARD", (16, 1), False),
+    ("HYBRID_SHARD", (2, 8), True), ("HYBRID_SHARD_ZERO2", (2, 8), False)])
+def test_each_strategy_shards_over_the_ranks_fsdp_would(strategy, mesh, reshard) -> None:
+    setup = fit_setup(job(strategy), 8, "job.yaml")
+    assert setup.world_size == 16
+    assert setup.mesh_shape == mesh and setup.reshard_after_forward is reshard
+
+
+def test_a_job_without_a_fit_block_names_the_field() -> None:
+    plain = JobSpec.model_validate({"name": "j", "script": "t.py"})
+    with pytest.raises(InputError) as caught:
+        fit_setup(plain, 1, "job.yaml")
+    assert caught.value.field == "fit" and caught.value.file == "job.yaml"
+    assert "fit: {model: PATH}" in str(caught.value)
+
+
+PEAK = {"sharded_param": 10 * GIB, "unsharded_param": 2 * GIB, "buffer": 0,
+        "sharded_grad": 1 * GIB, "unsharded_grad": 0, "act": 20 * GIB, "inp": 0,
+        "all_gather": 2 * GIB, "reduce_scatter": 1 * GIB, "opt": 2 * GIB, "temp": 3 * GIB,
+        "total": 41 * GIB}
+
+
+def test_the_budget_is_the_tracked_peak_by_row_plus_each_stated_model() -> None:
+    b = budget({k: int(v) for k, v in PEAK.items()}, offload=False, procs_per_node=8,
+               process_groups=1, gpu_memory=80 << 30)
+    assert b.rows == {"parameters": 12, "gradients": 1, "optimizer state": 2, "activations": 20,
+                      "communication buffers": 3, "temporary": 3}
+    slack = 41 * ALLOCATOR_SLACK
+    assert b.peak_gib == pytest.approx(41 + CUDA_CONTEXT_GIB + NCCL_GIB + slack)
+    assert b.fits and b.verdict == f"fits: {b.peak_gib / 80:.0%} of 80.0 GiB"
+    assert as_json(b)["peak_gib_per_gpu"] == round(b.peak_gib, 2)
+    assert b.cpu_ram_gib_per_node is None
+
+
+def test_offloaded_shards_leave_the_gpu_for_the_nodes_ram() -> None:
+    b = budget({k: int(v) for k, v in PEAK.items()}, offload=True, procs_per_node=8,
+               process_groups=2, gpu_memory=24 << 30)
+    assert b.rows["parameters"] == 2 and b.rows["gradients"] == 0
+    assert b.rows["optimizer state"] == 0
+    assert b.cpu_ram_gib_per_node == pytest.approx((10 + 1 + 2) * 8)
+    assert b.other["NCCL buffers"] == 2 * NCCL_GIB  # HSDP: two process groups
+
+
+def test_a_peak_past_the_gpu_does_not_fit_and_none_is_said_without_its_size() -> None:
+    over = budget({"act": int(90 * GIB)}, offload=False, procs_per_node=1, process_groups=1,
+                  gpu_memory=80 << 30)
+    assert over.fits is False and over.verdict.startswith("does not fit: ")
+    unknown = budget({"act": int(GIB)}, offload=False, procs_per_node=1, process_groups=1)
+    assert unknown.fits is None and "gpu_memory" in unknown.verdict
+
+
+def test_nf4_constants_are_a_byte_a_block_of_64_with_nested_quantization() -> None:
+    weights = 64 * 256 * 1000
+    assert quant_state_bytes(weights, double_quant=True) == 256 * 1000 + 1000 * 4
+    assert quant_state_bytes(weights, double_quant=False) == 256 * 1000 * 4
