@@ -68,13 +68,9 @@ class SshKind(SupervisedHere[SshProfile]):
     def stop_leftovers(self, job_id: str, row: JobStatus) -> None:
         """Every process of the job on every host, whatever attempt
         (the supervisor may have died)."""
-        from fsdp_orch.backends.over_ssh.attempt import stop_on_host
-        from fsdp_orch.backends.over_ssh.connect import on_every_host
+        from fsdp_orch.backends.over_ssh.attempt import stop_job_everywhere
 
-        profile = self.profile_of(Submission.load(Path(row.run_dir), self))
-        on_every_host(list(profile.hosts),
-                      lambda i, host: stop_on_host(host, profile, job_id, None, None, 2.0,
-                                                   timeout=60))
+        stop_job_everywhere(self.profile_of(Submission.load(Path(row.run_dir), self)), job_id)
 
     def doctor(self, profile: SshProfile, torch_version: str | None, run: Runner) -> list[Check]:
         from fsdp_orch.backends.remote_doctor import ssh_checks

@@ -31,12 +31,13 @@ class Estimate:
     cached: bool
 
 
-def cache_key(setup: FitSetup, text: str) -> str:
+def cache_key(setup: FitSetup, text: str, every_layer: bool = False) -> str:
     try:
         torch_version = metadata.version("torch")
     except metadata.PackageNotFoundError:
         torch_version = ""
-    blob = json.dumps({"setup": setup.key(), "model": text, "torch": torch_version,
+    blob = json.dumps({"setup": setup.key(), "model": text, "every_layer": every_layer,
+                       "torch": torch_version,
                        "fsdp_orch": __version__}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
@@ -51,8 +52,8 @@ def estimate(job_file: Path, cluster: str, *, overrides: list[str], home: Path,
     profile, _ = load_profile(cluster)
     setup = fit_setup(job, profile.default_procs_per_node(), str(job_file))
     base = str(job_file.resolve().parent)
-    text = model_text(setup.fit.model, base) + ("\nevery layer" if every_layer else "")
-    cache = home / CACHE_DIR / f"{cache_key(setup, text)}.json"
+    key = cache_key(setup, model_text(setup.fit.model, base), every_layer)
+    cache = home / CACHE_DIR / f"{key}.json"
     measured, cached = (_cached(cache) if use_cache else None), True
     if measured is None:
         measured, cached = _measure(setup, base, every_layer), False

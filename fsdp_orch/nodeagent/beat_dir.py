@@ -39,17 +39,25 @@ def node_beat_dir(job_id: str, attempt: int, node_rank: int, uid: int | None = N
     return os.path.join(user_tmp_root(uid, tmp), job_id, f"attempt-{attempt}", f"node-{node_rank}")
 
 
-def found_beat_dir(attempt_dir: str, job_id: str, attempt: int, node_rank: int) -> str:
-    """The node's beat folder on this host, as its launch script made it: the usual one, or the one
-    it named in ``<attempt_dir>/node-<N>/node_tmp_moved`` (its ``fsdp-orch-<uid>`` was taken)."""
+def moved_beat_dir(attempt_dir: str, job_id: str, attempt: int, node_rank: int) -> str | None:
+    """The node's beat folder as its launch script said it in its log folder's ``MOVED`` file
+    (the private folder it made in place of a taken ``fsdp-orch-<uid>``; empty: the usual one);
+    None while nothing is said there (yet)."""
     try:
         with open(os.path.join(attempt_dir, f"node-{node_rank}", MOVED)) as f:
             moved = f.read().strip()
     except OSError:
-        moved = ""
+        return None
     if moved:
         return os.path.join(moved, job_id, f"attempt-{attempt}", f"node-{node_rank}")
     return node_beat_dir(job_id, attempt, node_rank)
+
+
+def found_beat_dir(attempt_dir: str, job_id: str, attempt: int, node_rank: int) -> str:
+    """The node's beat folder on this host, as its launch script made it: the usual one, or the one
+    it named in place of a taken ``fsdp-orch-<uid>`` (``moved_beat_dir``)."""
+    return (moved_beat_dir(attempt_dir, job_id, attempt, node_rank)
+            or node_beat_dir(job_id, attempt, node_rank))
 
 
 def private_beat_dir(path: str) -> str | None:
@@ -174,6 +182,6 @@ def remove_earlier_attempts(job_id: str, attempt: int, tmp: str = NODE_TMP) -> N
             shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
 
 
-__all__ = ["NODE_TMP", "found_beat_dir", "node_beat_dir", "private_beat_dir", "rank_beat_path",
-           "read_beat_files",
-           "read_node_heartbeats", "remove_earlier_attempts", "user_tmp_root"]
+__all__ = ["NODE_TMP", "found_beat_dir", "moved_beat_dir", "node_beat_dir", "private_beat_dir",
+           "rank_beat_path", "read_beat_files", "read_node_heartbeats", "remove_earlier_attempts",
+           "user_tmp_root"]

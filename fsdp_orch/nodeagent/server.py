@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fsdp_orch.nodeagent.log_backlog import LogBacklog, unseen
 from fsdp_orch.nodeagent.summary import parse_summary
 from fsdp_orch.observe.heartbeats import Heartbeat
 
@@ -24,10 +25,9 @@ from fsdp_orch.observe.heartbeats import Heartbeat
 # watch.node_timeout, this by default: see its comment in jobspec/schema.py)
 NODE_TIMEOUT_S = 30.0
 MAX_LINE = 4 << 20
-# The names of the logs a node's agent sends (nodeagent.node_logs), and how much of what they gained
-# waits for the supervisor's next look at most.
+# The names of the logs a node's agent sends (nodeagent.node_logs); what they gained waits in a
+# LogBacklog (nodeagent.log_backlog) for the supervisor's next look.
 LOG_NAME = re.compile(r"console-node-\d+\.log|node-\d+/[\w.-]+/attempt_\d+/\d+/std(?:out|err)\.log")
-LOG_KEPT_BYTES = 16 << 20
 # A stranger must not cost the supervisor memory or time: a connection says the token within
 # HELLO_WITHIN_S and its first HELLO_MAX_BYTES (an agent's hello is one short line, sent at once),
 # and at most MAX_STRANGERS connections wait for theirs (the oldest is closed for a newer one, so
@@ -66,8 +66,7 @@ class SummaryServer:
         self._ready = threading.Event()
         self.lines = 0  # summaries taken, for the bench
         # what the nodes' logs gained (nodeagent.node_logs), for log_chunks; bytes had, by log
-        self._log_chunks: list[tuple[str, bytes]] = []
-        self._log_bytes = 0  # in _log_chunks
+        self._logs = LogBacklog()
         self._log_had: dict[tuple[int, str], int] = {}
         self._strangers: dict[_AgentConnection, None] = {}  # awaiting their hello, oldest first
         # connections closed before they said the token, by why (read by refused_connections)
@@ -184,23 +183,17 @@ class SummaryServer:
         blob = base64.b64decode(data["data"], validate=True)
         with self._lock:
             self._nodes[node].seen = now
-            had = self._log_had.get((node, name), 0)
-            if at + len(blob) <= had:
-                return
-            blob = blob[had - at:] if at < had else blob
-            self._log_had[(node, name)] = max(had, at) + len(blob)
-            self._log_chunks.append((name, blob))
-            self._log_bytes += len(blob)
-            while self._log_bytes > LOG_KEPT_BYTES:  # nobody read them: the oldest go
-                self._log_bytes -= len(self._log_chunks.pop(0)[1])
+            key = (node, name)
+            new, self._log_had[key] = unseen(self._log_had.get(key, 0), at, blob)
+            if new:
+                self._logs.add(name, new)
 
     # --- what the supervisor asks -----------------------------------------------------------
 
     def log_chunks(self) -> list[tuple[str, bytes]]:
         """What the nodes' logs gained since the last call (``nodeagent.node_logs``)."""
         with self._lock:
-            chunks, self._log_chunks, self._log_bytes = self._log_chunks, [], 0
-        return chunks
+            return self._logs.take()
 
     def heartbeats(self) -> dict[int, Heartbeat]:
         """Every rank's latest heartbeat, by rank (sorted once after ranks appeared, not per

@@ -114,6 +114,15 @@ def stop_on_host(host: Any, profile: Any, job_id: str, attempt: int | None, pgid
         return
 
 
+def stop_job_everywhere(ssh: Any, job_id: str, *, timeout: float = 60.0,
+                        python: str | None = None) -> None:
+    """Every process of the job, whatever its attempt, on every host of ``ssh`` (an ssh profile,
+    or a TPU VM's workers as one) at once: a job's leftovers, or the keepers it kept between
+    attempts. ``stop_on_host``'s ``python`` and ``timeout``."""
+    on_every_host(list(ssh.hosts), lambda i, host: stop_on_host(
+        host, ssh, job_id, None, None, 2.0, timeout=timeout, python=python))
+
+
 class SshAttempt(FileObservation):
     # The nodes keep their logs (hosts that share the run folder: nodeagent.node_logs); the run
     # folder's own logs are then their wrappers' alone.

@@ -17,7 +17,7 @@ from fsdp_orch.backends.over_ssh.attempt import (
     fsdp_orch_python,
     logs_at_end_command,
     start_command,
-    stop_on_host,
+    stop_job_everywhere,
 )
 from fsdp_orch.backends.over_ssh.connect import on_every_host, run_on, run_with_input
 from fsdp_orch.backends.over_ssh.reports import OwnDiskAttempt, SharedFsAttempt
@@ -81,9 +81,9 @@ class SshLauncher:
         if not self.submission.base_plan.standby:
             return
         job_id, ssh = self.submission.job_id, self.ssh
-        on_every_host(list(ssh.hosts), lambda i, host: stop_on_host(
-            host, ssh, job_id, None, None, 2.0, timeout=ssh.connect_timeout + 30,
-            python=fsdp_orch_python(ssh, job_id, self.submission.base_plan.bootstrap_dir)))
+        stop_job_everywhere(ssh, job_id, timeout=ssh.connect_timeout + 30,
+                            python=fsdp_orch_python(ssh, job_id,
+                                                    self.submission.base_plan.bootstrap_dir))
 
     def adopt(self, attempt: int, ref: str | None) -> SshAttempt:
         """The attempt of ``SshAttempt.ref`` (``ssh:RANK=PGID@ADDRESS:PORT,...``; without ``@``,

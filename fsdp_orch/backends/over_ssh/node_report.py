@@ -47,7 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.nodeagent.beat_dir import MOVED, node_beat_dir, read_beat_files
+from fsdp_orch.nodeagent.beat_dir import moved_beat_dir, node_beat_dir, read_beat_files
 from fsdp_orch.nodeagent.node_logs import NodeLogs
 from fsdp_orch.nodeagent.summary import changed_beats, compact, summary_line
 from fsdp_orch.observe.file_tail import FileTail
@@ -85,8 +85,8 @@ class NodeReport:
         self.attempt_dir = f"{run_dir}/attempt-{attempt}"
         job = job_id or os.path.basename(os.path.normpath(run_dir))
         self.beat_dir = Path(beat_dir or node_beat_dir(job, attempt, rank))
-        # where the node script names the node-local folder it made in place of a taken one
-        self._moved_note = None if beat_dir else Path(self.attempt_dir) / f"node-{rank}" / MOVED
+        # until the node script says which node-local folder it made (moved_beat_dir)
+        self._looking_for_move = not beat_dir
         self._job = job
         self.attempt, self.rank, self.pgid = attempt, rank, pgid
         self.host = host or socket.gethostname()
@@ -114,17 +114,15 @@ class NodeReport:
     def _follow_moved_folder(self) -> None:
         """The node's /tmp/fsdp-orch-<uid> was someone else's: its script made a private folder
         beside it and wrote its path here, in the job's own run folder; the ranks beat there."""
-        if self._moved_note is None:
+        if not self._looking_for_move:
             return
-        try:
-            moved = self._moved_note.read_text().strip()
-        except OSError:
+        said = moved_beat_dir(self.attempt_dir, self._job, self.attempt, self.rank)
+        if said is None:
             return  # not written (yet): the usual folder
-        self._moved_note = None
-        if moved:
-            self.beat_dir = Path(moved, self._job, f"attempt-{self.attempt}", f"node-{self.rank}")
-            if self.node_logs is not None:
-                self.node_logs.folder = self.beat_dir
+        self._looking_for_move = False
+        self.beat_dir = Path(said)
+        if self.node_logs is not None:
+            self.node_logs.folder = self.beat_dir
 
     def look(self) -> bool:
         """Report what changed; True once the node script's end has been reported."""

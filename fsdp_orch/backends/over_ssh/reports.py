@@ -37,7 +37,7 @@ from fsdp_orch.backends.over_ssh.connect import HostKeyRejected, HostUnreachable
 from fsdp_orch.backends.over_ssh.node_report import exit_file
 from fsdp_orch.checkpoints.storage import Storage
 from fsdp_orch.launch.submission import Submission
-from fsdp_orch.nodeagent.server import LOG_KEPT_BYTES
+from fsdp_orch.nodeagent.log_backlog import LogBacklog, unseen
 from fsdp_orch.nodeagent.summary import parse_summary
 from fsdp_orch.observe.file_tail import LogChunk
 from fsdp_orch.observe.heartbeats import Heartbeat
@@ -81,8 +81,7 @@ class HostReports(threading.Thread):
         self.local_run_dir = local_run_dir
         self.local_attempt = local_run_dir / f"attempt-{attempt}"
         self.logs_on_node = logs_on_node
-        # what the node's logs gained (logs_on_node), until log_chunks takes it
-        self._log_chunks: list[tuple[str, bytes]] = []
+        self._logs = LogBacklog()  # what the node's logs gained (logs_on_node), until log_chunks
         self.node_timeout = node_timeout
         self.run_dir, self.python = run_dir, python
         self.offsets: dict[str, int] = {}
@@ -114,8 +113,7 @@ class HostReports(threading.Thread):
     def log_chunks(self) -> list[LogChunk]:
         """What the node's logs gained since the last call (``logs_on_node``)."""
         with self._beats_lock:
-            chunks, self._log_chunks = self._log_chunks, []
-        return chunks
+            return self._logs.take()
 
     def run(self) -> None:
         # Silent, broken or ended without the node's end: a new connection decides.
@@ -171,16 +169,12 @@ class HostReports(threading.Thread):
     def _mirror(self, message: dict[str, Any]) -> None:
         if "log" in message:
             name, at, data = message["log"], int(message["at"]), base64.b64decode(message["data"])
-            have = self.offsets.get(name, 0)
-            if at + len(data) <= have:
+            data, self.offsets[name] = unseen(self.offsets.get(name, 0), at, data)
+            if not data:
                 return
-            data = data[have - at:] if at < have else data
-            self.offsets[name] = max(have, at) + len(data)
             if self.logs_on_node:
                 with self._beats_lock:
-                    self._log_chunks.append((name, data))
-                    while sum(len(b) for _, b in self._log_chunks) > LOG_KEPT_BYTES:
-                        del self._log_chunks[0]  # nobody read them: the oldest go
+                    self._logs.add(name, data)
                 return
             path = self.local_attempt / name
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,8 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.backends.over_ssh.attempt import SshAttempt, stop_on_host
-from fsdp_orch.backends.over_ssh.connect import on_every_host
+from fsdp_orch.backends.over_ssh.attempt import SshAttempt, stop_job_everywhere
 from fsdp_orch.backends.over_ssh.hosts import SshProfile
 from fsdp_orch.backends.over_ssh.launcher import SshLauncher
 from fsdp_orch.backends.over_ssh.reports import OwnDiskAttempt
@@ -135,5 +134,4 @@ def stop_on_workers(submission: Submission, job_id: str) -> None:
         return
     ssh = workers_as_ssh_hosts(profile, workers,
                                known_hosts_file(profile, submission.run_dir, vm.vm_id))
-    on_every_host(list(ssh.hosts),
-                  lambda i, host: stop_on_host(host, ssh, job_id, None, None, 2.0, timeout=60))
+    stop_job_everywhere(ssh, job_id)
