@@ -35,11 +35,11 @@ TUTORIALS = {
     # name: (args of a healthy run, args of a run to hang, the step to hang at). The healthy runs
     # step for 9 s and 8 s idle (their sleeps alone, longer under load), past the 4 s startup
     # timeout and over the 5 s heartbeat timeout, across an epoch's end (spawn) or a DCP save at
-    # step 50 (torchrun). The hang comes in the second epoch (spawn), after step 40's save
-    # (torchrun).
+    # step 50 (torchrun). The hang comes in the second epoch (spawn: 20 batches each, as the
+    # restart starts over), after step 40's save (torchrun).
     "spawn_fsdp1": (["--epochs", "2", "--batches-per-epoch", "30", "--sleep-per-step", "0.15",
                      *SPAWN_SIZE],
-                    ["--epochs", "2", "--batches-per-epoch", "30", *SPAWN_SIZE], 40),
+                    ["--epochs", "2", "--batches-per-epoch", "20", *SPAWN_SIZE], 28),
     "torchrun_fsdp2": (["--steps", "80", "--sleep-per-step", "0.1", *TORCHRUN_SIZE],
                        ["--steps", "80", "--save-every", "20", *TORCHRUN_SIZE], 50),
 }
