@@ -28,6 +28,12 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   (apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }) \
     || echo "warning: could not install chromium; the report's browser test will fail" >&2
 fi
+# Prometheus (with promtool) and node_exporter (Debian's packages) scrape the metrics exporter in
+# tests/integration/test_prometheus.py; root only.
+if ! command -v prometheus-node-exporter >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get install -y -q prometheus prometheus-node-exporter >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q prometheus prometheus-node-exporter >/dev/null; }) \
+    || echo "warning: could not install prometheus; the metrics tests will fail" >&2
+fi
 # Tests run side by side in FSDP_ORCH_TEST_WORKERS pytest-xdist workers, 3 by default (docs/contributing.md, "Time"
 # and "Under load"); the SLURM tests and the sshd tests each stay in one worker (tests/side_by_side.py). 0: in this process.
 exec .venv/bin/python -m pytest -n "${FSDP_ORCH_TEST_WORKERS:-3}" --dist loadscope --no-loadscope-reorder "$@"

@@ -13,7 +13,7 @@ from fsdp_orch.backends.base import ClusterKind, P
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.proctree import pid_alive
 from fsdp_orch.places import secrets
-from fsdp_orch.places.builtin import supervisor_command
+from fsdp_orch.places.builtin import METRICS_TEXTFILE_ENV, supervisor_command
 from fsdp_orch.places.private import make_private_dirs, open_private
 from fsdp_orch.record.index import JobIndex
 from fsdp_orch.record.status import JobStatus
@@ -31,7 +31,7 @@ def supervisor_argv(job_id: str, run_dir: str, reattach: bool) -> list[str]:
 def spawn_supervisor(submission: Submission, reattach: bool) -> int:
     """The job's supervisor, detached, logging to the run dir."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith("FSDP_ORCH_") or k == "FSDP_ORCH_HOME"}
+           if not k.startswith("FSDP_ORCH_") or k in ("FSDP_ORCH_HOME", METRICS_TEXTFILE_ENV)}
     # The values that came by reference: in its environment only, whence its nodes get them (a
     # re-attached supervisor too: they wait in the private home until the job has ended).
     env.update(secrets.read(submission.job_id, "env"))

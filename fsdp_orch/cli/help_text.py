@@ -23,6 +23,8 @@ EXAMPLES = {
     "logs": "fsdp-orch logs 3f2a\nfsdp-orch logs 3f2a --attempt 1",
     "events": "fsdp-orch events 3f2a\nfsdp-orch events 3f2a --follow",
     "report": "fsdp-orch report 3f2a --out report.html",
+    "metrics": "fsdp-orch metrics --serve 9464   # http://127.0.0.1:9464/metrics\n"
+               "fsdp-orch metrics --textfile /var/lib/prometheus/node-exporter --every 30",
     "cancel": "fsdp-orch cancel 3f2a",
     "diagnose": "fsdp-orch diagnose slurm-1234.out",
     "doctor": "fsdp-orch doctor\nfsdp-orch doctor --cluster slurm",

@@ -57,6 +57,11 @@ def supervisor_command() -> tuple[str, ...]:
     return (sys.executable or "python3", "-m", SUPERVISOR_MODULE)
 
 
+# Where the supervisor writes its job's metrics for node_exporter (supervise.metrics_textfile): the
+# one FSDP_ORCH_ variable besides the home that a supervisor started here is given.
+METRICS_TEXTFILE_ENV = "FSDP_ORCH_METRICS_TEXTFILE_DIR"
+
+
 def local_has_gpu() -> bool:
     """Whether this machine has an NVIDIA GPU (resolves a local profile's ``device: auto``)."""
     return os.path.exists("/dev/nvidia0")

@@ -161,6 +161,7 @@ def _checkpoint(status: JobStatus, event: CheckpointCommitted) -> None:
     status.last_checkpoint_step = event.step
     status.last_checkpoint_path = event.path
     status.last_checkpoint_note = event.step_note if event.step is None else ""
+    status.last_checkpoint_at = float(event.at)
 
 
 def _hang_detection(status: JobStatus, event: HangDetection) -> None:

@@ -85,6 +85,7 @@ class JobStatus:
     last_checkpoint_step: int | None = None
     last_checkpoint_path: str | None = None
     last_checkpoint_note: str = ""  # why its step is not known ("" when it is)
+    last_checkpoint_at: float | None = None  # when it was committed (not shown: metrics' age)
     progress_step: int | None = None
     progress_loss: float | None = None
     # "runtime", or the console format (observe.console_loss)

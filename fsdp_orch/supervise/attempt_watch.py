@@ -76,7 +76,8 @@ class AttemptWatch:
                  progress: ProgressEvents, checkpoints: CheckpointTracker,
                  cancel_requested: Callable[[], bool], clock: Callable[[], float],
                  sleep: Callable[[float], None], adopted: Adopt | None = None,
-                 replaceable: bool = False):
+                 replaceable: bool = False, looked: Callable[[int], None] | None = None):
+        """``looked``: called at each of the loop's looks (the metrics textfile's pace)."""
         self.journal = journal
         self.sub = submission
         self.handle = handle
@@ -89,6 +90,7 @@ class AttemptWatch:
         self.cancel_requested = cancel_requested
         self.clock = clock
         self.sleep = sleep
+        self.looked = looked
         self.follower = LogFollower(handle.log_chunks)
         self._silent: dict[int, float] = {}  # the nodes silent at the last look, for how long
         self._strangers_noted, self._strangers_noted_at = 0, float("-inf")
@@ -121,6 +123,8 @@ class AttemptWatch:
         first_step_seen = self._stepped
         ranks_seen: set[int] = set()
         while True:
+            if self.looked is not None:
+                self.looked(self.attempt)
             code = self.handle.poll()
             beats = self.handle.heartbeats()
             ranks_seen.update(beats)

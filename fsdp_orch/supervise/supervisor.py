@@ -20,6 +20,7 @@ from fsdp_orch.record.journal import Journal
 from fsdp_orch.supervise.attempt_watch import AttemptWatch
 from fsdp_orch.supervise.checkpoint_tracker import CheckpointTracker
 from fsdp_orch.supervise.diagnose import Diagnosis
+from fsdp_orch.supervise.metrics_textfile import MetricsTextfile
 from fsdp_orch.supervise.outcomes import Adopt, Cancelled, CancelledError, Failed, Outcome
 from fsdp_orch.supervise.policy import (
     Decision,
@@ -66,6 +67,8 @@ class Supervisor:
         self.progress = ProgressEvents(journal, clock, str(submission.run_dir))
         self.checkpoints = CheckpointTracker(journal, submission, lambda: launcher.checkpoints,
                                              clock=clock, sleep=sleep)
+        self.metrics_file = MetricsTextfile.from_environ(str(submission.run_dir), self.job_id,
+                                                         clock)
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -108,6 +111,9 @@ class Supervisor:
             if ending.requeue is not None:
                 ending.requeue()
             return JobState.RESTARTING
+        finally:
+            if self.metrics_file is not None:
+                self.metrics_file.write()  # the job's end (or this supervisor's), as recorded
 
     def _end(self, state: JobState, reason: str | None) -> None:
         """Record the job's end, once the kind stopped what it keeps between attempts: whoever
@@ -249,7 +255,8 @@ class Supervisor:
                              world=world, before=before, progress=self.progress,
                              checkpoints=self.checkpoints, cancel_requested=self._cancel_requested,
                              clock=self.clock, sleep=self.sleep, adopted=adopt,
-                             replaceable=self.launcher.leaves_out_nodes())
+                             replaceable=self.launcher.leaves_out_nodes(),
+                             looked=self.metrics_file.look if self.metrics_file else None)
         try:
             return watch.run()
         except AllocationEnding as ending:

@@ -8,8 +8,8 @@ import importlib
 from types import ModuleType
 
 # In the order ``fsdp-orch --help`` lists them.
-NAMES = ("render", "submit", "fit", "status", "logs", "events", "report", "cancel", "diagnose",
-         "doctor", "clusters", "schedule", "scheduler", "schema")
+NAMES = ("render", "submit", "fit", "status", "logs", "events", "report", "metrics", "cancel",
+         "diagnose", "doctor", "clusters", "schedule", "scheduler", "schema")
 
 
 def command(name: str) -> ModuleType:

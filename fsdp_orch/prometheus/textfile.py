@@ -1,0 +1,29 @@
+"""``fsdp-orch metrics --textfile DIR``: the metrics as one ``.prom`` file for node_exporter's
+textfile collector (``--collector.textfile.directory``), replaced whole at each write.
+
+The file is 0644, not private like the rest of fsdp-orch's files: node_exporter runs as another user
+(Debian's ``prometheus``) and must read it. It holds what the exporter serves (job ids, names,
+clusters, the user's name, states, steps, seconds, failure categories), never a path, a command
+line, an environment variable or a log line.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from fsdp_orch.places.private import write_atomically
+
+FILE_NAME = "fsdp_orch.prom"
+FILE_MODE = 0o644
+
+
+def write_textfile(folder: str, registry: CollectorRegistry, name: str = FILE_NAME) -> str:
+    """Write ``registry``'s metrics to ``folder/name`` through a hidden temporary file
+    (node_exporter reads only ``*.prom`` names) and a rename: a scrape sees the old file or the
+    new, never half."""
+    path = os.path.join(folder, name)
+    write_atomically(path, generate_latest(registry), mode=FILE_MODE, tmp_tag="metrics")
+    return path
