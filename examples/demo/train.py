@@ -101,7 +101,7 @@ def param_sha256(job: runtime.Job, model: nn.Module) -> str | None:
     return h.hexdigest()
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--seq-len", type=int, default=64)
@@ -117,7 +117,18 @@ def main() -> None:
                    help="deterministic kernels only: on a GPU the embedding and attention backward "
                         "otherwise add with atomics, so a resumed run is close to, not "
                         "equal to, one that never stopped")
-    args = p.parse_args()
+    return p
+
+
+def model_for_fit() -> TinyLM:
+    """The model at the command line's defaults (job.yaml's args keep them), for its
+    ``fit: {model: train:model_for_fit}``: ``fsdp-orch fit`` builds it under FakeTensorMode."""
+    args = arguments().parse_args([])
+    return TinyLM(args.vocab, args.dim, args.layers, args.heads, args.seq_len)
+
+
+def main() -> None:
+    args = arguments().parse_args()
     if args.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS starts
         torch.use_deterministic_algorithms(True)

@@ -190,6 +190,12 @@ class ClusterKind(PlanningKind[P], Protocol[P]):
         in away (requeue, preemption)?"""
         return False
 
+    def gpu_memory(self, profile: P, run: Runner) -> tuple[int | None, str | None]:
+        """Each GPU's memory as the cluster says it, for a profile that does not (``fit``'s
+        verdict): bytes, and a line saying where it came from or why there is none; (None, None)
+        where this kind has no way to ask."""
+        return None, None
+
 
 class AllocationEnding(Exception):
     """The scheduler is taking the allocation away (requeue, preemption, time limit): the next

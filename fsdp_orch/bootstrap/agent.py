@@ -338,6 +338,7 @@ class Agent:
         self.active = False
 
     def _write_locked(self, now: float, tmp_tag: str = "") -> None:
+        from fsdp_orch.bootstrap.device_memory import cuda_peak_bytes
         from fsdp_orch.observe.heartbeats import Heartbeat, write_heartbeat
 
         if self._path is None or self.rank is None:
@@ -353,7 +354,8 @@ class Agent:
                 io_at=self._io.io_at if self._io is not None else None,
                 compute_at=max(computed) if computed else None,
                 step_s=self._step_times.summary() if self._step_times is not None else None,
-                collecting_since=self._gc_since, arrivals=self._arrivals), tmp_tag=tmp_tag)
+                collecting_since=self._gc_since, arrivals=self._arrivals,
+                device_peak=cuda_peak_bytes()), tmp_tag=tmp_tag)
             self._last_write = now
             self._step_unwritten = False
         except OSError:

@@ -79,6 +79,9 @@ def detail_lines(job: JobStatus, now: float | None = None) -> list[str]:
     elif job.running and job.hang_window_s is not None:
         lines.append(_window(job, ""))
     lines.append(goodput_line(job))
+    memory = memory_line(job)
+    if memory:
+        lines.append(memory)
     if job.reason:
         lines.append(f"reason: {job.reason}")
     if job.excluded_hosts:
@@ -113,6 +116,27 @@ def goodput_line(job: JobStatus) -> str:
     loss = g["largest_loss"]
     largest = "" if loss is None else f" (largest loss: {loss['bucket']} {loss['seconds']:.1f}s)"
     return f"goodput: {g['goodput_pct']:.1f}% of {duration(g['wall_s'])}{so_far}{largest}"
+
+
+def memory_line(job: JobStatus) -> str | None:
+    """``memory: estimated 72.8 GiB a GPU (tensors 64.2) of 80.0; measured tensors 61.0 GiB (rank
+    3, attempt 1)``: fit's estimate at submit beside what the ranks measured, when either is
+    known."""
+    m = job.memory_json()
+    if m is None:
+        return None
+    parts = []
+    if m["estimated_peak_gib_per_gpu"] is not None:
+        of = "" if m["gpu_memory_gib"] is None else f" of {m['gpu_memory_gib']:.1f}"
+        parts.append(f"estimated {m['estimated_peak_gib_per_gpu']:.1f} GiB a GPU (tensors "
+                     f"{m['estimated_tensor_gib_per_gpu']:.1f}){of}")
+    if m["measured_tensor_gib_per_gpu"] is not None:
+        parts.append(f"measured tensors {m['measured_tensor_gib_per_gpu']:.2f} GiB (rank "
+                     f"{m['measured_rank']}, attempt {m['measured_attempt']}, "
+                     f"max_memory_allocated)")
+    else:
+        parts.append("measured: none (the ranks held no CUDA memory)")
+    return "memory: " + "; ".join(parts)
 
 
 def _loss_from(source: str | None) -> str:

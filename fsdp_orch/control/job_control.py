@@ -77,6 +77,9 @@ def _record(index: JobIndex, request: SubmitRequest, planned: PlannedSubmission)
         kind=submission.profile.kind, spec_json=spec_json(plan), run_dir=str(submission.run_dir),
         job_file=str(job_file.resolve()), spec_hash=spec_hash(plan),
         idempotency_key=request.idempotency_key, origin=_origin(request, planned))
+    if planned.fit_estimate is not None:
+        index.journal(submission.job_id, role="submit",
+                      run_dir=str(submission.run_dir)).fit_estimated(*planned.fit_estimate)
     return submission
 
 

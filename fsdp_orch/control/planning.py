@@ -75,6 +75,9 @@ class PlannedSubmission:
     env_values: dict[str, str]
     header_values: dict[str, dict[str, str]]
     init: InitSource | None = None
+    # fsdp-orch fit's estimate from submit's check, recorded with the job (status shows it):
+    # (each GPU's peak, its part in tensors, the GPUs' memory), in GiB
+    fit_estimate: tuple[float, float, float | None] | None = None
 
     @property
     def plan(self) -> LaunchPlan:

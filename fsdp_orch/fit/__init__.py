@@ -7,4 +7,6 @@ for every rank of the job over a fake process group, in one CPU process, and run
 backward and optimizer step under torch's ``FSDPMemTracker``; ``budget`` (pure) adds what fake
 tensors cannot see, each part a stated model, and turns the peak into the table and the verdict.
 Only ``tracked_run`` and ``model_source`` import torch, and only when ``fit`` runs.
+``real_run`` runs the same step for real (torchrun ranks, real tensors), to check the estimate on
+models small enough to run.
 """

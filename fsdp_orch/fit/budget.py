@@ -48,6 +48,11 @@ class Budget:
         return None if self.gpu_memory_gib is None else self.peak_gib <= self.gpu_memory_gib
 
     @property
+    def tight(self) -> bool:
+        """Fits, with less than ``1 - TIGHT`` of the GPU to spare."""
+        return bool(self.fits) and self.peak_gib > TIGHT * (self.gpu_memory_gib or 0)
+
+    @property
     def verdict(self) -> str:
         if self.gpu_memory_gib is None:
             return "no verdict: the cluster's profile does not say its gpu_memory (or --gpu-memory)"

@@ -17,7 +17,8 @@ FACTORY_SEP = ":"
 
 
 def config_file(model: str, base: str) -> str | None:
-    """The config.json ``model`` names, relative to ``base`` (the job file's folder); None when
+    """The config.json ``model`` names: a file or folder relative to ``base`` (the job file's
+    folder), else a model id (``org/name``) already in the local Hugging Face cache; None when
     ``model`` is a factory."""
     path = os.path.join(base, os.path.expanduser(model))
     if os.path.isdir(path):
@@ -26,7 +27,41 @@ def config_file(model: str, base: str) -> str | None:
         return path
     if FACTORY_SEP in model:
         return None
-    return path
+    return cached_hub_config(model) or path
+
+
+def hub_cache() -> str:
+    """Where huggingface_hub keeps what it downloaded (its own order: HF_HUB_CACHE, HF_HOME/hub,
+    ~/.cache/huggingface/hub)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.path.expanduser(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+    return os.path.join(os.path.expanduser(home), "hub")
+
+
+def cached_hub_config(model_id: str) -> str | None:
+    """The config.json of ``model_id`` (``org/name``) in the local cache: the snapshot its
+    ``refs/main`` names, else the newest snapshot holding one; None when not cached. Never the
+    network."""
+    if model_id.count("/") != 1 or model_id.startswith((".", "/", "~")):
+        return None
+    folder = os.path.join(hub_cache(), "models--" + model_id.replace("/", "--"))
+    try:
+        with open(os.path.join(folder, "refs", "main"), encoding="utf-8") as f:
+            revision = f.read().strip()
+        candidate = os.path.join(folder, "snapshots", revision, "config.json")
+        if os.path.isfile(candidate):
+            return candidate
+    except OSError:
+        pass
+    try:
+        snapshots = [os.path.join(folder, "snapshots", s, "config.json")
+                     for s in os.listdir(os.path.join(folder, "snapshots"))]
+    except OSError:
+        return None
+    found = [s for s in snapshots if os.path.isfile(s)]
+    return max(found, key=os.path.getmtime) if found else None
 
 
 def model_text(model: str, base: str) -> str:
@@ -38,6 +73,12 @@ def model_text(model: str, base: str) -> str:
         with open(path, encoding="utf-8") as f:
             return f.read()
     except OSError as exc:
+        if model.count("/") == 1 and not os.path.exists(path):
+            raise InputError(
+                f"{model!r} is neither a config.json or folder beside the job nor a model in the "
+                f"local Hugging Face cache ({hub_cache()}); fit never downloads (huggingface-cli "
+                f"download {model} config.json fetches the config alone)", field="fit.model"
+            ) from None
         raise InputError(f"cannot read the model's config {path}: {exc.strerror}",
                          field="fit.model") from None
 
@@ -90,7 +131,23 @@ def _from_factory(model: str, base: str, dtype: Any) -> Any:
     except (ImportError, AttributeError) as exc:
         raise InputError(f"cannot call the model factory {model}: {exc}",
                          field="fit.model") from None
-    return made.to(dtype)
+    _cast(made, dtype)
+    return made
+
+
+def _cast(module: Any, dtype: Any) -> None:
+    """``module.to(dtype)``, parameter by parameter: under FakeTensorMode ``Module.to`` cannot
+    swap a fake parameter for its cast (torch 2.13: "Couldn't swap Embedding.weight")."""
+    from torch import nn
+
+    for owner in module.modules():
+        for name, p in owner.named_parameters(recurse=False):
+            if p.is_floating_point() and p.dtype != dtype:
+                owner._parameters[name] = nn.Parameter(p.detach().to(dtype),
+                                                       requires_grad=p.requires_grad)
+        for name, b in owner.named_buffers(recurse=False):
+            if b.is_floating_point() and b.dtype != dtype:
+                owner._buffers[name] = b.to(dtype)
 
 
 __all__ = ["build", "config_file", "layer_count", "model_text"]

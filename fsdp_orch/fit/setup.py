@@ -50,10 +50,11 @@ class FitSetup:
         return STRATEGIES[self.strategy][1]
 
     def key(self) -> dict[str, object]:
-        """Everything the estimate depends on but the model's own text (the cache's key)."""
+        """Everything the measurement depends on but the model's own text (the cache's key).
+        Not offload: it moves what was measured to host memory in the budget, so a job with and
+        without it share one measurement."""
         return {"nodes": self.nodes, "procs_per_node": self.procs_per_node,
                 "strategy": self.strategy, "mixed_precision": self.mixed_precision,
-                "offload_params": self.offload_params,
                 "activation_checkpointing": self.activation_checkpointing,
                 "layer_classes": list(self.layer_classes), "wrap": self.wrap,
                 "fit": self.fit.model_dump(mode="json")}

@@ -2,7 +2,10 @@
 with ``fully_shard`` for every rank of the job over a fake process group (``FakeStore``) in this
 one CPU process, then a forward, backward and optimizer step under ``FSDPMemTracker`` (the
 optimizer's state made beforehand, as after the first step). What one rank holds at its peak, by
-the tracker's categories. Nothing is allocated: the tensors are fake.
+the tracker's categories. Nothing is allocated: the tensors are fake. The step itself
+(``tracked_step``) is shared with ``real_run``, which runs it on real tensors over torchrun's ranks
+to check the estimate on small models (``tests/integration/test_fit_real.py``,
+``bench/fit_real.py``).
 
 A Hugging Face model deeper than ``EXTRAPOLATE_FROM[1]`` layers is measured at two depths and each
 figure carried linearly to the model's own: every layer adds the same shards, gradients, optimizer
@@ -16,7 +19,10 @@ category matched the 16 layers measured whole. A 70B model's 80 layers took 218 
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from fsdp_orch.fit.setup import FitSetup
@@ -54,45 +60,75 @@ def _carry(at_low: float, at_high: float, depth: int) -> int:
 
 
 def _measure_once(setup: FitSetup, base: str, layers: int | None) -> dict[str, Any]:
-    import torch
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=setup.world_size)
+    try:
+        return tracked_step(setup, base, layers=layers, tensor_mode=FakeTensorMode())
+    finally:
+        dist.destroy_process_group()
+
+
+def tracked_step(setup: FitSetup, base: str, *, layers: int | None = None,
+                 tensor_mode: Any = None) -> dict[str, Any]:
+    """The job's model built, adapted, sharded over the default process group (``measure``'s fake
+    one, or ``real_run``'s under torchrun), its optimizer state made, and one step under
+    ``FSDPMemTracker``: this rank's peak by category, and the model's counts. ``tensor_mode``:
+    ``FakeTensorMode()`` for the estimate, None for real tensors."""
+    import torch
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.testing._internal.distributed.fake_pg import FakeStore
 
     from fsdp_orch.fit import model_source
 
     fit = setup.fit
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=setup.world_size)
-    try:
-        mesh = init_device_mesh("cpu", setup.mesh_shape)
-        with FakeTensorMode():
-            model = model_source.build(fit.model, base, getattr(torch, fit.dtype),
-                                       fit.flash_attention, layers=layers)
-            params = sum(p.numel() for p in model.parameters())
-            adapted: dict[str, float] = {"adapted": 0, "weights": 0}
-            if fit.lora is not None:
-                from fsdp_orch.fit.adapters import add_adapters
+    mesh = init_device_mesh("cpu", setup.mesh_shape)
+    with tensor_mode or contextlib.nullcontext():
+        model = model_source.build(fit.model, base, getattr(torch, fit.dtype),
+                                   fit.flash_attention, layers=layers)
+        params = sum(p.numel() for p in model.parameters())
+        adapted: dict[str, float] = {"adapted": 0, "weights": 0}
+        if fit.lora is not None:
+            from fsdp_orch.fit.adapters import add_adapters
 
-                adapted = add_adapters(model, fit.lora.r, fit.lora.target_modules,
-                                       fit.lora.quantize, getattr(torch, fit.lora.quant_storage))
-            _shard(model, setup, mesh)
-            trainable = [p for p in model.parameters() if p.requires_grad]
-            optimizer = _optimizer(fit.optimizer, trainable)
-            vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 2)
-            ids = torch.randint(0, vocab, (fit.batch_size, fit.seq_len))
-            _first_step_state(trainable, optimizer)
-            tracker = FSDPMemTracker(model, optimizer)
-            tracker.track_inputs((ids,))
-            with tracker:
-                _step(model, ids, optimizer)
-            peak = tracker.get_tracker_snapshot("peak")
-    finally:
-        dist.destroy_process_group()
+            adapted = add_adapters(model, fit.lora.r, fit.lora.target_modules,
+                                   fit.lora.quantize, getattr(torch, fit.lora.quant_storage))
+        _shard(model, setup, mesh)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        optimizer = _optimizer(fit.optimizer, trainable)
+        vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 2)
+        ids = torch.randint(0, vocab, (fit.batch_size, fit.seq_len))
+        _first_step_state(trainable, optimizer)
+        tracker = FSDPMemTracker(model, optimizer)
+        tracker.track_inputs((ids,))
+        with tracker, _one_sequence_a_row():
+            _step(model, ids, optimizer)
+        peak = tracker.get_tracker_snapshot("peak")
     [by_category] = peak.values() if len(peak) == 1 else [peak.get(torch.device("cpu"), {})]
     return {"peak": {_name(k): int(v) for k, v in by_category.items()},
             "params": params, "trainable": sum(p.numel() for p in trainable), **adapted}
+
+
+@contextlib.contextmanager
+def _one_sequence_a_row() -> Iterator[None]:
+    """Hugging Face's attention masks as a real step without padding has them: none, SDPA's and
+    flash attention's own causal masking. transformers takes fake tensors for a graph being traced,
+    where it cannot read whether a row packs several sequences, and so builds a (batch, 1, seq, seq)
+    mask that a real step never holds, and SDPA saves a float copy of it in every layer (the tiny
+    Llama at 2 x 64 tokens: 8 KiB, then 32 KiB a layer, all of what its estimate had above its real
+    run). Every row is one sequence here (the step's ids are unpadded and unpacked)."""
+    masking = sys.modules.get("transformers.masking_utils")
+    found = getattr(masking, "find_packed_sequence_indices", None)
+    if found is None:
+        yield
+        return
+    masking.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking.find_packed_sequence_indices = found
 
 
 def _first_step_state(trainable: list[Any], optimizer: Any) -> None:
@@ -162,4 +198,4 @@ def _step(model: Any, ids: Any, optimizer: Any) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
-__all__ = ["DTYPES", "measure"]
+__all__ = ["DTYPES", "measure", "tracked_step"]

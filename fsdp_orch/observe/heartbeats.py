@@ -71,6 +71,9 @@ class Heartbeat:
     # the node rank it runs on, as its node agent said (torchrun's c10d rendezvous need not give
     # node N the ranks N*procs..); None: not said
     node: int | None = None
+    # the most bytes its accelerator held in tensors so far in the process (on CUDA,
+    # torch.cuda.max_memory_allocated); None: not on an accelerator, or not read
+    device_peak: int | None = None
 
     @property
     def progress_time(self) -> float:
@@ -97,6 +100,8 @@ class Heartbeat:
             data["held_since"] = self.held_since
         if self.arrivals is not None:
             data["arrivals"] = self.arrivals
+        if self.device_peak is not None:
+            data["device_peak"] = self.device_peak
         return json.dumps(data, separators=(",", ":"))
 
 
@@ -128,7 +133,7 @@ def heartbeat_from_dict(data: Any) -> Heartbeat:
         progress_at, python_at, io_at, compute_at = (get("progress_at"), get("python_at"),
                                                      get("io_at"), get("compute_at"))
         step_s, collecting, held = get("step_s"), get("collecting_since"), get("held_since")
-        arrivals, node = get("arrivals"), get("node")
+        arrivals, node, device_peak = get("arrivals"), get("node"), get("device_peak")
         # x - x == 0 holds for finite numbers only (inf - inf and nan - nan are
         # nan); type() is exact: no bool
         if (type(rank) is int and type(attempt) is int and type(step) is int and type(pid) is int
@@ -147,7 +152,8 @@ def heartbeat_from_dict(data: Any) -> Heartbeat:
                      or (type(collecting) in _NUMBER and collecting - collecting == 0))
                 and (held is None or (type(held) in _NUMBER and held - held == 0))
                 and (arrivals is None or type(arrivals) is dict)
-                and (node is None or type(node) is int)):
+                and (node is None or type(node) is int)
+                and (device_peak is None or (type(device_peak) is int and device_peak >= 0))):
             return Heartbeat(rank, attempt, step, None if loss is None else float(loss),
                              float(when), state, pid, metrics,
                              None if progress_at is None else float(progress_at),
@@ -155,7 +161,7 @@ def heartbeat_from_dict(data: Any) -> Heartbeat:
                              None if io_at is None else float(io_at),
                              None if compute_at is None else float(compute_at), step_s,
                              None if collecting is None else float(collecting),
-                             None if held is None else float(held), arrivals, node)
+                             None if held is None else float(held), arrivals, node, device_peak)
     return _checked(data)
 
 
@@ -196,10 +202,13 @@ def _checked(data: Any) -> Heartbeat:
     node = data.get("node")
     if node is not None and (type(node) is not int or node < 0):
         raise ValueError(f"node: expected a node rank or null, got {node!r}")
+    device_peak = data.get("device_peak")
+    if device_peak is not None and (type(device_peak) is not int or device_peak < 0):
+        raise ValueError(f"device_peak: expected a byte count or null, got {device_peak!r}")
     return Heartbeat(rank=data["rank"], attempt=data["attempt"], step=data["step"],
                      loss=None if loss is None else float(loss), time=float(when), state=state,
                      pid=data["pid"], metrics=metrics, host=host, step_s=step_s,
-                     arrivals=arrivals, node=node, **times)
+                     arrivals=arrivals, node=node, device_peak=device_peak, **times)
 
 
 def held_since(beat: Any, now: float) -> float | None:

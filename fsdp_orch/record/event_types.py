@@ -119,6 +119,28 @@ class CheckpointCommitted(Event):
 
 
 @dataclass(frozen=True)
+class FitEstimated(Event):
+    """``fsdp-orch fit``'s estimate for the job as submitted (``submit``'s check): each GPU's peak,
+    the part of it in tensors (what ``max_memory_allocated`` measures), the GPUs' memory."""
+
+    KIND = "fit_estimated"
+    peak_gib: float = 0.0
+    tensor_gib: float = 0.0
+    gpu_memory_gib: float | None = None
+
+
+@dataclass(frozen=True)
+class DevicePeak(Event):
+    """The most accelerator memory a rank of the attempt held in tensors so far (its heartbeat's
+    ``device_peak``): written when it first shows and when it grows by more than 1%."""
+
+    KIND = "device_peak"
+    attempt: int = 0
+    rank: int = 0
+    peak_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class HangDetection(Event):
     KIND = "hang_detection"
     off_because: str | None = None  # None: hang detection is on
@@ -191,7 +213,7 @@ STRAGGLER = "straggler"  # the notice of a rank its peers keep waiting for (supe
 EVENT_TYPES: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     Submitted, SupervisorStarted, Scheduled, AttemptStarted, AttemptLaunched, FirstStep, Progress,
     HangWindow, CheckpointCommitted, HangDetection, FailureDetected, Notice, AttemptEnded,
-    RestartScheduled, AllocationRequeued, StateChanged, Finished)}
+    RestartScheduled, AllocationRequeued, StateChanged, Finished, FitEstimated, DevicePeak)}
 _FIELDS = {kind: {f.name for f in dataclasses.fields(cls)} for kind, cls in EVENT_TYPES.items()}
 
 

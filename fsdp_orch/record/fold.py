@@ -20,10 +20,12 @@ from fsdp_orch.record.event_types import (
     AttemptLaunched,
     AttemptStarted,
     CheckpointCommitted,
+    DevicePeak,
     Event,
     FailureDetected,
     Finished,
     FirstStep,
+    FitEstimated,
     HangDetection,
     HangWindow,
     Notice,
@@ -201,6 +203,17 @@ def _state(status: JobStatus, event: StateChanged) -> None:
     _set_state(status, event.state, event.reason, float(event.at))
 
 
+def _fit_estimated(status: JobStatus, event: FitEstimated) -> None:
+    status.fit_peak_gib, status.fit_tensor_gib = event.peak_gib, event.tensor_gib
+    status.gpu_memory_gib = event.gpu_memory_gib
+
+
+def _device_peak(status: JobStatus, event: DevicePeak) -> None:
+    if status.device_peak_bytes is None or event.peak_bytes > status.device_peak_bytes:
+        status.device_peak_bytes = event.peak_bytes
+        status.device_peak_rank, status.device_peak_attempt = event.rank, event.attempt
+
+
 
 _STEPS: dict[type[Event], Callable[[JobStatus, Any], None]] = {
     SupervisorStarted: _supervisor_started,
@@ -219,6 +232,8 @@ _STEPS: dict[type[Event], Callable[[JobStatus, Any], None]] = {
     AllocationRequeued: _restarting,
     StateChanged: _state,
     Finished: _state,
+    FitEstimated: _fit_estimated,
+    DevicePeak: _device_peak,
 }
 
 __all__ = ["apply", "fold", "fold_lines"]

@@ -72,6 +72,16 @@ class Journal:
                                           loss_source=loss_source if loss is not None else None,
                                           checkpoint_s=checkpoint_s), now)
 
+    def fit_estimated(self, peak_gib: float, tensor_gib: float,
+                      gpu_memory_gib: float | None) -> None:
+        self._append(event_types.FitEstimated(job=self.job_id, peak_gib=peak_gib,
+                                              tensor_gib=tensor_gib,
+                                              gpu_memory_gib=gpu_memory_gib), None)
+
+    def device_peak(self, attempt: int, rank: int, peak_bytes: int) -> None:
+        self._append(event_types.DevicePeak(job=self.job_id, attempt=attempt, rank=rank,
+                                            peak_bytes=peak_bytes), None)
+
     def hang_window(self, attempt: int, window_s: float, mode: str,
                     now: float | None = None) -> None:
         """The hang window in force for the attempt's stepping ranks (``fixed`` or ``adaptive``)."""

@@ -98,6 +98,14 @@ class JobStatus:
     hang_window_mode: str | None = None  # "fixed" or "adaptive"
     notices: list[JobNotice] = field(default_factory=list)
     origin: dict[str, Any] | None = None
+    # fsdp-orch fit's estimate at submit (GiB a GPU: the whole peak, the part in tensors) and the
+    # GPUs' memory it was judged against; the most any rank held in tensors (device_peak)
+    fit_peak_gib: float | None = None
+    fit_tensor_gib: float | None = None
+    gpu_memory_gib: float | None = None
+    device_peak_bytes: int | None = None
+    device_peak_rank: int | None = None
+    device_peak_attempt: int | None = None
     # Read by fsdp-orch itself, not shown by status.
     spec_json: str = "{}"
     job_file: str | None = None
@@ -192,7 +200,23 @@ class JobStatus:
             "events": [n.to_json() for n in self.notices],
             "origin": self.origin,
             "goodput": self.goodput_json(),
+            "memory": self.memory_json(),
         }
+
+    def memory_json(self) -> dict[str, Any] | None:
+        """Each GPU's memory: ``fit``'s estimate at submit beside the peak the ranks measured
+        (on CUDA, ``max_memory_allocated``: tensors only, so set beside the estimate's tensor
+        part); None when neither is known."""
+        if self.fit_peak_gib is None and self.device_peak_bytes is None:
+            return None
+        measured = (None if self.device_peak_bytes is None
+                    else round(self.device_peak_bytes / (1 << 30), 2))
+        return {"estimated_peak_gib_per_gpu": self.fit_peak_gib,
+                "estimated_tensor_gib_per_gpu": self.fit_tensor_gib,
+                "gpu_memory_gib": self.gpu_memory_gib,
+                "measured_tensor_gib_per_gpu": measured,
+                "measured_rank": self.device_peak_rank,
+                "measured_attempt": self.device_peak_attempt}
 
     def goodput_json(self) -> dict[str, Any]:
         """The breakdown to the job's end, or while it runs to its latest event:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_orch.bootstrap.agent import current as bootstrap_agent
+from fsdp_orch.bootstrap.device_memory import cuda_peak_bytes
 from fsdp_orch.nodeagent.beat_dir import rank_beat_path
 from fsdp_orch.observe.heartbeats import STATES, Heartbeat, write_heartbeat
 from fsdp_orch.observe.step_times import StepTimes
@@ -68,7 +69,7 @@ class HeartbeatWriter:
         write_heartbeat(self.path, Heartbeat(
             rank=self.rank, attempt=self.attempt, step=self.step, loss=self.loss, time=now,
             state=self.state, pid=os.getpid(), metrics=self.metrics,
-            step_s=self.step_times.summary()))
+            step_s=self.step_times.summary(), device_peak=cuda_peak_bytes()))
 
 
 _default: HeartbeatWriter | None = None

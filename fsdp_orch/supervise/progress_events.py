@@ -17,6 +17,7 @@ from fsdp_orch.supervise.watchdog import no_signal
 from fsdp_orch.vocab.metrics import CHECKPOINT_BLOCK_S
 
 PROGRESS_EVERY_S = 5.0  # progress events: the first step at once, then at most one per this
+DEVICE_PEAK_GROWTH = 1.01  # a device peak is recorded again once it grew by more than 1%
 
 
 class ProgressEvents:
@@ -38,10 +39,12 @@ class ProgressEvents:
         self._hang_detection_off: str | None = None
         self.losses = LossLog(run_dir, clock)  # every loss logged, for the report's curve
         self._lead_seen: tuple[int, int] | None = None  # rank 0's (attempt, step) last seen
+        self._device_peak = 0  # the running attempt's device peak last recorded (bytes)
 
     def begin(self, follower: LogFollower) -> None:
         self._follower, self._lead_seen = follower, None
         self._window, self._last_step, self._last_loss = None, None, None
+        self._device_peak = 0
 
     def end_attempt(self) -> None:
         """The attempt's last printed losses (its logs' last lines are read at its end) into the
@@ -58,6 +61,7 @@ class ProgressEvents:
         if lead is None:
             return
         self._record_window(lead.attempt, window)
+        self._record_device_peak(lead.attempt, beats)
         loss, source = self._loss(lead)
         self._write_live(lead, loss, source, final, beats)
         self._log_losses(lead)
@@ -135,6 +139,14 @@ class ProgressEvents:
             return
         self._window = window
         self.journal.hang_window(attempt, window.seconds, window.mode)
+
+    def _record_device_peak(self, attempt: int, beats: dict) -> None:  # type: ignore[type-arg]
+        """The most accelerator memory any rank held in tensors (``device_peak``), recorded when
+        it first shows and when it grows by more than DEVICE_PEAK_GROWTH."""
+        peak, rank = max(((b.device_peak or 0, r) for r, b in beats.items()), default=(0, 0))
+        if peak > self._device_peak * DEVICE_PEAK_GROWTH:
+            self._device_peak = peak
+            self.journal.device_peak(attempt, rank, peak)
 
     def hang_detection(self, beats: dict, started: float,  # type: ignore[type-arg]
                        watch: Watch) -> None:

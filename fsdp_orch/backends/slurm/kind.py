@@ -14,6 +14,7 @@ from pathlib import Path
 
 from fsdp_orch.backends.base import ClusterKind
 from fsdp_orch.backends.slurm import allocation as slurm_allocation
+from fsdp_orch.backends.slurm import gres
 from fsdp_orch.backends.slurm.doctor import slurm_checks
 from fsdp_orch.backends.slurm.parse import (
     JOB_NAME_PREFIX,
@@ -38,6 +39,7 @@ from fsdp_orch.vocab.hints import hint_for
 from fsdp_orch.vocab.states import JobState
 
 BATCH_SCRIPT = slurm_allocation.BATCH_SCRIPT
+GRES_TIMEOUT_S = 15.0
 
 
 def batch_script_path(plan: LaunchPlan) -> str:
@@ -103,6 +105,18 @@ class SlurmKind(ClusterKind[SlurmProfile]):
 
     def doctor(self, profile: SlurmProfile, torch_version: str | None, run: Runner) -> list[Check]:
         return slurm_checks(profile, torch_version, run)
+
+    def gpu_memory(self, profile: SlurmProfile, run: Runner) -> tuple[int | None, str | None]:
+        """From the partition's GRES (``sinfo``): one read-only call, not retried (a submit
+        waits on it). A profile that asks for no GPUs runs its jobs on none: nothing to say."""
+        if not profile.gpus_per_node:
+            return None, None
+        argv = gres.sinfo_argv(profile.partition)
+        result = run(argv, GRES_TIMEOUT_S)
+        if result.returncode != 0:
+            said = (result.stderr or result.stdout).strip().splitlines() or ["no output"]
+            return None, f"no GPU memory from SLURM: {' '.join(argv)} failed: {said[-1][:200]}"
+        return gres.partition_gpu_memory(result.stdout, profile.partition)
 
     def start(self, index: JobIndex, submission: Submission) -> None:
         plan, artifacts = submission.plan(0)

@@ -25,6 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-memory", metavar="SIZE",
                    help="each GPU's memory (80GB), in place of the profile's gpu_memory")
     p.add_argument("--no-cache", action="store_true", help="measure again, whatever is cached")
+    p.add_argument("--suggest", action="store_true",
+                   help="say what single change would lower the peak (offload, activation "
+                        "checkpointing, strategy, tokens a GPU, nodes) even when the job fits; "
+                        "they are given anyway when it does not fit")
     p.add_argument("--every-layer", action="store_true",
                    help="measure the model at its full depth (slower), not at two depths carried "
                         "to it")
@@ -33,8 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from fsdp_orch.fit.budget import as_json, table
-    from fsdp_orch.fit.estimate import estimate
+    from fsdp_orch.cli.fit_report import report_json, report_text
+    from fsdp_orch.fit.estimate import estimate, suggestions_for
+    from fsdp_orch.fit.suggestions import wanted
     from fsdp_orch.jobspec.sizes import parse_size
     from fsdp_orch.places.builtin import home
     from fsdp_orch.vocab.errors import InputError
@@ -48,32 +53,13 @@ def run(args: argparse.Namespace) -> int:
     found = estimate(Path(args.job), args.cluster, overrides=args.set, home=home(),
                      gpu_memory=gpu_memory, use_cache=not args.no_cache,
                      every_layer=args.every_layer)
-    setup, measured, b = found.setup, found.measured, found.budget
+    suggestions = None
+    if wanted(found.budget, args.suggest):
+        suggestions = suggestions_for(found, home=home(), use_cache=not args.no_cache,
+                                      every_layer=args.every_layer)
     if args.json:
-        out = {"job": args.job, "cluster": args.cluster, "ranks": setup.world_size,
-               "nodes": setup.nodes, "procs_per_node": setup.procs_per_node,
-               "strategy": setup.strategy, "parameters": measured["params"],
-               "trainable_parameters": measured["trainable"], "cached": found.cached,
-               "measured_s": measured["seconds"], "layers": measured.get("layers"), **as_json(b),
-               "tracked_bytes": measured["peak"]}
+        out = report_json(args.job, args.cluster, found, suggestions)
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
     else:
-        fit = setup.fit
-        lora = ""
-        if fit.lora is not None:
-            lora = (f"; LoRA r={fit.lora.r} on {measured['adapted']} Linear layers"
-                    + (" (base weights in nf4)" if fit.lora.quantize == "nf4" else ""))
-        how = "cached" if found.cached else f"measured in {measured['seconds']:g} s"
-        heading = [
-            f"{args.job} on {args.cluster}: {setup.nodes} node(s) x {setup.procs_per_node} GPU(s)"
-            f" = {setup.world_size} ranks, {setup.strategy}, mixed precision "
-            f"{setup.mixed_precision}, activation checkpointing "
-            f"{'on' if setup.activation_checkpointing else 'off'}, offload "
-            f"{'on' if setup.offload_params else 'off'}",
-            f"model {fit.model}: {measured['params'] / 1e9:.2f} B parameters, "
-            f"{measured['trainable'] / 1e6:.1f} M trainable{lora}; batch {fit.batch_size} x "
-            f"{fit.seq_len} tokens a GPU, {fit.optimizer}",
-            f"one rank's tensors by FSDPMemTracker under FakeTensorMode ({how})",
-        ]
-        sys.stdout.write(table(b, heading))
-    return EXIT_DOES_NOT_FIT if b.fits is False else EXIT_OK
+        sys.stdout.write(report_text(args.job, args.cluster, found, suggestions))
+    return EXIT_DOES_NOT_FIT if found.budget.fits is False else EXIT_OK

@@ -7,6 +7,7 @@ import sys
 from fsdp_orch.cli.common import (
     EXIT_JOB_FAILED,
     EXIT_OK,
+    EXIT_USAGE,
     EXIT_WAIT_TIMED_OUT,
     add_job_options,
     print_table,
@@ -17,6 +18,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
 
+    from fsdp_orch.control.planning import PlannedSubmission
     from fsdp_orch.control.submit_request import SubmitRequest
     from fsdp_orch.record.index import JobIndex
 
@@ -48,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fresh", action="store_true",
                    help="move the checkpoints already in the checkpoint "
                         "folder aside (kept) and start over")
+    p.add_argument("--no-fit-check", action="store_true",
+                   help="submit a job with a fit: block without estimating first whether it fits "
+                        "the cluster's GPUs (by default one that does not is refused, exit 2)")
 
 
 def submit_request(args: argparse.Namespace) -> SubmitRequest:
@@ -70,6 +75,11 @@ def run(args: argparse.Namespace) -> int:
 
     request = submit_request(args)
     planned = plan_submission(request)  # before the index is opened: bad input writes nothing
+    if not args.no_fit_check and planned.submission.job.fit is not None:
+        checked = _fit_checked(args, planned)
+        if checked is None:
+            return EXIT_USAGE
+        planned = checked
     with open_index_for_submit() as index:
         job_id, created = submit(index, request, planned, say=lambda line: say([line]))
         if created:
@@ -80,6 +90,34 @@ def run(args: argparse.Namespace) -> int:
             _print_submitted(args, job_id, created)
             return EXIT_OK
         return _wait(args, index, job_id, created, request.wait_s)
+
+
+def _fit_checked(args: argparse.Namespace,
+                 planned: PlannedSubmission) -> PlannedSubmission | None:
+    """The fit check (``fit.at_submit``). None: the job does not fit and is refused, its table and
+    what would make it fit on stderr. Else one line says the verdict, or why there is none, and
+    the planned submission carries the estimate (recorded with the job)."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from fsdp_orch.cli.fit_report import report_text
+    from fsdp_orch.fit.at_submit import Outcome, check_at_submit
+    from fsdp_orch.places.builtin import home
+
+    submission = planned.submission
+    check = check_at_submit(submission.job, submission.profile, Path(args.job), home=home())
+    found = check.found
+    if check.outcome is Outcome.DOES_NOT_FIT and found is not None:
+        sys.stderr.write(report_text(args.job, args.cluster, found, check.suggestions))
+        say([f"not submitted: the job does not fit the GPUs of {args.cluster} "
+             f"({found.budget.verdict}); change it as above, or submit with --no-fit-check"])
+        return None
+    say([check.note] if check.note else [])
+    if found is None:
+        return planned
+    b = found.budget
+    return replace(planned, fit_estimate=(round(b.peak_gib, 3), round(sum(b.rows.values()), 3),
+                                          b.gpu_memory_gib))
 
 
 def _wait(args: argparse.Namespace, index: JobIndex, job_id: str, created: bool,

@@ -1,0 +1,69 @@
+"""``submit``'s fit check end to end, on the tiny Llama of ``test_fit`` (2 ranks, measured in the
+CLI's own process) and a local profile that says its GPUs have 1400 MB: the job does not fit and is
+refused (exit 2, the table and what would make it fit on stderr, nothing submitted); the change
+the refusal puts first fits when applied (``fit --set``) and is submitted; ``--no-fit-check``
+submits the job as it is."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from cli_harness import REPO, Cli
+
+pytestmark = pytest.mark.slow
+
+TINY = REPO / "tests" / "fixtures" / "fit" / "tiny-llama"
+# one line of "what would make it fit": --set CHANGE  PEAK  VERDICT; what it is
+SUGGESTION = re.compile(r"^\s+--set (\S+)\s+([\d.]+) (MiB|GiB)\s+(fits|does not fit)")
+
+
+def test_a_job_that_does_not_fit_is_refused_with_what_would_make_it_fit(
+        cli: Cli, tmp_path: Path) -> None:
+    shutil.copytree(TINY, tmp_path / "tiny-llama")
+    job = tmp_path / "job.yaml"
+    job.write_text("name: tiny-fit\nlauncher: python\ncommand: ['true']\nprocs_per_node: 2\n"
+                   "fsdp: {mixed_precision: 'no'}\n"
+                   "fit: {model: tiny-llama, batch_size: 16, seq_len: 512}\n")
+    (cli.cwd / "clusters").mkdir()
+    (cli.cwd / "clusters" / "small.yaml").write_text("kind: local\ngpu_memory: 1400MB\n")
+
+    refused = cli.run("submit", str(job), "--cluster", "small")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.stdout == ""
+    assert re.search(r"peak\s+[\d.]+ GiB\s+does not fit: \d+% of 1.4 GiB", refused.stderr)
+    lines = [SUGGESTION.match(line) for line in refused.stderr.splitlines()]
+    suggestions = [(m[1], m[4]) for m in lines if m]
+    assert len(suggestions) == 4 and suggestions[0][1] == "fits", refused.stderr
+    verdicts = [fits for _, fits in suggestions]
+    assert verdicts == sorted(verdicts, key=lambda fits: fits != "fits")  # the fitting first
+    assert refused.stderr.rstrip().endswith("submit with --no-fit-check"), refused.stderr
+    assert json.loads(cli.run("status", "--json", check=True).stdout) == []
+    assert not (cli.home / "runs").exists() or not any((cli.home / "runs").iterdir())
+
+    change = suggestions[0][0]
+    applied = cli.run("fit", str(job), "--cluster", "small", "--json", "--set", change)
+    assert applied.returncode == 0 and json.loads(applied.stdout)["fits"] is True, applied.stdout
+    fits = cli.run("submit", str(job), "--cluster", "small", "--set", change, "--wait",
+                   check=True)
+    assert re.search(r"fsdp-orch: fit: [\d.]+ GiB a GPU at its peak, fits(, tight)?: ", fits.stderr)
+    forced = cli.run("submit", str(job), "--cluster", "small", "--no-fit-check", "--wait",
+                     check=True)
+    assert "fit" not in forced.stderr
+    jobs = json.loads(cli.run("status", "--json", check=True).stdout)
+    assert [j["state"] for j in jobs] == ["SUCCEEDED", "SUCCEEDED"], jobs
+    # the estimate is recorded with the job that was checked, and status shows it; a CPU job's
+    # ranks measured no CUDA peak
+    estimated = json.loads(applied.stdout)
+    checked = next(j for j in jobs if j["id"] in fits.stdout)
+    assert checked["memory"]["estimated_peak_gib_per_gpu"] == pytest.approx(
+        estimated["peak_gib_per_gpu"], abs=0.01), checked["memory"]
+    # 1400MB is MiB, as 80GB is 80 GiB
+    assert checked["memory"]["gpu_memory_gib"] == pytest.approx(1400 / 1024, abs=1e-3)
+    assert checked["memory"]["measured_tensor_gib_per_gpu"] is None
+    assert next(j for j in jobs if j is not checked)["memory"] is None  # --no-fit-check
+    shown = cli.run("status", checked["id"], check=True).stdout
+    assert "memory: estimated " in shown and "measured: none" in shown, shown
