@@ -3,11 +3,13 @@ training of a 2-node job the shared run folder sees at most 3 file changes a sec
 files, or a changed mtime or size; torchrun appending every rank's line there made about 16 a
 second, measured by hand before the change), ``logs`` and ``logs --rank`` read the ranks' lines
 during the job (each rank's own, on the node the rendezvous put it), and once it ended the run
-folder holds the whole of each node's logs."""
+folder holds the whole of each node's logs. The demo at test size, 0.1 s a step: rank 0 prints a
+line a step, as often as the full-size demo at full speed, for a fraction of its CPU."""
 
 from __future__ import annotations
 
 import pytest
+from cli_harness import UNTIL_STOPPED, demo_args
 from logs_on_node import node_logs_not_copied, steady_training_checked
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -15,7 +17,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 def test_a_two_node_job_changes_the_shared_run_folder_at_most_3_times_a_second(
         slurm_cluster, cli, demo) -> None:
     job_id = cli.run("submit", "--cluster", "slurm", str(demo), "--set", "nodes=2",
-                     "--set", "procs_per_node=1", "--set", 'args=["--steps", "100000"]',
+                     "--set", "procs_per_node=1", "--set", demo_args(*UNTIL_STOPPED),
                      check=True).stdout.strip()
     run_dir = None
     try:

@@ -8,6 +8,7 @@ checked by test_ssh_backend's hang test, whose first attempt is stopped and whos
 from __future__ import annotations
 
 import pytest
+from cli_harness import UNTIL_STOPPED, demo_args
 from logs_on_node import node_logs_not_copied, steady_training_checked
 from test_ssh_backend import TWO_HOSTS, on_hosts  # noqa: F401 (the fixture)
 
@@ -18,7 +19,7 @@ def test_a_two_host_job_changes_the_shared_run_folder_at_most_3_times_a_second(
         ssh_hosts, on_hosts) -> None:  # noqa: F811
     cli, demo = on_hosts
     job_id = cli.run("submit", "--cluster", "ssh", str(demo), *TWO_HOSTS,
-                     "--set", 'args=["--steps", "100000"]',
+                     "--set", demo_args(*UNTIL_STOPPED),  # a line a step, 0.1 s a step
                      "--set", "checkpoint.interval=50",  # the demo's own (TWO_HOSTS: 5)
                      check=True).stdout.split()[-1]
     run_dir = None
