@@ -6,20 +6,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+fresh=
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
+  fresh=1
 fi
 .venv/bin/python -m pip install --quiet --no-cache-dir --upgrade pip
 # The CPU build: this machine's pip configuration has its wheel (find-links /opt/wheels, version
 # 2.13.0+cpu); elsewhere it comes from PyTorch's CPU index (PyPI's torch 2.13.0 is the CUDA build,
 # 527 MB plus about 2.2 GB of nvidia packages).
-# --no-compile, then one compileall over both cores: pip compiles each package's .py files in one
-# process, which was most of the set-up's minute (torch alone: 34 s, 11 s without). The same .pyc
-# files, written once here: the suite's processes never compile torch's modules again.
-if ! .venv/bin/python -m pip install --quiet --no-cache-dir --no-compile "torch==2.13.0+cpu" 2>/dev/null; then
-  .venv/bin/python -m pip install --quiet --no-cache-dir --no-compile \
+# Into a new environment: --no-compile, then one compileall over every core. pip compiles each
+# package's .py files in one process (torch alone: 34 s, 11 s without); the same .pyc files, so the
+# suite's processes never compile torch's modules. Into an existing one, pip compiles what it
+# changes (a compileall over everything would read every file again: 5 s).
+compile=()
+[ -n "$fresh" ] && compile=(--no-compile)
+if ! .venv/bin/python -m pip install --quiet --no-cache-dir "${compile[@]}" "torch==2.13.0+cpu" 2>/dev/null; then
+  .venv/bin/python -m pip install --quiet --no-cache-dir "${compile[@]}" \
     --index-url https://download.pytorch.org/whl/cpu "torch==2.13.0+cpu"
 fi
-.venv/bin/python -m pip install --quiet --no-cache-dir --no-compile -e ".[runtime,test,accelerate,hf]"
-.venv/bin/python -m compileall -q -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
+.venv/bin/python -m pip install --quiet --no-cache-dir "${compile[@]}" -e ".[runtime,test,accelerate,hf]"
+if [ -n "$fresh" ]; then
+  .venv/bin/python -m compileall -q -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
+fi
 echo "fsdp-orch is set up in $(pwd)/.venv"
