@@ -1,10 +1,11 @@
 """How long does ``fsdp-orch metrics --serve`` take to answer a scrape of 1,000 ended jobs?
 
-Builds an index of ``--jobs`` ended jobs in a temporary home (each with a hang, a crash, two
-restarts, a straggler and refused connections: 22 series a job, more than a clean job has), serves
-it on loopback as ``metrics --serve`` does, and times ``--scrapes`` scrapes as Prometheus asks for
-them (gzip). The baseline, in the same run: ``fsdp-orch status --json`` of the same index (the
-command a pipeline would run instead). Target (issue 47): a scrape under 0.5 s.
+Builds an index of ``--jobs`` ended jobs in a temporary home (each the unit tests' made-up job of
+``tests/synthetic_jobs.py``: a hang, a crash, two restarts, a straggler and refused connections,
+22 series a job, more than a clean job has), serves it on loopback as ``metrics --serve`` does,
+and times ``--scrapes`` scrapes as Prometheus asks for them (gzip). The baseline, in the same
+run: ``fsdp-orch status --json`` of the same index (the command a pipeline would run instead).
+Target (issue 47): a scrape under 0.5 s.
 
     .venv/bin/python bench/metrics_scrape.py [--jobs 1000] [--scrapes 5]
 """
@@ -20,56 +21,16 @@ import sys
 import tempfile
 import time
 import urllib.request
+from pathlib import Path
 
 from fsdp_orch.places.home import store_path
 from fsdp_orch.prometheus.collector import registry
 from fsdp_orch.prometheus.serve import serve
-from fsdp_orch.record.event_types import (
-    AttemptEnded,
-    AttemptStarted,
-    CheckpointCommitted,
-    FailureDetected,
-    Finished,
-    FirstStep,
-    Notice,
-    Progress,
-    RestartScheduled,
-    Submitted,
-)
-from fsdp_orch.record.fold import fold
 from fsdp_orch.record.store import Store
 
-T0 = 1_700_000_000.0
-
-
-def ended_job(job_id: str, t0: float):  # type: ignore[no-untyped-def]
-    events = [
-        Submitted(at=t0, job=job_id, name="demo", cluster="local", run_dir=f"/nowhere/{job_id}"),
-        AttemptStarted(at=t0 + 1, attempt=0),
-        FirstStep(at=t0 + 3, attempt=0, first_step_at=t0 + 3),
-        Progress(at=t0 + 5, step=10, progress_at=t0 + 5),
-        CheckpointCommitted(at=t0 + 5.5, step=10, path="/ckpt/step-10"),
-        FailureDetected(at=t0 + 8, attempt=0, category="hang", stalled_for_s=3.0,
-                        action="restart"),
-        AttemptEnded(at=t0 + 9, attempt=0, exit_code=-9),
-        RestartScheduled(at=t0 + 9, reason="restarting", delay=1.0),
-        AttemptStarted(at=t0 + 10, attempt=1, resume_from="/ckpt/step-10", resume_step=10),
-        FirstStep(at=t0 + 12, attempt=1, first_step_at=t0 + 12),
-        Notice(at=t0 + 13, attempt=1, notice="straggler",
-               message="node 0, rank 1: the others wait 40% of each step for it"),
-        Notice(at=t0 + 14, attempt=1, notice="refused_connections", message="3 connection(s)"),
-        Progress(at=t0 + 20, step=30, progress_at=t0 + 20),
-        FailureDetected(at=t0 + 21, attempt=1, category="injected_fault", action="restart"),
-        AttemptEnded(at=t0 + 22, attempt=1, exit_code=1),
-        RestartScheduled(at=t0 + 22, reason="restarting", delay=1.0),
-        AttemptStarted(at=t0 + 23, attempt=2, resume_from="/ckpt/step-10", resume_step=10),
-        FirstStep(at=t0 + 26, attempt=2, first_step_at=t0 + 26),
-        Progress(at=t0 + 30, step=40, progress_at=t0 + 30),
-        CheckpointCommitted(at=t0 + 30.5, step=40, path="/ckpt/step-40"),
-        AttemptEnded(at=t0 + 31, attempt=2, exit_code=0),
-        Finished(at=t0 + 31, state="SUCCEEDED"),
-    ]
-    return fold(events, job_id)
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from synthetic_jobs import T0, two_restarts  # noqa: E402 (the tests' own made-up job)
 
 
 def timed(call, times: int) -> tuple[list[float], list[float]]:  # type: ignore[no-untyped-def]
@@ -93,7 +54,7 @@ def main() -> None:
         with Store(store_path(home)) as store:
             store.conn.execute("PRAGMA synchronous = OFF")
             for n in range(args.jobs):
-                store.put(ended_job(f"job-{n:05d}", T0 + n))
+                store.put(two_restarts(f"job-{n:05d}", T0 + n))
         server, port = serve("127.0.0.1", 0, registry(home))
         request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
                                          headers={"Accept-Encoding": "gzip"})
