@@ -139,7 +139,9 @@ def write_atomically(path: str | os.PathLike[str], data: bytes | str, *, mode: i
     target = os.fspath(path)
     folder, name = os.path.split(target)
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.{tmp_tag or os.urandom(3).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
+    # never through a link planted at the temporary name
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                 0o666 if mode is None else mode)
     if mode is not None:
         os.fchmod(fd, mode)
     with os.fdopen(fd, "wb") as f:  # one os.write may write only part of a large file

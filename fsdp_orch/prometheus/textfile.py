@@ -23,7 +23,8 @@ FILE_MODE = 0o644
 def write_textfile(folder: str, registry: CollectorRegistry, name: str = FILE_NAME) -> str:
     """Write ``registry``'s metrics to ``folder/name`` through a hidden temporary file
     (node_exporter reads only ``*.prom`` names) and a rename: a scrape sees the old file or the
-    new, never half."""
+    new, never half. The temporary name is random: the folder may be node_exporter's, which
+    others can write, and a name known ahead could be planted."""
     path = os.path.join(folder, name)
-    write_atomically(path, generate_latest(registry), mode=FILE_MODE, tmp_tag="metrics")
+    write_atomically(path, generate_latest(registry), mode=FILE_MODE)
     return path

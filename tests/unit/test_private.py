@@ -17,6 +17,7 @@ from fsdp_orch.places.private import (
     root_verdict,
     trust_problem,
     untrusted,
+    write_atomically,
     write_private,
 )
 from fsdp_orch.vocab.errors import InputError
@@ -202,3 +203,23 @@ def test_event_files_and_job_folders_others_could_write_are_not_read(tmp_path: P
         os.chown(runs / "ok", 4242, 4242)
         why = untrusted(str(runs / "ok"), [str(runs), str(runs.parent)])
         assert why is not None and "owned by uid 4242" in why
+
+
+# write_atomically, the one way fsdp-orch replaces a whole file: never through a link planted at
+# its temporary name (a folder node_exporter reads may be writable by others)
+def test_a_link_planted_at_the_temporary_name_is_not_followed(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    planted = tmp_path / f".out.prom.{os.getpid()}.known.tmp"
+    planted.symlink_to(victim)
+    with pytest.raises(OSError):
+        write_atomically(tmp_path / "out.prom", "metrics", mode=0o644, tmp_tag="known")
+    assert victim.read_text() == "mine" and not (tmp_path / "out.prom").exists()
+
+
+def test_the_file_is_replaced_whole_with_its_mode(tmp_path: Path) -> None:
+    target = tmp_path / "out.prom"
+    write_atomically(target, "one", mode=0o644)
+    write_atomically(target, "two", mode=0o644)
+    assert target.read_text() == "two" and (target.stat().st_mode & 0o777) == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.prom"]
