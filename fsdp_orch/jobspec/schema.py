@@ -302,6 +302,11 @@ class LaunchOptions(StrictModel):
     # auto: each attempt's ranks start from a warm standby (a process per node that has imported
     # torch) where the launch allows it, else cold; off: always cold. ``render`` says which and why.
     standby: Literal["auto", "off"] = "auto"
+    # How long an attempt runs before its launcher prepares the next attempt's keeper (an import of
+    # torch, about 2 CPU-seconds here): an attempt that ends sooner (a job of a few steps, a script
+    # that fails on start-up) pays for no keeper that nobody claims, and a restart after it starts
+    # its keeper at once. 0: prepared as soon as the ranks have started.
+    prepare_standby_after: Duration = Field(default=10.0, ge=0)
 
     @field_validator("standby", mode="before")
     @classmethod

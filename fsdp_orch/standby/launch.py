@@ -4,7 +4,8 @@
         --entry script|module -- PROGRAM...
 
 It asks this attempt's keeper (prepared by the attempt before; else started now) for its ranks,
-starts the next attempt's keeper, and then behaves as torchrun does for the supervisor: each rank's
+starts the next attempt's keeper once this one has run ``--prepare-next-after`` seconds (unless it
+ended first), and behaves as torchrun does for the supervisor: each rank's
 lines on its console prefixed ``[default<local rank>]:`` and kept per rank under ``--log-dir``; when
 a rank fails, the others are stopped and torchrun's failure summary is printed, exit 1. ``plain``
 (the python launcher: one process that spawns its own workers) passes the streams and the exit
@@ -24,6 +25,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 from fsdp_orch.nodeagent.beat_dir import private_beat_dir, user_tmp_root
 from fsdp_orch.observe.proctree import pid_alive, signal_pids
@@ -65,6 +67,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     # The node's keeper host (``standby.host``) keeps keepers ready: claim one of its, and leave
     # the next to it.
     p.add_argument("--hosted", action="store_true")
+    # Seconds this attempt runs before the next attempt's keeper is prepared (0: at once).
+    p.add_argument("--prepare-next-after", type=float, default=0.0)
     p.add_argument("program", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     if args.program[:1] == ["--"]:
@@ -337,18 +341,30 @@ def supervise(sock: socket.socket, selector: selectors.BaseSelector, relay: Rela
     say(f"attempt {attempt}: {len(pids)} rank(s) started from the standby ({how}), torch preloaded")
     if args.hosted:  # the node's keeper host prepares the next one
         return watch(answers, selector, relay, args, pids)
-    next_keeper = start_keeper(keeper_socket(folder, attempt + 1), attempt + 1, len(pids),
-                               os.path.join(folder, f"attempt-{attempt + 1}.log"), waited_on=False)
-    code = watch(answers, selector, relay, args, pids)
+    due = time.monotonic() + args.prepare_next_after
+    prepared: list[subprocess.Popen[bytes]] = []
+
+    def prepare_when_due() -> None:
+        if not prepared and time.monotonic() >= due:
+            prepared.append(start_keeper(keeper_socket(folder, attempt + 1), attempt + 1,
+                                         len(pids),
+                                         os.path.join(folder, f"attempt-{attempt + 1}.log"),
+                                         waited_on=False))
+
+    prepare_when_due()
+    code = watch(answers, selector, relay, args, pids, tick=prepare_when_due)
     if code == 0:  # the job's last attempt, most likely: no one will claim the next keeper
-        next_keeper.terminate()
+        for keeper in prepared:
+            keeper.terminate()
     return code
 
 
 def watch(answers: Answers, selector: selectors.BaseSelector, relay: Relay,
-          args: argparse.Namespace, pids: dict[int, int]) -> int:
+          args: argparse.Namespace, pids: dict[int, int],
+          tick: Callable[[], None] = lambda: None) -> int:
     """Relays the ranks' output until they have all ended; stops the rest when one fails, or when
-    this launcher is signalled. torchrun's exit status and failure summary."""
+    this launcher is signalled. torchrun's exit status and failure summary. ``tick`` runs at least
+    every half second while the ranks run."""
     ended: dict[int, int] = {}
     ends: list[RankEnd] = []
     stop_at: float | None = None
@@ -385,6 +401,8 @@ def watch(answers: Answers, selector: selectors.BaseSelector, relay: Relay,
                 if code != 0 and stop_at is None:
                     stop_at = time.monotonic() + STOP_GRACE_S
                     stop(pids, ended, signal.SIGTERM)
+        if len(ended) < len(pids) and stop_at is None:
+            tick()
         if signalled_at and stop_at is None:
             stop_at = signalled_at[0] + STOP_GRACE_S
         if stop_at is not None and time.monotonic() > stop_at:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_harness import culprit_leads, demo_args, hang_windows
+from cli_harness import culprit_leads, demo_args, hang_windows, standby_starts
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,9 @@ def run_with_fault(cli, demo, fault: str, *extra: str) -> tuple[dict, dict]:
 ])
 def test_fault_is_classified_restarted_and_the_result_is_exact(cli, demo, reference, fault,
                                                                category, evidence):
-    status, result = run_with_fault(cli, demo, fault)
+    # the crash's attempt prepares no keeper for the next one before it has run 5 minutes
+    late = ("--set", "launch.prepare_standby_after=5m") if fault.startswith("crash") else ()
+    status, result = run_with_fault(cli, demo, fault, *late)
     assert status["state"] == "SUCCEEDED"
     assert status["attempts"] == 2 and status["restarts"] == 1
     [failure] = status["failures"]
@@ -71,6 +73,9 @@ def test_fault_is_classified_restarted_and_the_result_is_exact(cli, demo, refere
     assert result["resumed_from"] >= 5, "the restart did not resume from a checkpoint"
     assert result["final_loss"] == reference["final_loss"]
     assert result["param_sha256"] == reference["param_sha256"]
+    if late:
+        started = standby_starts(cli.home / "runs" / status["id"] / "attempt-1")
+        assert started == ["started at once (none was prepared)"], started
 
 
 def test_collective_timeout_is_a_gloo_timeout(cli, demo, reference):

@@ -51,7 +51,8 @@ def rank_stderr(run_dir: Path, attempt: int) -> dict[str, str]:
 
 def test_the_second_attempt_starts_from_the_standby_without_importing_torch(cli, demo):
     _, cold_dir = run(cli, demo, "--set", "launch.standby=off")
-    _, warm_dir = run(cli, demo, "--fresh")
+    # its first attempt crashes in its first seconds: prepared at once, not after the default 10 s
+    _, warm_dir = run(cli, demo, "--fresh", "--set", "launch.prepare_standby_after=0s")
 
     cold = rank_stderr(cold_dir, 1)
     assert sorted(cold) == ["0", "1"]

@@ -97,7 +97,8 @@ def test_a_hang_on_the_second_host_stops_every_host_and_resumes_to_the_same_loss
         ssh_hosts, on_hosts, uninterrupted):
     cli, demo = on_hosts
     hung = submit_wait(cli, demo, "--set", demo_args(30), "--set",
-                       "env.FSDP_ORCH_FAULT=hang:step=12:rank=1")
+                       "env.FSDP_ORCH_FAULT=hang:step=12:rank=1",
+                       "--set", "launch.prepare_standby_after=0s")  # the hang comes within 10 s
     assert hung["state"] == "SUCCEEDED", hung
     [failure] = hung["failures"]
     assert failure["category"] == "hang" and failure["action"] == "restart", failure

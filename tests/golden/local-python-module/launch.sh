@@ -95,7 +95,8 @@ export NODE_RANK
 export NPROC_PER_NODE=2
 export WORLD_SIZE=2
 # Warm standby: the ranks start from a keeper that has imported torch (prepared by the attempt before,
-# else started now), and the next attempt's keeper is prepared while this one runs. Status 75: no
+# else started now), and the next attempt's keeper is prepared once this one has run
+# launch.prepare_standby_after. Status 75: no
 # keeper could serve, nothing started: start cold below.
 set +e
 # A SIGTERM for the whole step (scancel) ends this script only once the launcher it reached too has
@@ -112,6 +113,7 @@ trap ':' TERM
   --run-id j0123456789a-a1 \
   --log-dir "${RANK_LOG_DIR:-$NODE_LOG_DIR}" \
   --entry module \
+  --prepare-next-after 10.0 \
   -- mypkg.train --config configs/small.yaml
 standby_status=$?
 trap - TERM

@@ -105,7 +105,8 @@ if [ "${FSDP_ORCH_RESUME:-}" != never ] && fsdp_orch_why=$(fsdp_orch_refusal "$F
   exit 78
 fi
 # Warm standby: the ranks start from a keeper that has imported torch (prepared by the attempt before,
-# else started now), and the next attempt's keeper is prepared while this one runs. Status 75: no
+# else started now), and the next attempt's keeper is prepared once this one has run
+# launch.prepare_standby_after. Status 75: no
 # keeper could serve, nothing started: start cold below.
 set +e
 # A SIGTERM for the whole step (scancel) ends this script only once the launcher it reached too has

@@ -112,7 +112,8 @@ if [ "${FSDP_ORCH_RESUME:-}" != never ] && fsdp_orch_why=$(fsdp_orch_refusal "$F
   exit 78
 fi
 # Warm standby: the ranks start from a keeper that has imported torch (prepared by the attempt before,
-# else started now), and the next attempt's keeper is prepared while this one runs. Status 75: no
+# else started now), and the next attempt's keeper is prepared once this one has run
+# launch.prepare_standby_after. Status 75: no
 # keeper could serve, nothing started: start cold below.
 set +e
 # A SIGTERM for the whole step (scancel) ends this script only once the launcher it reached too has
@@ -129,6 +130,7 @@ trap ':' TERM
   --run-id j0123456789a-a1 \
   --log-dir "${RANK_LOG_DIR:-$NODE_LOG_DIR}" \
   --entry script \
+  --prepare-next-after 10.0 \
   -- train.py --steps 300 --lr 3e-4 --tag 'it'"'"'s a test'
 standby_status=$?
 trap - TERM
