@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -109,6 +110,14 @@ def job_events(cli: Cli, job_id: str) -> list[dict]:
     """The job's event log as ``fsdp-orch events --json`` prints it, in order."""
     return [json.loads(line)
             for line in cli.run("events", job_id, "--json", check=True).stdout.splitlines()]
+
+
+def step_losses(console: str) -> dict[int, str]:
+    """The demo's ``step=N loss=L`` lines (rank 0 prints one a step), as printed: a resumed attempt
+    that repeats the steps after its checkpoint with the first attempt's losses restored its state
+    exactly (the demo's batches depend on the step alone)."""
+    return {int(step): loss for step, loss in re.findall(r"^step=(\d+) loss=(\S+)$", console,
+                                                         re.M)}
 
 
 def hang_windows(cli: Cli, job_id: str, attempt: int = 0) -> list[dict]:

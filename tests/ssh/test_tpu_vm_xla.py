@@ -2,9 +2,11 @@
 (tests/ssh/tpu_stand.py) with ONE worker (a v4-8) whose profile runs the XLA environment's python
 (``.venv-xla``), and the ``xla`` launcher: PJRT_DEVICE=CPU from the profile's pjrt_device, 4 virtual
 CPU devices from the job's env. The demo runs FSDPv2 (SPMD, a (4, 1) mesh, one process) on the
-worker, crashes, and resumes from its checkpoint in the bucket to the clean run's numbers. One
-worker: PJRT's CPU client is a world of one per process, so two workers would each be alone (the
-runtime refuses that)."""
+worker, crashes, and resumes from its checkpoint in the bucket: the steps it trains again have the
+first attempt's losses to the last printed digit (tests/xla compares a resumed run with a clean one,
+run beside it; here the stand and the bucket are what is new, and a second XLA run would cost about
+30 CPU-seconds). One worker: PJRT's CPU client is a world of one per process, so two workers would
+each be alone (the runtime refuses that)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import xla_env
-from cli_harness import copy_demo
+from cli_harness import step_losses
 from tpu_stand import Stand, explained, tpu_stand
 from xla_env import SMALL_DEMO, XLA_DEVICES
 
@@ -35,13 +37,8 @@ def xla_stand(ssh_hosts, xla_python: Path) -> Iterator[Stand]:  # type: ignore[n
     yield from tpu_stand(ssh_hosts, xla_python, num_workers=1, env={"OMP_NUM_THREADS": "2"})
 
 
-def test_fsdpv2_on_a_one_worker_tpu_vm_resumes_after_a_crash_to_the_clean_runs_numbers(
+def test_fsdpv2_on_a_one_worker_tpu_vm_resumes_after_a_crash_to_the_first_attempts_losses(
         ssh_hosts, xla_stand: Stand, xla_python: Path) -> None:
-    clean = xla_stand.submit(*XLA_JOB, demo=copy_demo(xla_stand.demo.parent.parent / "clean"))
-    assert isinstance(clean, dict) and clean["state"] == "SUCCEEDED", explained(clean)
-    assert clean["attempts"] == 1 and clean["failures"] == [], explained(clean)
-    reference = json.loads(xla_stand.on_worker(ssh_hosts, 0, clean["id"], "result.json"))
-
     faulted = xla_stand.submit(*XLA_JOB, "--set",
                                f"env.FSDP_ORCH_FAULT=crash:step={INTERVAL + 5}:rank=0")
     assert isinstance(faulted, dict) and faulted["state"] == "SUCCEEDED", explained(faulted)
@@ -51,17 +48,21 @@ def test_fsdpv2_on_a_one_worker_tpu_vm_resumes_after_a_crash_to_the_clean_runs_n
     job_id = faulted["id"]
     result = json.loads(xla_stand.on_worker(ssh_hosts, 0, job_id, "result.json"))
     # the runtime's plan on the worker: FSDPv2 over the 4 virtual CPU devices of one process
-    for run in (reference, result):
-        plan = run["plan"]["plan"]
-        assert (plan["wrapper"], plan["spmd"], plan["devices"], plan["processes"]) == (
-            "SpmdFullyShardedDataParallel", True, XLA_DEVICES, 1), plan
-        assert plan["mesh_shape"] == [XLA_DEVICES, 1], plan
+    plan = result["plan"]["plan"]
+    assert (plan["wrapper"], plan["spmd"], plan["devices"], plan["processes"]) == (
+        "SpmdFullyShardedDataParallel", True, XLA_DEVICES, 1), plan
+    assert plan["mesh_shape"] == [XLA_DEVICES, 1], plan
     assert result["resumed_from"] == INTERVAL and result["final_step"] == STEPS, result
     # the crash came after step 10's checkpoint (in the bucket); XLA's CPU backend is deterministic
-    # and the checkpoint holds the sharded weights, the optimizer's state and the RNG states
-    assert result["final_loss"] == reference["final_loss"], (result["final_loss"],
-                                                             reference["final_loss"])
-    assert result["param_sha256"] == reference["param_sha256"]
+    # and the checkpoint holds the sharded weights, the optimizer's state and the RNG states: the
+    # steps trained again (11 to 15, where it crashed) repeat the first attempt's losses
+    first, second = (step_losses(xla_stand.on_worker(ssh_hosts, 0, job_id,
+                                                     f"attempt-{a}/console-node-0.log"))
+                     for a in (0, 1))
+    again = sorted(set(first) & set(second))
+    assert again == list(range(INTERVAL + 1, INTERVAL + 6)), (sorted(first), sorted(second))
+    assert [first[s] for s in again] == [second[s] for s in again], (first, second)
+    assert sorted(second) == list(range(INTERVAL + 1, STEPS + 1)), sorted(second)
     # the node scripts: the profile's pjrt_device, the job's device count, the XLA environment's
     # python
     for attempt in (0, 1):
