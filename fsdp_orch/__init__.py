@@ -1,13 +1,13 @@
 """fsdp-orch: run multi-node PyTorch FSDP jobs on real clusters and keep them alive.
 
 Kept import-free on purpose: the CLI must start fast on a login node. The Python API
-(``fsdp_orch.submit``, ``Job``, ``WaitTimedOut``; see
+(``fsdp_orch.submit``, ``Job``, ``JobDoesNotFit``, ``WaitTimedOut``; see
 ``fsdp_orch.control.api``) is loaded on first use.
 """
 
 from fsdp_orch.vocab.version import __version__ as __version__
 
-_API = ("submit", "Job", "WaitTimedOut")
+_API = ("submit", "Job", "JobDoesNotFit", "WaitTimedOut")
 
 
 def __getattr__(name: str) -> object:

@@ -72,4 +72,5 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
                    help="an 'accelerate config' YAML whose FSDP options fill the job's fsdp:")
 
 
+GPU_MEMORY_HELP = "each GPU's memory (80GB), in place of the profile's gpu_memory"  # fit, submit
 JOB_ID_HELP = "a job's id, or the start of one that names a single job (as status lists them)"

@@ -9,8 +9,11 @@
 
 It works on ``$FSDP_ORCH_HOME`` and finds cluster profiles from the current directory, as the CLI
 does, and returns the objects the CLI prints as JSON. Bad input raises the CLI's typed errors
-(``InputError``: file, line, field); a job that fails raises nothing, its status says FAILED. A
-wait that runs out raises ``WaitTimedOut`` (the CLI's exit 3), with the status at that moment.
+(``InputError``: file, line, field); a job that does not fit its cluster's GPUs raises
+``JobDoesNotFit`` (an ``InputError``, with the estimate and what would make it fit), as the CLI
+refuses it; a job that fails raises nothing, its status says FAILED. A wait that runs out raises
+``WaitTimedOut`` (the CLI's exit 3), with the status at that moment. Nothing is printed: what the
+CLI says on stderr at submit is the handle's ``notes``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fsdp_orch.control.fit_gate import JobDoesNotFit
 from fsdp_orch.control.submit_request import API_WORDS, SubmitRequest
 from fsdp_orch.vocab import inputs
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError, JobNotFound
@@ -79,9 +83,12 @@ def _timeout(value: object) -> float | None:
 class Job:
     """A submitted job, by id. Every call reads the job's current record."""
 
-    def __init__(self, job_id: str, created: bool = True):
+    def __init__(self, job_id: str, created: bool = True, notes: Sequence[str] = ()):
         self.id = inputs.job_id(job_id, field="job_id")  # "" would match any job by prefix
         self.created = created  # False: an earlier submit with the same idempotency key made it
+        # what submit said of it, a line each, as the CLI's stderr has them: the fit check's
+        # verdict (or why there is none), the checkpoint it resumes, what the launch changes
+        self.notes = list(notes)
 
     def __repr__(self) -> str:
         return f"Job({self.id!r})"
@@ -151,8 +158,8 @@ class Job:
 
 def _request(job: str | os.PathLike[str], cluster: str, overrides: Overrides | None, wait: bool,
              timeout: float | None, idempotency_key: str | None, accelerate_config: str | None,
-             init_from: str | None, init_optimizer: bool, resume: bool,
-             fresh: bool) -> SubmitRequest:
+             init_from: str | None, init_optimizer: bool, resume: bool, fresh: bool,
+             fit_check: bool, gpu_memory: str | int | None) -> SubmitRequest:
     """The arguments of ``submit`` as the request the CLI makes of its flags: each of the right
     type here, the rules for combining them the request's own (control/submit_request)."""
     job_file = _path(job, "job")
@@ -165,38 +172,49 @@ def _request(job: str | os.PathLike[str], cluster: str, overrides: Overrides | N
     inputs.of_type(init_optimizer, bool, "init_optimizer", "True or False")
     inputs.of_type(resume, bool, "resume", "True or False")
     inputs.of_type(fresh, bool, "fresh", "True or False")
+    inputs.of_type(fit_check, bool, "fit_check", "True or False")
     return SubmitRequest(
         Path(str(job_file)), cluster, tuple(lines), accelerate_config=accelerate, wait=wait,
         timeout=seconds, idempotency_key=idempotency_key, init_from=init_from,
-        init_optimizer=init_optimizer, resume=resume, fresh=fresh, words=API_WORDS)
+        init_optimizer=init_optimizer, resume=resume, fresh=fresh, fit_check=fit_check,
+        gpu_memory=gpu_memory, words=API_WORDS)
 
 
 def submit(job: str | os.PathLike[str], cluster: str = "local", *,
            overrides: Overrides | None = None, wait: bool = False, timeout: float | None = None,
            idempotency_key: str | None = None, accelerate_config: str | None = None,
            init_from: str | None = None, init_optimizer: bool = False, resume: bool = False,
-           fresh: bool = False) -> Job:
+           fresh: bool = False, fit_check: bool = True,
+           gpu_memory: str | int | None = None) -> Job:
     """Submit ``job`` (a job.yaml) to ``cluster``; with ``wait``, return once it ended (``timeout``:
     ``WaitTimedOut``). ``overrides``: ``{"args": [...], "restart.max_restarts": 5}`` or
     ``["k=v", ...]``, as ``--set``. ``init_from``: a job id or checkpoint to start from
     (``--init-from``). ``resume`` / ``fresh``: the checkpoint folder already holds a checkpoint of
     a job that ended SUCCEEDED: continue it, or move it aside (kept) and start over (``--resume`` /
-    ``--fresh``); without either such a submission raises InputError."""
+    ``--fresh``); without either such a submission raises InputError. A job with a ``fit:`` block
+    is estimated first, as the CLI does: ``JobDoesNotFit`` where it does not fit its GPUs (their
+    memory: ``gpu_memory``, "80GB" or bytes, else the profile's or the cluster's), nothing
+    submitted; ``fit_check=False`` skips that (``--no-fit-check``)."""
     # Every argument is checked, and the job planned, before the index is opened: bad input
     # submits and writes nothing.
     request = _request(job, cluster, overrides, wait, timeout, idempotency_key, accelerate_config,
-                       init_from, init_optimizer, resume, fresh)
+                       init_from, init_optimizer, resume, fresh, fit_check, gpu_memory)
+    from fsdp_orch.control.fit_gate import fit_gated
     from fsdp_orch.control.job_control import submit as submit_job
     from fsdp_orch.control.planning import plan_submission
+    from fsdp_orch.places.builtin import home
     from fsdp_orch.record.index import open_index_for_submit
 
-    planned = plan_submission(request)
+    gated = fit_gated(request, plan_submission(request), home=home())
+    notes = list(gated.notes)
     with open_index_for_submit() as index:
-        job_id, created = submit_job(index, request, planned)
-    handle = Job(job_id, created)
+        job_id, created = submit_job(index, request, gated.planned, say=notes.append)
+    if created:
+        notes += gated.planned.plan.notices
+    handle = Job(job_id, created, notes)
     if wait:
         handle.wait(request.wait_s)
     return handle
 
 
-__all__ = ["Job", "WaitTimedOut", "submit"]
+__all__ = ["Job", "JobDoesNotFit", "WaitTimedOut", "submit"]

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fsdp_orch.jobspec.sizes import size_argument
 from fsdp_orch.vocab import inputs
 from fsdp_orch.vocab.errors import InputError
 
@@ -31,18 +32,23 @@ class Words:
     resume: str
     fresh: str
     resume_or_fresh: str
+    gpu_memory: str
+    no_fit_check: str  # how to submit without the fit check
+    fit_changes: str  # where the changes that would make a job fit are
 
 
 CLI_WORDS = Words(
     wait="--wait", timeout="--timeout", idempotency_key="--idempotency-key",
     blank_key="expected a non-empty key; got {key!r}", init_from="--init-from",
     init_optimizer="--init-optimizer", resume="--resume (continue the checkpoint there)",
-    fresh="--fresh (move it aside and start over)", resume_or_fresh="--resume/--fresh")
+    fresh="--fresh (move it aside and start over)", resume_or_fresh="--resume/--fresh",
+    gpu_memory="--gpu-memory", no_fit_check="--no-fit-check", fit_changes="as above")
 API_WORDS = Words(
     wait="wait=True", timeout="timeout", idempotency_key="idempotency_key",
     blank_key="expected a non-empty key, or None", init_from="init_from",
     init_optimizer="init_optimizer", resume="resume=True", fresh="fresh=True",
-    resume_or_fresh="resume/fresh")
+    resume_or_fresh="resume/fresh", gpu_memory="gpu_memory", no_fit_check="fit_check=False",
+    fit_changes="as the exception's suggestions say")
 
 
 @dataclass(frozen=True)
@@ -61,11 +67,17 @@ class SubmitRequest:
     init_optimizer: bool = False
     resume: bool = False
     fresh: bool = False
+    # The fit check the CLI and the API make before anything is written (control/fit_gate; a
+    # schedule's tick is not checked), and the GPU memory it holds the job against, as given (80GB
+    # or bytes), in place of the profile's and the cluster's.
+    fit_check: bool = True
+    gpu_memory: str | int | None = None
     # Who asked besides a user (a schedule's tick); recorded with the job.
     origin: Mapping[str, object] | None = None
     home_dir: Path | None = None  # whose runs folder takes the job; None: $FSDP_ORCH_HOME's
     words: Words = field(default=CLI_WORDS, repr=False, compare=False)
     wait_s: float | None = field(init=False, default=None)  # the timeout in seconds
+    gpu_memory_bytes: int | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         words = self.words
@@ -81,6 +93,12 @@ class SubmitRequest:
         if self.resume and self.fresh:
             raise InputError(f"expected one of {words.resume} or {words.fresh}, not both",
                              field=words.resume_or_fresh)
+        if self.gpu_memory is not None:
+            if not self.fit_check:
+                raise InputError(f"only without {words.no_fit_check} (it is the memory the fit "
+                                 "check holds the job against)", field=words.gpu_memory)
+            object.__setattr__(self, "gpu_memory_bytes",
+                               size_argument(self.gpu_memory, words.gpu_memory))
 
     def _wait_seconds(self) -> float | None:
         if self.timeout is None:

@@ -1,6 +1,7 @@
 """The fit check ``submit`` makes before anything is written: a job with a ``fit:`` block, on a
 cluster whose GPU memory is known (the profile's ``gpu_memory``, or what the cluster says), is
 estimated (cached: fast) and refused when it does not fit, with what would make it fit.
+``control.fit_gate`` makes it for the CLI and the Python API alike.
 
 The check never stands in a job's way for reasons of its own: without a GPU memory, without torch
 (or transformers, for a Hugging Face config) here, or where the estimate itself fails, it is
@@ -43,10 +44,12 @@ class SubmitCheck:
 
 
 def check_at_submit(job: JobSpec, profile: ProfileBase, job_file: Path, *, home: Path,
-                    run: Runner = command.run) -> SubmitCheck:
+                    gpu_memory: int | None = None, run: Runner = command.run) -> SubmitCheck:
+    """``gpu_memory``: bytes a GPU (``--gpu-memory``), in place of the profile's and the
+    cluster's."""
     if job.fit is None:
         return SubmitCheck(Outcome.UNCHECKED)
-    memory, where = cluster_gpu_memory(profile, None, run)
+    memory, where = cluster_gpu_memory(profile, gpu_memory, run)
     if memory is None:
         # said only where the cluster has GPUs it could not tell the memory of: a profile
         # without gpu_memory on a kind that cannot say it (local) is no news at every submit

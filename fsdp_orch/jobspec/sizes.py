@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 import re
 
+from fsdp_orch.vocab.errors import InputError
+
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
           "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40,
           "tib": 1 << 40}
@@ -30,6 +32,15 @@ def parse_size(value: object) -> int:
             return int(float(match.group(1)) * _UNITS[match.group(2)])
     shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
     raise ValueError(f"{expected}; got {shown}")
+
+
+def size_argument(value: object, field: str) -> int:
+    """A size handed over as an argument (``--gpu-memory 80GB``, ``gpu_memory="80GB"``): bytes;
+    InputError naming ``field`` with the accepted forms."""
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise InputError(str(exc), field=field) from None
 
 
 def format_gib(size: float) -> str:

@@ -2,7 +2,8 @@
 CLI's own process) and a local profile that says its GPUs have 1400 MB: the job does not fit and is
 refused (exit 2, the table and what would make it fit on stderr, nothing submitted); the change
 the refusal puts first fits when applied (``fit --set``) and is submitted; ``--no-fit-check``
-submits the job as it is."""
+submits the job as it is. ``--gpu-memory`` (and the Python API's ``gpu_memory``) holds the job
+against that memory on a profile that says none, from the cached measurement."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from pathlib import Path
 import pytest
 from cli_harness import REPO, Cli
 
+import fsdp_orch
+
 pytestmark = pytest.mark.slow
 
 TINY = REPO / "tests" / "fixtures" / "fit" / "tiny-llama"
@@ -22,7 +25,7 @@ SUGGESTION = re.compile(r"^\s+--set (\S+)\s+([\d.]+) (MiB|GiB)\s+(fits|does not 
 
 
 def test_a_job_that_does_not_fit_is_refused_with_what_would_make_it_fit(
-        cli: Cli, tmp_path: Path) -> None:
+        cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     shutil.copytree(TINY, tmp_path / "tiny-llama")
     job = tmp_path / "job.yaml"
     job.write_text("name: tiny-fit\nlauncher: python\ncommand: ['true']\nprocs_per_node: 2\n"
@@ -41,6 +44,23 @@ def test_a_job_that_does_not_fit_is_refused_with_what_would_make_it_fit(
     verdicts = [fits for _, fits in suggestions]
     assert verdicts == sorted(verdicts, key=lambda fits: fits != "fits")  # the fitting first
     assert refused.stderr.rstrip().endswith("submit with --no-fit-check"), refused.stderr
+
+    # local's profile says no gpu_memory: --gpu-memory, and the API's gpu_memory, say it
+    given = cli.run("submit", str(job), "--cluster", "local", "--gpu-memory", "1400MB")
+    assert given.returncode == 2 and "Traceback" not in given.stderr, given.stderr
+    assert re.search(r"peak\s+[\d.]+ GiB\s+does not fit: \d+% of 1.4 GiB", given.stderr)
+    assert given.stderr.rstrip().endswith("submit with --no-fit-check"), given.stderr
+    monkeypatch.setenv("FSDP_ORCH_HOME", str(cli.home))
+    monkeypatch.chdir(cli.cwd)
+    with pytest.raises(fsdp_orch.JobDoesNotFit) as raised:
+        fsdp_orch.submit(job, "local", gpu_memory="1400MB")
+    api = raised.value
+    assert api.exit_code == 2 and api.gpu_memory_gib == pytest.approx(1400 / 1024)
+    assert api.peak_gib > api.gpu_memory_gib and api.estimate.cached
+    assert [(s.set, "fits" if s.fits else "does not fit") for s in api.suggestions] == suggestions
+    assert str(api).startswith(f"{job}: fit: not submitted: the job does not fit the GPUs of "
+                               "local (does not fit: ")
+    assert str(api).endswith("or submit with fit_check=False")
     assert json.loads(cli.run("status", "--json", check=True).stdout) == []
     assert not (cli.home / "runs").exists() or not any((cli.home / "runs").iterdir())
 

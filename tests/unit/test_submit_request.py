@@ -48,6 +48,15 @@ RULES = [
      "--resume/--fresh: expected one of --resume (continue the checkpoint there) or --fresh "
      "(move it aside and start over), not both",
      "resume/fresh: expected one of resume=True or fresh=True, not both"),
+    ("bad-gpu-memory", ["--gpu-memory", "lots"], {"gpu_memory": "lots"},
+     "--gpu-memory: expected a memory size like 80GB, 24GiB or 512MB; got 'lots'",
+     "gpu_memory: expected a memory size like 80GB, 24GiB or 512MB; got 'lots'"),
+    ("gpu-memory-unchecked", ["--gpu-memory", "80GB", "--no-fit-check"],
+     {"gpu_memory": "80GB", "fit_check": False},
+     "--gpu-memory: only without --no-fit-check (it is the memory the fit check holds the job "
+     "against)",
+     "gpu_memory: only without fit_check=False (it is the memory the fit check holds the job "
+     "against)"),
 ]
 IDS = [rule[0] for rule in RULES]
 
@@ -88,6 +97,24 @@ def test_a_request_holds_what_was_asked():
     assert scheduled.checkpoint_per_job and scheduled.checkpoint_choice is None
     with pytest.raises(InputError, match="expected a duration"):
         SubmitRequest(Path("j"), "c", wait=True, timeout="soon")
+    assert SubmitRequest(Path("j"), "c", gpu_memory="1400MB").gpu_memory_bytes == 1400 << 20
+    assert SubmitRequest(Path("j"), "c", gpu_memory=1 << 30, words=API_WORDS).gpu_memory_bytes \
+        == 1 << 30
+
+
+@pytest.mark.parametrize("words", [CLI_WORDS, API_WORDS])
+def test_a_gpu_memory_for_a_job_without_a_fit_block_is_said_to_do_nothing(home, words):
+    from fsdp_orch.control.fit_gate import fit_gated
+    from fsdp_orch.control.planning import plan_submission
+
+    (home.parent / "work" / "train.py").write_text("print('trained')\n")
+    request = SubmitRequest(Path("job.yaml"), "local", gpu_memory="80GB", words=words)
+    gated = fit_gated(request, plan_submission(request), home=home)
+    assert gated.notes == [f"{words.gpu_memory} has no effect: the job has no fit: block "
+                           "(nothing to estimate)"]
+    assert gated.planned.fit_estimate is None
+    unasked = SubmitRequest(Path("job.yaml"), "local", words=words)
+    assert fit_gated(unasked, plan_submission(unasked), home=home).notes == []
 
 
 def test_a_submit_plans_once_and_says_the_plans_notices(home, capsys, monkeypatch):

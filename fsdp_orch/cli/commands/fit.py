@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from fsdp_orch.cli.common import EXIT_OK, add_job_options
+from fsdp_orch.cli.common import EXIT_OK, GPU_MEMORY_HELP, add_job_options
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (peak_gib_per_gpu, "
                    "per_gpu_gib, stated_gib, fits, ...)")
     p.add_argument("--gpu-memory", metavar="SIZE",
-                   help="each GPU's memory (80GB), in place of the profile's gpu_memory")
+                   help=GPU_MEMORY_HELP)
     p.add_argument("--no-cache", action="store_true", help="measure again, whatever is cached")
     p.add_argument("--suggest", action="store_true",
                    help="say what single change would lower the peak (offload, activation "
@@ -40,16 +40,12 @@ def run(args: argparse.Namespace) -> int:
     from fsdp_orch.cli.fit_report import report_json, report_text
     from fsdp_orch.fit.estimate import estimate, suggestions_for
     from fsdp_orch.fit.suggestions import wanted
-    from fsdp_orch.jobspec.sizes import parse_size
+    from fsdp_orch.jobspec.sizes import size_argument
     from fsdp_orch.places.builtin import home
-    from fsdp_orch.vocab.errors import InputError
 
     gpu_memory = None
     if args.gpu_memory is not None:
-        try:
-            gpu_memory = parse_size(args.gpu_memory)
-        except ValueError as exc:
-            raise InputError(str(exc), field="--gpu-memory") from None
+        gpu_memory = size_argument(args.gpu_memory, "--gpu-memory")
     found = estimate(Path(args.job), args.cluster, overrides=args.set, home=home(),
                      gpu_memory=gpu_memory, use_cache=not args.no_cache,
                      every_layer=args.every_layer)

@@ -9,6 +9,7 @@ from fsdp_orch.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     EXIT_WAIT_TIMED_OUT,
+    GPU_MEMORY_HELP,
     add_job_options,
     print_table,
     say,
@@ -53,6 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-fit-check", action="store_true",
                    help="submit a job with a fit: block without estimating first whether it fits "
                         "the cluster's GPUs (by default one that does not is refused, exit 2)")
+    p.add_argument("--gpu-memory", metavar="SIZE",
+                   help=GPU_MEMORY_HELP + ", and of the cluster's GRES: what the fit check holds "
+                        "the job against (not with --no-fit-check)")
 
 
 def submit_request(args: argparse.Namespace) -> SubmitRequest:
@@ -65,7 +69,8 @@ def submit_request(args: argparse.Namespace) -> SubmitRequest:
         Path(args.job), args.cluster, tuple(args.set), accelerate_config=args.accelerate_config,
         wait=args.wait, timeout=args.timeout, idempotency_key=args.idempotency_key,
         init_from=args.init_from, init_optimizer=args.init_optimizer, resume=args.resume,
-        fresh=args.fresh, words=CLI_WORDS)
+        fresh=args.fresh, fit_check=not args.no_fit_check, gpu_memory=args.gpu_memory,
+        words=CLI_WORDS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,11 +80,10 @@ def run(args: argparse.Namespace) -> int:
 
     request = submit_request(args)
     planned = plan_submission(request)  # before the index is opened: bad input writes nothing
-    if not args.no_fit_check and planned.submission.job.fit is not None:
-        checked = _fit_checked(args, planned)
-        if checked is None:
-            return EXIT_USAGE
-        planned = checked
+    checked = _fit_checked(args, request, planned)
+    if checked is None:
+        return EXIT_USAGE
+    planned = checked
     with open_index_for_submit() as index:
         job_id, created = submit(index, request, planned, say=lambda line: say([line]))
         if created:
@@ -92,32 +96,25 @@ def run(args: argparse.Namespace) -> int:
         return _wait(args, index, job_id, created, request.wait_s)
 
 
-def _fit_checked(args: argparse.Namespace,
+def _fit_checked(args: argparse.Namespace, request: SubmitRequest,
                  planned: PlannedSubmission) -> PlannedSubmission | None:
-    """The fit check (``fit.at_submit``). None: the job does not fit and is refused, its table and
-    what would make it fit on stderr. Else one line says the verdict, or why there is none, and
-    the planned submission carries the estimate (recorded with the job)."""
-    from dataclasses import replace
-    from pathlib import Path
-
-    from fsdp_orch.cli.fit_report import report_text
-    from fsdp_orch.fit.at_submit import Outcome, check_at_submit
+    """The fit check (``control.fit_gate``), said on stderr. None: the job does not fit and is
+    refused, its table and what would make it fit said first. Else the planned submission,
+    carrying the estimate where there was one."""
+    from fsdp_orch.control.fit_gate import JobDoesNotFit, fit_gated
     from fsdp_orch.places.builtin import home
 
-    submission = planned.submission
-    check = check_at_submit(submission.job, submission.profile, Path(args.job), home=home())
-    found = check.found
-    if check.outcome is Outcome.DOES_NOT_FIT and found is not None:
-        sys.stderr.write(report_text(args.job, args.cluster, found, check.suggestions))
-        say([f"not submitted: the job does not fit the GPUs of {args.cluster} "
-             f"({found.budget.verdict}); change it as above, or submit with --no-fit-check"])
+    try:
+        gated = fit_gated(request, planned, home=home())
+    except JobDoesNotFit as refused:
+        from fsdp_orch.cli.fit_report import report_text
+
+        sys.stderr.write(report_text(args.job, args.cluster, refused.estimate,
+                                     refused.suggestions))
+        say([refused.detail])
         return None
-    say([check.note] if check.note else [])
-    if found is None:
-        return planned
-    b = found.budget
-    return replace(planned, fit_estimate=(round(b.peak_gib, 3), round(sum(b.rows.values()), 3),
-                                          b.gpu_memory_gib))
+    say(gated.notes)
+    return gated.planned
 
 
 def _wait(args: argparse.Namespace, index: JobIndex, job_id: str, created: bool,
