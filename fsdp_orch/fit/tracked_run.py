@@ -94,7 +94,8 @@ def tracked_step(setup: FitSetup, base: str, *, layers: int | None = None,
             from fsdp_orch.fit.adapters import add_adapters
 
             adapted = add_adapters(model, fit.lora.r, fit.lora.target_modules,
-                                   fit.lora.quantize, getattr(torch, fit.lora.quant_storage))
+                                   fit.lora.quantize, getattr(torch, fit.lora.quant_storage),
+                                   fit.lora.dropout)
         _shard(model, setup, mesh)
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = _optimizer(fit.optimizer, trainable)

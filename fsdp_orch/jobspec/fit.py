@@ -12,6 +12,9 @@ from fsdp_orch.jobspec.validation import StrictModel
 
 class LoraOptions(StrictModel):
     r: int = Field(default=8, gt=0)
+    # PEFT's lora_dropout: the probability an adapter's input is zeroed with (LoraConfig's default:
+    # 0.0, none); above 0 each adapted Linear keeps the dropped input and its mask for backward
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     # "all-linear" (PEFT's: every nn.Linear but the output head), or the Linear modules' names
     target_modules: Literal["all-linear"] | list[str] = "all-linear"
     # nf4: QLoRA, the base weights stored in 4 bits (bitsandbytes), packed into

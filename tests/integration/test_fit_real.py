@@ -1,6 +1,7 @@
 """``fsdp-orch fit``'s estimate against the same tracker run for real (issue 46's target: the peak
 of tracked bytes within 10%), on three small models a user has here: the demo (its job's factory),
-the Hugging Face Trainer script's GPT-2 (its config) and the tiny Llama with LoRA on every Linear.
+the Hugging Face Trainer script's GPT-2 (its config) and the tiny Llama with LoRA on every Linear
+(dropout 0.1, as PEFT's FSDP examples: each adapter keeps its dropped input and mask).
 The estimate runs under ``FakeTensorMode`` over a fake process group in the CLI's one process; the
 real run (``fsdp_orch.fit.real_run``) is 2 torchrun ranks over gloo with real CPU tensors, the same
 model, sharding and step under ``FSDPMemTracker``, started beside the estimates."""
@@ -30,7 +31,7 @@ def lora_job(base: Path) -> Path:
     job = base / "lora.yaml"
     job.write_text("name: tiny-lora\nscript: train.py\nprocs_per_node: 2\n"
                    "fit: {model: tiny-llama, batch_size: 2, seq_len: 64,\n"
-                   "      lora: {r: 8, target_modules: all-linear}}\n")
+                   "      lora: {r: 8, target_modules: all-linear, dropout: 0.1}}\n")
     return job
 
 
