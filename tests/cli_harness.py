@@ -113,11 +113,19 @@ def job_events(cli: Cli, job_id: str) -> list[dict]:
 
 
 def step_losses(console: str) -> dict[int, str]:
-    """The demo's ``step=N loss=L`` lines (rank 0 prints one a step), as printed: a resumed attempt
-    that repeats the steps after its checkpoint with the first attempt's losses restored its state
-    exactly (the demo's batches depend on the step alone)."""
+    """The demo's ``step=N loss=L`` lines (rank 0 prints one a step), as printed."""
     return {int(step): loss for step, loss in re.findall(r"^step=(\d+) loss=(\S+)$", console,
                                                          re.M)}
+
+
+def repeated(before: dict[int, str], after: dict[int, str]) -> list[int]:
+    """The steps two attempts both trained (``step_losses`` of each), whose printed losses must be
+    equal: a resumed attempt that restored the weights, the optimizer's state and the RNG states
+    exactly repeats them on a deterministic backend (the demo's batches depend on the step
+    alone)."""
+    again = sorted(set(before) & set(after))
+    assert [before[s] for s in again] == [after[s] for s in again], (before, after)
+    return again
 
 
 def hang_windows(cli: Cli, job_id: str, attempt: int = 0) -> list[dict]:

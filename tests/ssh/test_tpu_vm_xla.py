@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import xla_env
-from cli_harness import step_losses
+from cli_harness import repeated, step_losses
 from tpu_stand import Stand, explained, tpu_stand
 from xla_env import SMALL_DEMO, XLA_DEVICES
 
@@ -59,9 +59,8 @@ def test_fsdpv2_on_a_one_worker_tpu_vm_resumes_after_a_crash_to_the_first_attemp
     first, second = (step_losses(xla_stand.on_worker(ssh_hosts, 0, job_id,
                                                      f"attempt-{a}/console-node-0.log"))
                      for a in (0, 1))
-    again = sorted(set(first) & set(second))
-    assert again == list(range(INTERVAL + 1, INTERVAL + 6)), (sorted(first), sorted(second))
-    assert [first[s] for s in again] == [second[s] for s in again], (first, second)
+    assert repeated(first, second) == list(range(INTERVAL + 1, INTERVAL + 6)), (sorted(first),
+                                                                                 sorted(second))
     assert sorted(second) == list(range(INTERVAL + 1, STEPS + 1)), sorted(second)
     # the node scripts: the profile's pjrt_device, the job's device count, the XLA environment's
     # python

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_harness import Cli, copy_demo, culprit_leads, step_losses, why
+from cli_harness import Cli, copy_demo, culprit_leads, repeated, step_losses, why
 from conftest import SMALL_DEMO, SPMD_ENV, XLA_DEVICES
 
 pytestmark = [pytest.mark.slow, pytest.mark.xla]
@@ -44,15 +44,6 @@ def result(status: dict) -> dict:
 def console_losses(status: dict, attempt: int) -> dict[int, str]:
     return step_losses((Path(status["run_dir"]) / f"attempt-{attempt}" /
                         "console-node-0.log").read_text())
-
-
-def repeated(before: dict[int, str], after: dict[int, str]) -> list[int]:
-    """The steps both attempts trained, whose printed losses must be equal: a restore of the
-    weights, the optimizer's state and the RNG states on XLA's deterministic CPU backend repeats
-    them exactly (the demo's batches depend on the step alone)."""
-    again = sorted(set(before) & set(after))
-    assert [before[s] for s in again] == [after[s] for s in again], (before, after)
-    return again
 
 
 def test_fsdpv2_on_four_devices_resumes_after_a_crash_and_a_hang_to_the_first_attempts_losses(
