@@ -6,6 +6,8 @@ import time
 from typing import Any
 
 from fsdp_orch.record.event_types import RUNTIME_LOSS
+from fsdp_orch.record.restart_budget import restart_budget
+from fsdp_orch.record.save_cadence import describe
 from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.times import iso_time
 
@@ -82,8 +84,14 @@ def detail_lines(job: JobStatus, now: float | None = None) -> list[str]:
     memory = memory_line(job)
     if memory:
         lines.append(memory)
+    cadence = job.save_cadence_json()
+    if cadence is not None:
+        lines.append(describe(cadence))
     if job.reason:
         lines.append(f"reason: {job.reason}")
+    if job.attempts > 1:
+        budget = restart_budget(job.spec_json, job.attempts, job.failures)
+        lines.append(f"restarts: {budget.text()}")
     if job.excluded_hosts:
         lines.append(f"left out: {', '.join(job.excluded_hosts)} (lost; the attempts after run "
                      "without them)")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any
 
+from fsdp_orch.record.restart_budget import restart_budget
 from fsdp_orch.record.status import Failure, JobStatus
 from fsdp_orch.vocab.states import TERMINAL_NAMES
 
@@ -56,26 +56,18 @@ def _told_whole(failure: Failure, row: JobStatus) -> bool:
 
 
 def attempt_text(row: JobStatus) -> str:
-    """``attempt 2 (restart 2 of 3)``: the latest attempt, and which restart of ``max_restarts`` it
-    is (attempts the scheduler requeued use none)."""
+    """``attempt 2 (restart 2; without progress 1 of 3)``: the latest attempt, which restart it is
+    (of ``max_restarts`` where a cap is set; attempts the scheduler requeued use none), and the
+    failures in a row without progress against ``crash_loop_attempts``."""
     attempt = row.attempts - 1
     if attempt == 0:
         return "attempt 0"
-    requeued = len({f.attempt for f in row.failures if f.action == "requeue"})
-    restart = f"restart {attempt - requeued}"
-    limit = _max_restarts(row)
-    if limit is not None:
-        restart += f" of {limit}"
+    budget = restart_budget(row.spec_json, row.attempts, row.failures)
+    requeued = attempt - budget.restarts
+    text = budget.text()
     if requeued:
-        restart += f", {requeued} requeue{'s' if requeued > 1 else ''}"
-    return f"attempt {attempt} ({restart})"
-
-
-def _max_restarts(row: JobStatus) -> int | None:
-    try:
-        return int(json.loads(row.spec_json)["restart"]["max_restarts"])
-    except (KeyError, TypeError, ValueError):
-        return None
+        text += f", {requeued} requeue{'s' if requeued > 1 else ''}"
+    return f"attempt {attempt} ({text})"
 
 
 def wait_for(index: Any, job_id: str, *, show_progress: bool = True, quiet: bool = False,

@@ -26,6 +26,7 @@ from fsdp_orch.jobspec.secrets import SecretRef, ValueOrRef
 from fsdp_orch.jobspec.validation import StrictModel, check_env_names
 from fsdp_orch.vocab.categories import DEFAULT_RETRY_ON, FAILURE_CATEGORIES
 from fsdp_orch.vocab.inputs import control_character
+from fsdp_orch.vocab.save_interval import DEFAULT_AUTO_MTBF_S
 
 LAUNCHERS = ("torchrun", "accelerate", "xla", "python")
 RESUME_PLACEHOLDERS = ("checkpoint", "step")
@@ -177,10 +178,14 @@ class FsdpOptions(StrictModel):
 
 
 class Backoff(StrictModel):
-    initial: PositiveDuration = 10.0
+    # The wait before a restart, counted from the verdict: ``initial`` after an attempt that made
+    # progress, growing by ``multiplier`` (up to ``max``) only over failures in a row without it
+    # (supervise/policy.py), plus up to ``jitter``. 1 s: a restart after progress is what a long
+    # run meets hundreds of times, and each second of it is lost by every rank.
+    initial: PositiveDuration = 1.0
     max: PositiveDuration = 300.0
     multiplier: float = Field(default=2.0, ge=1.0)
-    jitter: Duration = 2.0
+    jitter: Duration = 1.0
 
     @model_validator(mode="after")
     def _ordered(self) -> Backoff:
@@ -190,7 +195,10 @@ class Backoff(StrictModel):
 
 
 class RestartPolicy(StrictModel):
-    max_restarts: int = Field(default=3, ge=0)
+    # A hard cap on restarts of any kind; None: none. What stops a job that fails without moving
+    # forward is crash_loop_attempts: the failures in a row without progress (a new complete
+    # checkpoint; for a job that has none, a step no attempt reached before).
+    max_restarts: int | None = Field(default=None, ge=0)
     backoff: Backoff = Field(default_factory=Backoff)
     retry_on: list[Literal[FAILURE_CATEGORIES]] = Field(  # type: ignore[valid-type]
         default_factory=lambda: list(DEFAULT_RETRY_ON))
@@ -234,10 +242,18 @@ class CheckpointPolicy(StrictModel):
     # The int under this key of the saved dict is the file's step (nanoGPT: iter_num), read
     # without torch, where the name has none.
     step_key: str | None = None
-    interval: int = Field(default=100, gt=0)
+    # Steps between the runtime's saves, or ``auto``: chosen by the runtime from its measured step
+    # time and blocking save cost and the job's time between failures (vocab/save_interval.py).
+    interval: int | Literal["auto"] = 100
     keep_last: int = Field(default=3, ge=1)
     resume: ShellStr = "auto"
-    async_save: bool = False
+    # The runtime's saves: auto, in the background (DCP's async save) where that is safe and worth
+    # a save in flight: not on XLA, from 16 MiB a rank, and while a CPU copy of every local rank's
+    # state fits in half of its node's free memory (runtime/dcp_writing.py); else synchronously.
+    async_save: bool | Literal["auto"] = "auto"
+    # With ``interval: auto``: the time between failures assumed until the job has failed once
+    # (then the supervisor passes what it observed); 4 h, why in vocab/save_interval.py.
+    auto_mtbf: PositiveDuration = DEFAULT_AUTO_MTBF_S
     save_full_at_end: bool = False
     # Appended to the script's arguments when a complete checkpoint exists, with {checkpoint} (its
     # path) and {step} filled in: how an unmodified script is told to resume.
@@ -246,6 +262,31 @@ class CheckpointPolicy(StrictModel):
     # none of its own yet, with {checkpoint} and {step} filled in: how an unmodified script is told
     # to start from those weights (an HF script: --model_name_or_path {checkpoint}).
     init_args: list[ArgStr] = Field(default_factory=list)
+
+    @field_validator("interval", mode="before",
+                     json_schema_input_type=Annotated[int, Field(gt=0)] | Literal["auto"])
+    @classmethod
+    def _interval(cls, value: Any) -> Any:
+        """A number of steps above 0, or ``auto``."""
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+                and float(value).is_integer()):
+            return int(value)
+        shown = str(value).lower() if isinstance(value, bool) else repr(value)
+        raise ValueError(f"expected a number of steps above 0 or 'auto', got {shown}")
+
+    @field_validator("async_save", mode="before")
+    @classmethod
+    def _async_save(cls, value: Any) -> Any:
+        """true, false or ``auto`` (YAML's on and off are true and false already)."""
+        if isinstance(value, str) and value.strip().lower() in ("auto", "true", "false"):
+            return {"auto": "auto", "true": True, "false": False}[value.strip().lower()]
+        if isinstance(value, bool):
+            return value
+        raise ValueError(f"expected auto, true or false, got {value!r}")
 
     @field_validator("resume_args", "init_args")
     @classmethod
@@ -302,11 +343,10 @@ class LaunchOptions(StrictModel):
     # auto: each attempt's ranks start from a warm standby (a process per node that has imported
     # torch) where the launch allows it, else cold; off: always cold. ``render`` says which and why.
     standby: Literal["auto", "off"] = "auto"
-    # How long an attempt runs before its launcher prepares the next attempt's keeper (an import of
-    # torch, about 2 CPU-seconds here): an attempt that ends sooner (a job of a few steps, a script
-    # that fails on start-up) pays for no keeper that nobody claims, and a restart after it starts
-    # its keeper at once. 0: prepared as soon as the ranks have started.
-    prepare_standby_after: Duration = Field(default=10.0, ge=0)
+    # How long an attempt runs before its keeper forks the next attempt's keeper from itself (a
+    # fork, no import of torch: milliseconds, so 0 by default, as soon as the ranks have started).
+    # An attempt that ends sooner prepares none, and a restart after it starts its keeper at once.
+    prepare_standby_after: Duration = Field(default=0.0, ge=0)
 
     @field_validator("standby", mode="before")
     @classmethod

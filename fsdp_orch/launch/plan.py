@@ -21,6 +21,7 @@ from fsdp_orch.launch.start_choices import accelerate_distributed_type, standby_
 from fsdp_orch.observe.nccl_env import missing_defaults, nccl_env_defaults
 from fsdp_orch.vocab.errors import InputError
 from fsdp_orch.vocab.redact import MASK, secret_name, shown_env, shown_headers
+from fsdp_orch.vocab.save_interval import OBSERVED_MTBF_ENV
 
 # Below Linux's ephemeral range (32768-60999), where outgoing connections would hold ports.
 RDZV_PORT_RANGE = (20000, 32000)
@@ -71,6 +72,9 @@ class PlanContext:
     # The job keeps its checkpoints in a folder of its own (<checkpoint dir>/<job id>): a warm start
     # or a scheduled run must not resume the run before it from a shared folder.
     checkpoint_per_job: bool = False
+    # The job's time between failures so far (supervise: vocab.save_interval.observed_mtbf), for
+    # the runtime's ``checkpoint.interval: auto``; None before its first failure (no variable set).
+    mtbf_s: float | None = None
 
 
 def host_port(address: str, port: int) -> str:
@@ -351,6 +355,8 @@ def _rank_env(job: JobSpec, ctx: PlanContext, place: Placement, paths: _NodePath
     if ctx.init_from and not ctx.resume_from:
         env += [("FSDP_ORCH_INIT_FROM", ctx.init_from),
                 ("FSDP_ORCH_INIT_OPTIMIZER", "1" if ctx.init_optimizer else "0")]
+    if ctx.mtbf_s is not None:
+        env.append((OBSERVED_MTBF_ENV, f"{ctx.mtbf_s:.1f}"))
     if place.device == "cuda":
         env += missing_defaults(nccl_env_defaults(paths.attempt_dir), dict(env)).items()
     if job.launcher == "xla":

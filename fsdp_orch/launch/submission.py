@@ -106,7 +106,8 @@ class Submission:
     def context(self, attempt: int, *, resume_from: str | None = None,
                 resume_step: int | None = None, rdzv_port: int | None = None,
                 local_has_gpu: bool = False, excluded_hosts: tuple[str, ...] = (),
-                workers: tuple[str, ...] = ()) -> PlanContext:
+                workers: tuple[str, ...] = (), mtbf_s: float | None = None) -> PlanContext:
+        """``mtbf_s``: the job's time between failures so far (None: no failure yet)."""
         return PlanContext(job_id=self.job_id, attempt=attempt, run_root=self.run_root,
                            job_dir=self.job_dir, resume_from=resume_from, resume_step=resume_step,
                            rdzv_port=rdzv_port, local_has_gpu=local_has_gpu,
@@ -114,26 +115,28 @@ class Submission:
                            supervisor_command=self.supervisor_command,
                            excluded_hosts=excluded_hosts, workers=workers, init_from=self.init_from,
                            init_step=self.init_step, init_optimizer=self.init_optimizer,
-                           checkpoint_per_job=self.checkpoint_per_job)
+                           checkpoint_per_job=self.checkpoint_per_job, mtbf_s=mtbf_s)
 
     def launch_plan(self, attempt: int, *, resume_from: str | None = None,
                     resume_step: int | None = None, rdzv_port: int | None = None,
                     local_has_gpu: bool = False, excluded_hosts: tuple[str, ...] = (),
-                    workers: tuple[str, ...] = ()) -> LaunchPlan:
+                    workers: tuple[str, ...] = (), mtbf_s: float | None = None) -> LaunchPlan:
         """Attempt ``attempt``'s plan (no artifacts); InputError when it cannot be placed
         (too few hosts left once ``excluded_hosts`` are left out)."""
         ctx = self.context(attempt, resume_from=resume_from, resume_step=resume_step,
                            rdzv_port=rdzv_port, local_has_gpu=local_has_gpu,
-                           excluded_hosts=excluded_hosts, workers=workers)
+                           excluded_hosts=excluded_hosts, workers=workers, mtbf_s=mtbf_s)
         return make_plan(self.job, self.profile, self.cluster, ctx, self.kind)
 
     def plan(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
              rdzv_port: int | None = None, local_has_gpu: bool = False,
-             excluded_hosts: tuple[str, ...] = (),
-             workers: tuple[str, ...] = ()) -> tuple[LaunchPlan, list[Artifact]]:
+             excluded_hosts: tuple[str, ...] = (), workers: tuple[str, ...] = (),
+             mtbf_s: float | None = None) -> tuple[LaunchPlan, list[Artifact]]:
+        """The attempt's plan and artifacts; ``mtbf_s``: the job's time between failures so far,
+        passed to the ranks for ``checkpoint.interval: auto`` (None: no failure yet)."""
         plan = self.launch_plan(attempt, resume_from=resume_from, resume_step=resume_step,
                                 rdzv_port=rdzv_port, local_has_gpu=local_has_gpu,
-                                excluded_hosts=excluded_hosts, workers=workers)
+                                excluded_hosts=excluded_hosts, workers=workers, mtbf_s=mtbf_s)
         return plan, self.render(plan)
 
     def render(self, plan: LaunchPlan) -> list[Artifact]:

@@ -158,6 +158,9 @@ class FailureDetected(Event):
     action: str = ""
     stalled_for_s: float | None = None
     hint: str | None = None
+    # whether its attempt completed a new checkpoint (or, with none yet, reached a new step): the
+    # restart budget counts failures without progress; None in logs of older versions
+    progressed: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -209,6 +212,8 @@ class Finished(StateChanged):
 
 HOST_EXCLUDED = "host_excluded"  # the notice of a host lost mid-run, left out of later attempts
 STRAGGLER = "straggler"  # the notice of a rank its peers keep waiting for (supervise.stragglers)
+# the notice of a save cadence that loses noticeably more than the best one (record.save_cadence)
+SAVE_CADENCE = "save_cadence"
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     Submitted, SupervisorStarted, Scheduled, AttemptStarted, AttemptLaunched, FirstStep, Progress,

@@ -39,6 +39,7 @@ from fsdp_orch.record.event_types import (
     parse_event,
 )
 from fsdp_orch.record.goodput import AttemptRecord
+from fsdp_orch.record.save_cadence import note_checkpoint, note_progress
 from fsdp_orch.record.status import STEP_SAMPLES, Failure, JobNotice, JobStatus
 from fsdp_orch.vocab.states import JobState
 
@@ -142,6 +143,15 @@ def fold_progress(status: JobStatus, event: Progress) -> None:
                                else float(event.progress_at))
 
 
+def _progress(status: JobStatus, event: Progress) -> None:
+    """A progress event of the log: as ``fold_progress``, and a sample of the save cadence's
+    (the live file's progress, folded in at each read and never kept, is not one)."""
+    fold_progress(status, event)
+    at = float(event.at) if event.progress_at is None else float(event.progress_at)
+    note_progress(status.save_facts, status.progress_attempt, int(event.step), at,
+                  measured=event.checkpoint_s is not None)
+
+
 def _stepped(status: JobStatus, event: Progress) -> None:
     """When the running attempt last stepped, and the seconds per step since its previous step (a
     progress event repeats the step when only the loss changed)."""
@@ -164,6 +174,8 @@ def _checkpoint(status: JobStatus, event: CheckpointCommitted) -> None:
     status.last_checkpoint_path = event.path
     status.last_checkpoint_note = event.step_note if event.step is None else ""
     status.last_checkpoint_at = float(event.at)
+    note_checkpoint(status.save_facts, status.attempts - 1 if status.attempts else None,
+                    event.step, float(event.at))
 
 
 def _hang_detection(status: JobStatus, event: HangDetection) -> None:
@@ -172,8 +184,10 @@ def _hang_detection(status: JobStatus, event: HangDetection) -> None:
 
 def _failure(status: JobStatus, event: FailureDetected) -> None:
     stalled = None if event.stalled_for_s is None else float(event.stalled_for_s)
+    progressed = event.progressed if isinstance(event.progressed, bool) else None
     status.failures.append(Failure(int(event.attempt), event.category, event.evidence,
-                                   float(event.at), stalled, event.action, event.hint))
+                                   float(event.at), stalled, event.action, event.hint,
+                                   progressed))
     record = status.attempt_records.get(int(event.attempt))
     if record is not None and record.verdict_at is None:
         record.verdict_at, record.stalled_for_s = float(event.at), stalled
@@ -221,7 +235,7 @@ _STEPS: dict[type[Event], Callable[[JobStatus, Any], None]] = {
     AttemptLaunched: _backend_ref,
     AttemptStarted: _attempt_started,
     FirstStep: _first_step,
-    Progress: fold_progress,
+    Progress: _progress,
     HangWindow: _hang_window,
     CheckpointCommitted: _checkpoint,
     HangDetection: _hang_detection,

@@ -99,12 +99,13 @@ class Journal:
 
     def add_failure(self, *, attempt: int, category: str, evidence: str | None, action: str,
                     hint: str | None = None, stalled_for_s: float | None = None,
-                    now: float | None = None) -> None:
-        """``hint``: what the user can do about it, said where the failure was explained."""
+                    now: float | None = None, progressed: bool | None = None) -> None:
+        """``hint``: what the user can do about it, said where the failure was explained;
+        ``progressed``: whether its attempt made progress (what the restart budget counts)."""
         self._append(event_types.FailureDetected(job=self.job_id, attempt=attempt,
                                                  category=category, evidence=evidence,
                                                  action=action, stalled_for_s=stalled_for_s,
-                                                 hint=hint), now)
+                                                 hint=hint, progressed=progressed), now)
 
     def add_event(self, *, attempt: int | None, kind: str, message: str,
                   now: float | None = None) -> None:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fsdp_orch.record.goodput import AttemptRecord, Goodput, account
+from fsdp_orch.record.restart_budget import restart_budget
+from fsdp_orch.record.save_cadence import SaveFacts, summarize
 from fsdp_orch.vocab.states import TERMINAL_NAMES, JobState
 from fsdp_orch.vocab.times import iso_time
 
@@ -49,11 +51,12 @@ class Failure:
     stalled_for_s: float | None
     action: str
     hint: str | None
+    progressed: bool | None = None  # its attempt made progress (None: an older version's log)
 
     def to_json(self) -> dict[str, Any]:
         return {"attempt": self.attempt, "category": self.category, "evidence": self.evidence,
                 "detected_at": iso_time(self.detected_at), "stalled_for_s": self.stalled_for_s,
-                "action": self.action, "hint": self.hint}
+                "action": self.action, "hint": self.hint, "progressed": self.progressed}
 
 
 @dataclass
@@ -127,6 +130,7 @@ class JobStatus:
     # the latest event folded in: what a running job's breakdown is as of
     last_event_at: float = 0.0
     restart_at: float | None = None  # when a scheduled restart's backoff ends (RESTARTING)
+    save_facts: SaveFacts = field(default_factory=SaveFacts)  # the saves' cadence and cost
 
     @property
     def ended(self) -> bool:
@@ -171,11 +175,15 @@ class JobStatus:
     def goodput(self, now: float | None = None) -> Goodput:
         """Where the wall time went, to the job's end; while it runs, to ``now`` (None:
         to its latest event, what the kept ``status --json`` document says)."""
+        return account(self.created_at, list(self.attempt_records.values()),
+                       self.goodput_until(now), self.ended)
+
+    def goodput_until(self, now: float | None = None) -> float:
+        """The end of the time accounted: the job's end; while it runs, ``now`` (None: its latest
+        event)."""
         if self.ended_at is not None:
-            until = self.ended_at
-        else:
-            until = max(self.created_at, self.last_event_at if now is None else now)
-        return account(self.created_at, list(self.attempt_records.values()), until, self.ended)
+            return self.ended_at
+        return max(self.created_at, self.last_event_at if now is None else now)
 
     def to_json(self, now: float | None = None) -> dict[str, Any]:
         """The ``status --json`` document. ``stalled_for_s`` depends on the time of reading: None
@@ -201,6 +209,9 @@ class JobStatus:
             "origin": self.origin,
             "goodput": self.goodput_json(),
             "memory": self.memory_json(),
+            "save_cadence": self.save_cadence_json(),
+            "restart_budget": restart_budget(self.spec_json, self.attempts,
+                                             self.failures).to_json(),
         }
 
     def memory_json(self) -> dict[str, Any] | None:
@@ -217,6 +228,13 @@ class JobStatus:
                 "measured_tensor_gib_per_gpu": measured,
                 "measured_rank": self.device_peak_rank,
                 "measured_attempt": self.device_peak_attempt}
+
+    def save_cadence_json(self) -> dict[str, Any] | None:
+        """What the save cadence costs and the interval that would cost least at the failure rate
+        seen (``record.save_cadence``), to the job's end or its latest event, as ``goodput``;
+        None before its first complete checkpoint."""
+        return summarize(self.save_facts, list(self.attempt_records.values()), self.failures,
+                         self.goodput_until())
 
     def goodput_json(self) -> dict[str, Any]:
         """The breakdown to the job's end, or while it runs to its latest event:
@@ -236,4 +254,5 @@ class JobStatus:
         data["notices"] = [JobNotice(**n) for n in data.get("notices") or []]
         data["attempt_records"] = {int(a["attempt"]): AttemptRecord(**a)
                                    for a in data.get("attempt_records") or []}
+        data["save_facts"] = SaveFacts.from_record(data.get("save_facts"))
         return cls(**data)

@@ -24,13 +24,14 @@ if TYPE_CHECKING:
 
     from fsdp_orch.record.status import JobStatus
 
-# 12: fit's estimate and the measured device peak (JobStatus.memory_json); 11:
+# 13: each failure says whether its attempt made progress (the restart budget); 12: fit's
+# estimate and the measured device peak (JobStatus.memory_json); 11:
 # JobStatus.last_checkpoint_at (the metrics' checkpoint age); 10: the goodput breakdown and the
 # facts it is computed from; 7: JobStatus.last_checkpoint_path and _note (checkpoint.file); 8:
 # progress_attempt;
 # 9: the loss's source, the hang window, stepped_at/stall_from (stalled_for_s filled in as status
 # reads)
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 BUSY_TIMEOUT_MS = 30_000
 ACTIVE_STATES = ("PENDING", "RUNNING", "RESTARTING")
 # Written into the SQL text, not bound: SQLite uses the partial index jobs_active only when the

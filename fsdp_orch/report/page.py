@@ -17,6 +17,7 @@ from fsdp_orch.record.event_types import (
     finite,
 )
 from fsdp_orch.record.goodput import BUCKETS
+from fsdp_orch.record.save_cadence import describe
 from fsdp_orch.record.status import JobStatus
 from fsdp_orch.report.svg import COLORS, Bar, Mark, loss_curve, timeline
 
@@ -84,6 +85,7 @@ def render(status: JobStatus, events: list[Event],
     parts += ["<h2>Attempts</h2>", _attempts(status)]
     parts += ["<h2>Loss</h2>", loss_curve({**_losses(events), **(logged or {})})]
     parts += ["<h2>Where the time went</h2>", _breakdown(g)]
+    parts += ["<h2>Save cadence</h2>", _save_cadence(doc["save_cadence"])]
     parts += ["<h2>Failures</h2>", f"<div class='scroll'>{_failures(doc['failures'])}</div>"]
     parts += ["<h2>Notices</h2>", _notices(doc["events"])]
     parts.append(f"<p class='meta'>run folder: {escape(status.run_dir)}</p></body></html>")
@@ -169,6 +171,39 @@ def _breakdown(g: dict[str, Any]) -> str:
     rows.append(f"<tr data-bucket='wall' data-seconds='{_attr(g['wall_s'])}'><th>wall time</th>"
                 f"<th class='num'>{g['wall_s']:.3f}</th><th class='num'>100.00</th>"
                 "<th></th></tr></table>")
+    return "\n".join(rows)
+
+
+CADENCE_ROWS = (
+    ("interval_steps", "steps between two complete checkpoints (median)"),
+    ("interval_s", "wall seconds between two in the same attempt, the save included (median)"),
+    ("step_s", "seconds a training step takes (median, gaps without a save)"),
+    ("save_cost_s", "seconds one save held training up"),
+    ("save_cost_source", "measured by the runtime, or estimated from the step gap holding it"),
+    ("save_cost_error_s", "the estimate's standard error (step gaps only)"),
+    ("failures", "restartable failures"),
+    ("mtbf_s", "attempts' wall time per failure"),
+    ("best_interval_steps", "Young's interval sqrt(2 x save x time between failures), in steps"),
+    ("best_interval_s", "the same in seconds of training"),
+    ("lost_pct_now", "% of the time lost to saves and work done again, at this cadence"),
+    ("lost_pct_best", "the same at the best interval"),
+)
+
+
+def _save_cadence(cadence: dict[str, Any] | None) -> str:
+    """The save cadence, what it costs, and the interval that would cost least at the failure
+    rate seen (``status --json``'s ``save_cadence``)."""
+    if cadence is None:
+        return "<p>no complete checkpoint yet</p>"
+    rows = [f"<p id='save-cadence-line'>{escape(describe(cadence))}</p>",
+            f"<table id='save-cadence' data-verdict='{escape(cadence['verdict'] or '')}'>"
+            "<tr><th>figure</th><th>value</th><th>what it is</th></tr>"]
+    for name, meaning in CADENCE_ROWS:
+        value = cadence[name]
+        shown = "" if value is None else str(value)
+        rows.append(f"<tr data-field='{name}' data-value='{escape(shown)}'><td>{name}</td>"
+                    f"<td class='num'>{escape(shown or 'n/a')}</td><td>{escape(meaning)}</td></tr>")
+    rows.append("</table>")
     return "\n".join(rows)
 
 

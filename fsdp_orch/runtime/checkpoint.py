@@ -13,10 +13,18 @@ What is saved of the model and optimizer, and how DCP plans it, is a
 (the XLA ones in :mod:`fsdp_orch.runtime.xla_fsdp`); the layout and the commit are the same.
 
 Async saves stage a copy of the state in CPU memory, then write it in a background thread over
-a dedicated gloo process group (gloo is not safe to share with the training thread's
-collectives); training continues meanwhile. Rank 0 commits from the writer thread as soon as the
-write is done. At most one save is in flight: the next save, and :meth:`Checkpointer.finalize`,
-wait for it.
+a gloo process group of their own (``write_group``: a gloo group is not safe to share between
+threads, and the training thread keeps using ``group`` for the checks before a save, the
+supervisor's checkpoint requests and the interval's agreement); training continues meanwhile.
+Rank 0 commits from the writer thread as soon as the write is done. At most one save is in
+flight: the next save, and :meth:`Checkpointer.finalize`, wait for it. A rank that dies with a
+save in flight (``checkpoint_crash`` crashes it inside the writer) leaves it uncommitted.
+``async_save="auto"`` saves in the background where that is worth it and safe (decided by all
+ranks at the first save: :func:`~fsdp_orch.runtime.dcp_writing.async_choice`).
+
+``COMMITTED`` is written only once the save is durable: every file fsynced, and the folders that
+name them (:mod:`~fsdp_orch.runtime.ckpt_files`). When to save is a
+:class:`~fsdp_orch.runtime.save_schedule.SaveSchedule`: every ``interval`` steps, or ``auto``.
 
 The parts: a checkpoint's files (:mod:`~fsdp_orch.runtime.ckpt_files`), DCP's writers
 (:mod:`~fsdp_orch.runtime.dcp_writing`), the check before a save
@@ -30,6 +38,7 @@ import functools
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -49,7 +58,7 @@ from fsdp_orch.runtime.ckpt_errors import (
     save_failed,
     warn,
 )
-from fsdp_orch.runtime.ckpt_preflight import preflight_save
+from fsdp_orch.runtime.ckpt_preflight import agree_on_async, preflight_save
 from fsdp_orch.runtime.ckpt_restore import (
     initialise_from,
     readable_paths,
@@ -58,10 +67,12 @@ from fsdp_orch.runtime.ckpt_restore import (
     saved_step_and_world,
     supersede_after,
 )
-from fsdp_orch.runtime.dcp_writing import CachingStager, crashing_writer, no_crc32
+from fsdp_orch.runtime.dcp_writing import CachingStager, CrashingWriter, DurableWriter, no_crc32
 from fsdp_orch.runtime.dist import DistInfo
 from fsdp_orch.runtime.heartbeat import HeartbeatWriter
+from fsdp_orch.runtime.save_schedule import SaveSchedule
 from fsdp_orch.runtime.sharded_state import Fsdp2State, ShardedState
+from fsdp_orch.vocab.save_interval import DEFAULT_AUTO_MTBF_S, SaveInterval
 
 FULL_MODEL_DIR = "full"
 
@@ -70,12 +81,17 @@ class Checkpointer:
     """Save and restore model + optimizer (+ step, RNG states and ``extras``) of one job."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, *,
-                 directory: Path, info: DistInfo, keep_last: int = 3, interval: int = 100,
-                 async_save: bool = False, resume: str = "auto", full_at_end: bool = False,
-                 attempt: int = 0, timeout_s: float = 600.0,
+                 directory: Path, info: DistInfo, keep_last: int = 3,
+                 interval: int | str = 100, async_save: bool | str = False, resume: str = "auto",
+                 full_at_end: bool = False, attempt: int = 0, timeout_s: float = 600.0,
                  heartbeat: HeartbeatWriter | None = None, faults: FaultInjector | None = None,
                  extras: dict[str, Any] | None = None, sharded_state: ShardedState | None = None,
-                 init_from: Path | None = None, init_optimizer: bool = False):
+                 init_from: Path | None = None, init_optimizer: bool = False,
+                 mtbf_s: float = DEFAULT_AUTO_MTBF_S, observed_mtbf: bool = False,
+                 on_interval: Callable[[SaveInterval], None] | None = None):
+        """``interval``: steps between saves, or ``"auto"`` (chosen with ``mtbf_s``, the job's
+        time between failures, ``observed_mtbf`` when it is the job's own, and told to
+        ``on_interval``); ``async_save``: True, False or ``"auto"``."""
         from datetime import timedelta
 
         self.model = model
@@ -84,8 +100,11 @@ class Checkpointer:
         self.directory = Path(directory).expanduser()
         self.info = info
         self.keep_last = keep_last
-        self.interval = interval
-        self.async_save = async_save
+        self.schedule = SaveSchedule(interval, mtbf_s=mtbf_s, observed=observed_mtbf)
+        self.on_interval = on_interval
+        self.async_save = async_save is True or async_save == "auto"
+        self._async_auto = async_save == "auto"  # decided by every rank at the first save
+        self._finishing = False
         self.resume = resume
         self.full_at_end = full_at_end
         self.attempt = attempt
@@ -104,10 +123,20 @@ class Checkpointer:
         self.block_seconds: list[float] = []  # how long each save held up training...
         self.wait_seconds: list[float] = []  # ...of which waiting for the previous async save
         self._pending: tuple[int, Path, Future, threading.Event] | None = None
-        self._stager = CachingStager() if async_save else None
+        self._stager = CachingStager() if self.async_save else None
         self._pruner: threading.Thread | None = None
-        # One group for every checkpoint collective: DCP's plans, the preflight, the restore choice.
-        self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+        # The training thread's checkpoint collectives: sync saves, the preflight, the restore
+        # choice, the interval's agreement, the checkpoint requests. Async saves write over a
+        # group of their own, from their background thread.
+        self._timeout = timedelta(seconds=timeout_s)
+        self.group = dist.new_group(backend="gloo", timeout=self._timeout)
+        self.write_group = (dist.new_group(backend="gloo", timeout=self._timeout)
+                            if async_save is True else self.group)  # auto: at the first save
+
+    @property
+    def interval(self) -> int:
+        """The steps between saves in force (``auto``: the latest choice)."""
+        return self.schedule.steps
 
     def _beat(self, state: str) -> None:
         if self.heartbeat is not None:
@@ -116,16 +145,18 @@ class Checkpointer:
     # --- save ----------------------------------------------------------------------------------
 
     def maybe_save(self, step: int) -> bool:
-        """Save when ``step`` is a multiple of the interval; True when a save started."""
-        if step > 0 and step % self.interval == 0 and step != self.last_saved_step:
+        """Call once a step. Save when ``step`` is due (a multiple of the interval; ``auto``: the
+        interval's steps after the last save); True when a save started."""
+        self.schedule.stepped(step, time.monotonic())
+        if self.schedule.due(step, self.last_saved_step):
             self.save(step)
             return True
+        self.schedule.rested(step, time.monotonic())
         return False
 
     def save(self, step: int) -> None:
         """Save the state after ``step`` steps (sync, or started in the background when async)."""
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint import FileSystemWriter
         from torch.distributed.checkpoint.api import CheckpointException
 
         started = time.perf_counter()
@@ -135,16 +166,20 @@ class Checkpointer:
             self.wait()
             self.wait_seconds.append(time.perf_counter() - started)
             state = self.sharded_state.for_save()
-            preflight_save(self.directory, path, self.sharded_state.nbytes(state), self.info,
-                           self.group)
+            nbytes = self.sharded_state.nbytes(state)
+            preflight_save(self.directory, path, nbytes, self.info, self.group)
+            if self._async_auto:
+                self._decide_async(nbytes)
             files.write_rank_state(path, self.info.rank, step, self.info.world_size,
                                    self.info.device, self.extras)
+            writer: DurableWriter
             if self.faults is not None and self.faults.checkpoint_crash_due(step):
-                writer = crashing_writer(path, self.faults, step)
+                writer = CrashingWriter(path, self.info.rank, self.faults, step)
             else:
-                writer = FileSystemWriter(str(path))
+                writer = DurableWriter(path, self.info.rank)
             if self.async_save:
-                response = dcp.async_save(state, storage_writer=writer, process_group=self.group,
+                response = dcp.async_save(state, storage_writer=writer,
+                                          process_group=self.write_group,
                                           async_stager=self._stager,
                                           planner=self.sharded_state.save_planner())
                 future = response if isinstance(response, Future) else response.upload_completion
@@ -169,6 +204,28 @@ class Checkpointer:
             self._beat("training")
         self.last_saved_step = step
         self.block_seconds.append(time.perf_counter() - started)
+        self.schedule.saved(self.block_seconds[-1])
+        if self.schedule.auto and not self._finishing:
+            self._choose_interval()
+        self.schedule.rested(step, time.monotonic())
+
+    def _decide_async(self, nbytes: int) -> None:
+        """``async_save: auto``, at the first save, on every rank alike: in the background, over a
+        group made now, or synchronously from now on."""
+        self._async_auto = False
+        if agree_on_async(nbytes, self.info, self.group):
+            self.write_group = dist.new_group(backend="gloo", timeout=self._timeout)
+        else:
+            self.async_save, self._stager = False, None
+
+    def _choose_interval(self) -> None:
+        """``interval: auto``, after each save, on every rank: the largest of the ranks' save
+        costs and step times, so that every rank chooses the same interval."""
+        agreed = torch.tensor(self.schedule.measured(), dtype=torch.float64)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=self.group)
+        chosen = self.schedule.choose(float(agreed[0]), float(agreed[1]))
+        if chosen is not None and self.on_interval is not None:
+            self.on_interval(chosen)
 
     def _raise_save_failed(self, exc: BaseException, step: int, path: Path) -> None:
         """Raise the save's CheckpointError. One that names its I/O error stands alone: printed
@@ -235,6 +292,7 @@ class Checkpointer:
     def finalize(self, step: int | None = None) -> None:
         """End of training: save ``step`` if not saved yet, wait for async saves, write the full
         consolidated model when asked (``save_full_at_end`` / FULL_STATE_DICT)."""
+        self._finishing = True  # no interval to choose any more
         if step is not None and step > 0 and step != self.last_saved_step:
             self.save(step)
         self.wait()

@@ -1,8 +1,18 @@
 """File-level pieces of a checkpoint: commit record,
-per-rank state, pruning. No collectives here."""
+per-rank state, pruning. No collectives here.
+
+Durability: a ``COMMITTED`` that outlives a power loss must never name data that did not. DCP's
+``FileSystemWriter`` (``sync_files=True``, its default) fsyncs each shard file and ``.metadata``'s
+temporary file, but no folder: the names of the shards, of ``.metadata`` (a rename) and of the step
+folder itself could still be lost. So each rank fsyncs its own per-rank state file and the step
+folder once its shards are written (``dcp_writing.DurableWriter``), rank 0 fsyncs the folder again
+after ``.metadata``'s rename, and :func:`write_commit` fsyncs the record, then the step folder (the
+record's rename) and the checkpoint folder above it (the step folder's name).
+"""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -30,10 +40,28 @@ def atomic_write(path: Path, data: bytes, fsync: bool = True) -> None:
     write_atomically(path, data, fsync=fsync)
 
 
+def fsync_path(path: Path) -> None:
+    """Make ``path`` (a file, or a folder: the names in it) durable. A filesystem that cannot
+    fsync a folder (EINVAL, ENOTSUP: some network filesystems, which write names through at once)
+    is taken at its word."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
 def write_commit(path: Path, step: int, world_size: int, attempt: int, async_save: bool) -> None:
+    """Rank 0, once every rank's shards and ``.metadata`` are written (and fsynced): the commit
+    record, fsynced with the folders that name it."""
     record = {"step": step, "world_size": world_size, "time": time.time(), "attempt": attempt,
               "async": async_save}
     atomic_write(path / COMMIT_FILE, (json.dumps(record) + "\n").encode())
+    fsync_path(path)
+    fsync_path(path.parent)
 
 
 def parse_commit_file(path: Path) -> dict | None:
@@ -191,6 +219,7 @@ def prune(directory: Path, keep_last: int, protect: Collection[Path] = ()) -> li
     return deleted
 
 
-__all__ = ["PREPARED_MARK", "SUPERSEDED", "atomic_write", "check_metadata", "drop_step_dirs_not_in",
-           "is_prepared", "load_extras", "mark_prepared", "preflight", "prune", "step_dirs",
-           "read_rank_state", "set_rng_state", "supersede", "write_commit", "write_rank_state"]
+__all__ = ["PREPARED_MARK", "RANK_STATE", "SUPERSEDED", "atomic_write", "check_metadata",
+           "drop_step_dirs_not_in", "fsync_path", "is_prepared", "load_extras", "mark_prepared",
+           "preflight", "prune", "step_dirs", "read_rank_state", "set_rng_state", "supersede",
+           "write_commit", "write_rank_state"]

@@ -1,15 +1,19 @@
-"""The check every rank takes part in before a collective save: fail fast, on every rank, when
-any rank cannot write, before DCP starts a collective that would hang or half-write."""
+"""The checks every rank takes part in before a collective save: fail fast, on every rank, when
+any rank cannot write, before DCP starts a collective that would hang or half-write; and, for
+``async_save: auto``, whether the saves go in the background."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from fsdp_orch.runtime import ckpt_files as files
 from fsdp_orch.runtime.ckpt_errors import CheckpointError
+from fsdp_orch.runtime.dcp_writing import SyncBecause, async_choice, free_memory_bytes
 from fsdp_orch.runtime.dist import DistInfo
 
 
@@ -52,4 +56,21 @@ def preflight_save(directory: Path, path: Path, nbytes: int, info: DistInfo, gro
                               f"{error}")
 
 
-__all__ = ["preflight_save"]
+def agree_on_async(nbytes: int, info: DistInfo, group: Any) -> bool:
+    """``async_save: auto``: True when every rank's saves may go in the background
+    (:func:`~fsdp_orch.runtime.dcp_writing.async_choice` of each, ``nbytes`` this rank's share);
+    the ranks agree on the weightiest reason to save synchronously. Where that is a staging copy
+    that would not fit in a node's memory, rank 0 says so (a small state is not worth a line)."""
+    free = free_memory_bytes()
+    why = torch.tensor([async_choice(nbytes, info.local_world_size, free)], dtype=torch.int32)
+    dist.all_reduce(why, op=dist.ReduceOp.MAX, group=group)
+    if int(why.item()) == SyncBecause.MEMORY and info.rank == 0:
+        here = (f"; {nbytes * info.local_world_size / 2**30:.2f} GiB on this node, "
+                f"{free / 2**30:.2f} GiB free" if free is not None else "")
+        print(f"[fsdp-orch] checkpoints are saved synchronously (async_save: auto): a CPU copy of "
+              f"each rank's state would not fit in half of a node's free memory{here}",
+              file=sys.stderr, flush=True)
+    return int(why.item()) == SyncBecause.ASYNC
+
+
+__all__ = ["agree_on_async", "preflight_save"]

@@ -18,6 +18,7 @@ from fsdp_orch.runtime.checkpoint import Checkpointer
 from fsdp_orch.runtime.dist import DistInfo, init_distributed, shutdown
 from fsdp_orch.runtime.fsdp import ShardPlan, shard_model
 from fsdp_orch.runtime.heartbeat import HeartbeatWriter, set_default_writer
+from fsdp_orch.runtime.notices import RuntimeNotices
 from fsdp_orch.runtime.settings import Settings, from_env
 from fsdp_orch.runtime.xla_fsdp import (
     XlaSharded,
@@ -27,6 +28,11 @@ from fsdp_orch.runtime.xla_fsdp import (
     xla_full_state,
 )
 from fsdp_orch.vocab.metrics import CHECKPOINT_BLOCK_S
+from fsdp_orch.vocab.save_interval import SaveInterval
+
+# ``checkpoint.interval: auto``: the notice of each interval chosen (``fsdp-orch events``,
+# ``status``), beside rank 0's log line.
+INTERVAL_NOTICE = "checkpoint_interval"
 
 
 class Job:
@@ -44,6 +50,8 @@ class Job:
         self._last_time: float | None = None
         self._finished = False
         self._request_served = False
+        self.notices = RuntimeNotices(settings.run_dir, settings.job_id, settings.attempt,
+                                      info.rank)
 
     @property
     def device(self) -> torch.device:
@@ -138,24 +146,34 @@ class Job:
         loaded in place; other values are replaced in the dict.
         """
         policy = self.settings.checkpoint
-        async_save = policy.async_save
+        async_save: bool | str = policy.async_save  # True, False or "auto"
         full_at_end = (policy.save_full_at_end
                        or self.settings.fsdp.state_dict_type == "FULL_STATE_DICT")
         state = None
-        if self.on_xla:
+        if self.on_xla:  # async_save: auto means sync here, unsaid: it was never asked for
             state = checkpoint_state(model, optimizer, self.info)
-            if async_save or full_at_end:
+            if async_save is True or full_at_end:
                 self.log("on XLA checkpoints are saved synchronously and sharded only: async_save "
                          "and the full model at the end are not done")
             async_save = full_at_end = False
+        observed = self.settings.observed_mtbf_s
         self.ckpt = Checkpointer(
             model, optimizer, directory=self.settings.checkpoint_dir, info=self.info,
             keep_last=policy.keep_last, interval=policy.interval, async_save=async_save,
             resume=self.settings.resume, attempt=self.settings.attempt, full_at_end=full_at_end,
             timeout_s=self.settings.watch.collective_timeout, heartbeat=self.heartbeat,
             faults=self.faults, extras=extras, sharded_state=state,
-            init_from=self.settings.init_from, init_optimizer=self.settings.init_optimizer)
+            init_from=self.settings.init_from, init_optimizer=self.settings.init_optimizer,
+            mtbf_s=observed or policy.auto_mtbf, observed_mtbf=observed is not None,
+            on_interval=self._interval_chosen)
         return self.ckpt
+
+    def _interval_chosen(self, chosen: SaveInterval) -> None:
+        """``interval: auto`` chose (or changed) the interval: said in rank 0's log and, as a
+        notice, in the job's events."""
+        message = f"checkpoint every {chosen.steps} step(s) (interval: auto): {chosen.why}"
+        self.log(message)
+        self.notices.notice(INTERVAL_NOTICE, message)
 
     def step_done(self, step: int, loss: Any = None, **metrics: Any) -> None:
         """Call after each optimizer step with the number of steps done: writes the heartbeat,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_orch.jobspec.schema import CheckpointPolicy, FsdpOptions, Watch
+from fsdp_orch.vocab.save_interval import OBSERVED_MTBF_ENV
 
 DEFAULT_CHECKPOINT_DIR = "checkpoints"
 
@@ -42,6 +43,9 @@ class Settings:
     # a warm start's checkpoint, used while the job has none of its own
     init_from: Path | None = None
     init_optimizer: bool = False
+    # the job's time between failures as the supervisor observed it (FSDP_ORCH_OBSERVED_MTBF_S);
+    # None before its first failure, or not under fsdp-orch
+    observed_mtbf_s: float | None = None
 
     @property
     def under_fsdp_orch(self) -> bool:
@@ -96,7 +100,22 @@ def from_env(env: dict[str, str] | None = None) -> Settings:
         checkpoint_request=_path(env.get("FSDP_ORCH_CHECKPOINT_REQUEST")),
         init_from=_path(env.get("FSDP_ORCH_INIT_FROM")),
         init_optimizer=env.get("FSDP_ORCH_INIT_OPTIMIZER") == "1",
+        observed_mtbf_s=_seconds(env, OBSERVED_MTBF_ENV),
     )
+
+
+def _seconds(env: dict[str, str], name: str) -> float | None:
+    """A number of seconds above 0 from ``env[name]``; None when unset or empty."""
+    text = (env.get(name) or "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{name}: expected a number of seconds above 0, got {text!r}")
+    return value
 
 
 __all__ = ["Settings", "from_env", "load_spec", "DEFAULT_CHECKPOINT_DIR"]

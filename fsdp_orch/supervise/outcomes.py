@@ -44,10 +44,12 @@ class Failed:
     lost_hosts: tuple[str, ...] = ()
     returned_step: int | None = None
 
-    def record(self, attempt: int) -> FailureRecord:
-        """What the restart policy weighs of it."""
+    def record(self, attempt: int, step_before: int | None = None,
+               step_after: int | None = None) -> FailureRecord:
+        """What the restart policy weighs of it: ``step_before``, the highest step the attempts
+        before it reached, and ``step_after``, its own."""
         return FailureRecord(attempt, self.diagnosis.category, self.checkpoint_before,
-                             self.checkpoint_after)
+                             self.checkpoint_after, step_before, step_after)
 
 
 Outcome = Succeeded | TornDown | Cancelled | Failed

@@ -1,7 +1,14 @@
 """Restart policy: what to do after a failure, and how long to wait. Pure: no clock, no sleep.
 
+The budget counts failures without progress, not failures: an attempt that completed a new
+checkpoint (or, for a job that has none yet, reached a step no attempt reached before) refills it,
+so a job that moves forward between faults keeps going however many faults it meets, and one that
+does not stops at the ``crash_loop_attempts``-th failure in a row without progress.
+``max_restarts``, unset by default, is a hard cap on restarts of any kind.
+
 The delay is exponential (``initial * multiplier**(n-1)``, capped at ``max``: tenacity's
-``wait_exponential``, through ``vocab.backoff``) plus a uniform jitter drawn from an injected random
+``wait_exponential``, through ``vocab.backoff``) in ``n``, the failures in a row without progress
+(1 after an attempt that made progress), plus a uniform jitter drawn from an injected random
 generator. The restart loop itself is not a tenacity retry: each failure is classified, recorded
 and decided on before the wait.
 """
@@ -13,7 +20,20 @@ from dataclasses import dataclass
 
 from fsdp_orch.jobspec.schema import RestartPolicy
 from fsdp_orch.vocab.backoff import Retries
-from fsdp_orch.vocab.categories import NOT_RETRYABLE
+from fsdp_orch.vocab.categories import NOT_RETRYABLE, FailureCategory
+
+# Not a failure of the job's: an attempt ended at a checkpoint to leave a straggler's node out.
+_NOT_COUNTED = frozenset({FailureCategory.STRAGGLER_REPLACED.value})
+
+
+def new_checkpoint(before: int | None, after: int | None) -> bool:
+    """Whether ``after`` is a checkpoint completed since ``before`` (-N: the Nth save of a file of
+    unknown step, so any other mark is a new save)."""
+    if after is None or after == before:
+        return False
+    if before is None or after < 0 or before < 0:
+        return True
+    return after > before
 
 
 @dataclass(frozen=True)
@@ -23,12 +43,40 @@ class FailureRecord:
     checkpoint_before: int | None  # latest complete checkpoint step when the attempt started
     # ... and when it failed (-N: the Nth save of a file of unknown step)
     checkpoint_after: int | None
+    step_before: int | None = None  # the highest step any earlier attempt reached
+    step_after: int | None = None  # the highest step this attempt reached
+
+    @property
+    def progressed(self) -> bool:
+        """A new complete checkpoint; for a job that has none, a step no attempt reached before."""
+        if self.checkpoint_before is not None or self.checkpoint_after is not None:
+            return new_checkpoint(self.checkpoint_before, self.checkpoint_after)
+        return self.step_after is not None and (self.step_before is None
+                                                or self.step_after > self.step_before)
 
 
 @dataclass(frozen=True)
 class Decision:
     restart: bool
     reason: str
+    without_progress: int = 0  # the failures in a row without progress, the current one included
+
+
+def without_progress(history: list[FailureRecord]) -> list[FailureRecord]:
+    """The failures since the last one whose attempt made progress (in order)."""
+    streak: list[FailureRecord] = []
+    for failure in reversed(history):
+        if failure.progressed:
+            break
+        if failure.category not in _NOT_COUNTED:
+            streak.append(failure)
+    return streak[::-1]
+
+
+def backoff_step(history: list[FailureRecord]) -> int:
+    """Which step of the backoff the next restart waits: 1 after an attempt that made progress,
+    then one more for each failure in a row without progress."""
+    return max(1, len(without_progress(history)))
 
 
 def decide(policy: RestartPolicy, history: list[FailureRecord], restarts_done: int,
@@ -37,29 +85,37 @@ def decide(policy: RestartPolicy, history: list[FailureRecord], restarts_done: i
     ``cannot_place``: why the next attempt has nowhere to run (too few hosts left after
     the lost ones), if it has not."""
     current = history[-1]
+    streak = without_progress(history)
+    stuck = len(streak)
     if current.category in NOT_RETRYABLE or current.category not in policy.retry_on:
-        return Decision(False, f"{current.category} is not retried (restart.retry_on)")
+        return Decision(False, f"{current.category} is not retried (restart.retry_on)", stuck)
     if cannot_place is not None:
-        return Decision(False, f"cannot restart: {cannot_place}")
-    if restarts_done >= policy.max_restarts:
+        return Decision(False, f"cannot restart: {cannot_place}", stuck)
+    cap = policy.max_restarts
+    if cap is not None and restarts_done >= cap:
         return Decision(False, f"restart budget exhausted: {restarts_done} of restart.max_restarts="
-                               f"{policy.max_restarts} restarts used")
+                               f"{cap} restarts used", stuck)
     if current.category == "cuda_oom":
-        ooms = sum(1 for f in history if f.category == "cuda_oom")
+        ooms = sum(1 for f in streak if f.category == "cuda_oom")
         if ooms > policy.max_oom_restarts:
-            return Decision(False, f"CUDA out of memory {ooms} times (restart.max_oom_restarts="
-                                   f"{policy.max_oom_restarts}); a restart would fail the same way")
-    streak = policy.crash_loop_attempts
-    recent = history[-streak:]
-    if len(recent) == streak and all(f.checkpoint_after == f.checkpoint_before for f in recent):
+            return Decision(False, f"CUDA out of memory {ooms} times without progress "
+                                   f"(restart.max_oom_restarts={policy.max_oom_restarts}); a "
+                                   "restart would fail the same way", stuck)
+    limit = policy.crash_loop_attempts
+    if stuck >= limit:
         after = current.checkpoint_after
         where = ("the start (no checkpoint was ever completed)" if after is None
                  else f"checkpoint step {after}" if after >= 0
                  else "the same checkpoint (its step is unknown)")
-        return Decision(False,
-                        f"crash loop: {streak} attempts in a row made no progress past {where}")
-    return Decision(True, f"restart {restarts_done + 1} of "
-                          f"{policy.max_restarts} after {current.category}")
+        if after is None and current.step_before is not None:
+            where = (f"step {current.step_before}, the furthest an attempt reached "
+                     "(no checkpoint was ever completed)")
+        return Decision(False, f"crash loop: {limit} attempts in a row made no progress past "
+                               f"{where} (restart.crash_loop_attempts={limit})", stuck)
+    number = f"restart {restarts_done + 1}" + (f" of {cap}" if cap is not None else "")
+    progress = ("after progress" if not stuck
+                else f"{stuck} of {limit} failures in a row without progress")
+    return Decision(True, f"{number} after {current.category} ({progress})", stuck)
 
 
 def hosts_to_exclude(category: str, lost: tuple[str, ...], excluded: list[str]) -> list[str]:
@@ -71,8 +127,8 @@ def hosts_to_exclude(category: str, lost: tuple[str, ...], excluded: list[str]) 
     return [host for host in dict.fromkeys(lost) if host not in excluded]
 
 
-def backoff_delay(policy: RestartPolicy, restart_number: int, rng: random.Random) -> float:
-    """Seconds to wait before restart number ``restart_number`` (1 for the first restart)."""
+def backoff_delay(policy: RestartPolicy, step: int, rng: random.Random) -> float:
+    """Seconds to wait at backoff step ``step`` (1: after progress, or the first failure)."""
     b = policy.backoff
-    exponential = Retries(first=b.initial, most=b.max, factor=b.multiplier).delay(restart_number)
+    exponential = Retries(first=b.initial, most=b.max, factor=b.multiplier).delay(step)
     return exponential + (rng.uniform(0.0, b.jitter) if b.jitter > 0 else 0.0)

@@ -40,11 +40,13 @@ class ProgressEvents:
         self.losses = LossLog(run_dir, clock)  # every loss logged, for the report's curve
         self._lead_seen: tuple[int, int] | None = None  # rank 0's (attempt, step) last seen
         self._device_peak = 0  # the running attempt's device peak last recorded (bytes)
+        self.reached: int | None = None  # the highest step rank 0 reported in the running attempt
 
     def begin(self, follower: LogFollower) -> None:
         self._follower, self._lead_seen = follower, None
         self._window, self._last_step, self._last_loss = None, None, None
         self._device_peak = 0
+        self.reached = None
 
     def end_attempt(self) -> None:
         """The attempt's last printed losses (its logs' last lines are read at its end) into the
@@ -60,6 +62,8 @@ class ProgressEvents:
         lead = self._lead(beats)
         if lead is None:
             return
+        if isinstance(lead.step, int):
+            self.reached = lead.step if self.reached is None else max(self.reached, lead.step)
         self._record_window(lead.attempt, window)
         self._record_device_peak(lead.attempt, beats)
         loss, source = self._loss(lead)

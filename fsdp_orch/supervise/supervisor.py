@@ -15,8 +15,9 @@ from collections.abc import Callable
 from fsdp_orch.backends.base import AllocationEnding, AttemptHandle, AttemptLauncher
 from fsdp_orch.launch.plan import host_port
 from fsdp_orch.launch.submission import Submission
+from fsdp_orch.record import save_cadence
 from fsdp_orch.record.events import CANCEL_MARKER
-from fsdp_orch.record.journal import Journal
+from fsdp_orch.record.journal import Journal, read_status
 from fsdp_orch.supervise.attempt_watch import AttemptWatch
 from fsdp_orch.supervise.checkpoint_tracker import CheckpointTracker
 from fsdp_orch.supervise.diagnose import Diagnosis
@@ -26,6 +27,7 @@ from fsdp_orch.supervise.policy import (
     Decision,
     FailureRecord,
     backoff_delay,
+    backoff_step,
     decide,
     hosts_to_exclude,
 )
@@ -34,6 +36,7 @@ from fsdp_orch.supervise.stop_flag import StopFlag
 from fsdp_orch.vocab.categories import FailureCategory
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError
 from fsdp_orch.vocab.hints import hint_for
+from fsdp_orch.vocab.save_interval import observed_mtbf
 from fsdp_orch.vocab.states import JobState
 
 STRAGGLER_REPLACED = FailureCategory.STRAGGLER_REPLACED.value
@@ -61,6 +64,7 @@ class Supervisor:
         self.local_has_gpu = local_has_gpu
         self.job_id = submission.job_id
         self.history: list[FailureRecord] = []
+        self.steps_reached: int | None = None  # the highest step any attempt of this run reached
         self.requeued_attempts = 0  # attempts the scheduler took away: they use no restart budget
         self.excluded_hosts = list(excluded_hosts or [])  # later attempts are planned without them
         self.workers: tuple[str, ...] = ()  # the machines the kind found for the latest attempt
@@ -76,7 +80,6 @@ class Supervisor:
         """Attempt, decide, back off, attempt again, until an attempt
         succeeds or the policy gives up."""
         attempt = adopt.attempt if adopt else first_attempt
-        restarts = 0  # in this run of the supervisor: the exponent of the backoff
         try:
             while True:
                 outcome = self._run_attempt(attempt, adopt)
@@ -93,10 +96,13 @@ class Supervisor:
                               f"{outcome.diagnosis.evidence or 'no evidence'}; {decision.reason}")
                     self._end(JobState.FAILED, reason)
                     return JobState.FAILED
-                restarts += 1
-                delay = backoff_delay(self.sub.job.restart, restarts, self.rng)
+                # the delay grows only over failures in a row without progress
+                delay = backoff_delay(self.sub.job.restart, backoff_step(self.history), self.rng)
                 now = self.clock()
                 self.journal.restart_scheduled(decision.reason, delay, now=now)
+                # what the script's save cadence costs at the failure rate seen, once per job
+                save_cadence.tell(self.journal, read_status(str(self.sub.run_dir), self.job_id),
+                                  attempt)
                 # The backoff runs from the verdict: the teardown
                 # (stacks taken, ranks stopped) is part of it.
                 self.backoff_sleep(max(0.0, delay - max(0.0, now - outcome.detected_at)))
@@ -142,7 +148,10 @@ class Supervisor:
 
     def _decide(self, attempt: int, failed: Failed) -> Decision:
         """Record the failure and what is done about it."""
-        self.history.append(failed.record(attempt))
+        reached = self.progress.reached
+        self.history.append(failed.record(attempt, self.steps_reached, reached))
+        if reached is not None:
+            self.steps_reached = max(reached, self.steps_reached or reached)
         category = failed.diagnosis.category
         for host in hosts_to_exclude(category, failed.lost_hosts, self.excluded_hosts):
             self.excluded_hosts.append(host)  # recorded before the decision: a re-attach finds it
@@ -172,7 +181,8 @@ class Supervisor:
         diagnosis = failed.diagnosis
         self.journal.add_failure(attempt=attempt, category=diagnosis.category,
                                  evidence=diagnosis.evidence, action=action, hint=diagnosis.hint,
-                                 stalled_for_s=failed.stalled_for_s, now=failed.detected_at)
+                                 stalled_for_s=failed.stalled_for_s, now=failed.detected_at,
+                                 progressed=self.history[-1].progressed if self.history else None)
 
     def _requeue_without(self, attempt: int, failed: Failed, why: str) -> str:
         """No spare left where the job runs: where the kind can, the job goes back through the
@@ -236,6 +246,7 @@ class Supervisor:
 
     def _run_attempt(self, attempt: int, adopt: Adopt | None) -> Outcome:
         """Launch the attempt (or adopt the running one) and watch it to its end."""
+        self.progress.reached = None  # what the attempt before reached is not this one's
         if adopt is None:
             machines = self._machines(attempt)
             if isinstance(machines, Failed):
@@ -272,10 +283,16 @@ class Supervisor:
         its handle, start and world size."""
         excluded = tuple(self.excluded_hosts)
         resume_from, resume_step = self.checkpoints.resume_point(attempt)
+        # the job's time between failures so far, for the runtime's checkpoint.interval: auto (a
+        # straggler's planned replacement is no failure); None before the first failure
+        seen = read_status(str(self.sub.run_dir), self.job_id) if attempt > 0 else None
+        mtbf_s = None if seen is None else observed_mtbf(
+            min((r.started_at for r in seen.attempt_records.values()), default=None),
+            self.clock(), sum(f.category != STRAGGLER_REPLACED for f in seen.failures))
         plan, artifacts = self.sub.plan(attempt, resume_from=resume_from, resume_step=resume_step,
                                         rdzv_port=self.launcher.port_for_attempt(attempt),
                                         local_has_gpu=self.local_has_gpu, excluded_hosts=excluded,
-                                        workers=self.workers)
+                                        workers=self.workers, mtbf_s=mtbf_s)
         started = self.clock()
         self.journal.start_attempt(attempt, resume_from=resume_from, resume_step=resume_step,
                                    now=started)

@@ -115,6 +115,38 @@ def test_report_writes_a_private_page_with_the_status_figures(three_faults, tmp_
     assert drawn == printed, (sorted(printed - drawn), sorted(drawn - printed))
 
 
+def test_the_save_cadence_weighs_the_runtimes_saves_against_three_faults(three_faults, tmp_path):
+    """The same job's ``save_cadence``: the runtime's measured saves, its three failures over the
+    attempts' wall time, and Young's interval at that rate, in ``status ID`` and the page too."""
+    import math
+
+    cli, job_id, status = three_faults
+    c, s = status["save_cadence"], status["goodput"]["seconds"]
+    assert c["interval_steps"] == 5 and c["checkpoints"] >= 6, c
+    assert c["save_cost_source"] == "measured" and c["save_cost_s"] > 0, c
+    # the runtime's blocked seconds over the checkpoints committed: the goodput bucket's total
+    assert 0 < c["save_cost_s"] * c["saves_timed"] <= s["checkpoint"] * 1.01 + 0.01, (c, s)
+    assert c["failures"] == 3 and c["mtbf_observed"], c
+    assert c["mtbf_s"] == pytest.approx(c["exposure_s"] / 3, abs=0.01)
+    assert c["exposure_s"] <= status["goodput"]["wall_s"]
+    young = math.sqrt(2 * c["save_cost_s"] * c["mtbf_s"])
+    if c["best_interval_steps"] is not None:
+        assert abs(c["best_interval_steps"] - young / c["step_s"]) <= 1, c
+    else:
+        assert c["best_interval_s"] == pytest.approx(young, rel=0.01), c
+    assert c["verdict"] in ("too_sparse", "too_dense", "about_right"), c
+    assert 0 < c["lost_pct_best"] <= c["lost_pct_now"], c
+    line = next(x for x in cli.run("status", job_id).stdout.splitlines()
+                if x.startswith("save cadence: "))
+    assert line.startswith("save cadence: every 5 steps") and "measured by the runtime" in line
+    assert "3 failure(s) in " in line, line
+    page = tmp_path / "page.html"
+    assert cli.run("report", job_id, "--out", str(page)).returncode == 0
+    html = page.read_text()
+    assert f"data-field='save_cost_s' data-value='{c['save_cost_s']}'" in html
+    assert f"data-verdict='{c['verdict']}'" in html
+
+
 def test_report_default_file_and_a_bad_id(three_faults):
     cli, job_id, _ = three_faults
     proc = cli.run("report", job_id[:8])

@@ -22,8 +22,9 @@ T0 = 1_700_000_000.0
 JOB_KEYS = ["id", "name", "cluster", "state", "attempts", "restarts", "created_at", "ended_at",
             "last_checkpoint_step", "last_checkpoint", "progress", "stalled_for_s", "hang_window_s",
             "failures", "reason", "run_dir", "left_out", "hang_detection", "events", "origin",
-            "goodput", "memory"]
-FAILURE_KEYS = ["attempt", "category", "evidence", "detected_at", "stalled_for_s", "action", "hint"]
+            "goodput", "memory", "save_cadence", "restart_budget"]
+FAILURE_KEYS = ["attempt", "category", "evidence", "detected_at", "stalled_for_s", "action", "hint",
+                "progressed"]
 
 
 def submitted(at: float = T0, **fields: object) -> event_types.Submitted:

@@ -13,6 +13,7 @@ from fsdp_orch.record.status import JobStatus
 
 T0 = 1_700_000_000.0
 SPEC = json.dumps({"restart": {"max_restarts": 3}})
+R1 = "restart 1 of 3; without progress 0 of 3"
 
 
 def line(*events: event_types.Event) -> str:
@@ -34,16 +35,16 @@ def test_attempts_are_numbered_from_0() -> None:
     assert line(FIRST[0]) == "j1  RUNNING  attempt 0"
     assert line(*FIRST[:2]) == "j1  RUNNING  attempt 0  step 120  loss 2.5000"
     assert (line(*FIRST, event_types.AttemptStarted(at=T0 + 5, attempt=1))
-            == "j1  RUNNING  attempt 1 (restart 1 of 3)")
+            == f"j1  RUNNING  attempt 1 ({R1})")
 
 
 def test_a_restarted_attempt_shows_no_step_until_it_reports_one_of_its_own() -> None:
     restarted = (*FIRST, event_types.CheckpointCommitted(at=T0 + 2, step=100),
                  event_types.AttemptStarted(at=T0 + 5, attempt=1))
     assert "step 120" not in line(*restarted)
-    assert line(*restarted) == "j1  RUNNING  attempt 1 (restart 1 of 3)  checkpoint 100"
+    assert line(*restarted) == f"j1  RUNNING  attempt 1 ({R1})  checkpoint 100"
     assert line(*restarted, event_types.Progress(at=T0 + 6, step=102, progress_at=T0 + 6)) == (
-        "j1  RUNNING  attempt 1 (restart 1 of 3)  step 102  checkpoint 100")
+        f"j1  RUNNING  attempt 1 ({R1})  step 102  checkpoint 100")
 
 
 def test_an_attempt_the_scheduler_requeued_uses_no_restart() -> None:
@@ -52,7 +53,8 @@ def test_an_attempt_the_scheduler_requeued_uses_no_restart() -> None:
                                             category="preemption_or_node_lost", action="requeue"),
                 event_types.AllocationRequeued(at=T0 + 2, reason="requeued"),
                 event_types.AttemptStarted(at=T0 + 5, attempt=1))
-    assert line(*requeued) == "j1  RUNNING  attempt 1 (restart 0 of 3, 1 requeue)"
+    assert line(*requeued) == (
+        "j1  RUNNING  attempt 1 (restart 0 of 3; without progress 0 of 3, 1 requeue)")
 
 
 def test_no_checkpoint_ahead_of_the_step_shown() -> None:
@@ -62,9 +64,9 @@ def test_no_checkpoint_ahead_of_the_step_shown() -> None:
     resumed = (*FIRST, event_types.CheckpointCommitted(at=T0 + 2, step=60),
                event_types.AttemptStarted(at=T0 + 5, attempt=1))
     assert line(*resumed, event_types.Progress(at=T0 + 6, step=1, progress_at=T0 + 6)) == (
-        "j1  RUNNING  attempt 1 (restart 1 of 3)  step 1")
+        f"j1  RUNNING  attempt 1 ({R1})  step 1")
     assert line(*resumed, event_types.Progress(at=T0 + 6, step=60, progress_at=T0 + 6)) == (
-        "j1  RUNNING  attempt 1 (restart 1 of 3)  step 60  checkpoint 60")
+        f"j1  RUNNING  attempt 1 ({R1})  step 60  checkpoint 60")
 
 
 def test_a_restart_waiting_out_its_backoff_says_how_long_is_left() -> None:
@@ -88,3 +90,27 @@ def test_a_failure_is_said_with_its_category_action_evidence_and_hint() -> None:
         "attempt 0 failed: hang -> restart",
         "  rank 1 stuck in train.py:88 main (not in a collective) (more: fsdp-orch status JOB_ID)",
         "  hint: a rank stopped making progress"]
+
+
+def test_the_line_counts_failures_in_a_row_without_progress_against_the_budget():
+    """With the defaults (no cap), the restarts are counted as they come, and the failures without
+    progress since the last one that made some, against restart.crash_loop_attempts."""
+    def failed(attempt: int, progressed: bool) -> tuple[event_types.Event, ...]:
+        at = T0 + 10 * attempt
+        return (event_types.AttemptStarted(at=at, attempt=attempt),
+                event_types.FailureDetected(at=at + 5, attempt=attempt, category="hang",
+                                            action="restart", progressed=progressed),
+                event_types.RestartScheduled(at=at + 5, delay=1.0))
+    events = [*failed(0, True), *failed(1, True), *failed(2, False), *failed(3, False),
+              event_types.AttemptStarted(at=T0 + 50, attempt=4)]
+    status = fold([event_types.Submitted(at=T0, job="j1", name="demo", cluster="local",
+                                         run_dir="/runs/j1",
+                                         spec_json=json.dumps({"restart": {
+                                             "max_restarts": None, "crash_loop_attempts": 3}})),
+                   *events], "j1")
+    assert isinstance(status, JobStatus)
+    assert progress_line(status) == "j1  RUNNING  attempt 4 (restart 4; without progress 2 of 3)"
+    assert status.to_json()["restart_budget"] == {
+        "restarts": 4, "max_restarts": None, "failures_without_progress": 2,
+        "crash_loop_attempts": 3}
+    assert [f["progressed"] for f in status.to_json()["failures"]] == [True, True, False, False]

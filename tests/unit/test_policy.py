@@ -5,7 +5,13 @@ from __future__ import annotations
 import random
 
 from fsdp_orch.jobspec.schema import RestartPolicy
-from fsdp_orch.supervise.policy import FailureRecord, backoff_delay, decide, hosts_to_exclude
+from fsdp_orch.supervise.policy import (
+    FailureRecord,
+    backoff_delay,
+    backoff_step,
+    decide,
+    hosts_to_exclude,
+)
 
 
 def policy(**kw) -> RestartPolicy:
@@ -39,10 +45,76 @@ def test_budget_exhausted():
     assert not d.restart and "budget exhausted" in d.reason and "max_restarts=2" in d.reason
 
 
-def test_cuda_oom_is_retried_at_most_once_by_default():
-    assert decide(policy(), [rec(0, "cuda_oom")], restarts_done=0).restart
-    d = decide(policy(), [rec(0, "cuda_oom"), rec(1, "cuda_oom", 10, 20)], restarts_done=1)
-    assert not d.restart and "out of memory 2 times" in d.reason
+def test_cuda_oom_is_retried_at_most_once_without_progress_by_default():
+    assert decide(policy(), [rec(0, "cuda_oom", 10, 10)], restarts_done=0).restart
+    d = decide(policy(), [rec(0, "cuda_oom", 10, 10), rec(1, "cuda_oom", 10, 10)],
+               restarts_done=1)
+    assert not d.restart and "out of memory 2 times without progress" in d.reason
+    # an out-of-memory after a new checkpoint (a rare long batch) starts the count again
+    assert decide(policy(), [rec(0, "cuda_oom", 0, 10), rec(1, "cuda_oom", 10, 20)],
+                  restarts_done=1).restart
+
+
+def test_a_job_that_progresses_between_faults_never_exhausts_the_default_budget():
+    """A month at one fault every three hours: 240 faults, each after a new checkpoint."""
+    history = [rec(i, ("hang", "killed_sigkill", "crashed_signal")[i % 3], i * 10, i * 10 + 10)
+               for i in range(240)]
+    for n in range(1, 241):
+        d = decide(policy(), history[:n], restarts_done=n - 1)
+        assert d.restart and d.without_progress == 0, d
+    assert d.reason == "restart 240 after crashed_signal (after progress)"
+
+
+def test_failures_without_progress_in_a_row_stop_the_job_and_progress_refills_the_budget():
+    p = policy()  # crash_loop_attempts 3
+    history = [rec(0, "hang", 0, 10), rec(1, "hang", 10, 10), rec(2, "hang", 10, 10)]
+    d = decide(p, history, restarts_done=2)
+    assert d.restart and d.without_progress == 2
+    assert d.reason == "restart 3 after hang (2 of 3 failures in a row without progress)"
+    d = decide(p, [*history, rec(3, "hang", 10, 10)], restarts_done=3)
+    assert not d.restart and d.reason.startswith(
+        "crash loop: 3 attempts in a row made no progress past checkpoint step 10")
+    refilled = [*history, rec(3, "hang", 10, 20), rec(4, "hang", 20, 20), rec(5, "hang", 20, 20)]
+    assert decide(p, refilled, restarts_done=5).restart
+
+
+def test_the_hard_cap_holds_when_set_even_with_progress():
+    history = [rec(i, before=i * 10, after=i * 10 + 10) for i in range(6)]
+    assert decide(policy(), history, restarts_done=5).restart  # no cap by default
+    d = decide(policy(max_restarts=5), history, restarts_done=5)
+    assert not d.restart and "max_restarts=5" in d.reason
+
+
+def test_without_checkpoints_a_step_no_attempt_reached_before_is_progress():
+    def stepped(attempt, before, after):
+        return FailureRecord(attempt, "crashed_signal", None, None, before, after)
+    further = [stepped(0, None, 40), stepped(1, 40, 80), stepped(2, 80, 120), stepped(3, 120, 160)]
+    assert decide(policy(), further, restarts_done=3).without_progress == 0
+    short = [stepped(0, None, 40), stepped(1, 40, 30), stepped(2, 40, 40), stepped(3, 40, 12)]
+    d = decide(policy(), short, restarts_done=3)
+    assert not d.restart and "past step 40, the furthest an attempt reached" in d.reason
+    # an attempt that never stepped made no progress
+    assert not FailureRecord(0, "hang", None, None, None, None).progressed
+
+
+def test_the_backoff_grows_only_over_failures_without_progress():
+    p = policy(backoff={"initial": "1s", "max": "60s", "multiplier": 2, "jitter": 0})
+    history = [rec(0, "hang", 0, 10), rec(1, "hang", 10, 10), rec(2, "hang", 10, 10),
+               rec(3, "hang", 10, 20), rec(4, "hang", 20, 30)]
+    delays = [backoff_delay(p, backoff_step(history[:n]), random.Random(0)) for n in range(1, 6)]
+    assert delays == [1.0, 1.0, 2.0, 1.0, 1.0]
+
+
+def test_a_straggler_replaced_is_not_a_failure_without_progress():
+    history = [rec(0, "hang", 10, 10), rec(1, "straggler_replaced", 10, 10),
+               rec(2, "hang", 10, 10)]
+    assert decide(policy(), history, restarts_done=2).without_progress == 2
+
+
+def test_the_defaults_are_made_for_a_long_run():
+    p = policy()
+    assert p.max_restarts is None and p.crash_loop_attempts == 3
+    assert p.backoff.initial == 1.0 and p.backoff.jitter == 1.0
 
 
 def test_crash_loop_without_progress_past_the_same_checkpoint_gives_up():

@@ -31,7 +31,7 @@ def test_example_job_loads() -> None:
     assert (job.name, job.script, job.nodes, job.procs_per_node) == ("demo", "train.py", 1, 2)
     assert job.args == ["--steps", "200", "--seq-len", "64"]
     assert job.restart.backoff.max == 30
-    assert doc.line_of(("restart", "max_restarts")) is not None
+    assert doc.line_of(("restart", "crash_loop_attempts")) is not None
 
 
 def test_defaults() -> None:
@@ -39,7 +39,8 @@ def test_defaults() -> None:
     assert job.launcher == "torchrun" and job.nodes == 1 and job.procs_per_node is None
     assert job.fsdp.sharding_strategy == "FULL_SHARD" and job.fsdp.version == 2
     assert job.fsdp.mixed_precision == "no"
-    assert job.restart.max_restarts == 3 and job.watch.heartbeat_timeout == 300
+    assert job.restart.max_restarts is None and job.restart.crash_loop_attempts == 3
+    assert job.watch.heartbeat_timeout == 300
     assert job.entry == ("script", "train.py")
 
 

@@ -218,7 +218,7 @@ def _resubmit(index: JobIndex, row: JobStatus, sid: str,  # type: ignore[no-unty
     policy = submission.job.restart
     attempt = max(0, int(row.attempts) - 1)
     allowed = ("preemption_or_node_lost" in policy.retry_on
-               and int(row.restarts) < policy.max_restarts)
+               and (policy.max_restarts is None or int(row.restarts) < policy.max_restarts))
     journal = index.journal(row.id)
     evidence = f"SLURM job {sid} ended {slurm_state}"
     journal.add_failure(attempt=attempt, category="preemption_or_node_lost", evidence=evidence,

@@ -113,7 +113,7 @@ trap ':' TERM
   --run-id j0123456789a-a1 \
   --log-dir "${RANK_LOG_DIR:-$NODE_LOG_DIR}" \
   --entry module \
-  --prepare-next-after 10.0 \
+  --prepare-next-after 0.0 \
   -- mypkg.train --config configs/small.yaml
 standby_status=$?
 trap - TERM

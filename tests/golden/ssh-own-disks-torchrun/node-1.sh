@@ -124,7 +124,7 @@ trap ':' TERM
   --run-id j0123456789a-a1 \
   --log-dir "${RANK_LOG_DIR:-$NODE_LOG_DIR}" \
   --entry script \
-  --prepare-next-after 10.0 \
+  --prepare-next-after 0.0 \
   -- train.py --steps 300 --lr 3e-4 --tag 'it'"'"'s a test'
 standby_status=$?
 trap - TERM
