@@ -91,6 +91,11 @@ class AttemptObservation(Protocol):
 class AttemptHandle(AttemptObservation, Protocol):
     ref: str  # what identifies the attempt to its engine (a process group, a SLURM step)
 
+    def close(self) -> None:
+        """Release what watching the attempt held (a node channel's socket and thread), once
+        the supervisor is done with it."""
+        ...
+
     def poll(self) -> int | None:
         """The exit code once every node's launcher has ended, else None."""
         ...

@@ -24,6 +24,9 @@ class FileObservation:
         self.attempt_dir = attempt_dir
         self._tail = FileTail(attempt_dir, log_patterns)
 
+    def close(self) -> None:
+        """Release what watching the attempt held (its node channel); nothing here."""
+
     @property
     def checkpoints(self) -> Storage:
         return LOCAL

@@ -80,3 +80,6 @@ class AgentObservation(FileObservation):
 
     def stop_ranks(self, grace: float) -> None:
         self.channel.stop_ranks(grace)
+
+    def close(self) -> None:
+        self.channel.close()

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 ENVIRONMENT = """environment:
   FSDP_ORCH_HOME    where jobs are kept (default ~/.fsdp-orch); must be yours and private
-  FSDP_ORCH_FAULT   a fault to inject, for chaos tests: hang|crash|kill|checkpoint_crash
-                    :step=N[:rank=R], e.g. --set env.FSDP_ORCH_FAULT=hang:step=120:rank=1
+  FSDP_ORCH_FAULT   faults to inject, for chaos tests, ';' between them:
+                    KIND:step=N:rank=R[:attempt=K] or KIND:after=S:rank=R[:attempt=K]
+                    (S seconds after the attempt's first step), KIND one of hang, crash,
+                    kill, collective_timeout, checkpoint_crash, slow (with :seconds=S);
+                    e.g. --set env.FSDP_ORCH_FAULT=hang:step=120:rank=1
 
 JOB_ID: a job's id, or the start of one that names a single job.
 Docs: docs/ in the repository (mkdocs serve); README.md first."""

@@ -14,10 +14,12 @@ from typing import Any
 
 from fsdp_orch.observe.attempt_files import RANKS_FILE, STACKS_DIR
 from fsdp_orch.record.status import JobStatus
+from fsdp_orch.supervise.attempt_archive import open_log
 from fsdp_orch.vocab.errors import InputError
 from fsdp_orch.vocab.redact import masked, secret_header, secret_name
 
-_NODE_LOG = re.compile(r"console-node-(\d+)\.log$")
+# an ended attempt's log may be archived: console-node-N.log.gz (supervise/attempt_archive.py)
+_NODE_LOG = re.compile(r"console-node-(\d+)\.log(\.gz)?$")
 # torchrun --tee prefixes each worker line with "[<role><local_rank>]:".
 _RANK_PREFIX = re.compile(r"^\[default(\d+)\]:")
 # How a node's log holds its ranks' output, by launcher (templates/launchers/): torchrun and
@@ -38,8 +40,14 @@ def attempt_dirs(run_dir: Path) -> dict[int, Path]:
 
 
 def node_logs(attempt_dir: Path) -> dict[int, Path]:
-    return {int(m.group(1)): p for p in attempt_dir.glob("console-node-*.log")
-            if (m := _NODE_LOG.search(p.name))}
+    """Each node's console log of the attempt: the plain one where there is one, else the archived
+    (``.gz``) one an ended attempt keeps."""
+    found: dict[int, Path] = {}
+    for p in sorted(attempt_dir.glob("console-node-*.log*")):
+        m = _NODE_LOG.search(p.name)
+        if m and (not m.group(2) or int(m.group(1)) not in found):
+            found[int(m.group(1))] = p
+    return found
 
 
 def filter_rank(lines: Iterator[str], local_rank: int,
@@ -199,7 +207,7 @@ def _print_new(logs: dict[int, Path], positions: dict[int, int], local: int | No
     given, secrets masked; returns how many lines it printed."""
     printed = 0
     for number, path in sorted(logs.items()):
-        with open(path, errors="replace") as f:
+        with open_log(path) as f:
             f.seek(positions[number])
             chunk = f.read()
             positions[number] = f.tell()

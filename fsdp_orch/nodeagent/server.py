@@ -94,19 +94,33 @@ class SummaryServer:
             self._ready.set()
             return
         self._ready.set()
-        loop.run_forever()
+        try:
+            loop.run_forever()
+        finally:
+            # the connections' sockets close on the loop's next turns; then the loop itself, so
+            # that a supervisor that runs hundreds of attempts keeps no thread or socket of theirs
+            loop.run_until_complete(asyncio.sleep(0.05))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
 
     def close(self) -> None:
+        """Stop listening, close every connection and end the channel's thread."""
         loop, server = self._loop, self._server
-        if loop is None or server is None:
+        if loop is None or server is None or loop.is_closed():
             return
 
         def shut() -> None:
             server.close()
             for transport in self._writers.values():
                 transport.close()
+            for stranger in list(self._strangers):
+                if stranger.transport is not None:
+                    stranger.transport.close()
             loop.stop()
-        loop.call_soon_threadsafe(shut)
+        try:
+            loop.call_soon_threadsafe(shut)
+        except RuntimeError:
+            pass  # closed meanwhile
 
     def _hello(self, line: bytes, transport: asyncio.Transport) -> int | None:
         """The node of a connection whose first line carries this attempt's token; None: a

@@ -18,6 +18,7 @@ from fsdp_orch.launch.submission import Submission
 from fsdp_orch.record import save_cadence
 from fsdp_orch.record.events import CANCEL_MARKER
 from fsdp_orch.record.journal import Journal, read_status
+from fsdp_orch.supervise.attempt_archive import archive_attempt
 from fsdp_orch.supervise.attempt_watch import AttemptWatch
 from fsdp_orch.supervise.checkpoint_tracker import CheckpointTracker
 from fsdp_orch.supervise.diagnose import Diagnosis
@@ -96,6 +97,8 @@ class Supervisor:
                               f"{outcome.diagnosis.evidence or 'no evidence'}; {decision.reason}")
                     self._end(JobState.FAILED, reason)
                     return JobState.FAILED
+                # the ended attempt's logs, trimmed to their evidence and compressed
+                archive_attempt(self.sub.run_dir, attempt)
                 # the delay grows only over failures in a row without progress
                 delay = backoff_delay(self.sub.job.restart, backoff_step(self.history), self.rng)
                 now = self.clock()
@@ -276,6 +279,7 @@ class Supervisor:
             raise
         finally:
             self.progress.end_attempt()
+            handle.close()
 
     def _launch(self, attempt: int,
                 before: int | None) -> tuple[AttemptHandle, float, int] | Outcome:

@@ -22,13 +22,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from fsdp_orch.supervise.attempt_archive import read_log
     from fsdp_orch.supervise.diagnose import diagnose_text
 
     results = []
     for name in args.files:
-        try:
-            with open(name, "rb") as f:
-                text = f.read().decode("utf-8", errors="replace")
+        try:  # an ended attempt's archived log (.gz) reads as the log it was
+            text = read_log(name).decode("utf-8", errors="replace")
         except OSError as exc:
             raise InputError(f"cannot read: {exc.strerror}", file=name) from None
         results.append({"file": name, **diagnose_text(text).to_json()})
