@@ -6,9 +6,9 @@ It imports torch (never CUDA; at idle priority, unless ``waited-on``: a launcher
 then listens on ``SOCKET`` (0600, in the node's private folder) for the one launcher of its attempt.
 The launcher sends its ranks' orders with their stdin, stdout and stderr; the keeper forks a child
 per rank, answers each child's pid and, as they end, their exit codes. A rank whose launcher goes
-away is killed. The keeper ends once its ranks have ended, or unused,
-``UNCLAIMED_S`` after its starter (the attempt before,
-or the launcher that needed it at once) ended.
+away is killed. Asked by its launcher, it forks the next attempt's keeper from itself
+(``successor``: no second import). The keeper ends once its ranks have ended, or unused,
+``UNCLAIMED_S`` after its starter (the launcher that asked for it, or that needed it at once) ended.
 
 Its environment is the attempt's, less ``FSDP_ORCH_RUN_DIR``: the bootstrap stays out of the keeper
 and is installed in each child once the child has its rank's environment.
@@ -16,6 +16,8 @@ and is installed in each child once the child has its rank's environment.
 
 from __future__ import annotations
 
+import gc
+import json
 import os
 import select
 import signal
@@ -23,6 +25,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 
 from fsdp_orch.observe.proctree import pid_alive
 from fsdp_orch.standby.ranks import (
@@ -36,6 +39,7 @@ from fsdp_orch.standby.ranks import (
     keeper_pid_file,
     message,
 )
+from fsdp_orch.standby.successor import Successor, fork_successor
 
 # Imported here so a rank's start-up finds them loaded: what torch scripts import first.
 PRELOAD = ("torch", "torch.distributed", "torch.distributed.fsdp", "torch.nn", "torch.optim",
@@ -44,7 +48,7 @@ PRELOAD = ("torch", "torch.distributed", "torch.distributed.fsdp", "torch.nn", "
 # alone measured 3.2 s of a warm demo rank's start-up under -X importtime), and fsdp-orch's runtime
 # (0.9 s: pydantic and the job spec), none of which reads the environment when imported.
 PRELOAD_IF_PRESENT = ("torch._dynamo", "torch.distributed.checkpoint._fsspec_filesystem",
-                      "fsdp_orch.runtime.job")
+                      "torch.distributed.checkpoint.state_dict", "fsdp_orch.runtime.job")
 FDS_PER_RANK = 3
 AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
 STORE_TIMEOUT_S = 1800.0
@@ -186,8 +190,9 @@ def host_store(env: dict[str, str]) -> tuple[int, int] | str:
     return answer[1:].decode(errors="replace") or "the store process ended"
 
 
-def serve(conn: socket.socket, listener: socket.socket) -> RankOrder | int:
-    """Forks the ranks; in a child returns its order, in the keeper the keeper's exit status."""
+def serve(conn: socket.socket, listener: socket.socket) -> RankOrder | Successor | int:
+    """Forks the ranks; in a rank returns its order, in a successor what it now serves, in the
+    keeper the keeper's exit status."""
     orders, fds = receive_orders(conn)
     if len(fds) != FDS_PER_RANK * len(orders):
         print("fsdp-orch standby: "
@@ -207,6 +212,7 @@ def serve(conn: socket.socket, listener: socket.socket) -> RankOrder | int:
         else:
             store = hosted
     children: dict[int, int] = {}
+    gc.freeze()  # what a successor allocated since it was forked: out of its ranks' collections
     for i, order in enumerate(orders):
         mine = fds[FDS_PER_RANK * i:FDS_PER_RANK * (i + 1)]
         pid = os.fork()
@@ -222,16 +228,27 @@ def serve(conn: socket.socket, listener: socket.socket) -> RankOrder | int:
     for fd in fds:
         os.close(fd)
     conn.sendall(message(started={str(rank): pid for pid, rank in children.items()}))
-    watch_ranks(conn, children)
+    lifelines = [] if store is None else [store[1]]
+
+    def prepare(request: dict) -> Successor | None:  # type: ignore[type-arg]
+        return fork_successor(request, conn, [listener], lifelines, listen)
+
+    successor = watch_ranks(conn, children, prepare)
+    if successor is not None:
+        return successor
     if store is not None:
         os.close(store[1])
         os.waitpid(store[0], 0)
     return 0
 
 
-def watch_ranks(conn: socket.socket, children: dict[int, int]) -> None:
-    """Reports each rank's end; kills the ranks left when the launcher's connection closes."""
+def watch_ranks(conn: socket.socket, children: dict[int, int],
+                prepare: Callable[[dict], Successor | None]  # type: ignore[type-arg]
+                ) -> Successor | None:
+    """Reports each rank's end; kills the ranks left when the launcher's connection closes. Forks
+    the next attempt's keeper when the launcher asks (``prepare``), and in that child returns it."""
     launcher_gone = False
+    pending = b""
     while children:
         pid, status = os.waitpid(-1, os.WNOHANG)
         if pid in children:
@@ -242,18 +259,44 @@ def watch_ranks(conn: socket.socket, children: dict[int, int]) -> None:
                 except OSError:
                     launcher_gone = True
             continue
-        if not launcher_gone:
-            ready, _, _ = select.select([conn], [], [], 0.05)
-            if ready and not conn.recv(4096):
-                launcher_gone = True
-                for child in children:
-                    try:
-                        os.killpg(child, signal.SIGKILL)
-                    except OSError:
-                        pass
-        else:
+        if launcher_gone:
             time.sleep(0.05)
+            continue
+        ready, _, _ = select.select([conn], [], [], 0.05)
+        try:
+            data = conn.recv(4096) if ready else b""
+        except OSError:
+            data = b""
+        if ready and not data:
+            launcher_gone = True
+            for child in children:
+                try:
+                    os.killpg(child, signal.SIGKILL)
+                except OSError:
+                    pass
+        *lines, pending = (pending + data).split(b"\n")
+        for request in requests(lines):
+            try:
+                successor = prepare(request)
+            except OSError:  # the launcher is gone: the loop finds its end of file
+                continue
+            if successor is not None:
+                return successor
     conn.close()
+    return None
+
+
+def requests(lines: list[bytes]) -> list[dict]:  # type: ignore[type-arg]
+    """The launcher's requests for a next keeper among the lines it sent."""
+    found = []
+    for line in lines:
+        try:
+            request = json.loads(line).get("prepare")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(request, dict):
+            found.append(request)
+    return found
 
 
 keeper_pid = os.getpid()
@@ -273,10 +316,14 @@ def main(argv: list[str]) -> RankOrder | int:
               "w") as f:
         f.write(str(os.getpid()))
     try:
-        return keep(path, starter, waited_on)
+        preload(idle=not waited_on)
+        outcome = keep(path, starter, listen(path))
     finally:
         if os.getpid() == keeper_pid:
             _unlink(keeper_pid_file(path))
+    while isinstance(outcome, Successor):  # a forked child, the next attempt's keeper now
+        outcome = keep(outcome.path, outcome.starter, outcome.listener)
+    return outcome
 
 
 def _unlink(path: str) -> None:
@@ -289,10 +336,14 @@ def _unlink(path: str) -> None:
 def preload(idle: bool) -> None:
     """Imports what a rank would, in a thread of its own, at idle priority when ``idle``
     (``SCHED_IDLE``, a policy a thread may always lower itself to and which its process's other
-    threads do not share): the next attempt's keeper starts while this attempt's ranks start up and
-    train, and on a node with no core to spare its import would slow them. A keeper a launcher waits
-    on imports at the normal priority. The ranks are forked from the main thread, at its
-    priority."""
+    threads do not share): a keeper prepared ahead (a SLURM keeper host's, or one a launcher starts
+    where no keeper could fork it) imports while an attempt's ranks start up and train, and on a
+    node with no core to spare its import would slow them. A keeper a launcher waits on imports at
+    the normal priority. The ranks are forked from the main thread, at its priority. Then what was
+    imported is frozen out of the collector (``gc.freeze``, Python's advice for a process that forks
+    without exec): a forked rank's collections and its end no longer walk, and so copy, every page
+    of it (measured: a forked child that has run a little torch and ends, 2.0-2.2 CPU-s without,
+    0.45-0.53 with)."""
     import importlib
     import threading
 
@@ -320,11 +371,11 @@ def preload(idle: bool) -> None:
     importer.join()
     if failed:
         raise failed[0]
+    gc.collect()
+    gc.freeze()
 
 
-def keep(path: str, starter: int, waited_on: bool) -> RankOrder | int:
-    preload(idle=not waited_on)
-    listener = listen(path)
+def keep(path: str, starter: int, listener: socket.socket) -> RankOrder | Successor | int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # unused: the files go with it
     try:
         conn = wait_for_claim(listener, starter)
@@ -336,8 +387,20 @@ def keep(path: str, starter: int, waited_on: bool) -> RankOrder | int:
     return serve(conn, listener)
 
 
+def end(code: int) -> None:
+    """The keeper's end, without the interpreter's teardown, which would touch every object torch's
+    import made: 1.2 CPU-seconds measured for a forked keeper (copying the pages it shares with
+    the keeper it came from). A keeper runs no one's code but its own: nothing else to flush."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    outcome = main(sys.argv[1:])
+    try:
+        outcome = main(sys.argv[1:])
+    except SystemExit as stop:  # the SIGTERM of an unused keeper: its files are gone
+        outcome = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
     if isinstance(outcome, int):
-        raise SystemExit(outcome)
+        end(outcome)
     run_rank(outcome)

@@ -4,8 +4,9 @@
         --entry script|module -- PROGRAM...
 
 It asks this attempt's keeper (prepared by the attempt before; else started now) for its ranks,
-starts the next attempt's keeper once this one has run ``--prepare-next-after`` seconds (unless it
-ended first), and behaves as torchrun does for the supervisor: each rank's
+has that keeper fork the next attempt's keeper from itself (no second import of torch) once this
+attempt has run ``--prepare-next-after`` seconds (unless it ended first), and behaves as torchrun
+does for the supervisor: each rank's
 lines on its console prefixed ``[default<local rank>]:`` and kept per rank under ``--log-dir``; when
 a rank fails, the others are stopped and torchrun's failure summary is printed, exit 1. ``plain``
 (the python launcher: one process that spawns its own workers) passes the streams and the exit
@@ -42,8 +43,10 @@ from fsdp_orch.standby.ranks import (
     keeper_pid_file,
     keeper_socket,
     standby_folder,
+    tagged_env,
     torchrun_env,
 )
+from fsdp_orch.standby.successor import NextKeeper
 
 KEEPER_READY_S = 300.0  # a keeper started at once has this long to import torch
 STOP_GRACE_S = 30.0  # torchrun's: SIGTERM to the ranks left, SIGKILL after this
@@ -83,10 +86,10 @@ def start_keeper(path: str, attempt: int, nproc: int, log: str, *,
     that a launcher is ``waited_on`` now imports at the normal priority; a next attempt's at idle
     priority."""
     env = dict(os.environ)
-    env["FSDP_ORCH_ATTEMPT"] = str(attempt)
     env.pop("FSDP_ORCH_RUN_DIR", None)  # no bootstrap in the keeper itself
     if nproc > 1:
         env.setdefault("OMP_NUM_THREADS", "1")
+    env = tagged_env(env, attempt)  # last, as a successor forked from it retags them
     with open(log, "ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "fsdp_orch.standby.keeper", path, str(os.getpid()),
@@ -341,30 +344,26 @@ def supervise(sock: socket.socket, selector: selectors.BaseSelector, relay: Rela
     say(f"attempt {attempt}: {len(pids)} rank(s) started from the standby ({how}), torch preloaded")
     if args.hosted:  # the node's keeper host prepares the next one
         return watch(answers, selector, relay, args, pids)
-    due = time.monotonic() + args.prepare_next_after
-    prepared: list[subprocess.Popen[bytes]] = []
-
-    def prepare_when_due() -> None:
-        if not prepared and time.monotonic() >= due:
-            prepared.append(start_keeper(keeper_socket(folder, attempt + 1), attempt + 1,
-                                         len(pids),
-                                         os.path.join(folder, f"attempt-{attempt + 1}.log"),
-                                         waited_on=False))
-
-    prepare_when_due()
-    code = watch(answers, selector, relay, args, pids, tick=prepare_when_due)
+    path = keeper_socket(folder, attempt + 1)
+    nxt = NextKeeper(sock, path, attempt + 1, time.monotonic() + args.prepare_next_after,
+                     start=lambda: start_keeper(path, attempt + 1, len(pids),
+                                                os.path.join(folder, f"attempt-{attempt + 1}.log"),
+                                                waited_on=False))
+    nxt.ask_when_due()
+    code = watch(answers, selector, relay, args, pids, tick=nxt.ask_when_due, told=nxt.told)
     if code == 0:  # the job's last attempt, most likely: no one will claim the next keeper
-        for keeper in prepared:
-            keeper.terminate()
+        nxt.end()
     return code
 
 
 def watch(answers: Answers, selector: selectors.BaseSelector, relay: Relay,
           args: argparse.Namespace, pids: dict[int, int],
-          tick: Callable[[], None] = lambda: None) -> int:
+          tick: Callable[[], None] = lambda: None,
+          told: Callable[[dict], None] = lambda _: None) -> int:  # type: ignore[type-arg]
     """Relays the ranks' output until they have all ended; stops the rest when one fails, or when
     this launcher is signalled. torchrun's exit status and failure summary. ``tick`` runs at least
-    every half second while the ranks run."""
+    every half second while the ranks run; ``told`` gets the keeper's answers other than a rank's
+    end."""
     ended: dict[int, int] = {}
     ends: list[RankEnd] = []
     stop_at: float | None = None
@@ -394,6 +393,9 @@ def watch(answers: Answers, selector: selectors.BaseSelector, relay: Relay,
                                             now_text()))
                 continue
             for line in lines:
+                if "exit" not in line:
+                    told(line)
+                    continue
                 local_rank, code = line["exit"]
                 ended[local_rank] = code
                 ends.append(RankEnd(local_rank, node_base + local_rank, code, pids[local_rank],

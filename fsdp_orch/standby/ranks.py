@@ -22,6 +22,53 @@ UNCLAIMED_S = 120.0
 WAITED_ON = "waited-on"
 
 
+# A keeper's environment ends with its attempt's tag and then this slack: a successor forked from
+# it for the next attempt (no import of torch of its own) rewrites the two in place, in the bytes
+# ``/proc/<pid>/environ`` reads, so that stopping attempt K by its tag spares attempt K+1's keeper
+# and finds the ranks that keeper forks. The slack lets the tag grow by as many digits.
+ATTEMPT_TAG = "FSDP_ORCH_ATTEMPT"
+TAG_SLACK = "FSDP_ORCH_STANDBY_SLACK"
+SLACK_BYTES = 16
+
+
+def tagged_env(env: dict[str, str], attempt: int) -> dict[str, str]:
+    """``env`` with ``attempt``'s tag and the slack last, in that order (the order the process's
+    environment block keeps)."""
+    out = {k: v for k, v in env.items() if k not in (ATTEMPT_TAG, TAG_SLACK)}
+    out[ATTEMPT_TAG] = str(attempt)
+    out[TAG_SLACK] = "." * SLACK_BYTES
+    return out
+
+
+@dataclass(frozen=True)
+class Retag:
+    """The bytes that retag an environment block: ``data`` written at ``offset``; the slack's entry
+    moves from ``slack_was`` to ``slack_now`` (offsets in the block)."""
+
+    offset: int
+    data: bytes
+    slack_was: int
+    slack_now: int
+
+
+def retag_block(block: bytes, attempt: int) -> Retag | str:
+    """How to retag a process's environment block (``/proc/<pid>/environ``: NUL-terminated
+    entries) from its attempt to ``attempt`` in place, keeping its length; or why it cannot."""
+    tag, slack = f"{ATTEMPT_TAG}=".encode(), f"{TAG_SLACK}=".encode()
+    offset = 0
+    entries = block.split(b"\0")
+    for entry, after in zip(entries, entries[1:], strict=False):
+        if entry.startswith(tag) and after.startswith(slack):
+            new = tag + str(attempt).encode()
+            room = len(entry) + len(after) - len(new) - len(slack)
+            if room < 0:
+                return f"no room left to tag attempt {attempt}"
+            return Retag(offset, new + b"\0" + slack + b"." * room + b"\0",
+                         offset + len(entry) + 1, offset + len(new) + 1)
+        offset += len(entry) + 1
+    return f"the environment does not end with {ATTEMPT_TAG} and {TAG_SLACK}"
+
+
 def standby_folder(user_root: str, job_id: str, node_rank: int, place: str = "") -> str:
     """The node's private folder of the job's keepers:
     ``<tmp>/fsdp-orch-<uid>/<job>/standby/node-N``; ``-<place>`` added where the node's launch
@@ -121,7 +168,9 @@ def decode_orders(data: bytes) -> list[RankOrder]:
 
 def message(**fields: object) -> bytes:
     """One line of the keeper's answers: ``{"started": {local rank: pid}}``,
-    ``{"exit": [local rank, code]}``."""
+    ``{"exit": [local rank, code]}``, ``{"next": pid}`` (the successor it forked for the next
+    attempt; 0 and ``why`` where it could not); and of the launcher's one request,
+    ``{"prepare": {"path": socket, "attempt": next attempt}}``."""
     return json.dumps(fields).encode() + b"\n"
 
 
@@ -190,6 +239,7 @@ def child_sys_path0(entry: str, program: list[str], cwd: str) -> str:
     return cwd
 
 
-__all__ = ["Layout", "NO_STANDBY_EXIT", "RankEnd", "RankOrder", "UNCLAIMED_S", "child_argv",
-           "child_sys_path0", "decode_orders", "encode_orders", "exit_code", "failure_summary",
-           "keeper_pid_file", "keeper_socket", "message", "standby_folder", "torchrun_env"]
+__all__ = ["ATTEMPT_TAG", "Layout", "NO_STANDBY_EXIT", "RankEnd", "RankOrder", "Retag", "TAG_SLACK",
+           "UNCLAIMED_S", "child_argv", "child_sys_path0", "decode_orders", "encode_orders",
+           "exit_code", "failure_summary", "keeper_pid_file", "keeper_socket", "message",
+           "retag_block", "standby_folder", "tagged_env", "torchrun_env"]

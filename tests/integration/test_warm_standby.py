@@ -1,7 +1,9 @@
 """The warm standby on real processes: the demo crashes once (an injected fault) and resumes. The
 second attempt's ranks start from the keeper the first attempt prepared, and ``-X importtime``
 (PYTHONPROFILEIMPORTTIME) in the ranks shows no ``import torch`` in their start-up, where the same
-job with ``launch.standby: off`` shows it in every rank. Both runs end with the same parameters."""
+job with ``launch.standby: off`` shows it in every rank. Both runs end with the same parameters.
+Without a supervisor: each attempt's keeper forks the next one's from itself, tagged with the next
+attempt, which stopping the attempt before spares."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +20,7 @@ import pytest
 from cli_harness import demo_args
 
 from fsdp_orch.nodeagent.beat_dir import private_beat_dir, user_tmp_root
+from fsdp_orch.observe.proctree import job_processes, stop_job_processes
 from fsdp_orch.standby.launch import start_keeper
 from fsdp_orch.standby.ranks import keeper_socket, standby_folder
 
@@ -51,8 +56,8 @@ def rank_stderr(run_dir: Path, attempt: int) -> dict[str, str]:
 
 def test_the_second_attempt_starts_from_the_standby_without_importing_torch(cli, demo):
     _, cold_dir = run(cli, demo, "--set", "launch.standby=off")
-    # its first attempt crashes in its first seconds: prepared at once, not after the default 10 s
-    _, warm_dir = run(cli, demo, "--fresh", "--set", "launch.prepare_standby_after=0s")
+    # its first attempt crashes in its first seconds: the next keeper, forked at once, is ready
+    _, warm_dir = run(cli, demo, "--fresh")
 
     cold = rank_stderr(cold_dir, 1)
     assert sorted(cold) == ["0", "1"]
@@ -114,3 +119,58 @@ def test_a_keeper_a_launch_waits_on_imports_at_the_normal_priority_a_next_attemp
         keeper.kill()
         keeper.wait()
         shutil.rmtree(os.path.dirname(os.path.dirname(folder)), ignore_errors=True)
+
+
+# A rank that says whether torch was imported before it ran, the attempt its process is tagged with
+# (what stop_job_processes reads) and its keeper's pid, then ends with the status it is given.
+RANK = """
+import os, sys, time
+tags = [e for e in open("/proc/self/environ", "rb").read().split(b"\\0")
+        if e.startswith(b"FSDP_ORCH_ATTEMPT=")]
+print("torch" in sys.modules, tags[0].decode(), os.getppid(), flush=True)
+time.sleep(1)  # the launcher's request for the next keeper comes while the rank runs
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def attempt(job_id: str, number: int, code: int, cwd: Path) -> tuple[list[str], str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}
+    env.update(FSDP_ORCH_JOB_ID=job_id, FSDP_ORCH_ATTEMPT=str(number))
+    proc = subprocess.run([sys.executable, "-m", "fsdp_orch.standby.launch", "--mode", "plain",
+                           "--entry", "script", "--", "rank.py", str(code)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == code, proc.stderr
+    return proc.stdout.split(), proc.stderr
+
+
+def ended(job_id: str, number: int, within_s: float = 10.0) -> bool:
+    end = time.monotonic() + within_s
+    while job_processes(job_id, number):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_each_keeper_forks_the_next_attempts_which_stopping_its_own_attempt_spares(tmp_path):
+    (tmp_path / "rank.py").write_text(RANK)
+    job_id = f"chain{os.getpid()}"
+    try:
+        said, err = attempt(job_id, 0, 1, tmp_path)  # fails: its launcher leaves the next keeper
+        assert "started at once (none was prepared)" in err, err
+        assert said[:2] == ["True", "FSDP_ORCH_ATTEMPT=0"], said
+        assert ended(job_id, 0), "attempt 0's keeper outlived its rank"
+        [successor] = job_processes(job_id, 1)
+        stop_job_processes(job_id, 0, grace=2.0)  # the supervisor's stop of attempt 0
+        assert job_processes(job_id, 1) == [successor]
+
+        said, err = attempt(job_id, 1, 0, tmp_path)  # succeeds: its next keeper is ended
+        assert "attempt 1: 1 rank(s) started from the standby (prepared by the attempt before)" \
+            in err, err
+        assert said == ["True", "FSDP_ORCH_ATTEMPT=1", str(successor)], said
+        assert ended(job_id, 1) and ended(job_id, 2), "a keeper outlived the job's last attempt"
+        log = Path(standby_folder(user_tmp_root(), job_id, 0), "attempt-2.log").read_text()
+        assert f"forked from attempt 1's (pid {successor})" in log, log
+    finally:
+        stop_job_processes(job_id, grace=1.0)
+        shutil.rmtree(os.path.join(user_tmp_root(), job_id), ignore_errors=True)

@@ -4,6 +4,9 @@ reads it."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,9 @@ from fsdp_orch.jobspec.loading import load_job_text
 from fsdp_orch.launch.plan import PlanContext
 from fsdp_orch.places.builtin import builtin_dir
 from fsdp_orch.standby.ranks import (
+    ATTEMPT_TAG,
+    SLACK_BYTES,
+    TAG_SLACK,
     Layout,
     RankEnd,
     RankOrder,
@@ -23,7 +29,9 @@ from fsdp_orch.standby.ranks import (
     encode_orders,
     failure_summary,
     hosted_keepers,
+    retag_block,
     standby_folder,
+    tagged_env,
     torchrun_env,
 )
 from fsdp_orch.supervise.diagnose import diagnose_lines
@@ -178,3 +186,70 @@ def test_a_node_that_cannot_start_warm_goes_cold_alone_or_fails_the_attempt(nnod
     said = capsys.readouterr().err
     assert ("starting cold" in said) == (nnodes == 1), said
     assert ("node 1 of 2 cannot start warm" in said) == (nnodes == 2), said
+
+
+def block_of(env: dict[str, str]) -> bytes:
+    return b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items())
+
+
+def apply(block: bytes, attempt: int) -> bytes:
+    plan = retag_block(block, attempt)
+    assert not isinstance(plan, str), plan
+    return block[:plan.offset] + plan.data + block[plan.offset + len(plan.data):]
+
+
+@pytest.mark.parametrize("before,after", [(0, 1), (9, 10), (9, 12345), (12, 3)])
+def test_a_successor_retags_the_environment_block_in_place_keeping_its_length(before, after):
+    env = tagged_env({"FSDP_ORCH_JOB_ID": "j1", ATTEMPT_TAG: "stale", "PATH": "/bin"}, before)
+    assert list(env)[-2:] == [ATTEMPT_TAG, TAG_SLACK]  # last, in the order the block keeps
+    block = block_of(env)
+    new = apply(block, after)
+    assert len(new) == len(block)
+    entries = new.split(b"\0")
+    assert f"{ATTEMPT_TAG}={after}".encode() in entries
+    assert f"{ATTEMPT_TAG}={before}".encode() not in entries
+    assert entries[:2] == [b"FSDP_ORCH_JOB_ID=j1", b"PATH=/bin"]
+    plan = retag_block(block, after)
+    assert not isinstance(plan, str)
+    assert new[plan.slack_now:].startswith(f"{TAG_SLACK}=".encode())  # where its pointer goes
+    assert block[plan.slack_was:].startswith(f"{TAG_SLACK}=".encode())
+    assert apply(new, before) == block  # and back: attempt after attempt, the same room
+
+
+def test_no_retag_without_the_slack_or_past_its_room() -> None:
+    assert "does not end with" in str(retag_block(block_of({ATTEMPT_TAG: "1", "A": "b"}), 2))
+    block = block_of(tagged_env({}, 1))
+    assert "no room left" in str(retag_block(block, 10 ** (SLACK_BYTES + 1)))
+
+
+RETAG_IN_A_REAL_PROCESS = """
+import ctypes, os, sys
+from fsdp_orch.standby.successor import retag_environ
+assert retag_environ(int(sys.argv[1])) is None
+libc = ctypes.CDLL(None)
+libc.getenv.restype = ctypes.c_char_p
+environ = ctypes.POINTER(ctypes.c_char_p).in_dll(libc, "environ")
+entries = []
+while environ[len(entries)]:
+    entries.append(environ[len(entries)])
+print(libc.getenv(b"FSDP_ORCH_ATTEMPT").decode(), libc.getenv(b"FSDP_ORCH_STANDBY_SLACK").decode(),
+      os.environ["FSDP_ORCH_ATTEMPT"], all(b"=" in e for e in entries), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_retag_is_what_proc_environ_reads_and_the_c_environment_stays_whole() -> None:
+    """What ``stop_job_processes`` reads (another process's ``/proc/<pid>/environ``) and what the
+    process's own C environment and ``os.environ`` say, after a retag from attempt 9 to 10."""
+    env = tagged_env({k: v for k, v in os.environ.items() if k != "FSDP_ORCH_RUN_DIR"}, 9)
+    proc = subprocess.Popen([sys.executable, "-c", RETAG_IN_A_REAL_PROCESS, "10"], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        said = proc.stdout.readline().split()
+        entries = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+    finally:
+        proc.communicate("")
+    assert said == ["10", "." * (SLACK_BYTES - 1), "10", "True"], said
+    assert b"FSDP_ORCH_ATTEMPT=10" in entries and b"FSDP_ORCH_ATTEMPT=9" not in entries
+    assert proc.returncode == 0
