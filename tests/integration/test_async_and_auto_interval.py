@@ -6,6 +6,7 @@ told in rank 0's log, the job's events and ``status``."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import re
@@ -131,5 +132,8 @@ def test_interval_auto_follows_the_measured_save_cost_and_the_observed_failures(
     shown = [e["message"] for e in cli.status(status["id"])["events"]
              if e["kind"] == "checkpoint_interval"]
     assert shown == [n["message"] for n in told]
-    logged = "".join(p.read_text() for p in run_dir.rglob("stderr.log"))
+    # the ended attempt's logs are archived (.gz) once the supervisor restarts
+    logged = "".join([*(p.read_text() for p in run_dir.rglob("stderr.log")),
+                      *(gzip.decompress(p.read_bytes()).decode(errors="replace")
+                        for p in run_dir.rglob("stderr.log.gz"))])
     assert all(f"[fsdp-orch] {n['message']}" in logged for n in told), logged[-3000:]
