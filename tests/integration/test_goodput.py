@@ -5,6 +5,7 @@ back."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -108,9 +109,13 @@ def test_report_writes_a_private_page_with_the_status_figures(three_faults, tmp_
     drawn = {(int(step), round(float(loss), 6)) for step, loss in
              re.findall(r'class="loss-point" data-attempt="\d+" data-step="(\d+)" '
                         r'data-loss="([^"]+)"', page)}
-    printed = {(int(step), float(loss)) for log in Path(status["run_dir"]).rglob("*.log")
-               for step, loss in re.findall(r"step=(\d+) loss=([0-9.]+)",
-                                            log.read_text(errors="replace"))}
+    # the ended attempts' logs are archived (.gz: these are under the size that trims them)
+    run_dir = Path(status["run_dir"])
+    texts = [*(log.read_text(errors="replace") for log in run_dir.rglob("*.log")),
+             *(gzip.decompress(log.read_bytes()).decode(errors="replace")
+               for log in run_dir.rglob("*.log.gz"))]
+    printed = {(int(step), float(loss)) for text in texts
+               for step, loss in re.findall(r"step=(\d+) loss=([0-9.]+)", text)}
     assert len(printed) >= STEPS, printed
     assert drawn == printed, (sorted(printed - drawn), sorted(drawn - printed))
 
