@@ -3,6 +3,7 @@ another mount namespace), and private copies of the examples. Shared by every co
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -110,6 +111,15 @@ def job_events(cli: Cli, job_id: str) -> list[dict]:
     """The job's event log as ``fsdp-orch events --json`` prints it, in order."""
     return [json.loads(line)
             for line in cli.run("events", job_id, "--json", check=True).stdout.splitlines()]
+
+
+def attempt_log(run_dir: Path | str, attempt: int, name: str) -> str:
+    """A log of an attempt in the run folder, read through its archive once the attempt has ended
+    and the job restarted (``<name>.gz``; the tests' logs are under the size that trims them)."""
+    path = Path(run_dir) / f"attempt-{attempt}" / name
+    if path.is_file():
+        return path.read_text(errors="replace")
+    return gzip.decompress(path.with_name(name + ".gz").read_bytes()).decode(errors="replace")
 
 
 def step_losses(console: str) -> dict[int, str]:

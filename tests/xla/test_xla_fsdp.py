@@ -13,7 +13,15 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_harness import Cli, copy_demo, culprit_leads, repeated, step_losses, why
+from cli_harness import (
+    Cli,
+    attempt_log,
+    copy_demo,
+    culprit_leads,
+    repeated,
+    step_losses,
+    why,
+)
 from conftest import SMALL_DEMO, SPMD_ENV, XLA_DEVICES
 
 pytestmark = [pytest.mark.slow, pytest.mark.xla]
@@ -42,8 +50,7 @@ def result(status: dict) -> dict:
 
 
 def console_losses(status: dict, attempt: int) -> dict[int, str]:
-    return step_losses((Path(status["run_dir"]) / f"attempt-{attempt}" /
-                        "console-node-0.log").read_text())
+    return step_losses(attempt_log(status["run_dir"], attempt, "console-node-0.log"))
 
 
 def test_fsdpv2_on_four_devices_resumes_after_a_crash_and_a_hang_to_the_first_attempts_losses(
