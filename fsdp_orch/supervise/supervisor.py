@@ -18,6 +18,7 @@ from fsdp_orch.launch.submission import Submission
 from fsdp_orch.record import save_cadence
 from fsdp_orch.record.events import CANCEL_MARKER
 from fsdp_orch.record.journal import Journal, read_status
+from fsdp_orch.record.status import JobStatus
 from fsdp_orch.supervise.attempt_archive import archive_attempt
 from fsdp_orch.supervise.attempt_watch import AttemptWatch
 from fsdp_orch.supervise.checkpoint_tracker import CheckpointTracker
@@ -66,6 +67,7 @@ class Supervisor:
         self.job_id = submission.job_id
         self.history: list[FailureRecord] = []
         self.steps_reached: int | None = None  # the highest step any attempt of this run reached
+        self._folded: JobStatus | None = None  # the job's events, folded at the last restart
         self.requeued_attempts = 0  # attempts the scheduler took away: they use no restart budget
         self.excluded_hosts = list(excluded_hosts or [])  # later attempts are planned without them
         self.workers: tuple[str, ...] = ()  # the machines the kind found for the latest attempt
@@ -104,8 +106,8 @@ class Supervisor:
                 now = self.clock()
                 self.journal.restart_scheduled(decision.reason, delay, now=now)
                 # what the script's save cadence costs at the failure rate seen, once per job
-                save_cadence.tell(self.journal, read_status(str(self.sub.run_dir), self.job_id),
-                                  attempt)
+                self._folded = read_status(str(self.sub.run_dir), self.job_id)
+                save_cadence.tell(self.journal, self._folded, attempt)
                 # The backoff runs from the verdict: the teardown
                 # (stacks taken, ranks stopped) is part of it.
                 self.backoff_sleep(max(0.0, delay - max(0.0, now - outcome.detected_at)))
@@ -289,7 +291,10 @@ class Supervisor:
         resume_from, resume_step = self.checkpoints.resume_point(attempt)
         # the job's time between failures so far, for the runtime's checkpoint.interval: auto (a
         # straggler's planned replacement is no failure); None before the first failure
-        seen = read_status(str(self.sub.run_dir), self.job_id) if attempt > 0 else None
+        # (folded once a restart: at its decision, or here for a re-attached supervisor's first)
+        seen, self._folded = self._folded, None
+        if seen is None and attempt > 0:
+            seen = read_status(str(self.sub.run_dir), self.job_id)
         mtbf_s = None if seen is None else observed_mtbf(
             min((r.started_at for r in seen.attempt_records.values()), default=None),
             self.clock(), sum(f.category != STRAGGLER_REPLACED for f in seen.failures))
