@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+import secret_checks
 from cli_harness import SMALL_DEMO, Cli, copy_demo, copy_unchanged, make_cli
 from status_is_fold import CHECKED, CLIS, STRAGGLERS_NAMED, mismatches
 
@@ -159,6 +163,22 @@ def module_torchrun(tmp_path_factory: pytest.TempPathFactory):
 
 
 # --- the fsdp-orch CLI as a user runs it: tests/cli_harness.py ---------------------------------
+
+@pytest.fixture
+def other_account() -> tuple[int, int]:
+    """(uid, gid) of an unprivileged second account, created when absent (secret_checks)."""
+    return secret_checks.other_account()
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """A folder every account can write, like /tmp or /scratch (mode 1777, root's; outside
+    pytest's 0700 tmp)."""
+    path = Path(tempfile.mkdtemp(prefix="fsdp-orch-shared-", dir="/tmp"))
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
 
 @pytest.fixture
 def cli(tmp_path: Path) -> Cli:

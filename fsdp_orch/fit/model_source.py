@@ -11,6 +11,8 @@ import os
 import sys
 from typing import Any
 
+from fsdp_orch.places.imports import import_problem
+from fsdp_orch.places.trust import load_problem, refusal
 from fsdp_orch.vocab.errors import InputError
 
 FACTORY_SEP = ":"
@@ -64,11 +66,24 @@ def cached_hub_config(model_id: str) -> str | None:
     return max(found, key=os.path.getmtime) if found else None
 
 
+def trusted_config(path: str) -> None:
+    """Refuse a config another account owns or can change (a shared HF_HOME, a 1777 folder): what
+    it says decides the estimate, and its folder is where code would be loaded from."""
+    if not os.path.exists(path):
+        return  # the read says it is missing
+    why = load_problem(path)
+    if why is not None:
+        raise InputError(refusal("the model's config", path, why,
+                                 "use a config in a folder of yours (a copy of it beside the job)"),
+                         field="fit.model")
+
+
 def model_text(model: str, base: str) -> str:
     """What identifies the model for the cache: its config's text, or the factory's name."""
     path = config_file(model, base)
     if path is None:
         return model
+    trusted_config(path)
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
@@ -108,22 +123,34 @@ def build(model: str, base: str, dtype: Any, flash_attention: bool,
     except ImportError:
         raise InputError("a Hugging Face config needs transformers where fit runs "
                          "(pip install transformers)", field="fit.model") from None
+    trusted_config(path)
     try:
         with open(path, encoding="utf-8") as f:
             json.load(f)
-        config = AutoConfig.from_pretrained(os.path.dirname(path) or ".", local_files_only=True)
+        # never code from the config's folder (an auto_map), and never a question on the terminal
+        config = AutoConfig.from_pretrained(os.path.dirname(path) or ".", local_files_only=True,
+                                            trust_remote_code=False)
     except (OSError, ValueError) as exc:
-        raise InputError(f"{path} is not a Hugging Face config: {exc}",
+        if "custom code" in str(exc):
+            raise InputError(f"{path} asks for custom code (auto_map) to build its model: fit never "
+                             "runs code from a config's folder; name a factory of yours instead "
+                             "(fit.model: module:function)", field="fit.model") from None
+        raise InputError(f"{path} is not a Hugging Face config: {' '.join(str(exc).split())}",
                          field="fit.model") from None
     config._attn_implementation = "sdpa" if flash_attention else "eager"
     if layers is not None:
         config.num_hidden_layers = layers
     config.use_cache = False
-    return AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=False)
 
 
 def _from_factory(model: str, base: str, dtype: Any) -> Any:
     name, _, function = model.partition(FACTORY_SEP)
+    why = import_problem(name, base)
+    if why is not None:
+        raise InputError(refusal("the model factory's module", name, why,
+                                 "keep the factory in a folder of yours that only you can write"),
+                         field="fit.model")
     if base not in sys.path:
         sys.path.insert(0, base)
     try:

@@ -9,13 +9,9 @@ write, whose ``python:`` is the other account's wrapper; a launch template plant
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import secret_checks
 from cli_harness import Cli
 from other_accounts import PLANT_CHECKPOINT, as_other, plant_wrapper
@@ -23,18 +19,6 @@ from other_accounts import PLANT_CHECKPOINT, as_other, plant_wrapper
 OTHER = secret_checks.OTHER
 
 
-@pytest.fixture
-def other_account() -> tuple[int, int]:
-    return secret_checks.other_account()
-
-
-@pytest.fixture
-def scratch() -> Iterator[Path]:
-    """A folder every account can write, like /tmp or /scratch (mode 1777, root's)."""
-    path = Path(tempfile.mkdtemp(prefix="fsdp-orch-shared-", dir="/tmp"))
-    path.chmod(0o1777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def victim_job(tmp_path: Path) -> Path:

@@ -11,30 +11,12 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import secret_checks
 from cli_harness import Cli
 
 OTHER = "fsdporchtest"
-
-
-@pytest.fixture
-def other_account() -> tuple[int, int]:
-    """(uid, gid) of an unprivileged second account, created when absent
-    (tests/secret_checks.py)."""
-    return secret_checks.other_account()
-
-
-@pytest.fixture
-def scratch() -> Iterator[Path]:
-    """A folder every account can write, like /scratch (mode 1777; outside pytest's 0700 tmp)."""
-    path = Path(tempfile.mkdtemp(prefix="fsdp-orch-scratch-", dir="/tmp"))
-    path.chmod(0o1777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def as_other(uid: int, gid: int, *argv: str) -> None:
