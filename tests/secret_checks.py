@@ -73,8 +73,9 @@ class Place:
 
 # --- the second account -------------------------------------------------------------------------
 
-def other_account() -> tuple[int, int]:
-    """(uid, gid) of the unprivileged second account, created when absent. Needs root: a skip
+def other_account(name: str = OTHER) -> tuple[int, int]:
+    """(uid, gid) of the unprivileged second account (or another one named ``name``, as the victim
+    of a test where root's powers would hide the attack), created when absent. Needs root: a skip
     elsewhere, a failure under CI."""
     if os.geteuid() != 0:
         reason = "needs root to create and act as a second account (useradd, setpriv)"
@@ -82,15 +83,15 @@ def other_account() -> tuple[int, int]:
             pytest.fail(f"under CI the second-account tests must run: {reason}")
         pytest.skip(reason)
     try:
-        entry = pwd.getpwnam(OTHER)
+        entry = pwd.getpwnam(name)
     except KeyError:
-        made = subprocess.run(["useradd", "--system", "--no-create-home", OTHER],
+        made = subprocess.run(["useradd", "--system", "--no-create-home", name],
                               capture_output=True, text=True)
         # 9: another pytest worker made it first
         if made.returncode not in (0, USERADD_NAME_IN_USE):
             raise AssertionError(
-                f"useradd {OTHER} exited {made.returncode}: {made.stderr}") from None
-        entry = pwd.getpwnam(OTHER)
+                f"useradd {name} exited {made.returncode}: {made.stderr}") from None
+        entry = pwd.getpwnam(name)
     return entry.pw_uid, entry.pw_gid
 
 

@@ -6,6 +6,7 @@ what ``stat`` said; the rest does the I/O. Stdlib only: ``status`` starts here."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 
@@ -142,14 +143,20 @@ def write_atomically(path: str | os.PathLike[str], data: bytes | str, *, mode: i
     # never through a link planted at the temporary name
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
                  0o666 if mode is None else mode)
-    if mode is not None:
-        os.fchmod(fd, mode)
-    with os.fdopen(fd, "wb") as f:  # one os.write may write only part of a large file
-        f.write(data.encode() if isinstance(data, str) else data)
-        if fsync:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, target)
+    try:
+        with os.fdopen(fd, "wb") as f:  # one os.write may write only part of a large file
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
+            f.write(data.encode() if isinstance(data, str) else data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        # never a copy of what was to be written left behind (a full disk, a target others own)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def write_private(path: str, data: bytes | str, *, atomic: bool = True) -> None:

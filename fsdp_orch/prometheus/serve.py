@@ -1,12 +1,28 @@
-"""``fsdp-orch metrics --serve [ADDR:]PORT``: the HTTP exporter. ``listen_address`` is pure; the
-server is prometheus_client's own (``/metrics``, a thread per scrape)."""
+"""``fsdp-orch metrics --serve [ADDR:]PORT``: the HTTP exporter, prometheus_client's own
+(``/metrics``, a thread per scrape). Loopback is no boundary on a shared machine: every account on
+it can connect. With ``--token-file``, a scrape must carry ``Authorization: Bearer <token>``
+(Prometheus: ``authorization: {credentials_file: FILE}``), compared in constant time.
+``listen_address`` and ``token_problem`` are pure."""
 
 from __future__ import annotations
 
-from prometheus_client.exposition import start_http_server
+import hmac
+import stat
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+from wsgiref.simple_server import make_server
+
+from prometheus_client.exposition import (
+    ThreadingWSGIServer,
+    _get_best_family,
+    _SilentHandler,
+    make_wsgi_app,
+)
 from prometheus_client.registry import CollectorRegistry
 
 DEFAULT_ADDRESS = "127.0.0.1"  # loopback unless told otherwise: the metrics name the user's jobs
+MIN_TOKEN_CHARS = 16
 
 
 def listen_address(text: str) -> tuple[str, int]:
@@ -24,8 +40,47 @@ def listen_address(text: str) -> tuple[str, int]:
     return address, int(port)
 
 
-def serve(address: str, port: int, registry: CollectorRegistry) -> tuple[object, int]:
+def token_problem(text: str, mode: int) -> str | None:
+    """Why a token file (its text, its ``st_mode``) cannot guard the exporter, or None. Pure."""
+    if stat.S_IMODE(mode) & 0o077:
+        return (f"it can be read by others (mode {stat.S_IMODE(mode):04o}): chmod 600 it, the "
+                "token is a secret")
+    token = text.strip()
+    if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token):
+        return (f"expected one token of at least {MIN_TOKEN_CHARS} characters without spaces "
+                "(openssl rand -hex 32 makes one)")
+    return None
+
+
+def guarded(app: Callable[..., Iterable[bytes]], token: str) -> Callable[..., Iterable[bytes]]:
+    """``app`` answering only requests that carry ``Authorization: Bearer <token>``."""
+    expected = f"Bearer {token}".encode()
+
+    def check(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1", "replace")
+        if hmac.compare_digest(given, expected):
+            return app(environ, start_response)
+        start_response("401 Unauthorized", [("Content-Type", "text/plain"),
+                                            ("WWW-Authenticate", 'Bearer realm="fsdp-orch"')])
+        return [b"a bearer token is needed (fsdp-orch metrics --serve --token-file)\n"]
+
+    return check
+
+
+def serve(address: str, port: int, registry: CollectorRegistry,
+          token: str | None = None) -> tuple[object, int]:
     """Start serving ``registry`` in a background thread; the server and the port it bound (port 0:
     one the kernel picks). OSError when the address cannot be bound."""
-    server, _ = start_http_server(port, addr=address, registry=registry)
+
+    class Server(ThreadingWSGIServer):
+        """prometheus_client's server, with the address family of ``address``."""
+
+    Server.address_family, address = _get_best_family(address, port)
+    app = make_wsgi_app(registry)
+    server = make_server(address, port, guarded(app, token) if token else app, Server,
+                         handler_class=_SilentHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, int(server.server_port)
+
+
+__all__ = ["DEFAULT_ADDRESS", "guarded", "listen_address", "serve", "token_problem"]

@@ -14,7 +14,7 @@ import os
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from fsdp_orch.places.private import write_atomically
+from fsdp_orch.places.private import _who, user_name, write_atomically
 
 FILE_NAME = "fsdp_orch.prom"
 FILE_MODE = 0o644
@@ -26,5 +26,22 @@ def write_textfile(folder: str, registry: CollectorRegistry, name: str = FILE_NA
     new, never half. The temporary name is random: the folder may be node_exporter's, which
     others can write, and a name known ahead could be planted."""
     path = os.path.join(folder, name)
-    write_atomically(path, generate_latest(registry), mode=FILE_MODE)
+    try:
+        write_atomically(path, generate_latest(registry), mode=FILE_MODE)
+    except PermissionError as exc:
+        raise OSError(exc.errno, taken(path) or exc.strerror) from None
     return path
+
+
+def taken(path: str) -> str | None:
+    """Why the file at ``path`` cannot be replaced, when another account made it first (in a
+    sticky folder no one but its owner may replace it): node_exporter serves it as the user's."""
+    try:
+        owner = os.lstat(path).st_uid
+    except OSError:
+        return None
+    if owner == os.getuid():
+        return None
+    return (f"{path} was made by {_who(owner, user_name)}, not by you: it takes your metrics' "
+            "place and node_exporter serves it as yours; its owner or root must remove it, or use "
+            "a textfile folder that only you (and node_exporter's group) can write")

@@ -25,8 +25,10 @@ class MetricsTextfile:
     """One per supervisor: ``look`` at each of the attempt loop's looks, ``write`` at the end."""
 
     def __init__(self, folder: str, run_dir: str, job_id: str, clock: Callable[[], float],
-                 every: float = EVERY_S):
+                 every: float = EVERY_S, tell: Callable[[str], None] | None = None):
+        """``tell``: how a failed write reaches the job's events (once)."""
         self.folder, self.run_dir, self.job_id = folder, run_dir, job_id
+        self.tell = tell
         self.clock, self.every = clock, every
         self._looked_at: float | None = None
         self._attempt: int | None = None
@@ -36,9 +38,10 @@ class MetricsTextfile:
 
     @classmethod
     def from_environ(cls, run_dir: str, job_id: str, clock: Callable[[], float],
-                     environ: Mapping[str, str] = os.environ) -> MetricsTextfile | None:
+                     environ: Mapping[str, str] = os.environ,
+                     tell: Callable[[str], None] | None = None) -> MetricsTextfile | None:
         folder = environ.get(METRICS_TEXTFILE_ENV)
-        return cls(folder, run_dir, job_id, clock) if folder else None
+        return cls(folder, run_dir, job_id, clock, tell=tell) if folder else None
 
     @property
     def path(self) -> str:
@@ -81,8 +84,10 @@ class MetricsTextfile:
             write_textfile(self.folder, registry, name=os.path.basename(self.path))
         except OSError as exc:
             if not self._failed:
-                print(f"fsdp-orch supervisor: cannot write the metrics to {self.path}: "
-                      f"{exc.strerror or exc}", flush=True)
+                message = f"cannot write the metrics to {self.path}: {exc.strerror or exc}"
+                print(f"fsdp-orch supervisor: {message}", flush=True)
+                if self.tell is not None:
+                    self.tell(message)
             self._failed = True
         self._written_at, self._longest = now, 0.0
 

@@ -11,6 +11,7 @@ import shutil
 import stat
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from synthetic_jobs import T0, two_restarts
 from fsdp_orch.places.home import store_path
 from fsdp_orch.prometheus.collector import registry
 from fsdp_orch.prometheus.families import families
-from fsdp_orch.prometheus.serve import listen_address, serve
+from fsdp_orch.prometheus.serve import listen_address, serve, token_problem
 from fsdp_orch.prometheus.textfile import write_textfile
 from fsdp_orch.record.status import JobStatus
 from fsdp_orch.record.store import Store
@@ -200,3 +201,29 @@ def test_the_dashboards_queries_are_promql_over_metrics_the_exporter_writes(tmp_
                                            T0 + 100)}
     named = {m for expr in exprs for m in re.findall(r"\bfsdp_orch_[a-z_]+", expr)}
     assert named and named <= written, named - written
+
+
+@pytest.mark.parametrize(("text", "mode", "why"), [
+    ("a" * 32, 0o100644, "can be read by others (mode 0644)"),
+    ("a" * 32, 0o100640, "can be read by others (mode 0640)"),
+    ("short", 0o100600, "at least 16 characters"),
+    ("two tokens here, none long\n", 0o100600, "without spaces")])
+def test_a_token_file_others_can_read_or_that_holds_no_token_is_refused(text, mode, why):
+    assert why in token_problem(text, mode)
+
+
+def test_a_guarded_exporter_answers_only_its_bearer_token(tmp_path):
+    token = "f" * 32
+    server, port = serve("127.0.0.1", 0, registry(str(tmp_path / "home")), token)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        for header in ({}, {"Authorization": "Bearer " + "e" * 32},
+                       {"Authorization": token}, {"Authorization": f"Bearer {token}x"}):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(urllib.request.Request(url, headers=header), timeout=10)
+            assert refused.value.code == 401
+        ok = urllib.request.urlopen(urllib.request.Request(
+            url, headers={"Authorization": f"Bearer {token}"}), timeout=10)
+        assert ok.status == 200 and b"# HELP" in ok.read()
+    finally:
+        server.shutdown()

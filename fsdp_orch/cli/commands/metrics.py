@@ -26,6 +26,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--textfile", metavar="DIR",
                      help="write DIR/fsdp_orch.prom (mode 0644, replaced whole) for "
                           "node_exporter's --collector.textfile.directory")
+    p.add_argument("--token-file", metavar="FILE",
+                   help="--serve: answer only scrapes carrying 'Authorization: Bearer <the token "
+                        "in FILE>' (a file of yours, mode 0600; Prometheus: authorization: "
+                        "{credentials_file: FILE}); without it every account on the machine can "
+                        "read the metrics")
     p.add_argument("--every", metavar="SECONDS", type=float,
                    help="--textfile: write it again every SECONDS until stopped (default: once)")
 
@@ -35,12 +40,37 @@ def run(args: argparse.Namespace) -> int:
 
     if args.every is not None and (args.textfile is None or not args.every > 0):
         raise InputError("expected a number of seconds above 0, with --textfile", field="--every")
+    if args.token_file is not None and args.serve is None:
+        raise InputError("a token guards the HTTP exporter: use it with --serve",
+                         field="--token-file")
     if args.serve is not None:
-        return _serve(args.serve, registry())
+        token = None if args.token_file is None else _token(args.token_file)
+        return _serve(args.serve, registry(), token)
     return _textfiles(args.textfile, args.every, registry())
 
 
-def _serve(text: str, found: object) -> int:
+def _token(path: str) -> str:
+    """The token in ``path``, read from the file that was checked (its owner, its folders, its
+    mode: others must neither change nor read it)."""
+    from fsdp_orch.places.trust import load_problem
+    from fsdp_orch.prometheus.serve import token_problem
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise InputError(f"cannot read it: {exc.strerror}", field="--token-file",
+                         file=path) from None
+    with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+        text = f.read(4096)
+        why = load_problem(path) or token_problem(text, os.fstat(f.fileno()).st_mode)
+    if why is not None:
+        raise InputError(f"refused the token file: {why}; it must be a file of yours (mode "
+                         "0600) in folders only you (or root) can write", field="--token-file",
+                         file=path)
+    return text.strip()
+
+
+def _serve(text: str, found: object, token: str | None) -> int:
     import signal
     import threading
 
@@ -51,12 +81,17 @@ def _serve(text: str, found: object) -> int:
     except ValueError as exc:
         raise InputError(str(exc), field="--serve") from None
     try:
-        server, port = serve(address, port, found)  # type: ignore[arg-type]
+        server, port = serve(address, port, found, token)  # type: ignore[arg-type]
     except OSError as exc:
         raise InputError(f"cannot listen on {address}:{port}: {exc.strerror or exc}",
                          field="--serve") from None
     host = f"[{address}]" if ":" in address else address
     print(f"serving http://{host}:{port}/metrics", flush=True)
+    if token is None:
+        print(f"fsdp-orch: notice: every account that can reach {host}:{port} (on this machine: "
+              "all of them) can read these metrics: your user name, your jobs' names, states "
+              "and goodput; --token-file FILE asks each scrape for a bearer token",
+              file=sys.stderr, flush=True)
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     while not stopped.wait(3600):
