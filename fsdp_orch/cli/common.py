@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from fsdp_orch.vocab.errors import JobNotFound
+from fsdp_orch.vocab.errors import InputError, JobNotFound
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -15,21 +15,26 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_WAIT_TIMED_OUT = 0, 1, 2, 3
 
 
-def open_index():  # type: ignore[no-untyped-def]
-    """The index of the event logs under $FSDP_ORCH_HOME (os.path,
-    not pathlib: `status` starts fast)."""
+def open_index(read_only: bool = False):  # type: ignore[no-untyped-def]
+    """The index of the event logs under $FSDP_ORCH_HOME (os.path, not pathlib: `status` starts
+    fast); ``read_only``: a command that only looks never makes the index (record.index)."""
     from fsdp_orch.record.index import open_index as opened
 
-    return opened()
+    return opened(read_only=read_only)
 
 
 def private_home() -> None:
     """$FSDP_ORCH_HOME (and the local store folders apart from it) must be the caller's own."""
-    from fsdp_orch.places.home import home_dir, local_store_folders
+    from fsdp_orch.places.home import home_dir, home_layout_problem, local_store_folders
     from fsdp_orch.places.private import ensure_private_root
 
     home = home_dir()
     ensure_private_root(home, create=False)  # made 0700 by whatever first writes there
+    damaged = home_layout_problem(home)
+    if damaged is not None:
+        path, expected = damaged
+        raise InputError(f"expected {expected} that fsdp-orch made, found something else: move "
+                         "it aside (the index is built again from the event logs)", file=path)
     apart = local_store_folders(home)
     if apart:
         ensure_private_root(apart[0],

@@ -17,6 +17,27 @@ def home_dir() -> str:
     return os.path.expanduser(os.environ.get("FSDP_ORCH_HOME") or os.path.join("~", ".fsdp-orch"))
 
 
+# What the home holds, where it is there: (name, is a folder)
+HOME_ENTRIES = (("runs", True), ("jobs.db", False), ("cache", True), ("fit-cache", True),
+                ("schedules", True))
+
+
+def home_layout_problem(home: str) -> tuple[str, str] | None:
+    """(the path, what it should be) for the first entry of the home that is not what fsdp-orch
+    made there (``runs`` a file, ``jobs.db`` a folder); None when all are as made or absent."""
+    import stat
+
+    for name, folder in HOME_ENTRIES:
+        path = os.path.join(home, name)
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue
+        if (stat.S_ISDIR(mode) if folder else stat.S_ISREG(mode)) is False:
+            return path, "a folder" if folder else "a file"
+    return None
+
+
 def filesystem_of(path: str, mounts: str | None = None) -> str | None:
     """The filesystem type of the mount that holds ``path``
     (``mounts``: /proc/self/mounts' text)."""

@@ -23,11 +23,16 @@ def user_name() -> str:
         return str(os.getuid())
 
 
+def look(home: str | None) -> JobIndex:
+    """The index as a scrape reads it: never made by a scrape (record.index)."""
+    return open_index(home, read_only=True)
+
+
 class IndexCollector(Collector):
     """Reads the index at scrape time: no gauge is kept between scrapes."""
 
     def __init__(self, home: str | None = None,
-                 opener: Callable[[str | None], JobIndex] = open_index,
+                 opener: Callable[[str | None], JobIndex] = look,
                  clock: Callable[[], float] = time.time):
         self.home, self.opener, self.clock = home, opener, clock
         self.user = user_name()

@@ -22,7 +22,7 @@ from fsdp_orch.record.events import (
     read_from,
     read_keyed,
 )
-from fsdp_orch.record.store import Store
+from fsdp_orch.record.store import MEMORY, Store
 from fsdp_orch.vocab.states import JobState
 
 BROKEN = JobState.BROKEN.value
@@ -240,9 +240,10 @@ SETTLING_S = 600.0
 
 
 
-def open_index(home: str | None = None) -> JobIndex:
+def open_index(home: str | None = None, *, read_only: bool = False) -> JobIndex:
     """The index of ``$FSDP_ORCH_HOME``'s runs folder and the profiles' shared run roots, opened
-    where the database belongs."""
+    where the database belongs. ``read_only`` (status, events, logs, cancel, report, metrics):
+    where there is no database yet, one is built in memory for this look, and nothing is made."""
     from fsdp_orch.places.home import home_dir, store_path
     from fsdp_orch.record.heal import open_store
     from fsdp_orch.record.run_roots import runs_roots
@@ -252,7 +253,12 @@ def open_index(home: str | None = None) -> JobIndex:
     def build(fresh: Store) -> None:  # a new database: every job folder of every runs folder
         JobIndex(fresh, runs_roots(fresh, root)).ingest()
 
-    store = open_store(store_path(root), build)
+    path = store_path(root)
+    if read_only and not os.path.exists(path):
+        store = Store(MEMORY)
+        build(store)
+    else:
+        store = open_store(path, build)
     return JobIndex(store, runs_roots(store, root))
 
 

@@ -16,6 +16,7 @@ import sqlite3
 import time
 
 from fsdp_orch.record.listing_cache import ListingCache, with_docs
+from fsdp_orch.vocab.errors import FsdpOrchError
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
     from fsdp_orch.record.status import JobStatus
 
+# 14: JobStatus.finished and .missing (what the script did after its last step), the loss's step;
 # 13: each failure says whether its attempt made progress (the restart budget); 12: fit's
 # estimate and the measured device peak (JobStatus.memory_json); 11:
 # JobStatus.last_checkpoint_at (the metrics' checkpoint age); 10: the goodput breakdown and the
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 # progress_attempt;
 # 9: the loss's source, the hang window, stepped_at/stall_from (stalled_for_s filled in as status
 # reads)
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 BUSY_TIMEOUT_MS = 30_000
 ACTIVE_STATES = ("PENDING", "RUNNING", "RESTARTING")
 # Written into the SQL text, not bound: SQLite uses the partial index jobs_active only when the
@@ -90,6 +92,13 @@ def _dumps(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+class IndexDamaged(FsdpOrchError):
+    """The index holds what fsdp-orch never wrote (the event logs, which it caches, are intact)."""
+
+
+MEMORY = ":memory:"  # an index built for one look, written nowhere
+
+
 class Store:
     """One open connection; pass it where it is needed (no global handle)."""
 
@@ -99,7 +108,7 @@ class Store:
         goes through ``record.heal``, which builds a new index aside and swaps it in). False: open
         the file as it is (see ``schema_is_current``)."""
         self.path = path
-        if create:
+        if create and path != MEMORY:
             os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
             if not os.path.exists(path):
                 fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
@@ -162,7 +171,8 @@ class Store:
             self.conn.execute("INSERT INTO meta (key, value) VALUES ('generation', ?)",
                               (time.time_ns() // 1000,))
             self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        os.chmod(self.path, 0o600)
+        if self.path != MEMORY:
+            os.chmod(self.path, 0o600)
 
     # --- writes ---------------------------------------------------------------------------
 
@@ -395,7 +405,8 @@ class Store:
         finally:
             self.conn.execute("COMMIT")
         data = bytes(row[0])
-        cache.write(generation, data)
+        if self.path != MEMORY:
+            cache.write(generation, data)
         return with_docs(data, stalled + live)
 
 
@@ -440,4 +451,12 @@ def _status(record: str) -> JobStatus:
 
     from fsdp_orch.record.status import JobStatus
 
-    return JobStatus.from_record(json.loads(record))
+    try:
+        doc = json.loads(record)
+        if isinstance(doc, dict):
+            return JobStatus.from_record(doc)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        pass
+    raise IndexDamaged(f"a job's record in the index is not one fsdp-orch wrote ({record[:60]!r}): "
+                       "remove the index file (jobs.db, with its -wal and -shm); the next command "
+                       "builds it again from the jobs' event logs")

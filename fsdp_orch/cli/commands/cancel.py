@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     from fsdp_orch.control.job_control import cancel
 
     checked_job_id(args.job_id)  # an empty id is a prefix of every id: never cancel "some job"
-    with open_index() as index:
+    with open_index(read_only=True) as index:
         job_id = resolve_id(index, args.job_id)
         print(cancel(index, job_id))
     return EXIT_OK

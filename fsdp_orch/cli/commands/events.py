@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from fsdp_orch.cli.event_lines import show_events
 
     checked_job_id(args.job_id)
-    with open_index() as index:
+    with open_index(read_only=True) as index:
         job_id = resolve_id(index, args.job_id)
         run_dir = index.store.run_dir(job_id)
     show_events(run_dir, as_json=args.json, follow=args.follow)

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from fsdp_orch.control.logs import show_logs
 
     checked_job_id(args.job_id)
-    with open_index() as index:
+    with open_index(read_only=True) as index:
         job_id = resolve_id(index, args.job_id)
         return show_logs(index, job_id, rank=args.rank, node=args.node, attempt=args.attempt,
                          follow=args.follow)

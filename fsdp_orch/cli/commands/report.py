@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from fsdp_orch.report.page import render
 
     checked_job_id(args.job_id)
-    with open_index() as index:
+    with open_index(read_only=True) as index:
         job_id = resolve_id(index, args.job_id)
         run_dir = index.store.run_dir(job_id)
     lines = read_job(run_dir)[0]

@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.job_id is not None:  # `status ""` is a mistake (an unset variable), not "every job"
         checked_job_id(args.job_id)
-    with open_index() as index:
+    with open_index(read_only=True) as index:
         store = index.store
         if args.job_id is not None:
             job_id = resolve_id(index, args.job_id)
