@@ -132,9 +132,9 @@ def build(model: str, base: str, dtype: Any, flash_attention: bool,
                                             trust_remote_code=False)
     except (OSError, ValueError) as exc:
         if "custom code" in str(exc):
-            raise InputError(f"{path} asks for custom code (auto_map) to build its model: fit never "
-                             "runs code from a config's folder; name a factory of yours instead "
-                             "(fit.model: module:function)", field="fit.model") from None
+            raise InputError(f"{path} asks for custom code (auto_map) to build its model: fit "
+                             "never runs code from a config's folder; name a factory of yours "
+                             "instead (fit.model: module:function)", field="fit.model") from None
         raise InputError(f"{path} is not a Hugging Face config: {' '.join(str(exc).split())}",
                          field="fit.model") from None
     config._attn_implementation = "sdpa" if flash_attention else "eager"
@@ -154,12 +154,38 @@ def _from_factory(model: str, base: str, dtype: Any) -> Any:
     if base not in sys.path:
         sys.path.insert(0, base)
     try:
-        made = getattr(importlib.import_module(name), function)()
+        factory = getattr(importlib.import_module(name), function)
     except (ImportError, AttributeError) as exc:
         raise InputError(f"cannot call the model factory {model}: {exc}",
                          field="fit.model") from None
+    if not callable(factory):
+        raise InputError(f"{model} is a {type(factory).__name__}, not a function that returns "
+                         "the model", field="fit.model")
+    try:
+        made = factory()
+    except SystemExit as exc:
+        raise InputError(f"the model factory {model} exited (SystemExit {exc.code!r}) instead of "
+                         "returning the model", field="fit.model") from None
+    except Exception as exc:  # noqa: BLE001 - the user's code: any failure is theirs, named
+        where = _user_frame(exc)
+        raise InputError(f"the model factory {model} raised {type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:300]}{where}", field="fit.model") from None
+    from torch import nn
+
+    if not isinstance(made, nn.Module):
+        raise InputError(f"the model factory {model} returned a {type(made).__name__}, expected "
+                         "a torch.nn.Module", field="fit.model")
     _cast(made, dtype)
     return made
+
+
+def _user_frame(exc: BaseException) -> str:
+    """`` (at FILE:LINE)`` of the innermost frame of the traceback outside fsdp-orch and torch."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if "/fsdp_orch/" not in f.filename and "/torch/" not in f.filename]
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
 def _cast(module: Any, dtype: Any) -> None:

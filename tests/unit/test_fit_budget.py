@@ -21,7 +21,9 @@ def test_sizes_are_read_as_gpu_vendors_and_schedulers_count_them(given, expected
     assert parse_size(given) == expected
 
 
-@pytest.mark.parametrize("given", ["80 parsecs", "", "-1GB", 0, True, "GB"])
+@pytest.mark.parametrize("given", [
+    "80 parsecs", "", "-1GB", 0, True, "GB",
+    "9" * 400, "0.5", 0.5, "\u0669\u0664\u0666\u0664", "2048PB", 10**20, float("inf")])
 def test_a_size_that_is_not_one_says_what_was_expected(given) -> None:
     with pytest.raises(ValueError, match="expected a memory size like 80GB"):
         parse_size(given)
