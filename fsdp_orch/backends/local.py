@@ -16,6 +16,8 @@ from pydantic import Field
 from fsdp_orch.backends.node_channel import AgentObservation
 from fsdp_orch.backends.ports import free_port
 from fsdp_orch.backends.supervised_here import SupervisedHere
+from fsdp_orch.bootstrap.user_umask import parse_umask
+from fsdp_orch.checkpoints.globs import is_pattern
 from fsdp_orch.checkpoints.storage import LOCAL, Storage
 from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
@@ -23,7 +25,7 @@ from fsdp_orch.launch.plan import LaunchPlan, Placement, PlanContext
 from fsdp_orch.launch.render import Artifact, Templates, write_artifacts
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.proctree import job_processes, stop_job_processes
-from fsdp_orch.places.private import make_private_dirs, open_private
+from fsdp_orch.places.private import make_folder_first, make_private_dirs, open_private
 from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.categories import NODE_LOST_EXIT
 from fsdp_orch.vocab.errors import InputError
@@ -196,6 +198,16 @@ class LocalKind(SupervisedHere[LocalProfile]):
         if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
             raise InputError(f"python {python} is not an executable file on this machine",
                              file=profile_file, field="python")
+
+    def preflight(self, submission: Submission) -> None:
+        """The checkpoint folder, not made yet, made now by this user (submit checked the folder it
+        will be made in): another account cannot make it first and fill it before the ranks
+        restore from it (the node script checks it again, places/trust.py)."""
+        plan, job = submission.base_plan, submission.job
+        if job.checkpoint.resume != "never" and not is_pattern(plan.checkpoint_dir):
+            mask = parse_umask(job.launch.umask or "")
+            make_folder_first(os.path.expanduser(plan.checkpoint_dir),
+                              0o077 if mask is None else mask)
 
     def attempt_launcher(self, submission: Submission) -> LocalLauncher:
         return LocalLauncher(submission)

@@ -130,6 +130,24 @@ def make_private_dirs(path: str) -> None:
         os.chmod(folder, DIR_MODE)
 
 
+def make_folder_first(path: str, umask: int) -> bool:
+    """Make ``path`` (and the folders above it that are missing) as this user, readable as
+    ``umask`` allows and writable by no one else, unless something is there already: in a folder
+    others can write, a folder the job will load from is made before another account can make it.
+    True when made here; False when something was there (a check of it follows)."""
+    target = os.path.abspath(path)
+    if os.path.lexists(target):
+        return False
+    mode = 0o777 & ~(umask | 0o022)
+    make_private_dirs(os.path.dirname(target))
+    try:
+        os.mkdir(target, mode)  # never -p: one made meanwhile is not taken for this user's
+    except FileExistsError:
+        return False
+    os.chmod(target, mode)
+    return True
+
+
 def write_atomically(path: str | os.PathLike[str], data: bytes | str, *, mode: int | None = None,
                      fsync: bool = False, tmp_tag: str = "") -> None:
     """The one way fsdp-orch replaces a whole file: a hidden temporary file beside it, then a

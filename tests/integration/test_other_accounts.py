@@ -264,3 +264,39 @@ def test_doctor_names_the_other_accounts_checkpoint_and_node_folders_with_fixes_
     [readable] = checkpoint_checks([str(run_folder)])  # yours, others can read: yours to chmod
     assert readable.name == "checkpoint.dir readable by others"
     assert f"chmod 700 {mine}" in readable.fix, readable
+
+
+def test_a_checkpoint_folder_not_made_yet_is_made_by_submit_before_another_account_can(
+        tmp_path: Path, other_account: tuple[int, int], scratch: Path) -> None:
+    """The audit's race: ``checkpoint.dir`` under a shared 1777 scratch, not made yet, passes the
+    submit-time rule; the other account, trying all along, made it first and filled it with a
+    checkpoint whose ``.metadata`` runs code. Now submit makes the folder, the user's, before it
+    returns: the other account's ``mkdir`` never succeeds and the job trains on its own."""
+    import subprocess
+
+    from cli_harness import copy_demo, demo_args
+
+    marker = scratch / "ran-as-the-victim"
+    folder = scratch / "not-made-yet" / "ckpt"
+    planter = scratch / "plant.py"
+    planter.write_text(PLANT_CHECKPOINT)
+    planter.chmod(0o644)
+    cli = Cli(home=tmp_path / "home", cwd=tmp_path)
+    demo = copy_demo(tmp_path)
+    submitted = cli.run("submit", "--cluster", "local", str(demo), "--set", demo_args(20),
+                        "--set", f"checkpoint.dir={folder}", "--set", "checkpoint.interval=5",
+                        timeout=120)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.split()[0]
+    uid, gid = other_account
+    attacker = subprocess.Popen(secret_checks.as_account(uid, gid, [
+        "bash", "-c", f"for i in $(seq 400); do mkdir -p {folder.parent} 2>/dev/null; "
+                      f"mkdir -m 777 {folder} 2>/dev/null && exec python3 {planter} {folder} "
+                      f"{marker}; sleep 0.05; done"]))
+    waited = cli.run("status", job_id, "--wait", timeout=300)
+    attacker.wait(timeout=60)
+    status = cli.status(job_id)
+    assert status["state"] == "SUCCEEDED", (waited.stdout, status)
+    assert folder.stat().st_uid == 0 and folder.stat().st_mode & 0o022 == 0
+    assert not (folder / "step-00000400").exists()
+    assert not marker.exists(), f"the planted checkpoint was loaded: {marker.read_text()}"
