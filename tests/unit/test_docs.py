@@ -83,6 +83,24 @@ def test_every_example_job_validates_against_the_editors_schema() -> None:
                             profile)
 
 
+@pytest.mark.parametrize("what", ["job", "profile"])
+def test_the_schema_names_its_dialect_and_uses_only_its_keywords(what: str) -> None:
+    """pydantic wrote ``gt: 0`` for a duration (a number or a string), which no validator knows:
+    a negative backoff passed. The schema is checked against its own dialect's meta-schema."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from fsdp_orch.cli.commands.schema import json_schema
+
+    schema = json_schema(what)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    jsonschema.Draft202012Validator.check_schema(schema)
+    text = json.dumps(schema)
+    assert not re.search(r'"(gt|ge|lt|le)": -?[0-9]', text), "a keyword no validator knows"
+    if what == "job":
+        negative = {"name": "j", "script": "t.py", "restart": {"backoff": {"initial": -5}}}
+        with pytest.raises(jsonschema.ValidationError, match="-5"):
+            jsonschema.validate(negative, schema)
+
+
 def test_the_framework_guides_show_the_example_jobs_as_they_are() -> None:
     """Each job shown in docs/guides/frameworks.md under its file's name is that file, byte for
     byte (the examples are what the tests run)."""

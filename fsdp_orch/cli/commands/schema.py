@@ -21,14 +21,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("what", choices=("job", "profile"))
 
 
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+# pydantic's names for the bounds of a value it cannot map to a JSON type (a duration: a number or
+# a string), and the standard keywords for them, which apply to the numbers alone
+STANDARD_BOUNDS = {"gt": "exclusiveMinimum", "ge": "minimum", "lt": "exclusiveMaximum",
+                   "le": "maximum"}
+
+
 def json_schema(what: str) -> dict:  # type: ignore[type-arg]
-    """The schema of ``what`` (job or profile), as pydantic writes it."""
+    """The schema of ``what`` (job or profile), as pydantic writes it, in standard keywords."""
     if what == "job":
         from fsdp_orch.jobspec.schema import JobSpec
 
         schema = JobSpec.model_json_schema()
         schema["title"] = "fsdp-orch job"
-        return schema
+        return {"$schema": DIALECT, **standard(schema)}
     from fsdp_orch.backends.registry import cluster_kind, kind_names
 
     defs: dict = {}  # type: ignore[type-arg]
@@ -37,7 +44,20 @@ def json_schema(what: str) -> dict:  # type: ignore[type-arg]
         schema = cluster_kind(name).profile_model.model_json_schema()
         defs.update(schema.pop("$defs", {}))  # refs resolve from the root: one $defs there
         kinds.append(schema)
-    return {"title": "fsdp-orch cluster profile", "anyOf": kinds, "$defs": defs}
+    return {"$schema": DIALECT, "title": "fsdp-orch cluster profile",
+            **standard({"anyOf": kinds, "$defs": defs})}
+
+
+def standard(node):  # type: ignore[no-untyped-def]
+    """``node`` with pydantic's ``gt``/``ge``/``lt``/``le`` as the standard keywords. Pure."""
+    if isinstance(node, list):
+        return [standard(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    bounds = {STANDARD_BOUNDS[k]: v for k, v in node.items()
+              if k in STANDARD_BOUNDS and isinstance(v, (int, float))}
+    return {**{k: standard(v) for k, v in node.items() if k not in STANDARD_BOUNDS or
+               not isinstance(v, (int, float))}, **bounds}
 
 
 def run(args: argparse.Namespace) -> int:
