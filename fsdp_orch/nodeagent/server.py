@@ -35,6 +35,10 @@ LOG_NAME = re.compile(r"console-node-\d+\.log|node-\d+/[\w.-]+/attempt_\d+/\d+/s
 HELLO_WITHIN_S = 5.0
 HELLO_MAX_BYTES = 1024
 MAX_STRANGERS = 64
+# asyncio accepts up to ``backlog`` connections at each readiness of the listening socket, each a
+# descriptor before any of our code runs: a burst of thousands ran the supervisor out of them. A
+# small backlog bounds what one turn of the loop takes; the kernel keeps the rest waiting.
+ACCEPT_BACKLOG = 128
 
 
 @dataclass
@@ -87,7 +91,7 @@ class SummaryServer:
         self._loop = loop
         try:
             self._server = loop.run_until_complete(loop.create_server(
-                lambda: _AgentConnection(self), self.host, self.port, backlog=4096))
+                lambda: _AgentConnection(self), self.host, self.port, backlog=ACCEPT_BACKLOG))
             self.port = self._server.sockets[0].getsockname()[1]
         except OSError:
             self._server = None
@@ -354,8 +358,9 @@ class _AgentConnection(asyncio.Protocol):
                     self.server._strangers.pop(self, None)
                 elif line:
                     self.server._take(self.node, json.loads(line))
-        except (ValueError, KeyError, TypeError):
-            # a stranger, or a line that is not ours: the connection ends
+        except (ValueError, KeyError, TypeError, RecursionError):
+            # a stranger, or a line that is not ours (``[[[[...``, nested past the parser's
+            # depth, too): the connection ends, counted
             self.refuse("no token")
             self.transport.close()
             return

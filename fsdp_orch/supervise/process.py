@@ -39,12 +39,26 @@ class Loop(Protocol):
 MakeLoop = Callable[..., Loop]
 
 
+def raise_open_files_limit() -> None:
+    """The soft limit on open files up to the hard one (often 1,024 of 524,288): connections that
+    others open to the node channel each hold one until they are refused."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass  # the soft limit stays; the channel's own bounds still hold
+
+
 def run_supervisor(make_loop: MakeLoop, job_id: str, run_dir: str | None = None,
                    reattach: bool = False, in_allocation: bool = False) -> int:
     """``in_allocation``: run by a scheduler's batch script (SLURM), which owns the signals; a
     requeued job goes on with its next attempt. It reads and writes only the job's run folder
     (events, heartbeats, logs), never the index database."""
     folder = Path(run_dir) if run_dir else home() / "runs" / job_id
+    raise_open_files_limit()
     if not (folder / SUBMISSION_FILE).is_file():
         print(f"fsdp-orch supervisor: no job {job_id} in {folder.parent}", flush=True)
         return 2

@@ -9,6 +9,7 @@ write, whose ``python:`` is the other account's wrapper; a launch template plant
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -161,6 +162,71 @@ def test_a_flood_of_strangers_at_the_agent_port_costs_no_memory_and_no_hang_judg
         cli.run("cancel", job_id)
 
 
+
+
+BURST = r"""
+import socket, sys, time
+host, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+held = []
+for _ in range(count):  # as fast as connect goes, each held open, none saying anything
+    try:
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex((host, port))
+        held.append(s)
+    except OSError:
+        break
+deep = socket.create_connection((host, port), timeout=10)
+deep.sendall(b"[" * 1000 + b"\n")  # a hello nested past the JSON parser's depth
+time.sleep(3)
+print(len(held))
+"""
+
+
+def open_files(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_a_burst_of_connections_past_the_descriptor_limit_never_stops_the_supervisor(
+        tmp_path: Path, other_account: tuple[int, int]) -> None:
+    """The audit's flood: 2,000 connections in a fraction of a second exhausted the supervisor's
+    1,024 descriptors (asyncio accepted them all at once), and the job ended FAILED "Too many open
+    files" while its ranks trained on. Now the job ends SUCCEEDED, the supervisor's descriptors
+    stay bounded, and a hello of 1,000 ``[`` is counted as refused, not a traceback."""
+    import subprocess
+
+    from cli_harness import copy_demo, demo_args
+
+    from fsdp_orch.record.store import Store
+
+    cli = Cli(home=tmp_path / "home", cwd=tmp_path)
+    demo = copy_demo(tmp_path)
+    job_id = cli.run("submit", "--cluster", "local", str(demo), "--set",
+                     demo_args(200, "--sleep-per-step", "0.1"), check=True).stdout.strip()
+    cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3,
+                   timeout=180, what="three steps")
+    run_dir = Path(cli.status(job_id)["run_dir"])
+    endpoint = json.loads((run_dir / "attempt-0" / "agent.json").read_text())
+    supervisor = Store(cli.home / "jobs.db").job(job_id).supervisor_pid
+    assert supervisor is not None
+    before = open_files(supervisor)
+    uid, gid = other_account
+    bursts = [subprocess.Popen(secret_checks.as_account(uid, gid, [
+        "/usr/bin/python3", "-c", BURST, str(endpoint["host"]), str(endpoint["port"]), "500"]),
+        stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    most = before
+    while any(b.poll() is None for b in bursts):
+        most = max(most, open_files(supervisor))
+        time.sleep(0.05)
+    held = sum(int(b.stdout.read()) for b in bursts)  # type: ignore[union-attr]
+    assert held >= 1900, f"the burst held only {held} connections"
+    print(f"the supervisor's open files: {before} before, at most {most} under {held} connections")
+    assert most - before < 400, (before, most)
+    status = cli.wait_until(job_id, lambda s: s["state"] in ("SUCCEEDED", "FAILED"), timeout=300,
+                            what="the job's end")
+    assert status["state"] == "SUCCEEDED" and status["attempts"] == 1, status
+    log = (run_dir / "supervisor.log").read_text()
+    assert "Traceback" not in log and "RecursionError" not in log and "Too many open" not in log
 
 
 def test_a_checkpoint_folder_another_account_can_write_is_refused_and_nothing_is_loaded(
