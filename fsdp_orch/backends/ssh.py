@@ -55,11 +55,27 @@ class SshKind(SupervisedHere[SshProfile]):
 
     def preflight(self, submission: Submission) -> None:
         """Every host answers, with a known key, before anything is recorded as started."""
-        from fsdp_orch.backends.over_ssh.connect import connect, on_every_host
+        from fsdp_orch.backends.over_ssh.connect import connect, on_every_host, run_on
 
         profile = self.profile_of(submission)
-        on_every_host(list(profile.hosts[:submission.job.nodes]),
-                      lambda i, host: connect(host, profile).close())
+        hosts = list(profile.hosts[:submission.job.nodes])
+        if profile.shared_filesystem:
+            on_every_host(hosts, lambda i, host: connect(host, profile).close())
+            return
+        # hosts with their own disks: the run folder each will hold, checked before the job starts
+        from fsdp_orch.backends.over_ssh.attempt import own_disk_run_dir
+        from fsdp_orch.places.remote_trust import REFUSED_EXIT, check_command
+
+        command = check_command(own_disk_run_dir(profile, submission.job_id) or "", "run folder")
+
+        def check(i: int, host: Any) -> None:
+            result = run_on(host, profile, command, timeout=profile.connect_timeout + 30)
+            if result.return_code == REFUSED_EXIT:
+                raise InputError(f"{result.stderr.strip()}; another account could replace the "
+                                 "scripts the host runs as you there: set remote_workdir to a "
+                                 "folder of yours (or one made only by you in a sticky scratch)",
+                                 field="remote_workdir")
+        on_every_host(hosts, check)
 
     def leftovers(self, job_id: str, row: JobStatus) -> bool:
         # the supervisor stops every host's processes itself; stop_leftovers sweeps after it

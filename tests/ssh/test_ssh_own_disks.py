@@ -211,3 +211,41 @@ def test_a_checkpoint_planted_on_a_hosts_own_disk_is_refused_there_and_never_loa
         + ssh_hosts.ssh(0, "cat", marker, check=False).stdout)
     events = cli.run("events", status["id"], "--json").stdout
     assert "step-00000400" not in events, "the planted checkpoint was taken for the job's"
+
+
+def test_a_remote_workdir_another_account_made_first_is_refused_at_submit_and_runs_nothing(
+        ssh_hosts, apart):
+    """The audit's attack on hosts with their own disks: ``remote_workdir`` in a shared (1777)
+    scratch on the hosts, made first by the other account, which then swapped the node scripts in
+    it; they ran as the user on both hosts. Now submit checks the run folder on each host and
+    refuses, naming the host, the folder's owner and the fix; nothing runs."""
+    import tempfile
+
+    from other_accounts import as_other
+    from secret_checks import OTHER, other_account
+
+    cli, demo = apart
+    uid, gid = other_account()
+    # a scratch both hosts see (their /tmp is this machine's), every account's, sticky
+    scratch = tempfile.mkdtemp(prefix="fsdp-orch-ssh-scratch-", dir="/tmp")
+    Path(scratch).chmod(0o1777)
+    as_other((uid, gid), f"mkdir -m 755 {scratch}/fsdp-orch")
+    profile = cli.cwd / "clusters" / "own.yaml"
+    text = profile.read_text()
+    start = text.index("remote_workdir:")
+    end = text.index("\n", start)
+    profile.write_text(f"{text[:start]}remote_workdir: {scratch}/fsdp-orch{text[end:]}")
+
+    # checkpoints on the hosts' own disks, apart: only the run folder is in the scratch
+    checkpoints = f"{ssh_hosts.dir}/host-disk/ckpt-{uuid.uuid4().hex[:6]}"
+    proc = cli.run("submit", "--cluster", "own", str(demo), *TWO_HOSTS, "--set", demo_args(10),
+                   "--set", f"checkpoint.dir={checkpoints}", timeout=200)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    [line] = proc.stderr.strip().splitlines()
+    assert "remote_workdir: refused run folder" in line and f"{scratch}/fsdp-orch" in line, line
+    assert f"owned by uid {uid} ({OTHER})" in line and "a folder of yours" in line, line
+    try:
+        assert list(Path(scratch, "fsdp-orch").iterdir()) == [], (
+            "something was put in the other account's folder")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

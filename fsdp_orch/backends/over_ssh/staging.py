@@ -22,6 +22,7 @@ from typing import Any
 from fsdp_orch.backends.over_ssh.connect import connect, on_every_host, run_on, run_with_input
 from fsdp_orch.launch.plan import OWN_DISK_CODE, OWN_DISK_PACKAGE, LaunchPlan
 from fsdp_orch.launch.render import Artifact, write_artifacts
+from fsdp_orch.places.remote_trust import make_and_check_command
 from fsdp_orch.vocab.errors import FsdpOrchError
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2]  # fsdp_orch/
@@ -76,7 +77,9 @@ def job_archive(plan: LaunchPlan, artifacts: list[Artifact], job_dir: str) -> by
 def unpack_on_every_host(plan: LaunchPlan, archive: bytes, ssh: Any) -> None:
     # --no-same-permissions: the umask applies to every file, also where tar runs as root (which
     # would otherwise give the archive's modes, and the job's code would be readable by all).
-    command = (f"umask 077 && mkdir -p {shlex.quote(plan.run_dir)} && "
+    # The run folder made, then held to the StrictModes rule on each host at each attempt: in a
+    # shared scratch another account could have made remote_workdir first, to swap the scripts.
+    command = (f"{make_and_check_command(plan.run_dir, 'run folder')} && "
                f"tar --no-same-permissions -xzf - -C {shlex.quote(plan.run_dir)}")
     on_every_host(plan_hosts(plan, ssh),
                   lambda i, host: run_with_input(host, ssh, command, archive,
