@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fsdp_orch.nodeagent.handshake import agent_proof, nonce  # noqa: E402
 from fsdp_orch.nodeagent.summary import parse_summary, summary_line  # noqa: E402
 from fsdp_orch.observe.heartbeats import Heartbeat  # noqa: E402
 
@@ -61,8 +62,12 @@ def asyncio_clients(nodes: list[int], port: int, until: float) -> None:
 
     async def one(node: int) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write((json.dumps({"hello": "tok", "node": node, "host": f"node{node}"})
+        challenge = json.loads(await reader.readline())["challenge"]
+        mine = nonce()
+        writer.write((json.dumps({"node": node, "host": f"node{node}", "nonce": mine,
+                                  "proof": agent_proof("tok", challenge, mine)})
                       + "\n").encode())
+        await reader.readline()  # the supervisor's proof
         step = 0
         await asyncio.sleep((node % 100) / 100)
         try:

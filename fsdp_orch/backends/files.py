@@ -10,7 +10,7 @@ from fsdp_orch.checkpoints.storage import LOCAL, Storage
 from fsdp_orch.observe.attempt_files import LOG_PATTERNS, STACKS_DIR
 from fsdp_orch.observe.file_tail import FileTail, LogChunk
 from fsdp_orch.observe.heartbeats import Heartbeat, read_heartbeats
-from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIX
+from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIXES
 from fsdp_orch.observe.stacks import StackCapture, capture_stacks
 
 
@@ -66,4 +66,5 @@ class FileObservation:
         return {}  # no channel to carry them
 
     def flight_recorder_dumps(self) -> list[str]:
-        return [str(p) for p in sorted(self.attempt_dir.glob(f"{FLIGHT_RECORDER_PREFIX}*"))]
+        return sorted(str(p) for prefix in FLIGHT_RECORDER_PREFIXES
+                      for p in self.attempt_dir.glob(f"{prefix}*"))

@@ -409,6 +409,10 @@ def install(env: Mapping[str, str] | None = None) -> Agent | None:
     """Install this process's agent (from ``sitecustomize``); None outside an fsdp-orch job."""
     global _agent
     env = os.environ if env is None else env
+    if env.get("LOCAL_RANK"):  # a rank of torchrun or accelerate: the user's program, their umask
+        from fsdp_orch.bootstrap.user_umask import apply_user_umask
+
+        apply_user_umask(env)
     if _agent is None and env.get("FSDP_ORCH_RUN_DIR"):
         _agent = Agent(env)
         _agent.install()

@@ -36,6 +36,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 KINDS = ("hang", "crash", "kill", "collective_timeout", "slow", "checkpoint_crash")
+# Injected only by fsdp_orch.runtime, inside its checkpoint save; the bootstrap injects the others
+# in any script, at its optimizer steps (submit refuses these for a script without the runtime).
+RUNTIME_ONLY_KINDS = ("checkpoint_crash",)
 _KEYS = ("step", "after", "rank", "attempt", "seconds")
 
 
@@ -219,4 +222,4 @@ class FaultInjector:
         self._exit(code)
 
 
-__all__ = ["Fault", "FaultInjector", "KINDS", "parse_faults"]
+__all__ = ["Fault", "FaultInjector", "KINDS", "RUNTIME_ONLY_KINDS", "parse_faults"]

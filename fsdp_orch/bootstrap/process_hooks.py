@@ -38,8 +38,10 @@ def register_stack_dump(attempt_dir: str | None, rank: int) -> IO[str] | None:
 
     try:
         folder = os.path.join(os.path.expanduser(attempt_dir), STACKS_DIR)
-        os.makedirs(folder, exist_ok=True)
-        stack_file = open(os.path.join(folder, faulthandler_dump_name(rank)), "w")  # noqa: SIM115
+        os.makedirs(folder, 0o700, exist_ok=True)
+        # 0600 whatever the umask: a rank runs under the user's (bootstrap.user_umask)
+        stack_file = os.fdopen(os.open(os.path.join(folder, faulthandler_dump_name(rank)),
+                                       os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w")
         faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     except (OSError, RuntimeError, ValueError):
         return None

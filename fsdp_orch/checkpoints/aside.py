@@ -15,6 +15,8 @@ from fsdp_orch.checkpoints.storage import LOCAL, Storage
 
 INCOMPLETE_DIR = ".fsdp-orch-incomplete"  # partial checkpoints a restart would wrongly resume
 PREVIOUS_DIR = ".fsdp-orch-previous"  # every checkpoint, moved by submit --fresh
+# complete checkpoints a resume went wrong from (checkpoints.suspect), and those saved after them
+SUSPECT_DIR = ".fsdp-orch-suspect"
 OWN_DIRS = ".fsdp-orch-"  # the start of the name of each of these folders
 
 
@@ -40,4 +42,4 @@ def move_aside(infos: Iterable[CheckpointInfo], directory: str | os.PathLike[str
     return moved
 
 
-__all__ = ["INCOMPLETE_DIR", "OWN_DIRS", "PREVIOUS_DIR", "move_aside"]
+__all__ = ["INCOMPLETE_DIR", "OWN_DIRS", "PREVIOUS_DIR", "SUSPECT_DIR", "move_aside"]

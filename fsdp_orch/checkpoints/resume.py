@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fsdp_orch.checkpoints.aside import SUSPECT_DIR
 from fsdp_orch.checkpoints.info import DCP, CheckpointInfo
 from fsdp_orch.checkpoints.single_file import FileLayout, describe_file, suggested_setting
 from fsdp_orch.checkpoints.source import CheckpointSource, Moved, source_of
@@ -15,6 +16,7 @@ from fsdp_orch.checkpoints.storage import Storage
 MOVED_ASIDE = "checkpoint_moved_aside"
 UNREADABLE = "checkpoint_unreadable"  # kept aside: a checkpoint to the script, none of our layouts
 FROM_SCRATCH = "restart_from_scratch"
+SUSPECT = "checkpoint_suspect"  # a complete checkpoint a resume went wrong from, kept aside
 Events = list[tuple[str, str]]  # (kind, message) to record
 
 
@@ -67,6 +69,31 @@ def resume_point(setting: CheckpointSetting, storage: Storage, attempt: int, *, 
     return ResumePoint(newest if resume else None, events)
 
 
+@dataclass(frozen=True)
+class SetAside:
+    """What ``set_aside`` moved (from, to), the highest step among it, and the latest complete
+    checkpoint left, which the next attempt resumes from (None: it starts from scratch)."""
+
+    moved: list[tuple[str, str]]
+    highest: int | None
+    next_from: CheckpointInfo | None
+
+
+def set_aside(source: CheckpointSource, suspect: str, tag: str) -> SetAside:
+    """Move the checkpoint at ``suspect`` into ``<folder>/.fsdp-orch-suspect/`` (a dot-folder: no
+    script's glob takes it; the name carries ``tag``, made unique, so a later save of the same step
+    never overwrites it), with every complete checkpoint of a higher step (saved by the attempt
+    that resumed from it, from its weights). Nothing is deleted."""
+    found = source.checkpoints()
+    mine = [c for c in found if str(c.path) == suspect][:1]
+    if mine and mine[0].step_known:
+        mine += [c for c in found if c.complete and c.step_known and c.step > mine[0].step]
+    moved = source.move_aside(mine, tag, into=SUSPECT_DIR)
+    steps = [c.step for c in mine if c.step_known]
+    return SetAside([(str(a), str(b)) for a, b in moved], max(steps, default=None),
+                    source.latest())
+
+
 def _moved_aside(moved: Moved, partial: list[CheckpointInfo]) -> Events:
     events = []
     for src, dst in moved:
@@ -106,5 +133,5 @@ def setting_of(checkpoint_dir: str, checkpoint_file: str | None, step_key: str |
     return CheckpointSetting(expand(checkpoint_dir), layout, expand(workdir), guarded)
 
 
-__all__ = ["CheckpointSetting", "FROM_SCRATCH", "MOVED_ASIDE", "ResumePoint", "UNREADABLE",
-           "resume_point", "setting_of"]
+__all__ = ["CheckpointSetting", "FROM_SCRATCH", "MOVED_ASIDE", "SUSPECT", "ResumePoint",
+           "SetAside", "UNREADABLE", "resume_point", "set_aside", "setting_of"]

@@ -11,9 +11,9 @@ from typing import Any
 from fsdp_orch.record.events import read_new
 from fsdp_orch.vocab.redact import shown_event
 
-_SHOWN = ("state", "attempt", "category", "action", "step", "loss", "delay", "backend_ref",
-          "exit_code", "resume_from", "pid", "host", "off_because", "reason", "notice", "message",
-          "evidence")
+_SHOWN = ("state", "attempt", "category", "action", "step", "loss", "loss_step", "delay",
+          "backend_ref", "exit_code", "resume_from", "pid", "host", "off_because", "reason",
+          "finished", "missing", "notice", "message", "evidence")
 
 
 # A schedule's events (``fsdp-orch schedule events``).

@@ -45,7 +45,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    os.umask(0o077)  # what the CLI and its children create is this user's alone (places/private)
+    from fsdp_orch.bootstrap.user_umask import remember_user_umask
+
+    # What the CLI and its children create is this user's alone (places/private); the user's own
+    # umask is kept for what the job's program writes (bootstrap.user_umask).
+    remember_user_umask(os.umask(0o077))
     argv = sys.argv[1:] if argv is None else argv
     args = command("status").plain(argv) if argv[:1] == ["status"] else None
     if args is None:

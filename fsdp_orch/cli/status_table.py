@@ -9,6 +9,7 @@ from fsdp_orch.record.event_types import RUNTIME_LOSS
 from fsdp_orch.record.restart_budget import restart_budget
 from fsdp_orch.record.save_cadence import describe
 from fsdp_orch.record.status import JobStatus
+from fsdp_orch.record.suspects import health_lines
 from fsdp_orch.vocab.times import iso_time
 
 
@@ -71,14 +72,15 @@ def detail_lines(job: JobStatus, now: float | None = None) -> list[str]:
     """What ``status ID`` prints under the table: the loss and where it came from, a stall and the
     hang window in force, the reason, each failure with its hint, the notices and the run folder."""
     now = time.time() if now is None else now
-    lines = []
+    lines = health_lines(job)  # a suspect checkpoint, a NaN loss: first, whatever the state
     if job.progress_loss is not None:
-        lines.append(f"loss: {_loss(job.progress_loss)} at step {job.progress_step} "
+        at = job.progress_step if job.progress_loss_step is None else job.progress_loss_step
+        lines.append(f"loss: {_loss(job.progress_loss)} at step {at} "
                      f"({_loss_from(job.progress_loss_source)})")
     stall = job.stalled_for_s(now)
     if stall is not None:
         lines.append(f"stalled: no step for {stall:.0f}s{_window(job, '; ')}")
-    elif job.running and job.hang_window_s is not None:
+    elif job.running and (job.hang_window_s is not None or job.hang_held):
         lines.append(_window(job, ""))
     lines.append(goodput_line(job))
     memory = memory_line(job)
@@ -89,6 +91,9 @@ def detail_lines(job: JobStatus, now: float | None = None) -> list[str]:
         lines.append(describe(cadence))
     if job.reason:
         lines.append(f"reason: {job.reason}")
+    finished = finished_line(job)
+    if finished:
+        lines.append(finished)
     if job.attempts > 1:
         budget = restart_budget(job.spec_json, job.attempts, job.failures)
         lines.append(f"restarts: {budget.text()}")
@@ -112,6 +117,17 @@ def detail_lines(job: JobStatus, now: float | None = None) -> list[str]:
     if job.run_dir:
         lines.append(f"run dir: {job.run_dir}")
     return lines
+
+
+def finished_line(job: JobStatus) -> str | None:
+    """What an ended job's script did after its last step, where it is not simply done: its ranks
+    stopped after the last checkpoint, its final outputs missing or not known."""
+    if not job.ended or job.finished is True or job.state in ("FAILED", "CANCELLED"):
+        return None
+    if job.finished is False:
+        return "finished: no; missing: " + ("; ".join(job.missing) or "not said")
+    return ("finished: unknown (its ranks were stopped after the last checkpoint; nothing tells "
+            "what the script writes after it)")
 
 
 def goodput_line(job: JobStatus) -> str:
@@ -154,9 +170,12 @@ def _loss_from(source: str | None) -> str:
 
 
 def _window(job: JobStatus, before: str) -> str:
+    """The hang window in force, and why the hang rule holds its verdict back, when it does."""
+    held = f"; held back: {job.hang_held}" if job.hang_held else ""
     if job.hang_window_s is None:
-        return ""
-    return f"{before}hang window in force: {job.hang_window_s:g}s ({job.hang_window_mode})"
+        return f"{before}{held[2:]}" if held else ""
+    return (f"{before}hang window in force: {job.hang_window_s:g}s ({job.hang_window_mode})"
+            f"{held}")
 
 
 def _one_line(text: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import Any
@@ -24,15 +25,28 @@ def progress_line(row: JobStatus, now: float | None = None) -> str:
         step = row.progress_step
         parts.append(f"step {step}")
         if row.progress_loss is not None:
-            parts.append(f"loss {float(row.progress_loss):.4f}")
+            at = row.progress_loss_step
+            parts.append(f"loss {float(row.progress_loss):.4f}"
+                         + ("" if at is None or at == step else f" (step {at})"))
     if row.last_checkpoint_step is not None:
         if step is None or row.last_checkpoint_step <= step:
             parts.append(f"checkpoint {row.last_checkpoint_step}")
     elif row.last_checkpoint_path:
         parts.append("checkpoint (step unknown)")
     if row.state == "RESTARTING" and row.restart_at is not None:
-        parts.append(f"next attempt in {max(0.0, row.restart_at - (now or time.time())):.0f}s")
+        parts.append(countdown(row.restart_at - (now if now is not None else time.time())))
     return "  ".join(parts)
+
+
+def countdown(left: float) -> str:
+    """The backoff left, rounded up (a tenth of a second under 10 s), so that it agrees with the
+    restart event's ``delay`` (2.15 s: "next attempt in 2.2s") and never reads 0 while time is left;
+    once it is up, the supervisor is starting the attempt."""
+    if left <= 0:
+        return "next attempt starting"
+    if left < 10:
+        return f"next attempt in {math.ceil(round(left * 10, 6)) / 10:.1f}s"
+    return f"next attempt in {math.ceil(round(left, 6))}s"
 
 
 def failure_lines(failure: Failure) -> list[str]:
@@ -81,6 +95,7 @@ def wait_for(index: Any, job_id: str, *, show_progress: bool = True, quiet: bool
 
     last = ""
     last_print = 0.0
+    last_state = None
     started = time.monotonic()
     tty = sys.stderr.isatty()
     failures_said = 0  # how many of the job's failures were printed
@@ -98,14 +113,16 @@ def wait_for(index: Any, job_id: str, *, show_progress: bool = True, quiet: bool
             failures_said, last = failures_said + len(ready), ""
         line = progress_line(row, time.time())
         now = time.monotonic()
+        # A new state is said at once (a countdown said 2 s late reads "0s" after a 2 s delay).
         if not quiet and line != last and (tty or now - last_print >= 2.0
+                                           or row.state != last_state
                                            or row.state in TERMINAL_NAMES):
             if tty and show_progress:
                 sys.stderr.write("\r\033[K" + line)
             else:
                 sys.stderr.write(line + "\n")
             sys.stderr.flush()
-            last, last_print = line, now
+            last, last_print, last_state = line, now, row.state
         if row.state in TERMINAL_NAMES:
             if tty and show_progress and not quiet:
                 sys.stderr.write("\n")

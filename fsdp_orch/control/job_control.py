@@ -16,6 +16,7 @@ from fsdp_orch.control.resubmit import (
     Existing,
     decide,
     existing_checkpoint,
+    nothing_to_move,
     said,
     start_fresh,
 )
@@ -124,6 +125,13 @@ def record_submission(index: JobIndex, request: SubmitRequest,
         return str(index.store.job_for_key(key or "")), False, None
     if found is not None and choice is not None:
         _act_on_checkpoint(index, submission, planned, found, choice, say)
+    elif request.checkpoint_choice == "fresh":
+        kept = planned.submission.job.checkpoint
+        line = nothing_to_move(planned.plan.checkpoint_dir, bool(kept.dir or kept.file))
+        index.journal(job_id, role="submit", run_dir=str(submission.run_dir)).add_event(
+            attempt=None, kind="submit_fresh", message=line)
+        if say is not None:
+            say(line)
     return job_id, True, submission
 
 

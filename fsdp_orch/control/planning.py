@@ -13,6 +13,7 @@ from fsdp_orch.control.submit_request import SubmitRequest
 from fsdp_orch.control.warm_start import InitSource
 from fsdp_orch.jobspec.loading import load_job
 from fsdp_orch.jobspec.profiles import ProfileRef
+from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.jobspec.secrets import resolve_submission
 from fsdp_orch.launch.plan import LaunchPlan
 from fsdp_orch.launch.render import Artifact, own_template_dirs
@@ -43,10 +44,13 @@ def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None
              init_optimizer: bool = False, checkpoint_per_job: bool = False) -> PlannedJob:
     """Load and validate everything, then plan and render. Raises InputError; writes nothing."""
     job, doc = load_job(job_file, overrides, Path(accelerate_config) if accelerate_config else None)
+    job = with_user_umask(job)
     profile, ref = load_profile(cluster)
     template = (ref.path.parent / profile.template).expanduser() if profile.template else None
     shared = profile.shared_dir
     run_root = shared_run_root(shared) if shared else str(home_dir or home())
+    if shared:
+        check_shared_dir(run_root, str(ref.path))
     submission = Submission(
         job_id=job_id, cluster=ref.name, job=job, profile=profile,
         job_dir=str(job_file.resolve().parent), run_root=run_root, kind=cluster_kind(profile.kind),
@@ -64,6 +68,17 @@ def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None
         line = doc.line_of((exc.field,)) if exc.field else None
         raise InputError(exc.detail, file=str(job_file), field=exc.field, line=line) from None
     return PlannedJob(submission, ref, plan, artifacts, job_file)
+
+
+def with_user_umask(job: JobSpec) -> JobSpec:
+    """``launch.umask`` as job.yaml sets it, else the user's (the umask submit runs with): recorded
+    with the job, for its own program's files (``bootstrap.user_umask``)."""
+    if job.launch.umask is not None:
+        return job
+    from fsdp_orch.bootstrap.user_umask import umask_text, user_umask
+
+    launch = job.launch.model_copy(update={"umask": umask_text(user_umask())})
+    return job.model_copy(update={"launch": launch})
 
 
 @dataclass(frozen=True)
@@ -106,7 +121,33 @@ def plan_submission(request: SubmitRequest, init: InitSource | None = None) -> P
     if check_here is not None:
         check_here(planned.plan, str(request.job_file), str(planned.profile_ref.path))
     check_checkpoint_folder(planned.plan, str(request.job_file))
+    check_faults_met(planned)
     return PlannedSubmission(planned, env_values, header_values, init)
+
+
+def check_faults_met(planned: PlannedJob) -> None:
+    """A fault kind only fsdp_orch.runtime injects, asked of a script that does not use it, is
+    refused (``control.entry_checks``): the job would end SUCCEEDED with no fault."""
+    from fsdp_orch.control.entry_checks import read_entry, unmet_fault
+
+    why = unmet_fault(dict(planned.plan.env),
+                      read_entry(planned.plan.job, planned.submission.job_dir))
+    if why is not None:
+        raise InputError(why, file=str(planned.job_file), field="env.FSDP_ORCH_FAULT")
+
+
+def check_shared_dir(run_root: str, profile_file: str) -> None:
+    """The run folders under a ``shared_dir`` hold the scripts the nodes run as the user: where
+    another account can rename or replace the user's folder in it (a folder others can write
+    without the sticky bit), it is refused, naming the fix."""
+    from fsdp_orch.places.trust import local_folder_problem
+
+    why = local_folder_problem(run_root)
+    if why is not None:
+        raise InputError(f"refused {run_root} for the run folders: {why}; another account could "
+                         "replace what the nodes run as you there: give the shared folder the "
+                         "sticky bit (chmod +t, as /tmp has it), or use a folder of your own",
+                         file=profile_file, field="shared_dir")
 
 
 def check_checkpoint_folder(plan: LaunchPlan, job_file: str) -> None:

@@ -18,6 +18,8 @@ from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.errors import InputError
 
 Choice = Literal["resume", "fresh"]
+# a writer whose training reached its end: resuming it would train nothing, or past the end
+FINISHED = ("SUCCEEDED", "INCOMPLETE")
 
 
 @dataclass(frozen=True)
@@ -73,11 +75,11 @@ def decide(existing: Existing | None, choice: Choice | None, field: str) -> Choi
     ended SUCCEEDED and no choice was given."""
     if existing is None:
         return None
-    if choice is None and existing.writer is not None and existing.writer.state == "SUCCEEDED":
+    if choice is None and existing.writer is not None and existing.writer.state in FINISHED:
         writer = existing.writer
         step = "" if existing.step is None else f" (step {existing.step})"
         raise InputError(f"{existing.path}{step} was written by job {writer.id} "
-                         f"({writer.name}), which ended SUCCEEDED: a new submission would "
+                         f"({writer.name}), which ended {writer.state}: a new submission would "
                          "continue it. Pass --resume to continue it, or --fresh to move "
                          "it aside (kept) and start over", field=field)
     return choice or "resume"
@@ -94,6 +96,16 @@ def said(existing: Existing, choice: Choice, moved_to: str | None = None) -> str
     return f"resuming from {existing.path} ({step}, {by})"
 
 
+def nothing_to_move(checkpoint_dir: str, configured: bool) -> str:
+    """What ``--fresh`` says when it found no complete checkpoint to move (pure): where it looked,
+    and that a script resuming on its own from files there or elsewhere is not reset."""
+    where = ("the job's checkpoint.dir" if configured
+             else "the default checkpoint folder: the job has no checkpoint.dir or checkpoint.file")
+    return (f"--fresh found no checkpoint to move: looked in {checkpoint_dir} ({where}); "
+            "nothing was moved, and a script that resumes on its own from files fsdp-orch "
+            "does not know (its own save folder) is not reset")
+
+
 def start_fresh(checkpoint_dir: str, job_id: str, layout: FileLayout | None = None) -> str:
     """Move every checkpoint in ``checkpoint_dir`` (every file of ``layout``, where given) to
     ``<dir>/.fsdp-orch-previous/<name>.<job id>``; the folder they went to. Nothing is deleted or
@@ -103,5 +115,5 @@ def start_fresh(checkpoint_dir: str, job_id: str, layout: FileLayout | None = No
     return os.path.join(os.path.expanduser(checkpoint_dir), PREVIOUS_DIR)
 
 
-__all__ = ["Choice", "Existing", "checkpoint_dir_of", "decide", "existing_checkpoint", "said",
-           "start_fresh", "writer_of"]
+__all__ = ["FINISHED", "Choice", "Existing", "checkpoint_dir_of", "decide", "existing_checkpoint",
+           "nothing_to_move", "said", "start_fresh", "writer_of"]

@@ -347,6 +347,24 @@ class LaunchOptions(StrictModel):
     # fork, no import of torch: milliseconds, so 0 by default, as soon as the ranks have started).
     # An attempt that ends sooner prepares none, and a restart after it starts its keeper at once.
     prepare_standby_after: Duration = Field(default=0.0, ge=0)
+    # The umask of the job's own program (its checkpoints and outputs), in octal ("0022": readable
+    # by the group and others, as a script run by hand writes with the usual umask; "0077": yours
+    # alone). Unset: the umask submit ran with, recorded at submit. fsdp-orch's own files (the run
+    # folder, logs, heartbeats) stay 0600/0700 whatever it is.
+    umask: str | None = None
+
+    @field_validator("umask", mode="before")
+    @classmethod
+    def _umask(cls, value: Any) -> Any:
+        from fsdp_orch.bootstrap.user_umask import parse_umask, umask_text
+
+        if value is None:
+            return None
+        mask = parse_umask(value) if isinstance(value, str) else None
+        if mask is None:
+            raise ValueError(f"expected an octal umask in quotes, from \"000\" to \"0777\" (e.g. "
+                             f"umask: \"022\"); got {value!r}")
+        return umask_text(mask)
 
     @field_validator("standby", mode="before")
     @classmethod

@@ -17,7 +17,11 @@ from fsdp_orch.checkpoints.globs import fixed_folder
 from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.jobspec.secrets import SecretRef, plain, references
-from fsdp_orch.launch.start_choices import accelerate_distributed_type, standby_choice
+from fsdp_orch.launch.start_choices import (
+    accelerate_distributed_type,
+    standby_choice,
+    trainer_fsdp_notices,
+)
 from fsdp_orch.observe.nccl_env import missing_defaults, nccl_env_defaults
 from fsdp_orch.vocab.errors import InputError
 from fsdp_orch.vocab.redact import MASK, secret_name, shown_env, shown_headers
@@ -243,6 +247,7 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
     accel_path = (posixpath.join(paths.attempt_dir, "accelerate_config.yaml")
                   if job.launcher == "accelerate" else None)
     accel_type, notices = accelerate_distributed_type(job.launcher, device)
+    notices += trainer_fsdp_notices(job, device)
     standby, standby_reason = standby_choice(job, profile.kind, place.standby,
                                              hosted=place.standby_hosted,
                                              cold_because=place.standby_cold_because)
@@ -361,6 +366,8 @@ def _rank_env(job: JobSpec, ctx: PlanContext, place: Placement, paths: _NodePath
         env += missing_defaults(nccl_env_defaults(paths.attempt_dir), dict(env)).items()
     if job.launcher == "xla":
         env.append(("PJRT_DEVICE", place.device.upper()))
+    if job.launch.umask is not None:  # set in the training processes (bootstrap.user_umask)
+        env.append(("FSDP_ORCH_UMASK", job.launch.umask))
     return env
 
 

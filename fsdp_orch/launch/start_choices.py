@@ -1,6 +1,6 @@
 """How a job's ranks start where its spec leaves it to the launch: the ``distributed_type`` of
-the accelerate config (with a notice where it is not the FSDP the job asks for), and a warm standby
-or a cold start. Pure."""
+the accelerate config (with a notice where it is not the FSDP the job asks for; a Trainer's own
+--fsdp on CPU too), and a warm standby or a cold start. Pure."""
 
 from __future__ import annotations
 
@@ -20,6 +20,34 @@ def accelerate_distributed_type(launcher: str, device: str) -> tuple[str | None,
     if device == "cpu":
         return "MULTI_CPU", (ACCELERATE_FSDP_ON_CPU,)
     return "FSDP", ()
+
+
+# A Hugging Face Trainer script's own FSDP flags (TrainingArguments), with "-" for "_" as
+# HfArgumentParser also takes them.
+TRAINER_FSDP_FLAGS = ("--fsdp", "--fsdp_config", "--fsdp-config")
+# The Trainer hands --fsdp to Accelerate, which runs FSDP only on GPUs: on CPU its state is
+# MULTI_CPU and the Trainer trains as DDP over gloo, with no word of it.
+TRAINER_FSDP_ON_CPU = ("args pass {flag}: a Hugging Face Trainer runs FSDP only on GPUs; on CPU it "
+                       "trains as DDP (the --fsdp options do not apply). The job's fsdp: block is "
+                       "for scripts using fsdp_orch.runtime and never reaches a Trainer")
+
+
+def trainer_fsdp_flag(args: list[str]) -> str | None:
+    """The first of a Trainer's FSDP flags in the job's args (``--fsdp``, ``--fsdp_config=x``)."""
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in TRAINER_FSDP_FLAGS:
+            return flag
+    return None
+
+
+def trainer_fsdp_notices(job: JobSpec, device: str) -> tuple[str, ...]:
+    """The notice for a job whose args ask a Trainer for FSDP on CPU (under ``launcher:
+    accelerate`` the accelerate config's notice says it)."""
+    flag = trainer_fsdp_flag(job.args)
+    if flag is None or device != "cpu" or job.launcher == "accelerate":
+        return ()
+    return (TRAINER_FSDP_ON_CPU.format(flag=flag),)
 
 
 # The launchers whose ranks a standby can start: one Python program per rank (torchrun) or per node
@@ -50,5 +78,6 @@ def standby_choice(job: JobSpec, kind: str, kind_allows: bool, hosted: bool = Fa
                   f"({job.launcher}, launch.standby: auto)")
 
 
-__all__ = ["ACCELERATE_FSDP_ON_CPU", "STANDBY_LAUNCHERS", "accelerate_distributed_type",
-           "standby_choice"]
+__all__ = ["ACCELERATE_FSDP_ON_CPU", "STANDBY_LAUNCHERS", "TRAINER_FSDP_FLAGS",
+           "TRAINER_FSDP_ON_CPU", "accelerate_distributed_type", "standby_choice",
+           "trainer_fsdp_flag", "trainer_fsdp_notices"]

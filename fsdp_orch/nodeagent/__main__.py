@@ -22,14 +22,18 @@ from fsdp_orch.nodeagent.beat_dir import read_beat_files, remove_earlier_attempt
 from fsdp_orch.nodeagent.endpoint import read_endpoint
 from fsdp_orch.nodeagent.node_logs import NodeLogs
 from fsdp_orch.nodeagent.summary import dump_to_wire
+from fsdp_orch.observe.process_state import ProcessStates, parse_stat_state
 
 
 def process_alive(pid: int) -> bool:
     """Running (a zombie waiting for its parent counts as ended)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
+            state = parse_stat_state(f.read())
+        if state is None:
+            raise OSError(f"/proc/{pid}/stat: no state")
+        return state != "Z"
+    except OSError:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
@@ -68,7 +72,8 @@ def main(argv: list[str]) -> int:
                       on_stop=stop, on_stacks=stacks, attempt=attempt,
                       note=os.environ.get("FSDP_ORCH_NODE_TMP_NOTE", ""),
                       logs=(NodeLogs(node, Path(beat_dir), Path(attempt_dir))
-                            if os.environ.get("FSDP_ORCH_LOGS_ON_NODE") == "1" else None))
+                            if os.environ.get("FSDP_ORCH_LOGS_ON_NODE") == "1" else None),
+                      states=ProcessStates())
 
     async def run() -> None:
         def ending() -> None:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fsdp_orch.nodeagent.handshake import agent_proof, nonce, proven, supervisor_proof
 from fsdp_orch.nodeagent.node_logs import NodeLogs
 from fsdp_orch.nodeagent.summary import (
     alive_between_steps,
@@ -19,11 +20,14 @@ from fsdp_orch.nodeagent.summary import (
     compact,
     state_changed,
     summary_line,
+    with_process_states,
 )
+from fsdp_orch.observe.process_state import ProcessStates
 
 SUMMARY_EVERY_S = 1.0  # a line at least this often: the node's liveness
 LOOK_EVERY_S = 0.25  # how often the ranks' files are read
 RECONNECT_EVERY_S = 0.5
+HANDSHAKE_S = 5.0  # the supervisor's challenge and its proof each come at once, or it is not one
 LAST_LINES_S = 5.0  # at its end, how long the agent waits for the launcher's, for its last lines
 
 Beats = dict[int, dict[str, Any]]
@@ -42,11 +46,12 @@ class NodeAgent:
                  on_stacks: Callable[[dict[int, int], str], dict[str, Any]] | None = None,
                  clock: Callable[[], float] = time.time, every: float = SUMMARY_EVERY_S,
                  look_every: float = LOOK_EVERY_S, attempt: int = 0, note: str = "",
-                 logs: NodeLogs | None = None):
+                 logs: NodeLogs | None = None, states: ProcessStates | None = None):
         """``note``: what the node's launch script has to tell the supervisor (its node-local
         folder was someone else's), said in the hello. ``logs``: the node's logs, kept on the node
         (``nodeagent.node_logs``): what they gain goes to the supervisor before each summary, and
-        into the run folder every few seconds."""
+        into the run folder every few seconds. ``states``: reads the process state of a rank whose
+        heartbeat stands still (``observe.process_state``); None: not read (made-up pids)."""
         self.node, self.host, self.attempt = node, host, attempt
         self.note = note[:400]  # a hello stays one short line (nodeagent.server.HELLO_MAX_BYTES)
         self.read_beats, self.endpoint = read_beats, endpoint
@@ -57,6 +62,7 @@ class NodeAgent:
         self._answering: asyncio.Future[None] | None = None  # the reply to an order, being made
         self.lines_sent = 0
         self.logs = logs
+        self.states = states
 
     async def run(self) -> None:
         try:
@@ -83,15 +89,35 @@ class NodeAgent:
 
     async def _connected(self, host: str, port: int, token: str) -> bool:
         reader, writer = await asyncio.open_connection(host, port, limit=4 << 20)
-        hello = {"hello": token, "node": self.node, "host": self.host,
-                 **({"note": self.note} if self.note else {})}
-        writer.write((json.dumps(hello) + "\n").encode())
+        if not await self._known(reader, writer, token):
+            writer.close()  # not the supervisor: nothing sent, nothing obeyed; try again later
+            return False
         listening = asyncio.ensure_future(self._listen(reader, writer))
         try:
             return await self._stream(writer, listening)
         finally:
             listening.cancel()
             writer.close()
+
+    async def _known(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     token: str) -> bool:
+        """The handshake (nodeagent.handshake): this agent proves it holds the token, and the
+        listener must prove it too before anything else is sent or obeyed. The token itself never
+        crosses the connection."""
+        try:
+            challenge = json.loads(await asyncio.wait_for(reader.readline(), HANDSHAKE_S))
+            if not isinstance(challenge, dict) or not isinstance(challenge.get("challenge"), str):
+                return False
+            mine = nonce()
+            hello = {"node": self.node, "host": self.host, "nonce": mine,
+                     "proof": agent_proof(token, challenge["challenge"], mine),
+                     **({"note": self.note} if self.note else {})}
+            writer.write((json.dumps(hello) + "\n").encode())
+            answer = json.loads(await asyncio.wait_for(reader.readline(), HANDSHAKE_S))
+        except (asyncio.TimeoutError, ValueError, RecursionError):
+            return False
+        return isinstance(answer, dict) and proven(
+            supervisor_proof(token, challenge["challenge"], mine), answer.get("proof"))
 
     async def _stream(self, writer: asyncio.StreamWriter, listening: asyncio.Future[None]) -> bool:
         sent: Beats = {}  # a new connection: every rank again
@@ -100,7 +126,8 @@ class NodeAgent:
             ending = self.ending or not self.launcher_alive()
             beats = self.read_beats()
             now = self.clock()
-            current = {rank: compact(beat, now) for rank, beat in beats.items()}
+            current = with_process_states(
+                {rank: compact(beat, now) for rank, beat in beats.items()}, self.states, now)
             if self.logs is not None:
                 for name, at, data in self.logs.new_text():
                     writer.write((json.dumps({"log": name, "at": at,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hmac
 import itertools
 import json
 import re
@@ -17,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fsdp_orch.nodeagent.handshake import agent_proof, nonce, proven, supervisor_proof
 from fsdp_orch.nodeagent.log_backlog import LogBacklog, unseen
 from fsdp_orch.nodeagent.summary import parse_summary
 from fsdp_orch.observe.heartbeats import Heartbeat
@@ -126,14 +126,17 @@ class SummaryServer:
         except RuntimeError:
             pass  # closed meanwhile
 
-    def _hello(self, line: bytes, transport: asyncio.Transport) -> int | None:
-        """The node of a connection whose first line carries this attempt's token; None: a
+    def _hello(self, line: bytes, transport: asyncio.Transport, challenge: str) -> int | None:
+        """The node of a connection whose first line proves it holds this attempt's token (an HMAC
+        of ``challenge``, nodeagent.handshake), answered with the supervisor's own proof; None: a
         stranger."""
         hello = json.loads(line)
-        if (not isinstance(hello, dict)
-                or not hmac.compare_digest(str(hello.get("hello", "")), self.token)):
+        if not isinstance(hello, dict) or not isinstance(hello.get("nonce"), str) or not proven(
+                agent_proof(self.token, challenge, hello["nonce"]), hello.get("proof")):
             return None
         node, host = int(hello["node"]), str(hello.get("host", ""))
+        transport.write(json.dumps(
+            {"proof": supervisor_proof(self.token, challenge, hello["nonce"])}).encode() + b"\n")
         with self._lock:
             self._nodes[node] = NodeState(node, host, self.clock(), note=str(hello.get("note", "")))
             self._writers[node] = transport
@@ -327,10 +330,12 @@ class _AgentConnection(asyncio.Protocol):
         self.node: int | None = None
         self.pending = b""
         self.hello_timer: asyncio.TimerHandle | None = None
+        self.challenge = nonce()  # what this connection's agent proves it holds the token with
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        transport.write(json.dumps({"challenge": self.challenge}).encode() + b"\n")
         self.hello_timer = asyncio.get_running_loop().call_later(HELLO_WITHIN_S, self.refuse,
                                                                  "too slow")
         self.server._stranger(self)
@@ -352,7 +357,7 @@ class _AgentConnection(asyncio.Protocol):
         try:
             for line in lines:
                 if self.node is None:
-                    self.node = self.server._hello(line, self.transport)
+                    self.node = self.server._hello(line, self.transport, self.challenge)
                     if self.node is None:
                         raise ValueError("not one of this attempt's agents")
                     self.server._strangers.pop(self, None)

@@ -11,7 +11,8 @@ as ``observe.heartbeats`` lays it out, less ``time``, ``host`` and ``attempt``: 
 ``compact``); ``at`` is the node's own liveness and each sent heartbeat's ``time``; ``final`` says
 the node's launcher has ended and nothing more will come. The other lines of the agent's channel:
 
-    agent -> supervisor  {"hello": TOKEN, "node": N, "host": "..."}      first, once per connection
+    (first, once per connection, the handshake of nodeagent.handshake: a challenge, the agent's
+    hello with its proof, the supervisor's proof; the token never crosses)
                          {"stacks_done": ID, "dumps": {RANK: {"path", "source", "error"}}}
                          {"stopped": ID, "killed": [PID, ...]}
     supervisor -> agent  {"stop": ID, "grace": SECONDS}                  end this node's ranks
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fsdp_orch.observe.heartbeats import TIME_FIELDS, Heartbeat, heartbeat_from_dict, held_since
+from fsdp_orch.observe.process_state import ProcessStates
 
 # What the node's line says once for all its ranks (``at``, ``host``, ``attempt``): left out of
 # each.
@@ -48,6 +50,27 @@ def compact(beat: dict[str, Any], now: float) -> dict[str, Any]:
     return out
 
 
+def with_process_states(current: dict[int, dict[str, Any]], states: ProcessStates | None,
+                        now: float) -> dict[int, dict[str, Any]]:
+    """``current`` (compact heartbeats by rank), each held rank's (``held_since``: its file stands
+    still) with its process's state and since when (``proc_state``, ``proc_state_since``) where it
+    is frozen: stopped or in uninterruptible sleep (``observe.process_state``). Only held ranks are
+    read: a rank that rewrites its file is not frozen. ``states``: None, nothing is read (a bench's
+    made-up pids). Called at every look: the states' timing needs each."""
+    if states is None:
+        return current
+    held = {rank: beat["pid"] for rank, beat in current.items()
+            if "held_since" in beat and type(beat.get("pid")) is int and beat["pid"] > 0}
+    frozen = states.look(sorted(set(held.values())), now)
+    out = dict(current)
+    for rank, pid in held.items():
+        if pid in frozen:
+            state, since = frozen[pid]
+            out[rank] = {**current[rank], "proc_state": state,
+                         "proc_state_since": round(since, 3)}
+    return out
+
+
 def changed_beats(current: dict[int, dict[str, Any]],
                   sent: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
     """The heartbeats of ``current`` that differ from what was last ``sent``, by rank."""
@@ -61,10 +84,12 @@ def summary_line(node: int, host: str, at: float, beats: list[dict[str, Any]], f
 
 
 def state_changed(current: dict[int, dict[str, Any]], sent: dict[int, dict[str, Any]]) -> bool:
-    """A rank appeared, changed state (started, saving, done) or its file stopped or started being
-    rewritten (``held_since``): worth a line before the next tick."""
+    """A rank appeared, changed state (started, saving, done), its file stopped or started being
+    rewritten (``held_since``) or its process froze or thawed (``proc_state``): worth a line before
+    the next tick."""
     return any(rank not in sent or sent[rank].get("state") != beat.get("state")
                or ("held_since" in sent[rank]) != ("held_since" in beat)
+               or sent[rank].get("proc_state") != beat.get("proc_state")
                for rank, beat in current.items())
 
 
@@ -156,4 +181,5 @@ def dump_from_wire(data: dict[str, Any]) -> Any:
 
 
 __all__ = ["NodeSummary", "alive_between_steps", "changed_beats", "compact", "dump_from_wire",
-           "dump_to_wire", "parse_summary", "state_changed", "summary_line"]
+           "dump_to_wire", "parse_summary", "state_changed", "summary_line",
+           "with_process_states"]

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIX
+from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIXES
 
 
 @dataclass(frozen=True)
@@ -145,16 +145,19 @@ def parse_flight_recorder(data: bytes, rank: int | None = None) -> FlightRecord 
         return None
 
 
-def rank_from_name(name: str, prefix: str = FLIGHT_RECORDER_PREFIX) -> int | None:
-    """The rank of a dump file named ``<prefix><rank>`` (a path's folders are ignored)."""
+def rank_from_name(name: str, prefix: str | None = None) -> int | None:
+    """The rank of a dump file named ``<prefix><rank>`` (a path's folders are ignored); ``prefix``
+    None: any of ``FLIGHT_RECORDER_PREFIXES``."""
     base = name.replace("\\", "/").rsplit("/", 1)[-1]
-    match = re.fullmatch(re.escape(prefix) + r"(\d+)", base)
+    prefixes = FLIGHT_RECORDER_PREFIXES if prefix is None else (prefix,)
+    match = re.fullmatch("(?:" + "|".join(map(re.escape, prefixes)) + r")(\d+)", base)
     return int(match.group(1)) if match else None
 
 
 def parse_dumps(files: Mapping[str, bytes],
-                prefix: str = FLIGHT_RECORDER_PREFIX) -> dict[int, FlightRecord]:
-    """``{rank: record}`` of the files named ``<prefix><rank>`` that are dumps."""
+                prefix: str | None = None) -> dict[int, FlightRecord]:
+    """``{rank: record}`` of the files named ``<prefix><rank>`` that are dumps (``prefix`` None:
+    any of ``FLIGHT_RECORDER_PREFIXES``)."""
     out = {}
     for name, data in files.items():
         rank = rank_from_name(name, prefix)

@@ -16,7 +16,10 @@ holds the interpreter, so the file is not rewritten until it ends; absent: none 
 the rank's own step times (``{"n", "p50", "p95", "max"}``: ``fsdp_orch.observe.step_times``; absent
 before two steps, and in heartbeats of older versions), from which the supervisor sets the hang
 window; ``held_since``, never in a rank's own file: added by the node's relay when the file has not
-been rewritten for a while (:func:`held_since`). The bootstrap on every rank writes them
+been rewritten for a while (:func:`held_since`); ``proc_state`` and ``proc_state_since``, never in
+a rank's own file either: added by the relay to a held rank's whose process it finds frozen
+(``T``/``t`` stopped, ``D`` uninterruptible: ``fsdp_orch.observe.process_state``), and since when.
+The bootstrap on every rank writes them
 (``fsdp_orch.bootstrap.agent``), fed by the runtime where a script uses it; the supervisor reads
 them with :func:`read_heartbeats`.
 """
@@ -41,7 +44,8 @@ STATES = ("starting", "training", "saving", "done")
 # verdict.
 HELD_AFTER_S = 0.75
 # The optional unix times a heartbeat may carry (``None``: not seen), each validated the same way.
-TIME_FIELDS = ("progress_at", "python_at", "io_at", "compute_at", "collecting_since", "held_since")
+TIME_FIELDS = ("progress_at", "python_at", "io_at", "compute_at", "collecting_since", "held_since",
+               "proc_state_since")
 _RANK_FILE = re.compile(r"rank-(\d+)\.json")
 
 
@@ -74,6 +78,10 @@ class Heartbeat:
     # the most bytes its accelerator held in tensors so far in the process (on CUDA,
     # torch.cuda.max_memory_allocated); None: not on an accelerator, or not read
     device_peak: int | None = None
+    # the rank's process frozen, as its node's relay read it (a /proc state letter: T, t or D), and
+    # since when (the relay's clock); None: not frozen, or not read
+    proc_state: str | None = None
+    proc_state_since: float | None = None
 
     @property
     def progress_time(self) -> float:
@@ -102,6 +110,10 @@ class Heartbeat:
             data["arrivals"] = self.arrivals
         if self.device_peak is not None:
             data["device_peak"] = self.device_peak
+        if self.proc_state is not None:
+            data["proc_state"] = self.proc_state
+        if self.proc_state_since is not None:
+            data["proc_state_since"] = self.proc_state_since
         return json.dumps(data, separators=(",", ":"))
 
 
@@ -134,6 +146,7 @@ def heartbeat_from_dict(data: Any) -> Heartbeat:
                                                      get("io_at"), get("compute_at"))
         step_s, collecting, held = get("step_s"), get("collecting_since"), get("held_since")
         arrivals, node, device_peak = get("arrivals"), get("node"), get("device_peak")
+        proc_state, proc_since = get("proc_state"), get("proc_state_since")
         # x - x == 0 holds for finite numbers only (inf - inf and nan - nan are
         # nan); type() is exact: no bool
         if (type(rank) is int and type(attempt) is int and type(step) is int and type(pid) is int
@@ -153,7 +166,10 @@ def heartbeat_from_dict(data: Any) -> Heartbeat:
                 and (held is None or (type(held) in _NUMBER and held - held == 0))
                 and (arrivals is None or type(arrivals) is dict)
                 and (node is None or type(node) is int)
-                and (device_peak is None or (type(device_peak) is int and device_peak >= 0))):
+                and (device_peak is None or (type(device_peak) is int and device_peak >= 0))
+                and (proc_state is None or type(proc_state) is str)
+                and (proc_since is None
+                     or (type(proc_since) in _NUMBER and proc_since - proc_since == 0))):
             return Heartbeat(rank, attempt, step, None if loss is None else float(loss),
                              float(when), state, pid, metrics,
                              None if progress_at is None else float(progress_at),
@@ -161,7 +177,8 @@ def heartbeat_from_dict(data: Any) -> Heartbeat:
                              None if io_at is None else float(io_at),
                              None if compute_at is None else float(compute_at), step_s,
                              None if collecting is None else float(collecting),
-                             None if held is None else float(held), arrivals, node, device_peak)
+                             None if held is None else float(held), arrivals, node, device_peak,
+                             proc_state, None if proc_since is None else float(proc_since))
     return _checked(data)
 
 
@@ -205,10 +222,14 @@ def _checked(data: Any) -> Heartbeat:
     device_peak = data.get("device_peak")
     if device_peak is not None and (type(device_peak) is not int or device_peak < 0):
         raise ValueError(f"device_peak: expected a byte count or null, got {device_peak!r}")
+    proc_state = data.get("proc_state")
+    if proc_state is not None and not isinstance(proc_state, str):
+        raise ValueError(f"proc_state: expected a process state letter or null, got {proc_state!r}")
     return Heartbeat(rank=data["rank"], attempt=data["attempt"], step=data["step"],
                      loss=None if loss is None else float(loss), time=float(when), state=state,
                      pid=data["pid"], metrics=metrics, host=host, step_s=step_s,
-                     arrivals=arrivals, node=node, device_peak=device_peak, **times)
+                     arrivals=arrivals, node=node, device_peak=device_peak,
+                     proc_state=proc_state, **times)
 
 
 def held_since(beat: Any, now: float) -> float | None:
@@ -269,7 +290,8 @@ def write_heartbeat(path: str | os.PathLike[str], beat: Heartbeat, tmp_tag: str 
     """Replace ``path`` atomically (temp file in the same directory, then rename; no fsync: cheap).
     ``tmp_tag``: a temp file of its own, for a write made while another
     of this process's is in flight."""
-    write_atomically(path, beat.to_json(), tmp_tag=tmp_tag or "hb")
+    # 0600 whatever the umask: a rank runs under the user's (bootstrap.user_umask)
+    write_atomically(path, beat.to_json(), mode=0o600, tmp_tag=tmp_tag or "hb")
 
 
 __all__ = ["HELD_AFTER_S", "Heartbeat", "STATES", "TIME_FIELDS", "heartbeat_dir",

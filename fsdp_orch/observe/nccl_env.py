@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, MutableMapping
 
-FLIGHT_RECORDER_PREFIX = "nccl_trace_rank_"
+# Named for no backend: the same files hold NCCL's own dumps (a timeout on a GPU) and the
+# bootstrap's answers on gloo.
+FLIGHT_RECORDER_PREFIX = "flight_recorder_rank_"
+# The names read: ours, and torch's default one (NCCL's, which runs before this one named them).
+FLIGHT_RECORDER_PREFIXES = (FLIGHT_RECORDER_PREFIX, "nccl_trace_rank_")
 _ALIASES = (("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE"),
             ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE"))
 
@@ -41,4 +45,5 @@ def apply_env_defaults(defaults: dict[str, str], env: MutableMapping[str, str]) 
     env.update(missing_defaults(defaults, env))
 
 
-__all__ = ["FLIGHT_RECORDER_PREFIX", "apply_env_defaults", "missing_defaults", "nccl_env_defaults"]
+__all__ = ["FLIGHT_RECORDER_PREFIX", "FLIGHT_RECORDER_PREFIXES", "apply_env_defaults",
+           "missing_defaults", "nccl_env_defaults"]

@@ -12,6 +12,8 @@ import signal
 import time
 from collections.abc import Callable
 
+from fsdp_orch.observe.process_state import parse_stat_state
+
 
 def _environ(pid: int) -> bytes:
     try:
@@ -24,8 +26,8 @@ def _environ(pid: int) -> bytes:
 def _is_zombie(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except (OSError, IndexError):
+            return parse_stat_state(f.read()) in (None, "Z")
+    except OSError:
         return True
 
 
@@ -64,11 +66,12 @@ def stop_job_processes(job_id: str, attempt: int | None = None, *, grace: float 
                        pgid: int | None = None, sleep: Callable[[float], None] = time.sleep,
                        clock: Callable[[], float] = time.monotonic,
                        spare: tuple[int, ...] = (), node: int | None = None) -> list[int]:
-    """SIGTERM the attempt's process group and tagged processes, then SIGKILL what is left after
-    ``grace`` seconds. Returns the pids that had to be killed. ``spare``: pids left to end on their
-    own once the others have (a node script, whose last lines come after its ranks'). ``node``:
-    only the processes of that node rank (``FSDP_ORCH_NODE_RANK``): a node's agent stops its own,
-    where several nodes share a machine (the SLURM test cluster)."""
+    """SIGTERM the attempt's process group and tagged processes (and SIGCONT: a stopped one takes
+    its SIGTERM only once continued), then SIGKILL what is left after ``grace`` seconds. Returns
+    the pids that had to be killed. ``spare``: pids left to end on their own once the others have
+    (a node script, whose last lines come after its ranks'). ``node``: only the processes of that
+    node rank (``FSDP_ORCH_NODE_RANK``): a node's agent stops its own, where several nodes share a
+    machine (the SLURM test cluster)."""
     wanted = [f"FSDP_ORCH_JOB_ID={job_id}"]
     if attempt is not None:
         wanted.append(f"FSDP_ORCH_ATTEMPT={attempt}")
@@ -81,9 +84,14 @@ def stop_job_processes(job_id: str, attempt: int | None = None, *, grace: float 
     if pgid is not None:
         try:
             os.killpg(pgid, signal.SIGTERM)
+            os.killpg(pgid, signal.SIGCONT)
         except (ProcessLookupError, PermissionError):
             pass
-    signal_pids(tagged(), signal.SIGTERM)
+    first = tagged()
+    signal_pids(first, signal.SIGTERM)
+    # A stopped process (SIGSTOP, a debugger's stop: a frozen rank) keeps its SIGTERM pending until
+    # it is continued: continued, it ends now instead of at the SIGKILL after ``grace``.
+    signal_pids(first, signal.SIGCONT)
     deadline = clock() + grace
     while clock() < deadline:
         if not tagged():

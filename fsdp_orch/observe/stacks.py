@@ -154,11 +154,37 @@ def _root_of(file: str, library_roots: Iterable[str]) -> str | None:
     return max(under, key=len) if under else None
 
 
+@functools.cache
+def _own_top_level() -> frozenset[str]:
+    """The names directly in fsdp-orch's package: its subpackages and modules."""
+    package = Path(__file__).absolute().parents[1]
+    return frozenset(p.name for p in package.iterdir()
+                     if p.suffix == ".py" or (p / "__init__.py").exists())
+
+
+def is_own_file(file: str) -> bool:
+    """Whether a frame's file is fsdp-orch's own (the standby keeper, the bootstrap, the runtime),
+    wherever that copy of fsdp-orch is: an SSH host's copy in the run folder, another checkout or
+    environment on the nodes. A path with a ``fsdp_orch/`` folder followed by one of this package's
+    subpackages or modules (``.../fsdp_orch/standby/keeper.py``)."""
+    return _own_tail(file) is not None
+
+
+def _own_tail(file: str) -> str | None:
+    """The path of an fsdp-orch file inside its package (``standby/keeper.py``), else None."""
+    parts = os.path.normpath(file).split("/")
+    for i in range(len(parts) - 2, -1, -1):
+        if parts[i] == "fsdp_orch" and parts[i + 1] in _own_top_level():
+            return "/".join(parts[i + 1:])
+    return None
+
+
 def is_library_file(file: str, library_roots: Iterable[str]) -> bool:
     """Whether a frame's file is not user code: under a root, in any Python's packages or
-    standard library, or not a file (``<frozen runpy>``, ``<string>``)."""
+    standard library, fsdp-orch's own wherever it is (:func:`is_own_file`), or not a file
+    (``<frozen runpy>``, ``<string>``)."""
     return (file.startswith("<") or any(p.search(file) for p in (_PACKAGES, _STDLIB))
-            or _root_of(file, library_roots) is not None)
+            or _root_of(file, library_roots) is not None or is_own_file(file))
 
 
 def main_thread(threads: Sequence[ThreadStack],
@@ -248,7 +274,8 @@ def display_path(file: str, library_roots: Iterable[str]) -> str:
     root = _root_of(file, library_roots)
     if root is not None:
         return ".../" + os.path.relpath(os.path.normpath(file), os.path.normpath(root))
-    return os.path.basename(file)
+    own = _own_tail(file)
+    return os.path.basename(file) if own is None else f".../{own}"
 
 
 def _where(frame: Frame, library_roots: Iterable[str]) -> str:
@@ -418,5 +445,5 @@ def capture_stacks(pids: dict[int, int], out_dir: Path, *, run: Runner | None = 
 
 __all__ = ["Frame", "StackCapture", "StackDump", "ThreadStack", "capture_stacks",
            "default_library_roots", "describe_stuck", "display_path", "innermost_user_frame",
-           "is_library_file", "main_thread", "native_top", "parse_faulthandler", "parse_pyspy_dump",
-           "pyspy_argv", "pyspy_binary", "pyspy_error", "python_frames"]
+           "is_library_file", "is_own_file", "main_thread", "native_top", "parse_faulthandler",
+           "parse_pyspy_dump", "pyspy_argv", "pyspy_binary", "pyspy_error", "python_frames"]

@@ -95,6 +95,9 @@ class Progress(Event):
     loss_source: str | None = None  # None with a loss: written before sources were (the runtime's)
     # rank 0's seconds blocked in the runtime's saves so far in the attempt
     checkpoint_s: float | None = None
+    # the step the loss belongs to (the one its console line names, else rank 0's when it was
+    # read); None: ``step`` (and in logs of older versions)
+    loss_step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,11 @@ class StateChanged(Event):
     KIND = "state"
     state: str = ""
     reason: str | None = None
+    # At the job's end, when the supervisor stopped its ranks after the last checkpoint: whether
+    # the script's final outputs are there (True, False, "unknown": checkpoints.final_outputs) and
+    # what is missing; None: the script ran to its end (or an older version's log).
+    finished: bool | str | None = None
+    missing: list[str] | None = None
 
 
 @dataclass(frozen=True)

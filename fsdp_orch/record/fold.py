@@ -41,7 +41,8 @@ from fsdp_orch.record.event_types import (
 from fsdp_orch.record.goodput import AttemptRecord
 from fsdp_orch.record.save_cadence import note_checkpoint, note_progress
 from fsdp_orch.record.status import STEP_SAMPLES, Failure, JobNotice, JobStatus
-from fsdp_orch.vocab.states import JobState
+from fsdp_orch.vocab.states import FINISHED_UNKNOWN as UNKNOWN
+from fsdp_orch.vocab.states import TRAINING_COMPLETE, JobState
 
 
 def fold(events: Iterable[Event], job_id: str, status: JobStatus | None = None) -> JobStatus | None:
@@ -128,6 +129,7 @@ def fold_progress(status: JobStatus, event: Progress) -> None:
     status.progress_loss = finite(event.loss)
     status.progress_loss_source = ((event.loss_source or RUNTIME_LOSS)
                                    if status.progress_loss is not None else None)
+    status.progress_loss_step = event.loss_step if status.progress_loss is not None else None
     status.progress_at = event.progress_at
     # The supervisor reports only its current attempt's progress: the latest attempt started.
     status.progress_attempt = status.attempts - 1 if status.attempts else None
@@ -214,7 +216,24 @@ def _restarting(status: JobStatus, event: RestartScheduled | AllocationRequeued)
 
 
 def _state(status: JobStatus, event: StateChanged) -> None:
+    was_ended = status.ended
     _set_state(status, event.state, event.reason, float(event.at))
+    if status.ended and not was_ended:
+        status.finished, status.missing = _finished(status, event)
+
+
+def _finished(status: JobStatus, event: StateChanged) -> tuple[bool | str, list[str]]:
+    """Whether the script finished what it does after its last step, as the end says; an end
+    without a word on it (a script that ran to its end, or an older version's log) is True for a
+    success, "unknown" for a success after a ``training_complete`` notice (the ranks stopped after
+    the last checkpoint), False for any other end."""
+    missing = [str(m) for m in event.missing or []]
+    if isinstance(event.finished, bool) or event.finished == UNKNOWN:
+        return event.finished, missing
+    if status.state != JobState.SUCCEEDED.value:
+        return False, missing
+    stopped = any(n.kind == TRAINING_COMPLETE for n in status.notices)
+    return (UNKNOWN if stopped else True), missing
 
 
 def _fit_estimated(status: JobStatus, event: FitEstimated) -> None:

@@ -61,16 +61,18 @@ class Journal:
         self._append(event_types.FirstStep(job=self.job_id, attempt=attempt, first_step_at=when))
 
     def progress(self, step: int, loss: float | None, progress_at: float, now: float | None = None,
-                 *, loss_source: str | None = None, checkpoint_s: float | None = None) -> None:
+                 *, loss_source: str | None = None, checkpoint_s: float | None = None,
+                 loss_step: int | None = None) -> None:
         """Rank 0's step and the latest loss; ``loss_source``: ``runtime`` (its heartbeat) or the
         console format it was read in. A loss that is not finite is kept as None, without a source.
         ``checkpoint_s``: the seconds its checkpoint saves held
-        training up so far in the attempt."""
+        training up so far in the attempt; ``loss_step``: the step the loss belongs to."""
         loss = event_types.finite(loss)
         self._append(event_types.Progress(job=self.job_id, step=step, loss=loss,
                                           progress_at=progress_at,
                                           loss_source=loss_source if loss is not None else None,
-                                          checkpoint_s=checkpoint_s), now)
+                                          checkpoint_s=checkpoint_s,
+                                          loss_step=loss_step if loss is not None else None), now)
 
     def fit_estimated(self, peak_gib: float, tensor_gib: float,
                       gpu_memory_gib: float | None) -> None:
@@ -131,10 +133,14 @@ class Journal:
         self._append(event_types.AllocationRequeued(job=self.job_id, reason=reason), now)
 
     def set_state(self, state: JobState, *, reason: str | None = None,
-                  now: float | None = None) -> None:
-        """Any other change of state; a terminal one is the job's end (``finished``)."""
+                  now: float | None = None, finished: bool | str | None = None,
+                  missing: list[str] | None = None) -> None:
+        """Any other change of state; a terminal one is the job's end (``finished``), with whether
+        the script's final outputs are there when its ranks were stopped after the last
+        checkpoint (``finished``, ``missing``)."""
         cls = event_types.Finished if state.is_terminal() else event_types.StateChanged
-        self._append(cls(job=self.job_id, state=state.value, reason=reason), now)
+        self._append(cls(job=self.job_id, state=state.value, reason=reason, finished=finished,
+                         missing=missing), now)
 
 
 

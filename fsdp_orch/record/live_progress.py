@@ -16,6 +16,7 @@ import os
 
 from fsdp_orch.places.private import write_atomically
 from fsdp_orch.record.event_types import Progress, finite
+from fsdp_orch.record.hang_hold import hold_text, read_hold
 from fsdp_orch.record.status import JobStatus
 
 LIVE_FILE = "progress.json"
@@ -25,12 +26,13 @@ QUIET_STATES = ("saving", "finishing")
 
 def write_live(run_dir: str, *, attempt: int, step: int, loss: float | None,
                loss_source: str | None, progress_at: float, quiet: str | None = None,
-               active_at: float | None = None) -> None:
+               active_at: float | None = None, loss_step: int | None = None) -> None:
     """The supervisor's view of the attempt's progress now; a failed write only costs freshness.
     ``quiet``: why no step comes and none is due (QUIET_STATES); ``active_at``: the last progress
-    of any rank (a step or a change of state)."""
+    of any rank (a step or a change of state); ``loss_step``: the step the loss belongs to."""
     data = {"attempt": attempt, "step": step, "loss": finite(loss),
             "loss_source": loss_source if finite(loss) is not None else None,
+            "loss_step": loss_step if finite(loss) is not None else None,
             "progress_at": progress_at, "quiet": quiet, "active_at": active_at}
     try:
         write_atomically(os.path.join(run_dir, LIVE_FILE), json.dumps(data), mode=0o600)
@@ -51,6 +53,9 @@ def read_live(run_dir: str) -> dict | None:  # type: ignore[type-arg]
     if (type(numbers[0]) is not int or type(numbers[1]) is not int
             or not isinstance(numbers[2], (int, float)) or not math.isfinite(numbers[2])):
         return None
+    held = read_hold(run_dir)  # why the hang rule holds its verdict back (record.hang_hold)
+    if held is not None:
+        data["held"] = held
     return data
 
 
@@ -64,8 +69,9 @@ def apply_live(status: JobStatus, live: dict | None) -> bool:  # type: ignore[ty
     active = live.get("active_at")
     active = float(active) if isinstance(active, (int, float)) and math.isfinite(active) else None
     newer = active is not None and (status.active_at is None or active > status.active_at)
-    changed = quiet != status.quiet or newer
-    status.quiet = quiet
+    held = hold_text(live.get("held"), live["attempt"])
+    changed = quiet != status.quiet or newer or held != status.hang_held
+    status.quiet, status.hang_held = quiet, held
     if newer:
         status.active_at = active
     current = status.progress_step if status.progress_attempt == live["attempt"] else None
@@ -73,9 +79,10 @@ def apply_live(status: JobStatus, live: dict | None) -> bool:  # type: ignore[ty
         return changed
     from fsdp_orch.record.fold import fold_progress
 
-    loss = live.get("loss")
+    loss, loss_step = live.get("loss"), live.get("loss_step")
     fold_progress(status, Progress(job=status.id, step=live["step"],
                                    loss=loss if isinstance(loss, (int, float)) else None,
+                                   loss_step=loss_step if type(loss_step) is int else None,
                                    progress_at=float(live["progress_at"]),
                                    loss_source=live.get("loss_source")
                                    if isinstance(live.get("loss_source"), str) else None))

@@ -93,9 +93,16 @@ class JobStatus:
     progress_loss: float | None = None
     # "runtime", or the console format (observe.console_loss)
     progress_loss_source: str | None = None
+    progress_loss_step: int | None = None  # the step the loss belongs to (None: progress_step)
     progress_at: float | None = None
     failures: list[Failure] = field(default_factory=list)
     reason: str | None = None
+    # Once the job ended: whether the script finished what it does after its last step (True:
+    # it ran to its end, or its final outputs were found; False: it did not, ``missing`` says what
+    # is not there; "unknown": its ranks were stopped after the last checkpoint and nothing tells
+    # what it writes at its end). None while it runs.
+    finished: bool | str | None = None
+    missing: list[str] = field(default_factory=list)
     hang_detection_off: str | None = None  # why hang detection is off; None: it is on
     hang_window_s: float | None = None  # the running attempt's hang window, once its ranks step
     hang_window_mode: str | None = None  # "fixed" or "adaptive"
@@ -125,6 +132,7 @@ class JobStatus:
     # a save begun or ended).
     quiet: str | None = None
     active_at: float | None = None
+    hang_held: str | None = None  # why the hang rule holds its verdict back (record.hang_hold)
     step_seconds: list[float] = field(default_factory=list)  # recent seconds per step
     progress_attempt: int | None = None  # the attempt whose progress progress_step is
     # the latest event folded in: what a running job's breakdown is as of
@@ -190,7 +198,11 @@ class JobStatus:
         here without ``now`` (the index keeps that document; ``store`` fills it in as it reads)."""
         progress = None if self.progress_step is None else {
             "step": self.progress_step, "loss": self.progress_loss,
-            "loss_source": self.progress_loss_source, "updated_at": iso_time(self.progress_at)}
+            "loss_source": self.progress_loss_source,
+            "loss_step": (None if self.progress_loss is None
+                          else self.progress_step if self.progress_loss_step is None
+                          else self.progress_loss_step),
+            "updated_at": iso_time(self.progress_at)}
         return {
             "id": self.id, "name": self.name, "cluster": self.cluster, "state": self.state,
             "attempts": self.attempts, "restarts": self.restarts,
@@ -200,8 +212,10 @@ class JobStatus:
             "progress": progress,
             "stalled_for_s": None if now is None else self.stalled_for_s(now),
             "hang_window_s": self.hang_window_s if self.running else None,
+            "hang_held": self.hang_held if self.running else None,
             "failures": [f.to_json() for f in self.failures],
-            "reason": self.reason, "run_dir": self.run_dir,
+            "reason": self.reason, "finished": self.finished, "missing": list(self.missing),
+            "run_dir": self.run_dir,
             "left_out": list(self.excluded_hosts),
             "hang_detection": {"enabled": self.hang_detection_off is None,
                                "reason": self.hang_detection_off},

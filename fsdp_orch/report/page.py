@@ -19,6 +19,7 @@ from fsdp_orch.record.event_types import (
 from fsdp_orch.record.goodput import BUCKETS
 from fsdp_orch.record.save_cadence import describe
 from fsdp_orch.record.status import JobStatus
+from fsdp_orch.record.suspects import health_notices
 from fsdp_orch.report.svg import COLORS, Bar, Mark, loss_curve, timeline
 
 MEANING = {
@@ -87,6 +88,7 @@ def render(status: JobStatus, events: list[Event],
     parts += ["<h2>Where the time went</h2>", _breakdown(g)]
     parts += ["<h2>Save cadence</h2>", _save_cadence(doc["save_cadence"])]
     parts += ["<h2>Failures</h2>", f"<div class='scroll'>{_failures(doc['failures'])}</div>"]
+    parts += ["<h2>Suspect checkpoints and losses</h2>", _suspects(status)]
     parts += ["<h2>Notices</h2>", _notices(doc["events"])]
     parts.append(f"<p class='meta'>run folder: {escape(status.run_dir)}</p></body></html>")
     return "\n".join(parts) + "\n"
@@ -221,6 +223,19 @@ def _failures(failures: list[dict[str, Any]]) -> str:
                     f"<td>{escape(f['hint'] or '')}</td></tr>")
     rows.append("</table>")
     return "\n".join(rows)
+
+
+def _suspects(status: JobStatus) -> str:
+    """The checkpoints set aside as suspect and the losses gone NaN or jumped
+    (``record.suspects``), each as its notice says it."""
+    found = health_notices(status)
+    if not found:
+        return "<p id='suspects'>none</p>"
+    rows = [f"<tr class='suspect' data-kind='{escape(n.kind)}'><td>{n.attempt}</td>"
+            f"<td>{escape(n.kind)}</td><td class='evidence'>{escape(n.message)}</td></tr>"
+            for n in found]
+    return ("<table id='suspects'><tr><th>attempt</th><th>what</th><th>said</th></tr>"
+            + "".join(rows) + "</table>")
 
 
 def _notices(notices: list[dict[str, Any]]) -> str:

@@ -60,11 +60,13 @@ from fsdp_orch.runtime.ckpt_errors import (
 )
 from fsdp_orch.runtime.ckpt_preflight import agree_on_async, preflight_save
 from fsdp_orch.runtime.ckpt_restore import (
+    exception_summary,
     initialise_from,
     readable_paths,
     restore_candidates,
     restore_rank_state,
     saved_step_and_world,
+    set_aside_unloadable,
     supersede_after,
 )
 from fsdp_orch.runtime.dcp_writing import CachingStager, CrashingWriter, DurableWriter, no_crc32
@@ -355,15 +357,17 @@ class Checkpointer:
         from torch.distributed.checkpoint.api import CheckpointException
 
         choice: list[Any] = [None]
+        tried: list[CheckpointInfo] = []  # rank 0's candidates, newest first
         if self.info.rank == 0:
             try:
-                choice = [readable_paths(self.candidates())]
+                tried = self.candidates()
+                choice = [readable_paths(tried)]
             except CheckpointError as exc:
                 choice = [exc]
         dist.broadcast_object_list(choice, src=0, group=self.group)
         if isinstance(choice[0], Exception):
             raise CheckpointError(str(choice[0]))
-        failed = []
+        failed: dict[str, str] = {}  # path -> why its load failed
         for raw in choice[0]:
             path = Path(raw)
             state = self.sharded_state.for_load()
@@ -372,8 +376,8 @@ class Checkpointer:
                 dcp.load(state, checkpoint_id=str(path), process_group=self.group,
                          planner=self.sharded_state.load_planner())
             except (Exception, CheckpointException) as exc:  # DCP's own is a BaseException
-                warn(f"skipping checkpoint {path}: load failed ({type(exc).__name__}: {exc})")
-                failed.append(str(path))
+                failed[str(path)] = f"load failed ({exception_summary(exc)})"
+                warn(f"skipping checkpoint {path}: {failed[str(path)]}; trying an older one")
                 continue
             self.sharded_state.apply(state)
             self.load_seconds = time.perf_counter() - started
@@ -384,6 +388,8 @@ class Checkpointer:
             if self.info.is_main:
                 print(f"[fsdp-orch] resumed from {path} (step {step})", file=sys.stderr, flush=True)
             if self.info.rank == 0:
+                set_aside_unloadable([c.path for c in tried if c.step > step], failed,
+                                     self.attempt, path)
                 supersede_after(self.directory, step)
             return step
         if failed:  # the model may hold part of a failed load: never train from that

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fsdp_orch.checkpoints.aside import SUSPECT_DIR, move_aside
 from fsdp_orch.checkpoints.folders import checkpoint_info, list_checkpoints
 from fsdp_orch.checkpoints.info import CheckpointInfo
 from fsdp_orch.runtime import ckpt_files as files
@@ -110,6 +111,34 @@ def initialise_from(path: Path, sharded_state: ShardedState, take_optimizer: boo
               flush=True)
 
 
+def exception_summary(exc: BaseException) -> str:
+    """``Type: message`` on one line: DCP's CheckpointException holds every failed rank's
+    traceback, of which its first line and the innermost exception line are kept."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    text = lines[0] if len(lines) < 2 else f"{lines[0]} ... {lines[-1]}"
+    return f"{type(exc).__name__}: {text[:300]}"
+
+
+def set_aside_unloadable(paths: list[Path], load_errors: dict[str, str], attempt: int,
+                         restored: Path) -> None:
+    """Rank 0: each complete checkpoint tried before ``restored`` that would not load, moved into
+    its folder's ``.fsdp-orch-suspect/`` and said in a warning the supervisor reads. Left in place
+    (superseded), a later save of its step would replace it and keep_last would prune it: it is
+    kept, for whoever wants to know what went wrong."""
+    for path in paths:
+        why = files.check_metadata(path) or load_errors.get(str(path)) or "it did not load"
+        info = checkpoint_info(path)
+        if info is None:
+            continue
+        try:
+            [(src, dst)] = move_aside([info], path.parent, f"attempt-{attempt}", into=SUSPECT_DIR)
+        except OSError as exc:
+            warn(f"checkpoint {path} would not load ({why}) and could not be moved aside: {exc}")
+            continue
+        warn(f"checkpoint {src} would not load ({why}): moved to {dst} and kept; "
+             f"restored {restored} instead")
+
+
 def supersede_after(directory: Path, step: int) -> None:
     """Rank 0: the complete checkpoints of ``directory`` newer than ``step`` superseded (their
     ``COMMITTED`` renamed), said in a warning."""
@@ -119,5 +148,5 @@ def supersede_after(directory: Path, step: int) -> None:
              f"{', '.join(p.name for p in done)} (COMMITTED renamed to {files.SUPERSEDED})")
 
 
-__all__ = ["initialise_from", "readable_paths", "restore_candidates", "restore_rank_state",
-           "saved_step_and_world", "supersede_after"]
+__all__ = ["exception_summary", "initialise_from", "readable_paths", "restore_candidates",
+           "restore_rank_state", "saved_step_and_world", "set_aside_unloadable", "supersede_after"]

@@ -124,6 +124,9 @@ def become_rank(order: RankOrder, fds: list[int], closing: list[socket.socket]) 
     for entry in reversed(order.env.get("PYTHONPATH", "").split(os.pathsep)):
         if entry and entry not in sys.path:
             sys.path.insert(1, entry)
+    from fsdp_orch.bootstrap.user_umask import apply_user_umask
+
+    apply_user_umask(order.env)  # the rank's files follow the user's umask, not the keeper's 077
     if order.env.get("FSDP_ORCH_RUN_DIR"):
         from fsdp_orch.bootstrap import agent
 

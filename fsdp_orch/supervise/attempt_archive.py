@@ -7,11 +7,11 @@ stderr) is replaced by ``<name>.gz`` holding its first ``HEAD_BYTES`` and its la
 cut at line ends, with one line in between saying how many bytes were left out (a log smaller than
 both is kept whole). The head holds what the script said at start (configuration, warnings); the
 tail holds the failure (the traceback, the collective that timed out), which the attempt's failure
-event already quotes. The flight recorder's dumps of a hung attempt (``nccl_trace_rank_<N>``,
-pickles of a bounded ring of collectives: 140 KiB a rank on the demo, 16 KiB gzipped) are gzipped
-whole: ``gunzip`` gives torch's ``fr_trace`` its files back. Stacks and the small files of the
-attempt (its launch script, ``ranks.json``) stay as they are. The attempt a job ends with is never
-archived: it is the evidence of the end.
+event already quotes. The flight recorder's dumps of a hung attempt
+(``flight_recorder_rank_<N>``, pickles of a bounded ring of collectives: 140 KiB a rank on the
+demo, 16 KiB gzipped) are gzipped whole: ``gunzip`` gives torch's ``fr_trace`` its files back.
+Stacks and the small files of the attempt (its launch script, ``ranks.json``) stay as they are.
+The attempt a job ends with is never archived: it is the evidence of the end.
 
 :func:`plan_cuts` and :func:`trimmed` decide (pure); :func:`archive_attempt` does it for one attempt
 of a run folder; :func:`open_log` and :func:`read_log` read a log either way (``fsdp-orch logs``,
@@ -28,13 +28,14 @@ from pathlib import Path
 from typing import IO
 
 from fsdp_orch.observe.attempt_files import LOG_PATTERNS
-from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIX
+from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIXES
 
 HEAD_BYTES = 64 * 1024  # what a log said first
 TAIL_BYTES = 256 * 1024  # and last: a traceback, a timed-out collective, NCCL's last words
 GZ = ".gz"
 GZIP_LEVEL = 6
-WHOLE_PATTERNS = (f"{FLIGHT_RECORDER_PREFIX}*",)  # gzipped whole: a pickle cannot be cut
+# gzipped whole: a pickle cannot be cut
+WHOLE_PATTERNS = tuple(f"{prefix}*" for prefix in FLIGHT_RECORDER_PREFIXES)
 
 
 @dataclass(frozen=True)

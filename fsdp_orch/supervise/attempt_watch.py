@@ -18,6 +18,7 @@ from fsdp_orch.observe.attempt_files import RANKS_FILE
 from fsdp_orch.observe.stacks import StackCapture, default_library_roots
 from fsdp_orch.places.private import write_private
 from fsdp_orch.record.event_types import STRAGGLER
+from fsdp_orch.record.hang_hold import HOLD_EVERY_S, write_hold
 from fsdp_orch.record.journal import Journal
 from fsdp_orch.record.live_progress import LIVE_EVERY_S
 from fsdp_orch.supervise.checkpoint_tracker import CheckpointTracker
@@ -43,7 +44,13 @@ from fsdp_orch.supervise.teardown import (
     returned_step,
     teardown_place,
 )
-from fsdp_orch.supervise.watchdog import HangVerdict, check_hang, scripts_finished_at
+from fsdp_orch.supervise.watchdog import (
+    HangVerdict,
+    Hold,
+    judge,
+    scripts_finished_at,
+    silent_hold,
+)
 from fsdp_orch.vocab.categories import SIGNAL_ENDINGS, FailureCategory
 
 STOP_GRACE_S = 5.0
@@ -109,6 +116,10 @@ class AttemptWatch:
         # the straggler, the checkpoint when it was named, and what the planning leaves out for it
         self._to_replace: tuple[Straggler, int | None, str] | None = None
         self._placed = False  # ranks.json written
+        # why the hang rule holds its verdict back, as last written for status (None: nothing
+        # held), and when
+        self._hold: Hold | None = None
+        self._hold_written_at = float("-inf")
         progress.begin(self.follower)
 
     def run(self) -> Outcome:
@@ -167,9 +178,13 @@ class AttemptWatch:
             if finished_at is not None and self.clock() - finished_at > watch.startup_timeout:
                 return self._teardown_hang(finished_at)
             detected_at = self.clock()
-            verdict = None if self._silent_nodes() else check_hang(
+            silent = self._silent_nodes()
+            found = None if silent else judge(
                 beats, world_size=self.world, attempt_started=self.started, now=detected_at,
                 watch=watch, window=window.seconds)
+            verdict = found if isinstance(found, HangVerdict) else None
+            self._record_hold(silent_hold(silent, detected_at, watch) if silent
+                              else found if isinstance(found, Hold) else None, detected_at)
             past = past_the_end(beats, self.world, detected_at, watch)
             if past is not None and (verdict is not None
                                      or detected_at - past.since > TEARDOWN_WINDOW_S):
@@ -184,6 +199,20 @@ class AttemptWatch:
             # A short window is judged at least 4 times over:
             # a verdict comes within a quarter of it.
             self._sleep_keeping_the_step_live(min(watch.poll_interval, window.seconds / 4))
+
+    def _record_hold(self, hold: Hold | None, now: float) -> None:
+        """Why the verdict is held back (``record.hang_hold``), for ``status``: written as the rule
+        or its subject changes, and every HOLD_EVERY_S while only its deadline moves."""
+        before = self._hold
+        if hold == before:
+            return
+        same_rule = (hold is not None and before is not None
+                     and (hold.rule, hold.rank, hold.subject, hold.since)
+                     == (before.rule, before.rank, before.subject, before.since))
+        if same_rule and now - self._hold_written_at < HOLD_EVERY_S:
+            return
+        self._hold, self._hold_written_at = hold, now
+        write_hold(str(self.sub.run_dir), self.attempt, None if hold is None else hold.to_json())
 
     def _sleep_keeping_the_step_live(self, seconds: float) -> None:
         """Sleep ``seconds`` in pieces of at most LIVE_EVERY_S, refreshing the live step between

@@ -1,6 +1,7 @@
 """The job's checkpoints as the supervisor follows them across attempts: the latest complete one
 and its mark (polled: fsdp_orch.checkpoints.polls), each new one recorded once, the resume point
-of an attempt, and a checkpoint asked for before the scheduler takes the allocation away."""
+of an attempt, a checkpoint a resume went wrong from set aside (checkpoints.suspect), and a
+checkpoint asked for before the scheduler takes the allocation away."""
 
 from __future__ import annotations
 
@@ -9,10 +10,17 @@ from functools import cached_property
 from pathlib import Path
 
 from fsdp_orch.backends.base import AttemptHandle
-from fsdp_orch.checkpoints.info import CheckpointInfo
+from fsdp_orch.checkpoints.info import HF, CheckpointInfo
 from fsdp_orch.checkpoints.layouts.hugging_face import HF_COMPLETE_FILE
 from fsdp_orch.checkpoints.polls import PolledCheckpoints
-from fsdp_orch.checkpoints.resume import CheckpointSetting, resume_point, setting_of
+from fsdp_orch.checkpoints.resume import (
+    SUSPECT,
+    CheckpointSetting,
+    SetAside,
+    resume_point,
+    set_aside,
+    setting_of,
+)
 from fsdp_orch.checkpoints.storage import Storage
 from fsdp_orch.launch.plan import CHECKPOINT_REQUEST_FILE
 from fsdp_orch.launch.submission import Submission
@@ -36,6 +44,14 @@ class CheckpointTracker:
         self.sleep = sleep
         self.last: int | None = None  # the latest complete checkpoint's mark, as last recorded
         self._last_seen: tuple[int, str] | None = None  # (step or save mark, path) last recorded
+        # every (mark, path) recorded and not set aside since: one that is the latest again (the
+        # newer ones set aside, or superseded by the runtime) is no new save
+        self._recorded: set[tuple[int, str]] = set()
+        # (attempt, the checkpoint it resumed from), as this supervisor planned it
+        self.resumed: tuple[int, CheckpointInfo] | None = None
+        # The highest step of a checkpoint set aside: a checkpoint is progress only past it, so
+        # falling back and saving the same steps again is no progress (the crash-loop rule holds).
+        self.floor: int | None = None
         # Why the checkpoint folder may not be loaded from (places.trust), as found at the last
         # attempt's start: then no checkpoint there is the job's, resumed or recorded.
         self.refused: str | None = None
@@ -82,7 +98,7 @@ class CheckpointTracker:
                 return (f"the latest complete checkpoint ({info.path.name}) is at step "
                         f"{info.step}, the step every rank had reached when one returned from its "
                         "script")
-            if info.layout == "HF":
+            if info.layout == HF:
                 state = self.storage.read_text(str(info.path / HF_COMPLETE_FILE))
                 final = trainer_final_step(state)
                 if final is not None:
@@ -103,10 +119,13 @@ class CheckpointTracker:
         if info is None or mark is None:
             return
         step = info.step if info.step_known else None
-        if (mark, str(info.path)) != self._last_seen:
-            self._last_seen = (mark, str(info.path))
+        seen = (mark, str(info.path))
+        if seen != self._last_seen:
+            self._last_seen = seen
             self.last = mark
-            self.journal.checkpoint(step, path=str(info.path), step_note=info.step_note)
+            if seen not in self._recorded:
+                self._recorded.add(seen)
+                self.journal.checkpoint(step, path=str(info.path), step_note=info.step_note)
 
     def resume_point(self, attempt: int) -> tuple[str | None, int | None]:
         """The checkpoint the attempt starts from (the latest complete one), after moving aside the
@@ -128,9 +147,70 @@ class CheckpointTracker:
             self.journal.add_event(attempt=attempt, kind=kind, message=message)
         # never, or an explicit path the runtime reads from FSDP_ORCH_RESUME: None
         info = point.info
+        self.resumed = (attempt, info) if info is not None else None
         if info is None:
             return None, None
         return str(info.path), info.step if info.step_known else None
+
+    def resume_step(self, attempt: int) -> int | None:
+        """The step of the checkpoint ``attempt`` resumed from, where this supervisor planned it
+        and the step is known; else None."""
+        if self.resumed is None or self.resumed[0] != attempt or not self.resumed[1].step_known:
+            return None
+        return self.resumed[1].step
+
+    def set_aside_suspect(self, attempt: int, why: str) -> SetAside | None:
+        """The checkpoint ``attempt`` resumed from is suspect: moved into the checkpoint folder's
+        ``.fsdp-orch-suspect/`` with the complete ones the attempt saved after it, each named in a
+        ``checkpoint_suspect`` notice. None when there is nothing to move or it cannot be moved
+        (said in the notice)."""
+        if self.resume_step(attempt) is None:
+            return None
+        assert self.resumed is not None
+        path = str(self.resumed[1].path)
+        try:
+            done = set_aside(self.setting.source(self.storage), path, f"attempt-{attempt}")
+        except (OSError, FsdpOrchError) as exc:
+            self.journal.add_event(attempt=attempt, kind=SUSPECT, message=(
+                f"{path} is suspect ({why}) but could not be moved aside: {exc}"))
+            return None
+        for src, _ in done.moved:
+            self._forget(src)
+        if done.highest is not None:
+            self._raise_floor(done.highest)
+        nxt = (f"the next attempt resumes from {done.next_from.path}" if done.next_from is not None
+               else "the next attempt starts from scratch: no complete checkpoint is left")
+        if not done.moved:
+            return done
+        (src, dst), *newer = done.moved
+        after = "" if not newer else (
+            f"; with the {len(newer)} checkpoint(s) attempt {attempt} saved after it, from its "
+            f"weights: {', '.join(f'{a} to {b}' for a, b in newer)}")
+        self.journal.add_event(attempt=attempt, kind=SUSPECT, message=(
+            f"{why}; {src} is suspect: moved to {dst} and kept (never deleted){after}; {nxt}"))
+        return done
+
+    def set_aside_by_runtime(self, attempt: int, path: str, why: str, moved_to: str) -> None:
+        """The fsdp_orch runtime could not load the checkpoint at ``path``, moved it to
+        ``moved_to`` and restored an earlier one in the same attempt: named in a notice, and no
+        longer the job's (a later save of its step is a new one)."""
+        step = self._forget(path)
+        if step is not None:
+            self._raise_floor(step)
+        self.journal.add_event(attempt=attempt, kind=SUSPECT, message=(
+            f"{path} would not load ({why}): the fsdp_orch runtime moved it to {moved_to} and kept "
+            "it (never deleted), and restored an earlier checkpoint in the same attempt"))
+
+    def _forget(self, path: str) -> int | None:
+        """A checkpoint set aside is no longer one recorded (its path may be saved to again);
+        returns its mark as recorded, if it was."""
+        name = Path(path).name
+        gone = {seen for seen in self._recorded if seen[1] == path or Path(seen[1]).name == name}
+        self._recorded -= gone
+        return max((mark for mark, _ in gone), default=None)
+
+    def _raise_floor(self, step: int) -> None:
+        self.floor = step if self.floor is None else max(self.floor, step)
 
     def _folder_problem(self, attempt: int) -> str | None:
         """places.trust for the checkpoint folder where the checkpoints are read (over SFTP on a

@@ -211,5 +211,34 @@ def headline(order: Sequence[int], places: dict[int, RankPlace],
     return text
 
 
+def frozen_headline(frozen: dict[int, str], order: Sequence[int],
+                    places: dict[int, RankPlace]) -> str:
+    """The culprit of a hang whose rank is frozen (``frozen``: rank -> its words, the watchdog's),
+    then what its peers wait in: ``rank 1 (pid 4242) is stopped (state T: SIGSTOP or a debugger)
+    for 5.8s while rank 0 waits in all_reduce at train.py:80 main``. A frozen rank is the culprit
+    wherever its stack stands: it may have been stopped inside a collective itself."""
+    lead = "; ".join(frozen.values())
+    peers = [rank for rank in order if rank not in frozen]
+    if not peers:
+        return lead
+    groups: dict[str, list[int]] = {}
+    for rank in peers:
+        place = places.get(rank)
+        label = ""
+        if place is not None and place.tier != NO_STACK:
+            label = f" in {place.collective}" if place.collective else f" at {place.where}"
+            if place.collective:
+                label += f" at {place.where}"
+        groups.setdefault(label, []).append(rank)
+    waits = []
+    for label, ranks in groups.items():
+        shown = ", ".join(map(str, ranks[:8])) + (f" and {len(ranks) - 8} more"
+                                                  if len(ranks) > 8 else "")
+        verb = "wait" if len(ranks) > 1 else "waits"
+        waits.append(f"rank{'s' if len(ranks) > 1 else ''} {shown} {verb}{label}")
+    return f"{lead} while {'; '.join(waits)}"
+
+
 __all__ = ["COLLECTIVE_FRAMES", "DEVICE_WAIT_FRAMES", "IN_BACKWARD", "IN_COLLECTIVE",
-           "NOT_IN_COLLECTIVE", "NO_STACK", "RankPlace", "culprit_order", "headline", "place_of"]
+           "NOT_IN_COLLECTIVE", "NO_STACK", "RankPlace", "culprit_order", "frozen_headline",
+           "headline", "place_of"]

@@ -49,6 +49,9 @@ from fsdp_orch.vocab.categories import (
 from fsdp_orch.vocab.hints import hint_for
 
 CATEGORIES = FAILURE_CATEGORIES
+# The fsdp_orch runtime's warnings tell of what it handled itself (a checkpoint that would not load,
+# skipped for an earlier one): never a failure's cause, whatever error they quote.
+RUNTIME_WARNING = "[fsdp-orch] warning: "
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,7 @@ class LineScanner:
         if self.first is not None:
             self._after_cause(line)
             return self.first
-        if not line or self._failures.note(line):
+        if not line or self._failures.note(line) or line.startswith(RUNTIME_WARNING):
             return None
         frame = FRAME.match(body)
         if TRACEBACK in line or line.startswith("Exception in thread") or frame:

@@ -1,6 +1,6 @@
 """What a failure's evidence adds about where the ranks were: the culprit first (``culprit.py``),
 the stuck ranks' innermost frames of user code (from stack dumps the attempt's handle took before
-the attempt is stopped) and NCCL flight-recorder dumps."""
+the attempt is stopped) and flight-recorder dumps (NCCL's or gloo's)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from fsdp_orch.observe.command import Runner
 from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIX
 from fsdp_orch.observe.nccl_ras import parse_ras_status
 from fsdp_orch.observe.stacks import StackCapture, default_library_roots, describe_stuck
-from fsdp_orch.supervise.culprit import culprit_order, headline, place_of
+from fsdp_orch.supervise.culprit import culprit_order, frozen_headline, headline, place_of
 from fsdp_orch.supervise.diagnose import Diagnosis
 from fsdp_orch.supervise.watchdog import HangVerdict
 
@@ -58,20 +58,26 @@ def explain_hang(verdict: HangVerdict, capture: StackCapture,
     culprit-first frames."""
     timing = list(verdict.suspects or verdict.ranks)
     if not capture.dumps:
-        return HangExplanation(f"{verdict.evidence}; {capture.note or 'no stacks could be taken'}",
-                               None, timing)
+        lead = f"{frozen_headline(verdict.frozen, timing, {})}; " if verdict.frozen else ""
+        return HangExplanation(f"{lead}{verdict.evidence}; "
+                               f"{capture.note or 'no stacks could be taken'}", None, timing)
     roots = library_roots or default_library_roots()
     places = {rank: place_of(rank, dump.threads, roots, saving=rank in verdict.saving,
                              pending=(pending or {}).get(rank))
               for rank, dump in capture.dumps.items() if rank in timing and dump.threads}
     order = culprit_order(places, timing, collective_counts)
+    if verdict.frozen:  # a frozen process is the culprit wherever its stack stands
+        order = [r for r in timing if r in verdict.frozen] + [r for r in order
+                                                              if r not in verdict.frozen]
     named = [describe_stuck(rank, capture.dumps[rank].threads, roots)
              for rank in order if rank in places][:NAMED_RANKS]
     if not named:
         errors = sorted({d.error for d in capture.dumps.values() if d.error})
-        return HangExplanation(f"{verdict.evidence}; no stacks could be taken "
+        lead = f"{frozen_headline(verdict.frozen, timing, {})}; " if verdict.frozen else ""
+        return HangExplanation(f"{lead}{verdict.evidence}; no stacks could be taken "
                                f"({'; '.join(errors) or 'no dump'})", None, timing)
-    lead = headline(order, places, collective_counts)
+    lead = (frozen_headline(verdict.frozen, order, places) if verdict.frozen
+            else headline(order, places, collective_counts))
     parts = [lead] if lead else []
     parts += [verdict.evidence, *named, f"stacks: {capture.folder}"]
     return HangExplanation("; ".join(parts), capture.folder, order)

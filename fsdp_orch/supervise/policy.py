@@ -6,6 +6,12 @@ so a job that moves forward between faults keeps going however many faults it me
 does not stops at the ``crash_loop_attempts``-th failure in a row without progress.
 ``max_restarts``, unset by default, is a hard cap on restarts of any kind.
 
+A failure blamed on the checkpoint its attempt resumed from (``fell_back``: that checkpoint was
+set aside, checkpoints.suspect) is retried whatever its category, since the next attempt loads
+another checkpoint; it is a failure without progress, and a checkpoint counts as progress only
+past the highest step set aside (``past_floor``), so a job that falls back, saves the same steps
+again and fails again still meets the crash-loop rule.
+
 The delay is exponential (``initial * multiplier**(n-1)``, capped at ``max``: tenacity's
 ``wait_exponential``, through ``vocab.backoff``) in ``n``, the failures in a row without progress
 (1 after an attempt that made progress), plus a uniform jitter drawn from an injected random
@@ -16,7 +22,7 @@ and decided on before the wait.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fsdp_orch.jobspec.schema import RestartPolicy
 from fsdp_orch.vocab.backoff import Retries
@@ -45,6 +51,7 @@ class FailureRecord:
     checkpoint_after: int | None
     step_before: int | None = None  # the highest step any earlier attempt reached
     step_after: int | None = None  # the highest step this attempt reached
+    fell_back: bool = False  # blamed on the checkpoint it resumed from, which was set aside
 
     @property
     def progressed(self) -> bool:
@@ -60,6 +67,23 @@ class Decision:
     restart: bool
     reason: str
     without_progress: int = 0  # the failures in a row without progress, the current one included
+
+
+def past_floor(mark: int | None, floor: int | None) -> int | None:
+    """A checkpoint mark as progress counts it: raised to ``floor``, the highest step of a
+    checkpoint set aside (a mark of a file of unknown step, negative, is left as it is)."""
+    if floor is None or (mark is not None and mark < 0):
+        return mark
+    return floor if mark is None else max(mark, floor)
+
+
+def as_progress(record: FailureRecord, floor: int | None, fell_back: bool) -> FailureRecord:
+    """``record`` as the budget weighs it: its checkpoint marks raised to ``floor`` (the highest
+    step set aside so far), and with ``fell_back`` (blamed on the checkpoint it resumed from) no
+    progress, whatever it saved from that checkpoint's weights."""
+    before = past_floor(record.checkpoint_before, floor)
+    after = before if fell_back else past_floor(record.checkpoint_after, floor)
+    return replace(record, checkpoint_before=before, checkpoint_after=after, fell_back=fell_back)
 
 
 def without_progress(history: list[FailureRecord]) -> list[FailureRecord]:
@@ -87,7 +111,8 @@ def decide(policy: RestartPolicy, history: list[FailureRecord], restarts_done: i
     current = history[-1]
     streak = without_progress(history)
     stuck = len(streak)
-    if current.category in NOT_RETRYABLE or current.category not in policy.retry_on:
+    if not current.fell_back and (current.category in NOT_RETRYABLE
+                                  or current.category not in policy.retry_on):
         return Decision(False, f"{current.category} is not retried (restart.retry_on)", stuck)
     if cannot_place is not None:
         return Decision(False, f"cannot restart: {cannot_place}", stuck)
@@ -115,7 +140,8 @@ def decide(policy: RestartPolicy, history: list[FailureRecord], restarts_done: i
     number = f"restart {restarts_done + 1}" + (f" of {cap}" if cap is not None else "")
     progress = ("after progress" if not stuck
                 else f"{stuck} of {limit} failures in a row without progress")
-    return Decision(True, f"{number} after {current.category} ({progress})", stuck)
+    earlier = ", from the checkpoint before the one it resumed" if current.fell_back else ""
+    return Decision(True, f"{number} after {current.category}{earlier} ({progress})", stuck)
 
 
 def hosts_to_exclude(category: str, lost: tuple[str, ...], excluded: list[str]) -> list[str]:

@@ -1,5 +1,11 @@
 """What the supervisor records of a running attempt's progress, throttled: rank 0's step and loss,
-the hang window in force, and whether hang detection is off for lack of any signal."""
+the hang window in force, and whether hang detection is off for lack of any signal.
+
+The step is the one the script reached: rank 0's counted optimizer steps, moved on by as much as
+the script's own loss lines (``step 180 loss 0.41``) are ahead of them (a script that resumed on its
+own from a save fsdp-orch does not know counts from its save, the bootstrap from 0). Each loss
+goes with its own step: the one its line names, else rank 0's when it was read, as in
+``losses.jsonl``. An attempt whose ranks returned from their script without a step says so."""
 
 from __future__ import annotations
 
@@ -16,6 +22,8 @@ from fsdp_orch.supervise.logfollow import LogFollower
 from fsdp_orch.supervise.watchdog import no_signal
 from fsdp_orch.vocab.metrics import CHECKPOINT_BLOCK_S
 
+# the notice of an attempt whose ranks returned from their script without a step
+NO_STEPS_TRAINED = "no_steps_trained"
 PROGRESS_EVERY_S = 5.0  # progress events: the first step at once, then at most one per this
 DEVICE_PEAK_GROWTH = 1.01  # a device peak is recorded again once it grew by more than 1%
 
@@ -41,19 +49,46 @@ class ProgressEvents:
         self._lead_seen: tuple[int, int] | None = None  # rank 0's (attempt, step) last seen
         self._device_peak = 0  # the running attempt's device peak last recorded (bytes)
         self.reached: int | None = None  # the highest step rank 0 reported in the running attempt
+        # the running attempt's latest console loss: (its step, loss, format); None: none yet
+        self._printed: tuple[int, float, str] | None = None
+        # how far the script's own step is ahead of rank 0's counted steps: the least seen (a line
+        # read beside a heartbeat that lags it shows more), and the step its latest line named
+        self._ahead: int | None = None
+        self._named: int | None = None
+        self._lead_last: Any = None  # rank 0's heartbeat at the last look
+        self._attempt: int | None = None  # the running attempt, once a rank reported
+        self._trained = False  # a rank took a step in the running attempt
+        self._returned = False  # a rank returned from its script in the running attempt
 
     def begin(self, follower: LogFollower) -> None:
         self._follower, self._lead_seen = follower, None
         self._window, self._last_step, self._last_loss = None, None, None
         self._device_peak = 0
         self.reached = None
+        self._printed, self._ahead, self._named, self._lead_last = None, None, None, None
+        self._attempt, self._trained, self._returned = None, False, False
 
     def end_attempt(self) -> None:
         """The attempt's last printed losses (its logs' last lines are read at its end) into the
-        loss log, and the log written."""
+        loss log, the log written, and the step and loss they show recorded; a notice when its
+        ranks returned from their script without a step."""
         if self._lead_seen is not None:
             self._log_printed(*self._lead_seen)
         self.losses.flush(final=True)
+        lead = self._lead_last
+        if lead is not None:
+            step = self._step(lead)
+            loss, source, loss_step = self._loss(lead, step)
+            if (step, loss) != (self._last_step, self._last_loss):
+                self._last_step, self._last_loss = step, loss
+                self.journal.progress(step, loss, lead.progress_time, loss_source=source,
+                                      loss_step=loss_step)
+        if self._attempt is not None and self._returned and not self._trained:
+            self.journal.add_event(attempt=self._attempt, kind=NO_STEPS_TRAINED, message=(
+                f"attempt {self._attempt} trained no step: its ranks returned from their script "
+                "without an optimizer step (a script that resumes on its own, at its last step, "
+                "from saves fsdp-orch does not know trains nothing; submit --fresh moves only the "
+                "checkpoints of checkpoint.dir)"))
 
     def progress(self, beats: dict, window: Window,  # type: ignore[type-arg]
                  final: bool = False) -> None:
@@ -66,28 +101,30 @@ class ProgressEvents:
             self.reached = lead.step if self.reached is None else max(self.reached, lead.step)
         self._record_window(lead.attempt, window)
         self._record_device_peak(lead.attempt, beats)
-        loss, source = self._loss(lead)
-        self._write_live(lead, loss, source, final, beats)
         self._log_losses(lead)
+        step = self._step(lead)
+        loss, source, loss_step = self._loss(lead, step)
+        self._write_live(lead, step, (loss, source, loss_step), final, beats)
         self.losses.flush(final)
-        if lead.step == self._last_step and loss == self._last_loss:
+        if step == self._last_step and loss == self._last_loss:
             return
         if (not final and self._last_step is not None
                 and self.clock() - self._progress_at < PROGRESS_EVERY_S):
             return  # the event log is on the shared filesystem: a line per PROGRESS_EVERY_S at most
-        self._last_step, self._last_loss, self._progress_at = lead.step, loss, self.clock()
+        self._last_step, self._last_loss, self._progress_at = step, loss, self.clock()
         blocked = lead.metrics.get(CHECKPOINT_BLOCK_S)
-        self.journal.progress(lead.step, loss, lead.progress_time, loss_source=source,
+        self.journal.progress(step, loss, lead.progress_time, loss_source=source,
                               checkpoint_s=(float(blocked) if isinstance(blocked, (int, float))
-                                            else None))
+                                            else None), loss_step=loss_step)
 
     def live(self, beats: dict) -> None:  # type: ignore[type-arg]
         """Only the live file, between two of the loop's looks: ``status`` reads the step from it,
         and the loop looks once per ``watch.poll_interval`` (1 s)."""
         lead = self._lead(beats)
         if lead is not None:
-            self._write_live(lead, *self._loss(lead), final=False, beats=beats)
             self._log_losses(lead)
+            step = self._step(lead)
+            self._write_live(lead, step, self._loss(lead, step), final=False, beats=beats)
 
     def _log_losses(self, lead: Any) -> None:
         """Each loss the script printed since the last look, at the step its line names (else
@@ -98,42 +135,72 @@ class ProgressEvents:
             self.losses.point(lead.attempt, lead.step, finite(lead.loss), RUNTIME_LOSS)
 
     def _log_printed(self, attempt: int, step_now: int) -> bool:
+        """Each console loss read since the last look into the loss log, at the step its line
+        names (else ``step_now``, rank 0's counted step); the latest kept as the attempt's, and
+        how far the script's own count is ahead of rank 0's."""
         printed = self._follower.take_loss_points() if self._follower is not None else []
         for loss, source, step in printed:
-            self.losses.point(attempt, step_now if step is None else step, loss, source)
+            at = self._step_at(step_now) if step is None else step
+            self.losses.point(attempt, at, loss, source)
+            if step is not None:
+                ahead = max(0, step - step_now)
+                self._ahead = ahead if self._ahead is None else min(self._ahead, ahead)
+                self._named = step
+            if finite(loss) is not None:
+                self._printed = (at, float(loss), source)
         return bool(printed)
 
-    @staticmethod
-    def _lead(beats: dict) -> Any:  # type: ignore[type-arg]
-        """Rank 0's heartbeat (else the first one), once it has stepped; else None."""
+    def _lead(self, beats: dict) -> Any:  # type: ignore[type-arg]
+        """Rank 0's heartbeat (else the first one), once it has stepped (or returned from its
+        script after a step); else None. Notes whether the attempt's ranks stepped or returned."""
         if not beats:
             return None
+        states = {beat.state for beat in beats.values()}
+        self._attempt = next(iter(beats.values())).attempt
+        self._trained = self._trained or "training" in states or "saving" in states
+        self._returned = self._returned or "done" in states
         lead = beats.get(0) or next(iter(beats.values()))
-        return None if lead.state == "starting" else lead
+        if lead.state == "starting" or (lead.state == "done" and not self._trained):
+            return None
+        self._lead_last = lead
+        return lead
 
-    def _loss(self, lead: Any) -> tuple[float | None, str]:
-        """The runtime's loss in the heartbeat, else the one the console printed last."""
-        loss, source = finite(lead.loss), RUNTIME_LOSS
-        if loss is None and self._follower is not None and self._follower.loss is not None:
-            loss, source = finite(self._follower.loss[0]), self._follower.loss[1]
-        return loss, source
+    def _step(self, lead: Any) -> int:
+        return self._step_at(int(lead.step))
 
-    def _write_live(self, lead: Any, loss: float | None, source: str, final: bool,
+    def _step_at(self, counted: int) -> int:
+        """The step the script reached: rank 0's ``counted``, moved on by its own count's lead,
+        and never behind the step its latest loss line named."""
+        return max(counted + (self._ahead or 0), self._named or 0)
+
+    def _loss(self, lead: Any, step: int) -> tuple[float | None, str, int | None]:
+        """The runtime's loss in the heartbeat (at ``step``), else the one the console printed
+        last, each with the step it belongs to."""
+        loss = finite(lead.loss)
+        if loss is not None:
+            return loss, RUNTIME_LOSS, step
+        if self._printed is not None:
+            at, printed, source = self._printed
+            return printed, source, at
+        return None, RUNTIME_LOSS, None
+
+    def _write_live(self, lead: Any, step: int,
+                    loss: tuple[float | None, str, int | None], final: bool,
                     beats: dict) -> None:  # type: ignore[type-arg]
-        """Rank 0's step into the live file as it or any rank's progress changes, at most every
+        """The step into the live file as it or any rank's progress changes, at most every
         LIVE_EVERY_S; at once when the ranks begin or end a save or return from their script."""
         now = self.clock()
         quiet = quiet_state(beats)
-        seen = (lead.attempt, lead.step, quiet, max(b.progress_time for b in beats.values()))
+        seen = (lead.attempt, step, quiet, max(b.progress_time for b in beats.values()))
         if self.run_dir is None or self._live == seen:
             return
         told = self._live is not None and self._live[2] == quiet
         if not final and told and now - self._live_at < LIVE_EVERY_S:
             return
         self._live, self._live_at = seen, now
-        write_live(self.run_dir, attempt=lead.attempt, step=lead.step, loss=loss,
-                   loss_source=source, progress_at=lead.progress_time, quiet=quiet,
-                   active_at=seen[3])
+        write_live(self.run_dir, attempt=lead.attempt, step=step, loss=loss[0],
+                   loss_source=loss[1], progress_at=lead.progress_time, quiet=quiet,
+                   active_at=seen[3], loss_step=loss[2])
 
     def _record_window(self, attempt: int, window: Window) -> None:
         """The hang window in force once the attempt steps, recorded when it first applies, when its

@@ -11,35 +11,50 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from fsdp_orch.backends.base import AllocationEnding, AttemptHandle, AttemptLauncher
+from fsdp_orch.checkpoints.final_outputs import FinalOutputs, final_outputs
+from fsdp_orch.checkpoints.suspect import blamed_crash, reference_at
 from fsdp_orch.launch.plan import host_port
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.record import save_cadence
 from fsdp_orch.record.events import CANCEL_MARKER
 from fsdp_orch.record.journal import Journal, read_status
+from fsdp_orch.record.loss_points import read_points
 from fsdp_orch.record.status import JobStatus
 from fsdp_orch.supervise.attempt_archive import archive_attempt
 from fsdp_orch.supervise.attempt_watch import AttemptWatch
 from fsdp_orch.supervise.checkpoint_tracker import CheckpointTracker
 from fsdp_orch.supervise.diagnose import Diagnosis
 from fsdp_orch.supervise.metrics_textfile import MetricsTextfile
-from fsdp_orch.supervise.outcomes import Adopt, Cancelled, CancelledError, Failed, Outcome
+from fsdp_orch.supervise.outcomes import (
+    Adopt,
+    Cancelled,
+    CancelledError,
+    Failed,
+    Outcome,
+    Succeeded,
+    TornDown,
+)
 from fsdp_orch.supervise.policy import (
     Decision,
     FailureRecord,
+    as_progress,
     backoff_delay,
     backoff_step,
     decide,
     hosts_to_exclude,
+    new_checkpoint,
 )
 from fsdp_orch.supervise.progress_events import ProgressEvents
+from fsdp_orch.supervise.resume_watch import AttemptLosses, watched
 from fsdp_orch.supervise.stop_flag import StopFlag
 from fsdp_orch.vocab.categories import FailureCategory
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError
 from fsdp_orch.vocab.hints import hint_for
 from fsdp_orch.vocab.save_interval import observed_mtbf
-from fsdp_orch.vocab.states import JobState
+from fsdp_orch.vocab.states import FINISHED_UNKNOWN, TRAINING_COMPLETE, JobState
 
 STRAGGLER_REPLACED = FailureCategory.STRAGGLER_REPLACED.value
 
@@ -74,8 +89,11 @@ class Supervisor:
         self.progress = ProgressEvents(journal, clock, str(submission.run_dir))
         self.checkpoints = CheckpointTracker(journal, submission, lambda: launcher.checkpoints,
                                              clock=clock, sleep=sleep)
-        self.metrics_file = MetricsTextfile.from_environ(str(submission.run_dir), self.job_id,
-                                                         clock)
+        self._losses: AttemptLosses | None = None  # the launched attempt's, judged (resume_watch)
+        self.metrics_file = MetricsTextfile.from_environ(
+            str(submission.run_dir), self.job_id, clock,
+            tell=lambda message: journal.add_event(attempt=None, kind="metrics_not_written",
+                                                   message=message))
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -85,14 +103,15 @@ class Supervisor:
         attempt = adopt.attempt if adopt else first_attempt
         try:
             while True:
-                outcome = self._run_attempt(attempt, adopt)
+                outcome = self._judged(attempt, self._run_attempt(attempt, adopt))
                 if isinstance(outcome, Cancelled):
                     raise CancelledError()
                 if not isinstance(outcome, Failed):
                     self._end(JobState.SUCCEEDED, None)
                     return JobState.SUCCEEDED
-                if self._training_complete(attempt, outcome):
-                    return JobState.SUCCEEDED
+                ending = self._training_complete(attempt, outcome)
+                if ending is not None:
+                    return ending
                 decision = self._decide(attempt, outcome)
                 if not decision.restart:
                     reason = (f"{outcome.diagnosis.category}: "
@@ -126,35 +145,51 @@ class Supervisor:
             if self.metrics_file is not None:
                 self.metrics_file.write()  # the job's end (or this supervisor's), as recorded
 
-    def _end(self, state: JobState, reason: str | None) -> None:
+    def _end(self, state: JobState, reason: str | None,
+             outputs: FinalOutputs | None = None) -> None:
         """Record the job's end, once the kind stopped what it keeps between attempts: whoever
-        reads the end finds nothing of the job left running."""
+        reads the end finds nothing of the job left running. ``outputs``: what the script wrote
+        after its last checkpoint, when its ranks were stopped after it."""
         try:
             self.launcher.job_ending()
         except Exception as exc:  # noqa: BLE001 - the end is recorded all the same
             print(f"fsdp-orch supervisor: stopping what the job kept between attempts: {exc}",
                   flush=True)
-        self.journal.set_state(state, reason=reason, now=self.clock())
+        self.journal.set_state(state, reason=reason, now=self.clock(),
+                               finished=None if outputs is None else outputs.finished,
+                               missing=None if outputs is None else list(outputs.missing))
 
-    def _training_complete(self, attempt: int, failed: Failed) -> bool:
+    def _training_complete(self, attempt: int, failed: Failed) -> JobState | None:
         """A failure after the job's last checkpoint was saved: a restart would train past the end
         (a Trainer resumed at ``max_steps`` takes one more step and writes its final model again).
-        The job ends SUCCEEDED, and an event says why and what failed."""
+        The job is not restarted, and an event says why and what failed. It ends SUCCEEDED when
+        the script's final outputs are there or nothing tells what they are (``finished``:
+        "unknown"), INCOMPLETE when they are missing (a Trainer's final model); None: restart."""
         why = self.checkpoints.final_one(failed.returned_step)
         if why is None:
-            return False
+            return None
+        try:
+            info = self.checkpoints.latest()
+            outputs = (FinalOutputs(FINISHED_UNKNOWN) if info is None
+                       else final_outputs(info, self.checkpoints.storage))
+        except FsdpOrchError:
+            outputs = FinalOutputs(FINISHED_UNKNOWN)
         diagnosis = failed.diagnosis
-        self.journal.add_event(attempt=attempt, kind="training_complete", message=(
+        self.journal.add_event(attempt=attempt, kind=TRAINING_COMPLETE, message=(
             f"not restarted after {diagnosis.category} ({diagnosis.evidence or 'no evidence'}): "
-            f"{why}, so the training is complete; what the script does after its last "
-            "checkpoint may not have run"))
-        self._end(JobState.SUCCEEDED, None)
-        return True
+            f"{why}, so the training is complete; {outputs.text()}"))
+        state = JobState.INCOMPLETE if outputs.finished is False else JobState.SUCCEEDED
+        reason = (f"{diagnosis.category} after the last checkpoint: {outputs.text()}"
+                  if state is JobState.INCOMPLETE else None)
+        self._end(state, reason, outputs)
+        return state
 
     def _decide(self, attempt: int, failed: Failed) -> Decision:
         """Record the failure and what is done about it."""
         reached = self.progress.reached
-        self.history.append(failed.record(attempt, self.steps_reached, reached))
+        failed, fell_back = self._blame_resume(attempt, failed, reached)
+        self.history.append(as_progress(failed.record(attempt, self.steps_reached, reached),
+                                        self.checkpoints.floor, fell_back))
         if reached is not None:
             self.steps_reached = max(reached, self.steps_reached or reached)
         category = failed.diagnosis.category
@@ -180,7 +215,37 @@ class Supervisor:
         decision = decide(self.sub.job.restart, self.history,
                           restarts_done=attempt - self.requeued_attempts, cannot_place=cannot_place)
         self._record_failure(attempt, failed, "restart" if decision.restart else "give_up")
+        if fell_back:  # set aside at the verdict already, for a loss judged as the attempt ran
+            self._set_aside(attempt, failed.diagnosis.category, failed.diagnosis.evidence)
         return decision
+
+    def _judged(self, attempt: int, outcome: Outcome) -> Outcome:
+        """An attempt whose losses were judged wrong (``resume_watch``) failed, however it ended:
+        a short script can run to its end before the verdict's poll stops it."""
+        losses = self._losses
+        verdict = losses.verdict if losses is not None and losses.attempt == attempt else None
+        if verdict is None or not isinstance(outcome, (Succeeded, TornDown)):
+            return outcome
+        if verdict.suspect:  # before the job's last checkpoint is looked for
+            self._set_aside(attempt, verdict.category, verdict.evidence)
+        resumed = self.checkpoints.resume_step(attempt)
+        return Failed(Diagnosis(verdict.category, True, verdict.evidence), self.clock(), None,
+                      resumed, self.checkpoints.step())
+
+    def _blame_resume(self, attempt: int, failed: Failed,
+                      reached: int | None) -> tuple[Failed, bool]:
+        """The failure as the attempt's losses judged it (a NaN loss, a loss that jumped after the
+        resume: the attempt was stopped for it), and whether it is the fault of the checkpoint the
+        attempt resumed from (``checkpoints.suspect``): then the next attempt resumes from the one
+        before it."""
+        losses = self._losses
+        verdict = losses.verdict if losses is not None and losses.attempt == attempt else None
+        if verdict is not None:
+            failed = replace(failed, diagnosis=Diagnosis(verdict.category, True, verdict.evidence))
+            return failed, verdict.suspect
+        return failed, blamed_crash(
+            failed.diagnosis.category, self.checkpoints.resume_step(attempt), reached,
+            new_checkpoint(failed.checkpoint_before, failed.checkpoint_after))
 
     def _record_failure(self, attempt: int, failed: Failed, action: str) -> None:
         diagnosis = failed.diagnosis
@@ -325,7 +390,25 @@ class Supervisor:
                           self.clock(), None, before, before,
                           lost_hosts=(lost,) if isinstance(lost, str) else ())
         self.journal.launched(attempt, handle.ref)
-        return handle, started, plan.world_size
+        return self._watch_losses(attempt, handle), started, plan.world_size
+
+    def _watch_losses(self, attempt: int, handle: AttemptHandle) -> AttemptHandle:
+        """The attempt's handle, with its logged losses judged as its watch reads them
+        (``resume_watch``), against those logged when the checkpoint it resumed from was saved."""
+        resumed = self.checkpoints.resume_step(attempt)
+        reference = (None if resumed is None
+                     else reference_at(read_points(str(self.sub.run_dir)), resumed))
+        handle, self._losses = watched(
+            handle, self.journal, attempt, resumed, reference,
+            lambda path, why, to: self.checkpoints.set_aside_by_runtime(attempt, path, why, to),
+            lambda verdict: verdict.suspect and self._set_aside(attempt, verdict.category,
+                                                                verdict.evidence))
+        return handle
+
+    def _set_aside(self, attempt: int, category: str, evidence: str | None) -> None:
+        self.checkpoints.set_aside_suspect(attempt, (
+            f"attempt {attempt} failed with {category} right after resuming from it: "
+            f"{(evidence or 'no evidence')[:300]}"))
 
     def _machines(self, attempt: int) -> tuple[str, ...] | Failed:
         """The kind readies the attempt's machines (a preempted TPU VM

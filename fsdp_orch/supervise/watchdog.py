@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.observe.heartbeats import Heartbeat
+from fsdp_orch.observe.process_state import describe_state
+from fsdp_orch.supervise.frozen_rank import Frozen, every_rank_frozen, frozen_of, frozen_ranks
 from fsdp_orch.supervise.hang_window import hang_window
 
 
@@ -17,6 +19,9 @@ class HangVerdict:
     evidence: str
     suspects: list[int] = field(default_factory=list)  # the same ranks, the first to stop first
     saving: list[int] = field(default_factory=list)  # of those, the ranks inside a checkpoint save
+    # of those, the ranks whose process is frozen (``frozen_rank``), in words: "rank 1 (pid N) is
+    # stopped (state T: SIGSTOP or a debugger) for 5.8s"
+    frozen: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -55,18 +60,48 @@ def veto_of(beat: Heartbeat, now: float, allowed: float, watch: Watch) -> Veto |
     return next((v for v in VETOES if v.holds(beat, now, allowed, watch)), None)
 
 
+@dataclass(frozen=True)
+class Hold:
+    """Why a rank past its window is not judged (yet), for ``status``: ``subject`` (what is seen,
+    ``since`` when), the ``rule`` that holds the verdict back, in words (``rule_text``, ``why``),
+    and ``until``: the earliest a verdict can come if nothing changes (None: no bound)."""
+
+    rule: str  # a veto's name, "frozen" (not yet past its threshold), "paused", "node_silent"
+    rank: int | None
+    subject: str
+    since: float | None
+    rule_text: str
+    until: float | None
+    why: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"rule": self.rule, "rank": self.rank, "subject": self.subject,
+                "since": self.since, "rule_text": self.rule_text, "until": self.until,
+                "why": self.why}
+
+
 def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started: float, now: float,
                watch: Watch, window: float | None = None) -> HangVerdict | None:
+    """The verdict of :func:`judge`, or None."""
+    found = judge(beats, world_size=world_size, attempt_started=attempt_started, now=now,
+                  watch=watch, window=window)
+    return found if isinstance(found, HangVerdict) else None
+
+
+def judge(beats: dict[int, Heartbeat], *, world_size: int, attempt_started: float, now: float,
+          watch: Watch, window: float | None = None) -> HangVerdict | Hold | None:
     """A hang: some rank has made no progress within its window and sits in one native call (or,
     with no liveness probe in its heartbeat, simply made no progress), while no rank is vetoed
-    (``VETOES``: busy, so its peers wait for it, or with no signal). Windows: ``startup_timeout``
+    (``VETOES``: busy, so its peers wait for it, or with no signal); a rank whose process is frozen
+    past its threshold (``frozen_rank``) has no veto. Windows: ``startup_timeout``
     from the attempt's start until a rank's first step, else the progress window, inside a
     checkpoint save too (``startup_timeout`` for a saving rank with no probe, whose writes are not
     measured either). A rank with no heartbeat yet while no rank has finished a step gives no signal
     either (it may still be importing, while the others wait for it in the rendezvous). A rank that
     is done is never late. With no heartbeat from any rank there is no signal, and no verdict (see
     :func:`no_signal`). ``window``: the progress window, else the one ``hang_window`` gives for
-    ``beats``."""
+    ``beats``. A :class:`Hold` where some rank is late but a veto holds the verdict back; None while
+    no rank is late."""
     if not beats:
         return None
     started = [b for b in beats.values() if b.state != "starting"]
@@ -74,7 +109,9 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
     if _none_can_be_late(beats, world_size, attempt_started, now,
                          min(window, watch.startup_timeout)):
         return None  # the common case, decided without the walk below: thousands of ranks each poll
+    frozen = frozen_ranks(beats, world_size, now, window, watch)
     late: list[tuple[int, float, str]] = []
+    hold: Hold | None = None
     for rank in range(world_size):
         beat = beats.get(rank)
         if beat is not None and beat.state == "done":
@@ -82,13 +119,66 @@ def check_hang(beats: dict[int, Heartbeat], *, world_size: int, attempt_started:
         if beat is None and not started:
             return None  # no signal from this rank yet (still importing?): nothing to judge by
         since, allowed = _rank_window(beat, attempt_started, window, watch)
-        if beat is not None and veto_of(beat, now, allowed, watch) is not None:
-            return None
+        if beat is not None and hold is None and rank not in frozen:
+            veto = veto_of(beat, now, allowed, watch)
+            if veto is not None:
+                hold = _hold(veto, beat, now, allowed, window, beats, world_size, watch)
         if now - since > allowed:
-            late.append((rank, now - since, _lateness(rank, beat, now)))
+            late.append((rank, now - since, _lateness(rank, beat, now, frozen.get(rank))))
     if not late:
         return None
-    return _verdict(late, beats, started, attempt_started, now, window, watch)
+    if hold is not None:
+        return hold
+    return _verdict(late, beats, started, attempt_started, now, window, watch, frozen)
+
+
+def _hold(veto: Veto, beat: Heartbeat, now: float, allowed: float, window: float,
+          beats: dict[int, Heartbeat], world_size: int, watch: Watch) -> Hold:
+    """``veto`` on ``beat``'s rank, in the words ``status`` shows."""
+    rank = beat.rank
+    if veto.name == "held":
+        until = (beat.held_since or now) + max(allowed, watch.heartbeat_timeout)
+        ceiling = f"held to the {watch.heartbeat_timeout:g}s ceiling (watch.heartbeat_timeout)"
+        frozen = frozen_of(beat, window, watch)
+        if frozen is not None and every_rank_frozen(beats, world_size, window, watch):
+            return Hold("paused", rank, f"every rank frozen (rank {rank} "
+                        f"{describe_state(frozen.state)})", beat.held_since, ceiling, until,
+                        "a pause of the whole job, not one frozen rank its peers wait for")
+        if frozen is not None:
+            return Hold("frozen", rank, f"rank {rank} (pid {frozen.pid}) "
+                        f"{describe_state(frozen.state)}", frozen.since,
+                        f"judged once frozen for {frozen.threshold:g}s while its peers wait",
+                        frozen.since + frozen.threshold, "a frozen process makes no progress")
+        return Hold("held", rank, f"no heartbeat from rank {rank}", beat.held_since, ceiling,
+                    until, "no signal is not hung: its interpreter is held, busy or stuck")
+    if veto.name == "collecting":
+        return Hold("collecting", rank, f"rank {rank} in a garbage collection",
+                    beat.collecting_since, f"not judged for up to startup_timeout "
+                    f"({watch.startup_timeout:g}s)",
+                    (beat.collecting_since or now) + watch.startup_timeout,
+                    "the interpreter's own work")
+    if veto.name == "writing":
+        what = "in a save that writes" if beat.state == "saving" else "writes"
+        return Hold("writing", rank, f"rank {rank} {what}", None, "not judged while it writes",
+                    (beat.io_at or now) + allowed, "a save making progress, however slow")
+    if veto.name == "computing":
+        return Hold("computing", rank, f"rank {rank}'s process or its data loader workers use CPU",
+                    None, "not judged while they do", (beat.compute_at or now) + allowed,
+                    "a graph compiling, or workers refilling")
+    return Hold(veto.name, rank, f"rank {rank} runs Python", None, "not judged while it runs",
+                (beat.python_at or now) + allowed,
+                "busy past the window (an evaluation?): its peers wait for it")
+
+
+def silent_hold(silent: dict[int, float], now: float, watch: Watch) -> Hold:
+    """The nodes whose channel is silent (node -> seconds) hold every verdict back until heard
+    again or found lost."""
+    node, quiet = max(silent.items(), key=lambda item: item[1])
+    more = f" (and {len(silent) - 1} more)" if len(silent) > 1 else ""
+    return Hold("node_silent", None, f"no word from node {node}{more}", now - quiet,
+                "not judged until it is heard again or found lost",
+                now - quiet + watch.node_timeout,
+                "no word from a node is not a hang: its ranks' heartbeats come through it")
 
 
 def _rank_window(beat: Heartbeat | None, attempt_started: float, window: float,
@@ -104,11 +194,14 @@ def _rank_window(beat: Heartbeat | None, attempt_started: float, window: float,
     return beat.progress_time, window
 
 
-def _lateness(rank: int, beat: Heartbeat | None, now: float) -> str:
+def _lateness(rank: int, beat: Heartbeat | None, now: float, frozen: Frozen | None = None) -> str:
     """What a late rank's heartbeat says of it, in words for the evidence."""
     what = _last_report(rank, beat)
     if beat is None:
         return what
+    if frozen is not None:
+        return (f"{what}, its process (pid {frozen.pid}) {describe_state(frozen.state)} for "
+                f"{now - frozen.since:.1f}s")
     if beat.python_at is not None:
         what += f", main thread in one native call for {now - beat.python_at:.1f}s"
     if beat.held_since is not None:
@@ -123,9 +216,10 @@ def _lateness(rank: int, beat: Heartbeat | None, now: float) -> str:
 
 def _verdict(late: list[tuple[int, float, str]], beats: dict[int, Heartbeat],
              started: list[Heartbeat], attempt_started: float, now: float, window: float,
-             watch: Watch) -> HangVerdict:
+             watch: Watch, frozen: dict[int, Frozen]) -> HangVerdict:
     ranks = [r for r, _, _ in late]
-    suspects = sorted(ranks, key=lambda r: _stop_order(beats.get(r)))
+    # a frozen rank first: its peers wait for it
+    suspects = sorted(ranks, key=lambda r: (r not in frozen, _stop_order(beats.get(r))))
     saving = [r for r in ranks if (b := beats.get(r)) is not None and b.state == "saving"]
     if not started:
         stalled = now - attempt_started
@@ -138,7 +232,8 @@ def _verdict(late: list[tuple[int, float, str]], beats: dict[int, Heartbeat],
     return HangVerdict(stalled, ranks,
                        f"no progress for {stalled:.1f}s (window {window:g}s): {first[2]}, "
                        f"{first[1]:.1f}s ago; ranks past the window: {rank_list(ranks)}"
-                       + in_save, suspects, saving)
+                       + in_save, suspects, saving,
+                       {rank: f.words(now) for rank, f in frozen.items() if rank in ranks})
 
 
 def _none_can_be_late(beats: dict[int, Heartbeat], world_size: int, attempt_started: float,

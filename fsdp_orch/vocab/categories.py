@@ -24,6 +24,10 @@ class FailureCategory(Word):
     NODE_SETUP_ERROR = "node_setup_error"  # a node's launch script found what it needs missing
     # watch.stragglers: replace ended the attempt at a checkpoint to leave a straggler's node out
     STRAGGLER_REPLACED = "straggler_replaced"
+    # the loss (or grad norm) the script logged went NaN/inf (checkpoints.suspect)
+    NONFINITE_LOSS = "nonfinite_loss"
+    # the first losses after a resume far from the loss logged when its checkpoint was saved
+    LOSS_JUMP = "loss_jump"
     UNKNOWN = "unknown"
 
 
@@ -36,7 +40,7 @@ NOT_RETRYABLE = frozenset({"user_code_error", "checkpoint_error", "no_ranks_star
 DEFAULT_RETRY_ON = (
     "hang", "nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost", "rendezvous_failure",
     "hardware_fault", "preemption_or_node_lost", "cuda_oom", "killed_sigkill", "crashed_signal",
-    "injected_fault", "unknown",
+    "injected_fault", "nonfinite_loss", "loss_jump", "unknown",
 )
 # Failures of communication are most often the symptom of a peer that died first.
 COMMUNICATION = frozenset({"nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost",
@@ -45,10 +49,11 @@ COMMUNICATION = frozenset({"nccl_timeout", "nccl_error", "gloo_timeout_or_peer_l
 # every other fatal signal but SIGTERM (a crash in native code: SIGSEGV, SIGABRT, SIGBUS...), which
 # stays preemption_or_node_lost.
 SIGNAL_ENDINGS = frozenset({"killed_sigkill", "crashed_signal"})
-# What fsdp-orch decides from what it sees itself (heartbeats, its own fault injection),
-# never from a program's own output: no public log shows them.
+# What fsdp-orch decides from what it sees itself (heartbeats, its own fault injection, the
+# losses of an attempt against those before it), never from one log's signature: no public log
+# shows them.
 NOT_IN_PUBLIC_LOGS = frozenset({"injected_fault", "no_ranks_started", "node_setup_error",
-                                "straggler_replaced"})
+                                "straggler_replaced", "nonfinite_loss", "loss_jump"})
 # The exit status a kind's attempt handle reports when a node stopped answering (an SSH host lost
 # mid-run): outside the range of real exit statuses and signals.
 NODE_LOST_EXIT = -1001

@@ -34,6 +34,13 @@ HINTS = {
                         "was written by the same model and sharding, and that the disk has space",
     "xla_error": "the TPU runtime failed: check that no other process holds the TPU, "
                  "that torch_xla matches the TPU runtime version, and the HBM use of the program",
+    "nonfinite_loss": "the loss or grad norm went NaN/inf: right after a resume the checkpoint is "
+                      "suspect (kept in .fsdp-orch-suspect/ in the checkpoint folder) and the job "
+                      "resumes from the one before; mid-run, lower the learning rate, clip "
+                      "gradients or look at the batch of that step",
+    "loss_jump": "the first losses after a resume were far from the loss logged when its "
+                 "checkpoint was saved: it may hold other weights (another run's, a partial "
+                 "load); it is kept in .fsdp-orch-suspect/ and the job resumes from the one before",
     "node_setup_error": "a node did not have what the job needs there (its working folder, script "
                         "or python, named in the evidence: put it on every node), or refused its "
                         "checkpoint folder (not yours, or others can write it: use a folder of "

@@ -1,6 +1,10 @@
 """Job states and their lifecycle.
 
-PENDING -> RUNNING -> (RESTARTING -> RUNNING)* -> SUCCEEDED | FAILED | CANCELLED
+PENDING -> RUNNING -> (RESTARTING -> RUNNING)* -> SUCCEEDED | INCOMPLETE | FAILED | CANCELLED
+
+INCOMPLETE: the training reached its last checkpoint and is not trained again, but what the script
+writes after it is missing (a Trainer's final model: ``checkpoints.final_outputs``); ``status
+--json``'s ``missing`` names it, and ``submit --wait`` exits 1 as for a failure.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ class JobState(Word):
     RUNNING = "RUNNING"
     RESTARTING = "RESTARTING"
     SUCCEEDED = "SUCCEEDED"
+    INCOMPLETE = "INCOMPLETE"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
     # its submission event is unreadable: found by its run folder, cancellable (record/broken.py)
@@ -31,5 +36,11 @@ class JobState(Word):
         return self in TERMINAL
 
 
-TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+TERMINAL = frozenset({JobState.SUCCEEDED, JobState.INCOMPLETE, JobState.FAILED,
+                      JobState.CANCELLED})
 TERMINAL_NAMES = tuple(s.value for s in TERMINAL)
+
+# JobStatus.finished when nothing tells whether the script wrote what it writes after its last step
+FINISHED_UNKNOWN = "unknown"
+# the notice of a job not trained past its last checkpoint (supervise.supervisor)
+TRAINING_COMPLETE = "training_complete"

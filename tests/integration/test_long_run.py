@@ -50,7 +50,8 @@ def test_faults_between_new_checkpoints_never_exhaust_the_budget_and_the_backoff
         base = INITIAL * 2 ** (step - 1)
         assert base <= delay <= base + JITTER, (delays, steps)
     reasons = [e["reason"] for e in events if e["kind"] == "restart_scheduled"]
-    assert reasons[2] == "restart 3 after injected_fault (2 of 3 failures in a row without progress)"
+    assert reasons[2] == ("restart 3 after injected_fault (2 of 3 failures in a row without "
+                          "progress)")
     assert reasons[3] == "restart 4 after hang (after progress)"
     # status says the budget in its new terms (the --wait line is the same text: test_follow.py)
     shown = cli.run("status", status["id"], check=True).stdout

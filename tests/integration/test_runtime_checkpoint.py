@@ -117,7 +117,11 @@ def test_corrupt_metadata_is_skipped_with_a_warning_and_superseded(torchrun, str
     (target / ".metadata").write_bytes(b"\x80\x04garbage")
     finish(torchrun, run)
     assert f"skipping checkpoint {target}: unreadable .metadata" in run.stderr
-    assert "superseded newer checkpoint(s) step-00000008" in run.stderr  # never offered again
+    # never offered again, and kept: a later save of step 8 would have replaced it
+    kept = target.parent / ".fsdp-orch-suspect" / f"{target.name}.attempt-1"
+    assert f"checkpoint {target} would not load (unreadable .metadata" in run.stderr
+    assert f"moved to {kept} and kept" in run.stderr
+    assert (kept / ".metadata").read_bytes() == b"\x80\x04garbage"
     assert_bit_exact(run, straight, resumed_from=6)
     assert latest_complete(run.checkpoint_dir).step == 8  # step 8 saved afresh
 

@@ -62,5 +62,5 @@ def test_nccl_defaults_fill_only_what_the_user_left_unset(tmp_path):
     assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"
     assert env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "50" and "TORCH_FR_BUFFER_SIZE" not in env
     assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
-    prefix = str(tmp_path / "nccl_trace_rank_")
+    prefix = str(tmp_path / "flight_recorder_rank_")
     assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == prefix == env["TORCH_FR_DUMP_TEMP_FILE"]

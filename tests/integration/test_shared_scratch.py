@@ -108,3 +108,31 @@ def test_a_job_folder_planted_in_the_shared_dir_is_not_listed_not_run_and_named_
     assert "Traceback" not in refused.stderr
     assert not marker.exists()
     assert json.loads(cli.run("status", "--json", check=True).stdout) == []
+
+
+def test_a_shared_dir_others_can_write_without_the_sticky_bit_is_refused_at_submit(
+        tmp_path: Path, scratch: Path) -> None:
+    """The audit's attack on SLURM's ``shared_dir`` (0777, no sticky bit): the other account
+    renamed the user's run folder and put its own in its place, whose ``node.sh`` ran as the user.
+    Such a folder is refused at submit, naming the fix; with the sticky bit the job runs."""
+    shared = scratch / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    work = tmp_path / "victim"
+    (work / "clusters").mkdir(parents=True)
+    profile = work / "clusters" / "scratch.yaml"
+    profile.write_text(f"kind: local\ndevice: cpu\nshared_dir: {shared}\n")
+    (work / "job.yaml").write_text("name: mine\nlauncher: python\ncommand: ['true']\n")
+    cli = Cli(home=tmp_path / "victim-home", cwd=work)
+
+    refused = cli.run("submit", "--cluster", "scratch", "--wait", "job.yaml", timeout=120)
+    assert refused.returncode == 2, (refused.stdout, refused.stderr)
+    [line] = refused.stderr.strip().splitlines()
+    assert f"{profile}: shared_dir: refused {shared}/" in line, line
+    assert f"{shared} can be written by others" in line and "mode 0777" in line, line
+    assert "sticky bit (chmod +t" in line, line
+    assert not any(shared.iterdir()), "a refused submit made something in the shared folder"
+
+    shared.chmod(0o1777)
+    ran = cli.run("submit", "--cluster", "scratch", "--wait", "job.yaml", timeout=120)
+    assert ran.returncode == 0, (ran.stdout, ran.stderr)

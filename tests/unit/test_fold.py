@@ -21,8 +21,9 @@ from fsdp_orch.vocab.states import JobState
 T0 = 1_700_000_000.0
 JOB_KEYS = ["id", "name", "cluster", "state", "attempts", "restarts", "created_at", "ended_at",
             "last_checkpoint_step", "last_checkpoint", "progress", "stalled_for_s", "hang_window_s",
-            "failures", "reason", "run_dir", "left_out", "hang_detection", "events", "origin",
-            "goodput", "memory", "save_cadence", "restart_budget"]
+            "hang_held", "failures", "reason", "finished", "missing", "run_dir", "left_out",
+            "hang_detection", "events", "origin", "goodput", "memory", "save_cadence",
+            "restart_budget"]
 FAILURE_KEYS = ["attempt", "category", "evidence", "detected_at", "stalled_for_s", "action", "hint",
                 "progressed"]
 
@@ -55,8 +56,9 @@ def test_the_status_document_has_its_keys_in_order_and_its_times_in_utc() -> Non
         "SUCCEEDED", 2, 1, 40)
     assert (doc["created_at"] == "2023-11-14T22:13:20.000Z"
             and doc["ended_at"] == "2023-11-14T22:15:00.000Z")
-    assert doc["progress"] == {"step": 42, "loss": 2.5, "loss_source": "runtime",
+    assert doc["progress"] == {"step": 42, "loss": 2.5, "loss_source": "runtime", "loss_step": 42,
                                "updated_at": "2023-11-14T22:13:22.000Z"}
+    assert (doc["finished"], doc["missing"]) == (True, [])
     assert (doc["stalled_for_s"], doc["hang_window_s"]) == (None, None)
     (failure,) = doc["failures"]
     assert list(failure) == FAILURE_KEYS
@@ -212,6 +214,7 @@ def test_the_loss_keeps_its_source_and_an_older_log_without_one_is_the_runtimes(
     fold([event_types.Progress(at=T0 + 4, step=12, loss=float("nan"), progress_at=T0 + 4,
                                loss_source="print")], "j1", status)
     assert status.to_json()["progress"] == {"step": 12, "loss": None, "loss_source": None,
+                                            "loss_step": None,
                                             "updated_at": "2023-11-14T22:13:24.000Z"}
 
 
@@ -369,3 +372,31 @@ def test_the_status_table_says_stalled_with_the_window_and_the_detail_says_where
     assert "loss: 1.9500 at step 5 (read from the console, hf_trainer format)" in lines
     assert "stalled: no step for 42s; hang window in force: 300s (fixed)" in lines
     assert "hang window in force: 300s (fixed)" in detail_lines(status, now=last + 1)
+
+
+def test_an_end_says_whether_the_script_finished_what_it_does_after_its_last_step() -> None:
+    """A Trainer stopped after its last checkpoint without its final model ends INCOMPLETE with
+    what is missing; a success after a training_complete notice that names no outputs is
+    "unknown"; an old log's plain success is True."""
+    start = [submitted(), event_types.AttemptStarted(at=T0 + 1, attempt=0)]
+    missing = ["the Trainer's final model in /w/out"]
+    incomplete = fold([*start, event_types.Finished(at=T0 + 9, state="INCOMPLETE",
+                                                    finished=False, missing=missing)], "j1")
+    assert incomplete is not None and incomplete.ended
+    assert (incomplete.to_json()["finished"], incomplete.to_json()["missing"]) == (False, missing)
+    stopped = fold([*start, event_types.Notice(at=T0 + 8, attempt=0, notice="training_complete",
+                                               message="not restarted"),
+                    event_types.Finished(at=T0 + 9, state="SUCCEEDED")], "j1")
+    assert stopped is not None and stopped.to_json()["finished"] == "unknown"
+    failed = fold([*start, event_types.Finished(at=T0 + 9, state="FAILED")], "j1")
+    assert failed is not None and failed.to_json()["finished"] is False
+    running = fold(start, "j1")
+    assert running is not None and running.to_json()["finished"] is None
+
+
+def test_a_loss_keeps_the_step_it_belongs_to() -> None:
+    status = fold([submitted(), event_types.AttemptStarted(at=T0 + 1, attempt=0),
+                   event_types.Progress(at=T0 + 2, step=180, loss=0.4, loss_source="print",
+                                        progress_at=T0 + 2, loss_step=178)], "j1")
+    assert status is not None
+    assert status.to_json()["progress"]["loss_step"] == 178

@@ -76,7 +76,19 @@ def test_a_restart_waiting_out_its_backoff_says_how_long_is_left() -> None:
     assert isinstance(status, JobStatus)
     assert progress_line(status, now=T0 + 8) == (
         "j1  RESTARTING  attempt 0  step 120  loss 2.5000  next attempt in 15s")
-    assert progress_line(status, now=T0 + 30).endswith("next attempt in 0s")
+    assert progress_line(status, now=T0 + 30).endswith("next attempt starting")
+
+
+def test_the_countdown_agrees_with_the_restart_events_delay() -> None:
+    """``delay=2.15`` in the event reads "2.2s" when it is scheduled; never "0s" while time is
+    left."""
+    status = fold([event_types.Submitted(at=T0, job="j1", name="demo", cluster="local",
+                                         run_dir="/runs/j1", spec_json=SPEC),
+                   *FIRST[:3], event_types.RestartScheduled(at=T0 + 3, delay=2.15)], "j1")
+    assert isinstance(status, JobStatus)
+    assert progress_line(status, now=T0 + 3).endswith("next attempt in 2.2s")
+    assert progress_line(status, now=T0 + 5.1).endswith("next attempt in 0.1s")
+    assert progress_line(status, now=T0 + 5.2).endswith("next attempt starting")
 
 
 def test_a_failure_is_said_with_its_category_action_evidence_and_hint() -> None:

@@ -25,11 +25,12 @@ def running(*events: event_types.Event) -> JobStatus:
 
 def test_the_file_is_private_and_read_back(tmp_path):
     write_live(str(tmp_path), attempt=0, step=65, loss=2.5, loss_source="runtime",
-               progress_at=T0 + 7.0)
+               progress_at=T0 + 7.0, loss_step=64)
     assert os.stat(tmp_path / LIVE_FILE).st_mode & 0o777 == 0o600
     assert read_live(str(tmp_path)) == {"attempt": 0, "step": 65, "loss": 2.5,
-                                        "loss_source": "runtime", "progress_at": T0 + 7.0,
-                                        "quiet": None, "active_at": None}
+                                        "loss_source": "runtime", "loss_step": 64,
+                                        "progress_at": T0 + 7.0, "quiet": None,
+                                        "active_at": None}
 
 
 def test_a_torn_or_odd_file_is_not_read(tmp_path):

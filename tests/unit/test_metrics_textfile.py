@@ -69,8 +69,12 @@ def test_off_without_its_variable_and_a_failed_write_is_said_once(tmp_path, caps
     Journal(EventWriter(run_dir, "submit", clock=clock), "j1").submitted(
         name="demo", cluster="local", kind="local", spec_json="{}", run_dir=str(run_dir),
         job_file=None, spec_hash=None, idempotency_key=None)
-    textfile = MetricsTextfile(str(tmp_path / "missing"), str(run_dir), "j1", clock)
+    told: list[str] = []
+    textfile = MetricsTextfile(str(tmp_path / "missing"), str(run_dir), "j1", clock,
+                               tell=told.append)
     textfile.write()
     textfile.write()
     said = capsys.readouterr().out.splitlines()
     assert len(said) == 1 and "cannot write the metrics to" in said[0], said
+    assert len(told) == 1 and told[0].startswith("cannot write the metrics to"), told  # the job's
+    # events hear it once too

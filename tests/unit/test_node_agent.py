@@ -290,3 +290,67 @@ def test_an_order_that_fails_gets_no_answer_and_the_agent_goes_on(server, tmp_pa
     assert wait_for(lambda: server.heartbeats()[0].step == 2)  # still streaming
     node.kill()
     assert "py-spy vanished" not in capfd.readouterr().err  # the node's console log stays clean
+
+
+class Impostor:
+    """A listener on the supervisor's port that is not the supervisor (it took a dead one's port):
+    it plays the handshake as far as it can without the token, then gives orders."""
+
+    def __init__(self, proof: str):
+        self.proof = proof
+        self.received = b""
+        self.loop = asyncio.new_event_loop()
+        self.port = 0
+        ready = threading.Event()
+        threading.Thread(target=self._run, args=(ready,), daemon=True).start()
+        ready.wait(5)
+
+    def _run(self, ready: threading.Event) -> None:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(b'{"challenge": "0123456789abcdef"}\n')
+            self.received += await reader.readline()
+            writer.write(json.dumps({"proof": self.proof}).encode() + b"\n")
+            writer.write(b'{"stop": 1, "grace": 1}\n{"stacks": 2, "pids": {"0": 1}, '
+                         b'"folder": "/tmp"}\n')
+            await writer.drain()
+            try:
+                while chunk := await asyncio.wait_for(reader.read(65536), 1.0):
+                    self.received += chunk
+            except (asyncio.TimeoutError, ConnectionError):
+                pass
+            writer.close()
+
+        async def main() -> None:
+            server = await asyncio.start_server(serve, "127.0.0.1", 0)
+            self.port = server.sockets[0].getsockname()[1]
+            ready.set()
+            await asyncio.sleep(30)
+        self.loop.run_until_complete(main())
+
+
+@pytest.mark.parametrize("proof", ["", "0" * 64, "guessed"])
+def test_a_listener_that_is_not_the_supervisor_learns_no_token_and_is_never_obeyed(proof):
+    token = "a-token-of-this-attempt-0123456789"
+    impostor = Impostor(proof)
+    agent = Node(0, impostor.port, token, {0: beat(0, 1)})
+    assert wait_for(lambda: impostor.received, timeout=5)
+    time.sleep(1.5)
+    agent.kill()
+    hello = json.loads(impostor.received.splitlines()[0])
+    assert set(hello) == {"node", "host", "nonce", "proof"}, hello
+    assert token not in impostor.received.decode(), "the token crossed the connection"
+    assert b'"beats"' not in impostor.received, "heartbeats went to a listener that proved nothing"
+    assert agent.orders == [], "an order of a listener that proved nothing was obeyed"
+
+
+def test_the_supervisor_answers_a_hello_without_the_right_proof_with_nothing(server):
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as conn:
+        reader = conn.makefile("rb")
+        challenge = json.loads(reader.readline())["challenge"]
+        assert len(challenge) == 32
+        conn.sendall(json.dumps({"node": 0, "host": "x", "nonce": "n", "hello": "tok",
+                                 "proof": "tok"}).encode() + b"\n")
+        assert reader.readline() == b""  # closed, no proof of its own given
+    assert wait_for(lambda: server.refused_connections()["no token"] == 1)

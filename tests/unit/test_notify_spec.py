@@ -74,7 +74,7 @@ def test_on_and_when_are_the_same_field_and_the_default_is_the_ends():
                         + "notify:\n  - url: https://h/x\n    on: [RUNNING, checkpoint_committed]\n"
                         "  - url: https://h/y\n")
     assert job.notify[0].when == ["RUNNING", "checkpoint_committed"]
-    assert (job.notify[1].when == ["SUCCEEDED", "FAILED", "CANCELLED"]
+    assert (job.notify[1].when == ["SUCCEEDED", "INCOMPLETE", "FAILED", "CANCELLED"]
             and job.notify[1].retry_for == 600)
 
 

@@ -190,7 +190,7 @@ def test_every_kind_exports_the_collective_timeout_and_the_bootstrap_path() -> N
 def test_nccl_flight_recorder_on_gpus_with_the_users_values_winning() -> None:
     env = dict(plan("slurm").env)  # the fixture profile has gpus_per_node
     assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
-    assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/h/runs/j1/attempt-2/nccl_trace_rank_"
+    assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/h/runs/j1/attempt-2/flight_recorder_rank_"
     mine = dict(plan("slurm", "env: {TORCH_FR_BUFFER_SIZE: '50'}\n").env)
     assert mine["TORCH_FR_BUFFER_SIZE"] == "50" and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in mine
     assert "TORCH_NCCL_DUMP_ON_TIMEOUT" not in dict(plan("local").env)  # CPU: gloo, no NCCL

@@ -59,8 +59,10 @@ def case_name(kind: str, launcher: str, entry: str) -> str:
 @functools.cache
 def render_case(kind: str, launcher: str, entry: str) -> tuple[Artifact, ...]:
     profile = parse_profile(FIXTURES / "clusters" / f"{kind}.yaml")
+    # launch.umask as submit records it (the user's umask): the ranks get it, fsdp-orch keeps 077
     job, _ = load_job(FIXTURES / "jobs" / f"{entry}.yaml",
-                      [f"launcher={launcher}", f"nodes={NODES[profile.kind]}"])
+                      [f"launcher={launcher}", f"nodes={NODES[profile.kind]}",
+                       'launch.umask="0022"'])
     ctx = PlanContext(job_id="j0123456789a", attempt=1, run_root="/srv/fsdp-orch",
                       job_dir="/srv/jobs/demo", local_has_gpu=False,
                       bootstrap_dir="/opt/fsdp-orch/fsdp_orch/bootstrap/site",

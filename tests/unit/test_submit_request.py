@@ -49,8 +49,10 @@ RULES = [
      "(move it aside and start over), not both",
      "resume/fresh: expected one of resume=True or fresh=True, not both"),
     ("bad-gpu-memory", ["--gpu-memory", "lots"], {"gpu_memory": "lots"},
-     "--gpu-memory: expected a memory size like 80GB, 24GiB or 512MB (from 1 byte to 1PiB); got 'lots'",
-     "gpu_memory: expected a memory size like 80GB, 24GiB or 512MB (from 1 byte to 1PiB); got 'lots'"),
+     "--gpu-memory: expected a memory size like 80GB, 24GiB or 512MB (from 1 byte to 1PiB); "
+     "got 'lots'",
+     "gpu_memory: expected a memory size like 80GB, 24GiB or 512MB (from 1 byte to 1PiB); "
+     "got 'lots'"),
     ("gpu-memory-unchecked", ["--gpu-memory", "80GB", "--no-fit-check"],
      {"gpu_memory": "80GB", "fit_check": False},
      "--gpu-memory: only without --no-fit-check (it is the memory the fit check holds the job "

@@ -49,8 +49,14 @@ from typing import Any
 
 from fsdp_orch.nodeagent.beat_dir import moved_beat_dir, node_beat_dir, read_beat_files
 from fsdp_orch.nodeagent.node_logs import NodeLogs
-from fsdp_orch.nodeagent.summary import changed_beats, compact, summary_line
+from fsdp_orch.nodeagent.summary import (
+    changed_beats,
+    compact,
+    summary_line,
+    with_process_states,
+)
 from fsdp_orch.observe.file_tail import FileTail
+from fsdp_orch.observe.process_state import ProcessStates
 
 ALIVE_EVERY_S = 1.0
 LOOK_EVERY_S = 0.5
@@ -78,10 +84,11 @@ class NodeReport:
                  write: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.time, *, job_id: str | None = None,
                  logs_on_node: bool = False, beat_dir: str | None = None,
-                 host: str | None = None):
+                 host: str | None = None, states: ProcessStates | None = None):
         """``beat_dir``: where this node's ranks write their heartbeats (default: ``node_beat_dir``
         of the job, attempt and node rank, on this host); ``host``: this host's name in the
-        summaries (default: ``socket.gethostname()``, as the node agent's)."""
+        summaries (default: ``socket.gethostname()``, as the node agent's); ``states``: reads the
+        process state of a rank whose heartbeat stands still (``observe.process_state``)."""
         self.attempt_dir = f"{run_dir}/attempt-{attempt}"
         job = job_id or os.path.basename(os.path.normpath(run_dir))
         self.beat_dir = Path(beat_dir or node_beat_dir(job, attempt, rank))
@@ -98,6 +105,7 @@ class NodeReport:
         self.clock = clock
         self.last_sent = 0.0
         self.gone_since: float | None = None
+        self.states = states
 
     @staticmethod
     def _write_stdout(line: str) -> None:
@@ -131,7 +139,8 @@ class NodeReport:
         self._send_logs()
         now = self.clock()
         beats = read_beat_files(str(self.beat_dir))
-        current = {rank: compact(beat, now) for rank, beat in beats.items()}
+        current = with_process_states({rank: compact(beat, now) for rank, beat in beats.items()},
+                                      self.states, now)
         gone = None if code is not None else self._gone(now)
         ending = code is not None or gone is not None
         changed = changed_beats(current, self.sent)
@@ -193,7 +202,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     threading.Thread(target=_end_when_stdin_closes, daemon=True).start()
     report = NodeReport(args.run_dir, args.attempt, args.rank, args.pgid, json.loads(args.offsets),
-                        job_id=args.job_id, logs_on_node=args.logs_on_node)
+                        job_id=args.job_id, logs_on_node=args.logs_on_node,
+                        states=ProcessStates())
     try:
         while not report.look():
             time.sleep(LOOK_EVERY_S)

@@ -11,6 +11,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
 
+    from fsdp_orch.control.planning import PlannedJob
+
 HELP = "print every script and config submit would write or run; runs nothing"
 USES_HOME = False
 
@@ -35,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
                        accelerate_config=args.accelerate_config, job_id=args.job_id,
                        attempt=args.attempt)
     say(planned.plan.notices)
+    say(_entry_notes(planned))
     say([planned.plan.standby_reason])
     # A preview never holds a secret: references show where their values come from, and plain
     # values of secret-named variables and headers are masked (in files written with --out too).
@@ -52,3 +55,16 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write("\n")
         sys.stdout.write("\n")
     return EXIT_OK
+
+
+def _entry_notes(planned: PlannedJob) -> list[str]:
+    """What the job's entry (read here) says of its spec: an ``fsdp:`` block it never reads, and a
+    fault kind submit would refuse."""
+    from fsdp_orch.control.entry_checks import fsdp_block_note, read_entry, unmet_fault
+
+    entry = read_entry(planned.plan.job, planned.submission.job_dir)
+    notes = [fsdp_block_note(planned.plan.job, entry)]
+    refused = unmet_fault(dict(planned.plan.env), entry)
+    if refused:
+        notes.append(f"submit refuses env.FSDP_ORCH_FAULT: {refused}")
+    return [note for note in notes if note]

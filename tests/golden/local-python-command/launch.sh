@@ -3,7 +3,7 @@
 # job golden-command (j0123456789a), attempt 1, cluster local (local)
 # 1 node(s) x 2 process(es) = world size 2; launcher python
 set -euo pipefail
-umask 077  # what the job writes (logs, heartbeats, checkpoints it creates) is this user's alone
+umask 077  # fsdp-orch's files (logs, heartbeats) are this user's alone; the ranks take FSDP_ORCH_UMASK
 export OMP_NUM_THREADS=1
 export FSDP_ORCH_JOB_ID=j0123456789a
 export FSDP_ORCH_JOB_NAME=golden-command
@@ -14,6 +14,7 @@ export FSDP_ORCH_SPEC=/srv/fsdp-orch/runs/j0123456789a/job.json
 export FSDP_ORCH_CHECKPOINT_DIR=/scratch/ckpt/golden-command
 export FSDP_ORCH_RESUME=auto
 export FSDP_ORCH_COLLECTIVE_TIMEOUT=600
+export FSDP_ORCH_UMASK=0022
 NODE_RANK=0
 RDZV_HOST=127.0.0.1
 NODE_LOG_DIR=/srv/fsdp-orch/runs/j0123456789a/attempt-1/node-"$NODE_RANK"
@@ -83,7 +84,17 @@ fsdp_orch_refusal() {
   done
   return 1
 }
-if [ "${FSDP_ORCH_RESUME:-}" != never ] && fsdp_orch_why=$(fsdp_orch_refusal "$FSDP_ORCH_CHECKPOINT_DIR"); then
+# A folder not made yet is made here, by this user, before anything loads from it: in a folder
+# others can write (/tmp, a 1777 scratch) another account could make it first between this check
+# and the ranks' restore. mkdir without -p fails on one made meanwhile; the check then runs again
+# on what is there. Not writable by group or others; readable as the user's umask allows.
+fsdp_orch_make_checkpoint_folder() {
+  { [ -e "$1" ] || [ -L "$1" ]; } && return 0
+  (umask "$(printf '%03o' $(( 0${FSDP_ORCH_UMASK:-077} | 022 )))" \
+    && mkdir -p -- "$(dirname -- "$1")" && mkdir -- "$1") 2>/dev/null || true
+}
+if [ "${FSDP_ORCH_RESUME:-}" != never ] && { fsdp_orch_why=$(fsdp_orch_refusal "$FSDP_ORCH_CHECKPOINT_DIR") \
+    || { fsdp_orch_make_checkpoint_folder "$FSDP_ORCH_CHECKPOINT_DIR"; fsdp_orch_why=$(fsdp_orch_refusal "$FSDP_ORCH_CHECKPOINT_DIR"); }; }; then
   printf '[fsdp-orch] node setup: refused checkpoint folder %s on %s: %s; a checkpoint there could have been planted by someone else: use a folder of yours (checkpoint.dir), and to start from a checkpoint there, copy it into that folder first\n' "$FSDP_ORCH_CHECKPOINT_DIR" "$(hostname)" "$fsdp_orch_why" >&2
   exit 78
 fi
@@ -94,4 +105,7 @@ export NNODES=1
 export NODE_RANK
 export NPROC_PER_NODE=2
 export WORLD_SIZE=2
+# The job's program writes its own files (checkpoints, outputs) with the user's umask (launch.umask,
+# else the one submit ran with); what fsdp-orch wrote above stays this user's alone.
+umask 0022
 exec ./run_training.sh --verbose --epochs 2

@@ -21,7 +21,7 @@
 # on every node (node.sh), and takes the USR2 that comes before the time limit to requeue the job.
 # job golden demo (j0123456789a), cluster slurm
 set -euo pipefail
-umask 077  # what the job writes (logs, heartbeats, checkpoints it creates) is this user's alone
+umask 077  # fsdp-orch's files (logs, heartbeats) are this user's alone; the ranks take FSDP_ORCH_UMASK
 module load cuda/12.4
 export NCCL_DEBUG=WARN
 exec python3 -m fsdp_orch.supervise.supervisor j0123456789a --run-dir /srv/fsdp-orch/runs/j0123456789a --in-allocation

@@ -13,7 +13,7 @@
 # on every node (node.sh), and takes the USR2 that comes before the time limit to requeue the job.
 # job golden demo (j0123456789a), cluster slurm
 set -euo pipefail
-umask 077  # what the job writes (logs, heartbeats, checkpoints it creates) is this user's alone
+umask 077  # fsdp-orch's files (logs, heartbeats) are this user's alone; the ranks take FSDP_ORCH_UMASK
 # Warm standby: on every node (spares included), a job step of its own keeps a process that has
 # imported torch ready for the next attempt's ranks (an attempt's step takes what it started with it).
 srun --overlap --nodes=3 --ntasks-per-node=1 --kill-on-bad-exit=0 \

@@ -3,7 +3,7 @@
 # job golden demo (j0123456789a), attempt 1, cluster slurm (slurm)
 # 2 node(s) x 4 process(es) = world size 8; launcher torchrun
 set -euo pipefail
-umask 077  # what the job writes (logs, heartbeats, checkpoints it creates) is this user's alone
+umask 077  # fsdp-orch's files (logs, heartbeats) are this user's alone; the ranks take FSDP_ORCH_UMASK
 export TOKENIZERS_PARALLELISM=false
 export WANDB_PROJECT=golden
 export WANDB_API_KEY=golden-plain-key
@@ -21,8 +21,9 @@ export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 export TORCH_NCCL_TRACE_BUFFER_SIZE=2000
 export TORCH_FR_BUFFER_SIZE=2000
 export TORCH_NCCL_DUMP_ON_TIMEOUT=1
-export TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/srv/fsdp-orch/runs/j0123456789a/attempt-1/nccl_trace_rank_
-export TORCH_FR_DUMP_TEMP_FILE=/srv/fsdp-orch/runs/j0123456789a/attempt-1/nccl_trace_rank_
+export TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/srv/fsdp-orch/runs/j0123456789a/attempt-1/flight_recorder_rank_
+export TORCH_FR_DUMP_TEMP_FILE=/srv/fsdp-orch/runs/j0123456789a/attempt-1/flight_recorder_rank_
+export FSDP_ORCH_UMASK=0022
 # HF_TOKEN: never written here; fsdp-orch hands it to this node's environment (from_env GOLDEN_HF_TOKEN).
 [[ -v HF_TOKEN ]] || { echo 'fsdp-orch: HF_TOKEN (from_env GOLDEN_HF_TOKEN) is missing from the environment fsdp-orch hands this node' >&2; exit 1; }
 NODE_RANK="${SLURM_NODEID:?node.sh runs inside a SLURM job step}"
@@ -106,7 +107,17 @@ fsdp_orch_refusal() {
   done
   return 1
 }
-if [ "${FSDP_ORCH_RESUME:-}" != never ] && fsdp_orch_why=$(fsdp_orch_refusal "$FSDP_ORCH_CHECKPOINT_DIR"); then
+# A folder not made yet is made here, by this user, before anything loads from it: in a folder
+# others can write (/tmp, a 1777 scratch) another account could make it first between this check
+# and the ranks' restore. mkdir without -p fails on one made meanwhile; the check then runs again
+# on what is there. Not writable by group or others; readable as the user's umask allows.
+fsdp_orch_make_checkpoint_folder() {
+  { [ -e "$1" ] || [ -L "$1" ]; } && return 0
+  (umask "$(printf '%03o' $(( 0${FSDP_ORCH_UMASK:-077} | 022 )))" \
+    && mkdir -p -- "$(dirname -- "$1")" && mkdir -- "$1") 2>/dev/null || true
+}
+if [ "${FSDP_ORCH_RESUME:-}" != never ] && { fsdp_orch_why=$(fsdp_orch_refusal "$FSDP_ORCH_CHECKPOINT_DIR") \
+    || { fsdp_orch_make_checkpoint_folder "$FSDP_ORCH_CHECKPOINT_DIR"; fsdp_orch_why=$(fsdp_orch_refusal "$FSDP_ORCH_CHECKPOINT_DIR"); }; }; then
   printf '[fsdp-orch] node setup: refused checkpoint folder %s on %s: %s; a checkpoint there could have been planted by someone else: use a folder of yours (checkpoint.dir), and to start from a checkpoint there, copy it into that folder first\n' "$FSDP_ORCH_CHECKPOINT_DIR" "$(hostname)" "$fsdp_orch_why" >&2
   exit 78
 fi

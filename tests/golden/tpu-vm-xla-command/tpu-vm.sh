@@ -5,7 +5,7 @@
 # every worker; then it starts node-N.sh on worker N over SSH, with gcloud's key.
 # Usage: bash tpu-vm.sh describe|create|delete|prepare
 set -euo pipefail
-umask 077  # what the job writes (logs, heartbeats, checkpoints it creates) is this user's alone
+umask 077  # fsdp-orch's files (logs, heartbeats) are this user's alone; the ranks take FSDP_ORCH_UMASK
 case "${1:-describe}" in
   describe) gcloud compute tpus tpu-vm describe fsdp-orch-v4 --zone=us-central2-b --project=my-gcp-project --format=json ;;
   create) gcloud compute tpus tpu-vm create fsdp-orch-v4 --zone=us-central2-b --project=my-gcp-project --accelerator-type=v4-32 --version=tpu-ubuntu2204-base --spot ;;

@@ -3,7 +3,7 @@
 # job golden demo (j0123456789a), attempt 1, cluster tpu-vm (tpu-vm)
 # 4 node(s) x 1 process(es) = world size 4; launcher xla
 set -euo pipefail
-umask 077  # what the job writes (logs, heartbeats, checkpoints it creates) is this user's alone
+umask 077  # fsdp-orch's files (logs, heartbeats) are this user's alone; the ranks take FSDP_ORCH_UMASK
 export TOKENIZERS_PARALLELISM=false
 export WANDB_PROJECT=golden
 export WANDB_API_KEY=golden-plain-key
@@ -17,6 +17,7 @@ export FSDP_ORCH_CHECKPOINT_DIR=/var/tmp/fsdp-orch/runs/j0123456789a/code/checkp
 export FSDP_ORCH_RESUME=auto
 export FSDP_ORCH_COLLECTIVE_TIMEOUT=600
 export PJRT_DEVICE=TPU
+export FSDP_ORCH_UMASK=0022
 # HF_TOKEN: never written here; fsdp-orch hands it to this node's environment (from_env GOLDEN_HF_TOKEN).
 [[ -v HF_TOKEN ]] || { echo 'fsdp-orch: HF_TOKEN (from_env GOLDEN_HF_TOKEN) is missing from the environment fsdp-orch hands this node' >&2; exit 1; }
 export XLA_USE_SPMD=0
@@ -94,9 +95,22 @@ fsdp_orch_refusal() {
   done
   return 1
 }
-if [ "${FSDP_ORCH_RESUME:-}" != never ] && fsdp_orch_why=$(fsdp_orch_refusal "$FSDP_ORCH_CHECKPOINT_DIR"); then
+# A folder not made yet is made here, by this user, before anything loads from it: in a folder
+# others can write (/tmp, a 1777 scratch) another account could make it first between this check
+# and the ranks' restore. mkdir without -p fails on one made meanwhile; the check then runs again
+# on what is there. Not writable by group or others; readable as the user's umask allows.
+fsdp_orch_make_checkpoint_folder() {
+  { [ -e "$1" ] || [ -L "$1" ]; } && return 0
+  (umask "$(printf '%03o' $(( 0${FSDP_ORCH_UMASK:-077} | 022 )))" \
+    && mkdir -p -- "$(dirname -- "$1")" && mkdir -- "$1") 2>/dev/null || true
+}
+if [ "${FSDP_ORCH_RESUME:-}" != never ] && { fsdp_orch_why=$(fsdp_orch_refusal "$FSDP_ORCH_CHECKPOINT_DIR") \
+    || { fsdp_orch_make_checkpoint_folder "$FSDP_ORCH_CHECKPOINT_DIR"; fsdp_orch_why=$(fsdp_orch_refusal "$FSDP_ORCH_CHECKPOINT_DIR"); }; }; then
   printf '[fsdp-orch] node setup: refused checkpoint folder %s on %s: %s; a checkpoint there could have been planted by someone else: use a folder of yours (checkpoint.dir), and to start from a checkpoint there, copy it into that folder first\n' "$FSDP_ORCH_CHECKPOINT_DIR" "$(hostname)" "$fsdp_orch_why" >&2
   exit 78
 fi
 # XLA on TPU VM: one process per worker; PJRT_DEVICE=TPU selects the runtime.
+# The job's program writes its own files (checkpoints, outputs) with the user's umask (launch.umask,
+# else the one submit ran with); what fsdp-orch wrote above stays this user's alone.
+umask 0022
 exec /usr/bin/python3 -u train.py --steps 300 --lr 3e-4 --tag 'it'"'"'s a test'

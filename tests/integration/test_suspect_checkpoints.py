@@ -1,0 +1,204 @@
+"""No bad checkpoint trusted twice (issue 67): a complete checkpoint whose weights are NaN (a valid
+file, the same shapes) and one that fails to load (a truncated shard that still looks complete)
+are set aside, kept and named, and the job ends SUCCEEDED from the checkpoint before it, with a
+finite loss. Real torchrun, 2 CPU ranks (gloo): the runtime demo (DCP step folders) and the
+unchanged Hugging Face Trainer script (a GPT-2 built from a config, nothing fetched).
+
+Each job crashes once (``FSDP_ORCH_FAULT``) a few steps after its second checkpoint; the test spoils
+that checkpoint as soon as it is complete, so the restart resumes from it."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from cli_harness import demo_args, job_events
+
+pytestmark = pytest.mark.slow
+
+SUSPECT_DIR = ".fsdp-orch-suspect"
+BACKOFF = ["--set", "restart.backoff.initial=3s", "--set", "restart.backoff.jitter=0",
+           "--set", "watch.startup_timeout=60s", "--set", "watch.heartbeat_timeout=10s"]
+
+
+def submit_and_spoil(cli, job: Path, ready: Path,  # type: ignore[no-untyped-def]
+                     spoil: Callable[[], None], *extra: str) -> dict:
+    """Submit and wait; once ``ready`` exists (the checkpoint's last file), ``spoil`` it. The job
+    crashes a few steps later, and the restart's backoff (3 s) and start leave the time to."""
+    import torch.distributed.checkpoint  # noqa: F401 - imported before the race, not in it
+
+    final: dict = {}
+    run = threading.Thread(target=lambda: final.update(json.loads(
+        cli.run("submit", "--cluster", "local", "--wait", "--json", str(job), *BACKOFF,
+                *extra).stdout or "{}")))
+    run.start()
+    spoiled_at = None
+    while run.is_alive() and spoiled_at is None:
+        if ready.exists():
+            time.sleep(0.2)  # the save's last writes
+            spoil()
+            spoiled_at = time.time()
+        time.sleep(0.05)
+    run.join()
+    assert spoiled_at is not None, final
+    [resumed] = [e for e in job_events(cli, final["id"])
+                 if e["kind"] == "attempt_started" and e["attempt"] == 1]
+    assert resumed["at"] > spoiled_at, "spoiled too late: the test's race was lost"
+    return final
+
+
+def suspect_notices(cli, status: dict) -> list[str]:  # type: ignore[no-untyped-def]
+    return [e["message"] for e in job_events(cli, status["id"])
+            if e.get("kind") == "notice" and e.get("notice") == "checkpoint_suspect"]
+
+
+def assert_named_and_kept(cli, status: dict, bad: Path, attempt: int) -> Path:  # type: ignore[no-untyped-def]
+    """The bad checkpoint was moved to the suspect folder, kept, and named in a notice (an event)
+    that ``status ID`` shows in its first lines and the report lists."""
+    kept = bad.parent / SUSPECT_DIR / f"{bad.name}.attempt-{attempt}"
+    assert kept.is_dir() and any(kept.iterdir()), sorted(bad.parent.rglob("*"))
+    notices = suspect_notices(cli, status)
+    assert any(str(bad) in n and str(kept) in n for n in notices), notices
+    shown = cli.run("status", status["id"], check=True).stdout.splitlines()
+    table = 1 + 1  # the header and the job's row
+    assert any("checkpoint_suspect" in line and str(kept) in line
+               for line in shown[table:table + 3]), shown[:6]
+    page = cli.cwd / cli.run("report", status["id"], check=True).stdout.strip()
+    assert str(kept) in page.read_text()
+    return kept
+
+
+# --- the runtime demo: DCP step folders ---------------------------------------------------------
+
+# a step of 0.1 s or more: the crash comes a second after step 20's save, the spoil within it
+DEMO = ["--set", demo_args(30, "--sleep-per-step", "0.1"), "--set", "checkpoint.interval=10",
+        "--set", "env.FSDP_ORCH_FAULT=crash:step=25:rank=1"]
+
+
+def nan_weights_dcp(step_dir: Path, scratch: Path) -> None:
+    """The model's weights in a DCP checkpoint replaced by NaN: the same keys, shapes and dtypes,
+    a valid checkpoint (written again by DCP, one file); its commit record and rank states kept."""
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save, torch_save_to_dcp
+
+    full = scratch / "full.pt"
+    dcp_to_torch_save(step_dir, full)
+    state = torch.load(full, weights_only=False)
+    model = state["model"]
+    for key, value in model.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            model[key] = torch.full_like(value, float("nan"))
+    torch.save(state, full)
+    for shard in [*step_dir.glob("*.distcp"), step_dir / ".metadata"]:
+        shard.unlink()
+    torch_save_to_dcp(full, step_dir)
+
+
+def truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+
+
+def demo_result(status: dict) -> dict:
+    return json.loads((Path(status["run_dir"]) / "result.json").read_text())
+
+
+def test_runtime_nan_weights_are_set_aside_and_the_job_resumes_from_the_checkpoint_before(
+        cli, demo, tmp_path):
+    ckpts = demo.parent / "checkpoints" / "demo"
+    bad = ckpts / "step-00000020"
+    status = submit_and_spoil(cli, demo, bad / "COMMITTED", lambda: nan_weights_dcp(bad, tmp_path),
+                              *DEMO)
+    assert status.get("state") == "SUCCEEDED", status
+    categories = [(f["attempt"], f["category"]) for f in status["failures"]]
+    assert categories == [(0, "injected_fault"), (1, "nonfinite_loss")], status["failures"]
+    assert "loss nan at step 2" in status["failures"][1]["evidence"]  # 21, or 22 as read
+    started = [e for e in job_events(cli, status["id"]) if e["kind"] == "attempt_started"]
+    assert [e.get("resume_step") for e in started] == [None, 20, 10]
+    result = demo_result(status)
+    assert result["resumed_from"] == 10 and math.isfinite(result["final_loss"])
+    kept = assert_named_and_kept(cli, status, bad, attempt=1)
+    assert (kept / "COMMITTED").exists()  # what was complete stays complete where it is kept
+    assert (ckpts / "step-00000020" / "COMMITTED").exists()  # saved again, from step 10
+
+
+def test_runtime_unloadable_shard_is_set_aside_and_an_earlier_checkpoint_restored(cli, demo):
+    ckpts = demo.parent / "checkpoints" / "demo"
+    bad = ckpts / "step-00000020"
+    status = submit_and_spoil(cli, demo, bad / "COMMITTED", lambda: truncate(bad / "__0_0.distcp"),
+                              *DEMO)
+    assert status.get("state") == "SUCCEEDED", status
+    # the runtime restores step 10 in the same attempt: no second failure
+    assert [f["category"] for f in status["failures"]] == ["injected_fault"]
+    result = demo_result(status)
+    assert result["resumed_from"] == 10 and math.isfinite(result["final_loss"])
+    kept = bad.parent / SUSPECT_DIR / f"{bad.name}.attempt-1"
+    assert (kept / "__0_0.distcp").stat().st_size < (bad / "__0_0.distcp").stat().st_size
+    assert_named_and_kept(cli, status, bad, attempt=1)
+
+
+# --- the unchanged Hugging Face Trainer ---------------------------------------------------------
+
+def trainer_args(job: Path) -> list[str]:
+    import yaml
+
+    args = [str(a) for a in yaml.safe_load(job.read_text())["args"]]
+    for flag, value in {"--max_steps": "40", "--save_steps": "4", "--logging_steps": "1",
+                        "--seq_len": "32"}.items():
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    return ["--set", "args=" + json.dumps(args),
+            "--set", "env.FSDP_ORCH_FAULT=crash:step=10:rank=1"]
+
+
+def nan_weights_safetensors(folder: Path) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    weights = load_file(path)
+    save_file({k: torch.full_like(v, float("nan")) if v.is_floating_point() else v
+               for k, v in weights.items()}, path, metadata={"format": "pt"})
+
+
+def assert_trainer_finished_from(cli, status: dict, job: Path, step: int) -> None:  # type: ignore[no-untyped-def]
+    state = json.loads((job.parent / "out" / "trainer_state.json").read_text())
+    assert state["global_step"] == 40
+    launch = (Path(status["run_dir"]) / f"attempt-{status['attempts'] - 1}" / "launch.sh")
+    assert f"--resume_from_checkpoint {job.parent / 'out' / f'checkpoint-{step}'}" in (
+        launch.read_text())
+    losses = [h["loss"] for h in state["log_history"] if "loss" in h]
+    assert losses and all(math.isfinite(x) and x > 0 for x in losses), losses
+
+
+def test_trainer_nan_weights_are_set_aside_and_the_job_resumes_from_the_checkpoint_before(
+        unchanged):
+    cli, job = unchanged("hf_trainer")
+    bad = job.parent / "out" / "checkpoint-8"
+    status = submit_and_spoil(cli, job, bad / "trainer_state.json",
+                              lambda: nan_weights_safetensors(bad), *trainer_args(job))
+    assert status.get("state") == "SUCCEEDED", status
+    assert [f["category"] for f in status["failures"]] == ["injected_fault", "nonfinite_loss"]
+    assert "grad norm nan" in status["failures"][1]["evidence"], status["failures"][1]
+    assert_trainer_finished_from(cli, status, job, 4)
+    assert_named_and_kept(cli, status, bad, attempt=1)
+
+
+def test_trainer_truncated_weights_are_set_aside_and_the_job_resumes_from_the_checkpoint_before(
+        unchanged):
+    cli, job = unchanged("hf_trainer")
+    bad = job.parent / "out" / "checkpoint-8"
+    status = submit_and_spoil(cli, job, bad / "trainer_state.json",
+                              lambda: truncate(bad / "model.safetensors"), *trainer_args(job))
+    assert status.get("state") == "SUCCEEDED", status
+    failures = [(f["category"], f["action"], f["progressed"]) for f in status["failures"]]
+    assert failures == [("injected_fault", "restart", True), ("checkpoint_error", "restart", False)]
+    assert_trainer_finished_from(cli, status, job, 4)
+    assert_named_and_kept(cli, status, bad, attempt=1)
