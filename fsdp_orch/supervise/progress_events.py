@@ -157,7 +157,10 @@ class ProgressEvents:
             return None
         states = {beat.state for beat in beats.values()}
         self._attempt = next(iter(beats.values())).attempt
-        self._trained = self._trained or "training" in states or "saving" in states
+        # an attempt that ran all its steps between two looks is seen only done, with its steps
+        self._trained = self._trained or "training" in states or "saving" in states or any(
+            beat.state == "done" and isinstance(beat.step, int) and beat.step > 0
+            for beat in beats.values())
         self._returned = self._returned or "done" in states
         lead = beats.get(0) or next(iter(beats.values()))
         if lead.state == "starting" or (lead.state == "done" and not self._trained):

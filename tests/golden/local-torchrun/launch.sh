@@ -100,6 +100,7 @@ fsdp_orch_refusal() {
 # and the ranks' restore. mkdir without -p fails on one made meanwhile; the check then runs again
 # on what is there. Not writable by group or others; readable as the user's umask allows.
 fsdp_orch_make_checkpoint_folder() {
+  case "$1" in *[\*\?\[]*) return 0 ;; esac  # a glob (lightning_logs/version_*/checkpoints)
   { [ -e "$1" ] || [ -L "$1" ]; } && return 0
   (umask "$(printf '%03o' $(( 0${FSDP_ORCH_UMASK:-077} | 022 )))" \
     && mkdir -p -- "$(dirname -- "$1")" && mkdir -- "$1") 2>/dev/null || true
