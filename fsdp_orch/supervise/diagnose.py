@@ -52,6 +52,10 @@ CATEGORIES = FAILURE_CATEGORIES
 # The fsdp_orch runtime's warnings tell of what it handled itself (a checkpoint that would not load,
 # skipped for an earlier one): never a failure's cause, whatever error they quote.
 RUNTIME_WARNING = "[fsdp-orch] warning: "
+# ...those of a load it recovered from (ckpt_restore, checkpoint.restore); a save it could not
+# commit (a full disk) is still a cause
+RECOVERED_LOADS = tuple(RUNTIME_WARNING + start for start in (
+    "skipping checkpoint", "checkpoint ", "starting from step"))
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,7 @@ class LineScanner:
         if self.first is not None:
             self._after_cause(line)
             return self.first
-        if not line or self._failures.note(line) or line.startswith(RUNTIME_WARNING):
+        if not line or self._failures.note(line) or line.startswith(RECOVERED_LOADS):
             return None
         frame = FRAME.match(body)
         if TRACEBACK in line or line.startswith("Exception in thread") or frame:
