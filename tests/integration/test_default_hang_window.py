@@ -70,9 +70,9 @@ def test_a_step_5x_slower_after_a_resume_is_not_a_verdict(cli, tmp_path):
     assert status["state"] == "SUCCEEDED" and status["attempts"] == 2, why(status)
     assert [f["category"] for f in status["failures"]] == ["injected_fault"], status["failures"]
     before = shortest_adaptive(cli, status["id"], attempt=0)
-    # adaptive from the 0.3 s steps (10 x their p95; a loaded machine stretches them), far below
-    # the 300 s ceiling the resumed attempt starts from
-    assert before < 10 * 0.3 * 2, before
+    # adaptive from the 0.3 s steps (10 x their p95, which a loaded machine stretches: 4.1 and
+    # 7.1 s seen in CI), below the 300 s ceiling the resumed attempt starts from
+    assert before < 60, before
     resumed = hang_windows(cli, status["id"], attempt=1)
     assert resumed[0]["mode"] == "warm-up" and resumed[0]["window_s"] == 300.0, resumed
     assert "rank 0: done at step 18" in cli.run("logs", status["id"], check=True).stdout
