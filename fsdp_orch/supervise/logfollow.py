@@ -87,7 +87,7 @@ class LogFollower:
         then node 0's console lines of local rank 0 (or of no rank), then any other."""
         reader = self.loss_readers.setdefault(path, LossReader())
         for loss, source, prefix_rank, step in reader.feed_points(text, final):
-            nearness = _nearness_to_rank_0(path, prefix_rank)
+            nearness = nearness_to_rank_0(path, prefix_rank)
             if nearness <= self._loss_rank:
                 self.loss, self._loss_rank = (loss, source), nearness
                 self.loss_points.append((loss, source, step))
@@ -118,7 +118,7 @@ class LogFollower:
         return int(m.group(1)) if m else None
 
 
-def _nearness_to_rank_0(path: str, prefix_rank: int | None) -> int:
+def nearness_to_rank_0(path: str, prefix_rank: int | None) -> int:
     """0: global rank 0's own log (node-0/<run>/attempt_K/0/std*.log, see
     ``observe.attempt_files.LOG_PATTERNS``); 1: node 0's console, lines of local rank 0 or of no
     rank prefix (``launcher: python``); 2: any other log."""

@@ -22,7 +22,7 @@ from fsdp_orch.observe.console_loss import parse_loss, printed_step, rank_segmen
 from fsdp_orch.observe.file_tail import LogChunk
 from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.record.journal import Journal
-from fsdp_orch.supervise.logfollow import _nearness_to_rank_0
+from fsdp_orch.supervise.logfollow import nearness_to_rank_0
 
 STOP_GRACE_S = 5.0
 STOPPED_EXIT = -15  # what poll says of an attempt stopped on a verdict that exited 0 all the same
@@ -55,7 +55,7 @@ class AttemptLosses:
         return self.judge.verdict
 
     def read(self, chunks: list[LogChunk]) -> None:
-        for source, data in sorted(chunks, key=lambda chunk: _nearness_to_rank_0(chunk[0], None)):
+        for source, data in sorted(chunks, key=lambda chunk: nearness_to_rank_0(chunk[0], None)):
             text = self._carry.pop(source, "") + data.decode("utf-8", errors="replace")
             lines = text.split("\n")
             if lines[-1]:
@@ -74,7 +74,7 @@ class AttemptLosses:
             loss, grad_norm = parse_loss(text), parse_grad_norm(text)
             if loss is None and grad_norm is None:
                 continue
-            nearness = _nearness_to_rank_0(source, rank)
+            nearness = nearness_to_rank_0(source, rank)
             if nearness > self._nearest:
                 continue
             self._nearest, self._printed = nearness, self._printed or loss is not None
