@@ -53,6 +53,34 @@ def moved_beat_dir(attempt_dir: str, job_id: str, attempt: int, node_rank: int) 
     return node_beat_dir(job_id, attempt, node_rank)
 
 
+def taken_note(attempt_dir: str, node_rank: int, tmp: str = NODE_TMP) -> str | None:
+    """What the node's launch script said when its ``fsdp-orch-<uid>`` was someone else's, in the
+    words of its own notice (templates/_node_body.sh.j2): whose the usual folder is and which one
+    the node uses instead; None when the usual one is in use (or nothing is said yet)."""
+    try:
+        with open(os.path.join(attempt_dir, f"node-{node_rank}", MOVED)) as f:
+            moved = f.read().strip()
+    except OSError:
+        return None
+    if not moved:
+        return None
+    usual = os.path.join(tmp, f"fsdp-orch-{os.getuid()}")
+    try:
+        st = os.lstat(usual)
+    except OSError:
+        whose = "not a folder"
+    else:
+        import pwd
+
+        try:
+            owner = pwd.getpwuid(st.st_uid).pw_name
+        except KeyError:
+            owner = str(st.st_uid)
+        whose = (f"owned by {owner} (uid {st.st_uid}), mode {stat.S_IMODE(st.st_mode):o}"
+                 if stat.S_ISDIR(st.st_mode) else "not a folder")
+    return f"{usual} is {whose}: this node keeps its heartbeats in {moved} instead"
+
+
 def found_beat_dir(attempt_dir: str, job_id: str, attempt: int, node_rank: int) -> str:
     """The node's beat folder on this host, as its launch script made it: the usual one, or the one
     it named in place of a taken ``fsdp-orch-<uid>`` (``moved_beat_dir``)."""
@@ -184,4 +212,4 @@ def remove_earlier_attempts(job_id: str, attempt: int, tmp: str = NODE_TMP) -> N
 
 __all__ = ["NODE_TMP", "found_beat_dir", "moved_beat_dir", "node_beat_dir", "private_beat_dir",
            "rank_beat_path", "read_beat_files", "read_node_heartbeats", "remove_earlier_attempts",
-           "user_tmp_root"]
+           "taken_note", "user_tmp_root"]

@@ -23,6 +23,8 @@ Lines, each a JSON object:
       ``final`` on the last, just before the exit or gone line
   {"log": NAME, "at": OFFSET, "data": BASE64}
       a log (NAME relative to the attempt's folder) grew
+  {"note": TEXT}
+      the node's ``fsdp-orch-<uid>`` was someone else's, and which folder it uses instead
   {"exit": CODE}
       the node script ended (its status file appeared), sent after the heartbeats and logs read
       with it
@@ -47,7 +49,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.nodeagent.beat_dir import moved_beat_dir, node_beat_dir, read_beat_files
+from fsdp_orch.nodeagent.beat_dir import (
+    moved_beat_dir,
+    node_beat_dir,
+    read_beat_files,
+    taken_note,
+)
 from fsdp_orch.nodeagent.node_logs import NodeLogs
 from fsdp_orch.nodeagent.summary import (
     changed_beats,
@@ -131,6 +138,9 @@ class NodeReport:
         self.beat_dir = Path(said)
         if self.node_logs is not None:
             self.node_logs.folder = self.beat_dir
+        note = taken_note(self.attempt_dir, self.rank)
+        if note is not None:
+            self.send({"note": note})
 
     def look(self) -> bool:
         """Report what changed; True once the node script's end has been reported."""

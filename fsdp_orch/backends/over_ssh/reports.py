@@ -89,6 +89,7 @@ class HostReports(threading.Thread):
         self._beats_lock = threading.Lock()
         self.lost: str | None = None
         self.gone: str | None = None
+        self.note: str | None = None  # its node-local folder was taken (the report's "note")
         self.ended = threading.Event()
         # The thread ended (set last in run(): also after a stream that was never opened).
         self.finished = threading.Event()
@@ -195,6 +196,8 @@ class HostReports(threading.Thread):
         elif "gone" in message:
             self.gone = str(message["gone"])
             self.ended.set()
+        elif "note" in message:
+            self.note = str(message["note"])
 
     def _close(self) -> None:
         conn, self._conn = self._conn, None
@@ -248,6 +251,11 @@ class ReportedAttempt(SshAttempt):
         for report in self.reports.values():
             beats.update(report.heartbeats())
         return dict(sorted(beats.items()))
+
+    def node_notes(self) -> dict[int, str]:
+        """What each host's report said of its node-local folder (taken by another account)."""
+        return {rank: report.note for rank, report in sorted(self.reports.items())
+                if report.note is not None}
 
     def silent_nodes(self) -> dict[int, float]:
         """The hosts whose report stream has said nothing for ``CHANNEL_SILENT_S`` while it should

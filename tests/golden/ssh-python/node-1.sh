@@ -41,7 +41,17 @@ mkdir -m 700 -- "$FSDP_ORCH_NODE_TMP" 2>/dev/null || true
 if [ -L "$FSDP_ORCH_NODE_TMP" ] || [ ! -d "$FSDP_ORCH_NODE_TMP" ] || [ ! -O "$FSDP_ORCH_NODE_TMP" ] \
     || [ -n "$(find "$FSDP_ORCH_NODE_TMP" -maxdepth 0 -perm /022 2>/dev/null)" ]; then
   FSDP_ORCH_NODE_TMP_NOTE="$FSDP_ORCH_NODE_TMP is $(stat -c 'owned by %U (uid %u), mode %a' -- "$FSDP_ORCH_NODE_TMP" 2>/dev/null || echo 'not a folder')"
-  FSDP_ORCH_NODE_TMP=$(mktemp -d /tmp/fsdp-orch-"$(id -u)"-XXXXXXXX) || {
+  # One made in its place before (an earlier attempt's), still this user's alone, is used again.
+  FSDP_ORCH_NODE_TMP=
+  for made in /tmp/fsdp-orch-"$(id -u)"-????????; do
+    if [ -d "$made" ] && [ ! -L "$made" ] && [ -O "$made" ] \
+        && [ -z "$(find "$made" -maxdepth 0 -perm /077 2>/dev/null)" ]; then
+      FSDP_ORCH_NODE_TMP=$made
+      break
+    fi
+  done
+  [ -n "$FSDP_ORCH_NODE_TMP" ] \
+    || FSDP_ORCH_NODE_TMP=$(mktemp -d /tmp/fsdp-orch-"$(id -u)"-XXXXXXXX) || {
     echo "[fsdp-orch] node setup: $FSDP_ORCH_NODE_TMP_NOTE, and no private folder could be made in /tmp" >&2
     exit 78
   }
