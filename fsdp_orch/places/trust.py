@@ -107,6 +107,44 @@ def local_folder_problem(folder: str | os.PathLike[str]) -> str | None:
                           name=user_name, real_path=os.path.realpath)
 
 
+class UntrustedFile(PermissionError):
+    """A file that decides what runs as you (a pickle a resume unpickles) failed the rule, on the
+    open file."""
+
+
+def opened_file_problem(path: str, owner: int, mode: int, me: int,
+                        name: Callable[[int], str] | None = None) -> str | None:
+    """Why a file, as ``fstat`` saw it once opened, must not be loaded; None when it may. Pure."""
+    bits = stat.S_IMODE(mode)
+    if not stat.S_ISREG(mode):
+        return f"{path} is not a plain file (mode {bits:04o})"
+    if owner not in (me, ROOT_UID):
+        return (f"{path} is owned by {_who(owner, name)} (mode {bits:04o}), "
+                f"not by you ({_who(me, name)}) or root")
+    if mode & OTHERS_WRITE:
+        return f"{path} can be written by others (owner {_who(owner, name)}, mode {bits:04o})"
+    return None
+
+
+def read_trusted(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of ``path``, checked on the file opened (no link followed at its last part), not
+    on its name: what is read is what was checked. The folders above it are the caller's to have
+    checked (a folder closed to others keeps its entries theirs). Raises ``UntrustedFile``."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        why = opened_file_problem(os.fspath(path), st.st_uid, st.st_mode, os.getuid(), user_name)
+        if why is not None:
+            raise UntrustedFile(f"{why}: a file a resume unpickles must be yours (or root's) "
+                                "and writable by no one else")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def refusal(what: str, path: str | os.PathLike[str], why: str, fix: str) -> str:
     """The one line a refused file gets: which file, why (its owner and mode), and what to do."""
     return (f"refused {what} {os.fspath(path)}: {why}; it decides what runs as you, so it must be "
@@ -114,5 +152,5 @@ def refusal(what: str, path: str | os.PathLike[str], why: str, fix: str) -> str:
             f"{fix}")
 
 
-__all__ = ["chain_problem", "folder_problem", "load_problem", "local_folder_problem",
-           "path_problem", "refusal"]
+__all__ = ["UntrustedFile", "chain_problem", "folder_problem", "load_problem",
+           "local_folder_problem", "opened_file_problem", "path_problem", "read_trusted", "refusal"]

@@ -374,6 +374,7 @@ class Checkpointer:
             started = time.perf_counter()
             try:
                 dcp.load(state, checkpoint_id=str(path), process_group=self.group,
+                         storage_reader=files.trusted_reader(path),
                          planner=self.sharded_state.load_planner())
             except (Exception, CheckpointException) as exc:  # DCP's own is a BaseException
                 failed[str(path)] = f"load failed ({exception_summary(exc)})"

@@ -28,7 +28,8 @@ import torch
 
 from fsdp_orch.checkpoints.folders import list_checkpoints
 from fsdp_orch.checkpoints.layouts.dcp import COMMIT_FILE, METADATA_FILE, parse_commit
-from fsdp_orch.places.private import write_atomically
+from fsdp_orch.places.private import OTHERS_WRITE, write_atomically
+from fsdp_orch.places.trust import read_trusted
 from fsdp_orch.runtime.ckpt_errors import IO_ERRORS
 
 RANK_STATE = "rank-{rank}.state.pt"
@@ -59,9 +60,21 @@ def write_commit(path: Path, step: int, world_size: int, attempt: int, async_sav
     record, fsynced with the folders that name it."""
     record = {"step": step, "world_size": world_size, "time": time.time(), "attempt": attempt,
               "async": async_save}
+    close_to_others(path / METADATA_FILE)
     atomic_write(path / COMMIT_FILE, (json.dumps(record) + "\n").encode())
     fsync_path(path)
     fsync_path(path.parent)
+
+
+def close_to_others(file: Path) -> None:
+    """A pickle a resume unpickles is read only when no one else can write it
+    (``places.trust.read_trusted``): one written under a group-writable umask (002) is closed."""
+    try:
+        mode = file.stat().st_mode
+        if mode & OTHERS_WRITE:
+            file.chmod(mode & ~OTHERS_WRITE & 0o7777)
+    except OSError:
+        pass
 
 
 def parse_commit_file(path: Path) -> dict | None:
@@ -109,25 +122,46 @@ def write_rank_state(path: Path, rank: int, step: int, world_size: int, device: 
     buffer = io.BytesIO()
     torch.save({"step": step, "rank": rank, "world_size": world_size, "rng": rng_state(device),
                 "extras": extras_state(extras)}, buffer)
-    atomic_write(path / RANK_STATE.format(rank=rank), buffer.getvalue(), fsync=False)
+    write_atomically(path / RANK_STATE.format(rank=rank), buffer.getvalue(), mode=0o644)
 
 
 def read_rank_state(path: Path, rank: int) -> dict[str, Any] | None:
+    import io
+
     file = path / RANK_STATE.format(rank=rank)
     if not file.exists():
         return None
-    # Our own file (RNG tuples and numpy arrays need full unpickling).
-    return torch.load(file, map_location="cpu", weights_only=False)
+    # RNG tuples and numpy arrays need full unpickling: read only if the file is the user's alone,
+    # checked on the open file.
+    return torch.load(io.BytesIO(read_trusted(file)), map_location="cpu", weights_only=False)
+
+
+def trusted_reader(path: Path) -> Any:
+    """DCP's ``FileSystemReader`` for ``path`` whose ``.metadata`` (a pickle, unpickled in full)
+    is read only if the user's alone, checked on the open file (``places.trust.read_trusted``).
+    The shards are read by DCP with ``torch.load(weights_only=True)``, which runs no code."""
+    import pickle
+
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import StorageMeta
+
+    class TrustedReader(FileSystemReader):
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            metadata = pickle.loads(read_trusted(path / METADATA_FILE))
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    return TrustedReader(str(path))
 
 
 def check_metadata(path: Path) -> str | None:
     """None when DCP's ``.metadata`` reads back, else why not."""
-    from torch.distributed.checkpoint import FileSystemReader
-
     if not (path / METADATA_FILE).exists():
         return "no .metadata"
     try:
-        FileSystemReader(str(path)).read_metadata()
+        trusted_reader(path).read_metadata()
     except Exception as exc:  # a truncated or garbled pickle raises anything
         return f"unreadable .metadata ({type(exc).__name__}: {exc})"
     return None
@@ -222,4 +256,4 @@ def prune(directory: Path, keep_last: int, protect: Collection[Path] = ()) -> li
 __all__ = ["PREPARED_MARK", "RANK_STATE", "SUPERSEDED", "atomic_write", "check_metadata",
            "drop_step_dirs_not_in", "fsync_path", "is_prepared", "load_extras", "mark_prepared",
            "preflight", "prune", "step_dirs", "read_rank_state", "set_rng_state", "supersede",
-           "write_commit", "write_rank_state"]
+           "close_to_others", "trusted_reader", "write_commit", "write_rank_state"]

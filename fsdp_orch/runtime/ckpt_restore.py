@@ -99,8 +99,8 @@ def initialise_from(path: Path, sharded_state: ShardedState, take_optimizer: boo
         raise CheckpointError(f"FSDP_ORCH_INIT_FROM={path}: this sharding loads weights only with "
                               "the optimizer state (submit --init-optimizer)")
     wanted = sharded_state.for_load() if take_optimizer else model_only()
-    dcp.load(wanted, checkpoint_id=str(path), process_group=group,
-             planner=sharded_state.load_planner())
+    dcp.load(wanted, checkpoint_id=str(path), storage_reader=files.trusted_reader(path),
+             process_group=group, planner=sharded_state.load_planner())
     if take_optimizer:
         sharded_state.apply(wanted)
     else:

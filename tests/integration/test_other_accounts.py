@@ -369,3 +369,46 @@ def test_a_checkpoint_folder_not_made_yet_is_made_by_submit_before_another_accou
     assert folder.stat().st_uid == 0 and folder.stat().st_mode & 0o022 == 0
     assert not (folder / "step-00000400").exists()
     assert not marker.exists(), f"the planted checkpoint was loaded: {marker.read_text()}"
+
+
+class _RunsAtUnpickle:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (os.system, (f"id > {self.marker}",))
+
+
+def test_a_checkpoint_file_another_account_owns_is_never_unpickled_at_resume(
+        tmp_path: Path, other_account: tuple[int, int]) -> None:
+    """Each pickle a resume unpickles in full (DCP's ``.metadata``, the per-rank state) is checked
+    on the open file, not only its folder at submit: a step whose ``.metadata`` is another account's
+    (here, one that runs code) is refused by name and the job resumes from the step before it."""
+    import pickle
+
+    from cli_harness import copy_demo, demo_args
+
+    cli = Cli(home=tmp_path / "home", cwd=tmp_path)
+    demo = copy_demo(tmp_path)
+    steps = ["--set", demo_args(100, "--sleep-per-step", "0.15"),
+             "--set", "checkpoint.interval=10", "--set", "name=planted"]
+    first = cli.run("submit", "--cluster", "local", str(demo), *steps, check=True).stdout.strip()
+    cli.wait_until(first, lambda s: (s.get("last_checkpoint_step") or 0) >= 20, timeout=300,
+                   what="a checkpoint at step 20")
+    cli.run("cancel", first, check=True)
+    latest = max(p for p in (demo.parent / "checkpoints" / "planted").glob("step-*")
+                 if (p / "COMMITTED").exists())
+    marker = tmp_path / "ran-as-the-victim"
+    (latest / ".metadata").write_bytes(pickle.dumps(_RunsAtUnpickle(marker)))
+    os.chown(latest / ".metadata", *other_account)
+    again = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo), *steps,
+                    timeout=300)
+    assert again.stdout.strip(), again.stderr
+    status = json.loads(again.stdout)
+    assert not marker.exists(), f"the other account's pickle ran: {marker.read_text()}"
+    assert status["state"] == "SUCCEEDED", status
+    result = json.loads((Path(status["run_dir"]) / "result.json").read_text())
+    assert (result["resumed_from"] == int(latest.name.split("-")[1]) - 10
+            and result["final_step"] == 100), result
+    logs = cli.run("logs", status["id"], check=True).stdout
+    assert f"{latest}/.metadata is owned by uid {other_account[0]} ({OTHER})" in logs, logs[-3000:]
