@@ -40,7 +40,7 @@ def test_an_accelerate_loop_resumes_from_its_latest_save_state_folder(unchanged)
     second = cli.run("logs", status["id"], "--attempt", "1", check=True).stdout
     assert f"Resumed from checkpoint: {out / 'step_40'}" in second, second[-2000:]
     # Each step_N was saved once, by the attempt that reached it: none again from an earlier state.
-    # Two ranks share the log, so another rank's prefix can follow a line's end: read the name alone.
+    # Two ranks share the log: another rank's prefix may follow a line, so read the name alone.
     saved_first = re.findall(r"saved state.*?out/(step_\d+)", first)
     saved_second = re.findall(r"saved state.*?out/(step_\d+)", second)
     assert (saved_first == ["step_20", "step_40"]
