@@ -1,6 +1,6 @@
 """What ``fsdp-orch doctor --cluster`` checks on an SSH cluster (each host answers on its port, its
-host key is known, its python imports the submit host's torch) and on a TPU VM (gcloud is there).
-Commands go through the one runner; the TCP probe is injectable."""
+host key is known, its python imports torch and, on a shared filesystem, its own fsdp-orch) and on
+a TPU VM (gcloud is there). Commands go through the one runner; the TCP probe is injectable."""
 
 from __future__ import annotations
 
@@ -95,29 +95,32 @@ def ssh_checks(profile, torch_version: str | None, run: Runner,  # type: ignore[
 
 def _bootstrap_check(host, profile, where: str, run: Runner) -> Check:  # type: ignore[no-untyped-def]
     """How the host gets fsdp-orch's bootstrap: copied with each job onto a host with its own
-    disk; on a shared filesystem, imported from where this fsdp-orch is installed, so that path
-    must be there, with the same fsdp-orch."""
+    disk; on a shared filesystem, from the profile's python's own environment (never from where
+    this CLI is installed: places.python_env), so that environment has fsdp-orch, the same
+    version as this CLI's."""
     if not profile.shared_filesystem:
         return Check(f"{where} bootstrap", True, "copied with each job (shared_filesystem: false)")
     from fsdp_orch.vocab.version import __version__
 
-    # the folder fsdp_orch is imported from here: <root>/fsdp_orch/backends/remote_doctor.py
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    probe = (f"import sys; sys.path.insert(0, {root!r}); import fsdp_orch.bootstrap.agent; "
+    probe = ("import fsdp_orch.bootstrap.agent; "
              "from fsdp_orch.vocab.version import __version__; print(__version__)")
     found = run(ssh_argv(host, profile, shlex.quote(profile.python), "-c", shlex.quote(probe)),
                 120.0)
     said = found.stdout.strip().splitlines() if found.returncode == 0 else []
     there = said[-1] if said else None
-    fix = (f"install this fsdp-orch at {root} on the host (the shared filesystem), or set "
-           "shared_filesystem: false in the profile to copy it with each job")
+    fix = (f"{profile.python} -m pip install 'fsdp-orch[runtime]=={__version__}' on the host (in "
+           "the environment of the profile's python), or set shared_filesystem: false in the "
+           "profile to copy this fsdp-orch with each job")
     if there is None:
+        detail = (found.stderr.strip().splitlines() or ["no output"])[-1][:200]
         return Check(f"{where} bootstrap", False, f"{profile.python} there cannot import "
-                     f"fsdp_orch from {root}", fix)
+                     f"fsdp_orch ({detail}): the ranks' bootstrap and the host's reports run "
+                     "from it", fix)
     if there != __version__:
-        return Check(f"{where} bootstrap", False, f"fsdp-orch {there} at {root} there, "
+        return Check(f"{where} bootstrap", False, f"fsdp-orch {there} there ({profile.python}), "
                      f"{__version__} here", fix)
-    return Check(f"{where} bootstrap", True, f"fsdp-orch {there} from {root} (shared filesystem)")
+    return Check(f"{where} bootstrap", True, f"{profile.python}: fsdp-orch {there}, as here "
+                 "(shared filesystem)")
 
 
 def tpu_checks(profile, run: Runner) -> list[Check]:  # type: ignore[no-untyped-def]

@@ -54,6 +54,27 @@ def torch_for_ranks(python: str, run: Runner = command.run,
     return Check("torch for the ranks", True, f"{python}: torch {version}")
 
 
+def fsdp_orch_for_ranks(python: str) -> Check:
+    """Does ``python``, the ranks' on this machine, import its own fsdp_orch (the bootstrap and the
+    node agent run from it, never from the CLI's environment), the same version as this CLI's?"""
+    from fsdp_orch.places.python_env import what_python_has
+    from fsdp_orch.vocab.version import __version__
+
+    has = what_python_has(python)
+    fix = (f"{python} -m pip install 'fsdp-orch[runtime]=={__version__}', or set python: in the "
+           "profile to the python of the environment your training uses")
+    if has.modules is None or "fsdp_orch" not in has.modules:
+        why = f"could not be asked ({has.said})" if has.modules is None else \
+            "cannot import fsdp_orch"
+        return Check("fsdp-orch for the ranks", False, f"{python} {why}: the ranks' bootstrap and "
+                     "the node agent run from it", fix)
+    if has.fsdp_orch_version and has.fsdp_orch_version != __version__:
+        return Check("fsdp-orch for the ranks", False, f"{python}: fsdp-orch "
+                     f"{has.fsdp_orch_version}, {__version__} here", fix)
+    return Check("fsdp-orch for the ranks", True, f"{python}: fsdp-orch "
+                 f"{has.fsdp_orch_version or '(version not read)'}")
+
+
 def home_checks(home: str | None = None, mounts: str | None = None) -> list[Check]:
     root = home or home_dir()
     fs = filesystem_of(root, mounts) or "unknown"
@@ -278,6 +299,7 @@ def run_doctor(cluster: str | None, as_json: bool, run: Runner = command.run) ->
         if profile.kind == "local":  # this machine runs the ranks
             checks.append(torch_for_ranks(profile.python, run,
                                           found if profile.python == sys.executable else None))
+            checks.append(fsdp_orch_for_ranks(profile.python))
         checks += cluster_kind(profile.kind).doctor(profile, version, run)
     return report(checks, as_json), all(c.ok for c in checks)
 

@@ -51,10 +51,14 @@ def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None
     run_root = shared_run_root(shared) if shared else str(home_dir or home())
     if shared:
         check_shared_dir(run_root, str(ref.path))
+    kind = cluster_kind(profile.kind)
     submission = Submission(
         job_id=job_id, cluster=ref.name, job=job, profile=profile,
-        job_dir=str(job_file.resolve().parent), run_root=run_root, kind=cluster_kind(profile.kind),
-        supervisor_command=supervisor_command(),
+        job_dir=str(job_file.resolve().parent), run_root=run_root, kind=kind,
+        # a kind whose supervisor runs on a node (SLURM: in the allocation) runs it on the
+        # profile's python, as the ranks; the others, here, on the CLI's
+        supervisor_command=supervisor_command(
+            profile.python if getattr(kind, "supervisor_on_a_node", False) else None),
         profile_template=str(template) if template else None, template_dirs=own_template_dirs(),
         init_from=init.path if init else None, init_step=init.step if init else None,
         init_optimizer=init_optimizer,
@@ -120,6 +124,7 @@ def plan_submission(request: SubmitRequest, init: InitSource | None = None) -> P
     check_here = getattr(planned.submission.kind, "check_here", None)  # kinds that run here
     if check_here is not None:
         check_here(planned.plan, str(request.job_file), str(planned.profile_ref.path))
+        check_ranks_python(planned.plan.python, planned.profile_ref)
     check_checkpoint_folder(planned.plan, str(request.job_file))
     check_faults_met(planned)
     return PlannedSubmission(planned, env_values, header_values, init)
@@ -134,6 +139,24 @@ def check_faults_met(planned: PlannedJob) -> None:
                       read_entry(planned.plan.job, planned.submission.job_dir))
     if why is not None:
         raise InputError(why, file=str(planned.job_file), field="env.FSDP_ORCH_FAULT")
+
+
+def check_ranks_python(python: str, ref: ProfileRef) -> None:
+    """The ranks' python of a kind that runs them on this machine imports torch and fsdp_orch
+    (``places.python_env``: found, not imported, in the time the interpreter takes to start). An
+    InputError naming the python, what it lacks and the fix: such a job used to fail three times
+    as ``unknown``."""
+    from fsdp_orch.places.python_env import (
+        is_this_python,
+        ranks_python_problem,
+        what_python_has,
+    )
+
+    where = (f"a profile of your own (./clusters/{ref.name}.yaml, or clusters/{ref.name}.yaml in "
+             "FSDP_ORCH_HOME)" if ref.origin == "built-in" else str(ref.path))
+    why = ranks_python_problem(what_python_has(python), where, cli_own=is_this_python(python))
+    if why is not None:
+        raise InputError(why, file=str(ref.path), field="python")
 
 
 def check_shared_dir(run_root: str, profile_file: str) -> None:

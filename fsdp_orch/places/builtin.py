@@ -48,13 +48,15 @@ def bootstrap_site_dir() -> Path:
 SUPERVISOR_MODULE = "fsdp_orch.supervise.supervisor"
 
 
-def supervisor_command() -> tuple[str, ...]:
-    """How the supervisor of a job is started (the job id and arguments follow): this Python, this
-    fsdp-orch, so the nodes that share its path (a venv on the shared filesystem) run the same one.
-    Always built here, never read from a file (a planted ``submission.json`` runs nothing)."""
+def supervisor_command(python: str | None = None) -> tuple[str, ...]:
+    """How the supervisor of a job is started (the job id and arguments follow). On the submitting
+    machine (local, SSH hosts, TPU VMs): this Python, this fsdp-orch, always built here, never read
+    from a file (a planted ``submission.json`` runs nothing). On a node (SLURM's allocation):
+    ``python``, the profile's, with the fsdp-orch of its own environment; never this Python, whose
+    path (a pipx venv on a login node) the nodes need not have (places.python_env)."""
     import sys
 
-    return (sys.executable or "python3", "-m", SUPERVISOR_MODULE)
+    return (python or sys.executable or "python3", "-m", SUPERVISOR_MODULE)
 
 
 # Where the supervisor writes its job's metrics for node_exporter (supervise.metrics_textfile): the

@@ -130,8 +130,11 @@ class LoginNode:
         for folder in (self.home, self.work / "clusters", shared):
             folder.mkdir(parents=True, exist_ok=True)
         builtin = Path(__file__).resolve().parents[2] / "clusters" / "slurm.yaml"
+        # python: the ranks' environment (this one: torch and fsdp-orch); the profile's default,
+        # python3 on the nodes' PATH, has neither here
         (self.work / "clusters" / "slurm.yaml").write_text(builtin.read_text()
-                                                           + f"shared_dir: {shared}\n")
+                                                           + f"shared_dir: {shared}\n"
+                                                           + f"python: {sys.executable}\n")
         # absolute: tests run the CLI with a bare PATH
         self.nsenter = shutil.which("nsenter") or "nsenter"
         self.holder = subprocess.Popen(

@@ -120,9 +120,10 @@ def test_ssh_hosts_are_checked_for_a_port_that_answers_a_known_key_and_the_same_
     assert (["-o", "StrictHostKeyChecking=yes"]
             == ssh[ssh.index("StrictHostKeyChecking=yes") - 1:][:2])
     assert ssh[-3:] == ["/opt/venv/bin/python", "-c", "'import torch; print(torch.__version__)'"]
-    # a shared filesystem: the host imports the bootstrap from where this fsdp-orch is installed
+    # a shared filesystem: the host imports its own fsdp-orch, never from where this CLI is
+    # installed (issue 62)
     assert by_name[f"127.0.0.1:{open_port} bootstrap"].ok
-    assert str(REPO) in bootstrap[-1] and "shared filesystem" in by_name[
+    assert str(REPO) not in bootstrap[-1] and "shared filesystem" in by_name[
         f"127.0.0.1:{open_port} bootstrap"].detail
 
 

@@ -173,18 +173,20 @@ def test_job_id_in_the_checkpoint_dir_and_args_gives_each_run_its_own_folder() -
 
 
 def test_every_kind_exports_the_collective_timeout_and_the_bootstrap_path() -> None:
+    """The bootstrap is the one of the fsdp-orch the profile's python imports, found on the node
+    (issue 62): never the path of the fsdp-orch that planned the job (``bootstrap_dir``)."""
     ctx = PlanContext(job_id="j1", attempt=0, run_root="/h", job_dir="/j",
                       supervisor_command=SUPERVISOR, bootstrap_dir="/pkg/boot site")
+    found = 'export PYTHONPATH="$FSDP_ORCH_PACKAGE"/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}'
     for kind, extra in (("local", ""), ("slurm", ""), ("ssh", ""), ("tpu-vm", "launcher: xla\n")):
         p = plan(kind, extra + "watch: {collective_timeout: 90s}\n", ctx=ctx)
         assert dict(p.env)["FSDP_ORCH_COLLECTIVE_TIMEOUT"] == "90"
         main = [t for name, t in texts(p).items() if name.endswith(".sh") and "NODE_RANK=" in t]
-        # a TPU VM's workers have their own disks: the bootstrap is that of the copy sent with the
-        # job
-        site = ("/var/tmp/fsdp-orch/runs/j1/lib/fsdp_orch/bootstrap/site" if kind == "tpu-vm"
-                else "'/pkg/boot site'")
-        assert (main and all(f"export PYTHONPATH={site}${{PYTHONPATH:+:\"$PYTHONPATH\"}}" in t
-                             for t in main)), kind
+        assert main and all(found in t and "/pkg/" not in t for t in main), kind
+        # a TPU VM's workers have their own disks: the copy sent with the job comes first
+        if kind == "tpu-vm":
+            own = 'export PYTHONPATH=/var/tmp/fsdp-orch/runs/j1/lib${PYTHONPATH:+:"$PYTHONPATH"}'
+            assert all(t.index(own) < t.index(found) for t in main)
 
 
 def test_nccl_flight_recorder_on_gpus_with_the_users_values_winning() -> None:

@@ -109,8 +109,10 @@ def test_render_shows_the_batch_script_sbatch_is_given(tmp_path):
     batch = out.split(header, 1)[1].split("==> ", 1)[0]
     assert "#SBATCH --job-name=fsdp-orch-abc123" in batch and "#SBATCH --nodes=2" in batch
     assert "#SBATCH --ntasks-per-node=1" in batch and "#SBATCH --signal=B:USR2@120" in batch
-    assert (f"exec {sys.executable} -m fsdp_orch.supervise.supervisor abc123 --run-dir "
+    # the profile's python (python3 on the nodes by default), never this CLI's (issue 62)
+    assert ("exec python3 -m fsdp_orch.supervise.supervisor abc123 --run-dir "
             f"{tmp_path}/runs/abc123 --in-allocation") in batch
+    assert sys.executable not in out
     # run once per node, per attempt
     assert f"==> {tmp_path}/runs/abc123/attempt-0/node.sh <==" in out
 

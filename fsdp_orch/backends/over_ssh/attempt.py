@@ -18,7 +18,6 @@ from fsdp_orch.backends.files import FileObservation
 from fsdp_orch.backends.over_ssh.connect import on_every_host, run_on, where
 from fsdp_orch.backends.over_ssh.node_report import exit_file
 from fsdp_orch.launch.plan import OWN_DISK_PACKAGE, host_port
-from fsdp_orch.launch.render import package_root
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.vocab.categories import NODE_LOST_EXIT
 
@@ -64,13 +63,11 @@ def host_python(profile: Any, job_id: str) -> str:
     return f"PYTHONPATH={shlex.quote(posixpath.join(run_dir, OWN_DISK_PACKAGE))} {python}"
 
 
-def fsdp_orch_python(profile: Any, job_id: str, bootstrap_dir: str | None) -> str:
-    """The shell words that run python with the fsdp_orch the job's ranks import: on hosts that
-    share the run folder, from where their bootstrap is (``host_python`` otherwise)."""
-    python = host_python(profile, job_id)
-    if profile.shared_filesystem and bootstrap_dir:
-        python = f"PYTHONPATH={shlex.quote(package_root(bootstrap_dir))} {python}"
-    return python
+def fsdp_orch_python(profile: Any, job_id: str, bootstrap_dir: str | None = None) -> str:
+    """The shell words that run python with the fsdp_orch the job's ranks import: the one of the
+    profile's python's own environment (``host_python``), never the submitting CLI's (its path on
+    this machine: places.python_env). ``bootstrap_dir`` is not used: kept for the callers."""
+    return host_python(profile, job_id)
 
 
 def stop_command(python: str, job_id: str, attempt: int | None, pgid: int | None,

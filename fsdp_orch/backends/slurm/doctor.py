@@ -1,5 +1,6 @@
 """What ``fsdp-orch doctor --cluster`` checks on a SLURM cluster: the commands, the accounting, the
-nodes' torch against the submit host's, and that the nodes see the run folder."""
+nodes' torch and fsdp-orch (the profile's python, which runs everything in the allocation), and
+that the nodes see the run folder."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from fsdp_orch.observe.command import Runner
 from fsdp_orch.places.home import home_dir
 from fsdp_orch.places.private import ensure_private_root
 from fsdp_orch.record.run_roots import shared_run_root
-from fsdp_orch.vocab.checks import MIN_TORCH_TEXT, RANKS_NEED, TORCH_VERSION, Check, torch_too_old
+from fsdp_orch.vocab.checks import (
+    MIN_TORCH_TEXT,
+    RANKS_NEED,
+    TORCH_VERSION,
+    Check,
+    sacct_fix,
+    torch_too_old,
+)
 from fsdp_orch.vocab.errors import InputError
 
 COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scontrol", "scancel")
@@ -27,6 +35,44 @@ def one_node_step(profile: SlurmProfile) -> list[str]:
     return argv
 
 
+# What a node's python says: its fsdp-orch (found, then its version read; "-": none), then its
+# torch's version (imported: the same check as the ranks' own import).
+FSDP_ORCH_LINE = "fsdp_orch "
+NODE_PROBE = ("import importlib.util as u\n"
+              "v = '-'\n"
+              "if u.find_spec('fsdp_orch') is not None:\n"
+              "    try:\n"
+              "        from fsdp_orch.vocab.version import __version__ as v\n"
+              "    except Exception:\n"
+              "        v = '?'\n"
+              f"print({FSDP_ORCH_LINE!r} + v, flush=True)\n"
+              f"{TORCH_VERSION}\n")
+
+
+def fsdp_orch_on_the_nodes(python: str, said: list[str]) -> Check:
+    """The nodes' fsdp-orch (``NODE_PROBE``'s first line): the supervisor in the allocation, the
+    node agents and the ranks' bootstrap import it from the profile's python, never from the
+    login node's CLI; the same version as this CLI's."""
+    from fsdp_orch.vocab.version import __version__
+
+    name = "fsdp-orch on the nodes"
+    there = next((line[len(FSDP_ORCH_LINE):].strip() for line in said
+                  if line.startswith(FSDP_ORCH_LINE)), None)
+    fix = (f"{python} -m pip install 'fsdp-orch[runtime]=={__version__}' in the environment "
+           "the nodes run (on the shared filesystem), or set python: in the profile to a "
+           "python that has it")
+    if there is None:
+        return Check(name, False, f"{python} on a node did not answer (see torch on the nodes)",
+                     fix)
+    if there == "-":
+        return Check(name, False, f"{python} on a node cannot import fsdp_orch: the supervisor in "
+                     "the allocation, the node agents and the ranks' bootstrap run from it", fix)
+    if there != __version__:
+        return Check(name, False, f"fsdp-orch {there} on the nodes ({python}), {__version__} "
+                     "here", fix)
+    return Check(name, True, f"{python}: fsdp-orch {there}, as here")
+
+
 def slurm_checks(profile: SlurmProfile, torch_version: str | None, run: Runner) -> list[Check]:
     missing = [c for c in COMMANDS if shutil.which(c) is None]
     if missing:
@@ -35,20 +81,20 @@ def slurm_checks(profile: SlurmProfile, torch_version: str | None, run: Runner) 
     checks = [Check("SLURM commands", True, ", ".join(COMMANDS))]
     accounting = run(["sacct", "--noheader", "-X", "-S", "now-1minutes", "-o", "JobID"], 30.0)
     if accounting.returncode != 0:
-        checks.append(Check("sacct answers", False,
-                            (accounting.stderr or accounting.stdout).strip()[:300],
-                            "status needs SLURM's accounting: ask the admins to enable slurmdbd "
-                            "(AccountingStorageType=accounting_storage/slurmdbd)"))
+        said = (accounting.stderr or accounting.stdout).strip()
+        checks.append(Check("sacct answers", False, said[:300], sacct_fix(said)))
     else:
         checks.append(Check("sacct answers", True, "the accounting database answers"))
-    nodes = run([*one_node_step(profile), profile.python, "-c", TORCH_VERSION], 300.0)
-    version = (nodes.stdout.strip().splitlines()[-1]
-               if nodes.returncode == 0 and nodes.stdout.strip() else None)
+    nodes = run([*one_node_step(profile), profile.python, "-c", NODE_PROBE], 300.0)
+    said = nodes.stdout.strip().splitlines()
+    version = (said[-1] if nodes.returncode == 0 and said
+               and not said[-1].startswith(FSDP_ORCH_LINE) else None)
     if version is None:
         checks.append(Check("torch on the nodes", False, f"{profile.python} on a node: "
                             f"{(nodes.stderr.strip().splitlines() or ['no output'])[-1][:300]}",
                             "set python: in the profile to an interpreter the nodes have, "
-                            "with torch (a venv on the shared filesystem)"))
+                            "with torch and fsdp-orch[runtime] (a venv on the shared "
+                            "filesystem)"))
     elif torch_too_old(version):
         checks.append(Check("torch on the nodes", False,
                             f"nodes have torch {version}, older than "
@@ -56,6 +102,7 @@ def slurm_checks(profile: SlurmProfile, torch_version: str | None, run: Runner) 
                             f"{RANKS_NEED}; or set python: in the profile to such an environment"))
     else:
         checks.append(Check("torch on the nodes", True, f"{profile.python}: torch {version}"))
+    checks.append(fsdp_orch_on_the_nodes(profile.python, said))
     runs = os.path.join(shared_run_root(profile.shared_dir) if profile.shared_dir else home_dir(),
                         "runs")
     where = "shared_dir in the profile" if profile.shared_dir else "FSDP_ORCH_HOME"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from functools import partial
 from pathlib import Path
@@ -70,6 +71,9 @@ class SlurmKind(ClusterKind[SlurmProfile]):
     name = "slurm"
     profile_model = SlurmProfile
     main_template = "slurm-node.sh.j2"
+    # The supervisor runs in the allocation, on the profile's python (control.planning): the login
+    # node's interpreter, a pipx venv there, need not exist on the nodes.
+    supervisor_on_a_node = True
 
     def place(self, job: JobSpec, profile: SlurmProfile, cluster: str,
               ctx: PlanContext) -> Placement:
@@ -208,8 +212,36 @@ def refresh(index: JobIndex, rows: list[JobStatus], *,  # type: ignore[no-untype
         if rec.state in LOST_ALLOCATION and _resubmit(index, fresh, sid, rec.state, resubmit_fn):
             continue
         index.journal(row.id).set_state(
-            mapped, reason=f"SLURM job {sid} ended {rec.state} (exit {rec.exit_code})")
+            mapped, reason=f"SLURM job {sid} ended {rec.state} (exit {rec.exit_code})"
+            + batch_said(fresh.run_dir, sid))
     return changed
+
+
+SETUP_LINE = "[fsdp-orch] node setup: "
+
+
+def batch_said(run_dir: str | None, sid: str) -> str:
+    """What the batch script said when it stopped before the supervisor started (``sbatch.sh``: the
+    profile's python is not on the node, or lacks fsdp-orch), from ``slurm-<id>.out`` in the run
+    folder: ": <its line>", or "" (no such line; the file not this user's own)."""
+    if not run_dir:
+        return ""
+    path = os.path.join(run_dir, f"slurm-{sid}.out")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
+            return ""
+        os.lseek(fd, max(0, st.st_size - 65536), os.SEEK_SET)
+        text = os.read(fd, 65536).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+    said = [line[len(SETUP_LINE):].strip() for line in text.splitlines()
+            if line.startswith(SETUP_LINE)]
+    return f": {said[-1][:500]}" if said else ""
 
 
 def _resubmit(index: JobIndex, row: JobStatus, sid: str,  # type: ignore[no-untyped-def]

@@ -14,7 +14,8 @@ USES_HOME = False
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", help="also check this cluster profile's machines")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object: ok, and each check with its fix")
 
 
 def run(args: argparse.Namespace) -> int:

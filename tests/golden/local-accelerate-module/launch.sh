@@ -20,6 +20,21 @@ RDZV_HOST=127.0.0.1
 NODE_LOG_DIR=/srv/fsdp-orch/runs/j0123456789a/attempt-1/node-"$NODE_RANK"
 mkdir -p -- "$NODE_LOG_DIR"
 export FSDP_ORCH_NODE_RANK="$NODE_RANK"
+if ! command -v /opt/fsdp/venv/bin/python >/dev/null 2>&1; then
+  printf '[fsdp-orch] node setup: python %s is not on %s\n' /opt/fsdp/venv/bin/python "$(hostname)" >&2
+  exit 78
+fi
+# fsdp-orch as the profile's python imports it (pip install 'fsdp-orch[runtime]' in the ranks'
+# environment): nothing on a node comes from the submitting CLI's environment. Without
+# torch or fsdp_orch there, said by name (not retried).
+FSDP_ORCH_PACKAGE=$(/opt/fsdp/venv/bin/python -c 'import importlib.util as u; m = [n for n in "torch fsdp_orch".split() if u.find_spec(n) is None]; print(" and ".join(m) if m else u.find_spec("fsdp_orch").submodule_search_locations[0]); raise SystemExit(1 if m else 0)' 2>/dev/null) || {
+  printf "[fsdp-orch] node setup: python %s on %s cannot import %s: install it there (%s -m pip install 'fsdp-orch[runtime]'), or set python: in the cluster profile to the python of the environment your training uses\n" /opt/fsdp/venv/bin/python "$(hostname)" "${FSDP_ORCH_PACKAGE:-fsdp_orch}" /opt/fsdp/venv/bin/python >&2
+  exit 78
+}
+# fsdp-orch's bootstrap in every Python process (step progress, liveness probe, injected faults),
+# checked and found before this node's output goes to its node-local console: the supervisor reads
+# what is missing at once.
+export PYTHONPATH="$FSDP_ORCH_PACKAGE"/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
 # Heartbeats stay on this node: its ranks write them under node-local tmp, never the shared run folder.
 # That folder is this user's alone. One someone else made first is never used: a private one is made
 # beside it and named to the ranks, the agent and the standby (FSDP_ORCH_NODE_TMP).
@@ -50,21 +65,15 @@ fi
 export FSDP_ORCH_NODE_TMP
 FSDP_ORCH_BEAT_DIR="$FSDP_ORCH_NODE_TMP"/j0123456789a/attempt-1/node-"$NODE_RANK"
 export FSDP_ORCH_BEAT_DIR
-# fsdp-orch's bootstrap in every Python process: step progress, liveness probe, injected faults.
-export PYTHONPATH=/opt/fsdp-orch/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
 # This node's agent: sends the supervisor one summary of these ranks a second over TCP (the address
 # is in the attempt's agent.json), takes their stacks and stops them when it asks. Ends with the launcher.
-PYTHONPATH=/opt/fsdp-orch${PYTHONPATH:+:"$PYTHONPATH"} /opt/fsdp/venv/bin/python -m fsdp_orch.nodeagent "$NODE_RANK" "$$" &
+/opt/fsdp/venv/bin/python -m fsdp_orch.nodeagent "$NODE_RANK" "$$" &
 # What the job needs on this node, said by name (node_setup_error, not retried) before anything starts.
 if [ ! -d /srv/jobs/demo ]; then
   printf '[fsdp-orch] node setup: the working folder %s is not on %s\n' /srv/jobs/demo "$(hostname)" >&2
   exit 78
 fi
 cd -- /srv/jobs/demo
-if ! command -v /opt/fsdp/venv/bin/python >/dev/null 2>&1; then
-  printf '[fsdp-orch] node setup: python %s is not on %s\n' /opt/fsdp/venv/bin/python "$(hostname)" >&2
-  exit 78
-fi
 # A checkpoint is a pickle, and loading one can run code: unless the job never resumes, its
 # checkpoint folder here (or, not made yet, the folder it will be made in) is yours or root's and
 # writable by no one else, and so is each folder above it (a sticky one like /tmp excepted), the rule

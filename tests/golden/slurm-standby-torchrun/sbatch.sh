@@ -14,6 +14,19 @@
 # job golden demo (j0123456789a), cluster slurm
 set -euo pipefail
 umask 077  # fsdp-orch's files (logs, heartbeats) are this user's alone; the ranks take FSDP_ORCH_UMASK
+# The supervisor runs on the profile's python, with the fsdp-orch of its own environment (its path on
+# the submitting machine is never used here), as the standby and the ranks do.
+if ! command -v /shared/venvs/train/bin/python >/dev/null 2>&1; then
+  printf '[fsdp-orch] node setup: python %s is not on %s\n' /shared/venvs/train/bin/python "$(hostname)" >&2
+  exit 78
+fi
+# fsdp-orch as the profile's python imports it (pip install 'fsdp-orch[runtime]' in the ranks'
+# environment): nothing on a node comes from the submitting CLI's environment. Without
+# fsdp_orch there, said by name (not retried).
+FSDP_ORCH_PACKAGE=$(/shared/venvs/train/bin/python -c 'import importlib.util as u; m = [n for n in "fsdp_orch".split() if u.find_spec(n) is None]; print(" and ".join(m) if m else u.find_spec("fsdp_orch").submodule_search_locations[0]); raise SystemExit(1 if m else 0)' 2>/dev/null) || {
+  printf "[fsdp-orch] node setup: python %s on %s cannot import %s: install it there (%s -m pip install 'fsdp-orch[runtime]'), or set python: in the cluster profile to the python of the environment your training uses\n" /shared/venvs/train/bin/python "$(hostname)" "${FSDP_ORCH_PACKAGE:-fsdp_orch}" /shared/venvs/train/bin/python >&2
+  exit 78
+}
 # Warm standby: on every node (spares included), a job step of its own keeps a process that has
 # imported torch ready for the next attempt's ranks (an attempt's step takes what it started with it).
 srun --overlap --nodes=3 --ntasks-per-node=1 --kill-on-bad-exit=0 \

@@ -28,6 +28,23 @@ export RANK="$NODE_RANK" LOCAL_RANK=0 WORLD_SIZE=4 LOCAL_WORLD_SIZE=1
 NODE_LOG_DIR=/var/tmp/fsdp-orch/runs/j0123456789a/attempt-1/node-"$NODE_RANK"
 mkdir -p -- "$NODE_LOG_DIR"
 export FSDP_ORCH_NODE_RANK="$NODE_RANK"
+# This host has its own disk: fsdp-orch's copy of itself, sent with the job.
+export PYTHONPATH=/var/tmp/fsdp-orch/runs/j0123456789a/lib${PYTHONPATH:+:"$PYTHONPATH"}
+if ! command -v /usr/bin/python3 >/dev/null 2>&1; then
+  printf '[fsdp-orch] node setup: python %s is not on %s\n' /usr/bin/python3 "$(hostname)" >&2
+  exit 78
+fi
+# fsdp-orch as the profile's python imports it (pip install 'fsdp-orch[runtime]' in the ranks'
+# environment): nothing on a node comes from the submitting CLI's environment. Without
+# torch or fsdp_orch there, said by name (not retried).
+FSDP_ORCH_PACKAGE=$(/usr/bin/python3 -c 'import importlib.util as u; m = [n for n in "torch fsdp_orch".split() if u.find_spec(n) is None]; print(" and ".join(m) if m else u.find_spec("fsdp_orch").submodule_search_locations[0]); raise SystemExit(1 if m else 0)' 2>/dev/null) || {
+  printf "[fsdp-orch] node setup: python %s on %s cannot import %s: install it there (%s -m pip install 'fsdp-orch[runtime]'), or set python: in the cluster profile to the python of the environment your training uses\n" /usr/bin/python3 "$(hostname)" "${FSDP_ORCH_PACKAGE:-fsdp_orch}" /usr/bin/python3 >&2
+  exit 78
+}
+# fsdp-orch's bootstrap in every Python process (step progress, liveness probe, injected faults),
+# checked and found before this node's output goes to its node-local console: the supervisor reads
+# what is missing at once.
+export PYTHONPATH="$FSDP_ORCH_PACKAGE"/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
 # Heartbeats stay on this node: its ranks write them under node-local tmp, never the shared run folder.
 # That folder is this user's alone. One someone else made first is never used: a private one is made
 # beside it and named to the ranks, the agent and the standby (FSDP_ORCH_NODE_TMP).
@@ -58,10 +75,6 @@ fi
 export FSDP_ORCH_NODE_TMP
 FSDP_ORCH_BEAT_DIR="$FSDP_ORCH_NODE_TMP"/j0123456789a/attempt-1/node-"$NODE_RANK"
 export FSDP_ORCH_BEAT_DIR
-# This host has its own disk: fsdp-orch's copy of itself, sent with the job.
-export PYTHONPATH=/var/tmp/fsdp-orch/runs/j0123456789a/lib${PYTHONPATH:+:"$PYTHONPATH"}
-# fsdp-orch's bootstrap in every Python process: step progress, liveness probe, injected faults.
-export PYTHONPATH=/var/tmp/fsdp-orch/runs/j0123456789a/lib/fsdp_orch/bootstrap/site${PYTHONPATH:+:"$PYTHONPATH"}
 # What the job needs on this node, said by name (node_setup_error, not retried) before anything starts.
 if [ ! -d /var/tmp/fsdp-orch/runs/j0123456789a/code ]; then
   printf '[fsdp-orch] node setup: the working folder %s is not on %s\n' /var/tmp/fsdp-orch/runs/j0123456789a/code "$(hostname)" >&2
@@ -70,10 +83,6 @@ fi
 cd -- /var/tmp/fsdp-orch/runs/j0123456789a/code
 if [ ! -f train.py ]; then
   printf '[fsdp-orch] node setup: the script %s is not in %s on %s\n' train.py /var/tmp/fsdp-orch/runs/j0123456789a/code "$(hostname)" >&2
-  exit 78
-fi
-if ! command -v /usr/bin/python3 >/dev/null 2>&1; then
-  printf '[fsdp-orch] node setup: python %s is not on %s\n' /usr/bin/python3 "$(hostname)" >&2
   exit 78
 fi
 # A checkpoint is a pickle, and loading one can run code: unless the job never resumes, its
