@@ -13,34 +13,52 @@ if TYPE_CHECKING:
 
 
 def report_text(job: str, cluster: str, found: Estimate,
-                suggestions: list[Suggestion] | None) -> str:
+                suggestions: list[Suggestion] | None, *, device: str = "gpu",
+                one_node: bool = False) -> str:
+    """``device``: the cluster's (a profile's ``device: cpu`` runs processes, not GPUs);
+    ``one_node``: its kind has one node (``local``), where more nodes is no change to make."""
     from fsdp_orch.fit.budget import table
     from fsdp_orch.fit.suggestions import table as suggestions_table
 
-    text = table(found.budget, heading(job, cluster, found))
+    text = table(found.budget, heading(job, cluster, found, device))
     if suggestions is not None:
-        return text + suggestions_table(suggestions)
+        said = suggestions_table(suggestions)
+        if one_node:
+            said = said.replace(") ranks)", ") ranks; not on this one-node cluster)")
+        return text + said
     if found.budget.tight:
         return text + "less than a tenth of the GPU to spare: fsdp-orch fit --suggest says what " \
                       "single change would lower the peak\n"
     return text
 
 
-def heading(job: str, cluster: str, found: Estimate) -> list[str]:
+def count(n: float) -> str:
+    """A number of parameters as a reader says it: 1.24 B, 7.0 M, 52.3 K, 640."""
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.{2 if unit == 'B' else 1}f} {unit}"
+    return f"{int(n)}"
+
+
+def heading(job: str, cluster: str, found: Estimate, device: str = "gpu") -> list[str]:
     setup, measured, fit = found.setup, found.measured, found.setup.fit
     lora = ""
     if fit.lora is not None:
         lora = (f"; LoRA r={fit.lora.r} on {measured['adapted']} Linear layers"
                 + (" (base weights in nf4)" if fit.lora.quantize == "nf4" else ""))
     how = "cached" if found.cached else f"measured in {measured['seconds']:g} s"
+    nodes = f"{setup.nodes} node" + ("s" if setup.nodes != 1 else "")
+    each = (f"{setup.procs_per_node} CPU process" + ("es" if setup.procs_per_node != 1 else "")
+            if device == "cpu" else
+            f"{setup.procs_per_node} GPU" + ("s" if setup.procs_per_node != 1 else ""))
     return [
-        f"{job} on {cluster}: {setup.nodes} node(s) x {setup.procs_per_node} GPU(s)"
+        f"{job} on {cluster}: {nodes} x {each}"
         f" = {setup.world_size} ranks, {setup.strategy}, mixed precision "
         f"{setup.mixed_precision}, activation checkpointing "
         f"{'on' if setup.activation_checkpointing else 'off'}, offload "
         f"{'on' if setup.offload_params else 'off'}",
-        f"model {fit.model}: {measured['params'] / 1e9:.2f} B parameters, "
-        f"{measured['trainable'] / 1e6:.1f} M trainable{lora}; batch {fit.batch_size} x "
+        f"model {fit.model}: {count(measured['params'])} parameters, "
+        f"{count(measured['trainable'])} trainable{lora}; batch {fit.batch_size} x "
         f"{fit.seq_len} tokens a GPU, {fit.optimizer}",
         f"one rank's tensors by FSDPMemTracker under FakeTensorMode ({how})",
     ]
@@ -61,4 +79,4 @@ def report_json(job: str, cluster: str, found: Estimate,
             "tracked_bytes": measured["peak"]}
 
 
-__all__ = ["heading", "report_json", "report_text"]
+__all__ = ["count", "heading", "report_json", "report_text"]

@@ -10,6 +10,7 @@ from fsdp_orch.record.restart_budget import restart_budget
 from fsdp_orch.record.save_cadence import describe
 from fsdp_orch.record.status import JobStatus
 from fsdp_orch.record.suspects import health_lines
+from fsdp_orch.vocab.hints import for_job
 from fsdp_orch.vocab.times import iso_time
 
 
@@ -105,15 +106,16 @@ def detail_lines(job: JobStatus, now: float | None = None) -> list[str]:
         lines.append(f"attempt {f.attempt}: {f.category}{stalled} -> {f.action}: "
                      f"{f.evidence or ''}")
         if f.hint:
-            lines.append(f"  hint: {f.hint}")
+            lines.append(f"  hint: {for_job(f.hint, job.id)}")
     if job.last_checkpoint_path:
         step = (f"step {job.last_checkpoint_step}" if job.last_checkpoint_step is not None
                 else f"step unknown: {job.last_checkpoint_note or 'not in its name or content'}")
         lines.append(f"checkpoint: {job.last_checkpoint_path} ({step})")
     if job.hang_detection_off is not None:
         lines.append(f"hang detection: off: {job.hang_detection_off}")
-    for n in job.notices:
-        lines.append(f"attempt {n.attempt}: {n.kind}: {n.message}")
+    for n in job.notices:  # one of the job's own (submit_fresh) has no attempt
+        lines.append(("" if n.attempt is None else f"attempt {n.attempt}: ")
+                     + f"{n.kind}: {n.message}")
     if job.run_dir:
         lines.append(f"run dir: {job.run_dir}")
     return lines

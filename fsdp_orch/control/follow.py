@@ -9,6 +9,7 @@ from typing import Any
 
 from fsdp_orch.record.restart_budget import restart_budget
 from fsdp_orch.record.status import Failure, JobStatus
+from fsdp_orch.vocab.hints import for_job
 from fsdp_orch.vocab.states import TERMINAL_NAMES
 
 
@@ -49,16 +50,16 @@ def countdown(left: float) -> str:
     return f"next attempt in {math.ceil(round(left, 6))}s"
 
 
-def failure_lines(failure: Failure) -> list[str]:
-    """What ``--wait`` prints of a failure as it happens: the attempt, the category and the action,
-    the evidence's first clause (the culprit comes first in it; ``status`` has the rest), and the
-    hint."""
+def failure_lines(failure: Failure, job_id: str) -> list[str]:
+    """What ``--wait`` prints of a failure of job ``job_id`` as it happens: the attempt, the
+    category and the action, the evidence's first clause (the culprit comes first in it; ``status``
+    has the rest), and the hint, the commands they suggest naming the job."""
     lines = [f"attempt {failure.attempt} failed: {failure.category} -> {failure.action}"]
     if failure.evidence:
         first, _, rest = failure.evidence.partition("; ")
-        lines.append(f"  {first}" + (" (more: fsdp-orch status JOB_ID)" if rest else ""))
+        lines.append(f"  {first}" + (f" (more: fsdp-orch status {job_id})" if rest else ""))
     if failure.hint:
-        lines.append(f"  hint: {failure.hint}")
+        lines.append(f"  hint: {for_job(failure.hint, job_id)}")
     return lines
 
 
@@ -108,7 +109,7 @@ def wait_for(index: Any, job_id: str, *, show_progress: bool = True, quiet: bool
         if say_failures and ready:
             clear = "\r\033[K" if tty and show_progress else ""
             for failure in ready:
-                sys.stderr.write(clear + "\n".join(failure_lines(failure)) + "\n")
+                sys.stderr.write(clear + "\n".join(failure_lines(failure, job_id)) + "\n")
                 clear = ""
             failures_said, last = failures_said + len(ready), ""
         line = progress_line(row, time.time())
@@ -131,5 +132,8 @@ def wait_for(index: Any, job_id: str, *, show_progress: bool = True, quiet: bool
             return str(row.state)
         refresh(index, [job_id])
         if timeout is not None and now - started > timeout:
+            if tty and show_progress and not quiet:
+                sys.stderr.write("\n")  # what follows starts on a line of its own
+                sys.stderr.flush()
             return str(row.state)
         time.sleep(interval)

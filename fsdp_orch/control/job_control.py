@@ -17,6 +17,8 @@ from fsdp_orch.control.resubmit import (
     decide,
     existing_checkpoint,
     nothing_to_move,
+    prune_previous,
+    pruned_said,
     said,
     start_fresh,
 )
@@ -86,15 +88,23 @@ def _record(index: JobIndex, request: SubmitRequest, planned: PlannedSubmission)
 
 def _act_on_checkpoint(index: JobIndex, submission: Submission, planned: PlannedSubmission,
                        found: Existing, choice: Choice, say: Say | None) -> None:
-    """``--fresh`` moves the checkpoints aside; either choice is recorded and said."""
+    """``--fresh`` moves the checkpoints aside, and deletes the earlier runs moved aside beyond
+    checkpoint.keep_previous; what was done is recorded and said."""
     job_id, checkpoint_dir = submission.job_id, planned.plan.checkpoint_dir
     moved_to = (start_fresh(checkpoint_dir, job_id, _file_layout(planned))
                 if choice == "fresh" else None)
-    line = said(found, choice, moved_to)
-    index.journal(job_id, role="submit", run_dir=str(submission.run_dir)).add_event(
-        attempt=None, kind=f"submit_{choice}", message=line)
-    if say is not None:
-        say(line)
+    lines = [(f"submit_{choice}", said(found, choice, moved_to))]
+    if moved_to is not None:
+        keep = planned.submission.job.checkpoint.keep_previous
+        created = {job.id: job.created_at for job in index.store.jobs()}
+        deleted = prune_previous(moved_to, created, keep, job_id)
+        if deleted:
+            lines.append(("previous_pruned", pruned_said(deleted, keep)))
+    journal = index.journal(job_id, role="submit", run_dir=str(submission.run_dir))
+    for kind, line in lines:
+        journal.add_event(attempt=None, kind=kind, message=line)
+        if say is not None:
+            say(line)
 
 
 def record_submission(index: JobIndex, request: SubmitRequest,

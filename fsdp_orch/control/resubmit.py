@@ -6,7 +6,8 @@ told ``--resume`` (continue it) or ``--fresh`` (move it aside, keep it, and star
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -115,5 +116,68 @@ def start_fresh(checkpoint_dir: str, job_id: str, layout: FileLayout | None = No
     return os.path.join(os.path.expanduser(checkpoint_dir), PREVIOUS_DIR)
 
 
+# The runs moved aside that a checkpoint folder keeps (checkpoint.keep_previous, 1 by default).
+# Each costs what the job's own checkpoints cost (keep_last of them: a 7B model's with its AdamW
+# state is about 80 GB a checkpoint, so some 250 GB a run), and --fresh used to keep every one
+# (158 MB after six runs of the demo's tiny model). One keeps the run a --fresh just replaced, the
+# one a user wants back when the fresh start was a mistake, and bounds the folder at twice what the
+# job keeps; more is a choice made knowing its cost.
+# What move_aside names an entry: ``<name>.<job id>`` (``-N`` when taken), the job id the 12 hex
+# digits of the submission that moved it.
+_MOVED_BY = re.compile(r"\.(?P<job>[0-9a-f]{12})(?:-\d+)?$")
+
+
+def to_prune(names: Iterable[str], created: Mapping[str, float], keep: int,
+             just_moved: str) -> list[str]:
+    """The names in a ``.fsdp-orch-previous`` folder to delete (pure): the entries of the runs
+    beyond the ``keep`` newest, a run being the entries one submission moved (named
+    ``<name>.<its job id>``), newest by that job's ``created`` time. The run ``just_moved`` (this
+    submission's job id) is always kept, and a name that is not ``<name>.<id of a job in
+    created>`` is never touched: fsdp-orch did not put it there, or no longer knows the job."""
+    runs: dict[str, list[str]] = {}
+    for name in sorted(names):
+        found = _MOVED_BY.search(name)
+        if found is not None and found["job"] in created:
+            runs.setdefault(found["job"], []).append(name)
+    newest = sorted(runs, key=lambda job: (job == just_moved, created[job]), reverse=True)
+    return [name for job in newest[max(1, keep):] for name in runs[job]]
+
+
+def prune_previous(folder: str, created: Mapping[str, float], keep: int,
+                   just_moved: str) -> list[str]:
+    """Delete what :func:`to_prune` names in ``folder`` (a ``.fsdp-orch-previous``): folders and
+    files, never a symbolic link (nor what it points to); the paths deleted."""
+    import shutil
+    import stat
+
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    deleted = []
+    for name in to_prune(names, created, keep, just_moved):
+        path = os.path.join(folder, name)
+        try:
+            mode = os.lstat(path).st_mode
+            if stat.S_ISDIR(mode):
+                shutil.rmtree(path)
+            elif stat.S_ISREG(mode):
+                os.unlink(path)
+            else:
+                continue
+        except OSError:
+            continue  # left for the next --fresh
+        deleted.append(path)
+    return deleted
+
+
+def pruned_said(deleted: list[str], keep: int) -> str:
+    """The line ``submit`` prints (and the event says) for the earlier runs deleted (pure)."""
+    runs = "run" if keep == 1 else "runs"
+    return (f"deleted {len(deleted)} checkpoint(s) of earlier --fresh runs beyond the newest "
+            f"{keep} {runs} kept (checkpoint.keep_previous={keep}): {', '.join(deleted)}")
+
+
 __all__ = ["FINISHED", "Choice", "Existing", "checkpoint_dir_of", "decide", "existing_checkpoint",
-           "nothing_to_move", "said", "start_fresh", "writer_of"]
+           "nothing_to_move", "prune_previous", "pruned_said", "said", "start_fresh", "to_prune",
+           "writer_of"]

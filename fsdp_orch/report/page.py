@@ -231,7 +231,7 @@ def _suspects(status: JobStatus) -> str:
     found = health_notices(status)
     if not found:
         return "<p id='suspects'>none</p>"
-    rows = [f"<tr class='suspect' data-kind='{escape(n.kind)}'><td>{n.attempt}</td>"
+    rows = [f"<tr class='suspect' data-kind='{escape(n.kind)}'><td>{_attempt(n.attempt)}</td>"
             f"<td>{escape(n.kind)}</td><td class='evidence'>{escape(n.message)}</td></tr>"
             for n in found]
     return ("<table id='suspects'><tr><th>attempt</th><th>what</th><th>said</th></tr>"
@@ -246,11 +246,17 @@ def _notices(notices: list[dict[str, Any]]) -> str:
     rows = ["<table id='notices'><tr><th>attempt</th><th>at</th><th>notice</th>"
             "<th>message</th></tr>"]
     for n in notices:
-        rows.append(f"<tr class='notice' data-kind='{escape(n['kind'])}'><td>{n['attempt']}</td>"
+        rows.append(f"<tr class='notice' data-kind='{escape(n['kind'])}'>"
+                    f"<td>{_attempt(n['attempt'])}</td>"
                     f"<td>{escape(n['at'] or '')}</td><td>{escape(n['kind'])}</td>"
                     f"<td class='evidence'>{escape(n['message'] or '')}</td></tr>")
     rows.append("</table>")
     return "\n".join(rows)
+
+
+def _attempt(attempt: int | None) -> str:
+    """An event's attempt; one of the job's own (``submit_fresh``: before any attempt) has none."""
+    return "&ndash;" if attempt is None else str(attempt)
 
 
 __all__ = ["MEANING", "render"]

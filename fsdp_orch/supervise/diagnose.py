@@ -9,8 +9,10 @@ the evidence when a real one follows: the innermost exception line is, with wher
 one raised in torch_xla's own frames is ``xla_error``. A rank ended by a signal is named by it
 (``killed_sigkill``, ``crashed_signal``); a fault fsdp-orch injected on purpose is
 ``injected_fault``. Weak signatures (a bare "NCCL WARN", "Broken pipe") count only when no strong
-one is found. What an exit status tells, where the logs say nothing, is
-:mod:`fsdp_orch.supervise.exit_cause`'s.
+one is found. A process's refusal to start (argparse's ``error:`` line after its usage, python's
+"can't open file") is never a cause in a live log: it is kept apart (``startup``) and decides only
+at the exit, with the exit status it implies (:func:`startup_refusal`). What an exit status tells,
+where the logs say nothing, is :mod:`fsdp_orch.supervise.exit_cause`'s.
 """
 
 from __future__ import annotations
@@ -32,8 +34,13 @@ from fsdp_orch.supervise.log_signatures import (
     ORDINARY_EXCEPTION,
     RAISED_IN,
     STACK_DUMP,
+    STARTUP,
     STRONG,
     TRACEBACK,
+    USAGE,
+    USAGE_ERROR,
+    USAGE_EXIT,
+    USAGE_SPAN,
     WEAK,
     WRAPPER,
     match_rule,
@@ -143,6 +150,9 @@ class LineScanner:
         self._crashed = False
         self._failures = FailuresList()  # torchrun's "Failures:" list (ranks that failed later)
         self._killed_after: Diagnosis | None = None  # a SIGKILL reported after a lost peer
+        # a refusal to start and the exit status it ends its process with (never a live cause)
+        self.startup: tuple[Diagnosis, int] | None = None
+        self._usage_at: int | None = None  # the line number of the last "usage:" line
         self._count = 0
 
     def feed(self, raw: str) -> Diagnosis | None:
@@ -192,6 +202,7 @@ class LineScanner:
             self._note_checkpoint_io(line)
         if CRASH.search(line):
             self._crashed = True
+        self._note_startup(line)
         evidence = line
         injected = INJECTED.search(line)
         if injected:
@@ -287,6 +298,23 @@ class LineScanner:
         if not _is_library(frame["file"]):
             tb.user = tb.last
 
+    def _note_startup(self, line: str) -> None:
+        """The first refusal to start: an ``error:`` line within USAGE_SPAN lines after a usage,
+        or the interpreter's own (a script it cannot open, a module it cannot find)."""
+        if USAGE.match(line):
+            self._usage_at = self._count
+            return
+        if self.startup is not None:
+            return
+        if self._usage_at is not None and self._count - self._usage_at <= USAGE_SPAN \
+                and USAGE_ERROR.match(line):
+            self.startup = (Diagnosis("user_code_error", False, line, self._count), USAGE_EXIT)
+            return
+        for pattern, status in STARTUP:
+            if pattern.match(line):
+                self.startup = (Diagnosis("user_code_error", False, line, self._count), status)
+                return
+
     def _note_checkpoint_io(self, line: str) -> None:
         if CHECKPOINT_IO.search(line):
             self._tb.checkpoint_io = True
@@ -295,13 +323,26 @@ class LineScanner:
     def result(self) -> Diagnosis | None:
         """The root cause (a SIGKILL of a rank rather than the lost peer it caused), else a
         traceback through checkpoint I/O cut off before its exception line, else an exception that
-        only carried another whose inner exception never came, else the first weak sign."""
+        only carried another whose inner exception never came, else a refusal to start, else the
+        first weak sign."""
         if self.first is not None:
             return self._killed_after or self.first
         if self._in_traceback and self._checkpoint_frame is not None:
             line, number = self._checkpoint_frame
             return Diagnosis("checkpoint_error", False, line, number)
-        return self.wrapper or self.weak
+        return self.wrapper or (self.startup[0] if self.startup else None) or self.weak
+
+
+def startup_refusal(lines: Iterable[str], status: int) -> Diagnosis | None:
+    """A refusal to start in ``lines`` (one log's last lines) whose process ends with ``status``,
+    the exit status of the rank that failed first: argparse's usage error exits 2, so a usage
+    error a healthy job's subprocess printed is not the cause of a rank that exited 1."""
+    scanner = LineScanner()
+    for line in lines:
+        scanner.feed(line)
+    if scanner.startup is not None and scanner.startup[1] == status:
+        return scanner.startup[0]
+    return None
 
 
 def diagnose_text(text: str) -> Diagnosis:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fsdp_orch.supervise.diagnose import Diagnosis, diagnose_lines
+from fsdp_orch.supervise.diagnose import Diagnosis, diagnose_lines, startup_refusal
 from fsdp_orch.supervise.signals import SIGNALS, signal_category
 from fsdp_orch.vocab.categories import COMMUNICATION, NODE_LOST_EXIT, SIGNAL_ENDINGS
 
@@ -40,7 +40,16 @@ def cause_at_exit(code: int, cause: Diagnosis | None, root: tuple[int, int, int]
     torchrun's summary says another rank failed first (``root``: global rank, local rank, exit code)
     and the logs only show its peers losing it (``cause_rank``: the local rank whose output held the
     cause, if known), or one of ``logs`` (each a log's last lines) reports a rank's SIGKILL after
-    the lost peer; then that rank's ending is the cause."""
+    the lost peer; then that rank's ending is the cause. A rank that refused to start (argparse's
+    usage error, python's "can't open file") and exited with the status that refusal ends with is
+    the cause where the logs hold no cause that is not retried (a usage error is the user's)."""
+    logs = [list(lines) for lines in logs]
+    status = root[2] if root is not None and root[2] != 0 else code
+    if cause is None or cause.retryable:
+        for lines in logs:
+            refused = startup_refusal(lines, status)
+            if refused is not None:
+                return refused
     if root is not None and root[2] != 0:
         rank, local_rank, rank_code = root
         if cause is None or (cause.category in COMMUNICATION and cause_rank != local_rank):

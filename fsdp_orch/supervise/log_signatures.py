@@ -169,6 +169,24 @@ STACK_DUMP = re.compile(r"^Thread \d+ \((?:idle|active)\)|"
 # After a crash, the stacks the crash handler prints are not a hang's.
 CRASH = re.compile(r"Fatal Python error|Segmentation fault|core dumped|SIGSEGV|SIGABRT")
 
+# A process's last words at start-up, when it refuses to run at all: argparse's (or click's) error
+# after the usage it prints ("usage: train.py [-h] ..." then "train.py: error: unrecognized
+# arguments: --stpes 5", exit 2), the interpreter's for a script it cannot open ("python: can't
+# open file '/x/train.py': [Errno 2] No such file or directory", exit 2) or a module it cannot find
+# ("python: No module named pkg", "Error while finding module specification", exit 1). Each with
+# the exit status that process ends with: a line of these in a log whose rank exited otherwise
+# (a subprocess of a healthy job printed it) is not the cause. Never a cause in a live log:
+# LineScanner keeps it apart (``startup``) for the exit to decide on.
+USAGE = re.compile(r"^usage: \S", re.IGNORECASE)
+USAGE_ERROR = re.compile(r"^(?:[^\s:][^:]{0,80}: error: |Error: )\S")
+USAGE_SPAN = 40  # lines between the usage and its error (a long usage; other ranks' lines)
+USAGE_EXIT = 2  # argparse's parser.error and click's UsageError
+STARTUP = [
+    (re.compile(r"^\S*python[\d.]*: can't open file .*\[Errno \d+\]"), 2),
+    (re.compile(r"^\S*python[\d.]*: (?:No module named |Error while finding module specification)"),
+     1),
+]
+
 # What fsdp-orch's own fault injection prints before it ends a rank (FSDP_ORCH_FAULT: crash, kill,
 # checkpoint_crash); a hang or a skipped collective it injects is found the way a real one is.
 INJECTED = re.compile(r"\[fsdp-orch fault\] rank \d+: injected (?:crash|SIGKILL)\b")

@@ -36,3 +36,22 @@ def torch_too_old(version: str) -> bool:
         digits = "".join(c for c in piece if c.isdigit())
         parts.append(int(digits) if digits else 0)
     return tuple(parts) < MIN_TORCH
+
+
+# What ``doctor`` says to do when ``sacct`` fails, by what it printed (pure): a client with no
+# slurm.conf (a login node or container without the cluster's configuration) is not an accounting
+# database the admins must enable.
+_NO_SLURM_CONF = ("Could not establish a configuration source", "slurm.conf", "SLURM_CONF")
+SACCT_NO_ACCOUNTING = ("status needs SLURM's accounting: ask the admins to enable slurmdbd "
+                       "(AccountingStorageType=accounting_storage/slurmdbd)")
+SACCT_NO_CONF = ("the SLURM commands found no slurm.conf on this host (no configuration file and "
+                 "no slurmctld reachable to read one from, configless): set SLURM_CONF to the "
+                 "cluster's slurm.conf (export SLURM_CONF=/etc/slurm/slurm.conf, or where the "
+                 "cluster keeps it), or run fsdp-orch on a login node of the cluster")
+
+
+def sacct_fix(said: str) -> str:
+    """The fix for a failed ``sacct``, from what it said on stderr/stdout."""
+    if any(sign in said for sign in _NO_SLURM_CONF):
+        return SACCT_NO_CONF
+    return SACCT_NO_ACCOUNTING

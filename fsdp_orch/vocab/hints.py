@@ -116,10 +116,39 @@ _SHARPER = [
     ("xla_error", re.compile(r"custom[- ]call|FFI handler|incompatible shapes"),
      "XLA could not compile the program's graph: the error names the op; a custom kernel must be "
      "registered for the device's platform, and shapes must agree before the graph is built"),
+    # The user's mistakes at start-up (issue 62): each names what to change before submitting again.
+    ("user_code_error", re.compile(r"^(?:[^\s:][^:]{0,80}: error: |Error: )"),
+     "the script refused its arguments (the error names the one it rejects): fix args: in the job "
+     "file, or the --set args=[...] given to submit (`python SCRIPT --help` lists what it takes); "
+     "retrying would fail the same way"),
+    ("user_code_error", re.compile(r"PermissionError|Permission denied|Errno 13\b"),
+     "the job may not read, write or run a path named in the error on the node: check its owner "
+     "and mode (ls -l), the account the job runs as, and that a program it runs is executable "
+     "(chmod +x)"),
+    ("user_code_error", re.compile(r"ModuleNotFoundError|ImportError|No module named|"
+                                   r"finding module specification"),
+     "a module the script imports is not installed in the python the job runs on the node (the "
+     "cluster profile's python:): install it there (python -m pip install ...) or fix the import; "
+     "if only one node's ranks say so, that node's environment differs from the others': install "
+     "it there too"),
+    ("user_code_error", re.compile(r"FileNotFoundError|No such file or directory|"
+                                   r"can't open file"),
+     "a file or folder the script opens is not there on the node: a relative path starts in the "
+     "job's working folder (workdir:), and data must be on every node (a shared filesystem, or a "
+     "copy on each); fix the path in args: or the script"),
     ("crashed_signal", re.compile(r"SIGXCPU"),
      "SIGXCPU: the process used up its CPU-time limit (ulimit -t or the "
      "scheduler's); raise the limit"),
 ]
+
+
+_COMMAND_FOR_A_JOB = re.compile(r"\b(fsdp-orch [a-z]+) JOB(?:_ID)?\b")
+
+
+def for_job(text: str, job_id: str) -> str:
+    """``text`` with the placeholder of a command it suggests (``fsdp-orch logs JOB``, ``fsdp-orch
+    status JOB_ID``) made the job's own id, for a reader who has that job in front of them."""
+    return _COMMAND_FOR_A_JOB.sub(lambda m: f"{m[1]} {job_id}", text)
 
 
 def hint_for(category: str, evidence: str | None = None) -> str:

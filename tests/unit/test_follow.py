@@ -98,9 +98,10 @@ def test_a_failure_is_said_with_its_category_action_evidence_and_hint() -> None:
     hang = Failure(attempt=0, category="hang", detected_at=T0, stalled_for_s=31.0,
                    action="restart", hint="a rank stopped making progress",
                    evidence="rank 1 stuck in train.py:88 main (not in a collective); 1 waiting")
-    assert failure_lines(hang) == [
+    assert failure_lines(hang, "3f2a9c1b7d0e") == [
         "attempt 0 failed: hang -> restart",
-        "  rank 1 stuck in train.py:88 main (not in a collective) (more: fsdp-orch status JOB_ID)",
+        "  rank 1 stuck in train.py:88 main (not in a collective) (more: fsdp-orch status "
+        "3f2a9c1b7d0e)",
         "  hint: a rank stopped making progress"]
 
 
