@@ -71,8 +71,8 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
                    help="cluster profile name (see 'fsdp-orch clusters') or a YAML path")
     p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a job spec field; the value is YAML: --set nodes=2, "
-                        "--set 'args=[--steps, \"100\"]', --set env.FSDP_ORCH_FAULT=hang:step=50 "
-                        "(repeatable)")
+                        "--set 'args=[--steps, \"100\"]', "
+                        "--set env.FSDP_ORCH_FAULT=hang:step=50:rank=1 (repeatable)")
     p.add_argument("--accelerate-config", metavar="FILE",
                    help="an 'accelerate config' YAML whose FSDP options fill the job's fsdp:")
 

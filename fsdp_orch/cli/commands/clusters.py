@@ -14,7 +14,8 @@ USES_HOME = False
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON list: name, kind, origin, path, description, refused")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,7 +14,8 @@ USES_HOME = False
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="a log to classify (a node's log, slurm-1234.out, ...); several allowed")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per file (a list for several files)")
 

@@ -10,13 +10,14 @@ if TYPE_CHECKING:
 
 HELP = "recurring jobs: add, list, remove, pause, resume, events"
 USES_HOME = True
+NAME_HELP = "the schedule's name: letters, digits, ., _ and -, starting with a letter or digit"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     actions = p.add_subparsers(dest="schedule_command", metavar="ACTION")
     actions.required = True
     a = actions.add_parser("add", help="submit JOB_YAML at each tick of a cron expression")
-    a.add_argument("name", metavar="NAME")
+    a.add_argument("name", metavar="NAME", help=NAME_HELP)
     add_job_options(a)
     a.add_argument("--cron", required=True, metavar="EXPR",
                    help="five cron fields, e.g. '0 3 * * *'")
@@ -27,19 +28,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "cancel the previous run (replace), or run both (allow)")
     a.add_argument("--init-from-previous", action="store_true",
                    help="each run starts from the latest checkpoint of the last successful run")
-    a.add_argument("--max-catch-up", type=int, metavar="N",
+    from fsdp_orch.cli.arg_types import whole
+
+    a.add_argument("--max-catch-up", type=whole(), metavar="N",
                    help="ticks missed while no scheduler ran: run at most N of them, the newest "
                         "(default 1; 0: none)")
-    a.add_argument("--json", action="store_true")
+    a.add_argument("--json", action="store_true",
+                   help="print the new schedule as one JSON object")
     a = actions.add_parser("list", help="the schedules, their last and next ticks")
-    a.add_argument("--json", action="store_true")
+    a.add_argument("--json", action="store_true", help="print a JSON list, one object a schedule")
     for action, text in (("remove", "delete a schedule (its jobs are kept)"),
                          ("pause", "stop submitting ticks"),
                          ("resume", "submit ticks again, from now on (paused ticks are not run)")):
-        actions.add_parser(action, help=text).add_argument("name", metavar="NAME")
+        actions.add_parser(action, help=text).add_argument("name", metavar="NAME",
+                                                           help=NAME_HELP)
     a = actions.add_parser("events", help="what a schedule did: ticks submitted, skipped, missed")
-    a.add_argument("name", metavar="NAME")
-    a.add_argument("--json", action="store_true")
+    a.add_argument("name", metavar="NAME", help=NAME_HELP)
+    a.add_argument("--json", action="store_true", help="one JSON object per line, as written")
 
 
 def _schedule_of(args: argparse.Namespace):  # type: ignore[no-untyped-def]
