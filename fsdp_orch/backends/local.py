@@ -9,9 +9,9 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from fsdp_orch.backends.node_channel import AgentObservation
 from fsdp_orch.backends.ports import free_port
@@ -19,7 +19,8 @@ from fsdp_orch.backends.supervised_here import SupervisedHere
 from fsdp_orch.bootstrap.user_umask import parse_umask
 from fsdp_orch.checkpoints.globs import is_pattern
 from fsdp_orch.checkpoints.storage import LOCAL, Storage
-from fsdp_orch.jobspec.profiles import ProfileBase
+from fsdp_orch.jobspec.limits import MAX_PROCS_PER_NODE, at_most
+from fsdp_orch.jobspec.profiles import ProfileBase, host_address
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.launch.plan import LaunchPlan, Placement, PlanContext
 from fsdp_orch.launch.render import Artifact, Templates, write_artifacts
@@ -35,9 +36,14 @@ class LocalProfile(ProfileBase):
     kind: Literal["local"]
     device: Literal["auto", "cpu", "cuda"] = "auto"
     python: str = Field(default_factory=lambda: sys.executable or "python3")
-    procs_per_node: int | None = Field(default=None, gt=0)
+    procs_per_node: Annotated[int, at_most(MAX_PROCS_PER_NODE)] | None = Field(default=None, gt=0)
     rdzv_host: str = "127.0.0.1"
     launchers: ClassVar[tuple[str, ...]] = ("torchrun", "accelerate", "python")
+
+    @field_validator("rdzv_host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return host_address(value)
 
     def default_procs_per_node(self) -> int:
         return self.procs_per_node or 1

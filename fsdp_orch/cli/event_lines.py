@@ -29,10 +29,12 @@ def format_event(event: dict[str, Any], shown: tuple[str, ...] = _SHOWN) -> str:
 
 
 def show_events(run_dir: str, *, as_json: bool, follow: bool, interval: float = 0.5,
-                out=sys.stdout, err=sys.stderr,  # type: ignore[no-untyped-def]
+                out=None, err=None,  # type: ignore[no-untyped-def]
                 sleep=time.sleep) -> None:
     """Print the job's events in time order; with ``follow``, keep printing new ones until the job's
-    ``finished`` event."""
+    ``finished`` event. ``out``, ``err``: sys.stdout and sys.stderr as they are at the call."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
     offsets: dict[str, tuple[int, int]] = {}
     finished = False
     while True:

@@ -87,6 +87,8 @@ class SubmitRequest:
         key = self.idempotency_key
         if key is not None and not key.strip():
             raise InputError(words.blank_key.format(key=key), field=words.idempotency_key)
+        if key is not None:  # a key is written into the index and shown (issue 61)
+            inputs.plain_text(key, words.idempotency_key, "a key")
         if self.init_optimizer and not self.init_from:
             raise InputError(f"only with {words.init_from} (the checkpoint whose optimizer state "
                              "to take)", field=words.init_optimizer)

@@ -126,7 +126,7 @@ def build(model: str, base: str, dtype: Any, flash_attention: bool,
     trusted_config(path)
     try:
         with open(path, encoding="utf-8") as f:
-            json.load(f)
+            _check_sizes(json.load(f), path)
         # never code from the config's folder (an auto_map), and never a question on the terminal
         config = AutoConfig.from_pretrained(os.path.dirname(path) or ".", local_files_only=True,
                                             trust_remote_code=False)
@@ -141,7 +141,31 @@ def build(model: str, base: str, dtype: Any, flash_attention: bool,
     if layers is not None:
         config.num_hidden_layers = layers
     config.use_cache = False
-    return AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=False)
+    try:
+        return AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=False)
+    except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError) as exc:
+        raise InputError(f"cannot build a model from {path}: {type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:300]}", field="fit.model") from None
+
+
+# A config's sizes that must be whole numbers above 0 where given (hidden_size: 0 divided by zero
+# after 35 s of building, issue 61), and the most each may be.
+_SIZES = {"hidden_size": 1 << 20, "intermediate_size": 1 << 22, "num_hidden_layers": 10_000,
+          "num_attention_heads": 1 << 14, "num_key_value_heads": 1 << 14, "vocab_size": 1 << 24,
+          "head_dim": 1 << 16, "max_position_embeddings": 1 << 30}
+
+
+def _check_sizes(config: Any, path: str) -> None:
+    if not isinstance(config, dict):
+        raise InputError(f"{path} is not a Hugging Face config: expected a JSON object, got "
+                         f"{type(config).__name__}", field="fit.model")
+    for key, most in _SIZES.items():
+        value = config.get(key)
+        if value is None:
+            continue
+        if type(value) is not int or not 0 < value <= most:
+            raise InputError(f"{path}: {key}: expected a whole number from 1 to {most}; got "
+                             f"{str(value)[:30]}", field="fit.model")
 
 
 def _from_factory(model: str, base: str, dtype: Any) -> Any:

@@ -7,8 +7,9 @@ import math
 import re
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_WHOLE = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+")
+# ASCII digits only: \d and float() also take other scripts' digits ('٣٠s' was 30 s)
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
+_WHOLE = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?(?:ms|s|m|h|d))+")
 
 
 def parse_duration(value: object) -> float:
@@ -25,7 +26,7 @@ def parse_duration(value: object) -> float:
                              f"got {_shown(value)}") from None
     if isinstance(value, str):
         text = value.strip().lower().replace(" ", "")
-        if re.fullmatch(r"\d+(?:\.\d+)?", text):
+        if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", text):
             return _finite(float(text), value)
         if _WHOLE.fullmatch(text):
             return _finite(sum(float(n) * _UNITS[u] for n, u in _PART.findall(text)), value)

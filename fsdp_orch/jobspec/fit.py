@@ -3,15 +3,16 @@ estimate each GPU's peak memory (the model, the batch and sequence length, the o
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
+from fsdp_orch.jobspec.limits import MAX_COUNT, MAX_LORA_RANK, MAX_SEQ_LEN, at_most
 from fsdp_orch.jobspec.validation import StrictModel
 
 
 class LoraOptions(StrictModel):
-    r: int = Field(default=8, gt=0)
+    r: Annotated[int, at_most(MAX_LORA_RANK)] = Field(default=8, gt=0)
     # PEFT's lora_dropout: the probability an adapter's input is zeroed with (LoraConfig's default:
     # 0.0, none); above 0 each adapted Linear keeps the dropped input and its mask for backward
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
@@ -35,8 +36,9 @@ class FitOptions(StrictModel):
     # a Hugging Face config: a config.json, or a model folder that holds one (never the hub); or a
     # Python factory "package.module:function" that returns the torch module
     model: str = Field(min_length=1)
-    batch_size: int = Field(default=1, gt=0)  # per GPU, one micro-batch
-    seq_len: int = Field(default=2048, gt=0)
+    # per GPU, one micro-batch
+    batch_size: Annotated[int, at_most(MAX_COUNT)] = Field(default=1, gt=0)
+    seq_len: Annotated[int, at_most(MAX_SEQ_LEN)] = Field(default=2048, gt=0)
     optimizer: Literal["adamw", "adam", "sgd"] = "adamw"
     # the weights' dtype as the script loads them (torch_dtype)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"

@@ -26,7 +26,9 @@ def load_job(path: Path, overrides: list[str] | None = None,
     data = doc.data_with_text(LITERAL_FIELDS)
     origins: dict[tuple[str, ...], FieldOrigin] = {}
     accel_path = accelerate_config
-    if accel_path is None and isinstance(data.get("accelerate_config"), str):
+    # an empty one is left to the schema to refuse, naming the field (it was the job's folder)
+    if accel_path is None and isinstance(data.get("accelerate_config"), str) \
+            and data["accelerate_config"].strip():
         accel_path = path.parent / Path(data["accelerate_config"]).expanduser()
     if accel_path is not None:
         data, origins = merge_accelerate_doc(data, load_file(accel_path, "accelerate config"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BeforeValidator, Field, field_validator
 
@@ -21,6 +21,7 @@ from fsdp_orch.places.builtin import home
 from fsdp_orch.places.trust import load_problem, refusal
 from fsdp_orch.record.run_roots import PROFILE_ORIGINS, profile_dirs
 from fsdp_orch.vocab.errors import InputError
+from fsdp_orch.vocab.inputs import control_character
 
 MemorySize = Annotated[int, BeforeValidator(parse_size, json_schema_input_type=int | str)]
 
@@ -47,6 +48,22 @@ class ProfileBase(StrictModel):
     def _env_names(cls, value: dict[str, ValueOrRef]) -> dict[str, ValueOrRef]:
         return check_env_names(value)
 
+    @field_validator("python", check_fields=False)
+    @classmethod
+    def _python(cls, value: str) -> str:
+        """Every kind's ``python`` (a kind may give it another default): a command or a path."""
+        if not value.strip():
+            raise ValueError("expected a python interpreter (python3, or a path); got "
+                             f"{value!r}")
+        return no_control(value, "an interpreter")
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("expected a template file's path; got an empty one")
+        return value
+
     @field_validator("shared_dir")
     @classmethod
     def _shared_dir(cls, value: str | None) -> str | None:
@@ -62,6 +79,11 @@ class ProfileBase(StrictModel):
 
     def default_procs_per_node(self) -> int:
         return 1
+
+    def spare_nodes_for(self, job: Any) -> int:
+        """The nodes held in reserve beyond the job's (a straggler's node is left out for one,
+        ``watch.stragglers: replace``): none, unless the kind says otherwise."""
+        return 0
 
 
 @dataclass(frozen=True)
@@ -81,6 +103,24 @@ class ProfileRef:
                "a folder of yours, or name a profile of yours by path (--cluster PATH)")
         raise InputError(refusal("cluster profile", self.path, self.refused, fix),
                          field="--cluster")
+
+
+def no_control(value: str, what: str = "a value") -> str:
+    """``value``, when it holds no control or bidi character (a line break in a value that reaches
+    a launch script's line, an #SBATCH line or a command splits it)."""
+    problem = control_character(value)
+    if problem is not None:
+        raise ValueError(f"expected {what} without control characters; it holds {problem}")
+    return value
+
+
+def host_address(value: str) -> str:
+    """A host name or an IP address (v4, v6), nothing a shell or ssh would read otherwise."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9_.:\-\[\]]+", value):
+        raise ValueError(f"expected a host name or IP address; got {value!r}")
+    return value
 
 
 def search_dirs(cwd: Path | None = None) -> list[tuple[str, Path]]:

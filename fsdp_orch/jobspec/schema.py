@@ -21,6 +21,16 @@ from pydantic import (
 from fsdp_orch.bootstrap.faults import parse_faults
 from fsdp_orch.jobspec.durations import parse_duration
 from fsdp_orch.jobspec.fit import FitOptions
+from fsdp_orch.jobspec.limits import (
+    MAX_COUNT,
+    MAX_NODES,
+    MAX_PROCS_PER_NODE,
+    MAX_STEPS,
+    MIN_POLL_S,
+    MIN_TIMEOUT_S,
+    at_least_seconds,
+    at_most,
+)
 from fsdp_orch.jobspec.notify import Webhook
 from fsdp_orch.jobspec.secrets import SecretRef, ValueOrRef
 from fsdp_orch.jobspec.validation import StrictModel, check_env_names
@@ -31,13 +41,20 @@ from fsdp_orch.vocab.save_interval import DEFAULT_AUTO_MTBF_S
 LAUNCHERS = ("torchrun", "accelerate", "xla", "python")
 RESUME_PLACEHOLDERS = ("checkpoint", "step")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-_NODE_RANGE = re.compile(r"\s*(\d+)\s*-\s*(\d+)\s*")
+_NODE_RANGE = re.compile(r"\s*([0-9]+)\s*-\s*([0-9]+)\s*")
 
 # json_schema_input_type: what `fsdp-orch schema` tells editors a file may hold ("30s" or 30)
 Duration = Annotated[float, BeforeValidator(parse_duration, json_schema_input_type=float | str)]
 PositiveDuration = Annotated[float, BeforeValidator(parse_duration,
                                                     json_schema_input_type=float | str),
                              Field(gt=0)]
+# A watch timeout (>= 1 s) and a poll or the adaptive window's floor (>= 0.1 s): shorter is
+# meaningless, the supervisor looking no more often than that.
+Timeout = Annotated[float, BeforeValidator(parse_duration, json_schema_input_type=float | str),
+                    at_least_seconds(MIN_TIMEOUT_S)]
+PollDuration = Annotated[float, BeforeValidator(parse_duration, json_schema_input_type=float | str),
+                         at_least_seconds(MIN_POLL_S)]
+Count = Annotated[int, at_most(MAX_COUNT)]
 
 # accelerate's numeric sharding strategies (FullyShardedDataParallelPlugin).
 SHARDING_BY_NUMBER = {1: "FULL_SHARD", 2: "SHARD_GRAD_OP", 3: "NO_SHARD", 4: "HYBRID_SHARD",
@@ -79,6 +96,32 @@ ArgStr = Annotated[str, BeforeValidator(_scalar_to_str,
 ShellStr = Annotated[str, AfterValidator(_no_nul)]
 
 
+def _a_path(value: str) -> str:
+    """A folder or file path: not empty, no control characters (a line break splits the launch
+    script's line)."""
+    if not value.strip():
+        raise ValueError("expected a folder or file path; got an empty one")
+    problem = control_character(value)
+    if problem is not None:
+        raise ValueError(f"expected a path without control characters; it holds {problem}")
+    return value
+
+
+def _a_script(value: str) -> str:
+    if not value.strip():
+        raise ValueError("expected a script path (train.py); got an empty one")
+    _a_path(value)
+    return value
+
+
+def _a_module(value: str) -> str:
+    """What ``python -m`` takes: a dotted module name (pkg.train), not a path or a flag."""
+    if not all(part.isidentifier() for part in value.split(".")):
+        raise ValueError(f"expected a module name like pkg.train (what python -m takes); "
+                         f"got {value!r}")
+    return value
+
+
 def node_range(value: Any) -> tuple[int, int] | None:
     """``nodes:`` written as an elastic range ``"MIN-MAX"``: (MIN, MAX); None for anything else
     (a count is validated as an int). ValueError for a range that makes no sense."""
@@ -86,17 +129,22 @@ def node_range(value: Any) -> tuple[int, int] | None:
         return None
     match = _NODE_RANGE.fullmatch(value)
     if match is None:
-        if value.strip().isdigit():
+        if value.strip().isdigit() and value.strip().isascii():
             return None
         raise ValueError("expected a node count (2) or an elastic range MIN-MAX (1-2: "
                          "up to MAX nodes, going on with MIN or more after losing some)")
     low, high = int(match.group(1)), int(match.group(2))
+    if high > MAX_NODES:
+        raise ValueError(f"expected at most {MAX_NODES} nodes; got {value.strip()[:30]!r}")
     if low < 1 or low > high:
         raise ValueError("expected a range MIN-MAX with 1 <= MIN <= MAX (1-2)")
     return low, high
 
 
 def _max_of_range(value: Any) -> Any:
+    if isinstance(value, (list, dict)) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError("expected a node count (2) or an elastic range MIN-MAX (1-2), a whole "
+                         f"number; got {value!r}")
     found = node_range(value)
     return value if found is None else found[1]
 
@@ -198,25 +246,25 @@ class RestartPolicy(StrictModel):
     # A hard cap on restarts of any kind; None: none. What stops a job that fails without moving
     # forward is crash_loop_attempts: the failures in a row without progress (a new complete
     # checkpoint; for a job that has none, a step no attempt reached before).
-    max_restarts: int | None = Field(default=None, ge=0)
+    max_restarts: Count | None = Field(default=None, ge=0)
     backoff: Backoff = Field(default_factory=Backoff)
     retry_on: list[Literal[FAILURE_CATEGORIES]] = Field(  # type: ignore[valid-type]
         default_factory=lambda: list(DEFAULT_RETRY_ON))
-    max_oom_restarts: int = Field(default=1, ge=0)
-    crash_loop_attempts: int = Field(default=3, ge=2)
+    max_oom_restarts: Count = Field(default=1, ge=0)
+    crash_loop_attempts: Count = Field(default=3, ge=2)
 
 
 class Watch(StrictModel):
-    heartbeat_timeout: PositiveDuration = 300.0
-    startup_timeout: PositiveDuration = 900.0
-    collective_timeout: PositiveDuration = 600.0
+    heartbeat_timeout: Timeout = 300.0
+    startup_timeout: Timeout = 900.0
+    collective_timeout: Timeout = 600.0
     # adaptive: the hang window follows the ranks' own step times (supervise/hang_window.py),
     # between adaptive_min and heartbeat_timeout (the ceiling, and the window until a few steps are
     # timed); fixed: heartbeat_timeout always.
     hang_detection: Literal["fixed", "adaptive"] = "adaptive"
     adaptive_multiplier: float = Field(default=10.0, gt=1.0)  # x the 95th percentile step time
-    adaptive_min: PositiveDuration = 2.0  # the adaptive window never drops below this
-    poll_interval: PositiveDuration = 1.0
+    adaptive_min: PollDuration = 2.0  # the adaptive window never drops below this
+    poll_interval: PollDuration = 1.0
     # Whether the job starts torch ranks (a Python process that starts a process group or takes an
     # optimizer step, seen by the bootstrap): an attempt that exits 0 with none is then a failure
     # (no_ranks_started). None: yes for script/module jobs, no for command jobs.
@@ -230,11 +278,19 @@ class Watch(StrictModel):
     # the next one runs without it where the kind can. 30 s: a stress trial paused whole jobs for
     # 10-15 s, as a VM pause or a live migration does, and the 10 s this was killed 2 of 4 of them;
     # a node that is really gone costs 20 s more than that (tests/integration/test_node_pause.py).
-    node_timeout: PositiveDuration = 30.0
+    node_timeout: Timeout = 30.0
+
+    @model_validator(mode="after")
+    def _poll_below_timeouts(self) -> Watch:
+        if self.poll_interval > self.heartbeat_timeout:
+            raise ValueError(f"poll_interval ({self.poll_interval:g}s) must be at most "
+                             f"heartbeat_timeout ({self.heartbeat_timeout:g}s): a hang is seen "
+                             "only at a poll")
+        return self
 
 
 class CheckpointPolicy(StrictModel):
-    dir: ShellStr | None = None
+    dir: Annotated[ShellStr, AfterValidator(_a_path)] | None = None
     # One file per checkpoint (nanoGPT's out/ckpt.pt), relative to workdir: a path or a glob
     # (* ? [...] in any part), with {step} marking the step's digits in
     # the file name. Instead of dir.
@@ -245,7 +301,10 @@ class CheckpointPolicy(StrictModel):
     # Steps between the runtime's saves, or ``auto``: chosen by the runtime from its measured step
     # time and blocking save cost and the job's time between failures (vocab/save_interval.py).
     interval: int | Literal["auto"] = 100
-    keep_last: int = Field(default=3, ge=1)
+    keep_last: Count = Field(default=3, ge=1)
+    # Runs ``submit --fresh`` moved aside into .fsdp-orch-previous/ that are kept (the oldest beyond
+    # it deleted): each costs what the job's own checkpoints do (control/resubmit.py).
+    keep_previous: int = Field(default=1, ge=1)
     resume: ShellStr = "auto"
     # The runtime's saves: auto, in the background (DCP's async save) where that is safe and worth
     # a save in flight: not on XLA, from 16 MiB a rank, and while a CPU copy of every local rank's
@@ -270,8 +329,11 @@ class CheckpointPolicy(StrictModel):
         """A number of steps above 0, or ``auto``."""
         if isinstance(value, str) and value.strip().lower() == "auto":
             return "auto"
-        if isinstance(value, str) and value.strip().isdigit():
+        if isinstance(value, str) and value.strip().isdigit() and value.strip().isascii():
             value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and value > MAX_STEPS:
+            raise ValueError(f"expected a number of steps above 0 and at most {MAX_STEPS}, or "
+                             f"'auto'; got {str(value)[:20]}...")
         if (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
                 and float(value).is_integer()):
             return int(value)
@@ -374,22 +436,23 @@ class LaunchOptions(StrictModel):
 
 
 class JobSpec(StrictModel):
-    name: str = Field(min_length=1, max_length=200)
-    script: ShellStr | None = None
-    module: ShellStr | None = None
+    name: str = Field(max_length=200)
+    script: Annotated[ShellStr, AfterValidator(_a_script)] | None = None
+    module: Annotated[ShellStr, AfterValidator(_a_module)] | None = None
     command: list[ArgStr] | None = None
     args: list[ArgStr] = Field(default_factory=list)
     launcher: Literal[LAUNCHERS] = "torchrun"  # type: ignore[valid-type]
     # A count, or an elastic range "MIN-MAX": ``nodes`` is the most the job runs on, ``min_nodes``
     # the fewest it goes on with after losing nodes (written back as the range it came from).
-    nodes: Annotated[int, BeforeValidator(_max_of_range)] = Field(default=1, gt=0)
+    nodes: Annotated[int, BeforeValidator(_max_of_range), at_most(MAX_NODES)] = Field(default=1,
+                                                                                     gt=0)
     # SLURM: nodes allocated beyond ``nodes``, for attempts after a node is lost (None: the
     # profile's spare_nodes).
-    spare_nodes: int | None = Field(default=None, ge=0)
-    procs_per_node: int | None = Field(default=None, gt=0)
+    spare_nodes: Annotated[int, at_most(MAX_NODES)] | None = Field(default=None, ge=0)
+    procs_per_node: Annotated[int, at_most(MAX_PROCS_PER_NODE)] | None = Field(default=None, gt=0)
     env: dict[str, ValueOrRef] = Field(default_factory=dict)  # a value, or {from_env:}/{from_file:}
-    workdir: ShellStr = "."
-    accelerate_config: str | None = None
+    workdir: Annotated[ShellStr, AfterValidator(_a_path)] = "."
+    accelerate_config: Annotated[str, AfterValidator(_a_path)] | None = None
     fsdp: FsdpOptions = Field(default_factory=FsdpOptions)
     checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
     restart: RestartPolicy = Field(default_factory=RestartPolicy)
@@ -445,6 +508,15 @@ class JobSpec(StrictModel):
                 raise ValueError(f"cannot split command into words: {exc}") from None
         return value
 
+    @field_validator("command")
+    @classmethod
+    def _program(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("expected at least one word: the program and its arguments")
+        if value is not None and not value[0].strip():
+            raise ValueError(f"expected a program as the first word; got {value[0]!r}")
+        return value
+
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, str | SecretRef]) -> dict[str, str | SecretRef]:
@@ -457,7 +529,7 @@ class JobSpec(StrictModel):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not value.strip():
+        if not value.strip():  # also what a bidi override or a zero-width space hides in
             raise ValueError("expected a non-empty name")
         problem = control_character(value)  # a line break would break the status table's rows
         if problem is not None:

@@ -59,13 +59,25 @@ class StrictModel(BaseModel):
     @classmethod
     def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, bool) and info.field_name is not None:
-            annotation = cls.model_fields[info.field_name].annotation
+            annotation = _plain(cls.model_fields[info.field_name].annotation)
             if annotation in _NUMBERS:
                 raise ValueError(f"expected a number, got {str(value).lower()}")
         return value
 
 
 _NUMBERS = (int, float, int | None, float | None)
+
+
+def _plain(annotation: Any) -> Any:
+    """``annotation`` without its ``Annotated`` bounds (``Annotated[int, at_most(9)] | None`` is
+    ``int | None``), to tell a number field."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is typing.Annotated:
+        return args[0]
+    if args and any(typing.get_origin(a) is typing.Annotated for a in args):
+        parts = tuple(_plain(a) for a in args)
+        return parts[0] | parts[1] if len(parts) == 2 else annotation
+    return annotation
 
 
 def validate_doc(model: type[BaseModel], doc: YamlDoc, data: dict[str, Any] | None = None) -> Any:
@@ -95,6 +107,10 @@ def to_input_error(exc: ValidationError, model: type[BaseModel], doc: YamlDoc,
 _PYDANTIC_TAG = re.compile(r"(?:[a-z][a-z0-9_-]*)?\[.*\]", re.S)
 
 
+# a union's member named in a location (sbatch_extra.exclude.str): the user wrote no such key
+_UNION_TAGS = frozenset({"str", "int", "float", "bool", "none", "dict", "list"})
+
+
 def _clean_loc(loc: tuple[Any, ...], data: Any = None) -> tuple[str | int, ...]:
     """The field path of ``loc``: a part the user wrote is kept even when it looks like a tag."""
     out: list[str | int] = []
@@ -104,7 +120,7 @@ def _clean_loc(loc: tuple[Any, ...], data: Any = None) -> tuple[str | int, ...]:
             node = node[part]
         elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             node = node[part]
-        elif isinstance(part, str) and _PYDANTIC_TAG.fullmatch(part):
+        elif isinstance(part, str) and (_PYDANTIC_TAG.fullmatch(part) or part in _UNION_TAGS):
             continue
         else:
             node = None

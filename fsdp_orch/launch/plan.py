@@ -239,6 +239,11 @@ def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext
                          f"{profile.kind}); expected no spare_nodes (on ssh, list more hosts than "
                          "nodes: a lost host's place is taken by the next one listed)",
                          field="spare_nodes")
+    if job.watch.stragglers == "replace" and profile.spare_nodes_for(job) < 1:  # issue 61
+        raise InputError(f"replace needs a spare node to run the next attempt on, and cluster "
+                         f"{cluster!r} (kind {profile.kind}) has none for this job; expected "
+                         "spare_nodes: 1 or more (SLURM), SSH hosts listed beyond the job's nodes, "
+                         "or watch.stragglers: report", field="watch.stragglers")
     paths = _node_paths(job, ctx, place)
     checkpoint_dir, checkpoint_file = _checkpoint_paths(job, ctx, paths.workdir)
     rdzv_port = ctx.rdzv_port or place.rdzv_port or rendezvous_port(ctx.job_id, ctx.attempt)

@@ -36,6 +36,12 @@ def open_store(path: str, build: Callable[[Store], None],
     return _rebuild(path, build, notice or _print_notice)
 
 
+def examine(path: str) -> tuple[Store | None, str | None]:
+    """``_examine`` for a command that only looks: it opens a usable database, and leaves a damaged
+    one be (issue 61: no write), told why, for the next command that writes to move aside."""
+    return _examine(path)
+
+
 def _examine(path: str) -> tuple[Store | None, str | None]:
     """(the store, opened, None) when it can be used as it is. Otherwise (None, why it has to be
     moved aside), or (None, None) when it only has to be built: missing, empty, another version."""

@@ -245,7 +245,7 @@ def open_index(home: str | None = None, *, read_only: bool = False) -> JobIndex:
     where the database belongs. ``read_only`` (status, events, logs, cancel, report, metrics):
     where there is no database yet, one is built in memory for this look, and nothing is made."""
     from fsdp_orch.places.home import home_dir, store_path
-    from fsdp_orch.record.heal import open_store
+    from fsdp_orch.record.heal import examine, open_store
     from fsdp_orch.record.run_roots import runs_roots
 
     root = home or home_dir()
@@ -254,7 +254,13 @@ def open_index(home: str | None = None, *, read_only: bool = False) -> JobIndex:
         JobIndex(fresh, runs_roots(fresh, root)).ingest()
 
     path = store_path(root)
-    if read_only and not os.path.exists(path):
+    found, damaged = examine(path) if read_only else (None, None)
+    if found is not None:
+        store = found
+    elif read_only and (damaged is not None or not os.path.exists(path)):
+        if damaged is not None:  # moved aside and rebuilt by the next command that writes
+            print(f"fsdp-orch: warning: the index {path} cannot be used ({damaged}); read the "
+                  "event logs for this look instead", file=sys.stderr)
         store = Store(MEMORY)
         build(store)
     else:

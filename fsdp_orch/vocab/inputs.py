@@ -21,9 +21,25 @@ def control_character(text: str) -> str | None:
     (``a line feed (\\n)``); None if none."""
     found = _CONTROL.search(text)
     if found is None:
-        return None
+        return _unseen(text)
     char = found.group()
     return _SPOKEN.get(char, f"a control character (\\x{ord(char):02x})")
+
+
+def _unseen(text: str) -> str | None:
+    """The first character beyond ASCII that is not seen as itself: a C1 control (U+0085), a
+    format character (the bidi overrides and isolates U+202A-U+202E and U+2066-U+2069 that make a
+    name read backwards, zero-width ones, a BOM), a line or paragraph separator; None if none."""
+    if text.isascii():
+        return None
+    import unicodedata
+
+    for char in text:
+        kind = unicodedata.category(char)
+        if kind in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn") and not char.isascii():
+            name = unicodedata.name(char, "a control character" if kind == "Cc" else "unassigned")
+            return f"U+{ord(char):04X} ({name.lower()})"
+    return None
 
 
 def job_id(value: object, field: str = "JOB_ID") -> str:
@@ -37,7 +53,13 @@ def job_id(value: object, field: str = "JOB_ID") -> str:
     problem = control_character(value)
     if problem is not None:
         raise InputError(f"expected a job id; it holds {problem}: {value!r}", field=field)
+    if len(value) > MAX_ID:
+        raise InputError(f"expected a job id of at most {MAX_ID} characters; got "
+                         f"{len(value)}: {value[:20]!r}...", field=field)
     return value
+
+
+MAX_ID = 200  # job ids are 12 hex digits; idempotency keys and names stay under this too
 
 
 def init_from(value: object, field: str = "--init-from") -> str:
@@ -49,6 +71,18 @@ def init_from(value: object, field: str = "--init-from") -> str:
     if not value.strip():
         raise InputError("expected a job id or a checkpoint path; "
                          f"got {value!r} (leave it out for a cold start)", field=field)
+    return plain_text(value, field, "a job id or a checkpoint path")
+
+
+def plain_text(value: str, field: str, what: str) -> str:
+    """``value`` when it holds no control or bidi character and is at most 4096 characters."""
+    problem = control_character(value)
+    if problem is not None:
+        raise InputError(f"expected {what} without control characters; it holds {problem}",
+                         field=field)
+    if len(value) > 4096:
+        raise InputError(f"expected {what} of at most 4096 characters; got {len(value)}",
+                         field=field)
     return value
 
 
@@ -76,4 +110,4 @@ def of_type(value: object, types: type | tuple[type, ...], field: str, expected:
     return value
 
 
-__all__ = ["control_character", "init_from", "job_id", "of_type", "seconds"]
+__all__ = ["control_character", "init_from", "job_id", "of_type", "plain_text", "seconds"]

@@ -36,7 +36,8 @@ PAYLOADS = [
     "-- --help", "", "é ünicode ☃", "%s%n", "'", '"', "$'\\x41'", "'$(touch PWNED)'",
     "\"$(touch PWNED)\"", "\\$(touch PWNED)",
 ]
-HOSTILE = "$(touch PWNED) `touch PWNED` 'q' \"dq\" ;x\\y *~ a&b|c\nz"
+# No line break: a path with a control character is refused (the bad-input table has that case).
+HOSTILE = "$(touch PWNED) `touch PWNED` 'q' \"dq\" ;x\\y *~ a&b|c z"
 # No line break: a name with a control character is refused (the bad-input table has that case).
 NAME = "evil; touch PWNED # $(touch PWNED) `touch PWNED` 'q\" ; x"
 
@@ -83,7 +84,7 @@ def write_job(box: dict[str, Path], **extra: object) -> Path:
         "args": PAYLOADS,
         "env": {f"EVIL_{i}": value for i, value in enumerate(PAYLOADS)},
         "workdir": str(box["workdir"]),
-        "checkpoint": {"dir": str(box["tmp"] / "ckpt $(touch PWNED) `x` 'q' \"d\" a~b\nnl")},
+        "checkpoint": {"dir": str(box["tmp"] / "ckpt $(touch PWNED) `x` 'q' \"d\" a~b nl")},
         **extra,
     }
     path = box["tmp"] / "job.yaml"

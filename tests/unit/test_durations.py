@@ -53,7 +53,7 @@ def test_in_a_job_spec() -> None:
 @pytest.mark.parametrize(("field", "value", "fragment"), [
     ("watch.heartbeat_timeout", "5 minutes",
      "expected a duration like 90s, 10m or 1h; got '5 minutes'"),
-    ("watch.heartbeat_timeout", "0s", "greater than 0"),
+    ("watch.heartbeat_timeout", "0s", "expected at least 1s"),  # issue 61: not below a poll
     ("watch.startup_timeout", ".inf", "finite duration"),
     ("restart.backoff.initial", "-3s", "expected a duration"),
 ])

@@ -4,41 +4,49 @@ one for its workers."""
 
 from __future__ import annotations
 
-import re
-from typing import ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
-from fsdp_orch.jobspec.profiles import ProfileBase
+from fsdp_orch.jobspec.limits import MAX_PROCS_PER_NODE, MAX_SECONDS_SETTING, at_most
+from fsdp_orch.jobspec.profiles import ProfileBase, host_address, no_control
 from fsdp_orch.jobspec.validation import StrictModel
+
+
+def _a_path(value: str) -> str:
+    if not value.strip():
+        raise ValueError("expected a folder or file path; got an empty one")
+    return no_control(value, "a path")
+
+
+Path_ = Annotated[str, AfterValidator(_a_path)]
+Plain = Annotated[str, AfterValidator(no_control)]
 
 
 class SshHost(StrictModel):
     address: str = Field(min_length=1)
     port: int = Field(default=22, gt=0, lt=65536)
-    user: str | None = None
-    identity_file: str | None = None
+    user: Plain | None = None
+    identity_file: Path_ | None = None
 
     @field_validator("address")
     @classmethod
     def _address(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.:\-\[\]]+", value):
-            raise ValueError("expected a host name or IP address")
-        return value
+        return host_address(value)
 
 
 class SshProfile(ProfileBase):
     kind: Literal["ssh"]
     device: Literal["cpu", "cuda"] = "cuda"
     hosts: list[SshHost] = Field(min_length=1)
-    venv: str | None = None
+    venv: Path_ | None = None
     shared_filesystem: bool = True
     remote_workdir: str | None = Field(default=None, validate_default=True)
     host_key_policy: Literal["strict", "accept-new", "warn"] = "strict"
-    known_hosts: str = "~/.ssh/known_hosts"
-    procs_per_node: int = Field(default=1, gt=0)
+    known_hosts: Path_ = "~/.ssh/known_hosts"
+    procs_per_node: Annotated[int, at_most(MAX_PROCS_PER_NODE)] = Field(default=1, gt=0)
     rdzv_port: int | None = Field(default=None, gt=1024, lt=65536)
-    connect_timeout: int = Field(default=10, gt=0)
+    connect_timeout: Annotated[int, at_most(MAX_SECONDS_SETTING)] = Field(default=10, gt=0)
     launchers: ClassVar[tuple[str, ...]] = ("torchrun", "accelerate", "python")
 
     @model_validator(mode="after")
@@ -58,3 +66,7 @@ class SshProfile(ProfileBase):
 
     def default_procs_per_node(self) -> int:
         return self.procs_per_node
+
+    def spare_nodes_for(self, job: Any) -> int:
+        """The hosts listed beyond the job's nodes: the next one takes a lost host's place."""
+        return max(0, len(self.hosts) - job.nodes)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 from fsdp_orch.backends.supervised_here import SupervisedHere
 from fsdp_orch.backends.tpu_vm.gcloud import create_argv, delete_argv, describe_argv, prepare_argv
+from fsdp_orch.jobspec.limits import MAX_NODES, MAX_SECONDS_SETTING, at_most
 from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.launch.plan import LaunchPlan, NodeTarget, Placement, PlanContext, fixed_node_count
@@ -36,11 +37,12 @@ class TpuVmProfile(ProfileBase):
     accelerator_type: str = Field(min_length=1, pattern=r"^[a-z0-9-]+$")
     runtime_version: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
     spot: bool = False
-    num_workers: int = Field(default=1, gt=0)
+    num_workers: Annotated[int, at_most(MAX_NODES)] = Field(default=1, gt=0)
     # fsdp-orch creates the TPU VM when there is none, and deletes and creates it again when it was
     # preempted. False: someone else owns it; fsdp-orch only waits for it to be READY.
     owns_vm: bool = False
-    ready_timeout: int = Field(default=1800, gt=0)  # seconds an attempt waits for READY
+    # seconds an attempt waits for READY
+    ready_timeout: Annotated[int, at_most(MAX_SECONDS_SETTING)] = Field(default=1800, gt=0)
     # TPU: torch_xla on the TPU. CPU, for workers with no TPU (the tests'): where the profile's
     # python has torch_xla, its CPU client (one worker: a world of one per process; the job's env
     # CPU_NUM_DEVICES gives it devices), else the plain CPU path (gloo).
@@ -59,7 +61,7 @@ class TpuVmProfile(ProfileBase):
     # has new keys); a file: checked against it, with host_key_policy.
     known_hosts: str | None = None
     host_key_policy: Literal["strict", "accept-new", "warn"] = "accept-new"
-    connect_timeout: int = Field(default=10, gt=0)
+    connect_timeout: Annotated[int, at_most(MAX_SECONDS_SETTING)] = Field(default=10, gt=0)
     launchers: ClassVar[tuple[str, ...]] = ("xla", "python")
 
     @field_validator("remote_workdir")

@@ -17,11 +17,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("job_id", metavar="JOB_ID", help=JOB_ID_HELP)
     p.add_argument("--follow", "-f", action="store_true",
                    help="keep printing new output until the job ends")
-    p.add_argument("--rank", type=int,
+    from fsdp_orch.cli.arg_types import whole
+
+    p.add_argument("--rank", type=whole(),
                    help="only this global rank's lines (launcher: python keeps no "
                         "rank's output apart: see --node)")
-    p.add_argument("--node", type=int, help="only this node's log (every rank on it)")
-    p.add_argument("--attempt", type=int,
+    p.add_argument("--node", type=whole(), help="only this node's log (every rank on it)")
+    p.add_argument("--attempt", type=whole(),
                    help="this attempt, numbered from 0 as in 'events' (default: the latest)")
 
 

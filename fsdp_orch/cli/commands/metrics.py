@@ -19,8 +19,10 @@ USES_HOME = True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from fsdp_orch.cli.arg_types import listen_address, seconds_above_0
+
     out = p.add_mutually_exclusive_group(required=True)
-    out.add_argument("--serve", metavar="[ADDR:]PORT",
+    out.add_argument("--serve", metavar="[ADDR:]PORT", type=listen_address,
                      help="serve /metrics over HTTP until stopped (ADDR: 127.0.0.1 unless given; "
                           "PORT 0: one the kernel picks, printed)")
     out.add_argument("--textfile", metavar="DIR",
@@ -31,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "in FILE>' (a file of yours, mode 0600; Prometheus: authorization: "
                         "{credentials_file: FILE}); without it every account on the machine can "
                         "read the metrics")
-    p.add_argument("--every", metavar="SECONDS", type=float,
+    p.add_argument("--every", metavar="SECONDS", type=seconds_above_0,
                    help="--textfile: write it again every SECONDS until stopped (default: once)")
 
 

@@ -21,8 +21,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_job_options(p)
     p.add_argument("--out", metavar="DIR",
                    help="write the artifacts into DIR instead of printing them")
-    p.add_argument("--job-id", default="JOBID", help="job id to render with (default: JOBID)")
-    p.add_argument("--attempt", type=int, default=0,
+    from fsdp_orch.cli.arg_types import job_id_text, whole
+
+    p.add_argument("--job-id", default="JOBID", type=job_id_text,
+                   help="job id to render with (default: JOBID)")
+    p.add_argument("--attempt", type=whole(), default=0,
                    help="attempt number to render, from 0 (default: 0, the first)")
 
 

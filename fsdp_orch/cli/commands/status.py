@@ -23,7 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true",
                    help="JSON: a list of all jobs, or one object with JOB_ID")
     p.add_argument("--all", action="store_true", help="table: show every job, not only the latest")
-    p.add_argument("--limit", type=int, default=STATUS_LIMIT,
+    from fsdp_orch.cli.arg_types import whole
+
+    p.add_argument("--limit", type=whole(1), default=STATUS_LIMIT,
                    help=f"table: how many recent jobs (default {STATUS_LIMIT})")
 
 
