@@ -24,7 +24,8 @@ class Webhook(StrictModel):
     url: str
     when: list[str] = Field(default_factory=lambda: list(DEFAULT_ON))  # or "on" (see _on_is_when)
     format: Literal["json", "slack"] = "json"
-    retry_for: Annotated[float, BeforeValidator(parse_duration), Field(gt=0)] = 600.0
+    retry_for: Annotated[float, BeforeValidator(parse_duration, json_schema_input_type=float | str),
+                         Field(gt=0)] = 600.0
     # a value, or {from_env:}/{from_file:}
     headers: dict[str, HeaderOrRef] = Field(default_factory=dict)
 

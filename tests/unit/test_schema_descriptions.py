@@ -138,3 +138,14 @@ def test_schema_imports_no_torch() -> None:
     assert int(proc.stdout) >= 170
     json.loads(subprocess.run([sys.executable, "-m", "fsdp_orch", "schema", "job"],
                               capture_output=True, text=True, timeout=120, cwd=REPO).stdout)
+
+
+def test_a_webhooks_retry_for_takes_a_duration_in_the_schema() -> None:
+    """``retry_for: 10m`` loads (the loader parses durations); the schema an editor uses must not
+    flag it."""
+    schema = json_schema("job")
+    doc = {"name": "n", "script": "train.py",
+           "notify": [{"url": "https://example.invalid/hook", "retry_for": "10m"}]}
+    jsonschema.validate(doc, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**doc, "notify": [{**doc["notify"][0], "retry_for": "-5s"}]}, schema)
