@@ -115,15 +115,9 @@ class UntrustedFile(PermissionError):
 def opened_file_problem(path: str, owner: int, mode: int, me: int,
                         name: Callable[[int], str] | None = None) -> str | None:
     """Why a file, as ``fstat`` saw it once opened, must not be loaded; None when it may. Pure."""
-    bits = stat.S_IMODE(mode)
     if not stat.S_ISREG(mode):
-        return f"{path} is not a plain file (mode {bits:04o})"
-    if owner not in (me, ROOT_UID):
-        return (f"{path} is owned by {_who(owner, name)} (mode {bits:04o}), "
-                f"not by you ({_who(me, name)}) or root")
-    if mode & OTHERS_WRITE:
-        return f"{path} can be written by others (owner {_who(owner, name)}, mode {bits:04o})"
-    return None
+        return f"{path} is not a plain file (mode {stat.S_IMODE(mode):04o})"
+    return chain_problem([(path, owner, mode)], me, name)  # the file's own rule, as on its name
 
 
 def read_trusted(path: str | os.PathLike[str]) -> bytes:
