@@ -51,16 +51,17 @@ def heading(job: str, cluster: str, found: Estimate, device: str = "gpu") -> lis
     each = (f"{setup.procs_per_node} CPU process" + ("es" if setup.procs_per_node != 1 else "")
             if device == "cpu" else
             f"{setup.procs_per_node} GPU" + ("s" if setup.procs_per_node != 1 else ""))
+    checkpointing = {"none": "off", "full": "on"}.get(setup.checkpointing, setup.checkpointing)
+    tracker = "MemTracker (FSDP1)" if setup.fsdp_version == 1 else "FSDPMemTracker"
     return [
         f"{job} on {cluster}: {nodes} x {each}"
-        f" = {setup.world_size} ranks, {setup.strategy}, mixed precision "
-        f"{setup.mixed_precision}, activation checkpointing "
-        f"{'on' if setup.activation_checkpointing else 'off'}, offload "
+        f" = {setup.world_size} ranks, FSDP{setup.fsdp_version} {setup.strategy}, mixed "
+        f"precision {setup.mixed_precision}, activation checkpointing {checkpointing}, offload "
         f"{'on' if setup.offload_params else 'off'}",
         f"model {fit.model}: {count(measured['params'])} parameters, "
         f"{count(measured['trainable'])} trainable{lora}; batch {fit.batch_size} x "
         f"{fit.seq_len} tokens a GPU, {fit.optimizer}",
-        f"one rank's tensors by FSDPMemTracker under FakeTensorMode ({how})",
+        f"one rank's tensors by {tracker} under FakeTensorMode ({how})",
     ]
 
 

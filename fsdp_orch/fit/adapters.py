@@ -86,10 +86,13 @@ class LoraLinear(nn.Module):
 
 
 def add_adapters(model: nn.Module, r: int, targets: str | list[str], quantize: str,
-                 storage: torch.dtype, dropout: float = 0.0) -> dict[str, float]:
+                 storage: torch.dtype, dropout: float = 0.0,
+                 adapter_dtype: torch.dtype = torch.float32,
+                 quantize_all: bool = False) -> dict[str, float]:
     """Freeze the model, wrap each target Linear in a LoRA adapter (its base packed in 4 bits with
-    ``quantize == "nf4"``, its input dropped out with ``dropout`` > 0); what was done: the Linear
-    layers adapted and their weights."""
+    ``quantize == "nf4"``, its input dropped out with ``dropout`` > 0); with ``quantize_all``,
+    every other Linear but the output head packed in 4 bits too. What was done: the Linear
+    layers adapted, and the weights packed in 4 bits (``weights``)."""
     for p in model.parameters():
         p.requires_grad_(False)
     head = _output_head(model)
@@ -98,15 +101,21 @@ def add_adapters(model: nn.Module, r: int, targets: str | list[str], quantize: s
         for name, child in list(parent.named_children()):
             if not isinstance(child, nn.Linear) or child is head:
                 continue
-            if targets != "all-linear" and name not in targets:
+            wanted = targets == "all-linear" or name in targets
+            if not wanted and not (quantize == "nf4" and quantize_all):
                 continue
             base: nn.Module = child
             if quantize == "nf4":
                 base = Packed4bit(child, storage)
+                weights += child.in_features * child.out_features
+            if not wanted:
+                setattr(parent, name, base)
+                continue
             setattr(parent, name, LoraLinear(base, child.in_features, child.out_features, r,
-                                             torch.float32, dropout))
+                                             adapter_dtype, dropout))
             adapted += 1
-            weights += child.in_features * child.out_features
+            if quantize != "nf4":
+                weights += child.in_features * child.out_features
     return {"adapted": adapted, "weights": weights}
 
 

@@ -71,7 +71,7 @@ def check_at_submit(job: JobSpec, profile: ProfileBase, job_file: Path, *, home:
     if where:
         found = replace(found, budget=replace(found.budget, notes=[*found.budget.notes, where]))
     b = found.budget
-    if b.fits:
+    if not b.refused:
         how = "cached" if found.cached else f"measured in {found.measured['seconds']:g} s"
         return SubmitCheck(Outcome.FITS, f"fit: {b.peak_gib:.1f} GiB a GPU at its peak, "
                                          f"{b.verdict} ({how})", found)

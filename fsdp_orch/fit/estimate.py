@@ -13,9 +13,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.fit.budget import Budget, budget
+from fsdp_orch.fit.budget import ALLOCATOR_SLACK, FSDP1_ALLOCATOR_SLACK, Budget, budget
 from fsdp_orch.fit.model_source import model_text
-from fsdp_orch.fit.setup import FitSetup, fit_setup
+from fsdp_orch.fit.setup import FitSetup, fit_setup, unmodelled
 from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.observe import command
@@ -79,9 +79,19 @@ def estimate_job(job: JobSpec, profile: ProfileBase, job_file: Path, *, home: Pa
             raise
         raise InputError(exc.detail, file=str(job_file), field=exc.field) from None
     result = budget_of(setup, measured, memory)
+    notes = [*unmodelled(setup, job), *depth_notes(measured)]
     if where:
-        result = replace(result, notes=[*result.notes, where])
+        notes.append(where)
+    if notes:
+        result = replace(result, notes=[*result.notes, *notes])
     return Estimate(setup, measured, result, cached, base, memory)
+
+
+def depth_notes(measured: dict[str, Any]) -> list[str]:
+    """The line that says a carried figure is a bound, where the depths measured disagree."""
+    layers = measured.get("layers") or {}
+    bound = layers.get("bound")
+    return [bound] if bound else []
 
 
 def cluster_gpu_memory(profile: ProfileBase, given: int | None = None,
@@ -122,9 +132,16 @@ def budget_of(setup: FitSetup, measured: dict[str, Any], gpu_memory: int | None)
         from fsdp_orch.fit.adapters_math import quant_state_bytes
 
         quant = quant_state_bytes(measured["weights"], lora.double_quant)
+        if lora.quant_constants == "sharded":
+            quant /= setup.mesh_shape[-1]  # the ranks each weight is sharded over
+    fit = setup.fit
     return budget(measured["peak"], offload=setup.offload_params,
                   procs_per_node=setup.procs_per_node, process_groups=len(setup.mesh_shape),
-                  quant_state_bytes=quant, gpu_memory=gpu_memory)
+                  quant_state_bytes=quant, gpu_memory=gpu_memory,
+                  optimizer_offload=fit.optimizer_offload,
+                  paged_optimizer=fit.optimizer.startswith("paged_"),
+                  sharded_bytes=measured.get("sharded_bytes"),
+                  slack=FSDP1_ALLOCATOR_SLACK if setup.fsdp_version == 1 else ALLOCATOR_SLACK)
 
 
 def suggestions_for(found: Estimate, *, home: Path, use_cache: bool = True,

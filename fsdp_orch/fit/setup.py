@@ -19,6 +19,10 @@ STRATEGIES = {
 }
 
 
+# the fit: block's knobs that change the budget or the notes, never the measurement
+NOT_MEASURED = {"optimizer_offload", "compile", "packed"}
+
+
 @dataclass(frozen=True)
 class FitSetup:
     nodes: int
@@ -30,6 +34,11 @@ class FitSetup:
     layer_classes: tuple[str, ...]  # the classes each wrapped in its own fully_shard ((): found)
     wrap: str  # TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP
     fit: FitOptions
+    fsdp_version: int = 2  # 1: FullyShardedDataParallel's flat parameters
+    use_orig_params: bool = True  # FSDP1's
+    backward_prefetch: str = "BACKWARD_PRE"  # FSDP1's
+    forward_prefetch: bool = False  # FSDP1's
+    reshard_override: bool | None = None  # the job's fsdp.reshard_after_forward, when given
 
     @property
     def world_size(self) -> int:
@@ -47,17 +56,33 @@ class FitSetup:
 
     @property
     def reshard_after_forward(self) -> bool:
+        if self.reshard_override is not None:
+            return self.reshard_override
         return STRATEGIES[self.strategy][1]
+
+    @property
+    def checkpointing(self) -> str:
+        """none, full, selective-op or selective-layer: the fit block's, else the job's."""
+        mode = self.fit.activation_checkpointing
+        if mode == "job":
+            return "full" if self.activation_checkpointing else "none"
+        return mode
 
     def key(self) -> dict[str, object]:
         """Everything the measurement depends on but the model's own text (the cache's key).
-        Not offload: it moves what was measured to host memory in the budget, so a job with and
-        without it share one measurement."""
+        Not offload (of the parameters or the optimizer alone): it moves what was measured to
+        host memory in the budget, so a job with and without it share one measurement; nor
+        what is named as not modelled, or changes nothing measured (``NOT_MEASURED``)."""
         return {"nodes": self.nodes, "procs_per_node": self.procs_per_node,
                 "strategy": self.strategy, "mixed_precision": self.mixed_precision,
                 "activation_checkpointing": self.activation_checkpointing,
                 "layer_classes": list(self.layer_classes), "wrap": self.wrap,
-                "fit": self.fit.model_dump(mode="json")}
+                "fit": self.fit.model_dump(mode="json", exclude=NOT_MEASURED),
+                "fsdp_version": self.fsdp_version,
+                "use_orig_params": self.use_orig_params,
+                "backward_prefetch": self.backward_prefetch,
+                "forward_prefetch": self.forward_prefetch,
+                "reshard_override": self.reshard_override}
 
 
 def fit_setup(job: JobSpec, procs_per_node: int, job_file: str) -> FitSetup:
@@ -72,7 +97,37 @@ def fit_setup(job: JobSpec, procs_per_node: int, job_file: str) -> FitSetup:
                     offload_params=fsdp.offload_params,
                     activation_checkpointing=fsdp.activation_checkpointing,
                     layer_classes=tuple(fsdp.transformer_layer_cls_to_wrap),
-                    wrap=fsdp.auto_wrap_policy, fit=job.fit)
+                    wrap=fsdp.auto_wrap_policy, fit=job.fit, fsdp_version=fsdp.version,
+                    use_orig_params=fsdp.use_orig_params,
+                    backward_prefetch=fsdp.backward_prefetch,
+                    forward_prefetch=fsdp.forward_prefetch,
+                    reshard_override=fsdp.reshard_after_forward)
 
 
-__all__ = ["STRATEGIES", "FitSetup", "fit_setup"]
+def unmodelled(setup: FitSetup, job: JobSpec | None = None) -> list[str]:
+    """A line for each knob the job sets that the estimate does not model as it runs, saying
+    what was measured instead (never ignored in silence)."""
+    fit, lines = setup.fit, []
+    if fit.compile:
+        lines.append("not modelled: fit.compile (torch.compile); measured in eager mode, which "
+                     "holds more activations than compiled code (torchtitan's Llama 3.1 8B: "
+                     "82.4 GiB eager, 77.0 GiB compiled)")
+    if setup.wrap == "SIZE_BASED_WRAP":
+        lines.append("not modelled: fsdp.auto_wrap_policy SIZE_BASED_WRAP; measured with each "
+                     "transformer layer one FSDP unit")
+    if setup.fsdp_version == 2 and job is not None:
+        fsdp = job.fsdp
+        fsdp1_only = [name for name, value, default in (
+            ("backward_prefetch", fsdp.backward_prefetch, "BACKWARD_PRE"),
+            ("forward_prefetch", fsdp.forward_prefetch, False),
+            ("use_orig_params", fsdp.use_orig_params, True)) if value != default]
+        if fsdp1_only:
+            lines.append(f"not modelled: fsdp.{', fsdp.'.join(fsdp1_only)} (FSDP1's options); "
+                         "measured as FSDP2 (fsdp.version: 2) runs, which prefetches one layer")
+    if fit.optimizer_in_backward and setup.fsdp_version == 1:
+        lines.append("not modelled: fit.optimizer_in_backward with FSDP1; measured with the "
+                     "optimizer stepped after the backward pass")
+    return lines
+
+
+__all__ = ["STRATEGIES", "FitSetup", "fit_setup", "unmodelled"]

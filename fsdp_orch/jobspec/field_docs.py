@@ -164,6 +164,25 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "flash_attention": "Attention without the score matrix in memory (flash-attention 2, "
                            "SDPA's flash kernel).",
         "lora": "Train LoRA adapters (PEFT) instead of every weight.",
+        "activation_checkpointing": "job: as fsdp.activation_checkpointing says; none; full "
+                                    "(every layer); selective-layer (every checkpoint_every-th "
+                                    "layer); selective-op (torchtitan's op policy).",
+        "checkpoint_every": "With selective-layer: every how many layers one is checkpointed.",
+        "activation_offload": "Saved activations kept in host memory between forward and "
+                              "backward (torchtune's enable_activation_offloading).",
+        "reduce_dtype": "Under mixed precision, the gradients' reduce dtype: param (FSDP's "
+                        "default) or float32 (torchtitan's).",
+        "loss": "full: the whole logits upcast to float32 (Hugging Face's loss); chunked: in "
+                "loss_chunks pieces (torchtune's CEWithChunkedOutputLoss).",
+        "loss_chunks": "With loss: chunked, how many pieces the sequence is cut into.",
+        "packed": "Rows packed to seq_len tokens; the estimate takes every row full either way.",
+        "optimizer_offload": "The optimizer's state alone in host memory (torchao's "
+                             "CPUOffloadOptimizer).",
+        "optimizer_in_backward": "Each parameter stepped as its gradient is made, and the "
+                                 "gradient freed (torchtune's optimizer_in_bwd).",
+        "shard_apart": "Modules, by name, wrapped in a fully_shard of their own (torchtune's "
+                       "custom_sharded_layers).",
+        "compile": "torch.compile: accepted and named as not modelled (the estimate is eager).",
     },
     "LoraOptions": {
         "r": "The adapters' rank.",
@@ -175,6 +194,11 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "quant_storage": "With nf4: the dtype the 4-bit weights are packed into, so that FSDP "
                          "can shard them.",
         "double_quant": "With nf4: quantize the quantization constants too.",
+        "adapter_dtype": "The adapters' dtype: float32 (PEFT's) or the model's (torchtune's).",
+        "quantize_modules": "With nf4: adapted (the adapted Linear layers, PEFT's) or all-linear "
+                            "(every Linear but the output head).",
+        "quant_constants": "With nf4: whole on every rank (bitsandbytes') or sharded with the "
+                           "weights (torchao's NF4Tensor, torchtune's).",
     },
     "Webhook": {
         "url": "Where to POST: an http:// or https:// URL.",

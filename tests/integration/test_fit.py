@@ -8,6 +8,7 @@ from the cache; a job without a ``fit:`` block is one line, exit 2."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -54,16 +55,18 @@ def test_the_tracked_shards_and_optimizer_state_are_what_the_shapes_say_and_a_re
 
 def test_two_depths_carried_to_the_models_own_are_its_full_depth_measured(
         cli: Cli, tmp_path: Path) -> None:
-    """A 12-layer model: measured at 4 and 8 layers and carried to 12, against all 12 measured."""
+    """A 20-layer model: measured at 4, 8 and 12 layers and carried to 20 from 8 and 12 (4 on
+    their line: no bound said), against all 20 measured."""
     job = tiny_job(tmp_path, "dtype: float32",
                    "activation_checkpointing: true, transformer_layer_cls_to_wrap: "
                    "[LlamaDecoderLayer]")
     config = tmp_path / "tiny-llama" / "config.json"
     config.write_text(config.read_text().replace('"num_hidden_layers": 4',
-                                                 '"num_hidden_layers": 12'))
+                                                 '"num_hidden_layers": 20'))
     carried, whole = fit_json(cli, job), fit_json(cli, job, "--every-layer")
-    assert carried["layers"] == {"model": 12, "measured": [4, 8]}
-    assert whole["layers"] == {"model": 12, "measured": [12]}
+    assert carried["layers"] == {"model": 20, "measured": [4, 8, 12]}
+    assert not any("lower bound" in note for note in carried["notes"])
+    assert whole["layers"] == {"model": 20, "measured": [20]}
     assert carried["parameters"] == whole["parameters"]
     for category, measured in whole["tracked_bytes"].items():
         assert carried["tracked_bytes"][category] == pytest.approx(measured, rel=0.01,
@@ -102,7 +105,7 @@ WITHIN = 0.15
 
 def test_the_published_llama2_70b_set_ups_from_their_job_files(cli: Cli) -> None:
     """The three job files of examples/fit, each naming Llama-2-70B's public config.json (no
-    weights), carried from 4 and 8 layers to 80. LoRA and QLoRA land within 15% of PEFT's
+    weights), carried from 8 and 12 layers to 80. LoRA and QLoRA land within 15% of PEFT's
     published figures; with CPU offload the estimate is below the published 19.6 GiB (a missed
     target, docs/results.md): what it shows is what offload moves off the GPU."""
     got = {}
@@ -111,7 +114,7 @@ def test_the_published_llama2_70b_set_ups_from_their_job_files(cli: Cli) -> None
                        "--gpu-memory", "80GB", timeout=600)
         assert proc.returncode == 0, proc.stderr
         got[name] = json.loads(proc.stdout)
-        assert got[name]["layers"] == {"model": 80, "measured": [4, 8]}
+        assert got[name]["layers"]["measured"] == [4, 8, 12]
         assert got[name]["parameters"] == pytest.approx(68.98e9, rel=1e-3)
     for name in ("llama2-70b-lora", "llama2-70b-qlora"):
         low, high = PUBLISHED_GIB[name]
@@ -122,3 +125,117 @@ def test_the_published_llama2_70b_set_ups_from_their_job_files(cli: Cli) -> None
     assert on["per_gpu_gib"]["parameters"] < off["per_gpu_gib"]["parameters"] / 4
     assert on["per_gpu_gib"]["activations"] == off["per_gpu_gib"]["activations"]
     assert on["cpu_ram_gib_per_node"] > 2 * off["per_gpu_gib"]["parameters"] * 0.9
+
+
+STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
+
+
+def test_every_sharding_strategy_on_fsdp1_and_fsdp2_gets_an_estimate_as_it_shards(
+        cli: Cli, tmp_path: Path) -> None:
+    """2 nodes x 2 ranks, LoRA on the tiny Llama: each of the five strategies the job spec takes,
+    on FSDP2 and on FSDP1's flat parameters (use_orig_params false, as accelerate's QLoRA configs
+    set it). The optimizer's state is split over the ranks a strategy shards over: 4, 2 (HSDP's
+    2 a node) or 1 (NO_SHARD); and FSDP1 answers differently from FSDP2."""
+    shutil.copytree(TINY, tmp_path / "tiny-llama")
+    got: dict[tuple[int, str], dict] = {}
+    for version in (1, 2):
+        for strategy in STRATEGIES:
+            job = tmp_path / f"v{version}-{strategy}.yaml"
+            job.write_text(
+                "name: s\nscript: train.py\nnodes: 2\nprocs_per_node: 2\n"
+                f"fsdp: {{mixed_precision: 'no', sharding_strategy: {strategy}, "
+                f"version: {version}, use_orig_params: false}}\n"
+                "fit: {model: tiny-llama, batch_size: 2, seq_len: 64, lora: {r: 8}}\n")
+            answer = fit_json(cli, job)
+            assert answer["ranks"] == 4 and answer["peak_gib_per_gpu"] > 0, (version, strategy)
+            assert answer["max_memory_allocated_gib"] <= answer["max_memory_reserved_gib"] \
+                <= answer["peak_gib_per_gpu"]
+            got[version, strategy] = answer["tracked_bytes"]
+    for version in (1, 2):
+        opt = {s: got[version, s]["opt"] for s in STRATEGIES}
+        assert opt["NO_SHARD"] == pytest.approx(4 * opt["FULL_SHARD"], rel=0.05), opt
+        assert opt["HYBRID_SHARD"] == pytest.approx(2 * opt["FULL_SHARD"], rel=0.05), opt
+        assert opt["SHARD_GRAD_OP"] == opt["FULL_SHARD"]
+        # without resharding after forward, the gathered parameters stay: a higher peak
+        assert got[version, "SHARD_GRAD_OP"]["total"] > got[version, "FULL_SHARD"]["total"]
+    assert "param" in got[1, "FULL_SHARD"] and "all_gather" in got[2, "FULL_SHARD"]
+    assert got[1, "FULL_SHARD"]["total"] != got[2, "FULL_SHARD"]["total"]
+
+
+def test_a_job_over_the_gpu_within_the_measured_error_is_not_refused_and_one_beyond_is(
+        cli: Cli, tmp_path: Path) -> None:
+    """Yi-34B's QLoRA on 24 GB trained (Answer.AI) where the old estimate said 106%: a peak above
+    the GPU by less than the estimate's measured error (15%) "may not fit", exit 0, and submit
+    takes it; beyond it, fit exits 1 and submit refuses it, nothing written."""
+    shutil.copytree(TINY, tmp_path / "tiny-llama")
+    job = tmp_path / "job.yaml"
+    job.write_text("name: tiny-fit\nlauncher: python\ncommand: ['true']\nprocs_per_node: 2\n"
+                   "fsdp: {mixed_precision: 'no'}\n"
+                   "fit: {model: tiny-llama, batch_size: 2, seq_len: 64}\n")
+    peak = fit_json(cli, job)["peak_gib_per_gpu"]
+    near = str(int(peak * (1 << 30) / 1.08))  # the peak about 8% over the GPU
+    proc = cli.run("fit", str(job), "--cluster", "local", "--gpu-memory", near)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"may not fit: 10[6-9]% of .*measured error \(15%\): not refused",
+                     proc.stdout), proc.stdout
+    far = str(int(peak * (1 << 30) / 1.5))
+    proc = cli.run("fit", str(job), "--cluster", "local", "--gpu-memory", far)
+    assert proc.returncode == 1 and re.search(r"does not fit: 1[45]\d%", proc.stdout), proc.stdout
+    refused = cli.run("submit", str(job), "--cluster", "local", "--gpu-memory", far)
+    assert refused.returncode == 2 and "not submitted" in refused.stderr, refused.stderr
+    assert json.loads(cli.run("status", "--json", check=True).stdout) == []
+    taken = cli.run("submit", str(job), "--cluster", "local", "--gpu-memory", near, "--wait",
+                    check=True)
+    assert re.search(r"fsdp-orch: fit: [\d.]+ (GiB|MiB) a GPU at its peak, may not fit: ",
+                     taken.stderr), taken.stderr
+    [done] = json.loads(cli.run("status", "--json", check=True).stdout)
+    assert done["state"] == "SUCCEEDED"
+
+
+# Published figures the estimate is held to here (tests/fit_published.py writes each one's job
+# file; tests/fixtures/fit/published/FIGURES.md has each source and the line it was read from),
+# with each one's tolerance: 15% where it is met, and where it is missed (docs/guides/fit.md,
+# "Measured against published figures"), the error it is known to have, so that it cannot grow.
+# The whole set, 33 figures, is `.venv/bin/python bench/fit_published.py`.
+PUBLISHED_HERE = {
+    "aai-3090-llama2-7b-qlora-bs1-ctx2048": WITHIN,
+    "aai-3090-llama2-7b-qlora-bs10-ctx2048": WITHIN,
+    "aai-3090-llama2-7b-lora-bs4-ctx2048": WITHIN,
+    "aai-3090-llama2-7b-lora-ddp-bs4-ctx2048": WITHIN,
+    "aai-3090-yi-34b-qlora-bs2-ctx2048": WITHIN,
+    "aai-4090-llama2-7b-qlora-cpuoffload-bs12-ctx2048": WITHIN,
+    "aai-3090-llama2-70b-qlora-cpuoffload-bs2-ctx2048": 0.22,  # missed: -20%
+    "torchtune-llama3.1-70b-lora-8xa100": WITHIN,
+    "torchtune-llama3.1-70b-full-8xa100": 0.20,  # missed: +18%
+    "torchtitan-llama3.1-8b-fsdp-8xh100": WITHIN,
+    "torchtitan-llama3.1-8b-fsdp-compile-8xh100": WITHIN,
+    "torchtitan-llama3.1-8b-fsdp-compile-float8-8xh100": WITHIN,
+    "torchtitan-llama3.1-8b-fsdp-128xh100": WITHIN,
+    "torchtitan-llama3.1-8b-fsdp-compile-128xh100": WITHIN,
+    "torchtitan-llama3.1-8b-fsdp-compile-float8-128xh100": WITHIN,
+    "torchtitan-llama3.1-8b-fsdp8-cp1-seq32768-8xh100": WITHIN,
+    "aai-3090-llama2-7b-lora-bs1-ctx512-allocated": WITHIN,  # the tuning set's allocated figure
+}
+
+
+def test_the_estimate_is_within_its_tolerance_of_published_peaks_from_three_projects(
+        cli: Cli, tmp_path: Path) -> None:
+    """17 published peaks (Answer.AI's fsdp_qlora on FSDP1, torchtune's README on FSDP2, and
+    torchtitan's Llama 3.1 8B benchmark), each from its job file as a user writes it, through
+    `fsdp-orch fit --json`, compared in the statistic its source reports (max_memory_reserved,
+    max_memory_allocated). Figures that share a measurement (the same job but torch.compile,
+    which is named as not modelled) are read from the cache."""
+    from fit_published import compared, estimated, figure
+
+    env = {**cli.env, "OMP_NUM_THREADS": "1"}
+    fsdp_orch = str(REPO / ".venv" / "bin" / "fsdp-orch")
+    errors = {}
+    for figure_id, tolerance in PUBLISHED_HERE.items():
+        published = figure(figure_id)
+        answer = estimated(published, tmp_path, env=env, fsdp_orch=fsdp_orch)
+        assert answer["parameters"] > 1e9, figure_id
+        got, error = compared(published, answer)
+        errors[figure_id] = round(error, 3)
+        assert abs(error) <= tolerance, (figure_id, published["published_gib"], got, error)
+    within = sum(abs(e) <= WITHIN for e in errors.values())
+    assert within >= 15, errors

@@ -35,10 +35,10 @@ def lora_job(base: Path) -> Path:
     return job
 
 
-def test_the_estimated_peak_of_three_small_models_is_within_10_percent_of_their_real_runs(
-        cli: Cli, tmp_path: Path) -> None:
-    jobs = {"demo": copy_demo(tmp_path), "hf_trainer": copy_unchanged(tmp_path, "hf_trainer"),
-            "tiny-llama LoRA": lora_job(tmp_path)}
+def estimated_and_run(cli: Cli, tmp_path: Path,
+                      jobs: dict[str, Path]) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Each job's ``fit --json``, and its real run: 2 torchrun ranks started beside the estimates,
+    rank 0's peak by job file."""
     measured_file = tmp_path / "real.json"
     real = subprocess.Popen(command([str(j) for j in jobs.values()], 2, str(measured_file)),
                             cwd=tmp_path, env={**cli.env, "OMP_NUM_THREADS": "1"},
@@ -49,11 +49,18 @@ def test_the_estimated_peak_of_three_small_models_is_within_10_percent_of_their_
             proc = cli.run("fit", str(job), "--cluster", "local", "--json", timeout=300)
             assert proc.returncode == 0, proc.stderr
             estimates[name] = json.loads(proc.stdout)
-        output, _ = real.communicate(timeout=300)
+        output, _ = real.communicate(timeout=600)
     finally:
         real.kill()
     assert real.returncode == 0, output[-4000:]
-    measured = json.loads(measured_file.read_text())
+    return estimates, json.loads(measured_file.read_text())
+
+
+def test_the_estimated_peak_of_three_small_models_is_within_10_percent_of_their_real_runs(
+        cli: Cli, tmp_path: Path) -> None:
+    jobs = {"demo": copy_demo(tmp_path), "hf_trainer": copy_unchanged(tmp_path, "hf_trainer"),
+            "tiny-llama LoRA": lora_job(tmp_path)}
+    estimates, measured = estimated_and_run(cli, tmp_path, jobs)
     for name, job in jobs.items():
         estimate, run = estimates[name], measured[str(job)]
         assert (estimate["parameters"], estimate["trainable_parameters"]) == (
@@ -63,3 +70,52 @@ def test_the_estimated_peak_of_three_small_models_is_within_10_percent_of_their_
             assert tracked[category] == real_peak[category] > 0, (name, category)
         assert tracked["total"] == pytest.approx(real_peak["total"], rel=WITHIN), (
             name, tracked, real_peak)
+
+
+RECIPES = {
+    # FSDP1 as Answer.AI's fsdp_qlora and PEFT's accelerate configs run it: flat parameters,
+    # the LoRA adapters each a unit of their own (use_orig_params false)
+    "fsdp1-lora-flat": ("fsdp: {version: 1, use_orig_params: false}", "lora: {r: 8}"),
+    # FSDP1 with use_orig_params: one flat parameter a layer, frozen and trained together
+    "fsdp1-lora-orig-params": ("fsdp: {version: 1, use_orig_params: true}", "lora: {r: 8}"),
+    "fsdp1-no-shard": ("fsdp: {version: 1, sharding_strategy: NO_SHARD}", ""),
+    "fsdp2-hybrid": ("fsdp: {sharding_strategy: HYBRID_SHARD}", ""),
+    # torchtune's knobs: chunked loss, the embeddings and head sharded apart, activations
+    # offloaded, the optimizer stepped in the backward pass, 8-bit AdamW
+    "torchtune-knobs": ("fsdp: {activation_checkpointing: true}",
+                        "loss: chunked, loss_chunks: 4, shard_apart: [embed_tokens, lm_head], "
+                        "activation_offload: true, optimizer_in_backward: true, "
+                        "optimizer: adamw8bit"),
+    # torchtitan's op-level selective checkpointing
+    "torchtitan-selective-op": ("fsdp: {activation_checkpointing: true}",
+                                "activation_checkpointing: selective-op"),
+}
+
+
+def test_fsdp1_hsdp_and_the_recipe_knobs_are_estimated_as_they_run_for_real(
+        cli: Cli, tmp_path: Path) -> None:
+    """Each set-up measured twice, by the estimate (fake tensors, a fake process group) and by 2
+    torchrun ranks over gloo with real tensors, the same code between: the flat parameters of
+    FSDP1 and its 1.3x gradients when frozen and trained weights share one (use_orig_params),
+    HSDP's 2-D mesh, and torchtune's and torchtitan's knobs. Every category the shapes fix is
+    equal, and the total within 10%."""
+    shutil.copytree(REPO / "tests" / "fixtures" / "fit" / "tiny-llama", tmp_path / "tiny-llama")
+    jobs = {}
+    for name, (fsdp, fit) in RECIPES.items():
+        jobs[name] = tmp_path / f"{name}.yaml"
+        jobs[name].write_text(f"name: {name}\nscript: train.py\nprocs_per_node: 2\n{fsdp}\n"
+                              f"fit: {{model: tiny-llama, batch_size: 2, seq_len: 64, "
+                              f"{fit}}}\n")
+    estimates, measured = estimated_and_run(cli, tmp_path, jobs)
+    totals = {}
+    for name, job in jobs.items():
+        tracked, real_peak = estimates[name]["tracked_bytes"], measured[str(job)]["peak"]
+        # what the shapes fix: FSDP2's shards; FSDP1's optimizer state (its parameters row is
+        # the flat parameters held at the peak, sharded and gathered together)
+        fixed = "sharded_param" if "sharded_param" in tracked else "opt"
+        assert tracked[fixed] == real_peak[fixed] > 0, (name, fixed)
+        assert tracked["total"] == pytest.approx(real_peak["total"], rel=WITHIN), (
+            name, tracked, real_peak)
+        totals[name] = tracked["total"]
+    # the same LoRA: one flat parameter for frozen and trained weights has a gradient for both
+    assert totals["fsdp1-lora-orig-params"] > 1.15 * totals["fsdp1-lora-flat"], totals

@@ -7,8 +7,17 @@ from __future__ import annotations
 import pytest
 
 from fsdp_orch.fit.adapters_math import quant_state_bytes
-from fsdp_orch.fit.budget import ALLOCATOR_SLACK, CUDA_CONTEXT_GIB, GIB, NCCL_GIB, as_json, budget
-from fsdp_orch.fit.setup import fit_setup
+from fsdp_orch.fit.budget import (
+    ALLOCATOR_SLACK,
+    CUDA_CONTEXT_GIB,
+    GIB,
+    MEASURED_ERROR,
+    NCCL_GIB,
+    PAGED,
+    as_json,
+    budget,
+)
+from fsdp_orch.fit.setup import fit_setup, unmodelled
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.jobspec.sizes import parse_size
 from fsdp_orch.vocab.errors import InputError
@@ -82,7 +91,7 @@ def test_offloaded_shards_leave_the_gpu_for_the_nodes_ram() -> None:
 def test_a_peak_past_the_gpu_does_not_fit_and_none_is_said_without_its_size() -> None:
     over = budget({"act": int(90 * GIB)}, offload=False, procs_per_node=1, process_groups=1,
                   gpu_memory=80 << 30)
-    assert over.fits is False and over.verdict.startswith("does not fit: ")
+    assert over.fits is False and over.refused and over.verdict.startswith("does not fit: ")
     unknown = budget({"act": int(GIB)}, offload=False, procs_per_node=1, process_groups=1)
     assert unknown.fits is None and "gpu_memory" in unknown.verdict
 
@@ -91,3 +100,57 @@ def test_nf4_constants_are_a_byte_a_block_of_64_with_nested_quantization() -> No
     weights = 64 * 256 * 1000
     assert quant_state_bytes(weights, double_quant=True) == 256 * 1000 + 1000 * 4
     assert quant_state_bytes(weights, double_quant=False) == 256 * 1000 * 4
+
+
+def test_each_statistic_holds_the_one_below_it_and_the_verdict_holds_the_process() -> None:
+    """max_memory_allocated: the tracked tensors; reserved: and the allocator's slack; the
+    process (what nvidia-smi shows, and what must fit): and the CUDA context and NCCL."""
+    b = budget({k: int(v) for k, v in PEAK.items()}, offload=False, procs_per_node=8,
+               process_groups=1, quant_state_bytes=GIB, gpu_memory=80 << 30)
+    assert b.allocated_gib == pytest.approx(41 + 1)  # the nf4 constants are tensors too
+    assert b.reserved_gib == pytest.approx(42 * (1 + ALLOCATOR_SLACK))
+    assert b.peak_gib == pytest.approx(b.reserved_gib + CUDA_CONTEXT_GIB + NCCL_GIB)
+    said = as_json(b)
+    assert said["max_memory_allocated_gib"] == round(b.allocated_gib, 2)
+    assert said["max_memory_reserved_gib"] == round(b.reserved_gib, 2)
+
+
+@pytest.mark.parametrize("peak_gib,fits,refused,says", [
+    (20.0, True, False, "fits: "),
+    (25.0, False, False, "may not fit: "),  # 104%: within the estimate's measured error
+    (24 * (1 + MEASURED_ERROR) + 0.5, False, True, "does not fit: ")])
+def test_only_a_peak_past_the_estimates_measured_error_is_refused(peak_gib, fits, refused,
+                                                                   says) -> None:
+    stated = CUDA_CONTEXT_GIB + NCCL_GIB
+    tracked = (peak_gib - stated) / (1 + ALLOCATOR_SLACK)
+    b = budget({"act": int(tracked * GIB)}, offload=False, procs_per_node=1, process_groups=1,
+               gpu_memory=24 << 30)
+    assert b.peak_gib == pytest.approx(peak_gib, abs=1e-6)
+    assert (b.fits, b.refused) == (fits, refused) and b.verdict.startswith(says), b.verdict
+    if not refused and not fits:
+        assert f"measured error ({MEASURED_ERROR:.0%}): not refused" in b.verdict
+
+
+def test_optimizer_offload_moves_only_the_state_and_a_paged_state_leaves_the_allocator() -> None:
+    peak = {k: int(v) for k, v in PEAK.items()}
+    moved = budget(peak, offload=False, procs_per_node=8, process_groups=1,
+                   optimizer_offload=True)
+    assert moved.rows["optimizer state"] == 0 and moved.rows["parameters"] == 12
+    assert moved.cpu_ram_gib_per_node == pytest.approx(2 * 8)
+    assert moved.offloaded == "optimizer state"
+    paged = budget(peak, offload=False, procs_per_node=8, process_groups=1,
+                   paged_optimizer=True)
+    assert paged.rows["optimizer state"] == 0 and paged.allocated_gib == pytest.approx(39)
+    assert paged.other[PAGED] == pytest.approx(2)  # in the process, outside the allocator
+    assert paged.peak_gib == pytest.approx(paged.reserved_gib + CUDA_CONTEXT_GIB + NCCL_GIB + 2)
+
+
+def test_a_knob_the_estimate_does_not_model_is_named_with_what_was_measured() -> None:
+    compiled = JobSpec.model_validate({"name": "j", "script": "t.py",
+                                       "fsdp": {"forward_prefetch": True},
+                                       "fit": {"model": "config.json", "compile": True}})
+    said = unmodelled(fit_setup(compiled, 8, "job.yaml"), compiled)
+    assert any("fit.compile" in line and "eager" in line for line in said)
+    assert any("fsdp.forward_prefetch" in line and "FSDP2" in line for line in said)
+    fsdp1 = job(version=1, forward_prefetch=True)
+    assert unmodelled(fit_setup(fsdp1, 8, "job.yaml"), fsdp1) == []  # FSDP1 runs it

@@ -12,6 +12,7 @@ def found(params: int, trainable: int, procs: int = 2) -> SimpleNamespace:
     setup = SimpleNamespace(nodes=1, procs_per_node=procs, world_size=procs,
                             strategy="FULL_SHARD", mixed_precision="no",
                             activation_checkpointing=False, offload_params=False,
+                            checkpointing="none", fsdp_version=2,
                             fit=SimpleNamespace(lora=None, model="train:model_for_fit",
                                                 batch_size=8, seq_len=64, optimizer="adamw"))
     return SimpleNamespace(setup=setup, cached=True,

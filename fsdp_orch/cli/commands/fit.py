@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(report_text(args.job, args.cluster, found, suggestions,
                                      device=str(getattr(profile, "device", "gpu")),
                                      one_node=profile.kind == "local"))
-    return EXIT_DOES_NOT_FIT if found.budget.fits is False else EXIT_OK
+    return EXIT_DOES_NOT_FIT if found.budget.refused else EXIT_OK
 
 
 # Set in the environment of a fit run again on the profile's python: never a second hop.
