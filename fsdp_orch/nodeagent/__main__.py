@@ -87,4 +87,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    from fsdp_orch.vocab import process_log
+
+    process_log.setup("stderr")  # the node's console.log
     raise SystemExit(main(sys.argv[1:]))

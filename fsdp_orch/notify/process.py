@@ -3,6 +3,7 @@ one per job (a lock in its run folder), living until the job ended and everythin
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from fsdp_orch.places import secrets
 from fsdp_orch.places.private import make_private_dirs, open_private
 
 NOTIFY_DIR = "notify"
+log = logging.getLogger(__name__)
 
 
 def webhooks_of(submission: Submission) -> list[Webhook]:
@@ -95,7 +97,7 @@ def main(run_dir: str) -> int:
 
     path = Path(run_dir)
     if _hold_lock(path / NOTIFY_DIR) is None:
-        print("another notifier holds this job", flush=True)
+        log.info("another notifier holds this job")
         return 0
     submission = Submission.load(path, cluster_kind(Submission.kind_name(path)))
     job_id = submission.job_id
@@ -107,7 +109,7 @@ def main(run_dir: str) -> int:
             return index.store.job(job_id)
 
     def gave_up(item: Due, error: str) -> None:
-        print(f"gave up on {item.trigger} for webhook {item.hook}: {error}", flush=True)
+        log.warning(f"gave up on {item.trigger} for webhook {item.hook}: {error}")
         journal.add_event(attempt=None, kind="notify_gave_up",
                           message=f"webhook {item.hook} ({item.trigger}): "
                                   f"no answer within its retry_for ({error})")
@@ -124,5 +126,8 @@ def main(run_dir: str) -> int:
 
 
 if __name__ == "__main__":
+    from fsdp_orch.vocab import process_log
+
     os.umask(0o077)  # the ledger and the log are this user's alone
+    process_log.setup("stdout")  # notify/notifier.log
     raise SystemExit(main(sys.argv[1]))

@@ -14,6 +14,7 @@ launcher goes (the attempt's step ended). The host ends with the allocation.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from fsdp_orch.standby.launch import node_name, start_keeper
 from fsdp_orch.standby.ranks import hosted_folder, hosted_keeper_socket, keeper_pid_file
 
 LOOK_EVERY_S = 0.2
+log = logging.getLogger(__name__)
 
 
 def start(path: str, nproc: int) -> subprocess.Popen[bytes]:
@@ -52,9 +54,8 @@ def keep_one_ready(folder: str, nproc: int) -> None:
             time.sleep(LOOK_EVERY_S)
             started = [k for k in started if k.poll() is None]  # reap the ended ones
         if keeper.poll() is not None and not ready:
-            print(f"fsdp-orch standby host: keeper {sequence} ended before it was ready "
-                  f"(exit {keeper.returncode}; {path[:-len('.sock')]}.log)", file=sys.stderr,
-                  flush=True)
+            log.warning(f"fsdp-orch standby host: keeper {sequence} ended before it was ready "
+                        f"(exit {keeper.returncode}; {path[:-len('.sock')]}.log)")
             time.sleep(5.0)  # not a loop of failing imports
         sequence += 1
 
@@ -67,12 +68,10 @@ def main(argv: list[str]) -> int:
     folder = hosted_folder(user_tmp_root(), args.job_id, node_name())
     problem = private_beat_dir(folder)
     if problem is not None:
-        print(f"fsdp-orch standby host: {problem}; the attempts start cold on this node",
-              file=sys.stderr, flush=True)
+        log.warning(f"fsdp-orch standby host: {problem}; the attempts start cold on this node")
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    print(f"fsdp-orch standby host: keeping a keeper ready in {folder}", file=sys.stderr,
-          flush=True)
+    log.info(f"fsdp-orch standby host: keeping a keeper ready in {folder}")
     keep_one_ready(folder, args.nproc)
     return 0
 
@@ -80,4 +79,7 @@ def main(argv: list[str]) -> int:
 __all__ = ["claimed", "keep_one_ready", "main"]
 
 if __name__ == "__main__":
+    from fsdp_orch.vocab import process_log
+
+    process_log.setup("stderr")  # the step's standby-<node>.log
     raise SystemExit(main(sys.argv[1:]))

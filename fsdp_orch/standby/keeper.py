@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
 import select
 import signal
@@ -52,6 +53,7 @@ PRELOAD_IF_PRESENT = ("torch._dynamo", "torch.distributed.checkpoint._fsspec_fil
 FDS_PER_RANK = 3
 AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
 STORE_TIMEOUT_S = 1800.0
+log = logging.getLogger(__name__)
 
 
 def listen(path: str) -> socket.socket:
@@ -102,6 +104,9 @@ def receive_orders(conn: socket.socket) -> tuple[list[RankOrder], list[int]]:
 
 def become_rank(order: RankOrder, fds: list[int], closing: list[socket.socket]) -> None:
     """In the forked child: the rank's own session, streams, folder, environment and bootstrap."""
+    from fsdp_orch.vocab import process_log
+
+    process_log.forget()  # the user's program finds logging as python leaves it
     os.setsid()
     for sock in closing:
         sock.close()
@@ -198,18 +203,16 @@ def serve(conn: socket.socket, listener: socket.socket) -> RankOrder | Successor
     keeper the keeper's exit status."""
     orders, fds = receive_orders(conn)
     if len(fds) != FDS_PER_RANK * len(orders):
-        print("fsdp-orch standby: "
-              f"expected {FDS_PER_RANK * len(orders)} descriptors, got {len(fds)}",
-              file=sys.stderr, flush=True)
+        log.error("fsdp-orch standby: "
+                  f"expected {FDS_PER_RANK * len(orders)} descriptors, got {len(fds)}")
         return 2
     store: tuple[int, int] | None = None
     if (orders and orders[0].env.get(AGENT_STORE) == "True"
             and orders[0].env.get("GROUP_RANK") == "0"):
         hosted = host_store(orders[0].env)
         if isinstance(hosted, str):  # rank 0 hosts it, as without torchrun's agent
-            print("fsdp-orch standby: the attempt's store could not be served "
-                  f"({hosted}); rank 0 serves it",
-                  file=sys.stderr, flush=True)
+            log.warning("fsdp-orch standby: the attempt's store could not be served "
+                        f"({hosted}); rank 0 serves it")
             for order in orders:
                 order.env[AGENT_STORE] = "False"
         else:
@@ -311,7 +314,7 @@ def main(argv: list[str]) -> RankOrder | int:
 
     problem = private_beat_dir(os.path.dirname(path))
     if problem is not None:
-        print(f"fsdp-orch standby: {problem}", file=sys.stderr, flush=True)
+        log.error(f"fsdp-orch standby: {problem}")
         return 2
     # While it imports, a launcher that finds no socket waits for this keeper
     # instead of starting another.
@@ -400,6 +403,9 @@ def end(code: int) -> None:
 
 
 if __name__ == "__main__":
+    from fsdp_orch.vocab import process_log
+
+    process_log.setup("stderr")  # its attempt-N.log
     try:
         outcome = main(sys.argv[1:])
     except SystemExit as stop:  # the SIGTERM of an unused keeper: its files are gone

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import selectors
 import signal
@@ -50,10 +51,11 @@ from fsdp_orch.standby.successor import NextKeeper
 
 KEEPER_READY_S = 300.0  # a keeper started at once has this long to import torch
 STOP_GRACE_S = 30.0  # torchrun's: SIGTERM to the ranks left, SIGKILL after this
+log = logging.getLogger(__name__)
 
 
-def say(text: str) -> None:
-    print(f"fsdp-orch standby: {text}", file=sys.stderr, flush=True)
+def say(text: str, level: int = logging.INFO) -> None:
+    log.log(level, f"fsdp-orch standby: {text}")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -255,11 +257,11 @@ def cold_or_fail(args: argparse.Namespace, why: str) -> int:
     rendezvous on this one would never meet (the attempt waited for its start-up timeout): the
     attempt fails at once, saying so, and the next one tries again."""
     if args.nnodes == 1:
-        say(f"{why}; starting cold")
+        say(f"{why}; starting cold", logging.WARNING)
         return NO_STANDBY_EXIT
     say(f"{why}; node {args.node} of {args.nnodes} cannot start warm while the others do, and a "
         "cold start here would not meet them: this attempt fails (launch.standby: off starts "
-        "every node cold)")
+        "every node cold)", logging.ERROR)
     return WARM_ELSEWHERE_EXIT
 
 
@@ -338,7 +340,7 @@ def supervise(sock: socket.socket, selector: selectors.BaseSelector, relay: Rela
     answers = Answers(sock)
     started = answers.first().get("started")
     if not started:
-        say("the keeper started no ranks")
+        say("the keeper started no ranks", logging.ERROR)
         return 1
     pids = {int(rank): pid for rank, pid in started.items()}
     say(f"attempt {attempt}: {len(pids)} rank(s) started from the standby ({how}), torch preloaded")
@@ -423,4 +425,7 @@ def watch(answers: Answers, selector: selectors.BaseSelector, relay: Relay,
 
 
 if __name__ == "__main__":
+    from fsdp_orch.vocab import process_log
+
+    process_log.setup("stderr")  # the node's console, as torchrun's own lines
     raise SystemExit(main(sys.argv[1:]))

@@ -13,6 +13,7 @@ is the launcher that asked.
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import select
 import signal
@@ -29,6 +30,7 @@ from fsdp_orch.observe.proctree import pid_alive, signal_pids
 from fsdp_orch.standby.ranks import ATTEMPT_TAG, message, retag_block
 
 READY_S = 30.0  # the child says it listens (or why not) within this
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -129,9 +131,8 @@ def fork_successor(request: dict, conn: socket.socket,  # type: ignore[type-arg]
         os.write(ready_w, b"1")
         os.close(ready_w)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # unused: its files go with it
-        print(f"fsdp-orch standby: keeper for attempt {attempt}, forked from attempt "
-              f"{attempt - 1}'s (pid {os.getppid()}) for launcher {starter}", file=sys.stderr,
-              flush=True)
+        log.info(f"fsdp-orch standby: keeper for attempt {attempt}, forked from attempt "
+                 f"{attempt - 1}'s (pid {os.getppid()}) for launcher {starter}")
         return Successor(path, starter, listener)
     os.close(ready_w)
     ready, _, _ = select.select([ready_r], [], [], READY_S)
@@ -175,8 +176,8 @@ class NextKeeper:
         if answer["next"]:
             self.forked = int(answer["next"])
             return
-        print(f"fsdp-orch standby: the keeper forked no keeper for attempt {self.attempt} "
-              f"({answer.get('why')}): starting one", file=sys.stderr, flush=True)
+        log.warning(f"fsdp-orch standby: the keeper forked no keeper for attempt {self.attempt} "
+                    f"({answer.get('why')}): starting one")
         self.started = self.start()
 
     def end(self) -> None:

@@ -12,11 +12,13 @@ fails the job.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping
 
 from fsdp_orch.places.builtin import METRICS_TEXTFILE_ENV
 
+log = logging.getLogger(__name__)
 EVERY_S = 15.0
 POLL_METRIC = "fsdp_orch_supervisor_poll_interval_seconds"
 
@@ -85,7 +87,7 @@ class MetricsTextfile:
         except OSError as exc:
             if not self._failed:
                 message = f"cannot write the metrics to {self.path}: {exc.strerror or exc}"
-                print(f"fsdp-orch supervisor: {message}", flush=True)
+                log.warning(f"fsdp-orch supervisor: {message}")
                 if self.tell is not None:
                     self.tell(message)
             self._failed = True

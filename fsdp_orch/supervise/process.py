@@ -9,6 +9,7 @@ Run as
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,8 @@ from fsdp_orch.supervise.outcomes import Adopt
 from fsdp_orch.supervise.stop_flag import StopFlag
 from fsdp_orch.vocab.hints import hint_for
 from fsdp_orch.vocab.states import JobState
+
+log = logging.getLogger(__name__)
 
 
 class Loop(Protocol):
@@ -60,14 +63,14 @@ def run_supervisor(make_loop: MakeLoop, job_id: str, run_dir: str | None = None,
     folder = Path(run_dir) if run_dir else home() / "runs" / job_id
     raise_open_files_limit()
     if not (folder / SUBMISSION_FILE).is_file():
-        print(f"fsdp-orch supervisor: no job {job_id} in {folder.parent}", flush=True)
+        log.error(f"fsdp-orch supervisor: no job {job_id} in {folder.parent}")
         return 2
     # One supervisor per job: the lock lives as long as this process.
     lock = os.fdopen(open_private(str(folder / "supervisor.lock"), os.O_WRONLY | os.O_APPEND), "a")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        print(f"fsdp-orch supervisor: job {job_id} already has a supervisor", flush=True)
+        log.info(f"fsdp-orch supervisor: job {job_id} already has a supervisor")
         return 0
     kind = cluster_kind(Submission.kind_name(folder))
     submission = Submission.load(folder, kind)
@@ -108,7 +111,7 @@ def run_supervisor(make_loop: MakeLoop, job_id: str, run_dir: str | None = None,
     finally:
         if state != JobState.RESTARTING:  # ended: no supervisor will need the values again
             secrets.forget(job_id, "env")
-    print(f"fsdp-orch supervisor: job {job_id} ended {state.value}", flush=True)
+    log.info(f"fsdp-orch supervisor: job {job_id} ended {state.value}")
     return 0
 
 
@@ -131,8 +134,7 @@ def _where_to_begin(journal: Journal, loop: Loop, launcher,  # type: ignore[no-u
                 requeued.add(last)
             journal.end_attempt(last, None)
         loop.requeued_attempts = len(requeued)
-        print(f"fsdp-orch supervisor: job {job_id} in its allocation, attempt {first_attempt}",
-              flush=True)
+        log.info(f"fsdp-orch supervisor: job {job_id} in its allocation, attempt {first_attempt}")
         return None, first_attempt
     if not reattach:
         return None, 0
@@ -140,8 +142,8 @@ def _where_to_begin(journal: Journal, loop: Loop, launcher,  # type: ignore[no-u
         attempt = max(attempts)
         adopt = Adopt(attempt, launcher.adopt(attempt, view.backend_ref),
                       attempts[attempt].started_at, attempts[attempt].first_step_at)
-        print(f"fsdp-orch supervisor: re-attached to job {job_id} attempt {attempt}", flush=True)
+        log.info(f"fsdp-orch supervisor: re-attached to job {job_id} attempt {attempt}")
         return adopt, first_attempt
     # died before launching, or while backing off: the next attempt starts now
-    print(f"fsdp-orch supervisor: resuming job {job_id} at attempt {first_attempt}", flush=True)
+    log.info(f"fsdp-orch supervisor: resuming job {job_id} at attempt {first_attempt}")
     return None, first_attempt

@@ -8,6 +8,7 @@ kind gives it (``backends.base``).
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -57,6 +58,7 @@ from fsdp_orch.vocab.save_interval import observed_mtbf
 from fsdp_orch.vocab.states import FINISHED_UNKNOWN, TRAINING_COMPLETE, JobState
 
 STRAGGLER_REPLACED = FailureCategory.STRAGGLER_REPLACED.value
+log = logging.getLogger(__name__)
 
 
 class Supervisor:
@@ -153,8 +155,7 @@ class Supervisor:
         try:
             self.launcher.job_ending()
         except Exception as exc:  # noqa: BLE001 - the end is recorded all the same
-            print(f"fsdp-orch supervisor: stopping what the job kept between attempts: {exc}",
-                  flush=True)
+            log.warning(f"fsdp-orch supervisor: stopping what the job kept between attempts: {exc}")
         self.journal.set_state(state, reason=reason, now=self.clock(),
                                finished=None if outputs is None else outputs.finished,
                                missing=None if outputs is None else list(outputs.missing))
@@ -414,7 +415,7 @@ class Supervisor:
         """The kind readies the attempt's machines (a preempted TPU VM
         made again), saying what it does."""
         def say(message: str) -> None:
-            print(f"fsdp-orch supervisor: {message}", flush=True)
+            log.info(f"fsdp-orch supervisor: {message}")
             self.journal.add_event(attempt=attempt, kind="machines", message=message)
         try:
             return self.launcher.machines(attempt, say)
@@ -430,6 +431,7 @@ if __name__ == "__main__":
     import os
 
     from fsdp_orch.supervise.process import run_supervisor
+    from fsdp_orch.vocab import process_log
 
     os.umask(0o077)  # the run folder's files (events, logs, heartbeats) are this user's alone
 
@@ -441,5 +443,6 @@ if __name__ == "__main__":
     parser.add_argument("--reattach", action="store_true")
     parser.add_argument("--in-allocation", action="store_true")
     args = parser.parse_args()
+    process_log.setup("stdout")  # supervisor.log, or the allocation's output
     raise SystemExit(run_supervisor(Supervisor, args.job_id, run_dir=args.run_dir,
                                     reattach=args.reattach, in_allocation=args.in_allocation))

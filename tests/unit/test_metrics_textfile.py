@@ -62,7 +62,7 @@ def test_written_at_the_first_look_then_every_15_s_and_at_the_end(tmp_path):
     assert os.listdir(out) == ["fsdp_orch_job_j1.prom"]
 
 
-def test_off_without_its_variable_and_a_failed_write_is_said_once(tmp_path, capsys):
+def test_off_without_its_variable_and_a_failed_write_is_said_once(tmp_path, caplog):
     assert MetricsTextfile.from_environ(str(tmp_path), "j1", Clock(), environ={}) is None
     run_dir = tmp_path / "run"
     clock = Clock()
@@ -74,7 +74,7 @@ def test_off_without_its_variable_and_a_failed_write_is_said_once(tmp_path, caps
                                tell=told.append)
     textfile.write()
     textfile.write()
-    said = capsys.readouterr().out.splitlines()
+    said = caplog.messages  # the supervisor's log (vocab.process_log: its stdout)
     assert len(said) == 1 and "cannot write the metrics to" in said[0], said
     assert len(told) == 1 and told[0].startswith("cannot write the metrics to"), told  # the job's
     # events hear it once too

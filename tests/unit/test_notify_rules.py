@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 
 import pytest
@@ -151,12 +152,13 @@ def test_gives_up_after_retry_for_and_says_so(tmp_path):
     assert [entry["outcome"] for entry in ledger] == ["gave_up"]
 
 
-def test_a_second_notifier_for_the_same_job_exits_at_once(tmp_path, capsys):
+def test_a_second_notifier_for_the_same_job_exits_at_once(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="fsdp_orch")
     (tmp_path / "notify").mkdir()
     fd = os.open(tmp_path / "notify" / "lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the first notifier
     try:
         assert notifier_main(str(tmp_path)) == 0  # no submission here: it would fail had it gone on
-        assert "another notifier holds this job" in capsys.readouterr().out
+        assert "another notifier holds this job" in caplog.messages  # its log
     finally:
         os.close(fd)

@@ -175,7 +175,7 @@ def test_a_bad_setting_names_the_field_and_the_choices() -> None:
 
 
 @pytest.mark.parametrize("nnodes,code", [(1, 75), (2, 1)])
-def test_a_node_that_cannot_start_warm_goes_cold_alone_or_fails_the_attempt(nnodes, code, capsys):
+def test_a_node_that_cannot_start_warm_goes_cold_alone_or_fails_the_attempt(nnodes, code, caplog):
     """Of several nodes, the others start from their keepers: a cold torchrun here would wait in a
     c10d rendezvous nobody joins, so the attempt fails at once instead."""
     from fsdp_orch.standby.launch import cold_or_fail, parse
@@ -183,7 +183,7 @@ def test_a_node_that_cannot_start_warm_goes_cold_alone_or_fails_the_attempt(nnod
     args = parse(["--mode", "torchrun", "--node", "1", "--nnodes", str(nnodes), "--entry",
                   "script", "--", "train.py"])
     assert cold_or_fail(args, "the keeper (pid 7) ended before it was ready") == code
-    said = capsys.readouterr().err
+    said = "\n".join(caplog.messages)  # the launcher's log (vocab.process_log: its stderr)
     assert ("starting cold" in said) == (nnodes == 1), said
     assert ("node 1 of 2 cannot start warm" in said) == (nnodes == 2), said
 
