@@ -59,6 +59,7 @@ class Agent:
         self.metrics: dict[str, Any] = {}
         self.progress_at = clock()
         self._optimizer_steps: dict[int, int] = {}
+        self._most_steps = 0  # max(self._optimizer_steps.values()), kept as they count up
         self._lock = _thread.allocate_lock()
         self._last_write = 0.0
         self._step_unwritten = False  # a step taken since the last write
@@ -104,12 +105,14 @@ class Agent:
             return
         now = self.clock()
         if self._probe is not None:
-            self._probe.mark()
+            self._probe.python_at = now  # the probe's mark(), without a second clock call a step
         if self.runtime_owned or _initialising_optimizer_state():
             return
         key = id(optimizer)
-        self._optimizer_steps[key] = self._optimizer_steps.get(key, 0) + 1
-        step = self.base_step + max(self._optimizer_steps.values())
+        steps = self._optimizer_steps[key] = self._optimizer_steps.get(key, 0) + 1
+        if steps > self._most_steps:
+            self._most_steps = steps
+        step = self.base_step + self._most_steps
         if step == self.step and self.state == "training":
             return
         with self._lock:

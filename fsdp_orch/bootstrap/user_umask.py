@@ -8,21 +8,21 @@ fsdp-orch writes from inside a rank is created with explicit modes (0600). Stand
 from __future__ import annotations
 
 import os
-import re
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 UMASK_ENV = "FSDP_ORCH_UMASK"
-_OCTAL = re.compile(r"0?[0-7]{1,3}")
+_OCTAL_DIGITS = frozenset("01234567")  # no ``re``: the CLI imports this module at every start
 _remembered: int | None = None
 
 
 def parse_umask(text: str) -> int | None:
     """``"022"``, ``"0027"``, ``"77"``: the mask; None for anything else (not octal, above 0777)."""
     text = text.strip()
-    return int(text, 8) if _OCTAL.fullmatch(text) else None
+    digits = text[1:] if len(text) == 4 and text[0] == "0" else text  # 0?[0-7]{1,3}
+    return int(text, 8) if 1 <= len(digits) <= 3 and _OCTAL_DIGITS.issuperset(digits) else None
 
 
 def umask_text(mask: int) -> str:

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
-from fsdp_orch.record.event_types import RUNTIME_LOSS
-from fsdp_orch.record.restart_budget import restart_budget
-from fsdp_orch.record.save_cadence import describe
-from fsdp_orch.record.status import JobStatus
-from fsdp_orch.record.suspects import health_lines
-from fsdp_orch.vocab.hints import for_job
 from fsdp_orch.vocab.times import iso_time
+
+TYPE_CHECKING = False  # the table of `status` needs none of what `status ID`'s lines import
+if TYPE_CHECKING:
+    from typing import Any
+
+    from fsdp_orch.record.status import JobStatus
 
 
 def format_rows(columns: list[str], rows: list[dict[str, Any]]) -> str:
@@ -72,6 +71,12 @@ def _ckpt(job: JobStatus) -> int | str | None:
 def detail_lines(job: JobStatus, now: float | None = None) -> list[str]:
     """What ``status ID`` prints under the table: the loss and where it came from, a stall and the
     hang window in force, the reason, each failure with its hint, the notices and the run folder."""
+    # here, not at the top: the checkpoint finders and the event types cost `status` 30 ms
+    from fsdp_orch.record.restart_budget import restart_budget
+    from fsdp_orch.record.save_cadence import describe
+    from fsdp_orch.record.suspects import health_lines
+    from fsdp_orch.vocab.hints import for_job
+
     now = time.time() if now is None else now
     lines = health_lines(job)  # a suspect checkpoint, a NaN loss: first, whatever the state
     if job.progress_loss is not None:
@@ -166,6 +171,8 @@ def memory_line(job: JobStatus) -> str | None:
 
 
 def _loss_from(source: str | None) -> str:
+    from fsdp_orch.record.event_types import RUNTIME_LOSS
+
     if source in (None, RUNTIME_LOSS):
         return "from fsdp_orch.runtime"
     return f"read from the console, {source} format"

@@ -10,14 +10,12 @@ running job's status at each read, never into its event log.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 
-from fsdp_orch.places.private import write_atomically
-from fsdp_orch.record.event_types import Progress, finite
-from fsdp_orch.record.hang_hold import hold_text, read_hold
-from fsdp_orch.record.status import JobStatus
+TYPE_CHECKING = False  # status --json starts here: the record model and json are imported on use
+if TYPE_CHECKING:
+    from fsdp_orch.record.status import JobStatus
 
 LIVE_FILE = "progress.json"
 LIVE_EVERY_S = 0.5
@@ -30,6 +28,11 @@ def write_live(run_dir: str, *, attempt: int, step: int, loss: float | None,
     """The supervisor's view of the attempt's progress now; a failed write only costs freshness.
     ``quiet``: why no step comes and none is due (QUIET_STATES); ``active_at``: the last progress
     of any rank (a step or a change of state); ``loss_step``: the step the loss belongs to."""
+    import json
+
+    from fsdp_orch.places.private import write_atomically
+    from fsdp_orch.record.event_types import finite
+
     data = {"attempt": attempt, "step": step, "loss": finite(loss),
             "loss_source": loss_source if finite(loss) is not None else None,
             "loss_step": loss_step if finite(loss) is not None else None,
@@ -44,8 +47,14 @@ def read_live(run_dir: str) -> dict | None:  # type: ignore[type-arg]
     """The file's content when it is well formed, else None (absent, torn, or not this shape)."""
     try:
         with open(os.path.join(run_dir, LIVE_FILE), encoding="utf-8") as f:
-            data = json.loads(f.read(4096))
+            text = f.read(4096)
     except (OSError, ValueError):
+        return None
+    import json  # only once there is a file: most running jobs of an index have none
+
+    try:
+        data = json.loads(text)
+    except ValueError:
         return None
     if not isinstance(data, dict):
         return None
@@ -53,6 +62,8 @@ def read_live(run_dir: str) -> dict | None:  # type: ignore[type-arg]
     if (type(numbers[0]) is not int or type(numbers[1]) is not int
             or not isinstance(numbers[2], (int, float)) or not math.isfinite(numbers[2])):
         return None
+    from fsdp_orch.record.hang_hold import read_hold
+
     held = read_hold(run_dir)  # why the hang rule holds its verdict back (record.hang_hold)
     if held is not None:
         data["held"] = held
@@ -65,6 +76,8 @@ def apply_live(status: JobStatus, live: dict | None) -> bool:  # type: ignore[ty
     anything."""
     if live is None or not status.running or live["attempt"] != status.attempts - 1:
         return False
+    from fsdp_orch.record.hang_hold import hold_text
+
     quiet = live.get("quiet") if live.get("quiet") in QUIET_STATES else None
     active = live.get("active_at")
     active = float(active) if isinstance(active, (int, float)) and math.isfinite(active) else None
@@ -77,6 +90,7 @@ def apply_live(status: JobStatus, live: dict | None) -> bool:  # type: ignore[ty
     current = status.progress_step if status.progress_attempt == live["attempt"] else None
     if current is not None and live["step"] <= current:
         return changed
+    from fsdp_orch.record.event_types import Progress
     from fsdp_orch.record.fold import fold_progress
 
     loss, loss_step = live.get("loss"), live.get("loss_step")

@@ -370,8 +370,10 @@ class Store:
         where, args = ("AND id = ?", (job_id,)) if job_id else ("", ())
         if not as_kept:
             args = (now, now, *args)
+        # {_ACTIVE} first: without it SQLite scans every row (10 ms in 10,000 jobs), not jobs_active
         rows = self.conn.execute(f"SELECT CAST({column} AS BLOB), record, run_dir FROM jobs"
-                                 f" WHERE state = 'RUNNING' {where}", args).fetchall()
+                                 f" WHERE {_ACTIVE} AND state = 'RUNNING' {where}",
+                                 args).fetchall()
         out = []
         for doc, record, run_dir in rows:
             live = read_live(run_dir)
