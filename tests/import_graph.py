@@ -1,10 +1,11 @@
-"""The import graph of a package, read from its source with ``ast``, and the circles in it."""
+"""The import graph of a package, read from its source with ``ast``, the circles in it, and the
+imports that go up its floors."""
 
 from __future__ import annotations
 
 import ast
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 
@@ -87,6 +88,44 @@ def unit_of(module: str, package: str = "fsdp_orch") -> str:
     if module == package:
         return package
     return f"{package}.{module.removeprefix(f'{package}.').split('.')[0]}"
+
+
+def floor_unit(module: str, package: str = "fsdp_orch") -> str:
+    """What a floor holds ``module`` by: its folder (``p.a.b.c`` -> ``a``), or a top-level module's
+    own name (``p.__main__`` -> ``__main__``; the face, ``p`` itself, -> ``__init__``)."""
+    if module == package:
+        return "__init__"
+    return module.removeprefix(f"{package}.").split(".")[0]
+
+
+def floor_numbers(floors: Sequence[Iterable[str]]) -> dict[str, int]:
+    """Each unit of ``floors`` (lowest first) -> its floor, counted from 1."""
+    return {unit: number for number, units in enumerate(floors, 1) for unit in units}
+
+
+def off_the_map(modules: Iterable[str], floors: Sequence[Iterable[str]],
+                package: str = "fsdp_orch") -> tuple[list[str], list[str]]:
+    """The units that hold ``modules`` but are on no floor, and the units on a floor that hold
+    none of them (a folder gone or renamed)."""
+    present = {floor_unit(module, package) for module in modules}
+    placed = set(floor_numbers(floors))
+    return sorted(present - placed), sorted(placed - present)
+
+
+def upward_imports(modules: dict[str, set[str]], floors: Sequence[Iterable[str]],
+                   package: str = "fsdp_orch",
+                   allowed: Iterable[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+    """Every import of a module on a higher floor than the importer's, as (importer, imported),
+    except those ``allowed``: an allowed (importer, imported) also excuses the importer's import of
+    the packages around ``imported`` (Python loads them first). Units on no floor are left out
+    (``off_the_map`` names them)."""
+    number = floor_numbers(floors)
+    excused = {(importer, imported.rsplit(".", n)[0]) for importer, imported in allowed
+               for n in range(imported.count(".") - package.count("."))}
+    return sorted((module, target) for module, targets in modules.items() for target in targets
+                  if (module, target) not in excused
+                  and number.get(floor_unit(target, package), 0)
+                  > number.get(floor_unit(module, package), len(number) + 1))
 
 
 def package_graph(modules: dict[str, set[str]], package: str = "fsdp_orch") -> dict[str, set[str]]:

@@ -1,5 +1,6 @@
 """No import cycles in fsdp_orch, between modules or between its packages, lazy imports included,
-the package face (``fsdp_orch/__init__.py``) among them; no cluster kind imports another; and the
+the package face (``fsdp_orch/__init__.py``) among them; no module imports a folder on a higher
+floor than its own (the floors: tests/layer_map.py); no cluster kind imports another; and the
 checker, on small packages written for the purpose, finds the cycles and imports it should."""
 
 from __future__ import annotations
@@ -10,13 +11,18 @@ from pathlib import Path
 import pytest
 from import_graph import (
     find_cycles,
+    floor_numbers,
+    floor_unit,
     imports_into_kinds,
     kind_units,
     module_imports,
+    off_the_map,
     package_graph,
     unit_among,
     unit_of,
+    upward_imports,
 )
+from layer_map import ALLOWED_UPWARD, FLOORS
 
 from fsdp_orch.backends.registry import KIND_MODULES
 
@@ -78,6 +84,83 @@ def test_a_module_that_imports_the_face_plainly_depends_on_it(tmp_path: Path) ->
     })
     assert module_imports(root, "pkg") == {
         "pkg": set(), "pkg.a": {"pkg"}, "pkg.b": {"pkg.c"}, "pkg.c": set()}
+
+
+FLOOR_UNITS = [floor.units for floor in FLOORS]
+
+
+def where(module: str, package: str = "fsdp_orch") -> str:
+    """``fsdp_orch.record.store`` -> ``fsdp_orch.record.store (record/, floor 9)``."""
+    unit = floor_unit(module, package)
+    shown = f"{unit}/" if unit not in ("__init__", "__main__") else f"{unit}.py"
+    return f"{module} ({shown}, floor {floor_numbers(FLOOR_UNITS).get(unit, '?')})"
+
+
+def test_every_folder_is_on_one_floor_and_every_floor_is_a_folder() -> None:
+    units = [unit for floor in FLOOR_UNITS for unit in floor]
+    assert len(units) == len(set(units)), "a unit on two floors"
+    unplaced, gone = off_the_map(module_imports(REPO), FLOOR_UNITS)
+    assert unplaced == [], f"on no floor (add them to FLOORS in tests/layer_map.py): {unplaced}"
+    assert gone == [], f"on a floor but not in fsdp_orch (drop them from FLOORS): {gone}"
+
+
+def test_no_folder_shares_a_floor_but_the_faces_two_modules() -> None:
+    shared = [floor.units for floor in FLOORS if len(floor.units) > 1]
+    assert shared == [("__init__", "__main__")]
+    assert FLOORS[-1].units == ("__init__", "__main__")
+
+
+def test_no_module_imports_a_higher_floor() -> None:
+    found = upward_imports(module_imports(REPO), FLOOR_UNITS, allowed=ALLOWED_UPWARD)
+    assert found == [], (
+        "imports up a floor (a module imports its own floor and lower ones; tests/layer_map.py):\n"
+        + "\n".join(f"{where(a)} imports {where(b)}" for a, b in found))
+
+
+def test_the_allowed_upward_imports_are_few_and_all_still_there() -> None:
+    assert len(ALLOWED_UPWARD) <= 3, "fix a wrong-way import before allowing another"
+    upward = set(upward_imports(module_imports(REPO), FLOOR_UNITS))
+    stale = sorted(pair for pair in ALLOWED_UPWARD if pair not in upward)
+    assert stale == [], f"no longer an upward import: drop it from ALLOWED_UPWARD: {stale}"
+
+
+FLOORED_PACKAGE = {
+    "pkg/__init__.py": "def __getattr__(name):\n    from pkg.top import api\n    return api\n",
+    "pkg/__main__.py": "from pkg.top import api\n",
+    "pkg/low/__init__.py": "",
+    "pkg/low/words.py": "WORD = 'w'\n",
+    "pkg/mid/__init__.py": "",
+    "pkg/mid/plan.py": "from pkg.low.words import WORD\nfrom pkg.mid import rules\n",
+    "pkg/mid/rules.py": "",
+    "pkg/top/__init__.py": "",
+    "pkg/top/api.py": "import pkg.mid.plan\n",
+}
+FLOORED = [("low",), ("mid",), ("top",), ("__init__", "__main__")]
+
+
+def test_an_upward_import_is_found_lazy_or_not(tmp_path: Path) -> None:
+    clean = module_imports(write_package(tmp_path / "clean", FLOORED_PACKAGE), "pkg")
+    assert off_the_map(clean, FLOORED, "pkg") == ([], [])
+    assert upward_imports(clean, FLOORED, "pkg") == []
+    upward = module_imports(write_package(tmp_path / "upward", {
+        **FLOORED_PACKAGE,
+        "pkg/low/words.py": "def later():\n    from pkg.top.api import x\n",  # lazily
+        "pkg/mid/rules.py": "import pkg\n",  # the face, from below it
+    }), "pkg")
+    assert upward_imports(upward, FLOORED, "pkg") == [
+        ("pkg.low.words", "pkg.top"), ("pkg.low.words", "pkg.top.api"), ("pkg.mid.rules", "pkg")]
+    # An allowed import excuses the packages around the module it names, nothing else.
+    allowed = [("pkg.low.words", "pkg.top.api")]
+    assert upward_imports(upward, FLOORED, "pkg", allowed) == [("pkg.mid.rules", "pkg")]
+
+
+def test_a_folder_on_no_floor_and_a_floor_with_no_folder_are_named(tmp_path: Path) -> None:
+    modules = module_imports(write_package(tmp_path, {
+        **FLOORED_PACKAGE, "pkg/new/__init__.py": "", "pkg/new/thing.py": "import pkg.top.api\n",
+        "pkg/tool.py": ""}), "pkg")
+    floors = [*FLOORED, ("gone",)]
+    assert off_the_map(modules, floors, "pkg") == (["new", "tool"], ["gone"])
+    assert upward_imports(modules, floors, "pkg") == []  # what is on no floor is named above
 
 
 def between_kinds(modules: dict[str, set[str]], units: list[str]) -> list[tuple[str, str]]:
