@@ -9,7 +9,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
 
-HELP = "a job's event log: submitted, attempts, failures, restarts, the end"
+HELP = "a job's event log: submitted, attempts, checkpoints, failures, notices, restarts, the end"
 USES_HOME = True
 
 

@@ -9,7 +9,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
 
-HELP = "show a job's per-rank output"
+HELP = "show a job's console output, node by node: the latest attempt's unless --attempt"
 USES_HOME = True
 
 

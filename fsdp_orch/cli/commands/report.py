@@ -12,7 +12,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
 
-HELP = "write one self-contained HTML page of a job: timeline, loss, goodput, failures"
+HELP = "write one self-contained HTML page of a job: timeline, loss, goodput, failures, notices"
 USES_HOME = True
 
 
