@@ -75,7 +75,7 @@ def startup_cost(runs: int = 20) -> dict:
 def heartbeat_write_cost(writes: int = 300) -> dict:
     """One heartbeat write as the agent does it, and its share of the main thread's time at the most
     frequent writing there (after a step, at most every STEP_WRITE_MIN_S)."""
-    from fsdp_orch.bootstrap.agent import STEP_WRITE_MIN_S
+    from fsdp_orch.bootstrap.heartbeat_thread import STEP_WRITE_MIN_S
     from fsdp_orch.observe.heartbeats import Heartbeat, write_heartbeat
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -195,9 +195,9 @@ def supervisor_main(path: str, world: int, run_dir: str, token: str, timeout: fl
                     conn: Any) -> None:
     """What the supervisor does every poll_interval, on the agent path or today's files; reports a
     status line a poll to the bench, and after the hang, the verdict, stacks and stop timings."""
+    from fsdp_orch.decide.watchdog import check_hang
     from fsdp_orch.jobspec.schema import Watch
     from fsdp_orch.observe.heartbeats import read_heartbeats
-    from fsdp_orch.supervise.watchdog import check_hang
 
     raise_fd_limit()
     watch = Watch(heartbeat_timeout=timeout)

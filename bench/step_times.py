@@ -6,7 +6,7 @@ every 50 steps, logging every 10), the Lightning script (checkpoints every 20 st
 nanoGPT-shaped single-file loop (an evaluation and a checkpoint every 50 iterations). A wrapper
 records the time of every optimizer step on every rank; for each job the bench prints the gaps
 between steps (p50, p95, p99, max, max / p95), and replays them through the rank summary
-(``observe.step_times``) and the estimator (``supervise.hang_window``) with the default settings:
+(``observe.step_times``) and the estimator (``decide.hang_window``) with the default settings:
 the smallest window the job ever had, and every gap longer than the window in force when it began.
 Those gaps are what the hang rule's vetoes (Python running, bytes written, a garbage collection,
 busy worker processes) must cover, or the default would kill a healthy job. Each job's final state
@@ -29,10 +29,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from fsdp_orch.decide.hang_window import hang_window  # noqa: E402
 from fsdp_orch.jobspec.schema import Watch  # noqa: E402
 from fsdp_orch.observe.heartbeats import Heartbeat  # noqa: E402
 from fsdp_orch.observe.step_times import StepTimes, percentile  # noqa: E402
-from fsdp_orch.supervise.hang_window import hang_window  # noqa: E402
 
 RECORDER = '''"""Records the time of every optimizer step of this rank, then runs the script \
 given as argv[1]."""

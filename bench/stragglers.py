@@ -31,9 +31,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from status_sampling import beat_glob  # noqa: E402
 
+from fsdp_orch.decide.stragglers import ROUNDS, WAIT_FRACTION, median_step_ms  # noqa: E402
 from fsdp_orch.observe.arrivals import round_of  # noqa: E402
 from fsdp_orch.observe.heartbeats import parse_heartbeat  # noqa: E402
-from fsdp_orch.supervise.stragglers import ROUNDS, WAIT_FRACTION, median_step_ms  # noqa: E402
 
 CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
 

@@ -29,7 +29,8 @@ sys.path.insert(0, str(REPO / "tests"))
 from cli_harness import copy_demo, make_cli  # noqa: E402
 
 from fsdp_orch.observe.heartbeats import read_heartbeats  # noqa: E402
-from fsdp_orch.observe.stacks import main_thread, parse_pyspy_dump  # noqa: E402
+from fsdp_orch.observe.stack_parse import parse_pyspy_dump  # noqa: E402
+from fsdp_orch.observe.user_frame import main_thread  # noqa: E402
 
 SMALL_DEMO = ["--vocab", "64", "--dim", "32", "--layers", "2", "--heads", "2", "--seq-len", "16",
               "--batch-size", "16", "--lr", "0.01"]

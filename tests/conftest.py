@@ -103,7 +103,8 @@ class Torchrun:
         write its job.json, and return the attempt ready to start."""
         from fsdp_orch.backends.local import KIND, LocalProfile
         from fsdp_orch.jobspec.schema import JobSpec
-        from fsdp_orch.launch.plan import PlanContext, make_plan, spec_json
+        from fsdp_orch.launch.plan import make_plan, spec_json
+        from fsdp_orch.launch.plan_inputs import PlanContext
 
         job = JobSpec.model_validate({"name": name, "script": str(script), "procs_per_node": nproc,
                                       **spec})

@@ -5,7 +5,8 @@ from __future__ import annotations
 from fsdp_orch.backends.registry import cluster_kind
 from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
-from fsdp_orch.launch.plan import LaunchPlan, PlanContext, make_plan
+from fsdp_orch.launch.plan import LaunchPlan, make_plan
+from fsdp_orch.launch.plan_inputs import PlanContext
 from fsdp_orch.launch.render import Artifact, render_plan
 from fsdp_orch.supervise import SUPERVISOR_MODULE
 

@@ -89,7 +89,10 @@ class AttemptObservation(Protocol):
 
 
 class AttemptHandle(AttemptObservation, Protocol):
-    ref: str  # what identifies the attempt to its engine (a process group, a SLURM step)
+    @property
+    def ref(self) -> str:
+        """What identifies the attempt to its engine (a process group, a SLURM step)."""
+        ...
 
     def close(self) -> None:
         """Release what watching the attempt held (a node channel's socket and thread), once

@@ -22,7 +22,8 @@ from fsdp_orch.checkpoints.storage import LOCAL, Storage
 from fsdp_orch.jobspec.limits import MAX_PROCS_PER_NODE, at_most
 from fsdp_orch.jobspec.profiles import ProfileBase, host_address
 from fsdp_orch.jobspec.schema import JobSpec
-from fsdp_orch.launch.plan import LaunchPlan, Placement, PlanContext
+from fsdp_orch.launch.plan import LaunchPlan
+from fsdp_orch.launch.plan_inputs import Placement, PlanContext
 from fsdp_orch.launch.render import Artifact, Templates, write_artifacts
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.proctree import job_processes, stop_job_processes

@@ -25,7 +25,7 @@ def host_pattern(address: str, port: int) -> str:
     return address if port == 22 else f"[{address}]:{port}"
 
 
-def ssh_argv(host, profile, *command: str) -> list[str]:  # type: ignore[no-untyped-def]
+def ssh_argv(host, profile, *command: str) -> list[str]:
     """OpenSSH with the profile's host-key policy, never a password prompt."""
     strict = {"strict": "yes", "accept-new": "accept-new", "warn": "no"}[profile.host_key_policy]
     argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={profile.connect_timeout}",
@@ -38,7 +38,7 @@ def ssh_argv(host, profile, *command: str) -> list[str]:  # type: ignore[no-unty
     return [*argv, target, *command]
 
 
-def ssh_checks(profile, torch_version: str | None, run: Runner,  # type: ignore[no-untyped-def]
+def ssh_checks(profile, torch_version: str | None, run: Runner,
                connect: Connect = _connect) -> list[Check]:
     checks: list[Check] = []
     versions: list[str] = []  # each host's torch, as found
@@ -93,7 +93,7 @@ def ssh_checks(profile, torch_version: str | None, run: Runner,  # type: ignore[
     return checks
 
 
-def _bootstrap_check(host, profile, where: str, run: Runner) -> Check:  # type: ignore[no-untyped-def]
+def _bootstrap_check(host, profile, where: str, run: Runner) -> Check:
     """How the host gets fsdp-orch's bootstrap: copied with each job onto a host with its own
     disk; on a shared filesystem, from the profile's python's own environment (never from where
     this CLI is installed: places.python_env), so that environment has fsdp-orch, the same
@@ -123,7 +123,7 @@ def _bootstrap_check(host, profile, where: str, run: Runner) -> Check:  # type: 
                  "(shared filesystem)")
 
 
-def tpu_checks(profile, run: Runner) -> list[Check]:  # type: ignore[no-untyped-def]
+def tpu_checks(profile, run: Runner) -> list[Check]:
     result = run(["gcloud", "--version"], 60.0)
     if result.returncode != 0:
         detail = "gcloud is not on PATH" if result.returncode == 127 else \

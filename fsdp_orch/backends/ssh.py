@@ -12,7 +12,8 @@ from typing import Any
 from fsdp_orch.backends.over_ssh.hosts import SshProfile
 from fsdp_orch.backends.supervised_here import SupervisedHere
 from fsdp_orch.jobspec.schema import JobSpec
-from fsdp_orch.launch.plan import LaunchPlan, NodeTarget, Placement, PlanContext, host_port
+from fsdp_orch.launch.plan import LaunchPlan
+from fsdp_orch.launch.plan_inputs import NodeTarget, Placement, PlanContext, host_port
 from fsdp_orch.launch.render import Artifact, Templates
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.command import Runner

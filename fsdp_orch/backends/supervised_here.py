@@ -90,7 +90,7 @@ class SupervisedHere(ClusterKind[P]):
         if ended:
             return f"{job_id} already ended ({ended})"
         pid = row.supervisor_pid
-        if pid_alive(pid, must_contain=job_id):
+        if pid is not None and pid_alive(pid, must_contain=job_id):
             os.kill(pid, 15)
         deadline = time.monotonic() + CANCEL_WAIT_S
         while time.monotonic() < deadline:

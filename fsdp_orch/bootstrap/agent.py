@@ -5,9 +5,9 @@ Passive until the process starts a process group (``init_process_group``, wrappe
 ``torch.distributed`` is imported) or takes an optimizer step (torch's global optimizer-step post
 hook, registered when ``torch.optim.optimizer`` is imported). Then it writes the rank's heartbeat
 file (``fsdp_orch.observe.heartbeats``) after steps and every ``TICK_S`` from a watcher thread that
-also keeps the main-thread probe asking. A script that uses ``fsdp_orch.runtime`` reports its own
-steps, loss and saves through :meth:`Agent.report`; from then on optimizer steps are not counted
-twice and the runtime applies the faults.
+also keeps the main-thread probe asking (``bootstrap.heartbeat_thread``). A script that uses
+``fsdp_orch.runtime`` reports its own steps, loss and saves through :meth:`Agent.report`; from then
+on optimizer steps are not counted twice and the runtime applies the faults.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import os
 import sys
 import time
 
+from fsdp_orch.bootstrap.heartbeat_thread import STEP_WRITE_MIN_S, HeartbeatThread
 from fsdp_orch.bootstrap.importhook import when_imported
 
 TYPE_CHECKING = False  # typing and threading cost milliseconds in every Python process of the job
@@ -26,16 +27,9 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-TICK_S = 0.5  # the watcher's period: heartbeat file refresh and probe
-# After a step, write at once unless the last write is younger than this: every step of 50 ms or
-# more is in the heartbeat as it is taken (a rank that stops in a native call holding the
-# interpreter right after its last step cannot have it written later: issue 43). A write took
-# 0.2 ms here (bench/bootstrap_cost.py): at most 20 a second, 0.4% of the main thread. A step
-# closer than that to the last write is marked at once instead (observe.step_marks).
-STEP_WRITE_MIN_S = 0.05
-WATCH_CHUNK_S = 0.1  # the watcher's sleep between ticks: a step left unwritten goes out then
 # young objects past which a collection is worth a heartbeat (about 10 ms of work)
 LONG_YOUNG_COLLECTION = 100_000
+
 
 class Agent:
     def __init__(self, env: Mapping[str, str], clock: Callable[[], float] = time.time):
@@ -71,15 +65,10 @@ class Agent:
         self._children: Any = None
         self._step_times: Any = None
         self._gc_since: float | None = None  # a long garbage collection runs since
-        self._watcher_ident: int | None = None  # the heartbeat thread, once it runs
+        self._heartbeat_thread: HeartbeatThread | None = None  # once activated
         self._injector: Any = None
         self._stack_file: Any = None
         self._host: str | None = None
-        # where the supervisor asks for a flight-recorder dump
-        self._trace_request: str | None = None
-        self._trace_prefix = ""
-        self._arrivals: dict[str, Any] | None = None  # the latest sample (observe.arrivals)
-        self._arrivals_at = 0  # its round (observe.arrivals)
 
     # --- hooks -------------------------------------------------------------------------------
 
@@ -209,12 +198,8 @@ class Agent:
         with self._lock:
             self._write_locked(self.progress_at)
         call_when_main_returns(self._at_exit)  # "done" before the interpreter's teardown
-        asked = trace_request(self.attempt_dir)
-        if asked is not None:
-            self._trace_request, self._trace_prefix = asked
-        import threading
-
-        threading.Thread(target=self._watch, name="fsdp-orch-heartbeat", daemon=True).start()
+        self._heartbeat_thread = HeartbeatThread(self, trace_request(self.attempt_dir))
+        self._heartbeat_thread.start()
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         """A collection of a large object graph holds the interpreter in one native call for
@@ -240,7 +225,8 @@ class Agent:
         # The watcher's own write may have set off the collection (its lock held): no wait there,
         # and the write goes through a temp file of its own so the one in flight is not torn. On
         # another thread, wait a little for a write in flight, or collecting_since is never written.
-        own = _thread.get_ident() == self._watcher_ident
+        thread = self._heartbeat_thread
+        own = thread is not None and _thread.get_ident() == thread.ident
         if self._lock.acquire(not own, -1 if own else 0.5):
             try:
                 self._write_locked(now)
@@ -262,72 +248,6 @@ class Agent:
         injector = FaultInjector(faults, rank, self.attempt, self.collective_timeout or 600.0)
         return injector if injector else None
 
-    def _serve_trace_request(self) -> None:
-        """Once per attempt, from the watcher thread (the main thread may be stuck in a collective):
-        this rank's flight recorder, dumped where NCCL's own dump on a timeout would go (one that
-        is there already is left alone)."""
-        if self._trace_request is None or not os.path.exists(self._trace_request):
-            return
-        self._trace_request = None
-        from fsdp_orch.bootstrap.flight_recorder import write_dump
-
-        write_dump(f"{self._trace_prefix}{self.rank}")
-
-    def _watch(self) -> None:
-        from fsdp_orch.observe.heartbeats import HELD_AFTER_S
-
-        # before its first write: a collection it sets off knows it
-        self._watcher_ident = _thread.get_ident()
-        woke = time.monotonic()
-        while self.active:
-            time.sleep(WATCH_CHUNK_S)
-            if not self.active:
-                return
-            if time.monotonic() - woke < TICK_S:
-                self._write_step_left_unwritten()
-                continue
-            last, woke = woke, time.monotonic()
-            if woke - last > HELD_AFTER_S:
-                # The interpreter was held until now (this thread could not take it back): whoever
-                # held it was not waiting in a collective, which lets it go. Its old python_at would
-                # otherwise reach the supervisor in this very write, just as the relay stops saying
-                # held_since, and the rank would look hung for a moment.
-                self._probe.mark()
-            self._probe.ask()
-            self._io.sample()
-            self._compute.sample()
-            # Every tick, not only once the main thread waits (0.1 ms of /proc here): then the first
-            # tick of a wait on data loader workers already says they
-            # load, well inside a 2 s window.
-            self._children.sample()
-            if self._trace_request is not None:
-                self._serve_trace_request()
-            self._sample_arrivals()
-            with self._lock:
-                self._write_locked(self.clock())
-
-    def _sample_arrivals(self) -> None:
-        """At the first tick of each round of the wall clock (``observe.arrivals``), while
-        training: every rank's sample holds the same collectives."""
-        from fsdp_orch.observe.arrivals import ARRIVALS_EVERY_S
-
-        at = int(self.clock() // ARRIVALS_EVERY_S * ARRIVALS_EVERY_S)
-        if at == self._arrivals_at or self.state != "training":
-            return
-        from fsdp_orch.bootstrap.flight_recorder import arrivals_now
-
-        self._arrivals_at, self._arrivals = at, arrivals_now(at)
-
-    def _write_step_left_unwritten(self) -> None:
-        """Between ticks: a step the main thread did not write (its last write too young) is
-        written once that write is STEP_WRITE_MIN_S old. The job's last step is then in the
-        heartbeat even if the rank stops in a native call holding the interpreter right after it
-        (a process group's destructor), where the next tick could not run."""
-        if not self._step_unwritten or self.clock() - self._last_write < STEP_WRITE_MIN_S:
-            return
-        with self._lock:
-            self._write_locked(self.clock())
-
     def _at_exit(self) -> None:
         if not self.active:
             return
@@ -339,6 +259,11 @@ class Agent:
             self.progress_at = self.clock()
             self._write_locked(self.progress_at)
         self.active = False
+
+    def _arrivals(self) -> dict[str, Any] | None:
+        """The heartbeat thread's latest sample of the collectives' arrivals (observe.arrivals)."""
+        thread = self._heartbeat_thread
+        return thread.arrivals if thread is not None else None
 
     def _write_locked(self, now: float, tmp_tag: str = "") -> None:
         from fsdp_orch.bootstrap.device_memory import cuda_peak_bytes
@@ -357,7 +282,7 @@ class Agent:
                 io_at=self._io.io_at if self._io is not None else None,
                 compute_at=max(computed) if computed else None,
                 step_s=self._step_times.summary() if self._step_times is not None else None,
-                collecting_since=self._gc_since, arrivals=self._arrivals,
+                collecting_since=self._gc_since, arrivals=self._arrivals(),
                 device_peak=cuda_peak_bytes()), tmp_tag=tmp_tag)
             self._last_write = now
             self._step_unwritten = False

@@ -12,13 +12,16 @@ import sys
 TYPE_CHECKING = False  # typing costs milliseconds in every Python process of the job
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from importlib.abc import Loader as _Loader
     from types import ModuleType
     from typing import Any
 
     Callback = Callable[[ModuleType], None]
+else:  # importlib.abc is not imported here at run time: the loader protocol is all it needs
+    _Loader = object
 
 
-class _CallbackLoader:
+class _CallbackLoader(_Loader):
     def __init__(self, loader: Any, callback: Callback):
         self._loader = loader
         self._callback = callback

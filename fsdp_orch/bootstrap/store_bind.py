@@ -76,7 +76,8 @@ def bind_rendezvous_store(module: ModuleType) -> None:
             _held_bound(module.TCPStore, host, port, wait_for_workers=False)
         return original(params)
 
-    module._create_tcp_store = _create_tcp_store
+    patched: Any = module
+    patched._create_tcp_store = _create_tcp_store
 
 
 def bind_shared_store(module: ModuleType) -> None:
@@ -84,7 +85,7 @@ def bind_shared_store(module: ModuleType) -> None:
     the node's ``--local-addr``), bound to that address."""
     handler = getattr(module, "DynamicRendezvousHandler", None)
     original = getattr(handler, "_create_tcp_store_server", None)
-    if original is None:
+    if handler is None or original is None:
         return
 
     def _create_tcp_store_server(self: Any, master_addr: str, master_port: int) -> Any:
@@ -108,7 +109,8 @@ def bind_env_store(module: ModuleType) -> None:
                         wait_for_workers=False)
         return original(hostname, port, rank, world_size, timeout, *args, **kwargs)
 
-    module._create_c10d_store = _create_c10d_store
+    patched: Any = module
+    patched._create_c10d_store = _create_c10d_store
 
 
 def bind_static_store(module: ModuleType) -> None:
@@ -116,7 +118,7 @@ def bind_static_store(module: ModuleType) -> None:
     bound to its master address."""
     rendezvous = getattr(module, "StaticTCPRendezvous", None)
     original = getattr(rendezvous, "next_rendezvous", None)
-    if original is None:
+    if rendezvous is None or original is None:
         return
 
     def next_rendezvous(self: Any) -> Any:

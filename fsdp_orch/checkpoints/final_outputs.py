@@ -1,7 +1,7 @@
 """What a script writes after its last checkpoint, where its layout tells: whether it is there.
 
 A job whose ranks were stopped after its last complete checkpoint is not trained again
-(``supervise.teardown``), but what the script does after that checkpoint may not have run. For a
+(``decide.teardown``), but what the script does after that checkpoint may not have run. For a
 Hugging Face Trainer (``checkpoint-N`` folders, the ``hf`` layout) that is the final
 ``save_model()`` into ``output_dir``, the checkpoint folder's parent: one of its model files must
 be there. For other layouts nothing says what the script writes at its end: ``finished`` is

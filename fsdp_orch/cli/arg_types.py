@@ -8,12 +8,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+
 _WHOLE = re.compile(r"[0-9]{1,10}")
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MAX_WHOLE = 1_000_000_000
 
 
-def _refused(text: str):  # type: ignore[no-untyped-def]
+def _refused(text: str) -> argparse.ArgumentTypeError:
     import argparse
 
     return argparse.ArgumentTypeError(text)

@@ -12,10 +12,13 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
 
+    from fsdp_orch.record.index import JobIndex
+    from fsdp_orch.record.status import JobStatus
+
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_WAIT_TIMED_OUT = 0, 1, 2, 3
 
 
-def open_index(read_only: bool = False):  # type: ignore[no-untyped-def]
+def open_index(read_only: bool = False) -> JobIndex:
     """The index of the event logs under $FSDP_ORCH_HOME (os.path, not pathlib: `status` starts
     fast); ``read_only``: a command that only looks never makes the index (record.index)."""
     from fsdp_orch.record.index import open_index as opened
@@ -42,7 +45,7 @@ def private_home() -> None:
                             create=False)
 
 
-def resolve_id(index, job_id: str) -> str:  # type: ignore[no-untyped-def]
+def resolve_id(index: JobIndex, job_id: str) -> str:
     found = index.store.find_job_id(job_id)
     if found is None:
         index.ingest()  # submitted from another login node since the last look
@@ -59,7 +62,7 @@ def say(lines: tuple[str, ...] | list[str]) -> None:
         print(f"fsdp-orch: {line}", file=sys.stderr, flush=True)
 
 
-def print_table(jobs, detail: bool = False) -> None:  # type: ignore[no-untyped-def]
+def print_table(jobs: list[JobStatus], detail: bool = False) -> None:
     from fsdp_orch.cli.status_table import format_jobs
 
     print(format_jobs(jobs, detail=detail))

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from fsdp_orch.record.events import read_new
 from fsdp_orch.vocab.redact import shown_event
@@ -29,8 +30,8 @@ def format_event(event: dict[str, Any], shown: tuple[str, ...] = _SHOWN) -> str:
 
 
 def show_events(run_dir: str, *, as_json: bool, follow: bool, interval: float = 0.5,
-                out=None, err=None,  # type: ignore[no-untyped-def]
-                sleep=time.sleep) -> None:
+                out: TextIO | None = None, err: TextIO | None = None,
+                sleep: Callable[[float], None] = time.sleep) -> None:
     """Print the job's events in time order; with ``follow``, keep printing new ones until the job's
     ``finished`` event. ``out``, ``err``: sys.stdout and sys.stderr as they are at the call."""
     out = sys.stdout if out is None else out

@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import os
 from collections.abc import Callable
+from typing import Any
 
 from fsdp_orch.backends.registry import cluster_kind
 from fsdp_orch.checkpoints.single_file import FileLayout
@@ -39,7 +40,7 @@ def spec_hash(plan: LaunchPlan) -> str:
     return hashlib.sha256(spec_json(plan).encode()).hexdigest()[:16]
 
 
-def _origin(request: SubmitRequest, planned: PlannedSubmission) -> dict | None:
+def _origin(request: SubmitRequest, planned: PlannedSubmission) -> dict[str, Any] | None:
     origin = dict(request.origin or {})
     init = planned.init
     if init is not None:

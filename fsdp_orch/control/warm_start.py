@@ -27,6 +27,7 @@ def _from_job(index: JobIndex, job_id: str) -> InitSource:
     from fsdp_orch.launch.submission import Submission
 
     row = index.store.job(job_id)
+    assert row is not None  # the caller found its id
     run_dir = Path(row.run_dir)
     try:
         submission = Submission.load(run_dir, cluster_kind(row.kind))

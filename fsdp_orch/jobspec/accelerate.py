@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.jobspec.schema import fsdp_name
+from fsdp_orch.jobspec.fsdp_options import fsdp_name
 from fsdp_orch.jobspec.validation import FieldOrigin
 from fsdp_orch.jobspec.yamlio import YamlDoc, load_file
 from fsdp_orch.vocab.errors import InputError

@@ -9,6 +9,10 @@ here names a field the models no longer have."""
 
 from __future__ import annotations
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 _ARGS_PLACEHOLDERS = "{checkpoint} (its path) and {step} (its step) are filled in"
 
 FIELD_DOCS: dict[str, dict[str, str]] = {
@@ -323,7 +327,7 @@ def field_doc(model: str, field: str) -> str | None:
     return found
 
 
-def described(node):  # type: ignore[no-untyped-def]
+def described(node: Any) -> Any:
     """A JSON Schema (pydantic's, as ``model_json_schema`` writes it) with a ``description`` on
     every property of every model in it that has one here, kept where pydantic gave one. Pure."""
     if isinstance(node, list):

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_orch.jobspec.accelerate import merge_accelerate_doc
-from fsdp_orch.jobspec.schema import JobSpec, fsdp_name
+from fsdp_orch.jobspec.fsdp_options import fsdp_name
+from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.jobspec.validation import FieldOrigin, reattribute, validate_doc
 from fsdp_orch.jobspec.yamlio import YamlDoc, load_file, load_mapping
 from fsdp_orch.vocab.errors import InputError

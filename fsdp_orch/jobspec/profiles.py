@@ -17,9 +17,8 @@ from fsdp_orch.jobspec.notify import Webhook
 from fsdp_orch.jobspec.secrets import ValueOrRef
 from fsdp_orch.jobspec.sizes import parse_size
 from fsdp_orch.jobspec.validation import StrictModel, check_env_names
-from fsdp_orch.places.builtin import home
+from fsdp_orch.places.builtin import PROFILE_ORIGINS, home, profile_dirs
 from fsdp_orch.places.trust import load_problem, refusal
-from fsdp_orch.record.run_roots import PROFILE_ORIGINS, profile_dirs
 from fsdp_orch.vocab.errors import InputError
 from fsdp_orch.vocab.inputs import control_character
 

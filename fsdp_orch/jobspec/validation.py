@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+from pydantic_core import ErrorDetails
 
 from fsdp_orch.jobspec.yamlio import YamlDoc, dotted
 from fsdp_orch.vocab.errors import InputError
@@ -128,7 +129,7 @@ def _clean_loc(loc: tuple[Any, ...], data: Any = None) -> tuple[str | int, ...]:
     return tuple(out)
 
 
-def _describe(err: dict[str, Any], model: type[BaseModel], data: Any = None) -> tuple[str, str]:
+def _describe(err: ErrorDetails, model: type[BaseModel], data: Any = None) -> tuple[str, str]:
     loc = _clean_loc(err["loc"], data)
     path = dotted(loc)
     kind = err["type"]

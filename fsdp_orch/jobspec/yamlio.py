@@ -175,13 +175,14 @@ def _index_lines(root: yaml.Node, lines: dict[Path_, int], texts: dict[Path_, st
                                      field=dotted((*path, key)),
                                      line=key_node.start_mark.line + 1)
                 seen.add(key)
-                lines[(*path, key)] = key_node.start_mark.line + 1
-                stack.append((value_node, (*path, key)))
+                lines[path + (key,)] = key_node.start_mark.line + 1
+                stack.append((value_node, path + (key,)))
         elif isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
-                lines[(*path, i)] = item.start_mark.line + 1
-                stack.append((item, (*path, i)))
-        elif node.tag in _STRINGLIKE_TAGS and not node.style:
+                lines[path + (i,)] = item.start_mark.line + 1
+                stack.append((item, path + (i,)))
+        elif (isinstance(node, yaml.ScalarNode) and node.tag in _STRINGLIKE_TAGS
+              and not node.style):
             texts[path] = node.value
 
 

@@ -138,7 +138,8 @@ class Templates(Protocol):
     """Renders one template with the plan (and ``extra``); ``main`` names the kind's main template,
     or the profile's ``template:`` that replaces it."""
 
-    main: str
+    @property
+    def main(self) -> str: ...
 
     def __call__(self, name: str, **extra: object) -> str: ...
 

@@ -7,11 +7,12 @@ import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
-from fsdp_orch.launch.plan import KindPlanning, LaunchPlan, PlanContext, attempt_dir_of, make_plan
+from fsdp_orch.launch.plan import LaunchPlan, attempt_dir_of, make_plan
+from fsdp_orch.launch.plan_inputs import KindPlanning, PlanContext
 from fsdp_orch.launch.render import Artifact, KindArtifacts, render_plan
 from fsdp_orch.places.builtin import bootstrap_site_dir
 
@@ -37,7 +38,7 @@ class Submission:
     profile: ProfileBase
     job_dir: str
     run_root: str  # $FSDP_ORCH_HOME, or the profile's shared_dir: runs/<job id> is under it
-    kind: PlanningKind
+    kind: PlanningKind[Any]
     supervisor_command: tuple[str, ...] | None = None  # the supervisor's argv, less the job id
     profile_template: str | None = None
     # The template folders found at submit (project, home), absolute: every attempt renders with
@@ -64,7 +65,7 @@ class Submission:
         }, indent=2, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str, kind: PlanningKind) -> Submission:
+    def from_json(cls, text: str, kind: PlanningKind[Any]) -> Submission:
         """``kind`` is the cluster kind the job was recorded with (the store's ``kind`` column)."""
         data = json.loads(text)
         profile = kind.profile_model.model_validate(data["profile"])
@@ -100,7 +101,7 @@ class Submission:
         return str(json.loads((run_dir / SUBMISSION_FILE).read_text())["profile"]["kind"])
 
     @classmethod
-    def load(cls, run_dir: Path, kind: PlanningKind) -> Submission:
+    def load(cls, run_dir: Path, kind: PlanningKind[Any]) -> Submission:
         return cls.from_json((run_dir / SUBMISSION_FILE).read_text(), kind)
 
     def context(self, attempt: int, *, resume_from: str | None = None,

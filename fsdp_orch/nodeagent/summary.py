@@ -28,6 +28,7 @@ from typing import Any
 
 from fsdp_orch.observe.heartbeats import TIME_FIELDS, Heartbeat, heartbeat_from_dict, held_since
 from fsdp_orch.observe.process_state import ProcessStates
+from fsdp_orch.vocab.states import HeartbeatState
 
 # What the node's line says once for all its ranks (``at``, ``host``, ``attempt``): left out of
 # each.
@@ -110,7 +111,7 @@ def alive_between_steps(current: dict[int, dict[str, Any]], sent: dict[int, dict
     ``startup_timeout``) or done."""
     for rank, beat in current.items():
         progress_at, before = beat.get("progress_at"), sent.get(rank)
-        if (before is None or beat.get("state") in ("starting", "done")
+        if (before is None or beat.get("state") in (HeartbeatState.STARTING, HeartbeatState.DONE)
                 or not isinstance(progress_at, (int, float))
                 or now - progress_at <= BETWEEN_STEPS_AFTER_S):
             continue
@@ -170,7 +171,8 @@ def dump_to_wire(dump: Any) -> dict[str, Any]:
 def dump_from_wire(data: dict[str, Any]) -> Any:
     from pathlib import Path
 
-    from fsdp_orch.observe.stacks import Frame, StackDump, ThreadStack
+    from fsdp_orch.observe.stack_parse import Frame, ThreadStack
+    from fsdp_orch.observe.stacks import StackDump
 
     threads = tuple(ThreadStack(t["id"], t["name"], t["active"],
                                 tuple(Frame(*f) for f in t["frames"]),

@@ -115,7 +115,8 @@ class Notifier:
         head.tries += 1
         try:
             self.post(hook.url, body(head.due, self.status(), hook.format),
-                      {"Content-Type": "application/json", **hook.headers})
+                      {"Content-Type": "application/json",
+                       **hook.headers})  # type: ignore[dict-item]  # references filled in: notify.process
         except Exception as exc:  # noqa: BLE001 - any failure to deliver is retried the same way
             if head.retries is None:
                 head.retries = TriedByTheCaller(WEBHOOK, deadline=head.due.at + hook.retry_for,

@@ -22,7 +22,7 @@ How long a rank waited at a collective, ``waits``:
 
 A rank's lead in a round is the others' mean wait less its own; the straggler is the rank whose
 lead, summed over recent rounds, is a large share of the time they spanned
-(``fsdp_orch.supervise.stragglers``). Arrival times compare clocks across hosts: NTP's
+(``fsdp_orch.decide.stragglers``). Arrival times compare clocks across hosts: NTP's
 few milliseconds, well under the waits worth naming.
 """
 

@@ -188,7 +188,9 @@ def choose_group(records: Mapping[int, FlightRecord]) -> str | None:
     for key in shared:
         if len(set(_counts(records, key).values())) > 1:
             return key
-    return "0" if "0" in keys else (shared or keys or [None])[0]
+    if "0" in keys:
+        return "0"
+    return shared[0] if shared else keys[0] if keys else None
 
 
 def counts_from_dumps(records: Mapping[int, FlightRecord],

@@ -30,13 +30,15 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fsdp_orch.places.private import write_atomically
+from fsdp_orch.vocab.states import HeartbeatState
 
-STATES = ("starting", "training", "saving", "done")
+STATES = tuple(s.value for s in HeartbeatState)
 # A write of the watcher (every 0.5 s) missed by half a tick: the relay reads at 0.25 s (node agent)
 # or 0.5 s (SSH report), so the supervisor knows a rank is held 0.75-1.25 s after its last write,
 # while its python_at (up to a tick older than that write) looks like a hang only past the window's
@@ -138,7 +140,7 @@ def heartbeat_from_dict(data: Any) -> Heartbeat:
     The supervisor takes thousands a second from the node agents: a well-formed one is checked in
     one expression; anything else goes through :func:`_checked`, which names what is wrong."""
     if type(data) is dict:
-        get = data.get
+        get: Callable[[str], Any] = data.get  # decoded JSON
         rank, attempt, step, pid, when = (get("rank"), get("attempt"), get("step"), get("pid"),
                                           get("time"))
         state, loss, metrics, host = get("state"), get("loss"), get("metrics") or {}, get("host")
@@ -247,8 +249,8 @@ def held_since(beat: Any, now: float) -> float | None:
     the node agent's summary and the SSH node report carry it."""
     if type(beat) is not dict:
         return None
-    written = beat.get("time")
-    if (type(written) not in _NUMBER or beat.get("state") == "done"
+    written: Any = beat.get("time")  # decoded JSON
+    if (type(written) not in _NUMBER or beat.get("state") == HeartbeatState.DONE
             or not now - written > HELD_AFTER_S):
         return None
     return float(written)

@@ -212,7 +212,9 @@ def _parse_json(doc: Any) -> RasReport | None:
         problems = (("MISMATCH",) if groups else ()) + (("INCOMPLETE",) if missing else ())
         comms.append(RasCommunicator(f"#{i}", str(c.get("hash", "")), as_int(c.get("size")),
                                      problems, tuple(groups), len(missing), tuple(missing)))
-    ras = doc.get("ras") if isinstance(doc.get("ras"), dict) else {}
+    ras = doc.get("ras")
+    if not isinstance(ras, dict):
+        ras = {}
     return RasReport(tuple(comms), (), (), as_int(ras.get("timeouts_count")) or 0, json=True)
 
 

@@ -9,7 +9,7 @@ the kernel says which: ``T`` (stopped: SIGSTOP, a VM's guest agent, a debugger's
 that ends on its own or never. A node's relay (its agent, an SSH host's report) samples the state
 of the ranks whose heartbeat stands still (:class:`ProcessStates`) and sends it with their
 heartbeat (``proc_state``, ``proc_state_since``); the hang rule judges it
-(``supervise.frozen_rank``).
+(``decide.frozen_rank``).
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from fsdp_orch.vocab.states import HeartbeatState
+
 _WIDTH = 20
 
 
@@ -61,7 +63,7 @@ def with_step_mark(beat: dict[str, Any], beat_path: str) -> dict[str, Any]:
     """The decoded heartbeat ``beat`` of ``beat_path``, with the step of its mark where the mark is
     newer than the file's progress (then the rank is training at that step); ``beat`` itself
     otherwise. ``time`` stays the file's: a held rank still looks held."""
-    if beat.get("state") == "done":
+    if beat.get("state") == HeartbeatState.DONE:
         return beat
     try:
         with open(step_mark_path(beat_path), "rb") as f:
@@ -71,7 +73,7 @@ def with_step_mark(beat: dict[str, Any], beat_path: str) -> dict[str, Any]:
     if mark is None:
         return beat
     step, at = mark
-    progress = beat.get("progress_at", beat.get("time"))
+    progress: Any = beat.get("progress_at", beat.get("time"))  # decoded JSON
     old_step = beat.get("step")
     if (type(old_step) is not int or step <= old_step
             or type(progress) not in (int, float) or at <= progress):

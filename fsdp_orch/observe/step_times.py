@@ -10,7 +10,7 @@ backward, data loading, a log line), except a gap that held a checkpoint save th
 in its heartbeat (milliseconds, over the recent steps; ``n`` counts every step timed in the
 attempt): about 50 bytes, which cross the wire only when the rank's heartbeat changes anyway (it
 steps). The supervisor turns the ranks' summaries into the hang window
-(``fsdp_orch.supervise.hang_window``).
+(``fsdp_orch.decide.hang_window``).
 """
 
 from __future__ import annotations

@@ -22,6 +22,16 @@ def builtin_path(name: str) -> str:
     return os.path.join(os.path.dirname(_PACKAGE), name)
 
 
+PROFILE_ORIGINS = ("project", "home", "built-in")
+
+
+def profile_dirs(home: str, cwd: str | None = None) -> list[str]:
+    """Where profiles are found, in search order (one per PROFILE_ORIGINS): ``./clusters``,
+    ``$FSDP_ORCH_HOME/clusters``, the built-in ones."""
+    return [os.path.join(cwd or os.getcwd(), "clusters"), os.path.join(home, "clusters"),
+            builtin_path("clusters")]
+
+
 def builtin_dir(name: str) -> Path:
     from pathlib import Path
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Literal
+from typing import Any, Literal
 
 from fsdp_orch.places.builtin import home
 from fsdp_orch.places.private import make_private_dirs, untrusted, write_private
@@ -27,7 +27,7 @@ def secrets_path(job_id: str, part: Part) -> str:
     return os.path.join(secrets_dir(), f"{job_id}.{part}.json")
 
 
-def keep(job_id: str, part: Part, values: dict) -> None:
+def keep(job_id: str, part: Part, values: dict[str, Any]) -> None:
     """Write ``values`` (JSON) for ``part``; nothing when there are none."""
     if not values:
         return
@@ -36,7 +36,7 @@ def keep(job_id: str, part: Part, values: dict) -> None:
     write_private(secrets_path(job_id, part), json.dumps(values, sort_keys=True))
 
 
-def read(job_id: str, part: Part) -> dict:
+def read(job_id: str, part: Part) -> dict[str, Any]:
     """What ``keep`` wrote; {} when there is nothing, or when the file is not the caller's alone
     (then it is not trusted: a value planted by someone else must not reach the job)."""
     path = secrets_path(job_id, part)

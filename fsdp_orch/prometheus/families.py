@@ -35,10 +35,10 @@ HANG = FailureCategory.HANG.value
 # checkpoint) seconds to an hour.
 DETECTION_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 RECOVERY_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
-NODE_SILENT = "node_silent"  # supervise.attempt_watch's notices
+NODE_SILENT = "node_silent"  # supervise.attempt_notices
 REFUSED_CONNECTIONS = "refused_connections"
 _RANK = re.compile(r"\brank (\d+):")  # stragglers.Straggler.message
-_REFUSED = re.compile(r"^(\d+) connection")  # attempt_watch._note_strangers
+_REFUSED = re.compile(r"^(\d+) connection")  # attempt_notices.AttemptNotices.strangers
 
 
 def families(jobs: Sequence[JobStatus], now: float, user: str) -> list[Metric]:

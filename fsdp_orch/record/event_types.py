@@ -219,7 +219,7 @@ class Finished(StateChanged):
 
 
 HOST_EXCLUDED = "host_excluded"  # the notice of a host lost mid-run, left out of later attempts
-STRAGGLER = "straggler"  # the notice of a rank its peers keep waiting for (supervise.stragglers)
+STRAGGLER = "straggler"  # the notice of a rank its peers keep waiting for (decide.stragglers)
 # the notice of a save cadence that loses noticeably more than the best one (record.save_cadence)
 SAVE_CADENCE = "save_cadence"
 

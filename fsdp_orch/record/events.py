@@ -12,6 +12,11 @@ from __future__ import annotations
 import os
 import time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
 EVENTS_DIR = "events"
 CANCEL_MARKER = "cancel-requested"
 
@@ -31,8 +36,8 @@ def writer_name(role: str) -> str:
 class EventWriter:
     """Appends events to one file of its own; each event is one ``write`` of one whole line."""
 
-    def __init__(self, run_dir: str | os.PathLike[str], role: str,  # type: ignore[no-untyped-def]
-                 clock=time.time):
+    def __init__(self, run_dir: str | os.PathLike[str], role: str,
+                 clock: Callable[[], float] = time.time):
         from fsdp_orch.places.private import make_private_dirs
 
         directory = events_dir(run_dir)
@@ -73,8 +78,8 @@ class ReadResult:
         self.warnings = warnings or []
 
 
-def parse_lines(data: bytes, path: str,  # type: ignore[type-arg]
-                first_line: int) -> tuple[list[dict], int, int, list[str]]:
+def parse_lines(data: bytes, path: str,
+                first_line: int) -> tuple[list[dict[str, Any]], int, int, list[str]]:
     """The events in ``data`` (read from ``path`` at line ``first_line``): (events, bytes consumed,
     whole lines consumed, warnings). Pure."""
     import json

@@ -3,7 +3,7 @@ folder (``hang_hold.json``, replaced in place), for ``status``: a rank is past i
 rule holds the verdict (no heartbeat from a rank: to the ceiling; a rank in a save that writes: not
 judged; a frozen rank: until its threshold; a silent node: until heard again or lost).
 
-The supervisor writes it when the rule or its subject changes (``supervise.watchdog.Hold``, as
+The supervisor writes it when the rule or its subject changes (``decide.watchdog.Hold``, as
 ``to_json``), at most every ``HOLD_EVERY_S`` while only its deadline moves, and ``null`` once
 nothing is held; ``status`` folds it into the running attempt's status at each read
 (``live_progress.apply_live``), never into the event log.

@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import sqlite3
 
-from fsdp_orch.record.store import SCHEMA_VERSION, Store
+from fsdp_orch.record.store import Store
+from fsdp_orch.record.store_schema import SCHEMA_VERSION
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

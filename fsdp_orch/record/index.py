@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
 from fsdp_orch.record.events import (
@@ -22,7 +22,8 @@ from fsdp_orch.record.events import (
     read_from,
     read_keyed,
 )
-from fsdp_orch.record.store import MEMORY, Store
+from fsdp_orch.record.store import Store
+from fsdp_orch.record.store_schema import MEMORY
 from fsdp_orch.vocab.states import JobState
 
 BROKEN = JobState.BROKEN.value
@@ -48,8 +49,8 @@ class _IngestingWriter(EventWriter):
 
 
 class JobIndex:
-    def __init__(self, store: Store, runs_roots: list[str],  # type: ignore[no-untyped-def]
-                 warn=None):
+    def __init__(self, store: Store, runs_roots: list[str],
+                 warn: Callable[[str], None] | None = None):
         """``runs_roots``: the folders whose job folders this index reads, the first one this
         home's own (see fsdp_orch.record.run_roots)."""
         self.store = store

@@ -49,7 +49,8 @@ def with_docs(listing: bytes, replacements: list[tuple[bytes, bytes]]) -> bytes:
                    if (at := listing.rfind(kept)) >= 0)
     if not found:
         return listing
-    view, parts, done = memoryview(listing), [], 0
+    view, done = memoryview(listing), 0
+    parts: list[bytes | memoryview] = []
     for at, kept, now in found:  # one copy of the megabytes, not one per document
         parts += [view[done:at], now]
         done = at + len(kept)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from fsdp_orch.places.builtin import profile_dirs
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from fsdp_orch.record.store import Store
@@ -18,18 +20,6 @@ if TYPE_CHECKING:
 # The cache: the profile files' names and mtimes, and the shared dirs they named (plain text:
 # ``json`` would cost ``status`` its import).
 FILES_KEY, ROOTS_KEY = "profiles_seen", "shared_dirs"
-
-
-PROFILE_ORIGINS = ("project", "home", "built-in")
-
-
-def profile_dirs(home: str, cwd: str | None = None) -> list[str]:
-    """Where profiles are found, in search order (one per PROFILE_ORIGINS): ``./clusters``,
-    ``$FSDP_ORCH_HOME/clusters``, the built-in ones."""
-    from fsdp_orch.places.builtin import builtin_path
-
-    return [os.path.join(cwd or os.getcwd(), "clusters"), os.path.join(home, "clusters"),
-            builtin_path("clusters")]
 
 
 def _profile_files(dirs: list[str]) -> list[tuple[str, int]]:

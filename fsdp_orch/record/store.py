@@ -4,7 +4,8 @@ a cache of each job's ``JobStatus`` as ``record.fold`` computed it from the job'
 Nothing here decides what a status is. A row holds the status document ``status --json`` prints
 (so 10,000 jobs are one concatenation inside SQLite) and the full record fsdp-orch reads back. Since
 every row can be computed again from the event logs, a database of another schema version is not
-migrated: its tables are dropped and the index rebuilds them from the logs.
+migrated: its tables are dropped and the index rebuilds them from the logs (the schema:
+``record.store_schema``).
 
 Kept to the standard library: ``fsdp-orch status`` imports this and must start fast.
 """
@@ -16,6 +17,15 @@ import sqlite3
 import time
 
 from fsdp_orch.record.listing_cache import ListingCache, with_docs
+from fsdp_orch.record.store_schema import (
+    ACTIVE,
+    BUSY_TIMEOUT_MS,
+    DOC_AT,
+    MEMORY,
+    Transaction,
+    ensure_schema,
+    schema_is_current,
+)
 from fsdp_orch.vocab.errors import FsdpOrchError
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
@@ -24,66 +34,6 @@ if TYPE_CHECKING:
     from typing import Any
 
     from fsdp_orch.record.status import JobStatus
-
-# 14: JobStatus.finished and .missing (what the script did after its last step), the loss's step;
-# 13: each failure says whether its attempt made progress (the restart budget); 12: fit's
-# estimate and the measured device peak (JobStatus.memory_json); 11:
-# JobStatus.last_checkpoint_at (the metrics' checkpoint age); 10: the goodput breakdown and the
-# facts it is computed from; 7: JobStatus.last_checkpoint_path and _note (checkpoint.file); 8:
-# progress_attempt;
-# 9: the loss's source, the hang window, stepped_at/stall_from (stalled_for_s filled in as status
-# reads)
-SCHEMA_VERSION = 14
-BUSY_TIMEOUT_MS = 30_000
-ACTIVE_STATES = ("PENDING", "RUNNING", "RESTARTING")
-# Written into the SQL text, not bound: SQLite uses the partial index jobs_active only when the
-# query's WHERE is visibly the index's own.
-_ACTIVE = f"state IN {ACTIVE_STATES!r}"
-# A row's status document as read at a time (bound twice: ?, ?): a stalled job's stalled_for_s is
-# the seconds since its last step, as JobStatus.to_json(now) says (the kept doc has null there).
-_DOC_AT = ("CASE WHEN stall_from < ? THEN json_set(doc, '$.stalled_for_s',"
-           " round(? - stepped_at, 1)) ELSE doc END")
-
-_SCHEMA = [
-    """CREATE TABLE jobs (
-        id TEXT PRIMARY KEY,
-        created_at REAL NOT NULL,
-        state TEXT NOT NULL,
-        ended_at REAL,
-        kind TEXT NOT NULL,
-        run_dir TEXT NOT NULL,
-        idempotency_key TEXT,
-        supervisor_pid INTEGER,
-        backend_ref TEXT,
-        record TEXT NOT NULL,   -- JobStatus.to_record(), JSON
-        doc TEXT NOT NULL,      -- JobStatus.to_json(), JSON: what status --json prints
-        last_key TEXT,          -- events.order_key of the last event folded in, JSON
-        stepped_at REAL,        -- JobStatus.stepped_at: the running attempt's last step
-        stall_from REAL         -- JobStatus.stall_from: from then on, without a step, it is stalled
-    )""",
-    "CREATE INDEX jobs_created ON jobs(created_at)",
-    f"CREATE INDEX jobs_active ON jobs(state) WHERE {_ACTIVE}",
-    "CREATE INDEX jobs_ended ON jobs(ended_at)",
-    "CREATE UNIQUE INDEX jobs_idem ON jobs(idempotency_key) WHERE idempotency_key IS NOT NULL",
-    # How far each event log has been read into this index (byte offset, whole lines).
-    "CREATE TABLE ingested (path TEXT PRIMARY KEY, offset INTEGER NOT NULL, line INTEGER NOT NULL)",
-    # generation: bumped on every change of a status doc; names the cached copy of the full list.
-    "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
-]
-
-
-class _Transaction:
-    """``with``: BEGIN IMMEDIATE, then COMMIT, or ROLLBACK on any exception (contextlib costs the
-    status command milliseconds at start-up)."""
-
-    def __init__(self, conn: sqlite3.Connection):
-        self.conn = conn
-
-    def __enter__(self) -> None:
-        self.conn.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind: object, value: object, tb: object) -> None:
-        self.conn.execute("ROLLBACK" if kind is not None else "COMMIT")
 
 
 def _dumps(value: object) -> str:
@@ -94,9 +44,6 @@ def _dumps(value: object) -> str:
 
 class IndexDamaged(FsdpOrchError):
     """The index holds what fsdp-orch never wrote (the event logs, which it caches, are intact)."""
-
-
-MEMORY = ":memory:"  # an index built for one look, written nowhere
 
 
 class Store:
@@ -117,7 +64,7 @@ class Store:
                                     check_same_thread=False)
         self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         if create:
-            self._ensure_schema()
+            ensure_schema(self.conn, self.path)
 
     def close(self) -> None:
         self.conn.close()
@@ -128,57 +75,16 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- schema ---------------------------------------------------------------------------
-
-    def _ensure_schema(self) -> None:
-        # Switching to WAL takes an exclusive lock and does not wait on the busy timeout: many
-        # processes opening a new store at once retry here instead of failing "database is locked".
-        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
-        while True:
-            try:
-                return self._ensure_schema_once()
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-
     def schema_is_current(self) -> bool:
         """Whether the database has this version's schema (SQLite reads the file's header: raises
         ``sqlite3.DatabaseError`` on a file that is not a database)."""
-        return bool(self.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION)
-
-    def _ensure_schema_once(self) -> None:
-        if not self.schema_is_current():
-            self._create_schema()
-        # WAL only once the schema is made: a new file's first transaction then goes to the file
-        # itself, so its header (read by record.heal) names the schema version from the start.
-        if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            self.conn.execute("PRAGMA journal_mode = WAL")
-
-    def _create_schema(self) -> None:
-        with self._transaction():
-            if self.schema_is_current():
-                return  # another process made it while this one waited for the lock
-            # Another version's cache (or none): drop it; the index reads every event log again.
-            for kind, name in self.conn.execute(
-                    "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'view')"
-                    " AND name NOT LIKE 'sqlite_%'").fetchall():
-                self.conn.execute(f'DROP {kind.upper()} IF EXISTS "{name}"')
-            for statement in _SCHEMA:
-                self.conn.execute(statement)
-            # Starts from the clock, not 0: a cached list of a dropped or
-            # deleted index never matches.
-            self.conn.execute("INSERT INTO meta (key, value) VALUES ('generation', ?)",
-                              (time.time_ns() // 1000,))
-            self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        if self.path != MEMORY:
-            os.chmod(self.path, 0o600)
+        return schema_is_current(self.conn)
 
     # --- writes ---------------------------------------------------------------------------
 
-    def _transaction(self) -> _Transaction:
+    def _transaction(self) -> Transaction:
         """A write transaction that takes the lock at once (no upgrade deadlock between writers)."""
-        return _Transaction(self.conn)
+        return Transaction(self.conn)
 
     def put(self, status: JobStatus, last_key: object = None,
             ingested: list[tuple[str, int, int]] = (),  # type: ignore[assignment]
@@ -295,7 +201,7 @@ class Store:
 
     def active_jobs(self) -> list[JobStatus]:
         """Jobs not yet in a terminal state (what a liveness refresh has to look at)."""
-        rows = self.conn.execute(f"SELECT record FROM jobs WHERE {_ACTIVE}"
+        rows = self.conn.execute(f"SELECT record FROM jobs WHERE {ACTIVE}"
                                  " ORDER BY created_at, rowid").fetchall()
         return [_status(row[0]) for row in rows]
 
@@ -303,14 +209,14 @@ class Store:
         """The active jobs' ids, kinds and what was started for them: what ``status`` looks at
         before it decides whether any kind has to settle a job (without reading a whole record)."""
         rows = self.conn.execute("SELECT id, kind, supervisor_pid, backend_ref FROM jobs"
-                                 f" WHERE {_ACTIVE} ORDER BY created_at, rowid").fetchall()
+                                 f" WHERE {ACTIVE} ORDER BY created_at, rowid").fetchall()
         return [ActiveJob(*row) for row in rows]
 
     def folders_to_read(self, ended_since: float) -> dict[str, str]:
         """Job id -> run folder of the jobs whose logs may still grow: the active ones, and those
         that ended after ``ended_since`` (a supervisor still writes
         its last events after a cancel)."""
-        rows = self.conn.execute(f"SELECT id, run_dir FROM jobs WHERE {_ACTIVE} UNION ALL"
+        rows = self.conn.execute(f"SELECT id, run_dir FROM jobs WHERE {ACTIVE} UNION ALL"
                                  " SELECT id, run_dir FROM jobs WHERE ended_at >= ?",
                                  (ended_since,)).fetchall()
         return {row[0]: row[1] for row in rows}
@@ -346,7 +252,7 @@ class Store:
         ``JobStatus.to_json(now)``."""
         now = time.time() if now is None else now
         if job_id is not None:
-            row = self.conn.execute(f"SELECT CAST({_DOC_AT} AS BLOB) FROM jobs WHERE id = ?",
+            row = self.conn.execute(f"SELECT CAST({DOC_AT} AS BLOB) FROM jobs WHERE id = ?",
                                     (now, now, job_id)).fetchone()
             if row is None:
                 return None
@@ -354,7 +260,7 @@ class Store:
         if limit is not None:
             row = self.conn.execute(
                 "SELECT CAST('[' || coalesce(group_concat(doc, ','), '') || ']' AS BLOB) FROM"
-                f" (SELECT doc, created_at, r FROM (SELECT {_DOC_AT} AS doc, created_at, rowid AS r"
+                f" (SELECT doc, created_at, r FROM (SELECT {DOC_AT} AS doc, created_at, rowid AS r"
                 " FROM jobs ORDER BY created_at DESC, rowid DESC LIMIT ?) ORDER BY created_at, r)",
                 (now, now, int(limit))).fetchone()
             return with_docs(bytes(row[0]), self._live_docs(now))
@@ -366,13 +272,13 @@ class Store:
         running job whose supervisor's live file is ahead of its event log (``with_live``)."""
         from fsdp_orch.record.live_progress import apply_live, read_live
 
-        column = "doc" if as_kept else _DOC_AT
+        column = "doc" if as_kept else DOC_AT
         where, args = ("AND id = ?", (job_id,)) if job_id else ("", ())
         if not as_kept:
             args = (now, now, *args)
-        # {_ACTIVE} first: without it SQLite scans every row (10 ms in 10,000 jobs), not jobs_active
+        # {ACTIVE} first: without it SQLite scans every row (10 ms in 10,000 jobs), not jobs_active
         rows = self.conn.execute(f"SELECT CAST({column} AS BLOB), record, run_dir FROM jobs"
-                                 f" WHERE {_ACTIVE} AND state = 'RUNNING' {where}",
+                                 f" WHERE {ACTIVE} AND state = 'RUNNING' {where}",
                                  args).fetchall()
         out = []
         for doc, record, run_dir in rows:
@@ -391,8 +297,8 @@ class Store:
         cache = ListingCache(os.path.join(os.path.dirname(self.path) or ".", "cache"))
         self.conn.execute("BEGIN")
         try:
-            stalled = self.conn.execute(f"SELECT CAST(doc AS BLOB), CAST({_DOC_AT} AS BLOB)"
-                                        f" FROM jobs WHERE {_ACTIVE} AND stall_from < ?",
+            stalled = self.conn.execute(f"SELECT CAST(doc AS BLOB), CAST({DOC_AT} AS BLOB)"
+                                        f" FROM jobs WHERE {ACTIVE} AND stall_from < ?",
                                         (now, now, now)).fetchall()
             generation = self.conn.execute(
                 "SELECT value FROM meta WHERE key = 'generation'").fetchone()[0]

@@ -28,8 +28,9 @@ name them (:mod:`~fsdp_orch.runtime.ckpt_files`). When to save is a
 
 The parts: a checkpoint's files (:mod:`~fsdp_orch.runtime.ckpt_files`), DCP's writers
 (:mod:`~fsdp_orch.runtime.dcp_writing`), the check before a save
-(:mod:`~fsdp_orch.runtime.ckpt_preflight`) and the pieces of a restore
-(:mod:`~fsdp_orch.runtime.ckpt_restore`).
+(:mod:`~fsdp_orch.runtime.ckpt_preflight`), the pieces of a restore
+(:mod:`~fsdp_orch.runtime.ckpt_restore`) and the consolidated model at the end
+(:mod:`~fsdp_orch.runtime.full_model`).
 """
 
 from __future__ import annotations
@@ -71,12 +72,11 @@ from fsdp_orch.runtime.ckpt_restore import (
 )
 from fsdp_orch.runtime.dcp_writing import CachingStager, CrashingWriter, DurableWriter, no_crc32
 from fsdp_orch.runtime.dist import DistInfo
+from fsdp_orch.runtime.full_model import write_full_model
 from fsdp_orch.runtime.heartbeat import HeartbeatWriter
 from fsdp_orch.runtime.save_schedule import SaveSchedule
 from fsdp_orch.runtime.sharded_state import Fsdp2State, ShardedState
 from fsdp_orch.vocab.save_interval import DEFAULT_AUTO_MTBF_S, SaveInterval
-
-FULL_MODEL_DIR = "full"
 
 
 class Checkpointer:
@@ -124,7 +124,7 @@ class Checkpointer:
         self.saved_world_size: int | None = None
         self.block_seconds: list[float] = []  # how long each save held up training...
         self.wait_seconds: list[float] = []  # ...of which waiting for the previous async save
-        self._pending: tuple[int, Path, Future, threading.Event] | None = None
+        self._pending: tuple[int, Path, Future[Any], threading.Event] | None = None
         self._stager = CachingStager() if self.async_save else None
         self._pruner: threading.Thread | None = None
         # The training thread's checkpoint collectives: sync saves, the preflight, the restore
@@ -244,7 +244,8 @@ class Checkpointer:
             return None
         return str(self.directory / step_dir_name(self.committed_step))
 
-    def _commit_async(self, future: Future, step: int, path: Path, done: threading.Event) -> None:
+    def _commit_async(self, future: Future[Any], step: int, path: Path,
+                      done: threading.Event) -> None:
         """Rank 0, in the writer thread once its future completed: DCP's coordinator finished
         only after gathering every rank's write results, so the save is whole."""
         try:
@@ -304,34 +305,11 @@ class Checkpointer:
 
     def save_full(self, step: int) -> Path:
         """Gather the full model on rank 0 (CPU) and write ``<dir>/full/model.pt`` atomically."""
-        import io
-        import json
-
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
         self._beat("saving")
         try:
-            state = get_model_state_dict(self.model, options=StateDictOptions(
-                full_state_dict=True, cpu_offload=True))
-            target = self.directory / FULL_MODEL_DIR
-            error: list[str | None] = [None]
-            if self.info.rank == 0:
-                try:
-                    target.mkdir(parents=True, exist_ok=True)
-                    buffer = io.BytesIO()
-                    torch.save(state, buffer)
-                    files.atomic_write(target / "model.pt", buffer.getvalue())
-                    files.atomic_write(target / "INFO.json", json.dumps(
-                        {"step": step, "format": "torch.save state_dict (full, unsharded)",
-                         "time": time.time()}).encode())
-                except OSError as exc:
-                    error = [f"cannot write {target}: {exc}"]
-            dist.broadcast_object_list(error, src=0, group=self.group)
-            if error[0]:
-                raise CheckpointError(str(error[0]))
+            return write_full_model(self.model, self.directory, step, self.info.rank, self.group)
         finally:
             self._beat("training")
-        return target / "model.pt"
 
     # --- restore -------------------------------------------------------------------------------
 
@@ -403,4 +381,4 @@ class Checkpointer:
                             self.info.is_main)
         return 0
 
-__all__ = ["Checkpointer", "FULL_MODEL_DIR"]
+__all__ = ["Checkpointer"]

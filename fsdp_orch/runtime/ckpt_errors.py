@@ -43,7 +43,7 @@ def save_failed(exc: BaseException, step: int, path: str, kept: str | None) -> C
     (DCP's own says only ``CheckpointException ranks:dict_keys([0, 1])``), and which checkpoint
     is kept."""
     cause = io_cause(exc)
-    what = (f"{IO_ERRORS[cause.errno]} in {path}" if cause is not None
+    what = (f"{IO_ERRORS[cause.errno]} in {path}" if cause is not None and cause.errno is not None
             else f"{type(exc).__name__}: {exc}")
     return CheckpointError(f"checkpoint save of step {step} failed: {what}{kept_clause(kept)}")
 

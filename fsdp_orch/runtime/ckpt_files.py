@@ -77,7 +77,7 @@ def close_to_others(file: Path) -> None:
         pass
 
 
-def parse_commit_file(path: Path) -> dict | None:
+def parse_commit_file(path: Path) -> dict[str, Any] | None:
     try:
         return parse_commit((path / COMMIT_FILE).read_text(encoding="utf-8"))
     except OSError:

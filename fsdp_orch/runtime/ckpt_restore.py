@@ -95,16 +95,16 @@ def initialise_from(path: Path, sharded_state: ShardedState, take_optimizer: boo
         raise CheckpointError(f"FSDP_ORCH_INIT_FROM={path}: not a complete step-N checkpoint")
     model_only = getattr(sharded_state, "for_load_model", None)
     apply_model = getattr(sharded_state, "apply_model", None)
-    if not take_optimizer and (model_only is None or apply_model is None):
+    if take_optimizer:
+        wanted, apply = sharded_state.for_load(), sharded_state.apply
+    elif model_only is None or apply_model is None:
         raise CheckpointError(f"FSDP_ORCH_INIT_FROM={path}: this sharding loads weights only with "
                               "the optimizer state (submit --init-optimizer)")
-    wanted = sharded_state.for_load() if take_optimizer else model_only()
+    else:
+        wanted, apply = model_only(), apply_model
     dcp.load(wanted, checkpoint_id=str(path), storage_reader=files.trusted_reader(path),
              process_group=group, planner=sharded_state.load_planner())
-    if take_optimizer:
-        sharded_state.apply(wanted)
-    else:
-        apply_model(wanted)
+    apply(wanted)
     if is_main:
         what = "weights and optimizer state" if take_optimizer else "weights"
         print(f"[fsdp-orch] initialised from {path} ({what}); starting at step 0", file=sys.stderr,

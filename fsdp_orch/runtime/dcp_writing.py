@@ -40,7 +40,7 @@ class DurableWriter(FileSystemWriter):
         self.folder = Path(path)
         self.rank = rank
 
-    def write_data(self, plan, planner):  # type: ignore[no-untyped-def]
+    def write_data(self, plan, planner):
         result = super().write_data(plan, planner)
         result.wait()  # written (and fsynced) by now: FileSystemWriter writes in this call
         own = self.folder / RANK_STATE.format(rank=self.rank)
@@ -49,7 +49,7 @@ class DurableWriter(FileSystemWriter):
         fsync_path(self.folder)
         return result
 
-    def finish(self, metadata, results):  # type: ignore[no-untyped-def]
+    def finish(self, metadata, results):
         super().finish(metadata, results)
         fsync_path(self.folder)
 
@@ -64,7 +64,7 @@ class CrashingWriter(DurableWriter):
         self.faults = faults
         self.step = step
 
-    def write_data(self, plan, planner):  # type: ignore[no-untyped-def]
+    def write_data(self, plan, planner):
         result = super().write_data(plan, planner)
         self.faults.crash_in_checkpoint(self.step, [p.name for p in self.folder.iterdir()])
         return result

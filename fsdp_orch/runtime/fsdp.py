@@ -42,7 +42,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from fsdp_orch.jobspec.schema import FsdpOptions
+from fsdp_orch.jobspec.fsdp_options import FsdpOptions
 from fsdp_orch.runtime.dist import DistInfo
 
 _RESHARD = {"FULL_SHARD": True, "SHARD_GRAD_OP": False, "HYBRID_SHARD": True,

@@ -19,6 +19,7 @@ from fsdp_orch.bootstrap.device_memory import cuda_peak_bytes
 from fsdp_orch.nodeagent.beat_dir import rank_beat_path
 from fsdp_orch.observe.heartbeats import STATES, Heartbeat, write_heartbeat
 from fsdp_orch.observe.step_times import StepTimes
+from fsdp_orch.vocab.states import HeartbeatState
 
 
 class HeartbeatWriter:
@@ -62,9 +63,9 @@ class HeartbeatWriter:
             agent.report(self.rank, self.step, self.loss, self.state, self.metrics)
             return
         now = time.time()
-        if stepped and self.state == "training":
+        if stepped and self.state == HeartbeatState.TRAINING:
             self.step_times.step_at(now)
-        elif self.state == "saving":
+        elif self.state == HeartbeatState.SAVING:
             self.step_times.saving()
         write_heartbeat(self.path, Heartbeat(
             rank=self.rank, attempt=self.attempt, step=self.step, loss=self.loss, time=now,

@@ -7,7 +7,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -135,7 +135,8 @@ class Job:
 
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
                                                                     cpu_offload=True))
-        return full if self.info.rank == 0 else None
+        # a full state dict on CPU: plain tensors only
+        return cast("dict[str, torch.Tensor]", full) if self.info.rank == 0 else None
 
     def checkpointer(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
                      extras: dict[str, Any] | None = None) -> Checkpointer:

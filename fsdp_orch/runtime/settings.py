@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsdp_orch.jobspec.schema import CheckpointPolicy, FsdpOptions, Watch
+from fsdp_orch.jobspec.checkpoint_policy import CheckpointPolicy
+from fsdp_orch.jobspec.fsdp_options import FsdpOptions
+from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.vocab.save_interval import OBSERVED_MTBF_ENV
 
 DEFAULT_CHECKPOINT_DIR = "checkpoints"

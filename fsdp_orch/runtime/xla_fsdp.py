@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from fsdp_orch.jobspec.schema import FsdpOptions
+from fsdp_orch.jobspec.fsdp_options import FsdpOptions
 from fsdp_orch.runtime.dist import DistInfo
 from fsdp_orch.runtime.fsdp import layer_classes, layers_to_checkpoint, wrap_targets
 from fsdp_orch.runtime.sharded_state import state_nbytes

@@ -31,7 +31,7 @@ import difflib
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from fsdp_orch.jobspec.schema import FsdpOptions
+from fsdp_orch.jobspec.fsdp_options import FsdpOptions
 from fsdp_orch.vocab.errors import InputError
 
 FSDP_V2 = "SpmdFullyShardedDataParallel"

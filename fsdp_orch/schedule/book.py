@@ -166,8 +166,8 @@ class ScheduleBook:
                       json.dumps({"last_tick": state.last_tick, "runs": state.runs},
                                  indent=2) + "\n")
 
-    def writer(self, name: str, role: str,  # type: ignore[no-untyped-def]
-               clock=None) -> EventWriter:
+    def writer(self, name: str, role: str,
+               clock: Callable[[], float] | None = None) -> EventWriter:
         return EventWriter(self._dir(name), role, **({"clock": clock} if clock else {}))
 
     def events(self, name: str) -> list[dict[str, Any]]:

@@ -18,6 +18,10 @@ from fsdp_orch.schedule.decide import decide, tick_key
 from fsdp_orch.schedule.ticks import local_iso, next_tick, plan_ticks, utc_iso
 from fsdp_orch.vocab.errors import FsdpOrchError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from fsdp_orch.record.events import EventWriter
+
 MAX_SLEEP_S = 60.0  # a schedule added or resumed meanwhile is seen within a minute
 
 
@@ -92,7 +96,7 @@ class Scheduler:
         outcomes: list[Outcome] = []
         events = None
 
-        def journal():  # type: ignore[no-untyped-def]
+        def journal() -> EventWriter:
             nonlocal events
             events = events or self.book.writer(schedule.name, "scheduler", self.clock)
             return events
@@ -113,8 +117,8 @@ class Scheduler:
             self.book.save_state(schedule.name, state)
         return outcomes
 
-    def _run_tick(self, schedule: Schedule, state: ScheduleState,  # type: ignore[no-untyped-def]
-                  tick: float, journal) -> Outcome:
+    def _run_tick(self, schedule: Schedule, state: ScheduleState,
+                  tick: float, journal: Callable[[], EventWriter]) -> Outcome:
         shown = local_iso(tick, schedule.tz)
         key = tick_key(schedule.name, utc_iso(tick))
         done = self.jobs.existing(key)

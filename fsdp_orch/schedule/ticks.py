@@ -10,11 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
+
 GRACE_S = 60.0
 _COUNT_CAP = 10_000  # missed ticks counted at most (a minutely cron down for a year is 525,600)
 
 
-def _zone(tz: str):  # type: ignore[no-untyped-def]
+def _zone(tz: str) -> ZoneInfo:
     from zoneinfo import ZoneInfo
 
     return ZoneInfo(tz)

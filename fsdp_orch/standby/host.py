@@ -22,7 +22,7 @@ import sys
 import time
 
 from fsdp_orch.nodeagent.beat_dir import private_beat_dir, user_tmp_root
-from fsdp_orch.standby.launch import node_name, start_keeper
+from fsdp_orch.standby.claim import node_name, start_keeper
 from fsdp_orch.standby.ranks import hosted_folder, hosted_keeper_socket, keeper_pid_file
 
 LOOK_EVERY_S = 0.2

@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable
 
 from fsdp_orch.observe.proctree import pid_alive
+from fsdp_orch.standby.agent_store import host_store
+from fsdp_orch.standby.preload import preload
 from fsdp_orch.standby.ranks import (
     UNCLAIMED_S,
     WAITED_ON,
@@ -42,17 +44,8 @@ from fsdp_orch.standby.ranks import (
 )
 from fsdp_orch.standby.successor import Successor, fork_successor
 
-# Imported here so a rank's start-up finds them loaded: what torch scripts import first.
-PRELOAD = ("torch", "torch.distributed", "torch.distributed.fsdp", "torch.nn", "torch.optim",
-           "torch.utils.data", "torch.distributed.checkpoint")
-# Loaded when they can be: what FSDP2 and DCP pull in lazily in a rank's first steps (torch._dynamo
-# alone measured 3.2 s of a warm demo rank's start-up under -X importtime), and fsdp-orch's runtime
-# (0.9 s: pydantic and the job spec), none of which reads the environment when imported.
-PRELOAD_IF_PRESENT = ("torch._dynamo", "torch.distributed.checkpoint._fsspec_filesystem",
-                      "torch.distributed.checkpoint.state_dict", "fsdp_orch.runtime.job")
 FDS_PER_RANK = 3
 AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
-STORE_TIMEOUT_S = 1800.0
 log = logging.getLogger(__name__)
 
 
@@ -146,56 +139,6 @@ def run_rank(order: RankOrder) -> None:
         runpy.run_path(order.program[0], run_name="__main__")
     else:
         runpy.run_module(order.program[0], run_name="__main__", alter_sys=True)
-
-
-def host_store(env: dict[str, str]) -> tuple[int, int] | str:
-    """torchrun's agent store: a forked child of this keeper serves the attempt's TCPStore on
-    ``MASTER_PORT`` before any rank starts, so no rank's first connection finds nothing listening
-    and backs off (0.3 s measured here when a rank 0 hosting it was a few milliseconds late). The
-    store ends when the keeper closes its lifeline (or ends). The child's pid and the lifeline, or
-    why not."""
-    from datetime import timedelta
-
-    ready_r, ready_w = os.pipe()
-    life_r, life_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-                signal.signal(sig, signal.SIG_DFL)
-            os.close(ready_r)
-            os.close(life_w)
-            try:
-                import torch.distributed as dist
-
-                from fsdp_orch.bootstrap.store_bind import bound_store
-
-                address, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
-                timeout = timedelta(seconds=STORE_TIMEOUT_S)
-                store = (bound_store(dist.TCPStore, address, port, wait_for_workers=False,
-                                     timeout=timeout)
-                         or dist.TCPStore(address, port, is_master=True, wait_for_workers=False,
-                                          timeout=timeout))
-            except Exception as exc:  # noqa: BLE001 - told to the keeper, which falls back
-                os.write(ready_w, b"0" + str(exc).encode()[:400])
-            else:
-                os.write(ready_w, b"1")
-                os.close(ready_w)
-                os.read(life_r, 1)  # end of file: the keeper is done, or gone
-                del store
-                code = 0
-        finally:
-            os._exit(code)
-    os.close(ready_w)
-    os.close(life_r)
-    answer = os.read(ready_r, 512)
-    os.close(ready_r)
-    if answer[:1] == b"1":
-        return pid, life_w
-    os.close(life_w)
-    os.waitpid(pid, 0)
-    return answer[1:].decode(errors="replace") or "the store process ended"
 
 
 def serve(conn: socket.socket, listener: socket.socket) -> RankOrder | Successor | int:
@@ -337,48 +280,6 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
-
-
-def preload(idle: bool) -> None:
-    """Imports what a rank would, in a thread of its own, at idle priority when ``idle``
-    (``SCHED_IDLE``, a policy a thread may always lower itself to and which its process's other
-    threads do not share): a keeper prepared ahead (a SLURM keeper host's, or one a launcher starts
-    where no keeper could fork it) imports while an attempt's ranks start up and train, and on a
-    node with no core to spare its import would slow them. A keeper a launcher waits on imports at
-    the normal priority. The ranks are forked from the main thread, at its priority. Then what was
-    imported is frozen out of the collector (``gc.freeze``, Python's advice for a process that forks
-    without exec): a forked rank's collections and its end no longer walk, and so copy, every page
-    of it (measured: a forked child that has run a little torch and ends, 2.0-2.2 CPU-s without,
-    0.45-0.53 with)."""
-    import importlib
-    import threading
-
-    failed: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            if idle:
-                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        except (AttributeError, OSError):
-            pass  # not Linux: imported at the keeper's priority
-        try:
-            for name in PRELOAD:
-                importlib.import_module(name)
-            for name in PRELOAD_IF_PRESENT:
-                try:
-                    importlib.import_module(name)
-                except ImportError:
-                    pass
-        except BaseException as exc:  # noqa: BLE001 - raised again on the main thread
-            failed.append(exc)
-
-    importer = threading.Thread(target=work, name="fsdp-orch-preload")
-    importer.start()
-    importer.join()
-    if failed:
-        raise failed[0]
-    gc.collect()
-    gc.freeze()
 
 
 def keep(path: str, starter: int, listener: socket.socket) -> RankOrder | Successor | int:

@@ -4,23 +4,37 @@ return how it ended as a value (``outcomes``). What ends the attempt stops it fi
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from fsdp_orch.backends.base import AttemptHandle
-from fsdp_orch.launch.plan import attempt_dir_of
+from fsdp_orch.decide.hang_window import Window, hang_window
+from fsdp_orch.decide.look import Look, Next, Step, next_step
+from fsdp_orch.decide.lost_node import lost_node_instead, may_be_a_lost_node
+from fsdp_orch.decide.stragglers import Straggler, StragglerWatch
+from fsdp_orch.decide.teardown import (
+    PastTheEnd,
+    past_the_end,
+    returned_step,
+    teardown_place,
+)
+from fsdp_orch.decide.watchdog import (
+    HangVerdict,
+    Hold,
+    judge,
+    scripts_finished_at,
+    silent_hold,
+)
 from fsdp_orch.launch.submission import Submission
-from fsdp_orch.observe.attempt_files import RANKS_FILE
-from fsdp_orch.observe.stacks import StackCapture, default_library_roots
-from fsdp_orch.places.private import write_private
+from fsdp_orch.observe.heartbeats import Heartbeat
+from fsdp_orch.observe.stacks import StackCapture
+from fsdp_orch.observe.user_frame import default_library_roots
 from fsdp_orch.record.event_types import STRAGGLER
-from fsdp_orch.record.hang_hold import HOLD_EVERY_S, write_hold
 from fsdp_orch.record.journal import Journal
 from fsdp_orch.record.live_progress import LIVE_EVERY_S
+from fsdp_orch.supervise.attempt_notices import AttemptNotices
 from fsdp_orch.supervise.checkpoint_tracker import CheckpointTracker
 from fsdp_orch.supervise.diagnose import Diagnosis
 from fsdp_orch.supervise.exit_cause import cause_at_exit, died_of_a_signal
@@ -32,46 +46,16 @@ from fsdp_orch.supervise.hang_evidence import (
     ras_counts,
     with_flight_recorder,
 )
-from fsdp_orch.supervise.hang_window import Window, hang_window
-from fsdp_orch.supervise.logfollow import COMMUNICATION, LogFollower
+from fsdp_orch.supervise.logfollow import LogFollower
 from fsdp_orch.supervise.outcomes import Adopt, Cancelled, Failed, Outcome, Succeeded, TornDown
 from fsdp_orch.supervise.progress_events import ProgressEvents
-from fsdp_orch.supervise.stragglers import Straggler, StragglerWatch
-from fsdp_orch.supervise.teardown import (
-    TEARDOWN_WINDOW_S,
-    PastTheEnd,
-    past_the_end,
-    returned_step,
-    teardown_place,
-)
-from fsdp_orch.supervise.watchdog import (
-    HangVerdict,
-    Hold,
-    judge,
-    scripts_finished_at,
-    silent_hold,
-)
-from fsdp_orch.vocab.categories import SIGNAL_ENDINGS, FailureCategory
+from fsdp_orch.vocab.categories import FailureCategory
 
 STOP_GRACE_S = 5.0
-# A lost peer is usually the symptom of a rank that died first: after a communication error the
-# supervisor gives torchrun this long to report which rank failed first.
-SETTLE_S = 5.0
-REFUSED_CONNECTIONS = "refused_connections"  # the notice of strangers at the node channel
-NODE_TMP_TAKEN = "node_tmp_taken"  # a node's /tmp/fsdp-orch-<uid> was someone else's
-STRANGERS_NOTICE_S = 30.0
-PAUSE_WORTH_SAYING_S = 5.0  # a node silent this long and heard again: said (node_heard_again)
 
 
-def node_lost_instead(diagnosis: Diagnosis, handle: AttemptHandle) -> Diagnosis:
-    """A peer lost or a process killed may be a node that died: when the kind finds one that stopped
-    answering, that is the failure (the survivors' errors only echo it)."""
-    if diagnosis.category not in (*COMMUNICATION, "hang", "unknown", "preemption_or_node_lost"):
-        return diagnosis
-    lost = handle.lost_node()
-    if lost is None:
-        return diagnosis
-    return Diagnosis("preemption_or_node_lost", True, lost)
+# the steps that come after the hang rule was asked (no exit, no cause, no teardown hang)
+JUDGED = frozenset({Step.READ_STUCK_STACKS, Step.HANG, Step.CANCEL, Step.WAIT})
 
 
 class AttemptWatch:
@@ -99,9 +83,8 @@ class AttemptWatch:
         self.sleep = sleep
         self.looked = looked
         self.follower = LogFollower(handle.log_chunks)
-        self._silent: dict[int, float] = {}  # the nodes silent at the last look, for how long
-        self._strangers_noted, self._strangers_noted_at = 0, float("-inf")
-        self._nodes_noted: set[int] = set()
+        self.notices = AttemptNotices(journal, submission, handle, attempt=attempt, world=world,
+                                      clock=clock)
         # Re-attached to a running attempt: its first step may be on record already, and its
         # nodes' channels reconnect to this supervisor only now (no signal yet is no news).
         self._stepped = adopted is not None and adopted.first_step_at is not None
@@ -115,11 +98,6 @@ class AttemptWatch:
         self._replaceable = replaceable and submission.job.watch.stragglers == "replace"
         # the straggler, the checkpoint when it was named, and what the planning leaves out for it
         self._to_replace: tuple[Straggler, int | None, str] | None = None
-        self._placed = False  # ranks.json written
-        # why the hang rule holds its verdict back, as last written for status (None: nothing
-        # held), and when
-        self._hold: Hold | None = None
-        self._hold_written_at = float("-inf")
         progress.begin(self.follower)
 
     def run(self) -> Outcome:
@@ -129,6 +107,7 @@ class AttemptWatch:
         return outcome
 
     def _watch(self) -> Outcome:
+        """Look, let ``decide.look.next_step`` say what the look leads to, act on it."""
         watch = self.sub.job.watch
         settling_since: float | None = None
         first_step_seen = self._stepped
@@ -148,71 +127,65 @@ class AttemptWatch:
             self.checkpoints.record()
             if beats or self.clock() >= self._reconnecting_until:
                 self.progress.hang_detection(beats, self.started, watch)
-            self._note_strangers()
-            self._note_nodes()
+            self.notices.strangers()
+            self.notices.nodes()
             self._note_straggler(beats)
-            self._note_placement(beats)
+            self.notices.placement(beats)
             finished_at = scripts_finished_at(beats, self.world)
             self._returned_step = returned_step(beats) or self._returned_step
-            if code is None and finished_at is None and self._replace_now():
-                return self._replace_straggler()
-            if code is not None:
-                return self._at_exit(code, beats, ranks_seen, finished_at)
-            cause = self.follower.poll()
-            if cause is not None and finished_at is not None and cause.category in SIGNAL_ENDINGS:
-                # every script returned: a signal now is the teardown's, judged at the exit
-                cause = None
-            if cause is not None:
-                self.progress.progress(beats, window, final=True)
-                # A lost peer is often the symptom of a rank that died first; a rank's signal may
-                # come after its script returned, with the "done" of every rank still on its way
-                # from the node agents (a 20-step job's abort at exit was judged a crash under
-                # load): both settle until the exit, at most SETTLE_S.
-                if cause.category not in COMMUNICATION | SIGNAL_ENDINGS:
-                    return self._fail(cause, None)
-                settling_since = settling_since if settling_since is not None else self.clock()
-                if self.clock() - settling_since >= SETTLE_S:
-                    return self._fail(cause, None)
-                self.sleep(min(watch.poll_interval, 0.5))
-                continue
-            if finished_at is not None and self.clock() - finished_at > watch.startup_timeout:
-                return self._teardown_hang(finished_at)
-            detected_at = self.clock()
-            silent = self._silent_nodes()
+            now = self.clock()
+            silent = self.handle.silent_nodes()
             found = None if silent else judge(
-                beats, world_size=self.world, attempt_started=self.started, now=detected_at,
+                beats, world_size=self.world, attempt_started=self.started, now=now,
                 watch=watch, window=window.seconds)
-            verdict = found if isinstance(found, HangVerdict) else None
-            self._record_hold(silent_hold(silent, detected_at, watch) if silent
-                              else found if isinstance(found, Hold) else None, detected_at)
-            past = past_the_end(beats, self.world, detected_at, watch)
-            if past is not None and (verdict is not None
-                                     or detected_at - past.since > TEARDOWN_WINDOW_S):
-                torn = self._stuck_after_the_end(past, beats, window)
+            look = Look(now=now, exit_code=code, finished_at=finished_at,
+                        cause=self.follower.poll() if code is None else None,
+                        settling_since=settling_since,
+                        replace_straggler=code is None and self._replace_now(),
+                        verdict=found if isinstance(found, HangVerdict) else None,
+                        past=past_the_end(beats, self.world, now, watch),
+                        cancel_requested=self.cancel_requested(), window_s=window.seconds)
+            step = next_step(look, watch)
+            if step.step in JUDGED:  # the hang rule was asked: what holds it back, for status
+                self.notices.silence(silent)
+                self.notices.hold(silent_hold(silent, now, watch) if silent
+                                  else found if isinstance(found, Hold) else None, now)
+            if step.step is Step.READ_STUCK_STACKS:
+                assert look.past is not None
+                torn = self._stuck_after_the_end(look.past, beats, window)
                 if torn is not None:
                     return torn
-            if verdict is not None:
-                return self._hang(verdict, beats, window, detected_at)
-            if self.cancel_requested():
-                self._stop()
-                return Cancelled()
-            # A short window is judged at least 4 times over:
-            # a verdict comes within a quarter of it.
-            self._sleep_keeping_the_step_live(min(watch.poll_interval, window.seconds / 4))
+                step = next_step(replace(look, past=None), watch)  # the hang rule judges
+            if step.step is Step.SETTLE:
+                self.progress.progress(beats, window, final=True)
+                settling_since = settling_since if settling_since is not None else now
+                self.sleep(step.wait_s)
+                continue
+            if step.step is Step.WAIT:
+                self._sleep_keeping_the_step_live(step.wait_s)
+                continue
+            return self._act(step, look, beats, ranks_seen, window)
 
-    def _record_hold(self, hold: Hold | None, now: float) -> None:
-        """Why the verdict is held back (``record.hang_hold``), for ``status``: written as the rule
-        or its subject changes, and every HOLD_EVERY_S while only its deadline moves."""
-        before = self._hold
-        if hold == before:
-            return
-        same_rule = (hold is not None and before is not None
-                     and (hold.rule, hold.rank, hold.subject, hold.since)
-                     == (before.rule, before.rank, before.subject, before.since))
-        if same_rule and now - self._hold_written_at < HOLD_EVERY_S:
-            return
-        self._hold, self._hold_written_at = hold, now
-        write_hold(str(self.sub.run_dir), self.attempt, None if hold is None else hold.to_json())
+    def _act(self, step: Next, look: Look, beats: dict[int, Heartbeat], ranks_seen: set[int],
+             window: Window) -> Outcome:
+        """What a step that ends the attempt does."""
+        if step.step is Step.REPLACE_STRAGGLER:
+            return self._replace_straggler()
+        if step.step is Step.EXITED:
+            assert look.exit_code is not None
+            return self._at_exit(look.exit_code, beats, ranks_seen, look.finished_at)
+        if step.step is Step.FAIL:
+            assert isinstance(step.cause, Diagnosis)
+            self.progress.progress(beats, window, final=True)
+            return self._fail(step.cause, None)
+        if step.step is Step.TEARDOWN_HANG:
+            assert look.finished_at is not None
+            return self._teardown_hang(look.finished_at)
+        if step.step is Step.HANG:
+            assert look.verdict is not None
+            return self._hang(look.verdict, beats, window, look.now)
+        self._stop()  # Step.CANCEL
+        return Cancelled()
 
     def _sleep_keeping_the_step_live(self, seconds: float) -> None:
         """Sleep ``seconds`` in pieces of at most LIVE_EVERY_S, refreshing the live step between
@@ -225,6 +198,13 @@ class AttemptWatch:
             if piece < pieces - 1:
                 self.progress.live(self.handle.heartbeats())
 
+    def _lost_node_instead(self, diagnosis: Diagnosis) -> Diagnosis:
+        """``decide.lost_node``'s rule, asking the kind for a lost node only where it applies."""
+        if not may_be_a_lost_node(diagnosis.category):
+            return diagnosis
+        lost = lost_node_instead(diagnosis.category, self.handle.lost_node())
+        return diagnosis if lost is None else Diagnosis(lost.category, True, lost.evidence)
+
     def _stop(self) -> None:
         self.handle.stop(STOP_GRACE_S)
         self.journal.end_attempt(self.attempt, self.handle.poll(), now=self.clock())
@@ -232,13 +212,13 @@ class AttemptWatch:
     def _fail(self, diagnosis: Diagnosis, stalled: float | None,
               detected_at: float | None = None) -> Failed:
         now = self.clock() if detected_at is None else detected_at
-        diagnosis = node_lost_instead(diagnosis, self.handle)
+        diagnosis = self._lost_node_instead(diagnosis)
         self._stop()
         return Failed(with_flight_recorder(diagnosis, self.handle.flight_recorder_dumps()), now,
                       stalled, self.before, self.checkpoints.step(),
                       returned_step=self._returned_step)
 
-    def _at_exit(self, code: int, beats: dict, ranks_seen: set[int],  # type: ignore[type-arg]
+    def _at_exit(self, code: int, beats: dict[int, Heartbeat], ranks_seen: set[int],
                  finished_at: float | None) -> Outcome:
         watch = self.sub.job.watch
         self.journal.end_attempt(self.attempt, code, now=self.clock())
@@ -262,7 +242,7 @@ class AttemptWatch:
         # the last step, for goodput
         self.progress.progress(beats, hang_window(watch, beats), final=True)
         cause = with_flight_recorder(self._cause_at_exit(code), self.handle.flight_recorder_dumps())
-        cause = node_lost_instead(cause, self.handle)
+        cause = self._lost_node_instead(cause)
         # one node's end: the others may still run (a rank cut off from a lost host)
         self.handle.stop(STOP_GRACE_S)
         return Failed(cause, self.clock(), None, self.before, self.checkpoints.step(),
@@ -285,7 +265,7 @@ class AttemptWatch:
             "and counted the attempt as done"))
         return TornDown("teardown_hang")
 
-    def _stuck_after_the_end(self, past: PastTheEnd, beats: dict,  # type: ignore[type-arg]
+    def _stuck_after_the_end(self, past: PastTheEnd, beats: dict[int, Heartbeat],
                              window: Window) -> TornDown | None:
         """Ranks at the job's last step that have not returned while a peer has: their stacks,
         read once for each ``since``, decide. All at the script's top level or in teardown, in no
@@ -313,7 +293,7 @@ class AttemptWatch:
             f"stopped it and counted the attempt as done (stacks: {capture.folder})"))
         return TornDown("teardown_hang")
 
-    def _hang(self, verdict: HangVerdict, beats: dict, window: Window,  # type: ignore[type-arg]
+    def _hang(self, verdict: HangVerdict, beats: dict[int, Heartbeat], window: Window,
               detected_at: float) -> Failed:
         """The hang rule's verdict, explained: the stacks,
         the flight recorder's collectives, the culprit."""
@@ -332,8 +312,8 @@ class AttemptWatch:
         return self._fail(Diagnosis("hang", True, explained.evidence), verdict.stalled_for_s,
                           detected_at)
 
-    def _note_straggler(self, beats: dict) -> None:  # type: ignore[type-arg]
-        """A rank the others keep waiting for, named once (``supervise.stragglers``); under
+    def _note_straggler(self, beats: dict[int, Heartbeat]) -> None:
+        """A rank the others keep waiting for, named once (``decide.stragglers``); under
         ``replace``, its node is left out at the next complete checkpoint."""
         if self._stragglers is None:
             return
@@ -351,19 +331,6 @@ class AttemptWatch:
                             "run without it (SLURM's spare_nodes, or SSH hosts listed beyond the "
                             "job's nodes): named only")
         self.journal.add_event(attempt=self.attempt, kind=STRAGGLER, message=message)
-
-    def _note_placement(self, beats: dict) -> None:  # type: ignore[type-arg]
-        """Which node each rank runs on, once all are known, in the attempt's ``ranks.json``
-        (``logs --rank``): torchrun's c10d rendezvous need not give node N ranks N*procs..."""
-        if self._placed or len(beats) < self.world or any(b.node is None for b in beats.values()):
-            return
-        self._placed = True
-        placed = {str(rank): beat.node for rank, beat in sorted(beats.items())}
-        try:  # the supervisor's own view of the run folder (SSH hosts' own disks have theirs)
-            write_private(os.path.join(attempt_dir_of(str(self.sub.run_dir), self.attempt),
-                                       RANKS_FILE), json.dumps({"nodes": placed}) + "\n")
-        except OSError:
-            pass  # logs --rank then takes the launcher's order
 
     def _replace_now(self) -> bool:
         """A straggler is to be replaced and a checkpoint newer than its naming is complete."""
@@ -383,48 +350,6 @@ class AttemptWatch:
         return Failed(Diagnosis(FailureCategory.STRAGGLER_REPLACED.value, True, evidence),
                       self.clock(), None, self.before, self.checkpoints.step(),
                       returned_step=self._returned_step, lost_hosts=(left_out,))
-
-    def _note_nodes(self) -> None:
-        """Each node's note from its launch script, once (``node_tmp_taken``)."""
-        for node, note in sorted(self.handle.node_notes().items()):
-            if node not in self._nodes_noted:
-                self._nodes_noted.add(node)
-                self.journal.add_event(attempt=self.attempt, kind=NODE_TMP_TAKEN,
-                                       message=f"node {node}: node-local folder taken: {note}")
-
-    def _note_strangers(self) -> None:
-        """A notice when connections that never said the token were refused since the last one:
-        counts only, at most one a STRANGERS_NOTICE_S (a flood is one line, not a thousand)."""
-        refused = self.handle.refused_connections()
-        total = sum(refused.values())
-        now = self.clock()
-        if total <= self._strangers_noted or now - self._strangers_noted_at < STRANGERS_NOTICE_S:
-            return
-        counts = ", ".join(f"{n} {why}" for why, n in refused.items() if n)
-        self.journal.add_event(attempt=self.attempt, kind=REFUSED_CONNECTIONS, message=(
-            f"{total} connection(s) to the node channel refused so far, none of them having said "
-            f"this attempt's token ({counts}); what they sent was dropped unread"))
-        self._strangers_noted, self._strangers_noted_at = total, now
-
-    def _silent_nodes(self) -> dict[int, float]:
-        """The nodes whose channel is silent (``handle.silent_nodes``): while any is, the hang rule
-        waits; such a node is heard again or found lost (``poll``) within the node timeout. Each
-        silence is recorded once, as it begins."""
-        silent = self.handle.silent_nodes()
-        if silent and not self._silent:
-            nodes = ", ".join(f"node {n} for {s:.1f}s" for n, s in sorted(silent.items()))
-            self.journal.add_event(attempt=self.attempt, kind="node_silent", message=(
-                f"no word from {nodes}: its ranks' heartbeats come through it, "
-                "so no hang is judged until it is heard again or found lost"))
-        for node in sorted(n for n in set(self._silent) - set(silent)
-                           if self._silent[n] >= PAUSE_WORTH_SAYING_S):
-            # heard again before the node timeout: paused (a VM pause, a live migration, a stall
-            # of the host), not lost
-            self.journal.add_event(attempt=self.attempt, kind="node_heard_again", message=(
-                f"node {node} heard again after about {self._silent[node]:.0f}s of silence, within "
-                f"the node timeout ({self.sub.job.watch.node_timeout:g}s): paused, not lost"))
-        self._silent = dict(silent)
-        return silent
 
     def _no_ranks_started(self, seen: set[int]) -> Failed | None:
         """An attempt of a job that starts torch ranks and exited 0 without a single one (mp.spawn

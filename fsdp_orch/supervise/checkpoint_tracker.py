@@ -22,10 +22,10 @@ from fsdp_orch.checkpoints.resume import (
     setting_of,
 )
 from fsdp_orch.checkpoints.storage import Storage
+from fsdp_orch.decide.teardown import trainer_final_step
 from fsdp_orch.launch.plan import CHECKPOINT_REQUEST_FILE
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.record.journal import Journal
-from fsdp_orch.supervise.teardown import trainer_final_step
 from fsdp_orch.vocab.errors import FsdpOrchError
 
 FOLDER_REFUSED = "checkpoint_folder_refused"

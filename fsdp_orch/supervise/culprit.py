@@ -24,7 +24,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from fsdp_orch.observe.stacks import Frame, ThreadStack, display_path, is_library_file, main_thread
+from fsdp_orch.observe.stack_parse import Frame, ThreadStack
+from fsdp_orch.observe.user_frame import display_path, is_library_file, main_thread
 
 FrameTable = tuple[tuple[re.Pattern[str], re.Pattern[str]], ...]
 

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from fsdp_orch.observe.stacks import display_path, is_library_file
+from fsdp_orch.observe.user_frame import display_path, is_library_file
 from fsdp_orch.supervise.log_signatures import (
     BUILTIN_EXCEPTION,
     CHECKPOINT_IO,
@@ -65,15 +65,20 @@ RECOVERED_LOADS = tuple(RUNTIME_WARNING + start for start in (
     "skipping checkpoint", "checkpoint ", "starting from step"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Diagnosis:
-    category: FailureCategory  # given as its string, made the word (an unknown one is a ValueError)
+    category: FailureCategory
     retryable: bool
     evidence: str | None  # the line that decided it
     line: int | None = None  # 1-based line number in the text it came from
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "category", FailureCategory(self.category))
+    def __init__(self, category: FailureCategory | str, retryable: bool, evidence: str | None,
+                 line: int | None = None):
+        """``category``: the word, or its string (an unknown one is a ValueError)."""
+        object.__setattr__(self, "category", FailureCategory(category))
+        object.__setattr__(self, "retryable", retryable)
+        object.__setattr__(self, "evidence", evidence)
+        object.__setattr__(self, "line", line)
 
     @property
     def hint(self) -> str:

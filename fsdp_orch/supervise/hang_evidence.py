@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from fsdp_orch.decide.watchdog import HangVerdict
 from fsdp_orch.observe import command
 from fsdp_orch.observe.attempt_files import FLIGHT_RECORDER_REQUEST
 from fsdp_orch.observe.collective_counts import (
@@ -22,10 +23,10 @@ from fsdp_orch.observe.collective_counts import (
 from fsdp_orch.observe.command import Runner
 from fsdp_orch.observe.nccl_env import FLIGHT_RECORDER_PREFIX
 from fsdp_orch.observe.nccl_ras import parse_ras_status
-from fsdp_orch.observe.stacks import StackCapture, default_library_roots, describe_stuck
+from fsdp_orch.observe.stacks import StackCapture
+from fsdp_orch.observe.user_frame import default_library_roots, describe_stuck
 from fsdp_orch.supervise.culprit import culprit_order, frozen_headline, headline, place_of
 from fsdp_orch.supervise.diagnose import Diagnosis
-from fsdp_orch.supervise.watchdog import HangVerdict
 
 NAMED_RANKS = 3  # the evidence names this many stuck ranks' frames, the culprit first
 

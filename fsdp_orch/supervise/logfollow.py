@@ -11,11 +11,8 @@ from pathlib import PurePosixPath
 from fsdp_orch.observe.console_loss import LossReader
 from fsdp_orch.supervise.diagnose import Diagnosis, LineScanner
 from fsdp_orch.supervise.torchrun_summary import torchrun_root_cause
+from fsdp_orch.vocab.categories import COMMUNICATION
 
-# Failures of communication are most often the symptom of a peer that died first: when causes
-# surface in the same poll, the others win.
-COMMUNICATION = frozenset({"nccl_timeout", "nccl_error", "gloo_timeout_or_peer_lost",
-                           "rendezvous_failure"})
 LOSS_POINTS_HELD = 10_000  # console losses kept between two takes (a reader that never takes)
 
 
@@ -54,7 +51,8 @@ class LogFollower:
                 tail = self.tail.setdefault(path, [])
                 tail.append(line)
                 del tail[:-200]
-                if not had_cause and scanner.feed(line) is not None:
+                found = scanner.feed(line) if not had_cause else None
+                if found is not None and scanner.first is not None:
                     fresh.append((path, scanner.first, line))
                     had_cause = True
         if self.cause is None and fresh:

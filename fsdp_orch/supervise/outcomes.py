@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fsdp_orch.backends.base import AttemptHandle
+from fsdp_orch.decide.policy import FailureRecord
 from fsdp_orch.supervise.diagnose import Diagnosis
-from fsdp_orch.supervise.policy import FailureRecord
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from fsdp_orch.decide.hang_window import Window, moved
+from fsdp_orch.decide.watchdog import no_signal
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.record.event_types import RUNTIME_LOSS, finite
 from fsdp_orch.record.journal import Journal
 from fsdp_orch.record.live_progress import LIVE_EVERY_S, write_live
 from fsdp_orch.record.loss_points import LossLog
-from fsdp_orch.supervise.hang_window import Window, moved
 from fsdp_orch.supervise.logfollow import LogFollower
-from fsdp_orch.supervise.watchdog import no_signal
 from fsdp_orch.vocab.metrics import CHECKPOINT_BLOCK_S
 
 # the notice of an attempt whose ranks returned from their script without a step

@@ -17,7 +17,17 @@ from dataclasses import replace
 from fsdp_orch.backends.base import AllocationEnding, AttemptHandle, AttemptLauncher
 from fsdp_orch.checkpoints.final_outputs import FinalOutputs, final_outputs
 from fsdp_orch.checkpoints.suspect import blamed_crash, reference_at
-from fsdp_orch.launch.plan import host_port
+from fsdp_orch.decide.policy import (
+    Decision,
+    FailureRecord,
+    as_progress,
+    backoff_delay,
+    backoff_step,
+    decide,
+    hosts_to_exclude,
+    new_checkpoint,
+)
+from fsdp_orch.launch.plan_inputs import host_port
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.record import save_cadence
 from fsdp_orch.record.events import CANCEL_MARKER
@@ -37,16 +47,6 @@ from fsdp_orch.supervise.outcomes import (
     Outcome,
     Succeeded,
     TornDown,
-)
-from fsdp_orch.supervise.policy import (
-    Decision,
-    FailureRecord,
-    as_progress,
-    backoff_delay,
-    backoff_step,
-    decide,
-    hosts_to_exclude,
-    new_checkpoint,
 )
 from fsdp_orch.supervise.progress_events import ProgressEvents
 from fsdp_orch.supervise.resume_watch import AttemptLosses, watched
@@ -402,8 +402,8 @@ class Supervisor:
         handle, self._losses = watched(
             handle, self.journal, attempt, resumed, reference,
             lambda path, why, to: self.checkpoints.set_aside_by_runtime(attempt, path, why, to),
-            lambda verdict: verdict.suspect and self._set_aside(attempt, verdict.category,
-                                                                verdict.evidence))
+            lambda verdict: self._set_aside(attempt, verdict.category, verdict.evidence)
+            if verdict.suspect else None)
         return handle
 
     def _set_aside(self, attempt: int, category: str, evidence: str | None) -> None:

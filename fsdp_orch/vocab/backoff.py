@@ -78,8 +78,11 @@ def retrying(retries: Retries, *, sleep: Sleep,
         stops.append(past_deadline)
     if stop_when is not None:
         stops.append(lambda state: stop_when())
+    def wait(seconds: float) -> None:
+        sleep(seconds)
+
     return tenacity.Retrying(
-        sleep=sleep, wait=retries.wait(),
+        sleep=wait, wait=retries.wait(),
         stop=tenacity.stop_any(*stops) if stops else tenacity.stop_never,
         retry=(tenacity.retry_if_exception(lambda e: isinstance(e, Exception) and transient(e))
                | tenacity.retry_if_result(not_yet)),

@@ -11,14 +11,20 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal, TextIO
+from typing import TYPE_CHECKING, Literal, TextIO
 
 LINE = "%(message)s"  # the text alone, as print wrote it: tests and people grep these lines
 # the package's loggers, and the module a process was started as (``python -m``: ``__main__``)
 PROCESS_LOGGERS = ("fsdp_orch", "__main__")
 
 
-class _Current(logging.StreamHandler):
+if TYPE_CHECKING:
+    _StreamHandler = logging.StreamHandler[TextIO]
+else:  # subscripted at run time from Python 3.11 only
+    _StreamHandler = logging.StreamHandler
+
+
+class _Current(_StreamHandler):
     """Writes to ``sys.stdout`` or ``sys.stderr`` as it is at each line, as ``print`` does (a stream
     replaced or redirected later, a forked keeper's, still gets it); flushed per line."""
 

@@ -18,7 +18,9 @@ class Word(str, Enum):
     as ``enum.StrEnum`` from 3.11 has it)."""
 
     __str__ = str.__str__
-    __format__ = str.__format__
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(self, format_spec)
 
 
 class JobState(Word):
@@ -34,6 +36,15 @@ class JobState(Word):
 
     def is_terminal(self) -> bool:
         return self in TERMINAL
+
+
+class HeartbeatState(Word):
+    """A rank's heartbeat ``state`` (``fsdp_orch.observe.heartbeats``)."""
+
+    STARTING = "starting"  # process group up, no step done yet
+    TRAINING = "training"
+    SAVING = "saving"  # inside a checkpoint save: slow, not hung
+    DONE = "done"  # returned from training
 
 
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.INCOMPLETE, JobState.FAILED,

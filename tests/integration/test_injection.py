@@ -24,7 +24,7 @@ from planning import render as render_plan
 from fsdp_orch.backends.registry import parse_profile
 from fsdp_orch.jobspec.loading import load_job
 from fsdp_orch.jobspec.schema import JobSpec
-from fsdp_orch.launch.plan import PlanContext
+from fsdp_orch.launch.plan_inputs import PlanContext
 from fsdp_orch.launch.render import Artifact, write_artifacts
 from fsdp_orch.places.builtin import builtin_dir
 from fsdp_orch.supervise import SUPERVISOR_MODULE

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fsdp_orch.jobspec.schema import FsdpOptions
+from fsdp_orch.jobspec.fsdp_options import FsdpOptions
 from fsdp_orch.runtime.fsdp import wrap_targets
 
 STEPS = ["--steps", "6"]

@@ -190,7 +190,7 @@ def test_a_slurm_allocation_whose_python_lacks_fsdp_orch_ends_failed_naming_it(
     from fsdp_orch.control.job_control import record_submission
     from fsdp_orch.control.submit_request import SubmitRequest
     from fsdp_orch.jobspec.schema import JobSpec
-    from fsdp_orch.launch.plan import PlanContext
+    from fsdp_orch.launch.plan_inputs import PlanContext
     from fsdp_orch.record.index import JobIndex
     from fsdp_orch.record.store import Store
     from fsdp_orch.supervise import SUPERVISOR_MODULE

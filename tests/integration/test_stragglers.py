@@ -25,7 +25,7 @@ from cpu_caps import (
 )
 from status_sampling import beat_glob
 
-from fsdp_orch.supervise.stragglers import WAIT_FRACTION
+from fsdp_orch.decide.stragglers import WAIT_FRACTION
 
 pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.straggler]
 

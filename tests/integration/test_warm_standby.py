@@ -21,7 +21,7 @@ from cli_harness import demo_args
 
 from fsdp_orch.nodeagent.beat_dir import private_beat_dir, user_tmp_root
 from fsdp_orch.observe.proctree import job_processes, stop_job_processes
-from fsdp_orch.standby.launch import start_keeper
+from fsdp_orch.standby.claim import start_keeper
 from fsdp_orch.standby.ranks import keeper_socket, standby_folder
 
 pytestmark = pytest.mark.slow

@@ -28,7 +28,8 @@ from fsdp_orch.cli import main as cli
 from fsdp_orch.control.planning import plan_job
 from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
-from fsdp_orch.launch.plan import LaunchPlan, Placement, PlanContext
+from fsdp_orch.launch.plan import LaunchPlan
+from fsdp_orch.launch.plan_inputs import Placement, PlanContext
 from fsdp_orch.launch.render import Artifact, Templates
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.record.index import JobIndex

@@ -20,12 +20,12 @@ from fsdp_orch.backends.over_ssh.sftp_storage import SftpStorage
 from fsdp_orch.backends.slurm.kind import query, steps_gone
 from fsdp_orch.backends.tpu_vm.kind import TpuVmProfile
 from fsdp_orch.backends.tpu_vm.lifecycle import TpuVm
+from fsdp_orch.decide.policy import backoff_delay
 from fsdp_orch.jobspec.notify import Webhook
 from fsdp_orch.jobspec.schema import RestartPolicy
 from fsdp_orch.notify.delivery import Notifier
 from fsdp_orch.observe.command import CommandResult
 from fsdp_orch.record.events import EventWriter
-from fsdp_orch.supervise.policy import backoff_delay
 from fsdp_orch.vocab.backoff import WEBHOOK, Retries, TriedByTheCaller, retrying
 from fsdp_orch.vocab.errors import CommandError, FsdpOrchError
 

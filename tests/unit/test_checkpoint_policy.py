@@ -10,7 +10,7 @@ from planning import SUPERVISOR, plan_on
 
 from fsdp_orch.backends.registry import parse_profile
 from fsdp_orch.jobspec.loading import load_job_text
-from fsdp_orch.launch.plan import PlanContext
+from fsdp_orch.launch.plan_inputs import PlanContext
 from fsdp_orch.runtime.settings import from_env
 from fsdp_orch.vocab.errors import InputError
 from fsdp_orch.vocab.save_interval import OBSERVED_MTBF_ENV
@@ -77,7 +77,7 @@ def test_the_runtime_reads_the_policy_back_from_job_json() -> None:
     """job.json holds the policy as the models dump it; the runtime's settings load it."""
     import json
 
-    from fsdp_orch.jobspec.schema import CheckpointPolicy
+    from fsdp_orch.jobspec.checkpoint_policy import CheckpointPolicy
 
     policy = checkpoint("interval: auto, async_save: false, auto_mtbf: 2h")
     dumped = json.loads(json.dumps(policy.model_dump(mode="json")))

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fsdp_orch.observe.stacks import Frame, StackCapture, StackDump, ThreadStack, parse_pyspy_dump
+from fsdp_orch.decide.watchdog import HangVerdict
+from fsdp_orch.observe.stack_parse import Frame, ThreadStack, parse_pyspy_dump
+from fsdp_orch.observe.stacks import StackCapture, StackDump
 from fsdp_orch.supervise.culprit import (
     IN_BACKWARD,
     IN_COLLECTIVE,
@@ -15,7 +17,6 @@ from fsdp_orch.supervise.culprit import (
     place_of,
 )
 from fsdp_orch.supervise.hang_evidence import explain_hang
-from fsdp_orch.supervise.watchdog import HangVerdict
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stacks"
 SITE = "/work/main/.venv/lib/python3.11/site-packages"

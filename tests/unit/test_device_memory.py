@@ -14,12 +14,12 @@ import pytest
 
 from fsdp_orch.bootstrap.device_memory import cuda_peak_bytes
 from fsdp_orch.cli.status_table import memory_line
+from fsdp_orch.decide.hang_window import Window
 from fsdp_orch.observe.heartbeats import Heartbeat, heartbeat_from_dict, parse_heartbeat
 from fsdp_orch.record import event_types
 from fsdp_orch.record.events import EventWriter, read_job
 from fsdp_orch.record.fold import fold_lines
 from fsdp_orch.record.journal import Journal
-from fsdp_orch.supervise.hang_window import Window
 from fsdp_orch.supervise.progress_events import ProgressEvents
 
 GIB = 1 << 30

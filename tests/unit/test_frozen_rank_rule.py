@@ -1,5 +1,5 @@
 """A frozen rank is judged in seconds (issue 67, part 3): the hang rule with the process state the
-node's relay adds (``supervise.frozen_rank``), the culprit's line, and why a verdict is held back,
+node's relay adds (``decide.frozen_rank``), the culprit's line, and why a verdict is held back,
 as ``status`` shows it. Pure: heartbeats and the time come in."""
 
 from __future__ import annotations
@@ -7,15 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from fsdp_orch.cli.status_table import detail_lines
+from fsdp_orch.decide.frozen_rank import STOPPED_MIN_S, frozen_ranks, threshold_of
+from fsdp_orch.decide.watchdog import HangVerdict, Hold, check_hang, judge, silent_hold
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.observe.heartbeats import Heartbeat
-from fsdp_orch.observe.stacks import Frame, StackCapture, StackDump, ThreadStack
+from fsdp_orch.observe.stack_parse import Frame, ThreadStack
+from fsdp_orch.observe.stacks import StackCapture, StackDump
 from fsdp_orch.record.hang_hold import hold_text, read_hold, write_hold
 from fsdp_orch.record.live_progress import apply_live, read_live, write_live
 from fsdp_orch.record.status import JobStatus
-from fsdp_orch.supervise.frozen_rank import STOPPED_MIN_S, frozen_ranks, threshold_of
 from fsdp_orch.supervise.hang_evidence import explain_hang
-from fsdp_orch.supervise.watchdog import HangVerdict, Hold, check_hang, judge, silent_hold
 
 DEFAULTS = Watch()  # heartbeat_timeout 300 s, node_timeout 30 s
 WINDOW = 2.0  # the adaptive window's floor: a job that steps faster than 0.2 s

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from fsdp_orch.backends.registry import parse_profile, profile_models
 from fsdp_orch.jobspec.loading import load_job, load_job_text
 from fsdp_orch.jobspec.schema import JobSpec
-from fsdp_orch.launch.plan import PlanContext
+from fsdp_orch.launch.plan_inputs import PlanContext
 from fsdp_orch.places.builtin import builtin_dir
 from fsdp_orch.vocab.errors import InputError
 

@@ -69,10 +69,11 @@ def test_a_rank_waiting_for_the_gpu_behind_a_queued_nccl_collective_is_said_to_w
     "waiting for the GPU", the dump says which collective."""
     from pathlib import Path
 
+    from fsdp_orch.decide.watchdog import HangVerdict
     from fsdp_orch.observe.collective_counts import parse_dumps, pending_collectives
-    from fsdp_orch.observe.stacks import StackCapture, StackDump, parse_pyspy_dump
+    from fsdp_orch.observe.stack_parse import parse_pyspy_dump
+    from fsdp_orch.observe.stacks import StackCapture, StackDump
     from fsdp_orch.supervise.hang_evidence import explain_hang
-    from fsdp_orch.supervise.watchdog import HangVerdict
 
     fixtures = Path(__file__).resolve().parents[1] / "fixtures"
     threads = tuple(

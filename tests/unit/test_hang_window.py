@@ -6,11 +6,11 @@ import json
 
 import pytest
 
+from fsdp_orch.decide.hang_window import WARMUP_STEPS, Window, hang_window, moved
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.nodeagent.summary import changed_beats, compact, parse_summary, summary_line
 from fsdp_orch.observe.heartbeats import Heartbeat, parse_heartbeat
 from fsdp_orch.observe.step_times import RECENT, StepTimes, percentile
-from fsdp_orch.supervise.hang_window import WARMUP_STEPS, Window, hang_window, moved
 
 DEFAULT = Watch()  # no watch: settings at all
 

@@ -17,7 +17,8 @@ from fsdp_orch.record import heal
 from fsdp_orch.record.events import EventWriter
 from fsdp_orch.record.index import JobIndex, open_index
 from fsdp_orch.record.journal import Journal
-from fsdp_orch.record.store import SCHEMA_VERSION, Store
+from fsdp_orch.record.store import Store
+from fsdp_orch.record.store_schema import SCHEMA_VERSION
 
 JOBS = ["aaa111", "bbb222", "ccc333"]
 

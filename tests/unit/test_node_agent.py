@@ -33,7 +33,8 @@ from fsdp_orch.nodeagent.summary import (
     summary_line,
 )
 from fsdp_orch.observe.heartbeats import Heartbeat
-from fsdp_orch.observe.stacks import Frame, StackDump, ThreadStack
+from fsdp_orch.observe.stack_parse import Frame, ThreadStack
+from fsdp_orch.observe.stacks import StackDump
 
 
 def beat(rank: int, step: int, state: str = "training", at: float = 100.0) -> dict:

@@ -23,7 +23,7 @@ from fsdp_orch.backends.over_ssh.reports import HostReports
 from fsdp_orch.backends.over_ssh.staging import CODE_LIMIT_BYTES, job_archive
 from fsdp_orch.backends.registry import parse_profile
 from fsdp_orch.jobspec.loading import load_job
-from fsdp_orch.launch.plan import PlanContext
+from fsdp_orch.launch.plan_inputs import PlanContext
 from fsdp_orch.nodeagent.summary import compact, parse_summary, summary_line
 from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.runtime import ckpt_files

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fsdp_orch.observe.stacks import (
+from fsdp_orch.observe.stack_parse import parse_pyspy_dump
+from fsdp_orch.observe.user_frame import (
     describe_stuck,
     display_path,
     innermost_user_frame,
     is_library_file,
     is_own_file,
-    parse_pyspy_dump,
 )
 
 DUMP = Path(__file__).resolve().parents[1] / "fixtures" / "stacks" / (

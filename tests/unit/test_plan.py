@@ -12,7 +12,8 @@ from planning import SUPERVISOR, plan_on, render
 from fsdp_orch.backends.registry import parse_profile
 from fsdp_orch.backends.slurm.allocation import step_argv
 from fsdp_orch.jobspec.loading import load_job_text
-from fsdp_orch.launch.plan import RDZV_PORT_RANGE, PlanContext, rendezvous_port, slug, spec_json
+from fsdp_orch.launch.plan import RDZV_PORT_RANGE, rendezvous_port, slug, spec_json
+from fsdp_orch.launch.plan_inputs import PlanContext
 from fsdp_orch.places.builtin import builtin_dir
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

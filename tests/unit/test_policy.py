@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import random
 
-from fsdp_orch.jobspec.schema import RestartPolicy
-from fsdp_orch.supervise.policy import (
+from fsdp_orch.decide.policy import (
     FailureRecord,
     backoff_delay,
     backoff_step,
     decide,
     hosts_to_exclude,
 )
+from fsdp_orch.jobspec.schema import RestartPolicy
 
 
 def policy(**kw) -> RestartPolicy:

@@ -17,7 +17,7 @@ from fsdp_orch.jobspec.profiles import (
     discover,
 )
 from fsdp_orch.jobspec.schema import LAUNCHERS
-from fsdp_orch.launch.plan import PlanContext
+from fsdp_orch.launch.plan_inputs import PlanContext
 from fsdp_orch.launch.render import template_dirs
 from fsdp_orch.places.builtin import builtin_dir
 from fsdp_orch.vocab.errors import InputError

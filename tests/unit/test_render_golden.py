@@ -25,7 +25,7 @@ from planning import SUPERVISOR, plan_on, render
 
 from fsdp_orch.backends.registry import parse_profile, profile_models
 from fsdp_orch.jobspec.loading import load_job
-from fsdp_orch.launch.plan import PlanContext
+from fsdp_orch.launch.plan_inputs import PlanContext
 from fsdp_orch.launch.render import Artifact
 from fsdp_orch.places.builtin import builtin_dir
 

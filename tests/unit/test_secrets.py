@@ -14,7 +14,8 @@ from planning import plan_on
 from fsdp_orch.jobspec.loading import load_job_text
 from fsdp_orch.jobspec.notify import Webhook
 from fsdp_orch.jobspec.secrets import SecretRef, resolve, resolve_submission
-from fsdp_orch.launch.plan import PlanContext, shown_plan
+from fsdp_orch.launch.plan import shown_plan
+from fsdp_orch.launch.plan_inputs import PlanContext
 from fsdp_orch.vocab.errors import InputError
 from fsdp_orch.vocab.redact import MASK, masked, shown_event, shown_spec
 

@@ -72,7 +72,7 @@ def test_the_batch_script_carries_the_profile_and_runs_the_supervisor(tmp_path):
 
     from fsdp_orch.backends.slurm.kind import SlurmProfile
     from fsdp_orch.jobspec.schema import JobSpec
-    from fsdp_orch.launch.plan import PlanContext
+    from fsdp_orch.launch.plan_inputs import PlanContext
 
     profile = SlurmProfile.model_validate({
         "kind": "slurm", "partition": "gpu", "account": "ml", "time": "02:00:00",

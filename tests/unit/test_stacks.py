@@ -23,20 +23,15 @@ import pytest
 
 import fsdp_orch
 from fsdp_orch.observe import command
-from fsdp_orch.observe.stacks import (
-    Frame,
-    ThreadStack,
-    capture_stacks,
+from fsdp_orch.observe.stack_parse import Frame, ThreadStack, parse_faulthandler, parse_pyspy_dump
+from fsdp_orch.observe.stacks import capture_stacks, pyspy_binary, pyspy_error
+from fsdp_orch.observe.user_frame import (
     default_library_roots,
     describe_stuck,
     display_path,
     innermost_user_frame,
     is_library_file,
     main_thread,
-    parse_faulthandler,
-    parse_pyspy_dump,
-    pyspy_binary,
-    pyspy_error,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stacks"
@@ -501,7 +496,7 @@ def test_real_pyspy_on_a_finished_process_sends_no_signal(tmp_path):
 def test_a_native_symbol_is_short_enough_for_a_line_of_evidence() -> None:
     """pybind11's dispatcher symbol, as py-spy --native read it under a rank waiting in
     ``Work.wait`` (the quick start's hang), was 1,100 characters in the failure's evidence."""
-    from fsdp_orch.observe.stacks import short_symbol
+    from fsdp_orch.observe.user_frame import short_symbol
 
     pybind = ("pybind11::cpp_function::initialize<pybind11::cpp_function::cpp_function<bool, "
               "c10d::Work, std::chrono::duration<long, std::ratio<(long)1, (long)1000> > >(bool "

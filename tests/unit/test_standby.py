@@ -14,7 +14,7 @@ from planning import SUPERVISOR, plan_on, render
 
 from fsdp_orch.backends.registry import parse_profile
 from fsdp_orch.jobspec.loading import load_job_text
-from fsdp_orch.launch.plan import PlanContext
+from fsdp_orch.launch.plan_inputs import PlanContext
 from fsdp_orch.places.builtin import builtin_dir
 from fsdp_orch.standby.ranks import (
     ATTEMPT_TAG,

@@ -18,7 +18,8 @@ from fsdp_orch.record.events import EventWriter
 from fsdp_orch.record.index import JobIndex
 from fsdp_orch.record.journal import Journal
 from fsdp_orch.record.status import JobStatus
-from fsdp_orch.record.store import SCHEMA_VERSION, Store
+from fsdp_orch.record.store import Store
+from fsdp_orch.record.store_schema import SCHEMA_VERSION
 
 
 @pytest.fixture

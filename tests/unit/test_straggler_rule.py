@@ -1,6 +1,6 @@
 """Naming a straggler (issue 45): each rank's arrival at its collectives, sampled from its flight
 recorder in the same window of the wall clock (fsdp_orch.observe.arrivals), and the rank the others
-keep waiting for over several rounds (fsdp_orch.supervise.stragglers). Synthetic flight recorder
+keep waiting for over several rounds (fsdp_orch.decide.stragglers). Synthetic flight recorder
 entries, shaped as torch 2.13's gloo and NCCL dumps give them."""
 
 from __future__ import annotations
@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 import random
 
-from fsdp_orch.observe.arrivals import ARRIVALS_KEPT, MIN_COMMON, arrivals_sample, round_of
-from fsdp_orch.observe.heartbeats import Heartbeat, heartbeat_from_dict
-from fsdp_orch.supervise.stragglers import (
+from fsdp_orch.decide.stragglers import (
     LED_ROUNDS,
     ROUNDS,
     WAIT_FRACTION,
@@ -18,6 +16,8 @@ from fsdp_orch.supervise.stragglers import (
     persistent,
     well_formed,
 )
+from fsdp_orch.observe.arrivals import ARRIVALS_KEPT, MIN_COMMON, arrivals_sample, round_of
+from fsdp_orch.observe.heartbeats import Heartbeat, heartbeat_from_dict
 
 AT = 1_800_000_000  # a round: a multiple of 5 s of the wall clock
 NS = 1_000_000_000
@@ -186,7 +186,7 @@ def test_a_heartbeats_arrivals_cross_the_wire_and_odd_ones_are_left_out():
 
 
 def test_the_step_time_is_read_in_seconds_from_the_heartbeat():
-    from fsdp_orch.supervise.stragglers import median_step_ms
+    from fsdp_orch.decide.stragglers import median_step_ms
 
     sampled = samples(ranks_entries({0: 0.0, 1: 0.1}))
     assert median_step_ms(beats(sampled, step_ms=470.0)) == 470.0

@@ -1,5 +1,5 @@
 """Whether a resume went wrong and whose fault it is (checkpoints.suspect), the console lines it
-reads (observe.console_health), and how the restart policy weighs a fall-back (supervise.policy)."""
+reads (observe.console_health), and how the restart policy weighs a fall-back (decide.policy)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from fsdp_orch.checkpoints.suspect import (
     far_from,
     reference_at,
 )
+from fsdp_orch.decide.policy import FailureRecord, as_progress, decide, past_floor
 from fsdp_orch.jobspec.schema import RestartPolicy
 from fsdp_orch.observe.console_health import parse_grad_norm, runtime_set_aside
-from fsdp_orch.supervise.policy import FailureRecord, as_progress, decide, past_floor
 
 NAN = math.nan
 REF = Reference(step=100, loss=2.0, spread=0.1)

@@ -1,4 +1,4 @@
-"""A rank stuck after the job's last step (fsdp_orch.supervise.teardown): pure, with heartbeats,
+"""A rank stuck after the job's last step (fsdp_orch.decide.teardown): pure, with heartbeats,
 real py-spy dumps (tests/fixtures/stacks) and the time passed in."""
 
 from __future__ import annotations
@@ -6,16 +6,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fsdp_orch.jobspec.schema import Watch
-from fsdp_orch.observe.heartbeats import Heartbeat
-from fsdp_orch.observe.stacks import default_library_roots, parse_pyspy_dump
-from fsdp_orch.supervise.teardown import (
+from fsdp_orch.decide.teardown import (
     TEARDOWN_WINDOW_S,
     past_the_end,
     returned_step,
     teardown_place,
     trainer_final_step,
 )
+from fsdp_orch.jobspec.schema import Watch
+from fsdp_orch.observe.heartbeats import Heartbeat
+from fsdp_orch.observe.stack_parse import parse_pyspy_dump
+from fsdp_orch.observe.user_frame import default_library_roots
 
 WATCH = Watch.model_validate({"heartbeat_timeout": "10s", "startup_timeout": "60s"})
 STACKS = Path(__file__).resolve().parents[1] / "fixtures" / "stacks"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from fsdp_orch.decide.watchdog import check_hang, no_signal, scripts_finished_at
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.supervise.torchrun_summary import torchrun_root_cause
-from fsdp_orch.supervise.watchdog import check_hang, no_signal, scripts_finished_at
 
 WATCH = Watch.model_validate({"heartbeat_timeout": "10s", "startup_timeout": "60s"})
 
@@ -197,7 +197,7 @@ def test_an_xla_process_compiling_past_the_window_is_not_a_hang_until_its_cpu_st
 
 
 def test_a_verdict_over_thousands_of_ranks_names_them_as_runs():
-    from fsdp_orch.supervise.watchdog import rank_list
+    from fsdp_orch.decide.watchdog import rank_list
 
     assert rank_list([3, 1, 2]) == "3, 1, 2"
     assert rank_list([r for r in range(8192) if r != 4095]) == "0-4094, 4096-8191 (8191 ranks)"

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from fsdp_orch.jobspec.schema import FsdpOptions
+from fsdp_orch.jobspec.fsdp_options import FsdpOptions
 from fsdp_orch.runtime.dist import TorchXlaUnavailable, check_xla_world, xla_choice
 from fsdp_orch.runtime.fsdp import layers_to_checkpoint, wrap_targets
 from fsdp_orch.runtime.settings import from_env

@@ -12,12 +12,13 @@ import posixpath
 import shlex
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fsdp_orch.backends.files import FileObservation
 from fsdp_orch.backends.over_ssh.connect import on_every_host, run_on, where
 from fsdp_orch.backends.over_ssh.node_report import exit_file
-from fsdp_orch.launch.plan import OWN_DISK_PACKAGE, host_port
+from fsdp_orch.launch.plan import OWN_DISK_PACKAGE
+from fsdp_orch.launch.plan_inputs import host_port
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.vocab.categories import NODE_LOST_EXIT
 
@@ -135,7 +136,8 @@ class SshAttempt(FileObservation):
                          attempt_dir or Path(submission.attempt_dir(attempt)),
                          **({"log_patterns": (WRAPPER_OUTPUT,)} if self.LOGS_ON_NODE else {}))
         self.submission = submission
-        self.profile: Any = ssh or submission.profile
+        # an SshProfile, or a TPU VM's workers as one: what has hosts
+        self.profile: Any = cast(Any, ssh or submission.profile)
         self.hosts = list(self.profile.hosts if hosts is None else hosts)  # by node rank
         self.pgids = pgids  # node rank: the process group of its node script
         self._checked_at = time.monotonic()

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from fsdp_orch.launch.plan import host_port
+from fsdp_orch.launch.plan_inputs import host_port
 from fsdp_orch.vocab.backoff import SSH_CONNECT, Sleep, retrying
 from fsdp_orch.vocab.errors import FsdpOrchError
 

@@ -24,7 +24,8 @@ from fsdp_orch.backends.over_ssh.reports import OwnDiskAttempt, SharedFsAttempt
 from fsdp_orch.backends.over_ssh.sftp_storage import SftpStorage
 from fsdp_orch.backends.over_ssh.staging import plan_hosts, put_on_own_disks
 from fsdp_orch.checkpoints.storage import LOCAL, Storage
-from fsdp_orch.launch.plan import LaunchPlan, host_port
+from fsdp_orch.launch.plan import LaunchPlan
+from fsdp_orch.launch.plan_inputs import host_port
 from fsdp_orch.launch.render import Artifact, write_artifacts
 from fsdp_orch.launch.submission import Submission
 

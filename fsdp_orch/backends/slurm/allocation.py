@@ -95,7 +95,8 @@ class SlurmStep(AgentObservation):
             self.proc.wait()
 
     def _step_id(self) -> str | None:
-        out = query_runner()(["squeue", "-h", "-s", "-j", self.slurm_job, "-o", "%i %j"]).stdout
+        out = query_runner()(["squeue", "-h", "-s", "-j", self.slurm_job, "-o", "%i %j"],
+                             60.0).stdout
         for line in out.splitlines():
             parts = line.split()
             if len(parts) == 2 and parts[1] == self.step_name:
@@ -167,7 +168,7 @@ def allocation_ending() -> bool:
     job = os.environ.get("SLURM_JOB_ID")
     if not job:
         return False
-    out = query_runner()(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip()
+    out = query_runner()(["squeue", "-h", "-j", job, "-o", "%T"], 60.0).stdout.strip()
     return out != "RUNNING"
 
 

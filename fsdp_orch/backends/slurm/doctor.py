@@ -86,9 +86,9 @@ def slurm_checks(profile: SlurmProfile, torch_version: str | None, run: Runner) 
     else:
         checks.append(Check("sacct answers", True, "the accounting database answers"))
     nodes = run([*one_node_step(profile), profile.python, "-c", NODE_PROBE], 300.0)
-    said = nodes.stdout.strip().splitlines()
-    version = (said[-1] if nodes.returncode == 0 and said
-               and not said[-1].startswith(FSDP_ORCH_LINE) else None)
+    node_lines = nodes.stdout.strip().splitlines()
+    version = (node_lines[-1] if nodes.returncode == 0 and node_lines
+               and not node_lines[-1].startswith(FSDP_ORCH_LINE) else None)
     if version is None:
         checks.append(Check("torch on the nodes", False, f"{profile.python} on a node: "
                             f"{(nodes.stderr.strip().splitlines() or ['no output'])[-1][:300]}",
@@ -102,7 +102,7 @@ def slurm_checks(profile: SlurmProfile, torch_version: str | None, run: Runner) 
                             f"{RANKS_NEED}; or set python: in the profile to such an environment"))
     else:
         checks.append(Check("torch on the nodes", True, f"{profile.python}: torch {version}"))
-    checks.append(fsdp_orch_on_the_nodes(profile.python, said))
+    checks.append(fsdp_orch_on_the_nodes(profile.python, node_lines))
     runs = os.path.join(shared_run_root(profile.shared_dir) if profile.shared_dir else home_dir(),
                         "runs")
     where = "shared_dir in the profile" if profile.shared_dir else "FSDP_ORCH_HOME"

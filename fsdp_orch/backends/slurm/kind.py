@@ -26,7 +26,8 @@ from fsdp_orch.backends.slurm.parse import (
 )
 from fsdp_orch.backends.slurm.profile import SlurmProfile
 from fsdp_orch.jobspec.schema import JobSpec
-from fsdp_orch.launch.plan import LaunchPlan, Placement, PlanContext, fixed_node_count
+from fsdp_orch.launch.plan import LaunchPlan
+from fsdp_orch.launch.plan_inputs import Placement, PlanContext, fixed_node_count
 from fsdp_orch.launch.render import Artifact, Templates, write_artifacts
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.command import Runner, run, run_command
@@ -34,6 +35,7 @@ from fsdp_orch.places import secrets
 from fsdp_orch.record.index import JobIndex
 from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.backoff import SLURM_STEPS_GONE, Clock, Sleep, retrying
+from fsdp_orch.vocab.categories import FailureCategory
 from fsdp_orch.vocab.checks import Check
 from fsdp_orch.vocab.errors import InputError
 from fsdp_orch.vocab.hints import hint_for
@@ -181,7 +183,7 @@ def query(slurm_ids: list[str], runner: Runner | None = None,
 LOST_ALLOCATION = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 
 
-def refresh(index: JobIndex, rows: list[JobStatus], *,  # type: ignore[no-untyped-def]
+def refresh(index: JobIndex, rows: list[JobStatus], *,
             query_fn=None, resubmit_fn=None) -> list[str]:
     """Settle active SLURM jobs whose allocation ended without the supervisor settling them
     (cancelled or failed while pending, node failure): one scheduler query for all of them. An
@@ -244,12 +246,12 @@ def batch_said(run_dir: str | None, sid: str) -> str:
     return f": {said[-1][:500]}" if said else ""
 
 
-def _resubmit(index: JobIndex, row: JobStatus, sid: str,  # type: ignore[no-untyped-def]
+def _resubmit(index: JobIndex, row: JobStatus, sid: str,
               slurm_state: str, resubmit_fn) -> bool:
     submission = Submission.load(Path(row.run_dir), KIND)
     policy = submission.job.restart
     attempt = max(0, int(row.attempts) - 1)
-    allowed = ("preemption_or_node_lost" in policy.retry_on
+    allowed = (FailureCategory.PREEMPTION_OR_NODE_LOST in policy.retry_on
                and (policy.max_restarts is None or int(row.restarts) < policy.max_restarts))
     journal = index.journal(row.id)
     evidence = f"SLURM job {sid} ended {slurm_state}"

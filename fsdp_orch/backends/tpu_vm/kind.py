@@ -20,7 +20,8 @@ from fsdp_orch.backends.tpu_vm.gcloud import create_argv, delete_argv, describe_
 from fsdp_orch.jobspec.limits import MAX_NODES, MAX_SECONDS_SETTING, at_most
 from fsdp_orch.jobspec.profiles import ProfileBase
 from fsdp_orch.jobspec.schema import JobSpec
-from fsdp_orch.launch.plan import LaunchPlan, NodeTarget, Placement, PlanContext, fixed_node_count
+from fsdp_orch.launch.plan import LaunchPlan
+from fsdp_orch.launch.plan_inputs import NodeTarget, Placement, PlanContext, fixed_node_count
 from fsdp_orch.launch.render import Artifact, Templates
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.command import Runner

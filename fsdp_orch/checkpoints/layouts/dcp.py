@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from fsdp_orch.checkpoints.info import DCP, DCP_PLAIN, Verdict
 from fsdp_orch.checkpoints.storage import Storage
@@ -28,7 +29,7 @@ def step_dir_name(step: int) -> str:
     return f"step-{step:08d}"
 
 
-def parse_commit(text: str | None) -> dict | None:
+def parse_commit(text: str | None) -> dict[str, Any] | None:
     """The commit record as a dict, or None when it is missing or not a JSON object with a step."""
     if text is None:
         return None

@@ -8,6 +8,7 @@ from fsdp_orch.vocab.errors import FsdpOrchError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    from typing import Any
 
 HELP = "list cluster profiles and where each came from"
 USES_HOME = False
@@ -25,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from fsdp_orch.jobspec.profiles import discover
 
     refs = discover()
-    rows = []
+    rows: list[dict[str, Any]] = []  # JSON rows
     for name, ref in sorted(refs.items()):
         if ref.refused is not None:  # not read: it is not the user's to use
             kind, desc = "?", f"refused: {ref.refused}"

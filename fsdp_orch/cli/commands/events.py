@@ -27,5 +27,6 @@ def run(args: argparse.Namespace) -> int:
     with open_index(read_only=True) as index:
         job_id = resolve_id(index, args.job_id)
         run_dir = index.store.run_dir(job_id)
+        assert run_dir is not None  # resolve_id found it
     show_events(run_dir, as_json=args.json, follow=args.follow)
     return EXIT_OK

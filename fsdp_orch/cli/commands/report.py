@@ -34,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     with open_index(read_only=True) as index:
         job_id = resolve_id(index, args.job_id)
         run_dir = index.store.run_dir(job_id)
+        assert run_dir is not None  # resolve_id found it
     lines = read_job(run_dir)[0]
     # what status --json says, folded from the same lines as the page
     status = fold_lines(lines, job_id)

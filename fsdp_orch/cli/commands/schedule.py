@@ -8,6 +8,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
 
+    from fsdp_orch.jobspec.schedule import Schedule
+
 HELP = "recurring jobs: add, list, remove, pause, resume, events"
 USES_HOME = True
 NAME_HELP = "the schedule's name: letters, digits, ., _ and -, starting with a letter or digit"
@@ -47,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--json", action="store_true", help="one JSON object per line, as written")
 
 
-def _schedule_of(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _schedule_of(args: argparse.Namespace) -> Schedule:
     """``schedule add``'s arguments as the schedule model (the one place they meet); a bad value is
     named by the argument it came from. An option not given (None) takes the model's default."""
     from fsdp_orch.jobspec.schedule import parse_schedule

@@ -8,6 +8,7 @@ from fsdp_orch.cli.common import EXIT_OK
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    from typing import Any
 
 HELP = "print the JSON Schema of a job file or a cluster profile (for editors)"
 USES_HOME = False
@@ -57,7 +58,7 @@ def json_schema(what: str) -> dict:  # type: ignore[type-arg]
             **standard({"anyOf": kinds, "$defs": defs})}
 
 
-def standard(node):  # type: ignore[no-untyped-def]
+def standard(node: Any) -> Any:
     """``node`` with pydantic's ``gt``/``ge``/``lt``/``le`` as the standard keywords, and a
     duration's string held to the loader's forms. Pure."""
     if isinstance(node, list):

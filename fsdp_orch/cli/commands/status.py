@@ -10,6 +10,7 @@ from fsdp_orch.cli.common import EXIT_OK, JOB_ID_HELP, open_index, print_table, 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    from types import SimpleNamespace
 
 HELP = "show jobs (a table, or --json); with JOB_ID, one job in detail"
 USES_HOME = True
@@ -43,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 print(store.status_json(job_id))
             else:
-                print_table([store.job_as_shown(job_id)], detail=True)
+                shown = store.job_as_shown(job_id)
+                assert shown is not None  # resolve_id found it
+                print_table([shown], detail=True)
             return EXIT_OK
         from fsdp_orch.control.liveness import refresh
 
@@ -52,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             sys.stdout.flush()
             out = sys.stdout.buffer
-            out.write(store.status_json_bytes())  # `+ b"\n"` would copy megabytes (7 ms)
+            listing = store.status_json_bytes()
+            assert listing is not None  # None only for a job_id not found
+            out.write(listing)  # `+ b"\n"` would copy megabytes (7 ms)
             out.write(b"\n")
             out.flush()
             return EXIT_OK
@@ -60,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
 
 
-def plain(argv: list[str]):  # type: ignore[no-untyped-def]
+def plain(argv: list[str]) -> SimpleNamespace | None:
     """``status`` and ``status --json``, what pipelines poll, without argparse (a fifth of the
     call's time); None for any other command line."""
     if argv not in (["status"], ["status", "--json"]):

@@ -131,7 +131,9 @@ def _wait(args: argparse.Namespace, index: JobIndex, job_id: str, created: bool,
     if args.json:
         print(index.store.status_json(job_id))
     else:
-        print_table([index.store.job_as_shown(job_id)])
+        shown = index.store.job_as_shown(job_id)
+        assert shown is not None  # submitted into this index
+        print_table([shown])
     if state not in TERMINAL_NAMES:
         print(f"fsdp-orch: stopped waiting after --timeout {args.timeout}; job {job_id} is {state} "
               "and goes on (fsdp-orch status / wait with the Python API)", file=sys.stderr)

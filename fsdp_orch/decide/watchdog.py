@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fsdp_orch.decide.frozen_rank import Frozen, every_rank_frozen, frozen_of, frozen_ranks
+from fsdp_orch.decide.hang_window import hang_window
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.observe.process_state import describe_state
-from fsdp_orch.supervise.frozen_rank import Frozen, every_rank_frozen, frozen_of, frozen_ranks
-from fsdp_orch.supervise.hang_window import hang_window
 
 
 @dataclass(frozen=True)

@@ -16,16 +16,11 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from fsdp_orch.decide.watchdog import veto_of
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.observe.heartbeats import Heartbeat
-from fsdp_orch.observe.stacks import (
-    ThreadStack,
-    display_path,
-    main_thread,
-    native_top,
-    python_frames,
-)
-from fsdp_orch.supervise.watchdog import veto_of
+from fsdp_orch.observe.stack_parse import ThreadStack
+from fsdp_orch.observe.user_frame import display_path, main_thread, native_top, python_frames
 
 # How long a rank at the last step may stay, once a peer's script has returned, before its stack
 # is read. The stack decides; a verdict of the hang rule reads it at once.
