@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.observe.process_state import STOPPED, UNINTERRUPTIBLE, describe_state
+from fsdp_orch.vocab.states import HeartbeatState
 
 # A stop shorter than this is not judged, whatever the window: a stack taken by hand stops the
 # process for a moment (py-spy dump without --nonblocking: milliseconds; gdb -p in batch mode, with
@@ -71,7 +72,7 @@ def frozen_ranks(beats: dict[int, Heartbeat], world_size: int, now: float, windo
                  watch: Watch) -> dict[int, Frozen]:
     """The ranks frozen past their threshold, while some rank that has not finished is not frozen
     (a peer, who can wait for them); {} when every such rank is frozen (the whole job paused)."""
-    found = {rank: frozen for rank, beat in beats.items() if beat.state != "done"
+    found = {rank: frozen for rank, beat in beats.items() if beat.state != HeartbeatState.DONE
              and (frozen := frozen_of(beat, window, watch)) is not None}
     if not found or every_rank_frozen(beats, world_size, window, watch):
         return {}
@@ -82,7 +83,7 @@ def every_rank_frozen(beats: dict[int, Heartbeat], world_size: int, window: floa
                       watch: Watch) -> bool:
     """Every rank that has not finished is frozen (at any age)."""
     unfinished = [b for b in (beats.get(r) for r in range(world_size))
-                  if b is None or b.state != "done"]
+                  if b is None or b.state != HeartbeatState.DONE]
     return bool(unfinished) and all(frozen_of(b, window, watch) is not None for b in unfinished)
 
 

@@ -120,8 +120,8 @@ def decide(policy: RestartPolicy, history: list[FailureRecord], restarts_done: i
     if cap is not None and restarts_done >= cap:
         return Decision(False, f"restart budget exhausted: {restarts_done} of restart.max_restarts="
                                f"{cap} restarts used", stuck)
-    if current.category == "cuda_oom":
-        ooms = sum(1 for f in streak if f.category == "cuda_oom")
+    if current.category == FailureCategory.CUDA_OOM:
+        ooms = sum(1 for f in streak if f.category == FailureCategory.CUDA_OOM)
         if ooms > policy.max_oom_restarts:
             return Decision(False, f"CUDA out of memory {ooms} times without progress "
                                    f"(restart.max_oom_restarts={policy.max_oom_restarts}); a "

@@ -21,6 +21,7 @@ from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.observe.stack_parse import ThreadStack
 from fsdp_orch.observe.user_frame import display_path, main_thread, native_top, python_frames
+from fsdp_orch.vocab.states import HeartbeatState
 
 # How long a rank at the last step may stay, once a peer's script has returned, before its stack
 # is read. The stack decides; a verdict of the hang rule reads it at once.
@@ -54,7 +55,7 @@ def past_the_end(beats: dict[int, Heartbeat], world: int, now: float,
                  watch: Watch) -> PastTheEnd | None:
     """The ranks stuck after the job's last step: at least one rank's script returned (state
     ``done``), every other rank has a heartbeat at that same step, none inside a save or busy."""
-    returned = sorted(r for r, b in beats.items() if b.state == "done")
+    returned = sorted(r for r, b in beats.items() if b.state == HeartbeatState.DONE)
     if not returned or len(beats) < world:
         return None
     step = max(beats[r].step for r in returned)
@@ -63,7 +64,7 @@ def past_the_end(beats: dict[int, Heartbeat], world: int, now: float,
         return None  # every script returned: the rule for a finished attempt applies
     for rank in stuck:
         beat = beats.get(rank)
-        if beat is None or beat.state != "training" or beat.step != step:
+        if beat is None or beat.state != HeartbeatState.TRAINING or beat.step != step:
             return None
         veto = veto_of(beat, now, TEARDOWN_WINDOW_S, watch)
         if veto is not None and veto.name in _BUSY:
@@ -74,7 +75,7 @@ def past_the_end(beats: dict[int, Heartbeat], world: int, now: float,
 def returned_step(beats: dict[int, Heartbeat]) -> int | None:
     """The step every rank had reached when one of them returned from its script (the job's last
     step, by its own count), or None when no rank returned or some rank is behind it."""
-    done = [b.step for b in beats.values() if b.state == "done"]
+    done = [b.step for b in beats.values() if b.state == HeartbeatState.DONE]
     if not done:
         return None
     step = max(done)

@@ -10,6 +10,7 @@ from fsdp_orch.decide.hang_window import hang_window
 from fsdp_orch.jobspec.schema import Watch
 from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.observe.process_state import describe_state
+from fsdp_orch.vocab.states import HeartbeatState
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def judge(beats: dict[int, Heartbeat], *, world_size: int, attempt_started: floa
     no rank is late."""
     if not beats:
         return None
-    started = [b for b in beats.values() if b.state != "starting"]
+    started = [b for b in beats.values() if b.state != HeartbeatState.STARTING]
     window = hang_window(watch, beats).seconds if window is None else window
     if _none_can_be_late(beats, world_size, attempt_started, now,
                          min(window, watch.startup_timeout)):
@@ -114,7 +115,7 @@ def judge(beats: dict[int, Heartbeat], *, world_size: int, attempt_started: floa
     hold: Hold | None = None
     for rank in range(world_size):
         beat = beats.get(rank)
-        if beat is not None and beat.state == "done":
+        if beat is not None and beat.state == HeartbeatState.DONE:
             continue
         if beat is None and not started:
             return None  # no signal from this rank yet (still importing?): nothing to judge by
@@ -158,7 +159,7 @@ def _hold(veto: Veto, beat: Heartbeat, now: float, allowed: float, window: float
                     (beat.collecting_since or now) + watch.startup_timeout,
                     "the interpreter's own work")
     if veto.name == "writing":
-        what = "in a save that writes" if beat.state == "saving" else "writes"
+        what = "in a save that writes" if beat.state == HeartbeatState.SAVING else "writes"
         return Hold("writing", rank, f"rank {rank} {what}", None, "not judged while it writes",
                     (beat.io_at or now) + allowed, "a save making progress, however slow")
     if veto.name == "computing":
@@ -186,9 +187,9 @@ def _rank_window(beat: Heartbeat | None, attempt_started: float, window: float,
     """Since when a rank is judged, and for how long it may go without progress."""
     if beat is None:  # silent while others have stepped: it never got going
         return attempt_started, window
-    if beat.state == "starting":
+    if beat.state == HeartbeatState.STARTING:
         return attempt_started, watch.startup_timeout
-    if beat.state == "saving" and beat.python_at is None:
+    if beat.state == HeartbeatState.SAVING and beat.python_at is None:
         # Not probed: no agent in the process, so its writes are not measured either.
         return beat.progress_time, watch.startup_timeout
     return beat.progress_time, window
@@ -207,7 +208,7 @@ def _lateness(rank: int, beat: Heartbeat | None, now: float, frozen: Frozen | No
     if beat.held_since is not None:
         what += (f", its heartbeat not rewritten for {now - beat.held_since:.1f}s "
                  "(the interpreter held)")
-    if beat.state == "saving":
+    if beat.state == HeartbeatState.SAVING:
         written = ("nothing written" if beat.io_at is None
                    else f"nothing written for {now - beat.io_at:.1f}s")
         what += f", inside a checkpoint save ({written})"
@@ -220,7 +221,8 @@ def _verdict(late: list[tuple[int, float, str]], beats: dict[int, Heartbeat],
     ranks = [r for r, _, _ in late]
     # a frozen rank first: its peers wait for it
     suspects = sorted(ranks, key=lambda r: (r not in frozen, _stop_order(beats.get(r))))
-    saving = [r for r in ranks if (b := beats.get(r)) is not None and b.state == "saving"]
+    saving = [r for r in ranks
+              if (b := beats.get(r)) is not None and b.state == HeartbeatState.SAVING]
     if not started:
         stalled = now - attempt_started
         return HangVerdict(stalled, ranks, f"no rank finished a step within startup_timeout "
@@ -242,7 +244,7 @@ def _none_can_be_late(beats: dict[int, Heartbeat], world_size: int, attempt_star
     rank is late, so there is no verdict (the walk in ``check_hang`` would find none either)."""
     if len(beats) != world_size or min(beats) != 0 or max(beats) != world_size - 1:
         return False
-    oldest = min(attempt_started if b.state == "starting" else b.progress_time
+    oldest = min(attempt_started if b.state == HeartbeatState.STARTING else b.progress_time
                  for b in beats.values())
     return now - oldest <= shortest
 
@@ -264,7 +266,7 @@ def rank_list(ranks: list[int], spell_out: int = 16) -> str:
 
 
 def _last_report(rank: int, beat: Heartbeat | None) -> str:
-    if beat is not None and beat.state != "starting":
+    if beat is not None and beat.state != HeartbeatState.STARTING:
         return f"rank {rank} last reported step {beat.step}"
     return f"rank {rank} never finished a step"
 
@@ -282,7 +284,7 @@ def scripts_finished_at(beats: dict[int, Heartbeat], world_size: int) -> float |
     bootstrap writes it as the main module returns without an exception, the runtime in
     ``job.finish()``); None while any rank has not. What comes after is process teardown."""
     done = [beats.get(rank) for rank in range(world_size)]
-    if not done or any(b is None or b.state != "done" for b in done):
+    if not done or any(b is None or b.state != HeartbeatState.DONE for b in done):
         return None
     return max(b.progress_time for b in done if b is not None)
 

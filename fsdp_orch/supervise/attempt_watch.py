@@ -50,6 +50,7 @@ from fsdp_orch.supervise.logfollow import LogFollower
 from fsdp_orch.supervise.outcomes import Adopt, Cancelled, Failed, Outcome, Succeeded, TornDown
 from fsdp_orch.supervise.progress_events import ProgressEvents
 from fsdp_orch.vocab.categories import FailureCategory
+from fsdp_orch.vocab.states import HeartbeatState
 
 STOP_GRACE_S = 5.0
 
@@ -119,10 +120,10 @@ class AttemptWatch:
             beats = self.handle.heartbeats()
             ranks_seen.update(beats)
             window = hang_window(watch, beats)
-            if not first_step_seen and any(b.state != "starting" for b in beats.values()):
+            started = [b for b in beats.values() if b.state != HeartbeatState.STARTING]
+            if not first_step_seen and started:
                 first_step_seen = True
-                self.journal.first_step(self.attempt, min(b.progress_time for b in beats.values()
-                                                          if b.state != "starting"))
+                self.journal.first_step(self.attempt, min(b.progress_time for b in started))
             self.progress.progress(beats, window)
             self.checkpoints.record()
             if beats or self.clock() >= self._reconnecting_until:

@@ -7,7 +7,12 @@ from collections.abc import Iterable
 
 from fsdp_orch.supervise.diagnose import Diagnosis, diagnose_lines, startup_refusal
 from fsdp_orch.supervise.signals import SIGNALS, signal_category
-from fsdp_orch.vocab.categories import COMMUNICATION, NODE_LOST_EXIT, SIGNAL_ENDINGS
+from fsdp_orch.vocab.categories import (
+    COMMUNICATION,
+    NODE_LOST_EXIT,
+    SIGNAL_ENDINGS,
+    FailureCategory,
+)
 
 
 def diagnose_exit(code: int | None) -> Diagnosis:
@@ -28,7 +33,7 @@ def diagnose_exit(code: int | None) -> Diagnosis:
     if category is None:
         return Diagnosis("preemption_or_node_lost", True, f"terminated by SIGTERM (exit {code})",
                          None)
-    if category == "killed_sigkill":
+    if category == FailureCategory.KILLED_SIGKILL:
         return Diagnosis(category, True, f"killed by SIGKILL (exit {code}): the kernel OOM killer, "
                                          "the scheduler or an external kill", None)
     return Diagnosis(category, True, f"ended by {name} (signal {signum}, exit {code})", None)
@@ -59,7 +64,7 @@ def cause_at_exit(code: int, cause: Diagnosis | None, root: tuple[int, int, int]
     if cause is not None and cause.category in COMMUNICATION:
         for lines in logs:
             killed = diagnose_lines(lines)
-            if killed.category == "killed_sigkill":
+            if killed.category == FailureCategory.KILLED_SIGKILL:
                 return killed
     return cause or diagnose_exit(code)
 

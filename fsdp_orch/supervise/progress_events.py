@@ -21,6 +21,7 @@ from fsdp_orch.record.live_progress import LIVE_EVERY_S, write_live
 from fsdp_orch.record.loss_points import LossLog
 from fsdp_orch.supervise.logfollow import LogFollower
 from fsdp_orch.vocab.metrics import CHECKPOINT_BLOCK_S
+from fsdp_orch.vocab.states import HeartbeatState
 
 # the notice of an attempt whose ranks returned from their script without a step
 NO_STEPS_TRAINED = "no_steps_trained"
@@ -159,11 +160,12 @@ class ProgressEvents:
         self._attempt = next(iter(beats.values())).attempt
         # an attempt that ran all its steps between two looks is seen only done, with its steps
         self._trained = self._trained or "training" in states or "saving" in states or any(
-            beat.state == "done" and isinstance(beat.step, int) and beat.step > 0
+            beat.state == HeartbeatState.DONE and isinstance(beat.step, int) and beat.step > 0
             for beat in beats.values())
         self._returned = self._returned or "done" in states
         lead = beats.get(0) or next(iter(beats.values()))
-        if lead.state == "starting" or (lead.state == "done" and not self._trained):
+        if lead.state == HeartbeatState.STARTING or (lead.state == HeartbeatState.DONE
+                                                     and not self._trained):
             return None
         self._lead_last = lead
         return lead

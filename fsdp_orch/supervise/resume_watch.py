@@ -23,6 +23,7 @@ from fsdp_orch.observe.file_tail import LogChunk
 from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.record.journal import Journal
 from fsdp_orch.supervise.logfollow import nearness_to_rank_0
+from fsdp_orch.vocab.states import HeartbeatState
 
 STOP_GRACE_S = 5.0
 STOPPED_EXIT = -15  # what poll says of an attempt stopped on a verdict that exited 0 all the same
@@ -90,7 +91,7 @@ class AttemptLosses:
         """Rank 0's step, for lines that name none; the runtime's loss in its heartbeat, for a
         script that prints none."""
         lead = beats.get(0)
-        if lead is None or lead.state == "starting":
+        if lead is None or lead.state == HeartbeatState.STARTING:
             return
         self._step_now = lead.step
         if not self._printed and lead.loss is not None and lead.step != self._beat_step:

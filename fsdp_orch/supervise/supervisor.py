@@ -200,7 +200,7 @@ class Supervisor:
             self.journal.host_excluded(attempt=attempt, host=host, now=failed.detected_at, message=(
                 f"host {host} {how} in attempt {attempt}: "
                 "the attempts after it are planned without it"))
-        if category == "preemption_or_node_lost" and self.allocation_ending():
+        if category == FailureCategory.PREEMPTION_OR_NODE_LOST and self.allocation_ending():
             self._record_failure(attempt, failed, "requeue")
             self.journal.requeued("the scheduler requeued the job", now=self.clock())
             raise AllocationEnding("") from None
