@@ -1,10 +1,8 @@
 """The supervisor's loop: runs attempts, has each watched to its end (``attempt_watch``), decides on
-a failure (``policy``) and restarts from the latest complete checkpoint with backoff (clock, sleep
-and randomness injected). Its process around it (a lock per job, re-attach, secrets) is ``process``.
-
-Kind-agnostic: it sees the cluster only through the attempt launcher and the attempt handles its
-kind gives it (``backends.base``).
-"""
+a failure (``decide.policy``) and restarts from the latest complete checkpoint with backoff (clock,
+sleep and randomness injected); where the next attempt runs is ``placement``, the process around
+it (a lock per job, re-attach, secrets) ``process``. Kind-agnostic: it sees the cluster only
+through the attempt launcher and the attempt handles its kind gives it (``backends.base``)."""
 
 from __future__ import annotations
 
@@ -34,6 +32,7 @@ from fsdp_orch.record.events import CANCEL_MARKER
 from fsdp_orch.record.journal import Journal, read_status
 from fsdp_orch.record.loss_points import read_points
 from fsdp_orch.record.status import JobStatus
+from fsdp_orch.supervise import placement
 from fsdp_orch.supervise.attempt_archive import archive_attempt
 from fsdp_orch.supervise.attempt_watch import AttemptWatch
 from fsdp_orch.supervise.checkpoint_tracker import CheckpointTracker
@@ -52,8 +51,7 @@ from fsdp_orch.supervise.progress_events import ProgressEvents
 from fsdp_orch.supervise.resume_watch import AttemptLosses, watched
 from fsdp_orch.supervise.stop_flag import StopFlag
 from fsdp_orch.vocab.categories import FailureCategory
-from fsdp_orch.vocab.errors import FsdpOrchError, InputError
-from fsdp_orch.vocab.hints import hint_for
+from fsdp_orch.vocab.errors import FsdpOrchError
 from fsdp_orch.vocab.save_interval import observed_mtbf
 from fsdp_orch.vocab.states import FINISHED_UNKNOWN, TRAINING_COMPLETE, JobState
 
@@ -139,7 +137,9 @@ class Supervisor:
             self.journal.set_state(JobState.CANCELLED, reason="cancelled", now=self.clock())
             return JobState.CANCELLED
         except AllocationEnding as ending:
-            self._requeued(attempt, ending.evidence)
+            placement.requeued(self.journal, attempt, ending.evidence,
+                               cancelled=bool(ending.evidence) and self._cancel_requested(),
+                               clock=self.clock)
             if ending.requeue is not None:
                 ending.requeue()
             return JobState.RESTARTING
@@ -204,10 +204,16 @@ class Supervisor:
             self._record_failure(attempt, failed, "requeue")
             self.journal.requeued("the scheduler requeued the job", now=self.clock())
             raise AllocationEnding("") from None
-        cannot_place = (self._cannot_place(attempt + 1)
-                        if category in ("preemption_or_node_lost", STRAGGLER_REPLACED) else None)
+        cannot_place = (placement.cannot_place(
+            self.sub, attempt + 1, local_has_gpu=self.local_has_gpu,
+            excluded_hosts=tuple(self.excluded_hosts), workers=self.workers)
+            if category in (FailureCategory.PREEMPTION_OR_NODE_LOST, STRAGGLER_REPLACED) else None)
         if cannot_place and self.excluded_hosts:
-            cannot_place = self._requeue_without(attempt, failed, cannot_place)
+            cannot_place = placement.requeue_without(
+                self.launcher, self.journal, attempt, cannot_place,
+                left_out=tuple(self.excluded_hosts),
+                record=lambda action: self._record_failure(attempt, failed, action),
+                clock=self.clock)
         if category == STRAGGLER_REPLACED and not cannot_place:
             # not a failure of the job's: no restart of its budget is used
             self.requeued_attempts += 1
@@ -255,49 +261,6 @@ class Supervisor:
                                  stalled_for_s=failed.stalled_for_s, now=failed.detected_at,
                                  progressed=self.history[-1].progressed if self.history else None)
 
-    def _requeue_without(self, attempt: int, failed: Failed, why: str) -> str:
-        """No spare left where the job runs: where the kind can, the job goes back through the
-        queue without the hosts left out, and this supervisor ends (AllocationEnding: the next
-        allocation's resumes from the latest complete checkpoint). Returns why the next attempt
-        cannot be placed, for the policy, where the kind cannot, or the scheduler refused."""
-        left_out = tuple(self.excluded_hosts)
-        requeue = self.launcher.requeue_without(left_out)
-        if requeue is None:
-            return why
-        try:
-            ref = requeue()
-        except FsdpOrchError as exc:
-            return f"{why}; submitting the job again without {', '.join(left_out)} failed: {exc}"
-        self._record_failure(attempt, failed, "requeue")
-        self.journal.add_event(attempt=attempt, kind="requeued_without", message=(
-            f"{why}: submitted again as {ref}, without {', '.join(left_out)}"))
-        self.journal.requeued(f"no spare node left: back through the queue without "
-                              f"{', '.join(left_out)}", now=self.clock())
-        self.journal.scheduled(ref, now=self.clock())
-        raise AllocationEnding("") from None
-
-    def _cannot_place(self, attempt: int) -> str | None:
-        """Why ``attempt`` could not be planned on the hosts that are left; None when it can."""
-        try:
-            self.sub.launch_plan(attempt, local_has_gpu=self.local_has_gpu,
-                                 excluded_hosts=tuple(self.excluded_hosts), workers=self.workers)
-        except InputError as exc:
-            return exc.detail
-        return None
-
-    def _requeued(self, attempt: int, evidence: str) -> None:
-        """The scheduler warned that the allocation ends (its signal before the time limit): record
-        it; the next allocation resumes from the latest complete checkpoint."""
-        if not evidence:
-            return  # recorded by _decide already
-        if self._cancel_requested():
-            return
-        self.journal.add_failure(attempt=attempt, category="preemption_or_node_lost",
-                                 evidence=evidence, action="requeue",
-                                 hint=hint_for("preemption_or_node_lost", evidence),
-                                 now=self.clock())
-        self.journal.requeued("requeued by the scheduler", now=self.clock())
-
     def _sleep_unless_cancelled(self, seconds: float) -> None:
         """Backoff, cut short by a cancel (recorded through the injected sleep)."""
         remaining = seconds
@@ -319,7 +282,8 @@ class Supervisor:
         """Launch the attempt (or adopt the running one) and watch it to its end."""
         self.progress.reached = None  # what the attempt before reached is not this one's
         if adopt is None:
-            machines = self._machines(attempt)
+            machines = placement.machines(self.launcher, self.journal, attempt,
+                                          clock=self.clock, last=self.checkpoints.last)
             if isinstance(machines, Failed):
                 return machines
             self.workers = machines
@@ -411,22 +375,8 @@ class Supervisor:
             f"attempt {attempt} failed with {category} right after resuming from it: "
             f"{(evidence or 'no evidence')[:300]}"))
 
-    def _machines(self, attempt: int) -> tuple[str, ...] | Failed:
-        """The kind readies the attempt's machines (a preempted TPU VM
-        made again), saying what it does."""
-        def say(message: str) -> None:
-            log.info(f"fsdp-orch supervisor: {message}")
-            self.journal.add_event(attempt=attempt, kind="machines", message=message)
-        try:
-            return self.launcher.machines(attempt, say)
-        except FsdpOrchError as exc:
-            return Failed(Diagnosis("preemption_or_node_lost", True,
-                                    f"no machines to run on: {exc}"),
-                          self.clock(), None, self.checkpoints.last, self.checkpoints.last)
-
 
 if __name__ == "__main__":
-
     import argparse
     import os
 

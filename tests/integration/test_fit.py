@@ -232,6 +232,7 @@ def test_the_estimate_is_within_its_tolerance_of_published_peaks_from_three_proj
     errors = {}
     for figure_id, tolerance in PUBLISHED_HERE.items():
         published = figure(figure_id)
+        assert published["source"].startswith("https://") and published["quote"], figure_id
         answer = estimated(published, tmp_path, env=env, fsdp_orch=fsdp_orch)
         assert answer["parameters"] > 1e9, figure_id
         got, error = compared(published, answer)
