@@ -11,12 +11,13 @@ changing the first sentence of a module's docstring.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import re
 import sys
 import textwrap
 from pathlib import Path
+
+from generated_page import page, write_or_check
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -185,27 +186,11 @@ def render() -> str:
     return "\n".join([*lines[:-1], END])
 
 
-def page(current: str, generated: str) -> str:
-    """``current`` with its generated part replaced by ``generated`` (appended when it has none)."""
-    if BEGIN in current and END in current:
-        head, rest = current.split(BEGIN, 1)
-        return head + generated + rest.split(END, 1)[1]
-    return current.rstrip("\n") + "\n\n" + generated + "\n"
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--check", action="store_true")
     current = OUT.read_text(encoding="utf-8")
-    text = page(current, render())
-    if parser.parse_args().check:
-        if text != current:
-            print(f"{OUT} does not say what tests/layer_map.py and the modules say: run "
-                  "scripts/gen_layout.py", file=sys.stderr)
-            return 1
-        return 0
-    OUT.write_text(text, encoding="utf-8")
-    return 0
+    return write_or_check(OUT, page(current, render(), BEGIN, END),
+                          f"{OUT} does not say what tests/layer_map.py and the modules say: run "
+                  "scripts/gen_layout.py")
 
 
 if __name__ == "__main__":

@@ -8,11 +8,12 @@ example. ``--check`` exits 1 when the file differs (tests/unit/test_docs.py runs
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from generated_page import write_or_check
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "reference" / "fields.md"
@@ -123,17 +124,8 @@ def render() -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--check", action="store_true")
-    text = render()
-    if parser.parse_args().check:
-        if not OUT.is_file() or OUT.read_text() != text:
-            print(f"{OUT} is not what the models say: run scripts/gen_reference.py",
-                  file=sys.stderr)
-            return 1
-        return 0
-    OUT.write_text(text)
-    return 0
+    return write_or_check(OUT, render(), f"{OUT} is not what the models say: run "
+                                         "scripts/gen_reference.py")
 
 
 if __name__ == "__main__":
