@@ -95,7 +95,7 @@ def add_adapters(model: nn.Module, r: int, targets: str | list[str], quantize: s
     layers adapted, and the weights packed in 4 bits (``weights``)."""
     for p in model.parameters():
         p.requires_grad_(False)
-    head = _output_head(model)
+    head = output_head(model)
     adapted, weights = 0, 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
@@ -119,10 +119,10 @@ def add_adapters(model: nn.Module, r: int, targets: str | list[str], quantize: s
     return {"adapted": adapted, "weights": weights}
 
 
-def _output_head(model: nn.Module) -> nn.Module | None:
+def output_head(model: nn.Module) -> nn.Module | None:
     get = getattr(model, "get_output_embeddings", None)
     head = get() if callable(get) else None
     return head if isinstance(head, nn.Module) else None
 
 
-__all__ = ["FusedDropout", "LoraLinear", "Packed4bit", "add_adapters"]
+__all__ = ["FusedDropout", "LoraLinear", "Packed4bit", "add_adapters", "output_head"]

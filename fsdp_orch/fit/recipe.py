@@ -119,8 +119,9 @@ class ChunkedHead(nn.Module):
 
 def chunk_the_head(model: Any, chunks: int) -> bool:
     """Swap a Hugging Face model's output head for ``ChunkedHead``; False where it has none."""
-    get = getattr(model, "get_output_embeddings", None)
-    head = get() if callable(get) else None
+    from fsdp_orch.fit.adapters import output_head
+
+    head = output_head(model)
     for parent in model.modules():
         for name, child in parent.named_children():
             if child is head and head is not None:

@@ -98,12 +98,14 @@ def _op_policy_contexts() -> Any:
     return create_selective_checkpoint_contexts(policy)
 
 
-def low_dtype(setup: FitSetup) -> Any:
+def precision_dtypes(setup: FitSetup) -> tuple[Any, Any] | None:
+    """Mixed precision's (param dtype, reduce dtype), for either FSDP; None without it."""
     import torch
 
     if setup.mixed_precision == "no":
         return None
-    return torch.bfloat16 if setup.mixed_precision == "bf16" else torch.float16
+    low = torch.bfloat16 if setup.mixed_precision == "bf16" else torch.float16
+    return low, torch.float32 if setup.fit.reduce_dtype == "float32" else low
 
 
 def shard(model: Any, setup: FitSetup, mesh: Any) -> Any:
@@ -115,14 +117,12 @@ def shard(model: Any, setup: FitSetup, mesh: Any) -> Any:
 
 
 def _shard_fsdp2(model: Any, setup: FitSetup, mesh: Any) -> None:
-    import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    dtypes = precision_dtypes(setup)
     policy = MixedPrecisionPolicy()
-    low = low_dtype(setup)
-    if low is not None:
-        reduce = torch.float32 if setup.fit.reduce_dtype == "float32" else low
-        policy = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=reduce)
+    if dtypes is not None:
+        policy = MixedPrecisionPolicy(param_dtype=dtypes[0], reduce_dtype=dtypes[1])
     options = {"mesh": mesh, "reshard_after_forward": setup.reshard_after_forward,
                "mp_policy": policy}
     for module in apart_of(model, setup):
@@ -161,11 +161,11 @@ def _shard_fsdp1(model: Any, setup: FitSetup, mesh: Any) -> Any:
             not p.requires_grad for p in model.parameters()):
         policies.append(functools.partial(lambda_auto_wrap_policy, lambda_fn=trainable_leaf))
     wrap = functools.partial(_or_policy, policies=policies) if layer_types else None
-    low = low_dtype(setup)
+    dtypes = precision_dtypes(setup)
     precision = None
-    if low is not None:
-        reduce = torch.float32 if setup.fit.reduce_dtype == "float32" else low
-        precision = MixedPrecision(param_dtype=low, reduce_dtype=reduce, buffer_dtype=low)
+    if dtypes is not None:
+        precision = MixedPrecision(param_dtype=dtypes[0], reduce_dtype=dtypes[1],
+                                   buffer_dtype=dtypes[0])
     prefetch = (None if setup.backward_prefetch == "NO_PREFETCH"
                 else BackwardPrefetch[setup.backward_prefetch])
     strategy = ShardingStrategy[FSDP1_NAMES.get(setup.strategy, setup.strategy)]
@@ -192,5 +192,5 @@ def _checkpoint_fsdp1(wrapped: Any, setup: FitSetup, layer_types: tuple[type, ..
     checkpointed(inner, setup)
 
 
-__all__ = ["SAVED_OPS", "apart_of", "checkpointed", "layers_of", "low_dtype", "mesh_for",
+__all__ = ["SAVED_OPS", "apart_of", "checkpointed", "layers_of", "precision_dtypes", "mesh_for",
            "shard"]

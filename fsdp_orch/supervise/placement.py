@@ -69,12 +69,12 @@ def requeue_without(launcher: AttemptLauncher, journal: Journal, attempt: int, w
     raise AllocationEnding("") from None
 
 
-def requeued(journal: Journal, attempt: int, evidence: str, *, cancelled: bool,
-             clock: Callable[[], float]) -> None:
+def requeued(journal: Journal, attempt: int, evidence: str, *,
+             cancel_requested: Callable[[], bool], clock: Callable[[], float]) -> None:
     """The scheduler warned that the allocation ends (its signal before the time limit): record
     it; the next allocation resumes from the latest complete checkpoint. No ``evidence``: recorded
     at the decision already."""
-    if not evidence or cancelled:
+    if not evidence or cancel_requested():
         return
     journal.add_failure(attempt=attempt, category=NODE_LOST, evidence=evidence, action="requeue",
                         hint=hint_for(NODE_LOST, evidence), now=clock())

@@ -138,7 +138,7 @@ class Supervisor:
             return JobState.CANCELLED
         except AllocationEnding as ending:
             placement.requeued(self.journal, attempt, ending.evidence,
-                               cancelled=bool(ending.evidence) and self._cancel_requested(),
+                               cancel_requested=self._cancel_requested,
                                clock=self.clock)
             if ending.requeue is not None:
                 ending.requeue()
