@@ -25,7 +25,7 @@ if ! .venv/bin/python -m pip install --quiet --no-cache-dir "${compile[@]}" "tor
   .venv/bin/python -m pip install --quiet --no-cache-dir "${compile[@]}" \
     --index-url https://download.pytorch.org/whl/cpu "torch==2.13.0+cpu"
 fi
-.venv/bin/python -m pip install --quiet --no-cache-dir "${compile[@]}" -e ".[runtime,test,accelerate,hf]"
+.venv/bin/python -m pip install --quiet --no-cache-dir "${compile[@]}" -e ".[runtime,test,accelerate,hf,kubernetes]"
 if [ -n "$fresh" ]; then
   .venv/bin/python -m compileall -q -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
 fi

@@ -10,18 +10,25 @@ machines: a TPU VM). The supervisor talks only to that launcher and the attempt 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fsdp_orch.checkpoints.storage import Storage
 from fsdp_orch.launch.plan import LaunchPlan
 from fsdp_orch.launch.render import Artifact
-from fsdp_orch.launch.submission import P, PlanningKind, Submission  # P: a kind's own profile model
+from fsdp_orch.launch.submission import (  # P: a kind's own profile model
+    P,
+    PlannedAttempt,
+    PlanningKind,
+    Submission,
+)
 from fsdp_orch.observe.command import Runner
 from fsdp_orch.observe.file_tail import LogChunk
 from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.observe.stacks import StackCapture
 from fsdp_orch.record.index import JobIndex
 from fsdp_orch.record.status import JobStatus
+from fsdp_orch.vocab.categories import FailureCategory
 from fsdp_orch.vocab.checks import Check
 from fsdp_orch.vocab.errors import FsdpOrchError
 
@@ -29,6 +36,17 @@ from fsdp_orch.vocab.errors import FsdpOrchError
 # second; silent for longer than this, what came through it is stale. Under the hang window's 2 s
 # floor: a node that died is silent before its peers, who wait for it, can be judged hung.
 CHANNEL_SILENT_S = 1.5
+
+
+@dataclass(frozen=True)
+class EngineEnding:
+    """What the cluster's own engine says ended (or stops) an attempt, where its ranks' logs and
+    exit status cannot: a pod evicted or its node lost, an image that cannot be pulled, a pod no
+    node can hold. ``retryable``: False for the user's error, which fails the job at once."""
+
+    category: FailureCategory
+    evidence: str
+    retryable: bool = True
 
 
 class AttemptObservation(Protocol):
@@ -78,6 +96,12 @@ class AttemptObservation(Protocol):
     def refused_connections(self) -> dict[str, int]:
         """How many connections to the supervisor's node channel were closed before they said the
         attempt's token, by why (its data never kept); {} where there is no such channel."""
+        ...
+
+    def ended_by(self) -> EngineEnding | None:
+        """What the cluster's engine says ends the attempt (``EngineEnding``), asked at every look;
+        None while it says nothing (every kind but Kubernetes: the ranks' logs and exit status
+        tell)."""
         ...
 
     def silent_nodes(self) -> dict[int, float]:
@@ -174,8 +198,10 @@ class ClusterKind(PlanningKind[P], Protocol[P]):
     def attempt_launcher(self, submission: Submission) -> AttemptLauncher:
         ...
 
-    def start(self, index: JobIndex, submission: Submission) -> None:
-        """Begin supervising a recorded job (in the background)."""
+    def start(self, index: JobIndex, submission: Submission, first: PlannedAttempt) -> None:
+        """Begin supervising a recorded job (in the background); ``first``: its first attempt's
+        plan and artifacts as recorded at submit, which a kind that starts from them (SLURM's
+        batch script) starts exactly."""
         ...
 
     def cancel(self, index: JobIndex, row: JobStatus) -> str:

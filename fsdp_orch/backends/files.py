@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+from fsdp_orch.backends.base import EngineEnding
 from fsdp_orch.checkpoints.storage import LOCAL, Storage
 from fsdp_orch.observe.attempt_files import LOG_PATTERNS, STACKS_DIR
 from fsdp_orch.observe.file_tail import FileTail, LogChunk
@@ -58,6 +59,9 @@ class FileObservation:
 
     def silent_nodes(self) -> dict[int, float]:
         return {}  # the heartbeats are read from the run folder: no channel to fall silent
+
+    def ended_by(self) -> EngineEnding | None:
+        return None  # the ranks' logs and exit status tell
 
     def refused_connections(self) -> dict[str, int]:
         return {}  # no channel that strangers could reach

@@ -4,6 +4,7 @@ are still read from the run folder the nodes share with the supervisor."""
 
 from __future__ import annotations
 
+import logging
 import secrets
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.observe.stacks import StackCapture
 from fsdp_orch.vocab.categories import NODE_LOST_EXIT
 
+log = logging.getLogger(__name__)
 SETTLE_S = 3.0  # after the launchers ended: how long the agents' last lines may take
 
 
@@ -73,7 +75,7 @@ class AgentObservation(FileObservation):
             lost = self.lost_node()
             if lost is None:
                 return None
-            print(f"fsdp-orch supervisor: {lost}", flush=True)
+            log.info(f"fsdp-orch supervisor: {lost}")
             return NODE_LOST_EXIT
         self.channel.settle(SETTLE_S)
         return code

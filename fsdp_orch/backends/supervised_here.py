@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from fsdp_orch.backends.base import ClusterKind, P
-from fsdp_orch.launch.submission import Submission
+from fsdp_orch.launch.submission import PlannedAttempt, Submission
 from fsdp_orch.observe.proctree import pid_alive
 from fsdp_orch.places import secrets
 from fsdp_orch.places.builtin import METRICS_TEXTFILE_ENV, supervisor_command
@@ -62,7 +62,7 @@ class SupervisedHere(ClusterKind[P]):
     def stop_leftovers(self, job_id: str, row: JobStatus) -> None:
         raise NotImplementedError
 
-    def start(self, index: JobIndex, submission: Submission) -> None:
+    def start(self, index: JobIndex, submission: Submission, first: PlannedAttempt) -> None:
         self.preflight(submission)
         pid = spawn_supervisor(submission, reattach=False)
         # Recorded here, at once: a supervisor that dies before it runs is still re-attached by

@@ -26,6 +26,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fsdp_orch.vocab.categories import FailureCategory
+
 FIRST_POINTS = 3  # the losses after a resume that speak for the checkpoint
 CRASH_STEPS = 10  # a failure this close to the resumed step, with no new checkpoint, blames it
 RESUMED_GRAD_RUN = 2  # non-finite grad norms in a row, among the first points, that blame it
@@ -38,11 +40,12 @@ JUMP_ABSOLUTE = 0.1  # ... and this much at least
 # Failures that a checkpoint can cause as it is loaded: a load error, a native crash, an exit with
 # no cause found, a loss gone wrong. Not a traceback of the script's own code (the same code fails
 # the same way from any checkpoint), a lost node, a hang or an injected fault.
-BLAMABLE = frozenset({"checkpoint_error", "crashed_signal", "unknown", "nonfinite_loss",
-                      "loss_jump"})
+BLAMABLE = frozenset({FailureCategory.CHECKPOINT_ERROR, FailureCategory.CRASHED_SIGNAL,
+                      FailureCategory.UNKNOWN, FailureCategory.NONFINITE_LOSS,
+                      FailureCategory.LOSS_JUMP})
 
-NONFINITE = "nonfinite_loss"
-JUMP = "loss_jump"
+NONFINITE = FailureCategory.NONFINITE_LOSS.value
+JUMP = FailureCategory.LOSS_JUMP.value
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from fsdp_orch.vocab.states import JobState
 from fsdp_orch.vocab.times import iso_time
 
 TYPE_CHECKING = False  # the table of `status` needs none of what `status ID`'s lines import
@@ -129,7 +130,7 @@ def detail_lines(job: JobStatus, now: float | None = None) -> list[str]:
 def finished_line(job: JobStatus) -> str | None:
     """What an ended job's script did after its last step, where it is not simply done: its ranks
     stopped after the last checkpoint, its final outputs missing or not known."""
-    if not job.ended or job.finished is True or job.state in ("FAILED", "CANCELLED"):
+    if not job.ended or job.finished is True or job.state in (JobState.FAILED, JobState.CANCELLED):
         return None
     if job.finished is False:
         return "finished: no; missing: " + ("; ".join(job.missing) or "not said")

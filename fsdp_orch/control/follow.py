@@ -10,7 +10,7 @@ from typing import Any
 from fsdp_orch.record.restart_budget import restart_budget
 from fsdp_orch.record.status import Failure, JobStatus
 from fsdp_orch.vocab.hints import for_job
-from fsdp_orch.vocab.states import TERMINAL_NAMES
+from fsdp_orch.vocab.states import TERMINAL_NAMES, JobState
 
 
 def progress_line(row: JobStatus, now: float | None = None) -> str:
@@ -34,7 +34,7 @@ def progress_line(row: JobStatus, now: float | None = None) -> str:
             parts.append(f"checkpoint {row.last_checkpoint_step}")
     elif row.last_checkpoint_path:
         parts.append("checkpoint (step unknown)")
-    if row.state == "RESTARTING" and row.restart_at is not None:
+    if row.state == JobState.RESTARTING and row.restart_at is not None:
         parts.append(countdown(row.restart_at - (now if now is not None else time.time())))
     return "  ".join(parts)
 
@@ -66,7 +66,7 @@ def failure_lines(failure: Failure, job_id: str) -> list[str]:
 def _told_whole(failure: Failure, row: JobStatus) -> bool:
     """A hang's evidence (the culprit's frame) is recorded once its stacks are read, after the
     verdict: a failure is said once it has evidence, or once the job has moved past it."""
-    return (failure.evidence is not None or row.state != "RUNNING"
+    return (failure.evidence is not None or row.state != JobState.RUNNING
             or row.attempts - 1 > failure.attempt)
 
 
@@ -104,7 +104,7 @@ def wait_for(index: Any, job_id: str, *, show_progress: bool = True, quiet: bool
         index.ingest([job_id])
         row = index.store.job_as_shown(job_id)
         if row is None:
-            return "FAILED"
+            return JobState.FAILED.value
         ready = [f for f in row.failures[failures_said:] if _told_whole(f, row)]
         if say_failures and ready:
             clear = "\r\033[K" if tty and show_progress else ""
@@ -127,7 +127,7 @@ def wait_for(index: Any, job_id: str, *, show_progress: bool = True, quiet: bool
         if row.state in TERMINAL_NAMES:
             if tty and show_progress and not quiet:
                 sys.stderr.write("\n")
-            if say_failures and row.reason and row.state != "SUCCEEDED":
+            if say_failures and row.reason and row.state != JobState.SUCCEEDED:
                 sys.stderr.write(f"reason: {row.reason}\n")
             return str(row.state)
         refresh(index, [job_id])

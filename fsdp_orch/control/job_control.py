@@ -3,7 +3,6 @@ made before (control/planning), and passed on: submit records what it planned.""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 from collections.abc import Callable
@@ -34,10 +33,15 @@ from fsdp_orch.vocab.errors import InputError, JobNotFound
 from fsdp_orch.vocab.states import JobState
 
 Say = Callable[[str], None]
+# What a job's own id reads as in its spec hash (what jobs planned before their id was drawn
+# were planned under: their hashes stay the same)
+SPEC_HASH_JOB_ID = "JOBID"
 
 
 def spec_hash(plan: LaunchPlan) -> str:
-    return hashlib.sha256(spec_json(plan).encode()).hexdigest()[:16]
+    """The same spec has the same hash whichever job it is: its own job id is left out."""
+    spec = spec_json(plan).replace(plan.job_id, SPEC_HASH_JOB_ID)
+    return hashlib.sha256(spec.encode()).hexdigest()[:16]
 
 
 def _origin(request: SubmitRequest, planned: PlannedSubmission) -> dict[str, Any] | None:
@@ -68,9 +72,9 @@ def _checkpoint_there(index: JobIndex, request: SubmitRequest, planned: PlannedS
 
 
 def _record(index: JobIndex, request: SubmitRequest, planned: PlannedSubmission) -> Submission:
-    """The submission frozen in its run folder under a new job id, its secret values kept, and its
-    first event written (which puts it in the index)."""
-    submission = dataclasses.replace(planned.submission, job_id=os.urandom(6).hex())
+    """The submission frozen in its run folder under the job id drawn at planning, its secret values
+    kept, and its first event written (which puts it in the index)."""
+    submission = planned.submission
     submission.save()
     # read back by whatever hands them on (the kind's start)
     secrets.keep(submission.job_id, "env", planned.env_values)
@@ -115,6 +119,13 @@ def record_submission(index: JobIndex, request: SubmitRequest,
     (job id, created, submission); nothing is started. ``planned``: the request as planned before
     the index was opened (None: planned here). ``say`` hears which checkpoint already in the job's
     checkpoint folder is resumed or moved aside (control/resubmit)."""
+    job_id, created, recorded = _record_planned(index, request, planned, say)
+    return job_id, created, recorded.submission if recorded is not None else None
+
+
+def _record_planned(index: JobIndex, request: SubmitRequest, planned: PlannedSubmission | None,
+                    say: Say | None) -> tuple[str, bool, PlannedSubmission | None]:
+    """``record_submission``, giving the planned submission recorded (its plan is what starts)."""
     import shutil
 
     init = resolve_init_from(index, request.init_from) if request.init_from is not None else None
@@ -143,17 +154,19 @@ def record_submission(index: JobIndex, request: SubmitRequest,
             attempt=None, kind="submit_fresh", message=line)
         if say is not None:
             say(line)
-    return job_id, True, submission
+    return job_id, True, planned
 
 
 def submit(index: JobIndex, request: SubmitRequest, planned: PlannedSubmission | None = None,
            say: Say | None = None) -> tuple[str, bool]:
-    """Record the job and hand it to its cluster kind. Returns (job id, created)."""
-    job_id, created, submission = record_submission(index, request, planned, say)
-    if submission is None:
+    """Record the job and hand it to its cluster kind, with the plan recorded: the kind starts
+    exactly it. Returns (job id, created)."""
+    job_id, created, recorded = _record_planned(index, request, planned, say)
+    if recorded is None:
         return job_id, created
+    submission = recorded.submission
     try:
-        cluster_kind(submission.profile.kind).start(index, submission)
+        cluster_kind(submission.profile.kind).start(index, submission, recorded.job.first)
     except BaseException as exc:
         index.journal(job_id).set_state(JobState.FAILED, reason=f"could not start: {exc}")
         secrets.forget(job_id, "env")  # no supervisor will need them (the notifier may still)

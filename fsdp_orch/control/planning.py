@@ -17,15 +17,16 @@ from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.jobspec.secrets import resolve_submission
 from fsdp_orch.launch.plan import LaunchPlan
 from fsdp_orch.launch.render import Artifact, own_template_dirs
-from fsdp_orch.launch.submission import Submission
+from fsdp_orch.launch.submission import AttemptInputs, PlannedAttempt, Submission
 from fsdp_orch.places.builtin import home, local_has_gpu
 from fsdp_orch.record.run_roots import shared_run_root
 from fsdp_orch.supervise import supervisor_command
 from fsdp_orch.vocab.errors import InputError
 
-# The job id a plan is made with before the job has one (submit draws it only once the plan is
-# recorded; what it records is planned with this, so the same spec has the same spec hash).
-PLACEHOLDER_JOB_ID = "JOBID"
+
+def new_job_id() -> str:
+    """A job's id, drawn before its first plan (drawing it writes nothing)."""
+    return os.urandom(6).hex()
 
 
 @dataclass(frozen=True)
@@ -36,13 +37,19 @@ class PlannedJob:
     artifacts: list[Artifact]
     job_file: Path
 
+    @property
+    def first(self) -> PlannedAttempt:
+        """What the kind starts: the plan recorded at submit, exactly."""
+        return PlannedAttempt(self.plan, self.artifacts)
+
 
 def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None,
-             accelerate_config: str | None = None, job_id: str = PLACEHOLDER_JOB_ID,
+             accelerate_config: str | None = None, job_id: str | None = None,
              attempt: int = 0, resume_from: str | None = None, rdzv_port: int | None = None,
              home_dir: Path | None = None, init: InitSource | None = None,
              init_optimizer: bool = False, checkpoint_per_job: bool = False) -> PlannedJob:
-    """Load and validate everything, then plan and render. Raises InputError; writes nothing."""
+    """Load and validate everything, then plan and render attempt ``attempt`` under ``job_id``
+    (None: a new job's, drawn here). Raises InputError; writes nothing."""
     job, doc = load_job(job_file, overrides, Path(accelerate_config) if accelerate_config else None)
     job = with_user_umask(job)
     profile, ref = load_profile(cluster)
@@ -53,7 +60,7 @@ def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None
         check_shared_dir(run_root, str(ref.path))
     kind = cluster_kind(profile.kind)
     submission = Submission(
-        job_id=job_id, cluster=ref.name, job=job, profile=profile,
+        job_id=job_id or new_job_id(), cluster=ref.name, job=job, profile=profile,
         job_dir=str(job_file.resolve().parent), run_root=run_root, kind=kind,
         # a kind whose supervisor runs on a node (SLURM: in the allocation) runs it on the
         # profile's python, as the ranks; the others, here, on the CLI's
@@ -64,8 +71,9 @@ def plan_job(job_file: Path, cluster: str, *, overrides: list[str] | None = None
         init_optimizer=init_optimizer,
         checkpoint_per_job=checkpoint_per_job or init is not None)
     try:
-        plan, artifacts = submission.plan(attempt, resume_from=resume_from, rdzv_port=rdzv_port,
-                                          local_has_gpu=local_has_gpu())
+        plan = submission.plan_for(attempt, AttemptInputs(
+            resume_from=resume_from, rdzv_port=rdzv_port, local_has_gpu=local_has_gpu()))
+        artifacts = submission.render(plan)
     except InputError as exc:
         if exc.file is not None:
             raise
@@ -87,7 +95,7 @@ def with_user_umask(job: JobSpec) -> JobSpec:
 
 @dataclass(frozen=True)
 class PlannedSubmission:
-    """A submit request planned (attempt 0, under the placeholder job id), with the values its
+    """A submit request planned (attempt 0, under the job id drawn for it), with the values its
     references point at: what submit records. ``init``: the warm start it was planned with."""
 
     job: PlannedJob
@@ -107,10 +115,11 @@ class PlannedSubmission:
         return self.job.submission
 
 
-def _plan_request(request: SubmitRequest, init: InitSource | None) -> PlannedJob:
+def _plan_request(request: SubmitRequest, init: InitSource | None,
+                  job_id: str | None = None) -> PlannedJob:
     return plan_job(request.job_file, request.cluster, overrides=list(request.overrides),
                     accelerate_config=request.accelerate_config, home_dir=request.home_dir,
-                    init=init, init_optimizer=request.init_optimizer,
+                    job_id=job_id, init=init, init_optimizer=request.init_optimizer,
                     checkpoint_per_job=request.checkpoint_per_job)
 
 
@@ -195,10 +204,10 @@ def warm_started(request: SubmitRequest, planned: PlannedSubmission,
                  init: InitSource) -> PlannedSubmission:
     """``planned`` starting from ``init``'s checkpoint. The warm start is part of the plan (its
     arguments, its env, the job's own checkpoint folder), and which checkpoint it is is known only
-    once the index is open, after the plan that checked the request: so this plans once more. The
-    references are not read again."""
-    return replace(planned, job=_plan_request(request, init), init=init)
+    once the index is open, after the plan that checked the request: so this plans once more, under
+    the same job id. The references are not read again."""
+    return replace(planned, job=_plan_request(request, init, planned.submission.job_id), init=init)
 
 
-__all__ = ["PLACEHOLDER_JOB_ID", "PlannedJob", "PlannedSubmission", "plan_job", "plan_submission",
-           "warm_started"]
+__all__ = ["PlannedJob", "PlannedSubmission", "plan_job", "new_job_id",
+           "plan_submission", "warm_started"]

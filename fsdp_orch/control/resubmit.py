@@ -17,10 +17,11 @@ from fsdp_orch.checkpoints.source import source_of
 from fsdp_orch.checkpoints.storage import LOCAL
 from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.errors import InputError
+from fsdp_orch.vocab.states import JobState
 
 Choice = Literal["resume", "fresh"]
 # a writer whose training reached its end: resuming it would train nothing, or past the end
-FINISHED = ("SUCCEEDED", "INCOMPLETE")
+FINISHED = (JobState.SUCCEEDED, JobState.INCOMPLETE)
 
 
 @dataclass(frozen=True)

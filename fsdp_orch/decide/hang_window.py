@@ -59,7 +59,9 @@ def _tail(summary: dict[str, Any] | None) -> float | None:
     if not summary:
         return None
     count, tail = summary.get("n"), summary.get(PERCENTILE)
-    if type(count) is not int or count < WARMUP_STEPS or type(tail) not in (int, float):
+    if not isinstance(count, int) or isinstance(count, bool) or count < WARMUP_STEPS:
+        return None
+    if not isinstance(tail, (int, float)) or isinstance(tail, bool):
         return None
     return float(tail) if math.isfinite(tail) and tail >= 0 else None
 

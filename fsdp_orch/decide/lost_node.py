@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fsdp_orch.vocab.categories import COMMUNICATION
+from fsdp_orch.vocab.categories import COMMUNICATION, FailureCategory
 
-NODE_LOST = "preemption_or_node_lost"
+NODE_LOST = FailureCategory.PREEMPTION_OR_NODE_LOST
 # what a node's death looks like from the ranks that survive it
-ECHOES = frozenset({*COMMUNICATION, "hang", "unknown", NODE_LOST})
+ECHOES = frozenset({*COMMUNICATION, FailureCategory.HANG, FailureCategory.UNKNOWN, NODE_LOST})
 
 
 @dataclass(frozen=True)

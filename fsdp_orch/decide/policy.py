@@ -148,7 +148,8 @@ def hosts_to_exclude(category: str, lost: tuple[str, ...], excluded: list[str]) 
     """The hosts a failure adds to those later attempts are planned without: the ones its attempt
     found lost (or a straggler's, replaced), when the failure is a lost node or a straggler
     replaced, and not left out already."""
-    if category not in ("preemption_or_node_lost", "straggler_replaced"):
+    if category not in (FailureCategory.PREEMPTION_OR_NODE_LOST,
+                        FailureCategory.STRAGGLER_REPLACED):
         return []
     return [host for host in dict.fromkeys(lost) if host not in excluded]
 

@@ -29,7 +29,7 @@ class EightBitAdamW(torch.optim.Optimizer):
         super().__init__(params, {"lr": lr})
 
     @torch.no_grad()
-    def step(self, closure: Any = None) -> None:
+    def step(self, closure: None = None) -> None:  # type: ignore[override]
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:

@@ -59,11 +59,12 @@ def _carried(setup: FitSetup, base: str, depth: int) -> dict[str, Any]:
     points is the largest of lines in the depth, so it bends up, never down), and said so."""
     first, low, high = DEPTHS
     runs = {d: _measure_once(setup, base, d) for d in DEPTHS}
-    result = {"peak": {k: _carry(runs[low]["peak"].get(k, 0), v, low, high, depth)
-                       for k, v in runs[high]["peak"].items()},
-              **{k: _carry(runs[low][k], runs[high][k], low, high, depth)
-                 for k in COUNTS if k in runs[high]},
-              "layers": {"model": depth, "measured": list(DEPTHS)}}
+    result: dict[str, Any] = {
+        "peak": {k: _carry(runs[low]["peak"].get(k, 0), v, low, high, depth)
+                 for k, v in runs[high]["peak"].items()},
+        **{k: _carry(runs[low][k], runs[high][k], low, high, depth)
+           for k in COUNTS if k in runs[high]},
+        "layers": {"model": depth, "measured": list(DEPTHS)}}
     totals = [runs[d]["peak"].get("total", 0) for d in DEPTHS]
     on_line = _carry(totals[1], totals[2], low, high, first)
     off = (totals[0] - on_line) / max(on_line, 1)
@@ -144,7 +145,7 @@ def _storage_tells_allocation() -> Iterator[None]:
     from torch.distributed.fsdp import _flat_param
 
     asked = _flat_param._data_ptr_allocated
-    _flat_param._data_ptr_allocated = lambda t: t.untyped_storage().size() > 0
+    _flat_param._data_ptr_allocated = lambda tensor: tensor.untyped_storage().size() > 0
     try:
         yield
     finally:
@@ -229,7 +230,7 @@ def _one_sequence_a_row() -> Iterator[None]:
     mask that a real step never holds, and SDPA saves a float copy of it in every layer (the tiny
     Llama at 2 x 64 tokens: 8 KiB, then 32 KiB a layer, all of what its estimate had above its real
     run). Every row is one sequence here (the step's ids are unpadded and unpacked)."""
-    masking = sys.modules.get("transformers.masking_utils")
+    masking: Any = sys.modules.get("transformers.masking_utils")
     found = getattr(masking, "find_packed_sequence_indices", None)
     if found is None:
         yield

@@ -17,7 +17,8 @@ from fsdp_orch.vocab.states import JobState
 STATES = tuple(s.value for s in JobState)
 # Events worth a POST of their own (their names as ``fsdp-orch events`` shows them).
 EVENTS = ("failure_detected", "restart_scheduled", "checkpoint_committed", "allocation_requeued")
-DEFAULT_ON = ("SUCCEEDED", "INCOMPLETE", "FAILED", "CANCELLED")
+DEFAULT_ON = tuple(s.value for s in (JobState.SUCCEEDED, JobState.INCOMPLETE, JobState.FAILED,
+                                     JobState.CANCELLED))
 
 
 class Webhook(StrictModel):

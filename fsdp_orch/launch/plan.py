@@ -11,6 +11,7 @@ import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from fsdp_orch.checkpoints.globs import fixed_folder
 from fsdp_orch.jobspec.profiles import ProfileBase
@@ -128,7 +129,7 @@ def attempt_dir_of(run_dir: str, attempt: int) -> str:
 
 
 def make_plan(job: JobSpec, profile: ProfileBase, cluster: str, ctx: PlanContext,
-              kind: KindPlanning) -> LaunchPlan:
+              kind: KindPlanning[Any]) -> LaunchPlan:
     if job.launcher not in profile.launchers:
         raise InputError(
             f"launcher {job.launcher!r} cannot run on cluster {cluster!r} (kind {profile.kind}); "

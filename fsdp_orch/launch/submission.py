@@ -1,11 +1,11 @@
 """The frozen submission: everything needed to plan any attempt of a job, fixed at submit time
-(job.yaml may change later). Its base plan (attempt 0, nothing to resume) is computed once."""
+(job.yaml may change later), under the job id drawn before its first plan. ``plan_for`` is the
+one place an attempt is planned; each attempt's plan is made once."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -20,6 +20,30 @@ SUBMISSION_FILE = "submission.json"
 
 
 P = TypeVar("P", bound=ProfileBase)  # a kind's own profile model
+
+
+@dataclass(frozen=True)
+class AttemptInputs:
+    """What an attempt's plan takes beyond its submission and number: where it resumes from, its
+    rendezvous port, this machine's GPU (a local profile's ``device: auto``), the hosts left out
+    and the workers it was given, and the job's time between failures so far (``mtbf_s``, for
+    ``checkpoint.interval: auto``; None before the first failure)."""
+
+    resume_from: str | None = None
+    resume_step: int | None = None
+    rdzv_port: int | None = None
+    local_has_gpu: bool = False
+    excluded_hosts: tuple[str, ...] = ()
+    workers: tuple[str, ...] = ()
+    mtbf_s: float | None = None
+
+
+@dataclass(frozen=True)
+class PlannedAttempt:
+    """An attempt's plan and the artifacts rendered from it: what a kind starts exactly."""
+
+    plan: LaunchPlan
+    artifacts: list[Artifact]
 
 
 class PlanningKind(KindPlanning[P], KindArtifacts, Protocol[P]):
@@ -50,6 +74,9 @@ class Submission:
     init_optimizer: bool = False
     # checkpoints in <checkpoint dir>/<job id> (warm starts, schedules)
     checkpoint_per_job: bool = False
+    # the plans made of this submission, by attempt and inputs (``plan_for``)
+    _plans: dict[tuple[int, AttemptInputs], LaunchPlan] = field(
+        default_factory=dict, init=False, compare=False, repr=False)
 
     def to_json(self) -> str:
         return json.dumps({
@@ -104,52 +131,46 @@ class Submission:
     def load(cls, run_dir: Path, kind: PlanningKind[Any]) -> Submission:
         return cls.from_json((run_dir / SUBMISSION_FILE).read_text(), kind)
 
-    def context(self, attempt: int, *, resume_from: str | None = None,
-                resume_step: int | None = None, rdzv_port: int | None = None,
-                local_has_gpu: bool = False, excluded_hosts: tuple[str, ...] = (),
-                workers: tuple[str, ...] = (), mtbf_s: float | None = None) -> PlanContext:
-        """``mtbf_s``: the job's time between failures so far (None: no failure yet)."""
+    def context(self, attempt: int, inputs: AttemptInputs = AttemptInputs()) -> PlanContext:
         return PlanContext(job_id=self.job_id, attempt=attempt, run_root=self.run_root,
-                           job_dir=self.job_dir, resume_from=resume_from, resume_step=resume_step,
-                           rdzv_port=rdzv_port, local_has_gpu=local_has_gpu,
+                           job_dir=self.job_dir, resume_from=inputs.resume_from,
+                           resume_step=inputs.resume_step, rdzv_port=inputs.rdzv_port,
+                           local_has_gpu=inputs.local_has_gpu,
                            bootstrap_dir=str(bootstrap_site_dir()),
                            supervisor_command=self.supervisor_command,
-                           excluded_hosts=excluded_hosts, workers=workers, init_from=self.init_from,
-                           init_step=self.init_step, init_optimizer=self.init_optimizer,
-                           checkpoint_per_job=self.checkpoint_per_job, mtbf_s=mtbf_s)
+                           excluded_hosts=inputs.excluded_hosts, workers=inputs.workers,
+                           init_from=self.init_from, init_step=self.init_step,
+                           init_optimizer=self.init_optimizer,
+                           checkpoint_per_job=self.checkpoint_per_job, mtbf_s=inputs.mtbf_s)
 
-    def launch_plan(self, attempt: int, *, resume_from: str | None = None,
-                    resume_step: int | None = None, rdzv_port: int | None = None,
-                    local_has_gpu: bool = False, excluded_hosts: tuple[str, ...] = (),
-                    workers: tuple[str, ...] = (), mtbf_s: float | None = None) -> LaunchPlan:
-        """Attempt ``attempt``'s plan (no artifacts); InputError when it cannot be placed
-        (too few hosts left once ``excluded_hosts`` are left out)."""
-        ctx = self.context(attempt, resume_from=resume_from, resume_step=resume_step,
-                           rdzv_port=rdzv_port, local_has_gpu=local_has_gpu,
-                           excluded_hosts=excluded_hosts, workers=workers, mtbf_s=mtbf_s)
-        return make_plan(self.job, self.profile, self.cluster, ctx, self.kind)
+    def plan_for(self, attempt: int, inputs: AttemptInputs = AttemptInputs()) -> LaunchPlan:
+        """Attempt ``attempt``'s plan: the one place any attempt is planned. Made once for each
+        attempt and inputs (kept with this submission). InputError when it cannot be placed (too
+        few hosts left once ``inputs.excluded_hosts`` are left out)."""
+        key = (attempt, inputs)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = make_plan(self.job, self.profile, self.cluster, self.context(attempt, inputs),
+                             self.kind)
+            self._plans[key] = plan
+        return plan
 
-    def plan(self, attempt: int, *, resume_from: str | None = None, resume_step: int | None = None,
-             rdzv_port: int | None = None, local_has_gpu: bool = False,
-             excluded_hosts: tuple[str, ...] = (), workers: tuple[str, ...] = (),
-             mtbf_s: float | None = None) -> tuple[LaunchPlan, list[Artifact]]:
-        """The attempt's plan and artifacts; ``mtbf_s``: the job's time between failures so far,
-        passed to the ranks for ``checkpoint.interval: auto`` (None: no failure yet)."""
-        plan = self.launch_plan(attempt, resume_from=resume_from, resume_step=resume_step,
-                                rdzv_port=rdzv_port, local_has_gpu=local_has_gpu,
-                                excluded_hosts=excluded_hosts, workers=workers, mtbf_s=mtbf_s)
-        return plan, self.render(plan)
+    def planned_attempt(self, attempt: int,
+                        inputs: AttemptInputs = AttemptInputs()) -> PlannedAttempt:
+        """Attempt ``attempt``'s plan (``plan_for``) with its artifacts rendered."""
+        plan = self.plan_for(attempt, inputs)
+        return PlannedAttempt(plan, self.render(plan))
 
     def render(self, plan: LaunchPlan) -> list[Artifact]:
         template = Path(self.profile_template) if self.profile_template else None
         search = None if self.template_dirs is None else [Path(d) for d in self.template_dirs]
         return render_plan(plan, self.kind, profile_template=template, search=search)
 
-    @cached_property
+    @property
     def base_plan(self) -> LaunchPlan:
         """Attempt 0 with nothing to resume: what every attempt
         shares (checkpoint dir, world size)."""
-        return make_plan(self.job, self.profile, self.cluster, self.context(0), self.kind)
+        return self.plan_for(0)
 
     @property
     def checkpoint_dir(self) -> str:

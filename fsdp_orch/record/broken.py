@@ -10,6 +10,8 @@ import os
 import time
 from typing import Any
 
+from fsdp_orch.vocab.states import JobState
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from fsdp_orch.record.status import JobStatus
@@ -48,7 +50,7 @@ def submitted_line(job_id: str, run_dir: str, lines: list[dict[str, Any]],
 def mark_broken(status: JobStatus, damaged: str) -> JobStatus:
     """BROKEN (unless it ended), with a reason that names the damaged file and what to do."""
     if not status.ended:
-        status.state = "BROKEN"
+        status.state = JobState.BROKEN.value
         status.reason = (f"its submission event file {damaged} is empty or damaged: what is shown "
                          "is rebuilt from its run folder; it can still be cancelled "
                          f"(fsdp-orch cancel {status.id})")

@@ -10,10 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from fsdp_orch.vocab.categories import FailureCategory
+
 DEFAULT_CRASH_LOOP_ATTEMPTS = 3  # the job spec's default (jobspec.schema.RestartPolicy)
 # The failures the restart policy decided on (a requeue by the scheduler uses no budget).
 _DECIDED = ("restart", "give_up")
-_NOT_COUNTED = ("straggler_replaced",)
+_NOT_COUNTED = (FailureCategory.STRAGGLER_REPLACED,)
 
 
 class _Failure(Protocol):

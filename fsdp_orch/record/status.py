@@ -81,7 +81,7 @@ class JobStatus:
     kind: str
     run_dir: str
     created_at: float
-    state: str = "PENDING"
+    state: str = JobState.PENDING.value
     attempts: int = 0
     restarts: int = 0
     ended_at: float | None = None

@@ -10,6 +10,8 @@ import os
 import sqlite3
 import time
 
+from fsdp_orch.vocab.states import JobState
+
 TYPE_CHECKING = False  # typing itself costs milliseconds at start-up
 if TYPE_CHECKING:
     from pathlib import Path
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
 # reads)
 SCHEMA_VERSION = 14
 BUSY_TIMEOUT_MS = 30_000
-ACTIVE_STATES = ("PENDING", "RUNNING", "RESTARTING")
+ACTIVE_STATES = tuple(s.value for s in (JobState.PENDING, JobState.RUNNING, JobState.RESTARTING))
 # Written into the SQL text, not bound: SQLite uses the partial index jobs_active only when the
 # query's WHERE is visibly the index's own.
 ACTIVE = f"state IN {ACTIVE_STATES!r}"

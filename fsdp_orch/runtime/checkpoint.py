@@ -77,6 +77,7 @@ from fsdp_orch.runtime.heartbeat import HeartbeatWriter
 from fsdp_orch.runtime.save_schedule import SaveSchedule
 from fsdp_orch.runtime.sharded_state import Fsdp2State, ShardedState
 from fsdp_orch.vocab.save_interval import DEFAULT_AUTO_MTBF_S, SaveInterval
+from fsdp_orch.vocab.states import HeartbeatState
 
 
 class Checkpointer:
@@ -162,7 +163,7 @@ class Checkpointer:
         from torch.distributed.checkpoint.api import CheckpointException
 
         started = time.perf_counter()
-        self._beat("saving")
+        self._beat(HeartbeatState.SAVING.value)
         path = self.directory / step_dir_name(step)
         try:
             self.wait()
@@ -203,7 +204,7 @@ class Checkpointer:
         except (Exception, CheckpointException) as exc:  # DCP's own is a BaseException
             self._raise_save_failed(exc, step, path)
         finally:
-            self._beat("training")
+            self._beat(HeartbeatState.TRAINING.value)
         self.last_saved_step = step
         self.block_seconds.append(time.perf_counter() - started)
         self.schedule.saved(self.block_seconds[-1])
@@ -305,11 +306,11 @@ class Checkpointer:
 
     def save_full(self, step: int) -> Path:
         """Gather the full model on rank 0 (CPU) and write ``<dir>/full/model.pt`` atomically."""
-        self._beat("saving")
+        self._beat(HeartbeatState.SAVING.value)
         try:
             return write_full_model(self.model, self.directory, step, self.info.rank, self.group)
         finally:
-            self._beat("training")
+            self._beat(HeartbeatState.TRAINING.value)
 
     # --- restore -------------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ class HeartbeatWriter:
         self.rank = rank
         self.step = 0
         self.loss: float | None = None
-        self.state = "starting"
+        self.state = HeartbeatState.STARTING.value
         self.metrics: dict[str, Any] = {}
         # where no bootstrap agent writes the file (and times the steps)
         self.step_times = StepTimes()
@@ -93,7 +93,8 @@ def set_default_writer(writer: HeartbeatWriter | None) -> None:
     _default = writer
 
 
-def heartbeat(step: int, loss: Any = None, *, state: str = "training", **metrics: Any) -> None:
+def heartbeat(step: int, loss: Any = None, *, state: str = HeartbeatState.TRAINING.value,
+              **metrics: Any) -> None:
     """Record that ``step`` steps are done (one small atomic file write)."""
     default_writer().beat(step=step, loss=loss, state=state, **metrics)
 

@@ -29,6 +29,7 @@ from fsdp_orch.runtime.xla_fsdp import (
 )
 from fsdp_orch.vocab.metrics import CHECKPOINT_BLOCK_S
 from fsdp_orch.vocab.save_interval import SaveInterval
+from fsdp_orch.vocab.states import HeartbeatState
 
 # ``checkpoint.interval: auto``: the notice of each interval chosen (``fsdp-orch events``,
 # ``status``), beside rank 0's log line.
@@ -189,7 +190,7 @@ class Job:
         if self.ckpt is not None and self.ckpt.block_seconds:
             metrics.setdefault(CHECKPOINT_BLOCK_S, round(sum(self.ckpt.block_seconds), 3))
         self.last_step = step
-        self.heartbeat.beat(step=step, loss=loss, state="training", **metrics)
+        self.heartbeat.beat(step=step, loss=loss, state=HeartbeatState.TRAINING.value, **metrics)
         self.faults.at_step_end(step)
         if self.ckpt is None:
             return
@@ -222,7 +223,7 @@ class Job:
         final = self.last_step if step is None else step
         if self.ckpt is not None:
             self.ckpt.finalize(final)
-        self.heartbeat.beat(step=final, state="done")
+        self.heartbeat.beat(step=final, state=HeartbeatState.DONE.value)
         shutdown()
         self._finished = True
 
@@ -246,7 +247,7 @@ def setup() -> Job:
     info = init_distributed(settings.watch.collective_timeout, settings.attempt_dir,
                             xla_spmd=settings.fsdp.xla_fsdp_v2)
     heartbeat = HeartbeatWriter(settings.run_dir, settings.attempt, info.rank)
-    heartbeat.beat(step=0, state="starting")
+    heartbeat.beat(step=0, state=HeartbeatState.STARTING.value)
     set_default_writer(heartbeat)  # so heartbeat() from anywhere in the script writes the same file
     injector = FaultInjector(faults, info.rank, settings.attempt, settings.watch.collective_timeout)
     return Job(settings, info, heartbeat, injector)

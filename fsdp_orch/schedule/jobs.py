@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fsdp_orch.jobspec.schedule import Schedule
 from fsdp_orch.record.index import JobIndex
-from fsdp_orch.vocab.states import TERMINAL_NAMES
+from fsdp_orch.vocab.states import TERMINAL_NAMES, JobState
 
 
 class IndexJobs:
@@ -37,7 +37,7 @@ class IndexJobs:
 
     def succeeded(self, job_ids: list[str]) -> list[str]:
         states = self._states(job_ids)
-        return [j for j in job_ids if states.get(j) == "SUCCEEDED"]
+        return [j for j in job_ids if states.get(j) == JobState.SUCCEEDED]
 
     def submit(self, schedule: Schedule, key: str, origin: dict[str, str],
                init_from: str | None) -> str:

@@ -104,7 +104,7 @@ class Answers:
                 return {}
             self.pending += chunk
         line, self.pending = self.pending.split(b"\n", 1)
-        return json.loads(line)  # type: ignore[no-any-return]
+        return json.loads(line)
 
 
 def watch(answers: Answers, selector: selectors.BaseSelector, relay: Relay,

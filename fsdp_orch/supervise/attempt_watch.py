@@ -310,8 +310,8 @@ class AttemptWatch:
         if explained.stacks is not None:
             self.journal.add_event(attempt=self.attempt, kind="stacks",
                                    message=f"stacks of the hung attempt: {explained.stacks}")
-        return self._fail(Diagnosis("hang", True, explained.evidence), verdict.stalled_for_s,
-                          detected_at)
+        return self._fail(Diagnosis(FailureCategory.HANG, True, explained.evidence),
+                          verdict.stalled_for_s, detected_at)
 
     def _note_straggler(self, beats: dict[int, Heartbeat]) -> None:
         """A rank the others keep waiting for, named once (``decide.stragglers``); under
@@ -367,5 +367,5 @@ class AttemptWatch:
                     f"({self.sub.job.nodes} node(s) x {self.world // max(1, self.sub.job.nodes)} "
                     "per node) started: no process started a torch process group or took an "
                     "optimizer step (0 ranks appeared)")
-        return Failed(Diagnosis("no_ranks_started", False, evidence), self.clock(), None,
-                      self.before, self.checkpoints.step())
+        return Failed(Diagnosis(FailureCategory.NO_RANKS_STARTED, False, evidence), self.clock(),
+                      None, self.before, self.checkpoints.step())

@@ -181,7 +181,7 @@ class LineScanner:
         if self.first is not None and self.first.category in KILL_EXPLAINS \
                 and self._killed_after is None and line:
             if not self._failures.note(line):
-                self._killed_after = self._signal(line, only="killed_sigkill")
+                self._killed_after = self._signal(line, only=FailureCategory.KILLED_SIGKILL)
 
     def _traceback_line(self, body: str, line: str,
                         frame: re.Match[str] | None) -> Diagnosis | None:
@@ -211,7 +211,8 @@ class LineScanner:
         evidence = line
         injected = INJECTED.search(line)
         if injected:
-            self.first = Diagnosis("injected_fault", True, line[injected.start():], self._count)
+            self.first = Diagnosis(FailureCategory.INJECTED_FAULT, True, line[injected.start():],
+                                   self._count)
             return self.first
         # What only reports another failure is cut out; what is left of the line may still be a
         # cause.
@@ -247,9 +248,9 @@ class LineScanner:
         stack dump (not a crash handler's)."""
         weak = match_rule(WEAK, line)
         if weak is None and BUILTIN_EXCEPTION.match(line) and not body[:1].isspace():
-            weak = "user_code_error"
+            weak = FailureCategory.USER_CODE_ERROR
         if weak is None and not self._crashed and STACK_DUMP.match(line):
-            weak = "hang"
+            weak = FailureCategory.HANG
         if weak is not None:
             self.weak = Diagnosis(weak, weak not in NOT_RETRYABLE, evidence, self._count)
 
@@ -261,9 +262,10 @@ class LineScanner:
             self._wrap(evidence + where)
             return None
         if evidence.startswith("KeyboardInterrupt"):  # someone stopped a process that sat still
-            self.weak = self.weak or Diagnosis("hang", True, evidence, self._count)
+            self.weak = self.weak or Diagnosis(FailureCategory.HANG, True, evidence, self._count)
             return None
-        category = "checkpoint_error" if self._tb.checkpoint_io else self._raised_in()
+        category = (FailureCategory.CHECKPOINT_ERROR if self._tb.checkpoint_io
+                    else self._raised_in())
         self.first = Diagnosis(category, category not in NOT_RETRYABLE, evidence + where,
                                self._count)
         return self.first
@@ -275,12 +277,12 @@ class LineScanner:
             for pattern, category in RAISED_IN:
                 if pattern.search(self._tb.last[0]):
                     return category
-        return "user_code_error"
+        return FailureCategory.USER_CODE_ERROR
 
     def _wrap(self, evidence: str) -> None:
         """An exception that carries another: the evidence only if no real exception follows. What
         follows is read as the inner exception's traceback, even where its header was cut off."""
-        self.wrapper = Diagnosis("user_code_error", False, evidence, self._count)
+        self.wrapper = Diagnosis(FailureCategory.USER_CODE_ERROR, False, evidence, self._count)
         self._in_traceback = True
         self._tb = _Traceback()
 
@@ -313,11 +315,13 @@ class LineScanner:
             return
         if self._usage_at is not None and self._count - self._usage_at <= USAGE_SPAN \
                 and USAGE_ERROR.match(line):
-            self.startup = (Diagnosis("user_code_error", False, line, self._count), USAGE_EXIT)
+            self.startup = (Diagnosis(FailureCategory.USER_CODE_ERROR, False, line, self._count),
+                            USAGE_EXIT)
             return
         for pattern, status in STARTUP:
             if pattern.match(line):
-                self.startup = (Diagnosis("user_code_error", False, line, self._count), status)
+                self.startup = (Diagnosis(FailureCategory.USER_CODE_ERROR, False, line,
+                                          self._count), status)
                 return
 
     def _note_checkpoint_io(self, line: str) -> None:
@@ -334,7 +338,7 @@ class LineScanner:
             return self._killed_after or self.first
         if self._in_traceback and self._checkpoint_frame is not None:
             line, number = self._checkpoint_frame
-            return Diagnosis("checkpoint_error", False, line, number)
+            return Diagnosis(FailureCategory.CHECKPOINT_ERROR, False, line, number)
         return self.wrapper or (self.startup[0] if self.startup else None) or self.weak
 
 
@@ -358,7 +362,7 @@ def diagnose_text(text: str) -> Diagnosis:
         if cause is not None and (cause.category not in COMMUNICATION
                                   or scanner.result() is not cause):
             break
-    return scanner.result() or Diagnosis("unknown", True, None, None)
+    return scanner.result() or Diagnosis(FailureCategory.UNKNOWN, True, None, None)
 
 
 def diagnose_lines(lines: Iterable[str]) -> Diagnosis:

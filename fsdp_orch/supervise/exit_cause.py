@@ -19,20 +19,20 @@ def diagnose_exit(code: int | None) -> Diagnosis:
     """When the logs say nothing: what the exit status alone tells (negative, or above 128 from a
     shell: ended by a signal)."""
     if code is None:
-        return Diagnosis("preemption_or_node_lost", True, "the attempt's processes disappeared",
-                         None)
+        return Diagnosis(FailureCategory.PREEMPTION_OR_NODE_LOST, True,
+                         "the attempt's processes disappeared", None)
     if code == NODE_LOST_EXIT:
-        return Diagnosis("preemption_or_node_lost", True,
+        return Diagnosis(FailureCategory.PREEMPTION_OR_NODE_LOST, True,
                          "a node stopped answering (its host is named in the supervisor's log)",
                          None)
     signum = -code if code < 0 else code - 128 if 128 < code < 192 else None
     if signum is None:
-        return Diagnosis("unknown", True, f"exited with code {code}", None)
+        return Diagnosis(FailureCategory.UNKNOWN, True, f"exited with code {code}", None)
     name = SIGNALS.get(signum, f"signal {signum}")
     category = signal_category(name)
     if category is None:
-        return Diagnosis("preemption_or_node_lost", True, f"terminated by SIGTERM (exit {code})",
-                         None)
+        return Diagnosis(FailureCategory.PREEMPTION_OR_NODE_LOST, True,
+                         f"terminated by SIGTERM (exit {code})", None)
     if category == FailureCategory.KILLED_SIGKILL:
         return Diagnosis(category, True, f"killed by SIGKILL (exit {code}): the kernel OOM killer, "
                                          "the scheduler or an external kill", None)
@@ -73,6 +73,7 @@ def died_of_a_signal(code: int, cause: Diagnosis | None, root: tuple[int, int, i
     """Whether an attempt (or, under torchrun, its first failed rank: ``root``) ended by a signal
     with nothing in its logs but a lost peer or that signal: how a crash in the processes' teardown
     looks."""
-    if cause is not None and cause.category not in COMMUNICATION | SIGNAL_ENDINGS | {"unknown"}:
+    echoes = COMMUNICATION | SIGNAL_ENDINGS | {FailureCategory.UNKNOWN}
+    if cause is not None and cause.category not in echoes:
         return False
     return code < 0 or (root is not None and root[2] < 0)

@@ -77,9 +77,9 @@ def explain_hang(verdict: HangVerdict, capture: StackCapture,
         lead = f"{frozen_headline(verdict.frozen, timing, {})}; " if verdict.frozen else ""
         return HangExplanation(f"{lead}{verdict.evidence}; no stacks could be taken "
                                f"({'; '.join(errors) or 'no dump'})", None, timing)
-    lead = (frozen_headline(verdict.frozen, order, places) if verdict.frozen
-            else headline(order, places, collective_counts))
-    parts = [lead] if lead else []
+    culprit = (frozen_headline(verdict.frozen, order, places) if verdict.frozen
+               else headline(order, places, collective_counts))
+    parts = [culprit] if culprit else []
     parts += [verdict.evidence, *named, f"stacks: {capture.folder}"]
     return HangExplanation("; ".join(parts), capture.folder, order)
 

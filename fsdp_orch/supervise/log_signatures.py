@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from fsdp_orch.vocab.categories import COMMUNICATION
+from fsdp_orch.vocab.categories import COMMUNICATION, FailureCategory
 
 
 def _rule(category: str, *patterns: str) -> list[tuple[str, re.Pattern[str]]]:
@@ -113,7 +113,7 @@ WEAK = [
 # peer stopped, so a peer's SIGKILL on the node would have been reported first, and one reported
 # later is the timed-out rank's own teardown (seen on an H200: the supervisor's stop after the
 # timeout line).
-KILL_EXPLAINS = COMMUNICATION - {"nccl_timeout"}
+KILL_EXPLAINS = COMMUNICATION - {FailureCategory.NCCL_TIMEOUT}
 
 # Consequences of a failure elsewhere: never the evidence. (torchrun's "failed (exitcode: N)" for a
 # rank that exited with a status; one killed by a signal, "exitcode: -9", is a signal's line.)
@@ -155,7 +155,7 @@ CHECKPOINT_IO = re.compile(
 # An exception raised inside a library the training runs on is that library's failure, whatever
 # its type: torch_xla refusing a mesh, a partition spec or a PJRT device (the frame it was raised
 # in).
-RAISED_IN = [(re.compile(r"(?:^|[/\\])torch_xla[/\\]"), "xla_error")]
+RAISED_IN = [(re.compile(r"(?:^|[/\\])torch_xla[/\\]"), FailureCategory.XLA_ERROR)]
 # An exception line of Python's own error types, also where the excerpt lost its "Traceback"
 # header.
 BUILTIN_EXCEPTION = re.compile(

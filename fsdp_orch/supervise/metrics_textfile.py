@@ -100,5 +100,5 @@ class _Fixed:
     def __init__(self, found: list):  # type: ignore[type-arg]
         self.found = found
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self):
         return iter(self.found)

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 
 from fsdp_orch.backends.base import AllocationEnding, AttemptLauncher
-from fsdp_orch.launch.submission import Submission
+from fsdp_orch.launch.submission import AttemptInputs, Submission
 from fsdp_orch.record.journal import Journal
 from fsdp_orch.supervise.diagnose import Diagnosis
 from fsdp_orch.supervise.outcomes import Failed
@@ -38,8 +38,8 @@ def cannot_place(sub: Submission, attempt: int, *, local_has_gpu: bool,
                  excluded_hosts: tuple[str, ...], workers: tuple[str, ...]) -> str | None:
     """Why ``attempt`` could not be planned on the hosts that are left; None when it can."""
     try:
-        sub.launch_plan(attempt, local_has_gpu=local_has_gpu, excluded_hosts=excluded_hosts,
-                        workers=workers)
+        sub.plan_for(attempt, AttemptInputs(local_has_gpu=local_has_gpu,
+                                            excluded_hosts=excluded_hosts, workers=workers))
     except InputError as exc:
         return exc.detail
     return None

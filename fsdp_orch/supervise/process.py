@@ -17,7 +17,7 @@ from typing import Protocol
 
 from fsdp_orch.backends.registry import cluster_kind
 from fsdp_orch.launch.plan import LAUNCH_CHANGED
-from fsdp_orch.launch.submission import SUBMISSION_FILE, Submission
+from fsdp_orch.launch.submission import SUBMISSION_FILE, AttemptInputs, Submission
 from fsdp_orch.places import secrets
 from fsdp_orch.places.builtin import home, local_has_gpu
 from fsdp_orch.places.private import open_private
@@ -26,6 +26,7 @@ from fsdp_orch.record.journal import Journal, read_status
 from fsdp_orch.record.status import JobStatus
 from fsdp_orch.supervise.outcomes import Adopt
 from fsdp_orch.supervise.stop_flag import StopFlag
+from fsdp_orch.vocab.categories import FailureCategory
 from fsdp_orch.vocab.hints import hint_for
 from fsdp_orch.vocab.states import JobState
 
@@ -96,7 +97,7 @@ def run_supervisor(make_loop: MakeLoop, job_id: str, run_dir: str | None = None,
     # What the launch changes of the job's settings, as planned here; each said once per job.
     attempt = adopt.attempt if adopt else first_attempt
     said = {n.message for n in view.notices if n.kind == LAUNCH_CHANGED}
-    for notice in submission.launch_plan(attempt, local_has_gpu=has_gpu).notices:
+    for notice in submission.plan_for(attempt, AttemptInputs(local_has_gpu=has_gpu)).notices:
         if notice not in said:
             journal.add_event(attempt=attempt, kind=LAUNCH_CHANGED, message=notice)
     state = JobState.FAILED
@@ -115,7 +116,7 @@ def run_supervisor(make_loop: MakeLoop, job_id: str, run_dir: str | None = None,
     return 0
 
 
-def _where_to_begin(journal: Journal, loop: Loop, launcher,  # type: ignore[no-untyped-def]
+def _where_to_begin(journal: Journal, loop: Loop, launcher,
                     view: JobStatus, job_id: str, reattach: bool,
                     in_allocation: bool) -> tuple[Adopt | None, int]:
     """The attempt to adopt (re-attaching to a running one), or the attempt to start with."""
@@ -128,9 +129,9 @@ def _where_to_begin(journal: Journal, loop: Loop, launcher,  # type: ignore[no-u
             last = max(unfinished)
             if last not in requeued:
                 evidence = "the allocation ended during the attempt (requeued)"
-                journal.add_failure(attempt=last, category="preemption_or_node_lost",
-                                    evidence=evidence, action="requeue",
-                                    hint=hint_for("preemption_or_node_lost", evidence))
+                lost = FailureCategory.PREEMPTION_OR_NODE_LOST
+                journal.add_failure(attempt=last, category=lost, evidence=evidence,
+                                    action="requeue", hint=hint_for(lost, evidence))
                 requeued.add(last)
             journal.end_attempt(last, None)
         loop.requeued_attempts = len(requeued)

@@ -159,10 +159,11 @@ class ProgressEvents:
         states = {beat.state for beat in beats.values()}
         self._attempt = next(iter(beats.values())).attempt
         # an attempt that ran all its steps between two looks is seen only done, with its steps
-        self._trained = self._trained or "training" in states or "saving" in states or any(
-            beat.state == HeartbeatState.DONE and isinstance(beat.step, int) and beat.step > 0
-            for beat in beats.values())
-        self._returned = self._returned or "done" in states
+        self._trained = self._trained or HeartbeatState.TRAINING in states \
+            or HeartbeatState.SAVING in states or any(
+                beat.state == HeartbeatState.DONE and isinstance(beat.step, int) and beat.step > 0
+                for beat in beats.values())
+        self._returned = self._returned or HeartbeatState.DONE in states
         lead = beats.get(0) or next(iter(beats.values()))
         if lead.state == HeartbeatState.STARTING or (lead.state == HeartbeatState.DONE
                                                      and not self._trained):
@@ -240,4 +241,5 @@ def quiet_state(beats: dict) -> str | None:  # type: ignore[type-arg]
     """Why the attempt takes no step and none is due: "finishing" once a rank has returned from
     its script (its heartbeat says done), "saving" while a rank saves; else None."""
     states = {beat.state for beat in beats.values()}
-    return "finishing" if "done" in states else "saving" if "saving" in states else None
+    return ("finishing" if HeartbeatState.DONE in states
+            else "saving" if HeartbeatState.SAVING in states else None)

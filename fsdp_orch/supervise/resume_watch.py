@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from fsdp_orch.backends.base import AttemptHandle
-from fsdp_orch.checkpoints.suspect import LossJudge, Point, Reference, Verdict
+from fsdp_orch.checkpoints.suspect import NONFINITE, LossJudge, Point, Reference, Verdict
 from fsdp_orch.observe.console_health import parse_grad_norm, runtime_set_aside
 from fsdp_orch.observe.console_loss import parse_loss, printed_step, rank_segments
 from fsdp_orch.observe.file_tail import LogChunk
@@ -110,7 +110,7 @@ class AttemptLosses:
             values = ", ".join(f"{name} {value}" for name, value in
                                (("loss", point.loss), ("grad norm", point.grad_norm))
                                if value is not None)
-            self.journal.add_event(attempt=self.attempt, kind="nonfinite_loss", message=(
+            self.journal.add_event(attempt=self.attempt, kind=NONFINITE, message=(
                 f"{values} at step {point.step} (rank 0's {where}): not NaN/inf again yet, so "
                 "training goes on (an fp16 loss scaler's skipped step shows one such value)"))
         self._noted = self._noted or self.judge.first_nonfinite is not None

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from fsdp_orch.vocab.categories import FailureCategory
+
 # Linux's signal numbers (the logs come from Linux hosts, whatever machine reads them).
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT",
            7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2",
@@ -58,9 +60,10 @@ def signal_named(line: str) -> str | None:
     return None
 
 
-def signal_category(name: str) -> str | None:
+def signal_category(name: str) -> FailureCategory | None:
     """The category of a rank ended by signal ``name``; None for SIGTERM, which another process
     sends (torchrun stopping the other ranks, a scheduler): it names no cause of its own."""
     if name == "SIGTERM":
         return None
-    return "killed_sigkill" if name == "SIGKILL" else "crashed_signal"
+    return (FailureCategory.KILLED_SIGKILL if name == "SIGKILL"
+            else FailureCategory.CRASHED_SIGNAL)

@@ -26,7 +26,7 @@ from fsdp_orch.decide.policy import (
     new_checkpoint,
 )
 from fsdp_orch.launch.plan_inputs import host_port
-from fsdp_orch.launch.submission import Submission
+from fsdp_orch.launch.submission import AttemptInputs, Submission
 from fsdp_orch.record import save_cadence
 from fsdp_orch.record.events import CANCEL_MARKER
 from fsdp_orch.record.journal import Journal, read_status
@@ -290,8 +290,9 @@ class Supervisor:
         before = self.checkpoints.step()
         if adopt is not None:
             handle, started = adopt.handle, adopt.started_at
-            world = self.sub.launch_plan(attempt, local_has_gpu=self.local_has_gpu,
-                                         excluded_hosts=tuple(self.excluded_hosts)).world_size
+            world = self.sub.plan_for(attempt, AttemptInputs(
+                local_has_gpu=self.local_has_gpu,
+                excluded_hosts=tuple(self.excluded_hosts))).world_size
         else:
             launched = self._launch(attempt, before)
             if not isinstance(launched, tuple):
@@ -328,10 +329,11 @@ class Supervisor:
         mtbf_s = None if seen is None else observed_mtbf(
             min((r.started_at for r in seen.attempt_records.values()), default=None),
             self.clock(), sum(f.category != STRAGGLER_REPLACED for f in seen.failures))
-        plan, artifacts = self.sub.plan(attempt, resume_from=resume_from, resume_step=resume_step,
-                                        rdzv_port=self.launcher.port_for_attempt(attempt),
-                                        local_has_gpu=self.local_has_gpu, excluded_hosts=excluded,
-                                        workers=self.workers, mtbf_s=mtbf_s)
+        planned = self.sub.planned_attempt(attempt, AttemptInputs(
+            resume_from=resume_from, resume_step=resume_step,
+            rdzv_port=self.launcher.port_for_attempt(attempt), local_has_gpu=self.local_has_gpu,
+            excluded_hosts=excluded, workers=self.workers, mtbf_s=mtbf_s))
+        plan = planned.plan
         started = self.clock()
         self.journal.start_attempt(attempt, resume_from=resume_from, resume_step=resume_step,
                                    now=started)
@@ -345,14 +347,14 @@ class Supervisor:
         if self._cancel_requested():
             return Cancelled()
         try:
-            handle = self.launcher.launch(plan, artifacts)
+            handle = self.launcher.launch(plan, planned.artifacts)
         except FsdpOrchError as exc:  # a node the attempt needs cannot be reached (an SSH host)
             self.journal.end_attempt(attempt, None, now=self.clock())
             # a host that does not answer is lost, as one that stops answering mid-run is: the
             # next attempt is planned without it (an SSH host listed beyond the nodes takes over)
             lost = getattr(exc, "lost_host", None)
-            return Failed(Diagnosis("preemption_or_node_lost", True, f"could not launch: {exc}"),
-                          self.clock(), None, before, before,
+            return Failed(Diagnosis(FailureCategory.PREEMPTION_OR_NODE_LOST, True,
+                                    f"could not launch: {exc}"), self.clock(), None, before, before,
                           lost_hosts=(lost,) if isinstance(lost, str) else ())
         self.journal.launched(attempt, handle.ref)
         return self._watch_losses(attempt, handle), started, plan.world_size

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from fsdp_orch.vocab.categories import FailureCategory
+
 HINTS = {
     "hang": "a rank stopped making progress: the stacks show where; "
             "look for a collective only some ranks reach (a rank-dependent branch, "
@@ -156,4 +158,4 @@ def hint_for(category: str, evidence: str | None = None) -> str:
         for only, pattern, hint in _SHARPER:
             if (only is None or only == category) and pattern.search(evidence):
                 return hint
-    return HINTS.get(category, HINTS["unknown"])
+    return HINTS.get(category, HINTS[FailureCategory.UNKNOWN])

@@ -31,7 +31,7 @@ from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.launch.plan import LaunchPlan
 from fsdp_orch.launch.plan_inputs import Placement, PlanContext
 from fsdp_orch.launch.render import Artifact, Templates
-from fsdp_orch.launch.submission import Submission
+from fsdp_orch.launch.submission import PlannedAttempt, Submission
 from fsdp_orch.record.index import JobIndex
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError
 
@@ -74,7 +74,7 @@ class ToyKind(ClusterKind[ToyProfile]):
     def attempt_launcher(self, submission: Submission) -> Any:
         raise NotImplementedError
 
-    def start(self, index: JobIndex, submission: Submission) -> None:
+    def start(self, index: JobIndex, submission: Submission, first: PlannedAttempt) -> None:
         raise NotImplementedError
 
     def cancel(self, index: JobIndex, row: Any) -> str:

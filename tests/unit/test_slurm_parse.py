@@ -165,7 +165,7 @@ def test_a_node_failure_is_recorded_and_resubmitted_while_the_budget_allows(tmp_
                                "node2")}
 
     refresh(index, store.active_jobs(), query_fn=lost,
-            resubmit_fn=lambda st, sub: resubmitted.append(sub.job_id))
+            resubmit_fn=lambda st, sub, first: resubmitted.append(sub.job_id))
     status = json.loads(store.status_json(job_id))
     assert resubmitted == [job_id] and status["state"] == "RESTARTING"
     assert [(f["category"], f["action"]) for f in status["failures"]] == [
@@ -174,7 +174,7 @@ def test_a_node_failure_is_recorded_and_resubmitted_while_the_budget_allows(tmp_
     # the resubmitted job ran, and lost a node again
     index.journal(job_id).start_attempt(1, resume_from=None)
     refresh(index, store.active_jobs(), query_fn=lost,
-            resubmit_fn=lambda st, sub: resubmitted.append(sub.job_id))
+            resubmit_fn=lambda st, sub, first: resubmitted.append(sub.job_id))
     status = json.loads(store.status_json(job_id))
     assert resubmitted == [job_id] and status["state"] == "FAILED"
     assert status["failures"][-1]["action"] == "give_up" and "NODE_FAIL" in status["reason"]

@@ -138,9 +138,50 @@ def test_a_submit_plans_once_and_says_the_plans_notices(home, capsys, monkeypatc
     monkeypatch.setattr(submission, "make_plan", counted)
     monkeypatch.setattr(planning, "local_has_gpu", lambda: False)  # accelerate's FSDP runs as DDP
     monkeypatch.setattr(type(cluster_kind("local")), "start",
-                        lambda self, index, sub: calls.update(["start"]))
+                        lambda self, index, sub, first: calls.update(["start"]))
     monkeypatch.setattr(job_control, "start_notifier", lambda sub: None)
     assert cli.main(["submit", "job.yaml", "--cluster", "local"]) == 0
     out, err = capsys.readouterr()
     assert calls == Counter(make_plan=1, start=1)
     assert len(out.split()) == 1 and err.count("MULTI_CPU") == 1, err
+
+
+def test_the_job_id_is_drawn_before_the_plan_and_the_kind_starts_the_plan_recorded(
+        home, monkeypatch):
+    """SLURM's batch script is the one rendered from the plan recorded at submit, under the job's
+    own id: nothing is planned again to start it. The recorded spec names the job; its hash is the
+    same for the same spec whichever job it is."""
+    import json
+
+    import fsdp_orch.launch.submission as submission
+    from fsdp_orch.backends.slurm import kind as slurm_kind
+    from fsdp_orch.control.job_control import submit
+    from fsdp_orch.record.index import open_index_for_submit
+
+    (home.parent / "work" / "train.py").write_text("print('trained')\n")
+    calls: Counter[str] = Counter()
+    make_plan = submission.make_plan
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["make_plan"] += 1
+        return make_plan(*args, **kwargs)
+
+    sbatched: list[str] = []
+
+    def sbatch(argv, runner=None):  # type: ignore[no-untyped-def]
+        sbatched.append(Path(argv[-1]).read_text())
+        return "4242"
+
+    monkeypatch.setattr(submission, "make_plan", counted)
+    monkeypatch.setattr(slurm_kind, "run_command", sbatch)
+    request = SubmitRequest(Path("job.yaml"), "slurm")
+    with open_index_for_submit() as index:
+        first, _ = submit(index, request)
+        second, _ = submit(index, request)
+        rows = {job_id: index.store.job(job_id) for job_id in (first, second)}
+    assert calls["make_plan"] == 2  # one plan a job
+    assert len(sbatched) == 2 and f"fsdp-orch-{first}" in sbatched[0]
+    for job_id, row in rows.items():
+        assert row is not None and row.backend_ref == "slurm:4242"
+        assert json.loads(row.spec_json)["_resolved"]["job_id"] == job_id
+    assert rows[first].spec_hash == rows[second].spec_hash  # type: ignore[union-attr]

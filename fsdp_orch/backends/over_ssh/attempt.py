@@ -8,6 +8,7 @@ host)."""
 
 from __future__ import annotations
 
+import logging
 import posixpath
 import shlex
 import time
@@ -22,6 +23,7 @@ from fsdp_orch.launch.plan_inputs import host_port
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.vocab.categories import NODE_LOST_EXIT
 
+log = logging.getLogger(__name__)
 # Runs a node's script and writes its exit status (also for a supervisor that re-attached); before
 # the status, the command in $3 if any (the node's logs copied whole into the run folder).
 NODE_WRAPPER = ('bash "$1"; code=$?; [ -z "${3:-}" ] || eval "$3"; '
@@ -195,7 +197,7 @@ class SshAttempt(FileObservation):
                 return False
         answers = on_every_host(ranks, alive)
         if self.lost is not None:
-            print(f"fsdp-orch supervisor: {self.lost}", flush=True)
+            log.info(f"fsdp-orch supervisor: {self.lost}")
             return NODE_LOST_EXIT
         if not all(answers):  # a node script ended without writing its status
             return None if self._any_exit_written(ranks) else NODE_LOST_EXIT

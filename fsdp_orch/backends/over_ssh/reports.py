@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import posixpath
 import shlex
 import threading
@@ -45,6 +46,7 @@ from fsdp_orch.places.private import write_atomically
 from fsdp_orch.vocab.backoff import REPORT_STREAM, retrying
 from fsdp_orch.vocab.categories import NODE_LOST_EXIT
 
+log = logging.getLogger(__name__)
 SILENT_S = 5.0  # node_report says something every second
 # A host that answers SSH but whose report has said nothing for the job's watch.node_timeout is lost
 # all the same (its node script or filesystem stuck, or the host paused that long): the
@@ -319,10 +321,10 @@ class OwnDiskAttempt(ReportedAttempt):
             if report.lost:
                 self.lost = report.lost
                 self.lost_ranks.add(rank)
-                print(f"fsdp-orch supervisor: {self.lost}", flush=True)
+                log.info(f"fsdp-orch supervisor: {self.lost}")
                 return NODE_LOST_EXIT
             if report.gone and not self._any_exit_written(ranks):
-                print(f"fsdp-orch supervisor: host {where(report.host)} (node {rank}): "
-                      f"{report.gone}", flush=True)
+                log.info(f"fsdp-orch supervisor: host {where(report.host)} (node {rank}): "
+                         f"{report.gone}")
                 return NODE_LOST_EXIT
         return None

@@ -11,6 +11,7 @@ scripts). The checkpoint a resume reads was written in pieces, each rank's shard
 from __future__ import annotations
 
 import io
+import logging
 import os
 import posixpath
 import shlex
@@ -25,6 +26,7 @@ from fsdp_orch.launch.render import Artifact, write_artifacts
 from fsdp_orch.places.remote_trust import make_and_check_command
 from fsdp_orch.vocab.errors import FsdpOrchError
 
+log = logging.getLogger(__name__)
 PACKAGE_DIR = Path(__file__).resolve().parents[2]  # fsdp_orch/
 # More than this in job.yaml's folder is data, not code: it belongs on the hosts already.
 CODE_LIMIT_BYTES = 256 * 1024 * 1024
@@ -151,5 +153,5 @@ def put_on_own_disks(plan: LaunchPlan, artifacts: list[Artifact], submission: An
     if plan.resume_from:
         files, size = complete_on_every_host(plan_hosts(plan, ssh), ssh, plan.resume_from)
         if files:
-            print(f"fsdp-orch supervisor: copied {files} file(s), {size / 2**20:.1f} MiB, of "
-                  f"{plan.resume_from} between the hosts, so that each has all of it", flush=True)
+            log.info(f"fsdp-orch supervisor: copied {files} file(s), {size / 2**20:.1f} MiB, of "
+                     f"{plan.resume_from} between the hosts, so that each has all of it")

@@ -29,7 +29,7 @@ from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.launch.plan import LaunchPlan
 from fsdp_orch.launch.plan_inputs import Placement, PlanContext, fixed_node_count
 from fsdp_orch.launch.render import Artifact, Templates, write_artifacts
-from fsdp_orch.launch.submission import Submission
+from fsdp_orch.launch.submission import PlannedAttempt, Submission
 from fsdp_orch.observe.command import Runner, run, run_command
 from fsdp_orch.places import secrets
 from fsdp_orch.record.index import JobIndex
@@ -124,9 +124,8 @@ class SlurmKind(ClusterKind[SlurmProfile]):
             return None, f"no GPU memory from SLURM: {' '.join(argv)} failed: {said[-1][:200]}"
         return gres.partition_gpu_memory(result.stdout, profile.partition)
 
-    def start(self, index: JobIndex, submission: Submission) -> None:
-        plan, artifacts = submission.plan(0)
-        batch = [a for a in artifacts if a.path == batch_script_path(plan)]
+    def start(self, index: JobIndex, submission: Submission, first: PlannedAttempt) -> None:
+        batch = [a for a in first.artifacts if a.path == batch_script_path(first.plan)]
         write_artifacts(batch)
         # The values that came by reference travel in the allocation's environment (sbatch exports
         # its own, --export=ALL); srun hands them to every step. None is left in the home after.
@@ -255,14 +254,14 @@ def _resubmit(index: JobIndex, row: JobStatus, sid: str,
                and (policy.max_restarts is None or int(row.restarts) < policy.max_restarts))
     journal = index.journal(row.id)
     evidence = f"SLURM job {sid} ended {slurm_state}"
-    journal.add_failure(attempt=attempt, category="preemption_or_node_lost", evidence=evidence,
-                        action="resubmit" if allowed else "give_up",
-                        hint=hint_for("preemption_or_node_lost", evidence))
+    journal.add_failure(attempt=attempt, category=FailureCategory.PREEMPTION_OR_NODE_LOST,
+                        evidence=evidence, action="resubmit" if allowed else "give_up",
+                        hint=hint_for(FailureCategory.PREEMPTION_OR_NODE_LOST, evidence))
     if not allowed:
         return False
     journal.end_attempt(attempt, None)
     journal.requeued(f"SLURM job {sid} ended {slurm_state}: resubmitted")
-    (resubmit_fn or KIND.start)(index, submission)
+    (resubmit_fn or KIND.start)(index, submission, submission.planned_attempt(0))
     return True
 
 

@@ -121,7 +121,7 @@ def _wait(args: argparse.Namespace, index: JobIndex, job_id: str, created: bool,
           timeout: float | None) -> int:
     """``--wait``: follow the job to its end (or ``--timeout``), then print its status."""
     from fsdp_orch.control.follow import wait_for
-    from fsdp_orch.vocab.states import TERMINAL_NAMES
+    from fsdp_orch.vocab.states import TERMINAL_NAMES, JobState
 
     if not args.json:
         print(job_id if created else f"{job_id} (already submitted with this idempotency key)",
@@ -138,7 +138,7 @@ def _wait(args: argparse.Namespace, index: JobIndex, job_id: str, created: bool,
         print(f"fsdp-orch: stopped waiting after --timeout {args.timeout}; job {job_id} is {state} "
               "and goes on (fsdp-orch status / wait with the Python API)", file=sys.stderr)
         return EXIT_WAIT_TIMED_OUT
-    return EXIT_OK if state == "SUCCEEDED" else EXIT_JOB_FAILED
+    return EXIT_OK if state == JobState.SUCCEEDED else EXIT_JOB_FAILED
 
 
 def _print_submitted(args: argparse.Namespace, job_id: str, created: bool) -> None:
