@@ -3,9 +3,11 @@ liveness and injected faults for scripts that never import fsdp_orch.
 
 Passive until the process starts a process group (``init_process_group``, wrapped when
 ``torch.distributed`` is imported) or takes an optimizer step (torch's global optimizer-step post
-hook, registered when ``torch.optim.optimizer`` is imported). Then it writes the rank's heartbeat
-file (``fsdp_orch.observe.heartbeats``) after steps and every ``TICK_S`` from a watcher thread that
-also keeps the main-thread probe asking (``bootstrap.heartbeat_thread``). A script that uses
+hook, registered when ``torch.optim.optimizer`` is imported). Then it marks each step as it is taken
+(``fsdp_orch.observe.step_marks``: a store into a mapped page) and writes the rank's heartbeat file
+(``fsdp_orch.observe.heartbeats``) every ``TICK_S`` from a watcher thread that also keeps the
+main-thread probe asking (``bootstrap.heartbeat_thread``), and from the main thread when it becomes
+active, when a garbage collection runs long and when its script returns. A script that uses
 ``fsdp_orch.runtime`` reports its own steps, loss and saves through :meth:`Agent.report`; from then
 on optimizer steps are not counted twice and the runtime applies the faults.
 """
@@ -29,6 +31,9 @@ if TYPE_CHECKING:
 
 # young objects past which a collection is worth a heartbeat (about 10 ms of work)
 LONG_YOUNG_COLLECTION = 100_000
+# DCP's set_state_dict/get_state_dict step once there (zero gradients, lr 0) to create the
+# optimizer's state before a load: not a training step (bootstrap.torch_hooks.wrap_init_optim_state)
+DCP_STATE_DICT = "torch.distributed.checkpoint.state_dict"
 
 
 class Agent:
@@ -52,13 +57,17 @@ class Agent:
         self.state = "starting"
         self.metrics: dict[str, Any] = {}
         self.progress_at = clock()
-        self._optimizer_steps: dict[int, int] = {}
-        self._most_steps = 0  # max(self._optimizer_steps.values()), kept as they count up
+        self._optimizer_steps: dict[int, int] = {}  # by id(); the last one's in _hot_steps
+        self._hot_key: int | None = None  # id() of the optimizer that stepped last
+        self._hot_steps = 0  # its steps
+        self._most_steps = 0  # the most steps of an optimizer, kept as they count up
         self._lock = _thread.allocate_lock()
         self._last_write = 0.0
-        self._step_unwritten = False  # a step taken since the last write
+        self._step_unwritten = False  # without a step mark: a step taken since the last write
         self._path: str | None = None
-        self._step_mark: Any = None  # observe.step_marks: a step left unwritten, marked at once
+        self._step_mark: Any = None  # observe.step_marks: every step, marked as it is taken
+        # inside DCP's _init_optim_state: its optimizer step is not a training step (torch_hooks)
+        self._initialising_state = 0
         self._probe: Any = None
         self._io: Any = None
         self._compute: Any = None
@@ -75,6 +84,7 @@ class Agent:
     def install(self) -> None:
         when_imported("torch.optim.optimizer", self._on_optimizer_module)
         when_imported("torch.distributed", self._on_distributed_module)
+        when_imported(DCP_STATE_DICT, self._on_dcp_state_dict)
         for module, bind in _store_hooks().items():
             when_imported(module, bind)
         os.register_at_fork(after_in_child=self._after_fork_in_child)
@@ -87,34 +97,69 @@ class Agent:
 
         wrap_init_process_group_everywhere(module, self)
 
+    def _on_dcp_state_dict(self, module: ModuleType) -> None:
+        from fsdp_orch.bootstrap.torch_hooks import wrap_init_optim_state
+
+        wrap_init_optim_state(module, self)
+
     def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """After each optimizer step, on the main thread: a few attribute stores and the step mark
+        (three stores into a mapped page), no lock, no formatting, no system call; the heartbeat
+        file is the watcher thread's to rewrite, every tick. What the hook touches is cold (the step
+        has just swept the caches): timed where torch calls it in a ``Linear(1024, 1024)`` step,
+        the hook took 110 us with a lock, a frame walk, a text mark and its pwrite (and a heartbeat
+        write every 50 ms), 20 us like this (issue 64: bench/bootstrap_cost.py's hook_in_step_us).
+        """
         if not self.active:
             self.activate(self.process_group_rank())
-        if not self.active:
-            return
-        now = self.clock()
-        if self._probe is not None:
-            self._probe.python_at = now  # the probe's mark(), without a second clock call a step
-        if self.runtime_owned or _initialising_optimizer_state():
+            if not self.active:
+                return
+        if self.runtime_owned or self._initialising_state:
             return
         key = id(optimizer)
-        steps = self._optimizer_steps[key] = self._optimizer_steps.get(key, 0) + 1
+        if key == self._hot_key:  # the optimizer that stepped last: no dictionary
+            steps = self._hot_steps = self._hot_steps + 1
+        else:
+            steps = self._count_step(key)
         if steps > self._most_steps:
             self._most_steps = steps
         step = self.base_step + self._most_steps
         if step == self.step and self.state == "training":
             return
-        with self._lock:
-            self.step, self.state, self.progress_at = step, "training", now
-            self._step_times.step_at(now)
-            if now - self._last_write >= STEP_WRITE_MIN_S:
-                self._write_locked(now)
-            else:
-                self._step_unwritten = True
-                if self._step_mark is not None:
-                    self._step_mark.mark(step, now)
+        now = self.clock()  # the time of the step, and of the main thread's Python (python_at)
+        self._step_times.step_at(now)
+        mark = self._step_mark
+        if mark is None:
+            self._step_without_mark(step, now)
+        else:
+            # No lock: the state, the step, then its time; _write_locked reads them the other way
+            # round, so a heartbeat never pairs a step with a later step's time (then its mark,
+            # newer, would be ignored: issue 43)
+            self.state = "training"
+            self.step = step
+            self.progress_at = now
+            mark.mark(step, now)
         if self._injector:
             self._injector.at_step_end(step)
+
+    def _count_step(self, key: int) -> int:
+        """A step of another optimizer than the last one's: the counts by optimizer (a model can
+        have several), that optimizer's now the one kept at hand."""
+        counts = self._optimizer_steps
+        if self._hot_key is not None:
+            counts[self._hot_key] = self._hot_steps
+        steps = counts[key] = counts.get(key, 0) + 1
+        self._hot_key, self._hot_steps = key, steps
+        return steps
+
+    def _step_without_mark(self, step: int, now: float) -> None:
+        """No step mark here (its file could not be made): the heartbeat file says the step, at
+        most every STEP_WRITE_MIN_S, and the watcher writes one left unwritten between ticks."""
+        with self._lock:
+            self.step, self.state, self.progress_at = step, "training", now
+            self._step_unwritten = True
+            if now - self._last_write >= STEP_WRITE_MIN_S:
+                self._write_locked(now)
 
     def process_group_rank(self) -> int:
         """This process's rank in its process group, else ``RANK`` (0 when unset)."""
@@ -273,12 +318,18 @@ class Agent:
             return
         computed = [m.compute_at for m in (self._compute, self._children)
                     if m is not None and m.compute_at]
+        # The step hook stores the state, the step and its time without the lock, in that order:
+        # read in the other order, a step is never paired with a later step's time
+        progress_at = self.progress_at
+        step, state = self.step, self.state
+        python_at = self._probe.python_at if self._probe is not None else None
+        if python_at is not None and progress_at > python_at:
+            python_at = progress_at  # a step or a report: the main thread ran Python then
         try:
             write_heartbeat(self._path, Heartbeat(
-                rank=self.rank, attempt=self.attempt, step=self.step, loss=self.loss, time=now,
-                state=self.state, pid=os.getpid(), metrics=self.metrics,
-                progress_at=self.progress_at, host=self._host,
-                python_at=self._probe.python_at if self._probe is not None else None,
+                rank=self.rank, attempt=self.attempt, step=step, loss=self.loss, time=now,
+                state=state, pid=os.getpid(), metrics=self.metrics,
+                progress_at=progress_at, host=self._host, python_at=python_at,
                 io_at=self._io.io_at if self._io is not None else None,
                 compute_at=max(computed) if computed else None,
                 step_s=self._step_times.summary() if self._step_times is not None else None,
@@ -288,22 +339,6 @@ class Agent:
             self._step_unwritten = False
         except OSError:
             pass  # a full or vanished run directory must not break training
-
-
-# Frames that call optimizer.step() to create optimizer state, not to train: DCP's
-# set_state_dict/get_state_dict step once with zero gradients and lr 0 before loading a checkpoint.
-_STATE_INIT_FUNCTIONS = frozenset({"_init_optim_state"})
-
-
-def _initialising_optimizer_state() -> bool:
-    frame = sys._getframe(2)
-    for _ in range(6):
-        if frame is None:
-            return False
-        if frame.f_code.co_name in _STATE_INIT_FUNCTIONS:
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _always() -> bool:

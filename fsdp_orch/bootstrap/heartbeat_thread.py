@@ -1,7 +1,9 @@
 """The bootstrap agent's heartbeat thread, one per active rank: every ``TICK_S`` it asks the
 main-thread probe, samples the write and compute meters and the collectives' arrivals, serves the
-supervisor's flight-recorder request and rewrites the rank's heartbeat; between ticks it writes a
-step the main thread left unwritten."""
+supervisor's flight-recorder request and rewrites the rank's heartbeat. Steps reach readers at once
+through the step mark the main thread writes (``observe.step_marks``); where a rank has none (its
+file could not be made), the thread wakes every ``WATCH_CHUNK_S`` between ticks to write a step the
+main thread left unwritten."""
 
 from __future__ import annotations
 
@@ -16,13 +18,12 @@ if TYPE_CHECKING:
     from fsdp_orch.bootstrap.agent import Agent
 
 TICK_S = 0.5  # the watcher's period: heartbeat file refresh and probe
-# After a step, write at once unless the last write is younger than this: every step of 50 ms or
-# more is in the heartbeat as it is taken (a rank that stops in a native call holding the
-# interpreter right after its last step cannot have it written later: issue 43). A write took
-# 0.2 ms here (bench/bootstrap_cost.py): at most 20 a second, 0.4% of the main thread. A step
-# closer than that to the last write is marked at once instead (observe.step_marks).
+# Without a step mark only (observe.step_marks: every step marked as taken, the heartbeat file
+# rewritten at ticks): after a step, write at once unless the last write is younger than this (a
+# rank that stops in a native call holding the interpreter right after its last step cannot have
+# it written later: issue 43), and between ticks the watcher writes a step left unwritten.
 STEP_WRITE_MIN_S = 0.05
-WATCH_CHUNK_S = 0.1  # the watcher's sleep between ticks: a step left unwritten goes out then
+WATCH_CHUNK_S = 0.1  # the watcher's sleep between ticks without a step mark
 
 
 class HeartbeatThread:
@@ -51,11 +52,13 @@ class HeartbeatThread:
         # before its first write: a collection it sets off knows it
         self.ident = _thread.get_ident()
         woke = time.monotonic()
+        # one wake a tick: each takes the interpreter from the main thread
+        nap = TICK_S if agent._step_mark is not None else WATCH_CHUNK_S
         while agent.active:
-            time.sleep(WATCH_CHUNK_S)
+            time.sleep(nap)
             if not agent.active:
                 return
-            if time.monotonic() - woke < TICK_S:
+            if nap < TICK_S and time.monotonic() - woke < TICK_S:
                 self._write_step_left_unwritten()
                 continue
             last, woke = woke, time.monotonic()
@@ -102,10 +105,10 @@ class HeartbeatThread:
         self.arrivals_at, self.arrivals = at, arrivals_now(at)
 
     def _write_step_left_unwritten(self) -> None:
-        """Between ticks: a step the main thread did not write (its last write too young) is
-        written once that write is STEP_WRITE_MIN_S old. The job's last step is then in the
-        heartbeat even if the rank stops in a native call holding the interpreter right after it
-        (a process group's destructor), where the next tick could not run."""
+        """Between ticks, without a step mark: a step the main thread did not write (its last write
+        too young) is written once that write is STEP_WRITE_MIN_S old. The job's last step is then
+        in the heartbeat even if the rank stops in a native call holding the interpreter right
+        after it (a process group's destructor), where the next tick could not run."""
         agent = self.agent
         if not agent._step_unwritten or agent.clock() - agent._last_write < STEP_WRITE_MIN_S:
             return

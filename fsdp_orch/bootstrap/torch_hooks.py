@@ -1,6 +1,7 @@
 """What the agent wraps in torch: ``init_process_group``, so that a rank is watched from its
-rendezvous on and its process group takes the job's collective timeout. Used once
-``torch.distributed`` is imported; imports nothing of torch itself."""
+rendezvous on and its process group takes the job's collective timeout (once ``torch.distributed``
+is imported); DCP's ``_init_optim_state``, so that the optimizer step it takes is not counted (once
+``torch.distributed.checkpoint.state_dict`` is). Imports nothing of torch itself."""
 
 from __future__ import annotations
 
@@ -50,3 +51,26 @@ def wrap_init_process_group(original: Callable[..., Any], agent: Agent) -> Calla
         return result
 
     return init_process_group
+
+
+def wrap_init_optim_state(module: ModuleType, agent: Agent) -> None:
+    """DCP's ``set_state_dict``/``get_state_dict`` call ``_init_optim_state`` of ``module``
+    (``torch.distributed.checkpoint.state_dict``), which steps the optimizer once with zero
+    gradients and lr 0 to create its state before a load: the agent's ``_initialising_state`` counts
+    the calls in progress, and its step hook counts no step meanwhile. One attribute read a step,
+    where walking up the caller's frames to find the function took a microsecond."""
+    original = getattr(module, "_init_optim_state", None)
+    if original is None or getattr(original, "_fsdp_orch_wrapped", False):
+        return
+    import functools
+
+    @functools.wraps(original)
+    def _init_optim_state(*args: Any, **kwargs: Any) -> Any:
+        agent._initialising_state += 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            agent._initialising_state -= 1
+
+    _init_optim_state._fsdp_orch_wrapped = True  # type: ignore[attr-defined]
+    module._init_optim_state = _init_optim_state  # type: ignore[attr-defined]

@@ -1,5 +1,9 @@
-"""Heartbeat files: one JSON file per rank and attempt,
-replaced atomically after every step. Torch-free.
+"""Heartbeat files: one JSON file per rank and attempt, replaced atomically every half second and at
+changes of state, each step in the step mark beside it. Torch-free.
+
+The rank's bootstrap rewrites the file from its watcher thread every tick, and at each step a script
+reports through the runtime; an optimizer step of an unchanged script goes to the step mark
+(``fsdp_orch.observe.step_marks``) as it is taken, which every reader here applies.
 
 Layout: ``<run_dir>/heartbeats/attempt-<A>/rank-<R>.json`` holding
 ``{"rank", "attempt", "step", "loss", "time", "state", "pid", "metrics", "progress_at",

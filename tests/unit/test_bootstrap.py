@@ -248,3 +248,61 @@ def test_a_script_that_ends_in_an_exception_is_not_marked_done(tmp_path):
                           timeout=120)
     assert proc.returncode == 1 and "KeyError" in proc.stderr
     assert heartbeat(tmp_path)["state"] != "done"
+
+
+def test_every_step_is_read_as_taken_and_the_main_thread_writes_no_heartbeat_at_a_step(tmp_path):
+    """Issue 64: a step costs the main thread a step mark (a store into a mapped page), no
+    heartbeat write; readers see each step at once all the same (observe.step_marks)."""
+    code = ("import gc, json, threading, time, torch\nfrom fsdp_orch.bootstrap import agent\n"
+            "from fsdp_orch.observe.heartbeats import read_heartbeat_file\n"
+            "m = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\no.step()\n"
+            "a = agent.current()\nmain = threading.get_ident()\nwriters = []\n"
+            "write = a._write_locked\n"
+            "def counted(*args, **kwargs):\n"
+            "    writers.append(threading.get_ident())\n    write(*args, **kwargs)\n"
+            "a._write_locked = counted\n"
+            "gc.disable()  # a long collection's heartbeat is the main thread's: none here\n"
+            "exact = []\nfor step in range(2, 300):\n"
+            "    o.step()\n    exact.append(read_heartbeat_file(a._path).step == step)\n"
+            "    time.sleep(0.004)\n"
+            "gc.enable()\n"
+            "print(json.dumps({'exact': all(exact), 'main': writers.count(main), "
+            "'watcher': len(writers) - writers.count(main)}))\n")
+    seen = json.loads(run_python(code, tmp_path, extra_path=PACKAGE_ROOT).strip().splitlines()[-1])
+    assert seen["exact"] and seen["main"] == 0 and seen["watcher"] >= 1, seen
+    assert heartbeat(tmp_path)["step"] == 299  # the end of the script writes the last one
+
+
+def test_a_rank_that_holds_the_interpreter_right_after_its_last_step_is_read_at_that_step(
+        tmp_path):
+    """Issue 43 on one process: the watcher thread cannot write while the main thread holds the
+    interpreter in a native call after its last step; the step mark already says it."""
+    from fsdp_orch.observe.heartbeats import read_heartbeat_file
+
+    code = ("import ctypes, sys, torch\nm = torch.nn.Linear(2, 1)\n"
+            "o = torch.optim.SGD(m.parameters(), lr=0.1)\nfor _ in range(50):\n    o.step()\n"
+            "print('stepped', flush=True)\n"
+            "ctypes.PyDLL(None).usleep(30_000_000)  # keeps the GIL\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_ORCH_")}
+    env.update({"FSDP_ORCH_RUN_DIR": str(tmp_path / "run"), "FSDP_ORCH_ATTEMPT": "0",
+                "PYTHONPATH": os.pathsep.join((str(bootstrap_site_dir()), PACKAGE_ROOT)),
+                "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "stepped"
+        path = tmp_path / "run" / "heartbeats" / "attempt-0" / "rank-0.json"
+        beat = read_heartbeat_file(str(path))
+        assert beat.step == 50 and beat.state == "training", beat
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
+def test_two_optimizers_stepping_in_turn_count_one_step_each_turn(tmp_path):
+    code = ("import torch\nm = torch.nn.Linear(2, 1)\n"
+            "a = torch.optim.SGD([m.weight], lr=0.1)\nb = torch.optim.AdamW([m.bias], lr=0.1)\n"
+            "for _ in range(5):\n    a.step()\n    b.step()\n"
+            "b.step()\nb.step()  # b ahead of a: its 7th step is the job's 7th\n")
+    run_python(code, tmp_path, extra_path=PACKAGE_ROOT, FSDP_ORCH_RESUME_STEP="10")
+    assert heartbeat(tmp_path)["step"] == 17
