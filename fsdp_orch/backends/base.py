@@ -104,6 +104,11 @@ class AttemptObservation(Protocol):
         tell)."""
         ...
 
+    def waiting_for(self) -> str | None:
+        """Why not every node of the attempt runs yet, in the cluster's own words (a pod the
+        scheduler cannot place), asked at every look; None where nothing waits or nothing says."""
+        ...
+
     def silent_nodes(self) -> dict[int, float]:
         """The nodes whose channel to the supervisor has said nothing for longer than it should
         (``CHANNEL_SILENT_S``), by node rank, with how long. Their ranks' heartbeats come through

@@ -63,6 +63,9 @@ class FileObservation:
     def ended_by(self) -> EngineEnding | None:
         return None  # the ranks' logs and exit status tell
 
+    def waiting_for(self) -> str | None:
+        return None  # the scheduler's queue is the job's, before any attempt
+
     def refused_connections(self) -> dict[str, int]:
         return {}  # no channel that strangers could reach
 

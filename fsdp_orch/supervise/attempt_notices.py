@@ -21,6 +21,7 @@ from fsdp_orch.record.journal import Journal
 
 REFUSED_CONNECTIONS = "refused_connections"  # the notice of strangers at the node channel
 NODE_TMP_TAKEN = "node_tmp_taken"  # a node's /tmp/fsdp-orch-<uid> was someone else's
+WAITING = "waiting"  # why the attempt's nodes do not all run yet (the cluster's words)
 STRANGERS_NOTICE_S = 30.0
 PAUSE_WORTH_SAYING_S = 5.0  # a node silent this long and heard again: said (node_heard_again)
 
@@ -37,6 +38,7 @@ class AttemptNotices:
         self._silent: dict[int, float] = {}  # the nodes silent at the last look, for how long
         self._strangers_noted, self._strangers_noted_at = 0, float("-inf")
         self._nodes_noted: set[int] = set()
+        self._waiting_said: str | None = None
         self._placed = False  # ranks.json written
         # why the hang rule holds its verdict back, as last written for status (None: nothing
         # held), and when
@@ -78,6 +80,13 @@ class AttemptNotices:
                 self.journal.add_event(attempt=self.attempt, kind=NODE_TMP_TAKEN,
                                        message=f"node {node}: node-local folder taken: {note}")
 
+    def waiting(self) -> None:
+        """A notice each time the cluster gives a new reason the attempt's nodes wait."""
+        why = self.handle.waiting_for()
+        if why is not None and why != self._waiting_said:
+            self._waiting_said = why
+            self.journal.add_event(attempt=self.attempt, kind=WAITING, message=why)
+
     def strangers(self) -> None:
         """A notice when connections that never said the token were refused since the last one:
         counts only, at most one a STRANGERS_NOTICE_S (a flood is one line, not a thousand)."""
@@ -112,4 +121,4 @@ class AttemptNotices:
 
 
 __all__ = ["NODE_TMP_TAKEN", "PAUSE_WORTH_SAYING_S", "REFUSED_CONNECTIONS", "STRANGERS_NOTICE_S",
-           "AttemptNotices"]
+           "WAITING", "AttemptNotices"]

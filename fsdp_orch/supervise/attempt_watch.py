@@ -130,6 +130,7 @@ class AttemptWatch:
                 self.progress.hang_detection(beats, self.started, watch)
             self.notices.strangers()
             self.notices.nodes()
+            self.notices.waiting()
             self._note_straggler(beats)
             self.notices.placement(beats)
             finished_at = scripts_finished_at(beats, self.world)
@@ -139,8 +140,10 @@ class AttemptWatch:
             found = None if silent else judge(
                 beats, world_size=self.world, attempt_started=self.started, now=now,
                 watch=watch, window=window.seconds)
-            look = Look(now=now, exit_code=code, finished_at=finished_at,
-                        cause=self.follower.poll() if code is None else None,
+            engine = self._engine_cause()
+            look = Look(now=now, exit_code=None if engine is not None else code,
+                        finished_at=finished_at,
+                        cause=engine or (self.follower.poll() if code is None else None),
                         settling_since=settling_since,
                         replace_straggler=code is None and self._replace_now(),
                         verdict=found if isinstance(found, HangVerdict) else None,
@@ -198,6 +201,13 @@ class AttemptWatch:
             self.sleep(seconds / pieces)
             if piece < pieces - 1:
                 self.progress.live(self.handle.heartbeats())
+
+    def _engine_cause(self) -> Diagnosis | None:
+        """What the cluster's engine says ends the attempt (a pod evicted, an image not pulled:
+        ``AttemptObservation.ended_by``), as the failure's cause; None where it says nothing."""
+        ended = self.handle.ended_by()
+        return None if ended is None else Diagnosis(ended.category, ended.retryable,
+                                                    ended.evidence)
 
     def _lost_node_instead(self, diagnosis: Diagnosis) -> Diagnosis:
         """``decide.lost_node``'s rule, asking the kind for a lost node only where it applies."""
