@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-SHARED_SERVICES = ("slurm", "ssh")  # folders under tests/ whose tests share one service
+SHARED_SERVICES = ("slurm", "ssh", "k8s")  # folders under tests/ whose tests share one service
 # The longest files by their wall time in a 2-worker clean-clone run (990f3fa, 2026-11-28), longest
 # first; 40 s and more each. A file not named here keeps its place in collection order after them.
 LONGEST_FILES = tuple(f"tests/{name}.py" for name in (

@@ -22,6 +22,7 @@ KIND_MODULES = {
     "slurm": "fsdp_orch.backends.slurm.kind",
     "ssh": "fsdp_orch.backends.ssh",
     "tpu-vm": "fsdp_orch.backends.tpu_vm.kind",
+    "kubernetes": "fsdp_orch.backends.kubernetes.kind",
 }
 KINDS = tuple(KIND_MODULES)  # the built-in kinds' names; kind_names() has the registered ones too
 

@@ -313,6 +313,68 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "host_key_policy": "strict, accept-new (default) or warn, as for SSH hosts.",
         "connect_timeout": "Seconds an SSH connection may take to open.",
     },
+    "KubernetesProfile": {
+        "kubeconfig": "The kubeconfig file. Unset: $KUBECONFIG, else ~/.kube/config.",
+        "context": "The kubeconfig's context. Unset: its current-context.",
+        "namespace": "The namespace the job's objects are made in (RFC 1123).",
+        "image": "The image every pod runs: python: in it has torch and fsdp-orch[runtime].",
+        "image_pull_policy": "Always, IfNotPresent or Never. Unset: Kubernetes' default.",
+        "image_pull_secrets": "Secrets (by name) the kubelet pulls the image with.",
+        "resources": "What each pod asks for, as requests equal to limits.",
+        "node_selector": "Node labels the pods must run on ({team: ml}).",
+        "tolerations": "Taints the pods tolerate (snake case: toleration_seconds).",
+        "affinity": "The pods' affinity, as Kubernetes spells it (nodeAffinity, podAffinity, "
+                    "podAntiAffinity), passed through.",
+        "volumes": "Volumes mounted in every pod: a persistent_volume_claim or a host_path each.",
+        "shm_size": "A memory-backed /dev/shm of this size (a container's own is 64Mi); it counts "
+                    "against resources.memory.",
+        "run_volume": "The volume that holds shared_dir: the run folders, which the supervisor's "
+                      "machine and the pods see at the same path.",
+        "shared_dir": "The folder on run_volume that holds the run folders "
+                      "(<shared_dir>/<user>/runs/<id>), at the same path on the supervisor's "
+                      "machine and in the pods. Required.",
+        "workdir": "Where the job's relative paths start in the pods (the image's copy of the "
+                   "code). Unset: the job file's folder, which a volume must hold.",
+        "service_account": "The pods' service account. Unset: none, and no token in the pods.",
+        "priority_class": "The pods' PriorityClass.",
+        "host_network": "Run the pods on their nodes' network.",
+        "run_as_user": "The pods' user: the run folder's owner. Unset: the image's.",
+        "run_as_group": "The pods' group. Unset: the image's.",
+        "env_from_secrets": "Variables every pod reads from a Kubernetes Secret, by reference.",
+        "procs_per_node": "Processes per pod, unless the job says. Unset: resources.gpus, else 1.",
+        "device": "cuda (NCCL) or cpu (gloo). Unset: cuda when resources.gpus, else cpu.",
+        "rdzv_host": "Node 0's address for the rendezvous (with host_network). Unset: pod 0's "
+                     "name through the attempt's headless Service.",
+        "supervisor_address": "The address the pods' node agents reach the supervisor at. Unset: "
+                              "the supervisor's machine's.",
+        "use_jobset": "Make each attempt a JobSet (jobset.x-k8s.io) instead of an Indexed Job.",
+        "unschedulable_timeout": "Seconds a pod may stay unschedulable before the job fails.",
+        "labels": "More labels on every object (not fsdp-orch/*, managed-by or kubernetes.io/).",
+    },
+    "KubernetesResources": {
+        "cpu": "CPUs per pod, a Kubernetes quantity (8, 500m).",
+        "memory": "Memory per pod, a Kubernetes quantity (64Gi).",
+        "gpus": "nvidia.com/gpu per pod; also the processes per pod by default.",
+    },
+    "KubernetesVolume": {
+        "name": "The volume's name (RFC 1123).",
+        "mount_path": "Where every pod mounts it (absolute).",
+        "persistent_volume_claim": "A PersistentVolumeClaim's name in the namespace.",
+        "host_path": "A folder of the node (absolute); it must exist there.",
+        "read_only": "Mount it read-only.",
+    },
+    "KubernetesToleration": {
+        "key": "The taint's key. Unset: every taint (operator: Exists).",
+        "operator": "Equal (the value too) or Exists (any value).",
+        "value": "The taint's value, with operator: Equal.",
+        "effect": "NoSchedule, PreferNoSchedule or NoExecute. Unset: any.",
+        "toleration_seconds": "With NoExecute: seconds the pod stays after the taint appears.",
+    },
+    "KubernetesSecretEnv": {
+        "env": "The variable's name.",
+        "secret": "The Kubernetes Secret's name, in the namespace.",
+        "key": "The key of the Secret's data.",
+    },
 }
 
 PROFILE_BASE = "ProfileBase"

@@ -51,7 +51,7 @@ def run(installed: dict[str, Path], *args: str) -> subprocess.CompletedProcess[s
 
 def test_wheel_contains_templates_and_profiles(installed: dict[str, Path]) -> None:
     names = set(zipfile.ZipFile(installed["wheel"]).namelist())
-    for kind in ("local", "slurm", "ssh", "tpu-vm"):
+    for kind in ("local", "slurm", "ssh", "tpu-vm", "kubernetes"):
         assert f"fsdp_orch/_data/clusters/{kind}.yaml" in names
     for template in (REPO / "templates").rglob("*.j2"):
         assert f"fsdp_orch/_data/templates/{template.relative_to(REPO / 'templates')}" in names
@@ -63,7 +63,7 @@ def test_installed_clusters_are_builtin(installed: dict[str, Path]) -> None:
     rows = json.loads(proc.stdout)
     assert {r["name"]: (r["kind"], r["origin"]) for r in rows} == {
         "local": ("local", "built-in"), "slurm": ("slurm", "built-in"), "ssh": ("ssh", "built-in"),
-        "tpu-vm": ("tpu-vm", "built-in")}
+        "tpu-vm": ("tpu-vm", "built-in"), "kubernetes": ("kubernetes", "built-in")}
     for row in rows:
         assert row["path"].startswith(str(installed["site"] / "fsdp_orch" / "_data" / "clusters"))
 

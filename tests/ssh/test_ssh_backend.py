@@ -16,9 +16,9 @@ from cli_harness import (
     Cli,
     check_goodput,
     copy_demo,
-    copy_unchanged,
     culprit_leads,
     demo_args,
+    hf_trainer_hang_on_two_nodes,
     make_cli,
     standby_starts,
 )
@@ -167,27 +167,9 @@ def test_an_unmodified_hf_trainer_spans_two_hosts_and_survives_a_hang(ssh_hosts,
     importing fsdp_orch) with one rank on each host; rank 1 hangs at step 90."""
     cli = make_cli(tmp_path)
     write_profile(cli, ssh_hosts)
-    job = copy_unchanged(tmp_path, "hf_trainer")
-    import yaml
-
-    args = [str(a) for a in yaml.safe_load(job.read_text())["args"]]
-    # the hang comes after step 80's save; the restart resumes there and trains the last 20
-    for flag, value in (("--max_steps", "100"), ("--save_steps", "40")):
-        args[args.index(flag) + 1] = value
-    proc = cli.run("submit", "--cluster", "ssh", "--wait", "--json", str(job), "--set", "nodes=2",
-                   "--set", "procs_per_node=1", "--set", "args=" + json.dumps(args),
-                   "--set", "watch.heartbeat_timeout=8s", "--set", "watch.startup_timeout=120s",
-                   "--set", "restart.backoff.initial=1s", "--set",
-                   "env.FSDP_ORCH_FAULT=hang:step=90:rank=1", timeout=600)
-    status = json.loads(proc.stdout)
-    assert status["state"] == "SUCCEEDED", status
-    [failure] = status["failures"]
-    assert failure["category"] == "hang" and failure["action"] == "restart", failure
-    assert "rank 1 stuck at train.py:" in failure["evidence"], failure["evidence"]
-    assert culprit_leads(failure["evidence"], 1), failure["evidence"]
+    status, job = hf_trainer_hang_on_two_nodes(cli, "ssh", tmp_path)
     node0 = (Path(status["run_dir"]) / "attempt-1" / "node-0.sh").read_text()
     assert f"--resume_from_checkpoint {job.parent / 'out' / 'checkpoint-80'}" in node0
-    assert json.loads((job.parent / "out" / "trainer_state.json").read_text())["global_step"] == 100
     for i in (0, 1):
         assert ssh_hosts.job_processes(i, status["id"]) == []
 

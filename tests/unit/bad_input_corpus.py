@@ -785,3 +785,139 @@ def _check_ids() -> None:
 _check_ids()
 if os.environ.get("BAD_INPUT_CORPUS_COUNT"):  # pragma: no cover - a look at the table's size
     print(len(CASES), sum(c.outcome == REFUSED for c in CASES))
+
+# --- the kubernetes kind (issue 66) ---------------------------------------------------------------
+# Its rows, K8S_CASES, join CASES (the kind is in backends/registry.KIND_MODULES).
+K8S = ("kind: kubernetes\nimage: busybox\nshared_dir: /srv/runs\n"
+       "volumes: [{name: runs, mount_path: /srv/runs, persistent_volume_claim: runs}, "
+       "{name: code, mount_path: /app, persistent_volume_claim: code}]\n"
+       "run_volume: runs\nworkdir: /app\n")
+K8S_VOLUME = "{name: runs, mount_path: /srv/runs"
+K8S_CASES: list[Case] = []
+
+
+def k8s_case(id: str, yaml: str, fld: str, *expect: str, job_extra: str = "",
+             where: str = "mine.yaml", outcome: str = REFUSED) -> None:
+    """A kubernetes profile whose ``yaml`` replaces the base's line of the same key."""
+    keys = {line.partition(":")[0] for line in yaml.splitlines()}
+    base = "".join(line + "\n" for line in K8S.splitlines() if line.partition(":")[0] not in keys)
+    K8S_CASES.append(Case(f"profile-kubernetes-{id}", ("render", "job.yaml", "--cluster", "mine"),
+                          expect=(where, f"{fld}:", *expect) if outcome == REFUSED else (),
+                          outcome=outcome, files={"job.yaml": OK_JOB + job_extra,
+                                                  "clusters/mine.yaml": base + yaml + "\n"}))
+
+
+for id, yaml, fld, *expect in [
+        ("namespace-upper", "namespace: Prod", "namespace", "RFC 1123"),
+        ("namespace-dot", "namespace: ml.team", "namespace", "RFC 1123"),
+        ("namespace-long", "namespace: " + "a" * 64, "namespace", "at most 63"),
+        ("namespace-dash-end", "namespace: team-", "namespace", "RFC 1123"),
+        ("image-space", "image: 'my image'", "image", "image reference"),
+        ("image-upper", "image: nvidia/PyTorch:25.01", "image", "lower case"),
+        ("image-newline", 'image: "busybox\\nx"', "image", "image reference"),
+        ("pull-policy", "image_pull_policy: Sometimes", "image_pull_policy",
+         "'Always', 'IfNotPresent' or 'Never'"),
+        ("pull-secret-upper", "image_pull_secrets: [Creds]", "image_pull_secrets.0", "RFC 1123"),
+        ("cpu-words", "resources: {cpu: lots}", "resources.cpu", "Kubernetes quantity"),
+        ("cpu-zero", "resources: {cpu: 0}", "resources.cpu", "above 0"),
+        ("cpu-negative", "resources: {cpu: -1}", "resources.cpu", "Kubernetes quantity"),
+        ("cpu-yes", "resources: {cpu: yes}", "resources.cpu", "Kubernetes quantity"),
+        ("cpu-unit", "resources: {cpu: 2 cores}", "resources.cpu", "Kubernetes quantity"),
+        ("memory-milli", "resources: {memory: 64m}", "resources.memory", "m is milli"),
+        ("memory-gb", "resources: {memory: 64GB}", "resources.memory", "Kubernetes quantity"),
+        ("memory-arabic", f"resources: {{memory: '{ARABIC_9464}Mi'}}", "resources.memory",
+         "Kubernetes quantity"),
+        ("gpus-negative", "resources: {gpus: -1}", "resources.gpus", "greater than or equal to 0"),
+        ("gpus-huge", "resources: {gpus: 1000000000000}", "resources.gpus", "at most 1024"),
+        ("resources-unknown", "resources: {gpu: 1}", "resources.gpu", "unknown field"),
+        ("volume-both", f"volumes: [{K8S_VOLUME}, persistent_volume_claim: a, host_path: /x}}]",
+         "volumes.0", "exactly one of persistent_volume_claim"),
+        ("volume-neither", f"volumes: [{K8S_VOLUME}}}]", "volumes.0",
+         "exactly one of persistent_volume_claim"),
+        ("volume-relative", "volumes: [{name: runs, mount_path: srv, host_path: /srv}]",
+         "volumes.0.mount_path", "absolute path"),
+        ("volume-name-upper", "volumes: [{name: Runs, mount_path: /srv/runs, host_path: /x}]",
+         "volumes.0.name", "RFC 1123"),
+        ("volume-claim-space", f"volumes: [{K8S_VOLUME}, persistent_volume_claim: 'my claim'}}]",
+         "volumes.0.persistent_volume_claim", "RFC 1123"),
+        ("shm-milli", "shm_size: 512m", "shm_size", "m is milli"),
+        ("shm-volume-name", f"volumes: [{K8S_VOLUME}, host_path: /a}}, {{name: x, "
+         "mount_path: /dev/shm, host_path: /dev/shm}]", "volumes", "shm_size"),
+        ("volume-twice", f"volumes: [{K8S_VOLUME}, host_path: /a}}, {K8S_VOLUME}, host_path: /b}}]",
+         "volumes", "twice"),
+        ("run-volume-unknown", "run_volume: data", "run_volume", "one of volumes"),
+        ("run-volume-read-only", f"volumes: [{K8S_VOLUME}, host_path: /a, read_only: true}}]",
+         "run_volume", "writable"),
+        ("shared-dir-off-volume", "shared_dir: /elsewhere", "run_volume", "under its mount_path"),
+        ("shared-dir-none", "shared_dir: null", "shared_dir", "run folders"),
+        ("workdir-relative", "workdir: app", "workdir", "absolute path"),
+        ("node-selector-key", "node_selector: {'gpu type': h100}", "node_selector", "label key"),
+        ("node-selector-value", "node_selector: {gpu: 'h 100'}", "node_selector", "label value"),
+        ("toleration-exists-value", "tolerations: [{key: a, operator: Exists, value: b}]",
+         "tolerations.0", "no value"),
+        ("toleration-effect", "tolerations: [{key: a, effect: NoRun}]", "tolerations.0.effect",
+         "'NoSchedule'"),
+        ("toleration-seconds", "tolerations: [{key: a, effect: NoSchedule, "
+         "toleration_seconds: 5}]", "tolerations.0", "NoExecute"),
+        ("toleration-no-key", "tolerations: [{value: b}]", "tolerations.0", "Exists"),
+        ("affinity-list", "affinity: [a]", "affinity", "dictionary"),
+        ("affinity-misspelt", "affinity: {nodeAffinty: {}}", "affinity", "nodeAffinity"),
+        ("service-account-upper", "service_account: Trainer", "service_account", "RFC 1123"),
+        ("priority-class-space", "priority_class: 'very high'", "priority_class", "RFC 1123"),
+        ("labels-ours", "labels: {fsdp-orch/job-id: x}", "labels", "reserved"),
+        ("labels-kubernetes", "labels: {kubernetes.io/arch: x}", "labels", "reserved"),
+        ("labels-managed-by", "labels: {app.kubernetes.io/managed-by: me}", "labels", "reserved"),
+        ("labels-value", "labels: {team: 'ml team'}", "labels", "label value"),
+        ("labels-number", "labels: {team: 5}", "labels.team", "string"),
+        ("secret-env-name", "env_from_secrets: [{env: 1X, secret: s, key: k}]",
+         "env_from_secrets.0.env", "not a valid shell name"),
+        ("secret-env-secret", "env_from_secrets: [{env: X, secret: S, key: k}]",
+         "env_from_secrets.0.secret", "RFC 1123"),
+        ("secret-env-key", "env_from_secrets: [{env: X, secret: s, key: 'a/b'}]",
+         "env_from_secrets.0.key", "key of a Kubernetes Secret"),
+        ("secret-env-twice", "env_from_secrets: [{env: X, secret: s, key: k}, "
+         "{env: X, secret: t, key: k}]", "env_from_secrets", "twice"),
+        ("secret-env-ours", "env_from_secrets: [{env: FSDP_ORCH_X, secret: s, key: k}]",
+         "env_from_secrets.0.env", "fsdp-orch's own"),
+        ("secret-env-and-env", "env: {X: a}\nenv_from_secrets: [{env: X, secret: s, key: k}]",
+         "env_from_secrets", "in both"),
+        ("procs-zero", "procs_per_node: 0", "procs_per_node", "greater than 0"),
+        ("device-tpu", "device: tpu", "device", "'cpu' or 'cuda'"),
+        ("rdzv-host-space", "rdzv_host: 'a b'", "rdzv_host", "host name or IP address"),
+        ("supervisor-address-space", "supervisor_address: 'a;b'", "supervisor_address",
+         "host name or IP address"),
+        ("unschedulable-timeout-zero", "unschedulable_timeout: 0", "unschedulable_timeout",
+         "greater than 0"),
+        ("unschedulable-timeout-huge", f"unschedulable_timeout: {BIG}", "unschedulable_timeout",
+         "at most"),
+        ("run-as-user-negative", "run_as_user: -1", "run_as_user", "greater than or equal to 0"),
+        ("kubeconfig-empty", "kubeconfig: ''", "kubeconfig", "file's path"),
+        ("context-newline", 'context: "a\\nb"', "context", "line feed"),
+        ("host-network-maybe", "host_network: maybe", "host_network", "bool"),
+        ("jobset-maybe", "use_jobset: maybe", "use_jobset", "bool"),
+        ("image-missing", "kubeconfig: ~/.kube/config\nimage: null", "image", "string")]:
+    k8s_case(id, yaml, fld, *expect)
+
+# what the job asks of the kind: refused naming the job's field
+k8s_case("job-elastic", "", "nodes", "elastic", job_extra="nodes: 1-2\n", where="job.yaml")
+k8s_case("job-checkpoint-off-volumes", "", "checkpoint.dir", "none of the cluster's volumes",
+         job_extra="checkpoint: {dir: /scratch/ckpt}\n", where="job.yaml")
+k8s_case("job-env-and-secret-env", "env_from_secrets: [{env: HF_TOKEN, secret: s, key: k}]",
+         "env", "env_from_secrets", job_extra="env: {HF_TOKEN: x}\n", where="job.yaml")
+k8s_case("job-folder-off-volumes", "workdir: null", "workdir", "none of the cluster's volumes",
+         where="job.yaml")
+# legitimate edge values
+for id, yaml in [("cpu-fraction", "resources: {cpu: 0.5, memory: 1Mi}"),
+                 ("cpu-exponent", "resources: {cpu: 1e3, memory: 1.5Gi, gpus: 8}"),
+                 ("namespace-63", "namespace: " + "a" * 63),
+                 ("labels-app", "labels: {app.kubernetes.io/name: trainer, team: ''}"),
+                 ("digest", "image: registry:5000/team/train@sha256:" + "a" * 64),
+                 ("jobset-host-network", "use_jobset: true\nhost_network: true\n"
+                  "rdzv_host: 127.0.0.1"),
+                 ("resume-never-off-volumes", "volumes: [{name: runs, mount_path: /srv/runs, "
+                  "host_path: /srv/runs}]")]:
+    k8s_case(f"ok-{id}", yaml, "", outcome=ACCEPTED,
+             job_extra="checkpoint: {resume: never}\n" if id.startswith("resume") else "")
+
+CASES.extend(K8S_CASES)
+_check_ids()

@@ -193,7 +193,8 @@ def test_unregistered_the_kind_is_unknown_again(project: Path,
     with pytest.raises(InputError, match="unknown cluster kind 'toy'"):
         cluster_kind("toy")
     assert cli.main(["render", "job.yaml", "--cluster", "toybox"]) == 2
-    assert "expected one of local, slurm, ssh, tpu-vm; got 'toy'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "expected one of local, slurm, ssh, tpu-vm, kubernetes; got 'toy'" in err
 
 
 def test_the_registry_refuses_a_taken_name_a_wrong_name_and_a_builtin(project: Path) -> None:

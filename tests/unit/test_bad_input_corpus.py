@@ -133,7 +133,7 @@ def test_the_corpus_is_wide() -> None:
     commands = {c.argv[0] for c in CASES}
     assert {"submit", "render", "status", "cancel", "events", "logs", "report", "metrics", "fit",
             "doctor", "schema", "schedule"} <= commands
-    for kind in ("local", "slurm", "ssh", "tpu"):
+    for kind in ("local", "slurm", "ssh", "tpu", "kubernetes"):
         assert sum(c.id.startswith(f"profile-{kind}-") for c in CASES) >= 15, kind
 
 

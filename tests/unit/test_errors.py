@@ -95,7 +95,7 @@ def test_unknown_cluster_lists_project_and_home_profiles(
     code, _, err = run_cli(capsys, "render", "job.yaml", "--cluster", "labb")
     assert code == 2
     assert "did you mean 'lab'?" in err
-    assert "known clusters: lab, local, slurm, ssh, team, tpu-vm" in err
+    assert "known clusters: kubernetes, lab, local, slurm, ssh, team, tpu-vm" in err
 
 
 def test_out_that_is_a_file(sandbox: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -178,14 +178,15 @@ def listed(imports: list[tuple[str, str]]) -> str:
     return "\n".join(f"{a} -> {b}" for a, b in imports)
 
 
-# The registry's modules; a kind that is a package (slurm/, tpu_vm/) counts as the whole package.
+# The registry's modules; a kind that is a package (slurm/, tpu_vm/, kubernetes/) counts as the
+# whole package.
 KIND_UNITS = kind_units(KIND_MODULES.values(), "fsdp_orch.backends")
 
 
 def test_the_kinds_are_the_registry_modules_and_their_packages() -> None:
     assert KIND_UNITS == [
-        "fsdp_orch.backends.local", "fsdp_orch.backends.slurm", "fsdp_orch.backends.ssh",
-        "fsdp_orch.backends.tpu_vm"]
+        "fsdp_orch.backends.kubernetes", "fsdp_orch.backends.local", "fsdp_orch.backends.slurm",
+        "fsdp_orch.backends.ssh", "fsdp_orch.backends.tpu_vm"]
 
 
 def test_no_cluster_kind_imports_another() -> None:

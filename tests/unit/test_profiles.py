@@ -63,7 +63,7 @@ def test_discovery_order_project_home_builtin(sandbox: dict[str, Path]) -> None:
     refs = discover()
     assert {n: r.origin for n, r in refs.items()} == {
         "local": "project", "lab": "project", "slurm": "home", "team": "home",
-        "ssh": "built-in", "tpu-vm": "built-in"}
+        "ssh": "built-in", "tpu-vm": "built-in", "kubernetes": "built-in"}
     assert load_profile("local")[0].description == "project local"
     assert load_profile("slurm")[0].description == "home slurm"
     assert load_profile("ssh")[1].path == builtin_dir("clusters") / "ssh.yaml"
@@ -85,7 +85,7 @@ def test_clusters_command_shows_origin(sandbox: dict[str, Path],
     assert {n: (r["kind"], r["origin"]) for n, r in rows.items()} == {
         "local": ("local", "project"), "team": ("slurm", "home"), "broken": ("?", "home"),
         "slurm": ("slurm", "built-in"), "ssh": ("ssh", "built-in"),
-        "tpu-vm": ("tpu-vm", "built-in")}
+        "tpu-vm": ("tpu-vm", "built-in"), "kubernetes": ("kubernetes", "built-in")}
     assert "did you mean 'partition'" in rows["broken"]["description"]
     assert cli.main(["clusters"]) == 0
     table = capsys.readouterr().out.splitlines()
@@ -143,6 +143,7 @@ def test_profile_template_errors(sandbox: dict[str, Path]) -> None:
 COMPATIBLE = {
     "local": {"torchrun", "accelerate", "python"}, "slurm": {"torchrun", "accelerate", "python"},
     "ssh": {"torchrun", "accelerate", "python"}, "tpu-vm": {"xla", "python"},
+    "kubernetes": {"torchrun", "accelerate", "python"},
 }
 
 
@@ -206,7 +207,8 @@ def test_unknown_profile_key_hint(tmp_path: Path) -> None:
 
 def test_profile_kind_missing(tmp_path: Path) -> None:
     err = profile_error(tmp_path, "description: x\n")
-    assert err.field == "kind" and "expected one of local, slurm, ssh, tpu-vm" in err.detail
+    assert err.field == "kind"
+    assert "expected one of local, slurm, ssh, tpu-vm, kubernetes" in err.detail
 
 
 def test_ssh_checks(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ UPDATE = os.environ.get("FSDP_ORCH_UPDATE_GOLDEN") == "1"
 REGENERATE = "FSDP_ORCH_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/test_render_golden.py"
 
 # Multi-node kinds render two nodes so per-node artifacts (ssh node-N.sh) and node counts show.
-NODES = {"local": 1, "slurm": 2, "ssh": 2, "tpu-vm": 1}
+NODES = {"local": 1, "slurm": 2, "ssh": 2, "tpu-vm": 1, "kubernetes": 2}
 ENTRY_POINTS = ("script", "module", "command")
 # (kind, launcher, entry point): every supported pair with a script, then the module and command
 # forms of every launcher (they change the launch line).
@@ -48,7 +48,8 @@ CASES = [
     *[("tpu-vm", "xla", entry) for entry in ("module", "command")],
 ]
 # Profiles that change what a kind renders, named <kind>-<variant> (tests/fixtures/clusters/).
-VARIANTS = [("ssh-own-disks", "torchrun", "script"), ("slurm-standby", "torchrun", "script")]
+VARIANTS = [("ssh-own-disks", "torchrun", "script"), ("slurm-standby", "torchrun", "script"),
+            ("kubernetes-jobset", "torchrun", "script")]
 ALL_CASES = CASES + VARIANTS
 
 
@@ -78,8 +79,8 @@ def test_cases_cover_every_supported_pair() -> None:
     pairs = {(kind, launcher) for kind, launcher, _ in CASES}
     assert pairs == {(kind, launcher) for kind, model in profile_models().items()
                      for launcher in model.launchers}
-    # local, slurm, ssh x {torchrun, accelerate, python}; tpu-vm x {xla, python}
-    assert len(pairs) == 11
+    # local, slurm, ssh, kubernetes x {torchrun, accelerate, python}; tpu-vm x {xla, python}
+    assert len(pairs) == 14
     assert {entry for _, _, entry in CASES} == set(ENTRY_POINTS)
 
 

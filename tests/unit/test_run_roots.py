@@ -10,12 +10,21 @@ import pytest
 from fsdp_orch.backends.registry import parse_profile
 from fsdp_orch.control.job_control import record_submission
 from fsdp_orch.control.submit_request import SubmitRequest
+from fsdp_orch.places.builtin import builtin_dir
 from fsdp_orch.places.private import user_name
 from fsdp_orch.record.index import open_index
 from fsdp_orch.record.run_roots import runs_roots, shared_dir_of
 from fsdp_orch.record.store import Store
 from fsdp_orch.vocab.errors import InputError
 from fsdp_orch.vocab.states import JobState
+
+
+def roots_with(home: str, *shared: Path) -> tuple[list[str], str]:
+    """The run roots ``runs_roots`` gives, and the shared dirs it caches, for the project's
+    ``shared`` dirs beside those the built-in profiles name (clusters/kubernetes.yaml's)."""
+    builtin = {d for p in builtin_dir("clusters").glob("*.yaml") if (d := shared_dir_of(str(p)))}
+    dirs = sorted(builtin | {str(d) for d in shared})
+    return [f"{home}/runs", *(f"{d}/{user_name()}/runs" for d in dirs)], "\n".join(dirs)
 
 
 @pytest.fixture
@@ -48,14 +57,15 @@ def test_a_submission_on_one_login_node_is_listed_by_another_with_its_own_home(l
 def test_the_roots_follow_the_profiles_and_are_cached_until_a_profile_changes(login: Path) -> None:
     store = Store(login / "cache.db")
     home = str(login / "home")
-    assert runs_roots(store, home) == [f"{home}/runs", str(login / "nfs" / user_name() / "runs")]
-    assert store.meta_text("shared_dirs") == str(login / "nfs")
+    roots, shared = roots_with(home, login / "nfs")
+    assert runs_roots(store, home) == roots
+    assert store.meta_text("shared_dirs") == shared
     profile = Path("clusters") / "shared.yaml"
     profile.write_text(f"kind: local\nshared_dir: {login / 'lustre'}\n")
     import os
 
     os.utime(profile, ns=(1, 1))  # another mtime than before: the cache key changes
-    assert runs_roots(store, home) == [f"{home}/runs", str(login / "lustre" / user_name() / "runs")]
+    assert runs_roots(store, home) == roots_with(home, login / "lustre")[0]
 
 
 def test_shared_dir_must_be_absolute_and_a_broken_profile_names_none(tmp_path: Path) -> None:

@@ -1,0 +1,249 @@
+"""`fsdp-orch submit --cluster kubernetes` on the real test cluster (tests/k8s/cluster.sh: an API
+server, a scheduler, a controller-manager and a kubelet running pods through containerd): the demo
+as an Indexed Job of 2 pods, a pod deleted under a running job, a hang, an image that does not
+exist, a pod that cannot be scheduled, cancel. Every pod uses the host network and this session's
+Python, mounted from the host (the K8sCluster fixture's hostPath volumes)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from cli_harness import Cli, copy_demo, demo_args, hf_trainer_hang_on_two_nodes, make_cli
+
+if TYPE_CHECKING:
+    from conftest import K8sCluster
+
+pytestmark = [pytest.mark.k8s, pytest.mark.slow, pytest.mark.root]
+
+TWO_PODS = ["--set", "nodes=2", "--set", "procs_per_node=1", "--set", "checkpoint.interval=5",
+            "--set", "restart.backoff.initial=1s", "--set", "restart.backoff.jitter=0",
+            "--set", "watch.heartbeat_timeout=10s", "--set", "watch.startup_timeout=120s"]
+ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def write_profile(cli: Cli, cluster: K8sCluster, work: Path, name: str = "k8s",
+                  **fields: Any) -> Path:
+    """A profile for the session's namespace: the host network, this session's Python and ``work``
+    (the job's folder and the run folders) mounted at the same paths as on this machine."""
+    volumes = [{"name": "work", "mount_path": str(work), "host_path": str(work)}]
+    volumes += [{"name": f"host{i}", "mount_path": p, "host_path": p, "read_only": True}
+                for i, p in enumerate(cluster.host_paths)]
+    doc: dict[str, Any] = {
+        "kind": "kubernetes", "kubeconfig": str(cluster.kubeconfig),
+        "namespace": cluster.namespace, "image": cluster.image, "image_pull_policy": "Never",
+        "python": cluster.python, "resources": {"cpu": "950m", "memory": "2Gi", "gpus": 0},
+        # no cluster DNS here to resolve pod 0's stable name: one node, the host network
+        "host_network": True, "rdzv_host": "127.0.0.1", "volumes": volumes, "run_volume": "work",
+        "shared_dir": str(work / "shared"), "device": "cpu",
+        "env": {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"},
+        "unschedulable_timeout": 60, **fields}
+    folder = cli.cwd / "clusters"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path
+
+
+@pytest.fixture
+def on_k8s(k8s_cluster: K8sCluster, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A CLI whose `k8s` profile names the session's namespace, and a private copy of the demo;
+    after the test, no object of its jobs is left in the namespace."""
+    cli = make_cli(tmp_path)
+    write_profile(cli, k8s_cluster, tmp_path)
+    yield cli, copy_demo(tmp_path)
+    runs = tmp_path / "shared"
+    job_ids = [p.name for p in runs.glob("*/runs/*") if p.is_dir()]
+    for job_id in job_ids:
+        if cli.status(job_id)["state"] not in ENDED:
+            cli.run("cancel", job_id)
+    left = {job_id: objects_of(k8s_cluster, job_id) for job_id in job_ids}
+    assert not any(left.values()), f"jobs left objects behind: {left}"
+
+
+def objects_of(cluster: K8sCluster, job_id: str) -> list[str]:
+    """Jobs, Services, Secrets and pods (not yet gone) with the job's label."""
+    from kubernetes import client
+
+    api = cluster.api_client()
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    selector, ns = f"fsdp-orch/job-id={job_id}", cluster.namespace
+    found = [f"Job/{j.metadata.name}"
+             for j in batch.list_namespaced_job(ns, label_selector=selector).items]
+    found += [f"Service/{s.metadata.name}"
+              for s in core.list_namespaced_service(ns, label_selector=selector).items]
+    found += [f"Secret/{s.metadata.name}"
+              for s in core.list_namespaced_secret(ns, label_selector=selector).items]
+    return found
+
+
+def pods_of(cluster: K8sCluster, job_id: str, attempt: int | None = None) -> list[Any]:
+    from kubernetes import client
+
+    selector = f"fsdp-orch/job-id={job_id}"
+    if attempt is not None:
+        selector += f",fsdp-orch/attempt={attempt}"
+    return client.CoreV1Api(cluster.api_client()).list_namespaced_pod(
+        cluster.namespace, label_selector=selector).items
+
+
+def submit(cli: Cli, demo: Path, *extra: str) -> str:
+    proc = cli.run("submit", "--cluster", "k8s", str(demo), *TWO_PODS, *extra)
+    assert proc.returncode == 0, f"submit exited {proc.returncode}: {proc.stderr}"
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_the_demo_runs_as_an_indexed_job_of_two_pods(k8s_cluster: K8sCluster, on_k8s) -> None:
+    cli, demo = on_k8s
+    t0 = time.monotonic()
+    job_id = submit(cli, demo, "--set", demo_args(30))
+    first = cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 1,
+                           timeout=120, what="the first step")
+    first_step_s = time.monotonic() - t0
+    pods = pods_of(k8s_cluster, job_id, 0)
+    assert len(pods) == 2 and all(p.spec.host_network for p in pods), pods
+    final = cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=300, what="the end")
+    assert final["state"] == "SUCCEEDED", final
+    assert final["failures"] == [] and final["progress"]["step"] == 30, final
+    result = json.loads((Path(final["run_dir"]) / "result.json").read_text())
+    assert result["world_size"] == 2
+    print(f"submit -> first step {first_step_s:.1f} s ({first['progress']})")
+
+
+def test_a_pod_deleted_under_the_job_resumes_from_the_checkpoint(
+        k8s_cluster: K8sCluster, on_k8s) -> None:
+    from kubernetes import client
+
+    cli, demo = on_k8s
+    job_id = submit(cli, demo, "--set", demo_args(40, "--sleep-per-step", "0.2"))
+    cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 12,
+                   timeout=180, what="step 12 (a checkpoint at 10)")
+    [victim] = [p for p in pods_of(k8s_cluster, job_id, 0)
+                if p.metadata.annotations["batch.kubernetes.io/job-completion-index"] == "1"]
+    client.CoreV1Api(k8s_cluster.api_client()).delete_namespaced_pod(
+        victim.metadata.name, k8s_cluster.namespace, grace_period_seconds=0)
+    final = cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=400, what="the end")
+    assert final["state"] == "SUCCEEDED", final
+    [failure] = final["failures"]
+    assert failure["category"] == "preemption_or_node_lost", failure
+    assert "deleted" in failure["evidence"], failure
+    # the attempt had made progress (checkpoints 5 and 10): no step towards the crash-loop stop
+    assert failure["progressed"] is True and failure["action"] == "restart", failure
+    assert final["restart_budget"]["failures_without_progress"] == 0, final
+    result = json.loads((Path(final["run_dir"]) / "result.json").read_text())
+    assert result["resumed_from"] >= 5, result
+
+
+def test_an_unchanged_hf_trainer_hang_is_named_and_resumed_from_its_checkpoint(
+        k8s_cluster: K8sCluster, on_k8s, tmp_path: Path) -> None:
+    cli, _ = on_k8s
+    status, job = hf_trainer_hang_on_two_nodes(cli, "k8s", tmp_path)
+    node_sh = (Path(status["run_dir"]) / "attempt-1" / "node.sh").read_text()
+    assert f"--resume_from_checkpoint {job.parent / 'out' / 'checkpoint-80'}" in node_sh
+
+
+def test_a_missing_image_fails_at_once_as_the_users_error(k8s_cluster: K8sCluster,
+                                                          on_k8s) -> None:
+    cli, demo = on_k8s
+    write_profile(cli, k8s_cluster, demo.parents[1], name="k8s",
+                  image="fsdp-orch.local/no-such-image:1")
+    t0 = time.monotonic()
+    job_id = submit(cli, demo, "--set", demo_args(5))
+    final = cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=120, what="the end")
+    took = time.monotonic() - t0
+    assert final["state"] == "FAILED", final
+    [failure] = final["failures"]
+    assert failure["category"] == "node_setup_error" and failure["action"] == "give_up", failure
+    assert "no-such-image" in failure["evidence"], failure
+    assert took < 30, f"a missing image took {took:.1f} s to fail"
+    print(f"missing image: FAILED {took:.1f} s after submit")
+
+
+def test_a_pod_that_cannot_be_scheduled_says_why_and_gives_up(k8s_cluster: K8sCluster,
+                                                              on_k8s) -> None:
+    cli, demo = on_k8s
+    write_profile(cli, k8s_cluster, demo.parents[1], name="k8s",
+                  node_selector={"fsdp-orch-test/no-such-node": "true"}, unschedulable_timeout=8)
+    job_id = submit(cli, demo, "--set", demo_args(5))
+    t0 = time.monotonic()
+
+    def said_why(status: dict) -> bool:
+        assert status["state"] not in ENDED, status  # said before the job gives up
+        return any(e["kind"] == "waiting" for e in status["events"])
+
+    waiting = cli.wait_until(job_id, said_why, timeout=30, what="the scheduler's reason")
+    seen_s = time.monotonic() - t0
+    [why] = [e["message"] for e in waiting["events"] if e["kind"] == "waiting"]
+    assert "Unschedulable" in why and "node affinity/selector" in why, why
+    assert seen_s < 10, f"the scheduler's reason took {seen_s:.1f} s to show"
+    final = cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=120, what="the end")
+    assert final["state"] == "FAILED", final
+    [failure] = final["failures"]
+    assert "unschedulable_timeout" in failure["evidence"], failure
+    assert "node" in failure["evidence"], failure
+    print(f"reason shown after {seen_s:.1f} s: {why}")
+
+
+def test_cancel_deletes_every_object_of_the_job(k8s_cluster: K8sCluster, on_k8s) -> None:
+    cli, demo = on_k8s
+    job_id = submit(cli, demo, "--set", demo_args(100000, "--sleep-per-step", "0.1"))
+    cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 2,
+                   timeout=180, what="step 2")
+    assert objects_of(k8s_cluster, job_id)
+    proc = cli.run("cancel", job_id, check=True)
+    assert "cancelled" in proc.stdout, proc.stdout
+    assert cli.status(job_id)["state"] == "CANCELLED"
+    deadline = time.monotonic() + 30
+    while objects_of(k8s_cluster, job_id) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert objects_of(k8s_cluster, job_id) == []
+
+
+def test_what_the_api_server_refuses_is_one_line_at_submit_and_nothing_is_left(
+        k8s_cluster: K8sCluster, on_k8s) -> None:
+    from kubernetes import client
+
+    cli, demo = on_k8s
+    core = client.CoreV1Api(k8s_cluster.api_client())
+    # a quota that admits no Job: the server's dry run at submit refuses it, naming the quota
+    core.create_namespaced_resource_quota(k8s_cluster.namespace, client.V1ResourceQuota(
+        metadata=client.V1ObjectMeta(name="no-jobs"),
+        spec=client.V1ResourceQuotaSpec(hard={"count/jobs.batch": "0"})))
+    try:
+        deadline = time.monotonic() + 30  # the quota controller fills in what is used first
+        while not (core.read_namespaced_resource_quota("no-jobs", k8s_cluster.namespace)
+                   .status.used) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        proc = cli.run("submit", "--cluster", "k8s", str(demo), *TWO_PODS, "--set", demo_args(5))
+        assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+        [line] = proc.stderr.strip().splitlines()
+        assert "exceeded quota" in line and "no-jobs" in line and "Job" in line, line
+        print(f"quota: {line}")
+    finally:
+        core.delete_namespaced_resource_quota("no-jobs", k8s_cluster.namespace)
+    # an API server that does not answer: one line naming it, at once
+    kubeconfig = demo.parents[1] / "away.kubeconfig"
+    kubeconfig.write_text(k8s_cluster.kubeconfig.read_text().replace(
+        f"server: https://127.0.0.1:{server_port(k8s_cluster)}", "server: https://127.0.0.1:9"))
+    write_profile(cli, k8s_cluster, demo.parents[1], kubeconfig=str(kubeconfig))
+    t0 = time.monotonic()
+    proc = cli.run("submit", "--cluster", "k8s", str(demo), *TWO_PODS, "--set", demo_args(5))
+    took = time.monotonic() - t0
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    [line] = proc.stderr.strip().splitlines()
+    assert "does not answer" in line and "127.0.0.1:9" in line, line
+    print(f"away: {line} ({took:.1f} s)")
+    assert took < 30, took
+    for job_id in (p.name for p in (demo.parents[1] / "shared").glob("*/runs/*")):
+        assert objects_of(k8s_cluster, job_id) == []
+        assert cli.status(job_id)["state"] == "FAILED"
+
+
+def server_port(cluster: K8sCluster) -> str:
+    import yaml
+
+    server = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    return str(server.rsplit(":", 1)[1])
