@@ -346,7 +346,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "rdzv_host": "Node 0's address for the rendezvous (with host_network). Unset: pod 0's "
                      "name through the attempt's headless Service.",
         "supervisor_address": "The address the pods' node agents reach the supervisor at. Unset: "
-                              "the supervisor's machine's.",
+                              "the supervisor's machine's IPv4 address on its route to the API "
+                              "server.",
         "use_jobset": "Make each attempt a JobSet (jobset.x-k8s.io) instead of an Indexed Job.",
         "unschedulable_timeout": "Seconds a pod may stay unschedulable before the job fails.",
         "labels": "More labels on every object (not fsdp-orch/*, managed-by or kubernetes.io/).",

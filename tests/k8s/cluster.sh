@@ -70,23 +70,36 @@ die() { say "error: $*"; exit 1; }
 
 # --- binaries ----------------------------------------------------------------------------------
 
+# FSDP_ORCH_K8S_SRC, else shared/k8s/ inside the repository or beside it or any folder above it.
 source_tarball() {
-  local c
-  for c in "${FSDP_ORCH_K8S_SRC:-}" "$REPO/shared/k8s/$SRC_NAME" "$REPO/../shared/k8s/$SRC_NAME"; do
-    if [ -n "$c" ] && [ -r "$c" ]; then
+  local c d=$REPO
+  if [ -n "${FSDP_ORCH_K8S_SRC:-}" ] && [ -r "$FSDP_ORCH_K8S_SRC" ]; then
+    readlink -f "$FSDP_ORCH_K8S_SRC"
+    return 0
+  fi
+  while :; do
+    c="$d/shared/k8s/$SRC_NAME"
+    if [ -f "$c" ]; then
       readlink -f "$c"
       return 0
     fi
+    [ "$d" = / ] && return 1
+    d=$(dirname "$d")
   done
-  return 1
 }
 
-# The cache folder of the binaries built from the tarball (whether built yet or not).
+# The cache folder of the binaries built from the tarball (whether built yet or not); without the
+# tarball, the one complete build in the cache, if there is exactly one.
 bin_dir() {
-  local src key
-  src=$(source_tarball) || die "no Kubernetes source: set FSDP_ORCH_K8S_SRC to $SRC_NAME"
-  key=$(sha256sum "$src" | cut -c1-16)
-  echo "$CACHE/$key/bin"
+  local src key found=()
+  if src=$(source_tarball); then
+    key=$(sha256sum "$src" | cut -c1-16)
+    echo "$CACHE/$key/bin"
+    return 0
+  fi
+  for key in "$CACHE"/*/bin; do built "$key" && found+=("$key"); done
+  [ "${#found[@]}" = 1 ] || die "no Kubernetes source: set FSDP_ORCH_K8S_SRC to $SRC_NAME"
+  echo "${found[0]}"
 }
 
 built() {

@@ -48,12 +48,22 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def source_tarball() -> Path | None:
-    """The Kubernetes source cluster.sh builds from (the same places it looks), or None."""
-    for candidate in (os.environ.get("FSDP_ORCH_K8S_SRC", ""), REPO / "shared" / "k8s" / SRC_NAME,
-                      REPO.parent / "shared" / "k8s" / SRC_NAME):
-        if candidate and Path(candidate).is_file():
-            return Path(candidate)
+    """The Kubernetes source cluster.sh builds from (the same places it looks: FSDP_ORCH_K8S_SRC,
+    else shared/k8s/ in the repository or in any folder above it), or None."""
+    given = os.environ.get("FSDP_ORCH_K8S_SRC", "")
+    if given and Path(given).is_file():
+        return Path(given)
+    for folder in (REPO, *REPO.parents):
+        if (folder / "shared" / "k8s" / SRC_NAME).is_file():
+            return folder / "shared" / "k8s" / SRC_NAME
     return None
+
+
+def cached_builds() -> list[Path]:
+    """The complete builds in cluster.sh's cache (it starts the one there is without the source)."""
+    cache = Path(os.environ.get("FSDP_ORCH_K8S_CACHE", "/var/cache/fsdp-orch-k8s"))
+    names = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "pause")
+    return [b for b in cache.glob("*/bin") if all((b / n).is_file() for n in names)]
 
 
 def why_it_cannot_run() -> str | None:
@@ -63,7 +73,7 @@ def why_it_cannot_run() -> str | None:
     if os.geteuid() != 0:
         return ("the test Kubernetes cluster needs root (it installs packages, runs containerd "
                 "and the kubelet)")
-    if source_tarball() is None:
+    if source_tarball() is None and len(cached_builds()) != 1:
         return (f"no Kubernetes source to build the test cluster from ({SRC_NAME}: set "
                 "FSDP_ORCH_K8S_SRC, or FSDP_ORCH_K8S_KUBECONFIG to use another cluster)")
     path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"

@@ -232,3 +232,30 @@ def test_the_run_volumes_claim_must_exist_and_be_bound(k8s_cluster: K8sCluster,
             f"no PersistentVolumeClaim doctor-absent in namespace {ns}")
     finally:
         core.delete_persistent_volume(volume)
+
+
+def test_a_pod_the_server_would_refuse_is_named_before_any_job(k8s_cluster: K8sCluster,
+                                                                secrets_made: None,
+                                                                tmp_path: Path) -> None:
+    """A quota of 1 CPU in the namespace and a profile asking 8 a pod: the dry run says so."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(k8s_cluster.api_client())
+    ns = k8s_cluster.namespace
+    core.create_namespaced_resource_quota(ns, client.V1ResourceQuota(
+        metadata=client.V1ObjectMeta(name="one-cpu"),
+        spec=client.V1ResourceQuotaSpec(hard={"requests.cpu": "1"})))
+    try:
+        deadline = time.monotonic() + 30  # the quota controller fills in what is used first
+        while not core.read_namespaced_resource_quota("one-cpu", ns).status.used:
+            assert time.monotonic() < deadline, "the quota was never filled in"
+            time.sleep(0.2)
+        big = profile(k8s_cluster, tmp_path, resources={"cpu": "8", "memory": "1Gi", "gpus": 0})
+        [probe] = [c for c in kubernetes_checks(big, None, no_command) if "dry run" in c.name]
+        assert not probe.ok and "exceeded quota: one-cpu" in probe.detail, probe
+        small = profile(k8s_cluster, tmp_path, resources={"cpu": "500m", "memory": "1Gi",
+                                                          "gpus": 0})
+        [probe] = [c for c in kubernetes_checks(small, None, no_command) if "dry run" in c.name]
+        assert probe.ok, probe
+    finally:
+        core.delete_namespaced_resource_quota("one-cpu", ns)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from cli_harness import Cli, copy_demo, demo_args, hf_trainer_hang_on_two_nodes, make_cli
+from k8s_jobs import objects_of, write_profile
 
 if TYPE_CHECKING:
     from conftest import K8sCluster
@@ -23,29 +24,6 @@ TWO_PODS = ["--set", "nodes=2", "--set", "procs_per_node=1", "--set", "checkpoin
             "--set", "restart.backoff.initial=1s", "--set", "restart.backoff.jitter=0",
             "--set", "watch.heartbeat_timeout=10s", "--set", "watch.startup_timeout=120s"]
 ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
-
-
-def write_profile(cli: Cli, cluster: K8sCluster, work: Path, name: str = "k8s",
-                  **fields: Any) -> Path:
-    """A profile for the session's namespace: the host network, this session's Python and ``work``
-    (the job's folder and the run folders) mounted at the same paths as on this machine."""
-    volumes = [{"name": "work", "mount_path": str(work), "host_path": str(work)}]
-    volumes += [{"name": f"host{i}", "mount_path": p, "host_path": p, "read_only": True}
-                for i, p in enumerate(cluster.host_paths)]
-    doc: dict[str, Any] = {
-        "kind": "kubernetes", "kubeconfig": str(cluster.kubeconfig),
-        "namespace": cluster.namespace, "image": cluster.image, "image_pull_policy": "Never",
-        "python": cluster.python, "resources": {"cpu": "950m", "memory": "2Gi", "gpus": 0},
-        # no cluster DNS here to resolve pod 0's stable name: one node, the host network
-        "host_network": True, "rdzv_host": "127.0.0.1", "volumes": volumes, "run_volume": "work",
-        "shared_dir": str(work / "shared"), "device": "cpu",
-        "env": {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"},
-        "unschedulable_timeout": 60, **fields}
-    folder = cli.cwd / "clusters"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.yaml"
-    path.write_text(json.dumps(doc, indent=1) + "\n")
-    return path
 
 
 @pytest.fixture
@@ -62,22 +40,6 @@ def on_k8s(k8s_cluster: K8sCluster, tmp_path: Path):  # type: ignore[no-untyped-
             cli.run("cancel", job_id)
     left = {job_id: objects_of(k8s_cluster, job_id) for job_id in job_ids}
     assert not any(left.values()), f"jobs left objects behind: {left}"
-
-
-def objects_of(cluster: K8sCluster, job_id: str) -> list[str]:
-    """Jobs, Services, Secrets and pods (not yet gone) with the job's label."""
-    from kubernetes import client
-
-    api = cluster.api_client()
-    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
-    selector, ns = f"fsdp-orch/job-id={job_id}", cluster.namespace
-    found = [f"Job/{j.metadata.name}"
-             for j in batch.list_namespaced_job(ns, label_selector=selector).items]
-    found += [f"Service/{s.metadata.name}"
-              for s in core.list_namespaced_service(ns, label_selector=selector).items]
-    found += [f"Secret/{s.metadata.name}"
-              for s in core.list_namespaced_secret(ns, label_selector=selector).items]
-    return found
 
 
 def pods_of(cluster: K8sCluster, job_id: str, attempt: int | None = None) -> list[Any]:

@@ -187,3 +187,24 @@ def test_a_server_that_does_not_answer_is_said_in_one_line() -> None:
     said = why_no_answer(MaxRetryError(None, "/version/", cause))  # type: ignore[arg-type]
     assert said == "Failed to establish a new connection: [Errno 111] Connection refused"
     assert why_no_answer(TimeoutError()) == "TimeoutError"
+
+
+def test_the_dry_runs_pod_is_the_pod_an_attempt_makes() -> None:
+    """doctor's probe (``probe_pod``) against the golden Job of the same profile: every field
+    the server judges a pod by is the same, so what the dry run admits an attempt's pod is."""
+    from fsdp_orch.backends.kubernetes.probe import probe_job, probe_pod
+    from fsdp_orch.backends.registry import parse_profile
+
+    repo = Path(__file__).resolve().parents[2]
+    profile = parse_profile(repo / "tests" / "fixtures" / "clusters" / "kubernetes.yaml")
+    golden = yaml.safe_load((repo / "tests" / "golden" / "kubernetes-torchrun" / "k8s-job.yaml")
+                            .read_text())["spec"]["template"]["spec"]
+    pod = probe_pod(profile)  # type: ignore[arg-type]
+    assert probe_job(pod)["spec"]["template"]["spec"] == pod["spec"]
+    probe = pod["spec"]
+    for key in ("restartPolicy", "enableServiceLinks", "automountServiceAccountToken",
+                "serviceAccountName", "priorityClassName", "securityContext", "nodeSelector",
+                "tolerations", "affinity", "imagePullSecrets", "volumes"):
+        assert probe.get(key) == golden.get(key), key
+    for key in ("image", "imagePullPolicy", "resources", "volumeMounts"):
+        assert probe["containers"][0][key] == golden["containers"][0][key], key

@@ -123,6 +123,8 @@ class Api:
                     JOBSET_GROUP, JOBSET_VERSION, self.namespace, JOBSET_PLURAL, manifest, **extra)
             elif kind == "Secret":
                 self.core.create_namespaced_secret(self.namespace, manifest, **extra)
+            elif kind == "Pod":
+                self.core.create_namespaced_pod(self.namespace, manifest, **extra)
             else:
                 raise FsdpOrchError(f"kubernetes: no way to create a {kind}")
 

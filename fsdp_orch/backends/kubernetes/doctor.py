@@ -20,6 +20,7 @@ from fsdp_orch.backends.kubernetes.api import (
     Api,
     connect,
 )
+from fsdp_orch.backends.kubernetes.probe import probe_check
 from fsdp_orch.backends.kubernetes.profile import KubernetesProfile
 from fsdp_orch.observe.command import Runner
 from fsdp_orch.vocab.checks import Check
@@ -210,6 +211,9 @@ def kubernetes_checks(profile: KubernetesProfile, torch_version: str | None,
                             ROLE_FIX))
     else:
         checks += access_checks(allowed, profile.namespace)
+    if allowed.get(("create", "jobs", "batch")):
+        pods, _ = _ask_access(api, [("create", "pods", "")])
+        checks.append(probe_check(api, profile, bool(pods.get(("create", "pods", "")))))
     checks += secret_checks(profile, {n: _secret_keys(api, n) for n in named_secrets(profile)})
     run_volume = next(v for v in profile.volumes if v.name == profile.run_volume)
     claim = run_volume.persistent_volume_claim

@@ -12,10 +12,12 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from fsdp_orch.backends.base import EngineEnding
 from fsdp_orch.backends.kubernetes.api import Api, connect, create_all, manifests_of
@@ -67,6 +69,20 @@ def env_secret_manifest(plan: LaunchPlan, profile: KubernetesProfile,
             "metadata": {"name": env_secret_name(plan.job_id), "namespace": namespace,
                          "labels": own},
             "data": {k: base64.b64encode(v.encode()).decode() for k, v in sorted(values.items())}}
+
+
+def outbound_address(server: str) -> str:
+    """This machine's IPv4 address on the way to the API server (``https://HOST:PORT``): the one
+    the pods' node agents reach the supervisor at, unless the profile names one
+    (``supervisor_address``; an IPv6-only cluster must); 127.0.0.1 for a server on this machine's
+    loopback, or where no route is found."""
+    host = urlsplit(server).hostname or "127.0.0.1"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, 443))  # UDP: no packet is sent, the route is chosen
+            return str(probe.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
 
 
 def parse_ref(ref: str | None) -> list[tuple[str, str]]:
@@ -222,7 +238,7 @@ class KubernetesLauncher:
                  nnodes: int) -> KubernetesAttempt:
         return KubernetesAttempt(
             self.submission, attempt, self.api, objects,
-            announce=self.profile.supervisor_address or "127.0.0.1",
+            announce=self.profile.supervisor_address or outbound_address(self.api.server),
             unschedulable_timeout=float(self.profile.unschedulable_timeout), nnodes=nnodes)
 
 

@@ -1,0 +1,52 @@
+"""What the Kubernetes kind's tests share: a profile for the session's namespace on the test
+cluster, and the objects a job left there."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cli_harness import Cli
+
+if TYPE_CHECKING:
+    from conftest import K8sCluster
+
+
+def write_profile(cli: Cli, cluster: K8sCluster, work: Path, name: str = "k8s",
+                  **fields: Any) -> Path:
+    """A profile for the session's namespace: the host network, this session's Python and ``work``
+    (the job's folder and the run folders) mounted at the same paths as on this machine."""
+    volumes = [{"name": "work", "mount_path": str(work), "host_path": str(work)}]
+    volumes += [{"name": f"host{i}", "mount_path": p, "host_path": p, "read_only": True}
+                for i, p in enumerate(cluster.host_paths)]
+    doc: dict[str, Any] = {
+        "kind": "kubernetes", "kubeconfig": str(cluster.kubeconfig),
+        "namespace": cluster.namespace, "image": cluster.image, "image_pull_policy": "Never",
+        "python": cluster.python, "resources": {"cpu": "950m", "memory": "2Gi", "gpus": 0},
+        # no cluster DNS here to resolve pod 0's stable name: one node, the host network
+        "host_network": True, "rdzv_host": "127.0.0.1", "volumes": volumes, "run_volume": "work",
+        "shared_dir": str(work / "shared"), "device": "cpu",
+        "env": {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"},
+        "unschedulable_timeout": 60, **fields}
+    folder = cli.cwd / "clusters"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path
+
+
+def objects_of(cluster: K8sCluster, job_id: str) -> list[str]:
+    """Jobs, Services, Secrets and pods (not yet gone) with the job's label."""
+    from kubernetes import client
+
+    api = cluster.api_client()
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    selector, ns = f"fsdp-orch/job-id={job_id}", cluster.namespace
+    found = [f"Job/{j.metadata.name}"
+             for j in batch.list_namespaced_job(ns, label_selector=selector).items]
+    found += [f"Service/{s.metadata.name}"
+              for s in core.list_namespaced_service(ns, label_selector=selector).items]
+    found += [f"Secret/{s.metadata.name}"
+              for s in core.list_namespaced_secret(ns, label_selector=selector).items]
+    return found
