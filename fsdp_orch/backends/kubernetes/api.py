@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from fsdp_orch.launch.render import Artifact
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError
 
 # Each call to the API server waits at most this long (connect, read), then is refused as "does
 # not answer": a submit never hangs on a cluster that is away.
 REQUEST_TIMEOUT_S = (5.0, 30.0)
+MANIFEST_PREFIX = "k8s-"  # an attempt's manifests: k8s-job.yaml, k8s-service.yaml, k8s-jobset.yaml
 JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 # What the kind creates, by manifest kind: (the resource as RBAC names it, its API group)
 RESOURCES = {"Job": ("jobs", "batch"), "Service": ("services", ""),
@@ -27,16 +30,26 @@ class ApiRefused(FsdpOrchError):
     """The API server refused a request, or did not answer: ``detail`` is the one line to show.
     ``users_error``: bad input of the user's (a 4xx: exit 2), else the cluster's (exit 1)."""
 
-    def __init__(self, detail: str, users_error: bool):
+    def __init__(self, detail: str, users_error: bool, status: int | None = None):
         super().__init__(detail)
         self.detail = detail
         self.users_error = users_error
+        self.status = status  # the HTTP status the server answered; None: no answer
         self.exit_code = 2 if users_error else 1
 
 
 def refusal(status: int | None, body: str | None, verb: str, kind: str, name: str,
             namespace: str, server: str) -> ApiRefused:
-    """The API server's answer to ``verb`` of ``kind`` ``name`` as one line (pure). 401: the
+    """The API server's answer to ``verb`` of ``kind`` ``name`` as one line (pure), carrying
+    ``status``."""
+    refused = _refusal(status, body, verb, kind, name, namespace, server)
+    refused.status = status
+    return refused
+
+
+def _refusal(status: int | None, body: str | None, verb: str, kind: str, name: str,
+             namespace: str, server: str) -> ApiRefused:
+    """The line for each answer. 401: the
     credentials; 403: the verb and resource that are missing (RBAC) or the quota exceeded, in the
     server's own words; 404 of a namespace; 409: the object exists; 422: what is invalid."""
     message = _message(body)
@@ -196,7 +209,7 @@ class Api:
                 self.core.read_namespaced_secret(name, self.namespace,
                                                  _request_timeout=REQUEST_TIMEOUT_S)
         except ApiRefused as refused:
-            if "(404)" in refused.detail:
+            if refused.status == 404:
                 return False
             raise
         return True
@@ -283,14 +296,14 @@ def create_all(api: Api, manifests: Iterable[dict[str, Any]], *, dry_run: bool =
         raise
 
 
-def manifests_of(texts: Iterable[str]) -> Iterator[dict[str, Any]]:
-    """The objects of rendered YAML manifests (``---``-separated), in order."""
+def manifests_in(artifacts: Iterable[Artifact]) -> list[dict[str, Any]]:
+    """The objects of an attempt's rendered manifests (``k8s-*.yaml``: not accelerate's config),
+    in order."""
     import yaml
 
-    for text in texts:
-        for doc in yaml.safe_load_all(text):
-            if doc:
-                yield doc
+    return [doc for a in artifacts
+            if Path(a.path).name.startswith(MANIFEST_PREFIX) and a.path.endswith(".yaml")
+            for doc in yaml.safe_load_all(a.text) if doc]
 
 
-__all__ = ["Api", "ApiRefused", "connect", "create_all", "manifests_of", "refusal"]
+__all__ = ["Api", "ApiRefused", "connect", "create_all", "manifests_in", "refusal"]

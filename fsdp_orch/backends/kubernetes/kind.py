@@ -49,6 +49,9 @@ class KubernetesKind(SupervisedHere[KubernetesProfile]):
     profile_model = KubernetesProfile
     main_template = "k8s-node.sh.j2"
 
+    def __init__(self) -> None:
+        self._connections: dict[str, tuple[Any, KubernetesProfile]] = {}
+
     def place(self, job: JobSpec, profile: KubernetesProfile, cluster: str,
               ctx: PlanContext) -> Placement:
         fixed_node_count(job, "an Indexed Job runs a fixed number of pods (completions = "
@@ -88,13 +91,11 @@ class KubernetesKind(SupervisedHere[KubernetesProfile]):
 
     def start(self, index: JobIndex, submission: Submission, first: PlannedAttempt) -> None:
         """The API server's dry run of the first attempt's objects, then the supervisor."""
-        from fsdp_orch.backends.kubernetes.api import connect, create_all, manifests_of
+        from fsdp_orch.backends.kubernetes.api import connect, create_all, manifests_in
 
         profile = self.profile_of(submission)
         api = connect(profile.kubeconfig, profile.context, profile.namespace)
-        texts = [a.text for a in first.artifacts
-                 if Path(a.path).name.startswith("k8s-") and a.path.endswith(".yaml")]
-        create_all(api, manifests_of(texts), dry_run=True)
+        create_all(api, manifests_in(first.artifacts), dry_run=True)
         super().start(index, submission, first)
 
     def leftovers(self, job_id: str, row: JobStatus) -> bool:
@@ -103,21 +104,24 @@ class KubernetesKind(SupervisedHere[KubernetesProfile]):
     def stop_leftovers(self, job_id: str, row: JobStatus) -> None:
         """Every object with the job's label, whatever the attempt (the supervisor may have died):
         its Jobs (and their pods), Services and its Secret."""
-        api, objects = self._api(row), self._objects(row)
-        for kind, name in objects:
+        api, _ = self._connected(row)
+        for kind, name in self._objects(row):
             api.delete(kind, name)
 
-    def _api(self, row: JobStatus) -> Any:
+    def _connected(self, row: JobStatus) -> tuple[Any, KubernetesProfile]:
+        """The job's API server and profile, connected once per job (cancel asks every 0.1 s)."""
         from fsdp_orch.backends.kubernetes.api import connect
 
-        profile = self.profile_of(Submission.load(Path(row.run_dir), self))
-        return connect(profile.kubeconfig, profile.context, profile.namespace)
+        if row.run_dir not in self._connections:
+            profile = self.profile_of(Submission.load(Path(row.run_dir), self))
+            self._connections[row.run_dir] = (
+                connect(profile.kubeconfig, profile.context, profile.namespace), profile)
+        return self._connections[row.run_dir]
 
     def _objects(self, row: JobStatus) -> list[tuple[str, str]]:
         from fsdp_orch.backends.kubernetes.launcher import job_selector
 
-        profile = self.profile_of(Submission.load(Path(row.run_dir), self))
-        api = self._api(row)
+        api, profile = self._connected(row)
         found: list[tuple[str, str]] = api.labelled(job_selector(row.id), profile.use_jobset)
         secret = env_secret_name(row.id)
         return found + ([("Secret", secret)] if api.secret_exists(secret) else [])

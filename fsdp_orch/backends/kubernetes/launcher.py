@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from fsdp_orch.backends.base import EngineEnding
-from fsdp_orch.backends.kubernetes.api import Api, connect, create_all, manifests_of
+from fsdp_orch.backends.kubernetes.api import Api, connect, create_all, manifests_in
 from fsdp_orch.backends.kubernetes.attempt_state import (
     attempt_state,
     completion_index,
@@ -46,7 +46,6 @@ from fsdp_orch.vocab.errors import FsdpOrchError
 
 log = logging.getLogger(__name__)
 
-MANIFEST_PREFIX = "k8s-"  # k8s-job.yaml, k8s-service.yaml, k8s-jobset.yaml (not accelerate's)
 POD_LOG_LINES = 50
 SERVER_AWAY_S = 60.0  # the API server silent this long while the attempt runs: a lost node
 
@@ -220,9 +219,7 @@ class KubernetesLauncher:
             self.api.delete("Secret", env_secret_name(plan.job_id))  # a re-attached supervisor's
             self.api.create(env_secret_manifest(plan, self.profile, values))
             self._secret_made = True
-        manifests = list(manifests_of(Path(a.path).read_text() for a in artifacts
-                                      if Path(a.path).name.startswith(MANIFEST_PREFIX)
-                                      and a.path.endswith(".yaml")))
+        manifests = manifests_in(artifacts)
         attempt = self._attempt(plan.attempt,
                                 [(m["kind"], m["metadata"]["name"]) for m in manifests],
                                 plan.nnodes)
