@@ -32,6 +32,9 @@ ATTEMPT_LABEL = f"{OWN_PREFIX}/attempt"
 USER_LABEL = f"{OWN_PREFIX}/user"
 CONTAINER = "node"
 REPLICATED_JOB = "node"  # the JobSet's one replicated Job
+# How long a pod's pid 1 waits, once node.sh has ended, for the node agent's last summary and log
+# copy: under the 30 s a deleted pod is given before SIGKILL.
+DRAIN_S = 20
 GPU_RESOURCE = "nvidia.com/gpu"
 SIMPLE_KEY_MAX = 1024
 
@@ -189,6 +192,7 @@ class Manifests:
     security: dict[str, int]
     replicated_job: str = REPLICATED_JOB
     container: str = CONTAINER
+    drain_s: int = DRAIN_S
 
 
 def manifests(plan: LaunchPlan, profile: KubernetesProfile, node_script: str) -> Manifests:

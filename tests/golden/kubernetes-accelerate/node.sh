@@ -26,6 +26,31 @@ export TORCH_FR_DUMP_TEMP_FILE=/srv/fsdp-orch/runs/j0123456789a/attempt-1/flight
 export FSDP_ORCH_UMASK=0022
 # HF_TOKEN: never written here; fsdp-orch hands it to this node's environment (from_env GOLDEN_HF_TOKEN).
 [[ -v HF_TOKEN ]] || { echo 'fsdp-orch: HF_TOKEN (from_env GOLDEN_HF_TOKEN) is missing from the environment fsdp-orch hands this node' >&2; exit 1; }
+if [ "$$" = 1 ]; then
+  # pid 1 of the pod's container: when it ends, the kernel ends every other process of the pod, the
+  # node agent among them, before its last copy of this node's logs reaches the run folder. So this
+  # script runs again as pid 1's child; pid 1 passes SIGTERM on (the pod deleted), takes its status,
+  # then waits for what it leaves running (the agent's last summary and copy), 20 s at most.
+  set +e
+  bash "$0" & node_script=$!
+  trap 'kill -TERM "$node_script" 2>/dev/null' TERM INT
+  wait "$node_script"; node_status=$?
+  while kill -0 "$node_script" 2>/dev/null; do wait "$node_script"; node_status=$?; done
+  trap - TERM INT
+  fsdp_orch_others_running() {
+    local stat line state
+    for stat in /proc/[0-9]*/stat; do
+      [ "$stat" = /proc/1/stat ] && continue
+      read -r line < "$stat" 2>/dev/null || continue
+      state=${line##*) }
+      [ "${state%% *}" = Z ] || return 0
+    done
+    return 1
+  }
+  drain_until=$((SECONDS + 20))
+  while [ "$SECONDS" -lt "$drain_until" ] && fsdp_orch_others_running; do sleep 0.2; done
+  exit "$node_status"
+fi
 NODE_RANK="${JOB_COMPLETION_INDEX:?node.sh runs in a pod of an Indexed Job}"
 RDZV_HOST=fsdp-orch-j0123456789a-a1-0.fsdp-orch-j0123456789a-a1
 NODE_LOG_DIR=/srv/fsdp-orch/runs/j0123456789a/attempt-1/node-"$NODE_RANK"
