@@ -6,6 +6,7 @@ the measurement's time. Target (issue 63): at least 80% of the held-out figures 
 A fresh cache each run (a temporary ``FSDP_ORCH_HOME``), so the times are cold.
 
     .venv/bin/python bench/fit_published.py [FIGURE_ID ...]
+    .venv/bin/python bench/fit_published.py --held    # the 17 held to a tolerance: exit 1 past one
 """
 
 from __future__ import annotations

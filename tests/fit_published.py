@@ -47,6 +47,29 @@ NOT_HELD_OUT = {
 }
 HELD_OUT = [f for f in FIGURES if f["id"] not in NOT_HELD_OUT]
 
+# Figures held to a tolerance (bench/fit_published.py --held): 15% where it is met, and where it is
+# missed (docs/guides/fit.md, "Measured against published figures") the error it is known to have,
+# so that it cannot grow. tests/integration/test_fit.py holds a few of them in the suite.
+TOLERANCE = {
+    "aai-3090-llama2-7b-qlora-bs1-ctx2048": WITHIN,
+    "aai-3090-llama2-7b-qlora-bs10-ctx2048": WITHIN,
+    "aai-3090-llama2-7b-lora-bs4-ctx2048": WITHIN,
+    "aai-3090-llama2-7b-lora-ddp-bs4-ctx2048": WITHIN,
+    "aai-3090-yi-34b-qlora-bs2-ctx2048": WITHIN,
+    "aai-4090-llama2-7b-qlora-cpuoffload-bs12-ctx2048": WITHIN,
+    "aai-3090-llama2-70b-qlora-cpuoffload-bs2-ctx2048": 0.22,  # missed: -20%
+    "torchtune-llama3.1-70b-lora-8xa100": WITHIN,
+    "torchtune-llama3.1-70b-full-8xa100": 0.20,  # missed: +18%
+    "torchtitan-llama3.1-8b-fsdp-8xh100": WITHIN,
+    "torchtitan-llama3.1-8b-fsdp-compile-8xh100": WITHIN,
+    "torchtitan-llama3.1-8b-fsdp-compile-float8-8xh100": WITHIN,
+    "torchtitan-llama3.1-8b-fsdp-128xh100": WITHIN,
+    "torchtitan-llama3.1-8b-fsdp-compile-128xh100": WITHIN,
+    "torchtitan-llama3.1-8b-fsdp-compile-float8-128xh100": WITHIN,
+    "torchtitan-llama3.1-8b-fsdp8-cp1-seq32768-8xh100": WITHIN,
+    "aai-3090-llama2-7b-lora-bs1-ctx512-allocated": WITHIN,  # the tuning set's allocated figure
+}
+
 
 def figure(figure_id: str) -> dict[str, Any]:
     [found] = [f for f in FIGURES if f["id"] == figure_id]
@@ -117,16 +140,22 @@ def compared(f: dict[str, Any], answer: dict[str, Any]) -> tuple[float, float]:
 
 
 def main(ids: list[str]) -> int:
+    """The table of ``ids`` (all figures when none); ``--held``: the figures of ``TOLERANCE``,
+    exit 1 when one is beyond its tolerance or fewer than 15 of its 17 are within 15%."""
     import tempfile
 
+    held_only = "--held" in ids
+    ids = [i for i in ids if i != "--held"] or (list(TOLERANCE) if held_only else [])
     chosen = [f for f in FIGURES if not ids or f["id"] in ids]
     with tempfile.TemporaryDirectory() as tmp:
         with ThreadPoolExecutor(2) as pool:
             answers = list(pool.map(lambda f: estimated(f, Path(tmp)), chosen))
-    within = 0
+    within, beyond = 0, []
     for f, answer in zip(chosen, answers, strict=True):
         got, error = compared(f, answer)
         within += abs(error) <= WITHIN
+        if abs(error) > TOLERANCE.get(f["id"], float("inf")):
+            beyond.append(f["id"])
         print(f"{f['id']:<56} {f['published_gib']:7.2f} {got:7.2f} {error:+7.1%} "
               f"{f['statistic']:<22} {answer['measured_s']:6.1f} s")
     held = [f for f in chosen if f["id"] not in NOT_HELD_OUT]
@@ -134,6 +163,10 @@ def main(ids: list[str]) -> int:
                       for f, a in zip(chosen, answers, strict=True) if f in held)
     print(f"{within} of {len(chosen)} within {WITHIN:.0%}; held out: {held_within} of "
           f"{len(held)}")
+    if beyond:
+        print(f"beyond their tolerance (TOLERANCE): {', '.join(beyond)}")
+    if held_only:
+        return 1 if beyond or within < len(chosen) - 2 else 0
     return 0
 
 

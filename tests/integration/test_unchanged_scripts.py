@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_harness import culprit_leads, why
+from cli_harness import attempt_log, culprit_leads, job_events, why
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +76,12 @@ def test_torchrun_script_resumes_from_its_own_dcp_checkpoint(unchanged):
     assert status["state"] == "SUCCEEDED", why(status)
     launch = (Path(status["run_dir"]) / "attempt-1" / "launch.sh").read_text()
     assert f"--resume {job.parent / 'ckpt' / 'step-40'}" in launch
-    assert status["progress"]["step"] == 60
+    # once 61 (the clean-clone CI of 0199332, not reproduced in 15 runs): the attempts, their
+    # progress and the ranks' last lines, should it come again
+    progress = [e for e in job_events(cli, status["id"])
+                if e["kind"] in ("progress", "attempt_started", "failure_detected")]
+    assert status["progress"]["step"] == 60, (
+        why(status), progress, attempt_log(status["run_dir"], 1, "console-node-0.log")[-2000:])
 
 
 def test_an_evaluation_loop_three_times_the_heartbeat_timeout_is_not_a_hang(unchanged):
