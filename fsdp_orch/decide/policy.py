@@ -24,6 +24,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
+from fsdp_orch.decide.after_failure import MOVES_HOSTS
 from fsdp_orch.jobspec.schema import RestartPolicy
 from fsdp_orch.vocab.backoff import Retries
 from fsdp_orch.vocab.categories import NOT_RETRYABLE, FailureCategory
@@ -148,8 +149,7 @@ def hosts_to_exclude(category: str, lost: tuple[str, ...], excluded: list[str]) 
     """The hosts a failure adds to those later attempts are planned without: the ones its attempt
     found lost (or a straggler's, replaced), when the failure is a lost node or a straggler
     replaced, and not left out already."""
-    if category not in (FailureCategory.PREEMPTION_OR_NODE_LOST,
-                        FailureCategory.STRAGGLER_REPLACED):
+    if category not in MOVES_HOSTS:
         return []
     return [host for host in dict.fromkeys(lost) if host not in excluded]
 

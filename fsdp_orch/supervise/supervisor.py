@@ -15,6 +15,7 @@ from dataclasses import replace
 from fsdp_orch.backends.base import AllocationEnding, AttemptHandle, AttemptLauncher
 from fsdp_orch.checkpoints.final_outputs import FinalOutputs, final_outputs
 from fsdp_orch.checkpoints.suspect import blamed_crash, reference_at
+from fsdp_orch.decide.after_failure import Route, needs_allocation_check, needs_placement, route
 from fsdp_orch.decide.policy import (
     Decision,
     FailureRecord,
@@ -200,22 +201,25 @@ class Supervisor:
             self.journal.host_excluded(attempt=attempt, host=host, now=failed.detected_at, message=(
                 f"host {host} {how} in attempt {attempt}: "
                 "the attempts after it are planned without it"))
-        if category == FailureCategory.PREEMPTION_OR_NODE_LOST and self.allocation_ending():
-            self._record_failure(attempt, failed, "requeue")
-            self.journal.requeued("the scheduler requeued the job", now=self.clock())
-            raise AllocationEnding("") from None
+        ending = needs_allocation_check(category) and self.allocation_ending()
         cannot_place = (placement.cannot_place(
             self.sub, attempt + 1, local_has_gpu=self.local_has_gpu,
             excluded_hosts=tuple(self.excluded_hosts), workers=self.workers)
-            if category in (FailureCategory.PREEMPTION_OR_NODE_LOST, STRAGGLER_REPLACED) else None)
-        if cannot_place and self.excluded_hosts:
+            if needs_placement(category, ending) else None)
+        way = route(category, allocation_ending=ending, cannot_place=cannot_place,
+                    hosts_left_out=bool(self.excluded_hosts))
+        if way is Route.REQUEUE:
+            self._record_failure(attempt, failed, "requeue")
+            self.journal.requeued("the scheduler requeued the job", now=self.clock())
+            raise AllocationEnding("") from None
+        if way is Route.REQUEUE_WITHOUT:
+            assert cannot_place is not None
             cannot_place = placement.requeue_without(
                 self.launcher, self.journal, attempt, cannot_place,
                 left_out=tuple(self.excluded_hosts),
                 record=lambda action: self._record_failure(attempt, failed, action),
                 clock=self.clock)
-        if category == STRAGGLER_REPLACED and not cannot_place:
-            # not a failure of the job's: no restart of its budget is used
+        if way is Route.LEAVE_OUT:
             self.requeued_attempts += 1
             self._record_failure(attempt, failed, "restart")
             return Decision(True, "the straggler's node is left out")

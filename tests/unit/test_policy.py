@@ -171,3 +171,37 @@ def test_no_restart_when_the_next_attempt_has_too_few_hosts():
     # A failure the policy does not retry says so first.
     d = decide(policy(retry_on=["hang"]), history, restarts_done=0, cannot_place="too few hosts")
     assert not d.restart and "retry_on" in d.reason
+
+
+def test_a_lost_node_when_the_scheduler_ends_the_allocation_is_requeued_unplanned():
+    from fsdp_orch.decide.after_failure import Route, needs_allocation_check, needs_placement, route
+
+    lost = "preemption_or_node_lost"
+    assert needs_allocation_check(lost) and not needs_allocation_check("hang")
+    assert not needs_placement(lost, allocation_ending=True)  # the next allocation has its hosts
+    assert route(lost, allocation_ending=True, cannot_place=None,
+                 hosts_left_out=True) is Route.REQUEUE
+
+
+def test_no_host_left_goes_through_the_queue_without_the_left_out_ones_else_to_the_policy():
+    from fsdp_orch.decide.after_failure import Route, needs_placement, route
+
+    for category in ("preemption_or_node_lost", "straggler_replaced"):
+        assert needs_placement(category, allocation_ending=False)
+        assert route(category, allocation_ending=False, cannot_place="2 nodes, 1 host left",
+                     hosts_left_out=True) is Route.REQUEUE_WITHOUT
+        # nowhere to run and nothing left out to requeue without: the policy gives up with why
+        assert route(category, allocation_ending=False, cannot_place="2 nodes, 1 host left",
+                     hosts_left_out=False) is Route.POLICY
+    assert not needs_placement("hang", allocation_ending=False)
+    assert route("hang", allocation_ending=False, cannot_place=None,
+                 hosts_left_out=True) is Route.POLICY
+
+
+def test_a_straggler_with_somewhere_to_go_restarts_without_the_budget():
+    from fsdp_orch.decide.after_failure import Route, route
+
+    assert route("straggler_replaced", allocation_ending=False, cannot_place=None,
+                 hosts_left_out=True) is Route.LEAVE_OUT
+    assert route("preemption_or_node_lost", allocation_ending=False, cannot_place=None,
+                 hosts_left_out=True) is Route.POLICY
