@@ -99,7 +99,7 @@ class AttemptWatch:
         self._replaceable = replaceable and submission.job.watch.stragglers == "replace"
         # the straggler, the checkpoint when it was named, and what the planning leaves out for it
         self._to_replace: tuple[Straggler, int | None, str] | None = None
-        progress.begin(self.follower)
+        progress.begin(self.follower, resumed_at=checkpoints.resume_step(attempt))
 
     def run(self) -> Outcome:
         outcome = self._watch()

@@ -3,7 +3,11 @@ the hang window in force, and whether hang detection is off for lack of any sign
 
 The step is the one the script reached: rank 0's counted optimizer steps, moved on by as much as
 the script's own loss lines (``step 180 loss 0.41``) are ahead of them (a script that resumed on its
-own from a save fsdp-orch does not know counts from its save, the bootstrap from 0). Each loss
+own from a save fsdp-orch does not know counts from its save, the bootstrap from 0). Where this
+supervisor resumed the attempt from a checkpoint of known step, the count starts there and no lead
+is taken: a line can reach the supervisor before the heartbeat of its step (the node agent sends
+the console as it grows, a summary of the ranks once a second), and a lead read off such a line
+made a finished 60-step run end at step 61 and a 40-step one at 43 (clean-clone CI). Each loss
 goes with its own step: the one its line names, else rank 0's when it was read, as in
 ``losses.jsonl``. An attempt whose ranks returned from their script without a step says so."""
 
@@ -60,9 +64,13 @@ class ProgressEvents:
         self._attempt: int | None = None  # the running attempt, once a rank reported
         self._trained = False  # a rank took a step in the running attempt
         self._returned = False  # a rank returned from its script in the running attempt
+        self._counts_from_resume = False  # the ranks count from the resumed checkpoint's step
 
-    def begin(self, follower: LogFollower) -> None:
+    def begin(self, follower: LogFollower, resumed_at: int | None = None) -> None:
+        """``resumed_at``: the step of the checkpoint this supervisor resumed the attempt from,
+        where known (the ranks count from it); None: from a save it does not know, or none."""
         self._follower, self._lead_seen = follower, None
+        self._counts_from_resume = resumed_at is not None
         self._window, self._last_step, self._last_loss = None, None, None
         self._device_peak = 0
         self.reached = None
@@ -144,8 +152,9 @@ class ProgressEvents:
             at = self._step_at(step_now) if step is None else step
             self.losses.point(attempt, at, loss, source)
             if step is not None:
-                ahead = max(0, step - step_now)
-                self._ahead = ahead if self._ahead is None else min(self._ahead, ahead)
+                if not self._counts_from_resume:
+                    ahead = max(0, step - step_now)
+                    self._ahead = ahead if self._ahead is None else min(self._ahead, ahead)
                 self._named = step
             if finite(loss) is not None:
                 self._printed = (at, float(loss), source)

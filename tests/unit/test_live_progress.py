@@ -135,3 +135,50 @@ def test_the_supervisor_writes_a_returned_rank_at_once(tmp_path):
     events.live({0: beat(0, "training", 99.0), 1: beat(1, "done", 100.1)})
     live = read_live(str(tmp_path))
     assert (live["step"], live["quiet"], live["active_at"]) == (150, "finishing", 100.1)
+
+
+class _Lines:
+    """A log follower's loss lines, handed over as the supervisor takes them."""
+
+    def __init__(self) -> None:
+        self.points: list[tuple[float, str, int | None]] = []
+        self.loss = None
+
+    def take_loss_points(self) -> list[tuple[float, str, int | None]]:
+        points, self.points = self.points, []
+        return points
+
+
+def _steps_shown(tmp_path, resumed_at, looks):  # type: ignore[no-untyped-def]
+    """The live step after each look: (rank 0's counted step, the step of a line read with it)."""
+    from fsdp_orch.observe.heartbeats import Heartbeat
+    from fsdp_orch.record.live_progress import LIVE_EVERY_S
+    from fsdp_orch.supervise.progress_events import ProgressEvents
+
+    now = [100.0]
+    lines = _Lines()
+    events = ProgressEvents(journal=None, clock=lambda: now[0], run_dir=str(tmp_path))  # type: ignore[arg-type]
+    events.begin(lines, resumed_at=resumed_at)  # type: ignore[arg-type]
+    shown = []
+    for counted, named in looks:
+        if named is not None:
+            lines.points.append((0.5, "print", named))
+        now[0] += LIVE_EVERY_S
+        events.live({0: Heartbeat(rank=0, attempt=1, step=counted, loss=None, time=now[0],
+                                  state="training", pid=7)})
+        shown.append(read_live(str(tmp_path))["step"])
+    return shown
+
+
+def test_a_line_read_before_its_steps_heartbeat_does_not_carry_the_step_past_the_end(tmp_path):
+    """Resumed by the supervisor from step 40, the ranks count from 40: the script's last line
+    ("step 60/60") reached the supervisor while rank 0's heartbeat still said 57 (the node agent
+    sends the console as it grows, a summary once a second). The step shown stays 60 when the
+    heartbeat catches up; it read 61 and 43 in two clean-clone CI runs."""
+    assert _steps_shown(tmp_path, 40, [(57, 60), (60, None)]) == [60, 60]
+
+
+def test_a_script_that_resumed_on_its_own_is_shown_at_its_own_step(tmp_path):
+    """No checkpoint the supervisor knows: the bootstrap counts from 0 and the script's lines
+    (from step 100 on) say how far ahead its own count is; the step follows it between lines."""
+    assert _steps_shown(tmp_path, None, [(10, 110), (12, None), (20, 120)]) == [110, 112, 120]
