@@ -141,7 +141,9 @@ def test_an_unreachable_host_fails_submit_within_the_connect_timeout_naming_it(s
     elapsed = time.monotonic() - t0
     assert proc.returncode == 1 and "10.77.0.250:22" in proc.stderr, proc.stderr
     assert "connect_timeout (3s)" in proc.stderr or "unreachable" in proc.stderr, proc.stderr
-    assert elapsed < 3 + 10, f"submit took {elapsed:.1f}s"
+    # bounded by the connect timeout, not by TCP's own give-up (about 130 s to an address that never
+    # answers): 19.4 s in a clean-clone CI at load 5 on 2 cores (the CLI, the other host)
+    assert elapsed < 3 + 40, f"submit took {elapsed:.1f}s"
     assert "Traceback" not in proc.stderr
 
 

