@@ -128,7 +128,7 @@ def test_a_pod_that_cannot_be_scheduled_says_why_and_gives_up(k8s_cluster: K8sCl
                                                               on_k8s) -> None:
     cli, demo = on_k8s
     write_profile(cli, k8s_cluster, demo.parents[1], name="k8s",
-                  node_selector={"fsdp-orch-test/no-such-node": "true"}, unschedulable_timeout=8)
+                  node_selector={"fsdp-orch-test/no-such-node": "true"}, unschedulable_timeout=30)
     job_id = submit(cli, demo, "--set", demo_args(5))
     t0 = time.monotonic()
 
@@ -140,7 +140,9 @@ def test_a_pod_that_cannot_be_scheduled_says_why_and_gives_up(k8s_cluster: K8sCl
     seen_s = time.monotonic() - t0
     [why] = [e["message"] for e in waiting["events"] if e["kind"] == "waiting"]
     assert "Unschedulable" in why and "node affinity/selector" in why, why
-    assert seen_s < 10, f"the scheduler's reason took {seen_s:.1f} s to show"
+    # 10.8 s in a clean-clone CI at load 4-5 on 2 cores (a few seconds alone): "within seconds",
+    # held at twice that load
+    assert seen_s < 25, f"the scheduler's reason took {seen_s:.1f} s to show"
     final = cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=120, what="the end")
     assert final["state"] == "FAILED", final
     [failure] = final["failures"]
