@@ -1,6 +1,7 @@
 """What ``fsdp-orch doctor --cluster`` checks on an SSH cluster (each host answers on its port, its
 host key is known, its python imports torch and, on a shared filesystem, its own fsdp-orch) and on
-a TPU VM (gcloud is there). Commands go through the one runner; the TCP probe is injectable."""
+a TPU VM (gcloud is there). Commands go through the one runner; the TCP probe is injectable. The
+hosts are probed at once; the checks read in host order."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import os
 import shlex
 import socket
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from fsdp_orch.observe.command import Runner
 from fsdp_orch.vocab.checks import MIN_TORCH_TEXT, RANKS_NEED, TORCH_VERSION, Check, torch_too_old
@@ -38,46 +41,43 @@ def ssh_argv(host, profile, *command: str) -> list[str]:
     return [*argv, target, *command]
 
 
+# hosts probed at once: each probe is an ssh and a python that imports torch (seconds), so a
+# 1,000-host cluster one host after another took most of an hour
+PROBES_AT_ONCE = 32
+
+
+@dataclass(frozen=True)
+class HostProbe:
+    """What one host answered: its checks up to torch, the torch version it has (None: none
+    found, or the host stopped before), and how it gets the bootstrap."""
+
+    checks: list[Check]
+    version: str | None = None
+    torch_failure: str | None = None
+    bootstrap: Check | None = None
+
+
 def ssh_checks(profile, torch_version: str | None, run: Runner,
                connect: Connect = _connect) -> list[Check]:
+    """Every host probed at once (at most ``PROBES_AT_ONCE``), the checks in host order."""
+    hosts = list(profile.hosts)
+    if not hosts:
+        return []
+    with ThreadPoolExecutor(max_workers=min(PROBES_AT_ONCE, len(hosts))) as pool:
+        probes = list(pool.map(lambda host: _probe(host, profile, run, connect), hosts))
     checks: list[Check] = []
     versions: list[str] = []  # each host's torch, as found
-    known_hosts = os.path.expanduser(profile.known_hosts)
-    for host in profile.hosts:
+    for host, probe in zip(hosts, probes, strict=True):
         where = f"{host.address}:{host.port}"
-        try:
-            connect((host.address, host.port), float(profile.connect_timeout))
-        except OSError as exc:
-            checks.append(Check(f"{where} reachable", False,
-                                f"no TCP connection: {exc.strerror or exc}",
-                                "check the address and port in the profile, "
-                                "and that sshd runs there"))
-            continue
-        checks.append(Check(f"{where} reachable", True, "sshd's port answers"))
-        pattern = host_pattern(host.address, host.port)
-        found = run(["ssh-keygen", "-F", pattern, "-f", known_hosts], 30.0)
-        if found.returncode != 0 or not found.stdout.strip():
-            fix = (f"verify the host's key and add it: ssh-keyscan -p {host.port} {host.address} "
-                   f">> {known_hosts} (compare its fingerprint with the host's own first)")
-            if profile.host_key_policy == "strict":
-                checks.append(Check(f"{where} host key", False,
-                                    f"{pattern} is not in {known_hosts}", fix))
-                continue
-            checks.append(Check(f"{where} host key", True, f"{pattern} is not in {known_hosts}; "
-                                f"host_key_policy {profile.host_key_policy} takes it on first use",
-                                fix))
-        else:
-            checks.append(Check(f"{where} host key", True, f"{pattern} is in {known_hosts}"))
-        # ssh hands the remote shell one string: quote each word for it
-        remote = run(ssh_argv(host, profile, shlex.quote(profile.python), "-c",
-                              shlex.quote(TORCH_VERSION)), 120.0)
-        version = (remote.stdout.strip().splitlines()[-1]
-                   if remote.returncode == 0 and remote.stdout.strip() else None)
-        if version is None:
-            detail = (remote.stderr.strip().splitlines() or ["no output"])[-1][:300]
-            checks.append(Check(f"{where} torch", False, f"{profile.python} there: {detail}",
+        checks += probe.checks
+        version = probe.version
+        if probe.torch_failure is not None:
+            checks.append(Check(f"{where} torch", False,
+                                f"{profile.python} there: {probe.torch_failure}",
                                 "set python: or venv: in the profile to an "
                                 "interpreter with torch on that host"))
+        elif version is None:
+            continue
         elif torch_too_old(version):
             checks.append(Check(f"{where} torch", False, f"torch {version} there, older than "
                                 + MIN_TORCH_TEXT, RANKS_NEED))
@@ -87,10 +87,46 @@ def ssh_checks(profile, torch_version: str | None, run: Runner,
                                 "use the same torch on every host"))
         else:
             checks.append(Check(f"{where} torch", True, f"{profile.python}: torch {version}"))
-        if version is not None:
+        if version is not None and probe.bootstrap is not None:
             versions.append(version)
-            checks.append(_bootstrap_check(host, profile, where, run))
+            checks.append(probe.bootstrap)
     return checks
+
+
+def _probe(host, profile, run: Runner, connect: Connect) -> HostProbe:
+    """One host: its port, its key in known_hosts, its python's torch and its bootstrap."""
+    where = f"{host.address}:{host.port}"
+    known_hosts = os.path.expanduser(profile.known_hosts)
+    try:
+        connect((host.address, host.port), float(profile.connect_timeout))
+    except OSError as exc:
+        return HostProbe([Check(f"{where} reachable", False,
+                                f"no TCP connection: {exc.strerror or exc}",
+                                "check the address and port in the profile, "
+                                "and that sshd runs there")])
+    checks = [Check(f"{where} reachable", True, "sshd's port answers")]
+    pattern = host_pattern(host.address, host.port)
+    found = run(["ssh-keygen", "-F", pattern, "-f", known_hosts], 30.0)
+    if found.returncode != 0 or not found.stdout.strip():
+        fix = (f"verify the host's key and add it: ssh-keyscan -p {host.port} {host.address} "
+               f">> {known_hosts} (compare its fingerprint with the host's own first)")
+        if profile.host_key_policy == "strict":
+            checks.append(Check(f"{where} host key", False,
+                                f"{pattern} is not in {known_hosts}", fix))
+            return HostProbe(checks)
+        checks.append(Check(f"{where} host key", True, f"{pattern} is not in {known_hosts}; "
+                            f"host_key_policy {profile.host_key_policy} takes it on first use",
+                            fix))
+    else:
+        checks.append(Check(f"{where} host key", True, f"{pattern} is in {known_hosts}"))
+    # ssh hands the remote shell one string: quote each word for it
+    remote = run(ssh_argv(host, profile, shlex.quote(profile.python), "-c",
+                          shlex.quote(TORCH_VERSION)), 120.0)
+    if remote.returncode != 0 or not remote.stdout.strip():
+        detail = (remote.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        return HostProbe(checks, torch_failure=detail)
+    version = remote.stdout.strip().splitlines()[-1]
+    return HostProbe(checks, version, bootstrap=_bootstrap_check(host, profile, where, run))
 
 
 def _bootstrap_check(host, profile, where: str, run: Runner) -> Check:

@@ -170,3 +170,35 @@ def test_doctor_for_a_tpu_vm_needs_gcloud(tmp_path) -> None:
     [gcloud] = [c for c in report_["checks"] if c["name"] == "gcloud"]
     assert (code == 1 and not gcloud["ok"] and "not on PATH" in gcloud["detail"]
             and "google-cloud-cli" in gcloud["fix"])
+
+
+def test_every_host_is_probed_at_once_and_the_checks_read_in_host_order(tmp_path) -> None:
+    """Six hosts whose torch probes each wait for all six to be asked: one host after another, the
+    first would wait alone and fail. The third host's other torch is told against the first's."""
+    import threading
+
+    from fsdp_orch.backends.remote_doctor import ssh_checks
+
+    ports = list(range(2201, 2207))
+    all_asked = threading.Barrier(len(ports), timeout=30)
+
+    def runner(argv: list[str], timeout: float) -> CommandResult:
+        if argv[0] != "ssh":  # ssh-keygen -F: no key known, taken on first use
+            return CommandResult(1, "", "")
+        if "fsdp_orch.bootstrap.agent" in argv[-1]:
+            return CommandResult(0, f"{__version__}\n", "")
+        try:
+            all_asked.wait()
+        except threading.BrokenBarrierError:
+            return CommandResult(255, "", "asked alone")
+        port = int(argv[argv.index("-p") + 1])
+        return CommandResult(0, "2.10.0\n" if port == 2203 else "2.13.0+cpu\n", "")
+
+    profile = ssh_profile(tmp_path, ports, str(tmp_path / "known_hosts"), policy="accept-new")
+    checks = ssh_checks(profile, "2.13.0+cpu", runner, connect=lambda address, timeout: None)
+    torch = [c for c in checks if c.name.endswith(" torch")]
+    assert [c.name for c in torch] == [f"127.0.0.1:{p} torch" for p in ports]
+    assert [c.ok for c in torch] == [True, True, False, True, True, True], torch
+    assert "torch 2.10.0 there, 2.13.0+cpu on the first host" in torch[2].detail
+    hosts_in_order = [int(c.name.split()[0].rsplit(":", 1)[1]) for c in checks]
+    assert hosts_in_order == sorted(hosts_in_order)
