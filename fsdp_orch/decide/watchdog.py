@@ -159,9 +159,13 @@ def _hold(veto: Veto, beat: Heartbeat, now: float, allowed: float, window: float
                     (beat.collecting_since or now) + watch.startup_timeout,
                     "the interpreter's own work")
     if veto.name == "writing":
-        what = "in a save that writes" if beat.state == HeartbeatState.SAVING else "writes"
+        # bytes written are progress whatever the file; only a rank that says it saves is in a save
+        if beat.state == HeartbeatState.SAVING:
+            what, why = "in a save that writes", "a save making progress, however slow"
+        else:
+            what, why = "wrote", "its process wrote within the window: I/O progress, not a hang"
         return Hold("writing", rank, f"rank {rank} {what}", None, "not judged while it writes",
-                    (beat.io_at or now) + allowed, "a save making progress, however slow")
+                    (beat.io_at or now) + allowed, why)
     if veto.name == "computing":
         return Hold("computing", rank, f"rank {rank}'s process or its data loader workers use CPU",
                     None, "not judged while they do", (beat.compute_at or now) + allowed,

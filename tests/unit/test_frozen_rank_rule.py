@@ -137,6 +137,18 @@ def test_a_save_that_writes_holds_the_verdict_and_says_so():
     hold = at(now, {0: saving, 1: waiting(1, now)})
     assert isinstance(hold, Hold) and hold.rule == "writing"
     assert hold.subject == "rank 0 in a save that writes" and hold.until == now - 0.4 + WINDOW
+    assert hold.why == "a save making progress, however slow"
+
+
+def test_a_rank_that_wrote_outside_a_save_holds_the_verdict_without_calling_it_a_save():
+    """A rank's own per-step output, as the demo's rank 0 writes while its peer is stopped: I/O
+    progress holds the verdict back for a window, and status does not say a save is running."""
+    now = T + 40
+    stepping = Heartbeat(rank=0, attempt=0, step=80, loss=1.0, time=now - 0.2, state="training",
+                         pid=100, progress_at=T - 0.1, python_at=T, io_at=now - 0.4)
+    hold = at(now, {0: stepping, 1: waiting(1, now)})
+    assert isinstance(hold, Hold) and hold.rule == "writing"
+    assert hold.subject == "rank 0 wrote" and "save" not in hold.why, hold
 
 
 def test_a_silent_node_holds_until_heard_again_or_lost():
