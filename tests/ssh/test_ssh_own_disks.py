@@ -17,7 +17,12 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from cli_harness import UNTIL_STOPPED, Cli, copy_demo, demo_args, make_cli, notices
+from cli_harness import UNTIL_STOPPED, Cli, copy_demo, demo_args, make_cli, notices, why
+from test_ssh_taken_node_folder import (  # noqa: F401 (the fixture)
+    check_the_taken_folder,
+    private_folders_removed,
+    taken_on_host_2,
+)
 
 from fsdp_orch.nodeagent.beat_dir import node_beat_dir
 
@@ -103,12 +108,18 @@ def test_the_demo_runs_from_copies_on_each_hosts_own_disk(ssh_hosts, apart):
                                                             "the run folder")
 
 
-def test_a_hang_with_own_disks_restarts_from_the_copied_checkpoint_to_the_exact_loss(
-        ssh_hosts, apart, uninterrupted):
+def test_a_hang_on_own_disks_restarts_to_the_exact_loss_and_a_taken_node_folder_is_told_and_reused(
+        ssh_hosts, apart, uninterrupted, taken_on_host_2, other_account):  # noqa: F811
+    """A hang on host 2, with own disks, restarts from the checkpoint copied between the hosts to
+    the exact loss; and host 2's node-local folder was made first by another account
+    (test_ssh_taken_node_folder's fixture and checks, whose own job was this same hang and
+    restart): told in both attempts, one private folder serves both."""
     cli, demo = apart
-    hung = submit_wait(cli, demo, "--set", demo_args(30), "--set",
-                       "env.FSDP_ORCH_FAULT=hang:step=12:rank=1")
-    assert hung["state"] == "SUCCEEDED", hung
+    with private_folders_removed():
+        hung = submit_wait(cli, demo, "--set", demo_args(30), "--set",
+                           "env.FSDP_ORCH_FAULT=hang:step=12:rank=1")
+        assert hung["state"] == "SUCCEEDED", why(hung)
+        check_the_taken_folder(hung, other_account, taken_on_host_2)
     [failure] = hung["failures"]
     assert failure["category"] == "hang" and failure["action"] == "restart", failure
     assert "rank 1" in failure["evidence"]

@@ -1,25 +1,24 @@
 """Another account made a host's node-local folder (``/tmp/fsdp-orch-<uid>``) first, on an SSH host
 with its own disk: the node script keeps its heartbeats in a private folder beside it, the user is
 told in the events (``node_tmp_taken``, as on the local kind), and a restart on that host uses the
-same private folder again instead of leaving one more behind each attempt."""
+same private folder again instead of leaving one more behind each attempt.
+
+The job that shows it is test_ssh_own_disks' hang test (a hang on host 2 and a restart, with own
+disks: the job this test ran on its own before), run with ``taken_on_host_2``;
+``check_the_taken_folder`` is what it asserts of the folder."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-import sys
-import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from cli_harness import Cli, copy_demo, demo_args, make_cli, why
 from other_accounts import as_other
 from secret_checks import OTHER as OTHER_ACCOUNT
-
-pytestmark = [pytest.mark.slow, pytest.mark.root]
 
 
 def host_mount_namespace_pid(ssh_hosts, i: int) -> int:  # type: ignore[no-untyped-def]
@@ -49,43 +48,32 @@ def taken_on_host_2(ssh_hosts, other_account, scratch) -> Iterator[Path]:  # typ
         subprocess.run([*enter, "umount", mine], check=False, timeout=30)
 
 
-def test_a_taken_node_folder_on_an_ssh_host_is_told_and_one_private_folder_serves_every_attempt(
-        ssh_hosts, taken_on_host_2, other_account):
-    base = ssh_hosts.submit_host_dir / uuid.uuid4().hex[:8]
-    cli: Cli = make_cli(base)
-    profile = ssh_hosts.own_disks_profile.read_text().replace(
-        "\npython: ", f"\npython: '{sys.executable}'\n# was: ")
-    (cli.cwd / "clusters").mkdir(parents=True, exist_ok=True)
-    (cli.cwd / "clusters" / "own.yaml").write_text(profile)
+@contextmanager
+def private_folders_removed() -> Iterator[None]:
+    """Removes the private node-local folders (``/tmp/fsdp-orch-<uid>-*``) made inside."""
     made_before = set(Path("/tmp").glob(f"fsdp-orch-{os.getuid()}-*"))
     try:
-        proc = cli.run("submit", "--cluster", "own", "--wait", "--json", str(copy_demo(base)),
-                       "--set", "nodes=2", "--set", "procs_per_node=1",
-                       "--set", "checkpoint.interval=5", "--set", "restart.backoff.initial=1s",
-                       "--set", "restart.backoff.jitter=0", "--set", "watch.heartbeat_timeout=10s",
-                       "--set", "watch.startup_timeout=120s", "--set", demo_args(30),
-                       "--set", "env.FSDP_ORCH_FAULT=hang:step=12:rank=1", timeout=400)
-        assert proc.stdout.strip(), proc.stderr
-        status = json.loads(proc.stdout)
-        assert status["state"] == "SUCCEEDED", why(status)
-        # judged from host 2's heartbeats, read from the folder its script made instead
-        [failure] = status["failures"]
-        assert failure["category"] == "hang" and "rank 1" in failure["evidence"], failure
-        notes = [(e["attempt"], e["message"]) for e in status["events"]
-                 if e["kind"] == "node_tmp_taken"]
-        assert [attempt for attempt, _ in notes] == [0, 1], status["events"]
-        mine = f"/tmp/fsdp-orch-{os.getuid()}"
-        for _, note in notes:
-            assert note.startswith("node 1: node-local folder taken: "), note
-            assert (f"{mine} is owned by {OTHER_ACCOUNT} (uid {other_account[0]}), mode 755"
-                    in note), note
-        used = {note.rsplit("heartbeats in ", 1)[1].removesuffix(" instead") for _, note in notes}
-        assert len(used) == 1, f"each attempt made a folder of its own: {sorted(used)}"
-        [folder] = used
-        assert folder.startswith(f"{mine}-") and (Path(folder).stat().st_mode & 0o777) == 0o700
-        assert list(taken_on_host_2.iterdir()) == []  # nothing written into the other's folder
-        ssh_hosts.assert_nothing_left(cli.home)
+        yield
     finally:
         for made in set(Path("/tmp").glob(f"fsdp-orch-{os.getuid()}-*")) - made_before:
             shutil.rmtree(made, ignore_errors=True)
-        shutil.rmtree(base, ignore_errors=True)
+
+
+def check_the_taken_folder(status: dict, other_account: tuple[int, int], taken: Path) -> None:
+    """A job of 2 attempts, node 1 on host 2 (whose node-local folder is ``taken``): each attempt
+    told it, and both kept host 2's heartbeats in one private folder (mode 700); nothing was written
+    into the other account's folder. (The hang verdict of attempt 0 was judged from those
+    heartbeats, read from the folder the node script made instead.)"""
+    notes = [(e["attempt"], e["message"]) for e in status["events"]
+             if e["kind"] == "node_tmp_taken"]
+    assert [attempt for attempt, _ in notes] == [0, 1], status["events"]
+    mine = f"/tmp/fsdp-orch-{os.getuid()}"
+    for _, note in notes:
+        assert note.startswith("node 1: node-local folder taken: "), note
+        assert (f"{mine} is owned by {OTHER_ACCOUNT} (uid {other_account[0]}), mode 755"
+                in note), note
+    used = {note.rsplit("heartbeats in ", 1)[1].removesuffix(" instead") for _, note in notes}
+    assert len(used) == 1, f"each attempt made a folder of its own: {sorted(used)}"
+    [folder] = used
+    assert folder.startswith(f"{mine}-") and (Path(folder).stat().st_mode & 0o777) == 0o700
+    assert list(taken.iterdir()) == []  # nothing written into the other's folder
