@@ -80,7 +80,11 @@ def test_a_pod_deleted_under_the_job_resumes_from_the_checkpoint(
     from kubernetes import client
 
     cli, demo = on_k8s
-    job_id = submit(cli, demo, "--set", demo_args(40, "--sleep-per-step", "0.2"))
+    # attempt 0 at 0.2 s a step (an injected slow fault on both ranks, attempt 0 only): still
+    # training when its pod is deleted; attempt 1 trains the rest at full speed (with
+    # --sleep-per-step it slept 6 s more alone, many more under the suite's load)
+    slow = ";".join(f"slow:step=0:rank={rank}:seconds=0.2:attempt=0" for rank in (0, 1))
+    job_id = submit(cli, demo, "--set", demo_args(40), "--set", f"env.FSDP_ORCH_FAULT={slow}")
     cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 12,
                    timeout=180, what="step 12 (a checkpoint at 10)")
     [victim] = [p for p in pods_of(k8s_cluster, job_id, 0)

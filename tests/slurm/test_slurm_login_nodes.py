@@ -34,9 +34,13 @@ def test_two_login_nodes_agree_and_a_deleted_index_is_rebuilt_to_the_same_status
         slurm_cluster, login_nodes, tmp_path):
     a, b = login_nodes(2)
     demo = copy_demo(tmp_path)
+    # attempt 0 trains at full speed to its hang at step 12; attempt 1 at 0.5 s a step (an
+    # injected slow fault on both ranks, attempt 1 only), still running through the checks below
+    # (``--sleep-per-step`` slept in attempt 0 too, 6 s that tested nothing)
+    faults = ["hang:step=12:rank=1"] + [f"slow:step=0:rank={rank}:seconds=0.5:attempt=1"
+                                        for rank in (0, 1)]
     job_id = a.cli.run("submit", "--cluster", "slurm", str(demo), *TWO_NODES,
-                       "--set", demo_args(40, "--sleep-per-step", "0.5"),
-                       "--set", "env.FSDP_ORCH_FAULT=hang:step=12:rank=1",
+                       "--set", demo_args(40), "--set", "env.FSDP_ORCH_FAULT=" + ";".join(faults),
                        check=True).stdout.strip()
     # past step 12, where attempt 0 hung: a step the second attempt took (at 12 itself, status
     # could still show attempt 0's last step while attempt 1 had resumed below it)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from cli_harness import demo_args, standby_starts
-from test_slurm_backend import node_agent_of, result_of, slurm_id
+from test_slurm_backend import node_agent_of, result_of, slow_first_attempt, slurm_id
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -58,7 +58,9 @@ def expand(nodelist: str) -> set[str]:
 
 def lose_node(cli, job_id: str, node_rank: int, after_step: int) -> str:  # type: ignore[no-untyped-def]
     """Once a checkpoint at ``after_step`` is complete, the agent of ``node_rank`` is killed;
-    returns the SLURM name of its node, as the supervisor then names it."""
+    returns the SLURM name of its node, as the supervisor then names it. The jobs here train at
+    0.3 s a step in attempt 0 (``slow_first_attempt``), still training when the node is named lost,
+    and at full speed after it (the steps left took 15-20 s of sleep more)."""
     cli.wait_until(job_id, lambda s: (s.get("last_checkpoint_step") or 0) >= after_step,
                    timeout=300, what=f"a checkpoint at step {after_step}")
     pid = node_agent_of(job_id, node_rank)
@@ -73,7 +75,7 @@ def lose_node(cli, job_id: str, node_rank: int, after_step: int) -> str:  # type
 def test_a_lost_node_is_left_out_and_the_next_attempt_runs_on_the_spare_in_the_same_job(
         slurm_cluster, cli, demo) -> None:
     job_id = cli.run("submit", "--cluster", "slurm", str(demo), "--set", "nodes=2", *WITH_A_SPARE,
-                     "--set", demo_args(60, "--sleep-per-step", "0.3"), check=True).stdout.strip()
+                     "--set", demo_args(60), *slow_first_attempt(0.3), check=True).stdout.strip()
     lost = lose_node(cli, job_id, 1, after_step=5)
     final = cli.wait_until(job_id, lambda s: s["state"] in TERMINAL, timeout=400, what="the end")
     assert final["state"] == "SUCCEEDED" and final["attempts"] == 2, final
@@ -103,7 +105,8 @@ def test_with_no_spare_left_the_job_is_submitted_again_without_the_lost_node(
     """One node, one spare: the node lost is the supervisor's own (the rendezvous runs there), so no
     spare can take its place in this allocation; a new SLURM job excludes it and resumes."""
     job_id = cli.run("submit", "--cluster", "slurm", str(demo), "--set", "nodes=1", *WITH_A_SPARE,
-                     "--set", demo_args(40, "--sleep-per-step", "0.3"), check=True).stdout.strip()
+                     "--set", demo_args(40), *slow_first_attempt(0.3, ranks=1),
+                     check=True).stdout.strip()
     first_sid = slurm_id(cli, job_id)
     lost = lose_node(cli, job_id, 0, after_step=5)
     final = cli.wait_until(job_id, lambda s: s["state"] in TERMINAL, timeout=500, what="the end")

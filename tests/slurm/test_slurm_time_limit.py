@@ -1,7 +1,7 @@
-"""The SLURM time limit end to end: a job allowed 2 minutes that needs about 2 minutes of training
-gets SLURM's USR2 before the limit, saves a checkpoint when the supervisor asks, is requeued,
-resumes from that checkpoint and ends SUCCEEDED with the loss of an uninterrupted run. Real test
-cluster."""
+"""The SLURM time limit end to end: a job allowed 2 minutes that needs more than 2 minutes of
+training at its first allocation's pace gets SLURM's USR2 before the limit, saves a checkpoint when
+the supervisor asks, is requeued, resumes from that checkpoint and ends SUCCEEDED with the loss of
+an uninterrupted run. Real test cluster."""
 
 from __future__ import annotations
 
@@ -13,10 +13,14 @@ from cli_harness import copy_demo, demo_args
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.root]
 
-# 110 s of training at 1 s a step, after the ranks' start: still running at the latest warning (90 s
-# in) and, with the steps done by the warning, short enough to end in the second allocation (170
-# steps took 298 s in the last clean-clone run; 110 take 150 s alone).
-STEPS, SLEEP = 110, 1.0
+# The first allocation (attempt 0) trains at 1 s a step (an injected ``slow`` fault on both ranks,
+# attempt 0 only): 120 s of it outlasts the 2-minute limit, so the job is still running at the
+# latest warning (90 s in) whatever the ranks' start took. The requeued allocation (attempt 1)
+# trains the rest at full speed: it ends in seconds, far inside its own limit (with
+# ``--sleep-per-step`` it slept 30-60 s more there: 110 steps took 150 s alone, 244 s in CI).
+STEPS, SLEEP = 120, 1.0
+SLOW_FIRST_ALLOCATION = ";".join(f"slow:step=0:rank={rank}:seconds={SLEEP:g}:attempt=0"
+                                 for rank in (0, 1))
 
 
 def short_profile(cli) -> None:  # type: ignore[no-untyped-def]
@@ -35,7 +39,8 @@ def test_a_job_past_its_time_limit_checkpoints_on_the_warning_is_requeued_and_re
     demo = copy_demo(tmp_path)
     job_id = cli.run("submit", "--cluster", "slurm-2min", str(demo), "--set", "nodes=2",
                      "--set", "procs_per_node=1", "--set", "checkpoint.interval=1000",
-                     "--set", demo_args(STEPS, "--sleep-per-step", SLEEP),
+                     "--set", demo_args(STEPS),
+                     "--set", f"env.FSDP_ORCH_FAULT={SLOW_FIRST_ALLOCATION}",
                      "--set", "restart.backoff.initial=1s", "--set", "watch.heartbeat_timeout=30s",
                      check=True).stdout.strip()
     final = cli.wait_until(job_id, lambda s: s["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"),
