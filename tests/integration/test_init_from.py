@@ -11,7 +11,7 @@ import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from fsdp_orch.checkpoints.layouts.dcp import step_dir_name as step
-from tests.cli_harness import copy_demo, make_cli
+from tests.cli_harness import SMALL_DEMO, copy_demo, make_cli
 
 pytestmark = pytest.mark.slow
 
@@ -19,8 +19,10 @@ SHORT = ["checkpoint.interval=5", "checkpoint.keep_last=5"]
 
 
 def args(steps: int, lr: float | None = None) -> str:
+    """The demo at test size (SMALL_DEMO: a step a quarter of the default model's); ``lr`` after
+    it, so that it wins over SMALL_DEMO's."""
     extra = ["--lr", str(lr)] if lr is not None else []
-    return "args=" + json.dumps(["--steps", str(steps), "--seq-len", "32", "--layers", "2", *extra])
+    return "args=" + json.dumps(["--steps", str(steps), *SMALL_DEMO, *extra])
 
 
 def sets(*lines: str) -> list[str]:

@@ -393,9 +393,11 @@ def test_a_checkpoint_file_another_account_owns_is_never_unpickled_at_resume(
 
     cli = Cli(home=tmp_path / "home", cwd=tmp_path)
     demo = copy_demo(tmp_path)
-    steps = ["--set", demo_args(100, "--sleep-per-step", "0.15"),
-             "--set", "checkpoint.interval=10", "--set", "name=planted"]
-    first = cli.run("submit", "--cluster", "local", str(demo), *steps, check=True).stdout.strip()
+    steps = ["--set", "checkpoint.interval=10", "--set", "name=planted"]
+    # the first run steps slowly, to be cancelled well before its end; the second at full speed
+    # (its 70-80 steps slept 11 s or more)
+    first = cli.run("submit", "--cluster", "local", str(demo), *steps,
+                    "--set", demo_args(100, "--sleep-per-step", "0.15"), check=True).stdout.strip()
     cli.wait_until(first, lambda s: (s.get("last_checkpoint_step") or 0) >= 20, timeout=300,
                    what="a checkpoint at step 20")
     cli.run("cancel", first, check=True)
@@ -405,7 +407,7 @@ def test_a_checkpoint_file_another_account_owns_is_never_unpickled_at_resume(
     (latest / ".metadata").write_bytes(pickle.dumps(_RunsAtUnpickle(marker)))
     os.chown(latest / ".metadata", *other_account)
     again = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo), *steps,
-                    timeout=300)
+                    "--set", demo_args(100), timeout=300)
     assert again.stdout.strip(), again.stderr
     status = json.loads(again.stdout)
     assert not marker.exists(), f"the other account's pickle ran: {marker.read_text()}"

@@ -4,10 +4,15 @@ exited 2 on the first run's finished checkpoint, and so did a second run of the 
 The block is taken from the README's "## Quick start" section and run by bash, unchanged, in a
 copy of this checkout: ``bash scripts/setup.sh``, the demo with rank 1 hung at step 120,
 ``status``; then all of it again (the second run's demo starts over the first's finished checkpoint,
-which ``--fresh`` keeps aside). Its ``.venv`` starts with this checkout's packages hard-linked
+which ``--fresh`` keeps aside). The first run is the demo exactly as shipped; for the second the
+copy's ``examples/demo/job.yaml`` asks for the demo model at test size (``SMALL_DEMO``; the same 200
+steps, checkpoints every 50, watch settings and README block). The second run is there for what
+issue 44 broke, a run and a ``status`` over the first run's finished checkpoint, which the model's
+size does not touch; at the default size its 220 steps were half the test's time (0.5 s a step at
+a load of 9). Its ``.venv`` starts with this checkout's packages hard-linked
 in (torch, transformers...: nothing is downloaded, and pip can replace any of them without touching
 the suite's own environment), less fsdp-orch itself, which ``setup.sh`` installs from the copy.
-Real torchrun, 2 CPU ranks, the default demo model (200 steps)."""
+Real torchrun, 2 CPU ranks, the default demo model (200 steps), then the small one."""
 
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_harness import REPO
+from cli_harness import REPO, SMALL_DEMO
 
 pytestmark = pytest.mark.slow
 
@@ -66,6 +71,18 @@ def seeded_venv(copy: Path) -> None:
             subprocess.run(["cp", "-as", str(entry), str(mine)], check=True)  # another filesystem
 
 
+def demo_at_test_size(copy: Path) -> None:
+    """The copy's demo job asks for the small model: its ``args`` line, the rest as shipped."""
+    job = copy / "examples" / "demo" / "job.yaml"
+    shipped = yaml.safe_load(job.read_text())["args"]
+    text, count = re.subn(r"(?m)^args: \[.*\]$", "args: " + json.dumps([*map(str, shipped),
+                                                                          *SMALL_DEMO]),
+                          job.read_text())
+    assert count == 1, text
+    job.write_text(text)
+    assert yaml.safe_load(text)["args"][:2] == ["--steps", str(STEPS)], text
+
+
 def test_the_quick_start_runs_as_written_twice_in_a_row(tmp_path: Path) -> None:
     block = quick_start_block()
     assert "bash scripts/setup.sh" in block and "hang:step=120:rank=1" in block, block
@@ -75,6 +92,8 @@ def test_the_quick_start_runs_as_written_twice_in_a_row(tmp_path: Path) -> None:
            if not k.startswith(("FSDP_ORCH_", "PYTHON", "VIRTUAL_ENV"))}
     env["FSDP_ORCH_HOME"] = str(tmp_path / "home")
     for run in (1, 2):
+        if run == 2:
+            demo_at_test_size(copy)
         proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=copy, env=env,
                               capture_output=True, text=True, timeout=900)
         out = proc.stdout + proc.stderr

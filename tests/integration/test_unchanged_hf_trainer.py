@@ -95,9 +95,10 @@ def test_a_healthy_unmodified_trainer_run_longer_than_startup_timeout_succeeds(h
 def test_a_hang_is_detected_with_the_stuck_frame_and_the_trainer_resumes_from_its_checkpoint(
         unchanged):
     cli, job = unchanged("hf_trainer")
-    # the hang comes after step 80's save; the restart resumes there and trains the last 20
-    status, seen = submit_watching(cli, job, *args_with(job, max_steps="100", save_steps="40"),
-                                   "--set", "env.FSDP_ORCH_FAULT=hang:step=90:rank=1")
+    # the hang comes after step 40's save; the restart resumes there and trains the last 20 (the
+    # same shape at 100 steps, saves every 40 and a hang at 90 took 40 steps more)
+    status, seen = submit_watching(cli, job, *args_with(job, max_steps="60", save_steps="20"),
+                                   "--set", "env.FSDP_ORCH_FAULT=hang:step=50:rank=1")
     assert status["state"] == "SUCCEEDED", status
     [failure] = status["failures"]
     assert failure["category"] == "hang" and failure["action"] == "restart"
@@ -118,11 +119,11 @@ def test_a_hang_is_detected_with_the_stuck_frame_and_the_trainer_resumes_from_it
     assert "train.py" in (stacks / "rank-1.txt").read_text()
     assert str(stacks) in cli.run("logs", status["id"], "--attempt", "0", check=True).stdout
     launch = (Path(status["run_dir"]) / "attempt-1" / "launch.sh").read_text()
-    checkpoint = job.parent / "out" / "checkpoint-80"
+    checkpoint = job.parent / "out" / "checkpoint-40"
     assert f"--resume_from_checkpoint {checkpoint}" in launch
-    assert "global step 80" in attempt_logs(cli, status["id"], 1)  # the Trainer went on from M
-    assert json.loads((job.parent / "out" / "trainer_state.json").read_text())["global_step"] == 100
-    assert status["progress"]["step"] == 100  # the resumed attempt counts on from the checkpoint
+    assert "global step 40" in attempt_logs(cli, status["id"], 1)  # the Trainer went on from M
+    assert json.loads((job.parent / "out" / "trainer_state.json").read_text())["global_step"] == 60
+    assert status["progress"]["step"] == 60  # the resumed attempt counts on from the checkpoint
 
 
 def test_a_partial_checkpoint_newer_than_the_latest_complete_is_moved_aside_not_passed(healthy):

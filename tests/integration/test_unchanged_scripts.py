@@ -86,11 +86,16 @@ def test_torchrun_script_resumes_from_its_own_dcp_checkpoint(unchanged):
 
 def test_an_evaluation_loop_three_times_the_heartbeat_timeout_is_not_a_hang(unchanged):
     cli, job = unchanged("eval_loop")
+    # one evaluation, at step 10 (none at the last step): rank 0 busy in Python for 12 s, three
+    # heartbeat timeouts, under an adaptive window learned from quick steps alone. A second one,
+    # at step 20 (30 steps before), cost 12 s more of a core and came after one already passed.
     status = submit(cli, job, *watch(4, 60),
-                    "--set", 'args=["--steps", "30", "--eval-every", "10", "--eval-seconds", "12"]')
+                    "--set", 'args=["--steps", "20", "--eval-every", "10", "--eval-seconds", "12"]')
     assert status["state"] == "SUCCEEDED", why(status)
     assert status["failures"] == [] and status["attempts"] == 1
-    assert status["progress"]["step"] == 30
+    assert status["progress"]["step"] == 20
+    assert "evaluating at step 10 for 12s" in attempt_log(status["run_dir"], 0,
+                                                          "console-node-0.log")
 
 
 def test_a_program_that_is_not_python_runs_past_startup_timeout_with_hang_detection_off(unchanged):
