@@ -86,6 +86,15 @@ def copy_demo(base: Path) -> Path:
     return target / "job.yaml"
 
 
+def slow_in_attempt(attempt: int, seconds: float, ranks: int = 2) -> list[str]:
+    """``FSDP_ORCH_FAULT`` specs: every rank sleeps ``seconds`` a step in ``attempt`` alone (the
+    runtime's ``slow`` fault), so that it is still training when a test interrupts it, no rank is a
+    straggler, and the other attempts train at full speed (the demo's ``--sleep-per-step`` slept in
+    every attempt: waiting that tested nothing)."""
+    return [f"slow:step=0:rank={rank}:seconds={seconds:g}:attempt={attempt}"
+            for rank in range(ranks)]
+
+
 def demo_args(steps: int | str, *extra: object) -> str:
     """``args=[...]`` for ``--set``: the demo at test size, ``steps`` steps, then ``extra``."""
     return "args=" + json.dumps(["--steps", str(steps), *map(str, extra), *SMALL_DEMO])

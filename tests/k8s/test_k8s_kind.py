@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from cli_harness import Cli, copy_demo, demo_args, hf_trainer_hang_on_two_nodes, make_cli
+from cli_harness import (
+    Cli,
+    copy_demo,
+    demo_args,
+    hf_trainer_hang_on_two_nodes,
+    make_cli,
+    slow_in_attempt,
+)
 from k8s_jobs import objects_of, write_profile
 
 if TYPE_CHECKING:
@@ -83,7 +90,7 @@ def test_a_pod_deleted_under_the_job_resumes_from_the_checkpoint(
     # attempt 0 at 0.2 s a step (an injected slow fault on both ranks, attempt 0 only): still
     # training when its pod is deleted; attempt 1 trains the rest at full speed (with
     # --sleep-per-step it slept 6 s more alone, many more under the suite's load)
-    slow = ";".join(f"slow:step=0:rank={rank}:seconds=0.2:attempt=0" for rank in (0, 1))
+    slow = ";".join(slow_in_attempt(0, 0.2))
     job_id = submit(cli, demo, "--set", demo_args(40), "--set", f"env.FSDP_ORCH_FAULT={slow}")
     cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 12,
                    timeout=180, what="step 12 (a checkpoint at 10)")

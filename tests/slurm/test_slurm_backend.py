@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_harness import check_goodput, culprit_leads, demo_args
+from cli_harness import check_goodput, culprit_leads, demo_args, slow_in_attempt
 
 from fsdp_orch.backends.slurm.kind import slurm_job_id
 from fsdp_orch.nodeagent.agent import SUMMARY_EVERY_S
@@ -29,12 +29,8 @@ TWO_NODES = ["--set", "nodes=2", "--set", "procs_per_node=1", "--set", "checkpoi
 
 
 def slow_first_attempt(seconds: float, ranks: int = 2) -> list[str]:
-    """``--set`` args: every rank sleeps ``seconds`` a step in attempt 0 only (an injected ``slow``
-    fault), so that it is still training when the test interrupts it, and the next attempt trains
-    the rest at full speed (the demo's ``--sleep-per-step`` slept in every attempt: seconds of
-    waiting that tested nothing)."""
-    return ["--set", "env.FSDP_ORCH_FAULT=" + ";".join(
-        f"slow:step=0:rank={rank}:seconds={seconds:g}:attempt=0" for rank in range(ranks))]
+    """``--set`` args: every rank slow in attempt 0 alone (``slow_in_attempt``)."""
+    return ["--set", "env.FSDP_ORCH_FAULT=" + ";".join(slow_in_attempt(0, seconds, ranks))]
 
 
 def slurm_id(cli, job_id: str) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_harness import copy_demo, culprit_leads, demo_args
+from cli_harness import copy_demo, culprit_leads, demo_args, slow_in_attempt
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.root]
 
@@ -37,8 +37,7 @@ def test_two_login_nodes_agree_and_a_deleted_index_is_rebuilt_to_the_same_status
     # attempt 0 trains at full speed to its hang at step 12; attempt 1 at 0.5 s a step (an
     # injected slow fault on both ranks, attempt 1 only), still running through the checks below
     # (``--sleep-per-step`` slept in attempt 0 too, 6 s that tested nothing)
-    faults = ["hang:step=12:rank=1"] + [f"slow:step=0:rank={rank}:seconds=0.5:attempt=1"
-                                        for rank in (0, 1)]
+    faults = ["hang:step=12:rank=1", *slow_in_attempt(1, 0.5)]
     job_id = a.cli.run("submit", "--cluster", "slurm", str(demo), *TWO_NODES,
                        "--set", demo_args(40), "--set", "env.FSDP_ORCH_FAULT=" + ";".join(faults),
                        check=True).stdout.strip()

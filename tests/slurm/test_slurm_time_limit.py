@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_harness import copy_demo, demo_args
+from cli_harness import copy_demo, demo_args, slow_in_attempt
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.root]
 
@@ -19,8 +19,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.root]
 # trains the rest at full speed: it ends in seconds, far inside its own limit (with
 # ``--sleep-per-step`` it slept 30-60 s more there: 110 steps took 150 s alone, 244 s in CI).
 STEPS, SLEEP = 120, 1.0
-SLOW_FIRST_ALLOCATION = ";".join(f"slow:step=0:rank={rank}:seconds={SLEEP:g}:attempt=0"
-                                 for rank in (0, 1))
+SLOW_FIRST_ALLOCATION = ";".join(slow_in_attempt(0, SLEEP))
 
 
 def short_profile(cli) -> None:  # type: ignore[no-untyped-def]
