@@ -9,7 +9,6 @@ import os
 import shlex
 import socket
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from fsdp_orch.observe.command import Runner
@@ -48,37 +47,30 @@ PROBES_AT_ONCE = 32
 
 @dataclass(frozen=True)
 class HostProbe:
-    """What one host answered: its checks up to torch, the torch version it has (None: none
-    found, or the host stopped before), and how it gets the bootstrap."""
+    """What one host answered: its checks as far as it went, and where its python has torch, the
+    version found and how the host gets the bootstrap (which the torch check goes before)."""
 
     checks: list[Check]
-    version: str | None = None
-    torch_failure: str | None = None
-    bootstrap: Check | None = None
+    torch: tuple[str, Check] | None = None
 
 
 def ssh_checks(profile, torch_version: str | None, run: Runner,
                connect: Connect = _connect) -> list[Check]:
     """Every host probed at once (at most ``PROBES_AT_ONCE``), the checks in host order."""
+    from fsdp_orch.backends.over_ssh.connect import on_every_host
+
     hosts = list(profile.hosts)
-    if not hosts:
-        return []
-    with ThreadPoolExecutor(max_workers=min(PROBES_AT_ONCE, len(hosts))) as pool:
-        probes = list(pool.map(lambda host: _probe(host, profile, run, connect), hosts))
+    probes = on_every_host(hosts, lambda i, host: _probe(host, profile, run, connect),
+                           at_most=PROBES_AT_ONCE)
     checks: list[Check] = []
     versions: list[str] = []  # each host's torch, as found
     for host, probe in zip(hosts, probes, strict=True):
-        where = f"{host.address}:{host.port}"
         checks += probe.checks
-        version = probe.version
-        if probe.torch_failure is not None:
-            checks.append(Check(f"{where} torch", False,
-                                f"{profile.python} there: {probe.torch_failure}",
-                                "set python: or venv: in the profile to an "
-                                "interpreter with torch on that host"))
-        elif version is None:
+        if probe.torch is None:
             continue
-        elif torch_too_old(version):
+        where = f"{host.address}:{host.port}"
+        version, bootstrap = probe.torch
+        if torch_too_old(version):
             checks.append(Check(f"{where} torch", False, f"torch {version} there, older than "
                                 + MIN_TORCH_TEXT, RANKS_NEED))
         elif versions and version not in versions:
@@ -87,9 +79,8 @@ def ssh_checks(profile, torch_version: str | None, run: Runner,
                                 "use the same torch on every host"))
         else:
             checks.append(Check(f"{where} torch", True, f"{profile.python}: torch {version}"))
-        if version is not None and probe.bootstrap is not None:
-            versions.append(version)
-            checks.append(probe.bootstrap)
+        versions.append(version)
+        checks.append(bootstrap)
     return checks
 
 
@@ -124,9 +115,12 @@ def _probe(host, profile, run: Runner, connect: Connect) -> HostProbe:
                           shlex.quote(TORCH_VERSION)), 120.0)
     if remote.returncode != 0 or not remote.stdout.strip():
         detail = (remote.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        return HostProbe(checks, torch_failure=detail)
+        return HostProbe([*checks, Check(f"{where} torch", False,
+                                         f"{profile.python} there: {detail}",
+                                         "set python: or venv: in the profile to an "
+                                         "interpreter with torch on that host")])
     version = remote.stdout.strip().splitlines()[-1]
-    return HostProbe(checks, version, bootstrap=_bootstrap_check(host, profile, where, run))
+    return HostProbe(checks, (version, _bootstrap_check(host, profile, where, run)))
 
 
 def _bootstrap_check(host, profile, where: str, run: Runner) -> Check:

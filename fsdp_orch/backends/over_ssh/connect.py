@@ -143,12 +143,13 @@ def run_with_input(host: Any, profile: Any, command: str, data: bytes, timeout: 
     return out
 
 
-def on_every_host(hosts: list[Any], action: Callable[[int, Any], T]) -> list[T]:
-    """``action(index, host)`` on all hosts at once; the first error (in host order) is raised
-    after all have finished."""
+def on_every_host(hosts: list[Any], action: Callable[[int, Any], T],
+                  at_most: int | None = None) -> list[T]:
+    """``action(index, host)`` on all hosts at once (``at_most`` at a time, when given); the
+    results in host order, and the first error (in host order) raised after all have finished."""
     if not hosts:
         return []
-    with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+    with ThreadPoolExecutor(max_workers=min(at_most or len(hosts), len(hosts))) as pool:
         futures = [pool.submit(action, i, host) for i, host in enumerate(hosts)]
         errors = [f.exception() for f in futures]
     for error in errors:
