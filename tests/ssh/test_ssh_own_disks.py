@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from cli_harness import UNTIL_STOPPED, Cli, copy_demo, demo_args, make_cli, notices, why
-from test_ssh_taken_node_folder import (  # noqa: F401 (the fixture)
+from taken_node_folder import (  # noqa: F401 (the fixture)
     check_the_taken_folder,
     private_folders_removed,
     taken_on_host_2,
@@ -112,7 +112,7 @@ def test_a_hang_on_own_disks_restarts_to_the_exact_loss_and_a_taken_node_folder_
         ssh_hosts, apart, uninterrupted, taken_on_host_2, other_account):  # noqa: F811
     """A hang on host 2, with own disks, restarts from the checkpoint copied between the hosts to
     the exact loss; and host 2's node-local folder was made first by another account
-    (test_ssh_taken_node_folder's fixture and checks, whose own job was this same hang and
+    (taken_node_folder's fixture and checks, whose own job was this same hang and
     restart): told in both attempts, one private folder serves both."""
     cli, demo = apart
     with private_folders_removed():

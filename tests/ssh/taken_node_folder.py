@@ -3,9 +3,9 @@ with its own disk: the node script keeps its heartbeats in a private folder besi
 told in the events (``node_tmp_taken``, as on the local kind), and a restart on that host uses the
 same private folder again instead of leaving one more behind each attempt.
 
-The job that shows it is test_ssh_own_disks' hang test (a hang on host 2 and a restart, with own
-disks: the job this test ran on its own before), run with ``taken_on_host_2``;
-``check_the_taken_folder`` is what it asserts of the folder."""
+The fixture and the checks, not a test: the job that shows it is test_ssh_own_disks' hang test (a
+hang on host 2 and a restart, with own disks: the job a test here ran on its own before), run with
+``taken_on_host_2``; ``check_the_taken_folder`` is what it asserts of the folder."""
 
 from __future__ import annotations
 
