@@ -132,7 +132,10 @@ class Torchrun:
     def run(self, args: list[str] | None = None, *, timeout: float = 180,
             **kwargs: Any) -> TorchrunRun:
         """Prepare, run to the end (killing the process group after ``timeout``), collect output."""
-        run = self.start(self.prepare(args, **kwargs))
+        return self.finish(self.start(self.prepare(args, **kwargs)), timeout=timeout)
+
+    def finish(self, run: TorchrunRun, *, timeout: float = 180) -> TorchrunRun:
+        """A started run to its end (its process group killed after ``timeout``), its output."""
         assert run.proc is not None
         try:
             run.stdout, run.stderr = run.proc.communicate(timeout=timeout)

@@ -101,10 +101,7 @@ def start_with_copied_checkpoints(torchrun, source: Path, args: list[str], **kwa
 
 
 def finish(torchrun, run):
-    torchrun.start(run)
-    run.stdout, run.stderr = run.proc.communicate(timeout=180)
-    run.returncode = run.proc.returncode
-    return run.ok()
+    return torchrun.finish(torchrun.start(run)).ok()
 
 
 @pytest.mark.slow
@@ -263,9 +260,8 @@ def test_a_checkpoint_request_mid_run_is_saved_by_every_rank_at_one_step(torchru
             break
         time.sleep(0.1)
     request.write_text("asked\n")
-    assert run.proc is not None
-    run.stdout, run.stderr = run.proc.communicate(timeout=180)
-    assert run.proc.returncode == 0, run.stderr[-3000:]
+    torchrun.finish(run)
+    assert run.returncode == 0, run.stderr[-3000:]
     saved = [info.step for info in list_checkpoints(run.checkpoint_dir) if info.complete]
     assert len(saved) == 2 and 3 <= saved[0] < N and saved[1] == N, (saved, run.stderr[-2000:])
     assert "the supervisor asked for one" in run.stderr

@@ -154,9 +154,7 @@ def test_hybrid_shard_zero2_over_two_nodes_replicates_across_them(torchrun, base
         env = {**run.env, "FSDP_ORCH_NODE_RANK": str(node)}
         nodes.append(torchrun.start(dataclasses.replace(run, argv=argv, env=env)))
     for node in nodes:
-        node.stdout, node.stderr = node.proc.communicate(timeout=180)
-        node.returncode = node.proc.returncode
-        node.ok()
+        torchrun.finish(node).ok()
     plan = run.result["plan"]
     assert plan["mesh_shape"] == [2, 1] and plan["reshard_after_forward"] is False
     assert run.result["final_loss"] == pytest.approx(baseline["final_loss"], rel=1e-5)

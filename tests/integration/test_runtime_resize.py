@@ -27,11 +27,7 @@ def test_two_ranks_resumed_on_one_train_on_the_same_data_to_the_same_loss(torchr
                            attempt=1, nproc=1)
     shutil.copytree(straight.checkpoint_dir / step_dir_name(4),
                     run.checkpoint_dir / step_dir_name(4))
-    torchrun.start(run)
-    assert run.proc is not None
-    run.stdout, run.stderr = run.proc.communicate(timeout=180)
-    run.returncode = run.proc.returncode
-    second = run.ok()
+    second = torchrun.finish(torchrun.start(run)).ok()
     result = second.result
     assert (result["resumed_from"], result["world_size"], result["saved_world_size"]) == (4, 1, 2)
     assert result["data_ranks"] == 2  # still two blocks of data per step, both on rank 0 now
