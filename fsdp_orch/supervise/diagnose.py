@@ -215,14 +215,17 @@ class LineScanner:
                                    self._count)
             return self.first
         # What only reports another failure is cut out; what is left of the line may still be a
-        # cause.
+        # cause, but never a traceback's exception line: torchrun's "failed (exitcode: 1)", written
+        # into a traceback it interleaves with, is no exception of the rank's.
+        reports_another = CONSEQUENCE.search(line) is not None
         line = CONSEQUENCE.sub(" ", line).strip()
         if len(line) < 3:
             if not body[:1].isspace() and self.wrapper is None:
                 self._in_traceback = False  # e.g. torchrun's own traceback ends in ChildFailedError
             return None
         category = match_rule(STRONG, line)
-        exception_line = self._in_traceback and _indent(body) <= self._tb.base \
+        exception_line = self._in_traceback and not reports_another \
+            and _indent(body) <= self._tb.base \
             and not line.startswith(("File ", "^", "~", "During handling", "The above")) \
             and ORDINARY_EXCEPTION.match(line)
         where = self._tb.where() if exception_line else ""

@@ -60,12 +60,14 @@ def test_an_async_save_cut_short_by_a_crash_in_its_writer_is_never_taken_for_com
     assert failure["category"] == "injected_fault", failure
     assert "injected crash inside the checkpoint save of step 15" in failure["evidence"], failure
     assert resumed_steps(cli, status["id"]) == {0: None, 1: 10}
-    # the supervisor's tracker never took the save in flight for a checkpoint
+    # the supervisor's tracker never took the save in flight for a checkpoint: the latest it
+    # recorded before the restart is 10 (it records the latest at each poll, so under load a poll
+    # may see 5 and 10 at once and record 10 alone)
     events = job_events(cli, status["id"])
     restart = next(i for i, e in enumerate(events)
                    if e.get("kind") == "attempt_started" and e["attempt"] == 1)
-    assert [e["step"] for e in events[:restart] if e.get("kind") == "checkpoint_committed"] == [
-        5, 10]
+    committed = [e["step"] for e in events[:restart] if e.get("kind") == "checkpoint_committed"]
+    assert committed in ([5, 10], [10]), committed
     result = json.loads((run_dir / "result.json").read_text())
     assert result["resumed_from"] == 10 and result["final_step"] == 20
     ckpt = Path(status["last_checkpoint"]["path"]).parent

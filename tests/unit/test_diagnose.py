@@ -167,6 +167,21 @@ def test_torchruns_own_traceback_and_failure_summary_are_not_a_user_error():
     assert diagnose_text(log).category == "unknown"
 
 
+def test_torchruns_failed_line_inside_a_ranks_traceback_is_not_its_exception():
+    """Seen in CI: rank 1's traceback and torchrun's line about it reach the log interleaved; the
+    rank's own exception, with where it was raised, is still the evidence."""
+    failed = ("torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: 1) "
+              "local_rank: 1 (pid: 20235) of binary: /venv/bin/python")
+    frames = ['  File "/work/train.py", line 88, in <module>',
+              "    raise KeyError('tokens')"]
+    for at in (1, 2, 3):  # after the header, after a frame, after the source line
+        lines = ["Traceback (most recent call last):", *frames, "KeyError: 'tokens'"]
+        lines.insert(at, failed)
+        found = diagnose_text("\n".join(lines))
+        assert found.category == "user_code_error", (at, found)
+        assert found.evidence == "KeyError: 'tokens' (at train.py:88 in <module>)", (at, found)
+
+
 def test_exception_lines_of_every_usual_shape_are_user_errors():
     for last in ("KeyError: 'tokens'", "ValueError", "mypkg.errors.BadBatch: shape (3, 4)",
                  "InjectedThing: something broke", "StopIteration", "AssertionError"):
