@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_harness import Cli, demo_args, iso_epoch, why
+from cli_harness import Cli, demo_args, iso_epoch, slow_in_attempt, why
 
 from fsdp_orch.nodeagent.beat_dir import read_node_heartbeats
 from fsdp_orch.observe.proctree import pid_alive
@@ -95,14 +95,54 @@ def check_frozen_verdict(final: dict, frozen_at: float, pid: int) -> float:  # t
     return latency
 
 
-def test_a_demo_rank_stopped_mid_run_is_judged_in_seconds_and_the_job_succeeds(cli, demo):
-    # the demo's job.yaml as shipped (watch: heartbeat_timeout 30s), at test size
-    job_id = cli.run("submit", "--cluster", "local", str(demo), *FAST, "--set",
-                     demo_args(240, "--sleep-per-step", "0.05"), check=True).stdout.strip()
+def hold_every_rank_stopped(cli: Cli, job_id: str) -> None:
+    """Stop both ranks of the running attempt for 8 s: ``status`` says the verdict is held to the
+    ceiling and until when; no failure, and the job trains on in the same attempt once continued."""
+    pids = sorted(rank_pids(job_id).values())
+    assert len(pids) == 2, pids
+    shown = ""
+    with stopped(pids) as paused_at:  # both ranks; the node agent runs on
+        while time.time() - paused_at < 15 and "held back:" not in shown:
+            shown = cli.run("status", job_id, check=True).stdout
+            time.sleep(0.3)
+        stopped_for = time.time() - paused_at
+        time.sleep(max(0.0, 8 - stopped_for))  # past the 5 s minimum and the window
+        status = cli.status(job_id)
+    assert "held back: every rank frozen (rank 0 stopped (state T: SIGSTOP or a debugger)) "\
+           "since " in shown, shown
+    assert ": held to the 30s ceiling (watch.heartbeat_timeout) (a pause of the whole job, " \
+           "not one frozen rank its peers wait for); no verdict before " in shown, shown
+    until = re.search(r"no verdict before (\d\d):(\d\d):(\d\d)Z", shown)
+    assert until is not None, shown
+    deadline = time.gmtime(paused_at + 30)
+    ceiling = (deadline.tm_hour * 3600 + deadline.tm_min * 60 + deadline.tm_sec) % 86400
+    said = int(until[1]) * 3600 + int(until[2]) * 60 + int(until[3])
+    assert abs(said - ceiling) <= 3 or abs(said - ceiling) >= 86400 - 3, (shown, paused_at)
+    assert status["state"] == "RUNNING" and status["failures"] == [], status
+    before = step(status)
+    after = cli.wait_until(job_id, lambda s: step(s) >= before + 10 or s["state"] in ENDED,
+                           timeout=120, what="steps after the pause")
+    assert after["state"] == "RUNNING" and after["attempts"] == 1, after
+    assert after["failures"] == [], after["failures"]
+
+
+def test_every_rank_stopped_is_held_then_a_demo_rank_stopped_is_judged_in_seconds(cli, demo):
+    # the demo's job.yaml as shipped (watch: heartbeat_timeout 30s), at test size, one job for both:
+    # both ranks stopped at step 30 (a pause of the whole job, held to the ceiling), then rank 1
+    # alone past step 70 (its 64 recent step times, whose 95th percentile leaves the pause's one
+    # out, set the window as a job never paused). The first attempt sleeps 0.05 s a step so that it
+    # still trains when stopped; the restart, from step 50, trains at full speed
+    job_id = cli.run("submit", "--cluster", "local", str(demo), *FAST, "--set", demo_args(160),
+                     "--set", "env.FSDP_ORCH_FAULT=" + ";".join(slow_in_attempt(0, 0.05)),
+                     check=True).stdout.strip()
     try:
+        running = cli.wait_until(job_id, lambda s: step(s) >= 30 or s["state"] in ENDED,
+                                 timeout=240, what="step 30")
+        assert running["state"] == "RUNNING", why(running)
+        hold_every_rank_stopped(cli, job_id)
         final, frozen_at, pid = freeze_rank_1_and_follow(cli, job_id, after_step=70)
         check_frozen_verdict(final, frozen_at, pid)
-        assert step(final) == 240, final
+        assert step(final) == 160, final
     finally:
         cli.run("cancel", job_id)
 
@@ -110,50 +150,17 @@ def test_a_demo_rank_stopped_mid_run_is_judged_in_seconds_and_the_job_succeeds(c
 def test_an_unchanged_fsdp2_script_with_no_watch_settings_has_a_stopped_rank_judged(unchanged):
     cli, job = unchanged("torchrun_fsdp2")
     assert "watch" not in job.read_text()  # the defaults: heartbeat_timeout 300 s
-    args = ["--steps", "200", "--save-every", "50", "--sleep-per-step", "0.05", *TORCHRUN_SIZE]
+    # the first attempt sleeps 0.05 s a step (stopped past step 70, before step 100's save); the
+    # restart, from step 50, trains at full speed
+    args = ["--steps", "120", "--save-every", "50", *TORCHRUN_SIZE]
     job_id = cli.run("submit", "--cluster", "local", str(job), *FAST, "--set",
-                     "args=" + json.dumps(args), check=True).stdout.strip()
+                     "args=" + json.dumps(args),
+                     "--set", "env.FSDP_ORCH_FAULT=" + ";".join(slow_in_attempt(0, 0.05)),
+                     check=True).stdout.strip()
     try:
         final, frozen_at, pid = freeze_rank_1_and_follow(cli, job_id, after_step=70)
         check_frozen_verdict(final, frozen_at, pid)
         launch = (Path(final["run_dir"]) / "attempt-1" / "launch.sh").read_text()
         assert f"--resume {job.parent / 'ckpt' / 'step-50'}" in launch
-    finally:
-        cli.run("cancel", job_id)
-
-
-def test_every_rank_stopped_is_held_to_the_ceiling_and_status_says_so(cli, demo):
-    job_id = cli.run("submit", "--cluster", "local", str(demo), "--set",
-                     demo_args(100000, "--sleep-per-step", "0.1"), check=True).stdout.strip()
-    try:
-        running = cli.wait_until(job_id, lambda s: step(s) >= 30 or s["state"] in ENDED,
-                                 timeout=240, what="step 30")
-        assert running["state"] == "RUNNING", why(running)
-        pids = sorted(rank_pids(job_id).values())
-        assert len(pids) == 2, pids
-        shown = ""
-        with stopped(pids) as paused_at:  # both ranks; the node agent runs on
-            while time.time() - paused_at < 15 and "held back:" not in shown:
-                shown = cli.run("status", job_id, check=True).stdout
-                time.sleep(0.3)
-            stopped_for = time.time() - paused_at
-            time.sleep(max(0.0, 8 - stopped_for))  # past the 5 s minimum and the window
-            status = cli.status(job_id)
-        assert "held back: every rank frozen (rank 0 stopped (state T: SIGSTOP or a debugger)) "\
-               "since " in shown, shown
-        assert ": held to the 30s ceiling (watch.heartbeat_timeout) (a pause of the whole job, " \
-               "not one frozen rank its peers wait for); no verdict before " in shown, shown
-        until = re.search(r"no verdict before (\d\d):(\d\d):(\d\d)Z", shown)
-        assert until is not None, shown
-        deadline = time.gmtime(paused_at + 30)
-        ceiling = (deadline.tm_hour * 3600 + deadline.tm_min * 60 + deadline.tm_sec) % 86400
-        said = int(until[1]) * 3600 + int(until[2]) * 60 + int(until[3])
-        assert abs(said - ceiling) <= 3 or abs(said - ceiling) >= 86400 - 3, (shown, paused_at)
-        assert status["state"] == "RUNNING" and status["failures"] == [], status
-        before = step(status)
-        after = cli.wait_until(job_id, lambda s: step(s) >= before + 10 or s["state"] in ENDED,
-                               timeout=120, what="steps after the pause")
-        assert after["state"] == "RUNNING" and after["attempts"] == 1, after
-        assert after["failures"] == [], after["failures"]
     finally:
         cli.run("cancel", job_id)

@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 
 import pytest
 from cli_harness import UNTIL_STOPPED, demo_args
@@ -24,13 +25,18 @@ pytestmark = pytest.mark.slow
 PAUSE_S = 15.0
 
 
-def pause(job_id: str) -> None:
+def pause(job_id: str, until: Callable[[], object] | None = None) -> object:
+    """Every process of the attempt stopped for ``PAUSE_S``, or until ``until()`` returns (its
+    value returned)."""
     pids = job_processes(job_id, attempt=0)
     assert len(pids) >= 4, pids  # node agent, torchrun's agent, 2 ranks
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     try:
-        time.sleep(PAUSE_S)
+        if until is None:
+            time.sleep(PAUSE_S)
+            return None
+        return until()
     finally:
         for pid in pids:
             # a node found lost meanwhile is ended by its teardown, stopped or not (SIGCONT
@@ -68,9 +74,12 @@ def test_a_pause_longer_than_the_node_timeout_is_a_lost_node_naming_the_setting(
     try:
         cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3,
                        timeout=180, what="three steps")
-        pause(job_id)
-        final = cli.wait_until(job_id, lambda s: s["state"] not in ("PENDING", "RUNNING"),
-                               timeout=120, what="the end")
+        # paused until the job ends: past the node timeout by then, and no longer (the 15 s pause
+        # waited on after the verdict)
+        final = pause(job_id, until=lambda: cli.wait_until(
+            job_id, lambda s: s["state"] not in ("PENDING", "RUNNING"), timeout=120,
+            what="the end"))
+        assert isinstance(final, dict)
         [failure] = final["failures"]
         assert failure["category"] == "preemption_or_node_lost", failure
         assert ("node 0 (host " in failure["evidence"]
