@@ -11,30 +11,41 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from cli_harness import UNTIL_STOPPED, demo_args
+from cli_harness import demo_args
 
 from fsdp_orch.observe.proctree import job_processes, pid_alive
 from fsdp_orch.record.store import Store
 
 pytestmark = pytest.mark.slow
 
-SHORT = ["--set", demo_args(24), "--set", "checkpoint.interval=8"]
+# The uninterrupted run: the submit --wait test's job, and the reference the resumed job must match
+# (one job where there were two: both ran the demo to its end without a fault).
+STEPS, INTERVAL = 40, 10
+UNINTERRUPTED = ["--set", demo_args(STEPS), "--set", f"checkpoint.interval={INTERVAL}"]
 
 
 def result_of(cli, job_id: str) -> dict:
     return json.loads((cli.home / "runs" / job_id / "result.json").read_text())
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(module_cli_and_demo):
+    """(cli, demo, the ``submit --wait --json`` process) of the demo run without interruption."""
+    cli, demo = module_cli_and_demo
+    proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo), *UNINTERRUPTED)
+    return cli, demo, proc
+
+
 @pytest.mark.quick
-def test_submit_wait_runs_fsdp_to_success_with_checkpoints(cli, demo):
-    proc = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo), *SHORT)
+def test_submit_wait_runs_fsdp_to_success_with_checkpoints(uninterrupted):
+    cli, demo, proc = uninterrupted
     assert proc.returncode == 0, proc.stderr
     status = json.loads(proc.stdout)
     assert status["state"] == "SUCCEEDED"
     assert status["attempts"] == 1 and status["restarts"] == 0 and status["failures"] == []
-    assert status["progress"]["step"] == 24
+    assert status["progress"]["step"] == STEPS
     assert isinstance(status["progress"]["loss"], float)
-    assert status["last_checkpoint_step"] == 24
+    assert status["last_checkpoint_step"] == STEPS
     ckpt_root = demo.parent / "checkpoints" / "demo"
     complete = sorted(p.name for p in ckpt_root.iterdir() if (p / "COMMITTED").exists())
     assert complete, "no committed checkpoint on disk"
@@ -44,62 +55,52 @@ def test_submit_wait_runs_fsdp_to_success_with_checkpoints(cli, demo):
     rank_dirs = {p.parent.name for p in attempt_dir.glob("node-0/*/attempt_0/*/stdout.log")}
     assert rank_dirs == {"0", "1"}
     rank0 = cli.run("logs", status["id"], "--rank", "0", check=True).stdout
-    assert "step=24" in rank0 and "[default0]" not in rank0
+    assert f"step={STEPS}" in rank0 and "[default0]" not in rank0
     table = cli.run("status", check=True).stdout
     assert status["id"] in table and "SUCCEEDED" in table
 
 
-def test_cancel_stops_every_process_and_marks_cancelled(cli, demo):
-    job_id = cli.run("submit", "--cluster", "local", str(demo), "--set", demo_args(*UNTIL_STOPPED),
-                     check=True).stdout.strip()
-    running = cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 2,
-                             timeout=180, what="two training steps")
-    assert running["state"] == "RUNNING"
-    assert len(job_processes(job_id)) >= 3  # torchrun agent + 2 workers
-    supervisor_pid = (Store(cli.home / "jobs.db").job(job_id)  # type: ignore[union-attr]
-                      .supervisor_pid)
-    out = cli.run("cancel", job_id, check=True).stdout
-    assert "cancelled" in out
-    status = cli.status(job_id)
-    assert status["state"] == "CANCELLED"
-    assert status["ended_at"] is not None
-    assert job_processes(job_id) == [], "processes of the cancelled job are still running"
-    assert not pid_alive(supervisor_pid), "the supervisor is still running"
-    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    assert job_id not in ps, f"a process still names the job:\n{ps}"
-
-
-def test_resume_after_cancel_matches_an_uninterrupted_run_bit_for_bit(cli, demo):
-    # 0.15 s a step: the cancel, after a checkpoint at step 20 is seen, lands before step 40.
-    steps = ["--set", demo_args(40, "--sleep-per-step", "0.15"), "--set", "checkpoint.interval=10"]
-    # The uninterrupted run beside it, at full speed: the demo sleeps after each step's update, so
-    # the sleep changes no number.
-    clean = cli.run("submit", "--cluster", "local", "--json", str(demo), "--set", demo_args(40),
-                    "--set", "checkpoint.interval=10", "--set", "name=clean",
-                    check=True).stdout.strip()
+def test_cancel_stops_every_process_and_a_resubmit_resumes_bit_for_bit(cli, demo,
+                                                                        uninterrupted):
+    """The cancelled job (every process of it stopped, CANCELLED), submitted again under its name,
+    resumes from its checkpoint and ends where the uninterrupted run did, bit for bit (one job for
+    both: the cancel test's own job, run until stopped, was the same cancel)."""
+    # 0.15 s a step: the cancel, after a checkpoint at step 10 is seen, lands before step 40 (4.5 s
+    # of sleep left at least); the demo sleeps after each step's update, so no number changes.
+    steps = ["--set", demo_args(STEPS, "--sleep-per-step", "0.15"),
+             "--set", f"checkpoint.interval={INTERVAL}"]
     first = cli.run("submit", "--cluster", "local", str(demo), *steps, "--set", "name=resumed",
                     check=True).stdout.strip()
-    cli.wait_until(first, lambda s: (s.get("last_checkpoint_step") or 0) >= 20, timeout=300,
-                   what="a checkpoint at step 20")
-    cli.run("cancel", first, check=True)
-    assert cli.status(first)["state"] == "CANCELLED"
+    running = cli.wait_until(first, lambda s: (s.get("last_checkpoint_step") or 0) >= 10,
+                             timeout=300, what="a checkpoint at step 10")
+    assert running["state"] == "RUNNING"
+    assert len(job_processes(first)) >= 3  # torchrun agent + 2 workers
+    supervisor_pid = (Store(cli.home / "jobs.db").job(first)  # type: ignore[union-attr]
+                      .supervisor_pid)
+    out = cli.run("cancel", first, check=True).stdout
+    assert "cancelled" in out
+    status = cli.status(first)
+    assert status["state"] == "CANCELLED"
+    assert status["ended_at"] is not None
+    assert job_processes(first) == [], "processes of the cancelled job are still running"
+    assert not pid_alive(supervisor_pid), "the supervisor is still running"
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    assert first not in ps, f"a process still names the job:\n{ps}"
 
     again = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo), *steps,
                     "--set", "name=resumed")
     assert again.returncode == 0, again.stderr
     second = json.loads(again.stdout)["id"]
-    clean_id = json.loads(clean)["id"]
-    ended = cli.wait_until(clean_id, lambda s: s["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"),
-                           timeout=300, what="the uninterrupted run's end")
-    assert ended["state"] == "SUCCEEDED" and ended["attempts"] == 1, ended
-    reference = result_of(cli, clean_id)
+    ref_cli, _, ref_proc = uninterrupted
+    assert ref_proc.returncode == 0, ref_proc.stderr
+    reference = result_of(ref_cli, json.loads(ref_proc.stdout)["id"])
     resumed = result_of(cli, second)
     kept = Store(cli.home / "jobs.db").job(second)
     assert kept is not None
     first_attempt = kept.attempt_records[0]
     assert first_attempt.resume_from is None or "step-" in first_attempt.resume_from
-    assert resumed["resumed_from"] >= 20, "the resubmitted job started from scratch"
-    assert resumed["final_step"] == reference["final_step"] == 40
+    assert resumed["resumed_from"] >= 10, "the resubmitted job started from scratch"
+    assert resumed["final_step"] == reference["final_step"] == STEPS
     assert resumed["final_loss"] == reference["final_loss"]
     assert resumed["param_sha256"] == reference["param_sha256"]
 

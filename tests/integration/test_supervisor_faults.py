@@ -1,13 +1,14 @@
 """The supervisor against real failures: torchrun with 2 CPU ranks (gloo), faults injected into the
-demo job through FSDP_ORCH_FAULT. Every fault ends SUCCEEDED after one restart, with the failure
-classified, and the final loss equal, bit for bit, to an uninterrupted run's."""
+demo job through FSDP_ORCH_FAULT. Every fault is classified and restarted from a checkpoint (several
+faults in one job, one an attempt, where only the job's settings tell them apart), the job ends
+SUCCEEDED, and the final loss equals, bit for bit, an uninterrupted run's."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from cli_harness import culprit_leads, demo_args, hang_windows, standby_starts
+from cli_harness import culprit_leads, demo_args, hang_windows, job_events, standby_starts
 
 pytestmark = pytest.mark.slow
 
@@ -45,37 +46,61 @@ def run_with_fault(cli, demo, fault: str, *extra: str) -> tuple[dict, dict]:
     return status, result
 
 
-@pytest.mark.parametrize("fault,category,evidence", [
-    ("hang:step=12:rank=1", "hang", "no progress"),
-    ("crash:step=12:rank=1", "injected_fault", "injected crash at step 12"),
-    ("kill:step=12:rank=1", "injected_fault", "injected SIGKILL"),
-    ("checkpoint_crash:step=10:rank=1", "injected_fault",
-     "injected crash inside the checkpoint save"),
-])
-def test_fault_is_classified_restarted_and_the_result_is_exact(cli, demo, reference, fault,
-                                                               category, evidence):
+def assert_restarted(failure: dict, attempt: int, category: str, evidence: str) -> None:
+    assert failure["attempt"] == attempt, failure
+    assert failure["category"] == category, failure
+    assert evidence in (failure["evidence"] or ""), failure
+    assert failure["action"] == "restart", failure
+
+
+def attempts_resumed_from(cli, job_id: str) -> list[int | None]:
+    return [e.get("resume_step") for e in job_events(cli, job_id)
+            if e["kind"] == "attempt_started"]
+
+
+# One job, one fault an attempt (each fault's ``attempt=``; the last attempt runs clean): each is
+# classified and restarted from the last complete checkpoint before it, and the result is still
+# bit-exact (one job where there were three: the fault, not the job, is what each part checks).
+# Attempt 0 dies of SIGKILL at step 12 (checkpoints 5, 10), attempt 1 hangs at step 17 (after 15's
+# save), attempt 2 dies inside the save of step 20 (leaving it partial), attempt 3 ends at 30.
+CHAIN = ("kill:step=12:rank=1;hang:step=17:rank=1:attempt=1;"
+         "checkpoint_crash:step=20:rank=1:attempt=2")
+
+
+def test_kill_hang_and_a_crash_in_a_save_are_classified_restarted_and_the_result_is_exact(
+        cli, demo, reference):
+    status, result = run_with_fault(cli, demo, CHAIN)
+    assert status["state"] == "SUCCEEDED"
+    assert status["attempts"] == 4 and status["restarts"] == 3
+    kill, hang, in_save = status["failures"]
+    assert_restarted(kill, 0, "injected_fault", "injected SIGKILL")
+    assert_restarted(hang, 1, "hang", "no progress")
+    assert_restarted(in_save, 2, "injected_fault", "injected crash inside the checkpoint save")
+    # the hang judged under the window in force: the default follows the step time, 8 s its ceiling
+    window = hang_windows(cli, status["id"], attempt=1)[-1]["window_s"]
+    assert 2 <= window <= 8 and window <= hang["stalled_for_s"] < window + 5, (window, hang)
+    assert culprit_leads(hang["evidence"], 1), hang["evidence"]
+    # each restart resumed from the last complete checkpoint before its fault (the partial save
+    # of step 20 skipped)
+    assert attempts_resumed_from(cli, status["id"]) == [None, 10, 15, 15]
+    assert result["resumed_from"] == 15
+    assert result["final_loss"] == reference["final_loss"]
+    assert result["param_sha256"] == reference["param_sha256"]
+
+
+def test_crash_is_classified_restarted_and_the_result_is_exact(cli, demo, reference):
     # the crash's attempt prepares no keeper for the next one before it has run 5 minutes
-    late = ("--set", "launch.prepare_standby_after=5m") if fault.startswith("crash") else ()
-    status, result = run_with_fault(cli, demo, fault, *late)
+    status, result = run_with_fault(cli, demo, "crash:step=12:rank=1",
+                                    "--set", "launch.prepare_standby_after=5m")
     assert status["state"] == "SUCCEEDED"
     assert status["attempts"] == 2 and status["restarts"] == 1
     [failure] = status["failures"]
-    assert failure["attempt"] == 0
-    assert failure["category"] == category, failure
-    assert evidence in (failure["evidence"] or ""), failure
-    assert failure["action"] == "restart"
-    # judged under the window in force: the default follows the step time, 8 s its ceiling
-    if category == "hang":
-        window = hang_windows(cli, status["id"])[-1]["window_s"]
-        assert (2 <= window <= 8
-                and window <= failure["stalled_for_s"] < window + 5), ((window, failure))
-        assert culprit_leads(failure["evidence"], 1), failure["evidence"]
+    assert_restarted(failure, 0, "injected_fault", "injected crash at step 12")
     assert result["resumed_from"] >= 5, "the restart did not resume from a checkpoint"
     assert result["final_loss"] == reference["final_loss"]
     assert result["param_sha256"] == reference["param_sha256"]
-    if late:
-        started = standby_starts(cli.home / "runs" / status["id"] / "attempt-1")
-        assert started == ["started at once (none was prepared)"], started
+    started = standby_starts(cli.home / "runs" / status["id"] / "attempt-1")
+    assert started == ["started at once (none was prepared)"], started
 
 
 def test_collective_timeout_is_a_gloo_timeout(cli, demo, reference):

@@ -4,8 +4,9 @@ are set aside, kept and named, and the job ends SUCCEEDED from the checkpoint be
 finite loss. Real torchrun, 2 CPU ranks (gloo): the runtime demo (DCP step folders) and the
 unchanged Hugging Face Trainer script (a GPT-2 built from a config, nothing fetched).
 
-Each job crashes once (``FSDP_ORCH_FAULT``) a few steps after its second checkpoint; the test spoils
-that checkpoint as soon as it is complete, so the restart resumes from it."""
+Each job crashes once (``FSDP_ORCH_FAULT``) a few steps after its third checkpoint; as soon as it is
+complete, the test makes its weights NaN and the one before it fail to load (one job meets both), so
+the restart resumes from the NaN one, and the next from the one before."""
 
 from __future__ import annotations
 
@@ -78,9 +79,11 @@ def assert_named_and_kept(cli, status: dict, bad: Path, attempt: int) -> Path:  
 
 # --- the runtime demo: DCP step folders ---------------------------------------------------------
 
-# a step of 0.1 s or more: the crash comes a second after step 20's save, the spoil within it
-DEMO = ["--set", demo_args(30, "--sleep-per-step", "0.1"), "--set", "checkpoint.interval=10",
-        "--set", "env.FSDP_ORCH_FAULT=crash:step=25:rank=1"]
+# a step of 0.1 s or more: the crash comes a second after step 30's save, the spoil within it. Three
+# checkpoints (10, 20, 30; keep_last 3): the test makes 30's weights NaN and 20's shard unloadable,
+# so that one job meets both (two jobs before: each spoil asserted as it was, at its own attempt).
+DEMO = ["--set", demo_args(40, "--sleep-per-step", "0.1"), "--set", "checkpoint.interval=10",
+        "--set", "checkpoint.keep_last=3", "--set", "env.FSDP_ORCH_FAULT=crash:step=35:rank=1"]
 
 
 def nan_weights_dcp(step_dir: Path, scratch: Path) -> None:
@@ -111,46 +114,42 @@ def demo_result(status: dict) -> dict:
     return json.loads((Path(status["run_dir"]) / "result.json").read_text())
 
 
-def test_runtime_nan_weights_are_set_aside_and_the_job_resumes_from_the_checkpoint_before(
+def test_runtime_nan_weights_and_an_unloadable_shard_are_set_aside_and_the_job_resumes_before_them(
         cli, demo, tmp_path):
     ckpts = demo.parent / "checkpoints" / "demo"
-    bad = ckpts / "step-00000020"
-    status = submit_and_spoil(cli, demo, bad / "COMMITTED", lambda: nan_weights_dcp(bad, tmp_path),
-                              *DEMO)
+    nan, unloadable = ckpts / "step-00000030", ckpts / "step-00000020"
+
+    def spoil() -> None:
+        truncate(unloadable / "__0_0.distcp")
+        nan_weights_dcp(nan, tmp_path)
+
+    status = submit_and_spoil(cli, demo, nan / "COMMITTED", spoil, *DEMO)
     assert status.get("state") == "SUCCEEDED", status
+    # NaN weights: the attempt resumed from 30 fails on its loss, and the next resumes from the
+    # checkpoint before (20); there the runtime finds 20 unloadable and restores 10 in the same
+    # attempt: no third failure
     categories = [(f["attempt"], f["category"]) for f in status["failures"]]
     assert categories == [(0, "injected_fault"), (1, "nonfinite_loss")], status["failures"]
-    assert "loss nan at step 2" in status["failures"][1]["evidence"]  # 21, or 22 as read
+    assert "loss nan at step 3" in status["failures"][1]["evidence"]  # 31, or 32 as read
     started = [e for e in job_events(cli, status["id"]) if e["kind"] == "attempt_started"]
-    assert [e.get("resume_step") for e in started] == [None, 20, 10]
+    assert [e.get("resume_step") for e in started] == [None, 30, 20]
     result = demo_result(status)
     assert result["resumed_from"] == 10 and math.isfinite(result["final_loss"])
-    kept = assert_named_and_kept(cli, status, bad, attempt=1)
+    kept = assert_named_and_kept(cli, status, nan, attempt=1)
     assert (kept / "COMMITTED").exists()  # what was complete stays complete where it is kept
-    assert (ckpts / "step-00000020" / "COMMITTED").exists()  # saved again, from step 10
-
-
-def test_runtime_unloadable_shard_is_set_aside_and_an_earlier_checkpoint_restored(cli, demo):
-    ckpts = demo.parent / "checkpoints" / "demo"
-    bad = ckpts / "step-00000020"
-    status = submit_and_spoil(cli, demo, bad / "COMMITTED", lambda: truncate(bad / "__0_0.distcp"),
-                              *DEMO)
-    assert status.get("state") == "SUCCEEDED", status
-    # the runtime restores step 10 in the same attempt: no second failure
-    assert [f["category"] for f in status["failures"]] == ["injected_fault"]
-    result = demo_result(status)
-    assert result["resumed_from"] == 10 and math.isfinite(result["final_loss"])
-    kept = bad.parent / SUSPECT_DIR / f"{bad.name}.attempt-1"
-    assert (kept / "__0_0.distcp").stat().st_size < (bad / "__0_0.distcp").stat().st_size
-    assert_named_and_kept(cli, status, bad, attempt=1)
+    assert (nan / "COMMITTED").exists()  # saved again, from step 10
+    kept = unloadable.parent / SUSPECT_DIR / f"{unloadable.name}.attempt-2"
+    assert (kept / "__0_0.distcp").stat().st_size < (unloadable / "__0_0.distcp").stat().st_size
+    assert_named_and_kept(cli, status, unloadable, attempt=2)
 
 
 # --- the unchanged Hugging Face Trainer ---------------------------------------------------------
 
-# Checkpoints at 4, 8...; the crash at 10, the restart resumes from the spoiled 8, and the run ends
-# from 4. The attempt from 8 has 16 steps to its end for its NaN to be judged (40 before: the last
-# attempt's 36 steps and 9 saves were most of the run).
-TRAINER_STEPS = 24
+# Checkpoints at 4, 8, 12...; the crash at 14. The test makes 12's weights NaN and truncates 8's:
+# the restart resumes from the NaN 12, the next from the truncated 8, and the run ends from 4 (one
+# job for both spoils, two before). The attempt from 12 has 16 steps to its end for its NaN to be
+# judged (as the attempt from 8 had in the one-spoil job).
+TRAINER_STEPS = 28
 
 
 def trainer_args(job: Path) -> list[str]:
@@ -164,7 +163,7 @@ def trainer_args(job: Path) -> list[str]:
         else:
             args += [flag, value]
     return ["--set", "args=" + json.dumps(args),
-            "--set", "env.FSDP_ORCH_FAULT=crash:step=10:rank=1"]
+            "--set", "env.FSDP_ORCH_FAULT=crash:step=14:rank=1"]
 
 
 def nan_weights_safetensors(folder: Path) -> None:
@@ -177,37 +176,41 @@ def nan_weights_safetensors(folder: Path) -> None:
                for k, v in weights.items()}, path, metadata={"format": "pt"})
 
 
+def launched_from(status: dict, attempt: int) -> str:
+    return (Path(status["run_dir"]) / f"attempt-{attempt}" / "launch.sh").read_text()
+
+
 def assert_trainer_finished_from(cli, status: dict, job: Path, step: int) -> None:  # type: ignore[no-untyped-def]
     state = json.loads((job.parent / "out" / "trainer_state.json").read_text())
     assert state["global_step"] == TRAINER_STEPS
-    launch = (Path(status["run_dir"]) / f"attempt-{status['attempts'] - 1}" / "launch.sh")
-    assert f"--resume_from_checkpoint {job.parent / 'out' / f'checkpoint-{step}'}" in (
-        launch.read_text())
+    launch = launched_from(status, status["attempts"] - 1)
+    assert f"--resume_from_checkpoint {job.parent / 'out' / f'checkpoint-{step}'}" in launch
     losses = [h["loss"] for h in state["log_history"] if "loss" in h]
     assert losses and all(math.isfinite(x) and x > 0 for x in losses), losses
 
 
-def test_trainer_nan_weights_are_set_aside_and_the_job_resumes_from_the_checkpoint_before(
+def test_trainer_nan_and_truncated_weights_are_set_aside_and_the_job_resumes_from_the_one_before(
         unchanged):
     cli, job = unchanged("hf_trainer")
-    bad = job.parent / "out" / "checkpoint-8"
-    status = submit_and_spoil(cli, job, bad / "trainer_state.json",
-                              lambda: nan_weights_safetensors(bad), *trainer_args(job))
-    assert status.get("state") == "SUCCEEDED", status
-    assert [f["category"] for f in status["failures"]] == ["injected_fault", "nonfinite_loss"]
-    assert "grad norm nan" in status["failures"][1]["evidence"], status["failures"][1]
-    assert_trainer_finished_from(cli, status, job, 4)
-    assert_named_and_kept(cli, status, bad, attempt=1)
+    out = job.parent / "out"
+    nan, truncated = out / "checkpoint-12", out / "checkpoint-8"
 
+    def spoil() -> None:
+        truncate(truncated / "model.safetensors")
+        nan_weights_safetensors(nan)
 
-def test_trainer_truncated_weights_are_set_aside_and_the_job_resumes_from_the_checkpoint_before(
-        unchanged):
-    cli, job = unchanged("hf_trainer")
-    bad = job.parent / "out" / "checkpoint-8"
-    status = submit_and_spoil(cli, job, bad / "trainer_state.json",
-                              lambda: truncate(bad / "model.safetensors"), *trainer_args(job))
+    status = submit_and_spoil(cli, job, nan / "trainer_state.json", spoil, *trainer_args(job))
     assert status.get("state") == "SUCCEEDED", status
-    failures = [(f["category"], f["action"], f["progressed"]) for f in status["failures"]]
-    assert failures == [("injected_fault", "restart", True), ("checkpoint_error", "restart", False)]
+    failures = [(f["category"], f["action"]) for f in status["failures"]]
+    assert failures == [("injected_fault", "restart"), ("nonfinite_loss", "restart"),
+                        ("checkpoint_error", "restart")], status["failures"]
+    crash, nan_loss, unloadable = status["failures"]
+    assert crash["progressed"] is True and unloadable["progressed"] is False, status["failures"]
+    assert "grad norm nan" in nan_loss["evidence"], nan_loss
+    # each restart from the checkpoint before the one that went wrong: 12 (NaN), 8 (truncated), 4
+    for attempt, step in ((1, 12), (2, 8)):
+        assert f"--resume_from_checkpoint {out / f'checkpoint-{step}'}" in launched_from(
+            status, attempt)
     assert_trainer_finished_from(cli, status, job, 4)
-    assert_named_and_kept(cli, status, bad, attempt=1)
+    assert_named_and_kept(cli, status, nan, attempt=1)
+    assert_named_and_kept(cli, status, truncated, attempt=2)
