@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -56,10 +57,10 @@ def job_pids(job_id: str) -> list[int]:
 
 
 def test_a_local_job_listens_on_loopback_alone_under_every_launcher(tmp_path: Path) -> None:
-    """Four jobs side by side, each sampled once it trains, then cancelled: torchrun from the warm
-    standby (the keeper's store) and cold (torchrun's rendezvous store and the store it serves its
-    ranks), accelerate (torchrun's static rendezvous), and the python launcher with mp.spawn
-    (``init_process_group``'s env:// store on rank 0)."""
+    """Four jobs side by side, each sampled once it trains, then cancelled (the cancels side by side
+    too): torchrun from the warm standby (the keeper's store) and cold (torchrun's rendezvous store
+    and the store it serves its ranks), accelerate (torchrun's static rendezvous), and the python
+    launcher with mp.spawn (``init_process_group``'s env:// store on rank 0)."""
     cli = make_cli(tmp_path)
     demo = copy_demo(tmp_path)
     spawn = tmp_path / "spawn"
@@ -74,12 +75,17 @@ def test_a_local_job_listens_on_loopback_alone_under_every_launcher(tmp_path: Pa
             "python, mp.spawn": (spawn / "job.yaml", ['args=["--steps", "100000"]',
                                                       "checkpoint.interval=100000", one])}
     ids = {}
+    # A job is cancelled as soon as its sockets are read, in the background: a cancel waits for the
+    # job's supervisor and every process of it to end (6-19 s each in the loaded suite), and one
+    # after another they were half the test's time. Every cancel has ended before the test does.
+    cancels = ThreadPoolExecutor(max_workers=len(jobs))
     try:
         for name, (job, sets) in jobs.items():
             argv = ["submit", "--cluster", "local", str(job)]
             for item in sets:
                 argv += ["--set", item]
             ids[name] = cli.run(*argv, check=True).stdout.split()[-1]
+        cancelled = []
         for name, job_id in ids.items():
             status = cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 2
                                     or s["state"] not in ("PENDING", "RUNNING"),
@@ -91,7 +97,10 @@ def test_a_local_job_listens_on_loopback_alone_under_every_launcher(tmp_path: Pa
             elsewhere = {pair for pair in sockets
                          if not ipaddress.ip_address(pair[0]).is_loopback}
             assert not elsewhere, f"{name}: job {job_id} listens beyond loopback: {elsewhere}"
-            cli.run("cancel", job_id, check=True)
+            cancelled.append(cancels.submit(cli.run, "cancel", job_id, check=True))
+        for done in cancelled:
+            done.result()  # each exited 0
     finally:
         for job_id in ids.values():
-            cli.run("cancel", job_id)
+            cancels.submit(cli.run, "cancel", job_id)  # a job whose check failed, or not sampled
+        cancels.shutdown(wait=True)

@@ -204,8 +204,11 @@ def test_a_burst_of_connections_past_the_descriptor_limit_never_stops_the_superv
 
     cli = Cli(home=tmp_path / "home", cwd=tmp_path)
     demo = copy_demo(tmp_path)
+    # 100 steps of at least 0.1 s: the job trains on for 10 s or more after the burst starts at step
+    # 3, where the burst lasts its 3 s of holding and the connects before it (all of it scales with
+    # the machine's load like the steps do); 200 steps waited 10 s more for the job's end
     job_id = cli.run("submit", "--cluster", "local", str(demo), "--set",
-                     demo_args(200, "--sleep-per-step", "0.1"), check=True).stdout.strip()
+                     demo_args(100, "--sleep-per-step", "0.1"), check=True).stdout.strip()
     cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3,
                    timeout=180, what="three steps")
     run_dir = Path(cli.status(job_id)["run_dir"])
@@ -338,6 +341,24 @@ def test_doctor_names_the_other_accounts_checkpoint_and_node_folders_with_fixes_
     assert f"chmod 700 {mine}" in readable.fix, readable
 
 
+# The other account's race for a folder: make it (mode 0777) and plant a checkpoint in it, trying
+# every 50 ms for 5 minutes at most.
+ATTACK = r"""
+import os, sys, time
+folder, planter, marker = sys.argv[1:4]
+end = time.monotonic() + 300
+while time.monotonic() < end:
+    try:
+        os.makedirs(os.path.dirname(folder), exist_ok=True)
+        os.mkdir(folder)
+    except OSError:
+        time.sleep(0.05)
+        continue
+    os.chmod(folder, 0o777)
+    os.execvp("python3", ["python3", planter, folder, marker])
+"""
+
+
 def test_a_checkpoint_folder_not_made_yet_is_made_by_submit_before_another_account_can(
         tmp_path: Path, other_account: tuple[int, int], scratch: Path) -> None:
     """The audit's race: ``checkpoint.dir`` under a shared 1777 scratch, not made yet, passes the
@@ -361,14 +382,18 @@ def test_a_checkpoint_folder_not_made_yet_is_made_by_submit_before_another_accou
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.split()[0]
     uid, gid = other_account
+    # one process trying every 50 ms until stopped (a bash loop ran 3 processes a try, CPU taken
+    # from the job it raced)
     attacker = subprocess.Popen(secret_checks.as_account(uid, gid, [
-        "bash", "-c", f"for i in $(seq 400); do mkdir -p {folder.parent} 2>/dev/null; "
-                      f"mkdir -m 777 {folder} 2>/dev/null && exec python3 {planter} {folder} "
-                      f"{marker}; sleep 0.05; done"]))
-    waited = cli.run("status", job_id, "--wait", timeout=300)
+        "python3", "-c", ATTACK, str(folder), str(planter), str(marker)]))
+    # it tries all along the job; once the job has ended (its folder made and trained in) more tries
+    # test nothing. (This waited for the attacker's 400 tries, 20 s or more, after a 'status
+    # --wait' that exits 2 at once: status has no --wait. The job ended first, by luck of load.)
+    status = cli.wait_until(job_id, lambda s: s["state"] not in ("PENDING", "RUNNING"),
+                            timeout=300, what="the job's end")
+    attacker.kill()
     attacker.wait(timeout=60)
-    status = cli.status(job_id)
-    assert status["state"] == "SUCCEEDED", (waited.stdout, status)
+    assert status["state"] == "SUCCEEDED", status
     assert folder.stat().st_uid == 0 and folder.stat().st_mode & 0o022 == 0
     assert not (folder / "step-00000400").exists()
     assert not marker.exists(), f"the planted checkpoint was loaded: {marker.read_text()}"
@@ -393,27 +418,31 @@ def test_a_checkpoint_file_another_account_owns_is_never_unpickled_at_resume(
 
     cli = Cli(home=tmp_path / "home", cwd=tmp_path)
     demo = copy_demo(tmp_path)
-    steps = ["--set", "checkpoint.interval=10", "--set", "name=planted"]
-    # the first run steps slowly, to be cancelled well before its end; the second at full speed
-    # (its 70-80 steps slept 11 s or more)
-    first = cli.run("submit", "--cluster", "local", str(demo), *steps,
-                    "--set", demo_args(100, "--sleep-per-step", "0.15"), check=True).stdout.strip()
-    cli.wait_until(first, lambda s: (s.get("last_checkpoint_step") or 0) >= 20, timeout=300,
-                   what="a checkpoint at step 20")
-    cli.run("cancel", first, check=True)
+    interval = 5
+    steps = ["--set", f"checkpoint.interval={interval}", "--set", "name=planted"]
+    # The first run saves two checkpoints and ends; the second goes on from it (--resume: it ended
+    # SUCCEEDED), one interval past the planted step. The resume is the same as an interrupted
+    # job's; the first run was one, stepping slowly and cancelled at step 20 or more, and a cancel
+    # waits for every process of the job to end (15 s or more with the warm standby's keeper), and
+    # the second trained 70-80 steps to step 100.
+    cli.run("submit", "--cluster", "local", "--wait", str(demo), *steps,
+            "--set", demo_args(2 * interval), check=True, timeout=300)
     latest = max(p for p in (demo.parent / "checkpoints" / "planted").glob("step-*")
                  if (p / "COMMITTED").exists())
+    assert latest.name.endswith(f"-{2 * interval:08d}"), latest
     marker = tmp_path / "ran-as-the-victim"
     (latest / ".metadata").write_bytes(pickle.dumps(_RunsAtUnpickle(marker)))
     os.chown(latest / ".metadata", *other_account)
-    again = cli.run("submit", "--cluster", "local", "--wait", "--json", str(demo), *steps,
-                    "--set", demo_args(100), timeout=300)
+    planted_step = int(latest.name.split("-")[1])
+    end = planted_step + interval
+    again = cli.run("submit", "--cluster", "local", "--wait", "--json", "--resume", str(demo),
+                    *steps, "--set", demo_args(end), timeout=300)
     assert again.stdout.strip(), again.stderr
     status = json.loads(again.stdout)
     assert not marker.exists(), f"the other account's pickle ran: {marker.read_text()}"
     assert status["state"] == "SUCCEEDED", status
     result = json.loads((Path(status["run_dir"]) / "result.json").read_text())
-    assert (result["resumed_from"] == int(latest.name.split("-")[1]) - 10
-            and result["final_step"] == 100), result
+    assert (result["resumed_from"] == planted_step - interval
+            and result["final_step"] == end), result
     logs = cli.run("logs", status["id"], check=True).stdout
     assert f"{latest}/.metadata is owned by uid {other_account[0]} ({OTHER})" in logs, logs[-3000:]
