@@ -4,7 +4,9 @@ the Hugging Face Trainer script's GPT-2 (its config) and the tiny Llama with LoR
 (dropout 0.1, as PEFT's FSDP examples: each adapter keeps its dropped input and mask).
 The estimate runs under ``FakeTensorMode`` over a fake process group in the CLI's one process; the
 real run (``fsdp_orch.fit.real_run``) is 2 torchrun ranks over gloo with real CPU tensors, the same
-model, sharding and step under ``FSDPMemTracker``, started beside the estimates."""
+model, sharding and step under ``FSDPMemTracker``, started beside the estimates. One real run
+measures the jobs of both tests (``measured``): its ranks' start, torch and transformers imported
+in each, is paid once."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_harness import REPO, Cli, copy_demo, copy_unchanged
+from cli_harness import REPO, Cli, copy_demo, copy_unchanged, make_cli
 from sweep import cases
 
 from fsdp_orch.fit.real_run import command
@@ -28,6 +30,7 @@ EXACT = ("sharded_param", "opt")
 
 
 def lora_job(base: Path) -> Path:
+    base.mkdir(parents=True, exist_ok=True)
     shutil.copytree(REPO / "tests" / "fixtures" / "fit" / "tiny-llama", base / "tiny-llama")
     job = base / "lora.yaml"
     job.write_text("name: tiny-lora\nscript: train.py\nprocs_per_node: 2\n"
@@ -58,12 +61,10 @@ def estimated_and_run(cli: Cli, tmp_path: Path,
 
 
 def test_the_estimated_peak_of_three_small_models_is_within_10_percent_of_their_real_runs(
-        cli: Cli, tmp_path: Path) -> None:
-    jobs = {"demo": copy_demo(tmp_path), "hf_trainer": copy_unchanged(tmp_path, "hf_trainer"),
-            "tiny-llama LoRA": lora_job(tmp_path)}
-    estimates, measured = estimated_and_run(cli, tmp_path, jobs)
-    for name, job in jobs.items():
-        estimate, run = estimates[name], measured[str(job)]
+        measured: tuple[dict[str, Path], dict[str, dict], dict[str, dict]]) -> None:
+    jobs, estimates, real = measured
+    for name in SMALL_MODELS:
+        estimate, run = estimates[name], real[str(jobs[name])]
         assert (estimate["parameters"], estimate["trainable_parameters"]) == (
             run["params"], run["trainable"]), name
         tracked, real_peak = estimate["tracked_bytes"], run["peak"]
@@ -94,27 +95,41 @@ RECIPES = {
 # the suite: FSDP1's two LoRA layouts (their ratio is asserted) and torchtune's knobs; the rest
 # (six set-ups took 250 s on a loaded CI machine) under bench/sweeps.py
 RECIPES_RUN = cases(RECIPES, ("fsdp1-lora-flat", "fsdp1-lora-orig-params", "torchtune-knobs"))
+SMALL_MODELS = ("demo", "hf_trainer", "tiny-llama LoRA")
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory,
+             ) -> tuple[dict[str, Path], dict[str, dict], dict[str, dict]]:
+    """The jobs of both tests (the three small models', each recipe's), each one's estimate,
+    and one real run of them all (2 torchrun ranks): by name, the job file, ``fit --json`` and
+    rank 0's peak by job file."""
+    base = tmp_path_factory.mktemp("fit-real")
+    jobs = dict(zip(SMALL_MODELS, (copy_demo(base), copy_unchanged(base, "hf_trainer"),
+                                   lora_job(base / "lora")), strict=True))
+    recipes = base / "recipes"
+    recipes.mkdir()
+    shutil.copytree(REPO / "tests" / "fixtures" / "fit" / "tiny-llama", recipes / "tiny-llama")
+    for name in RECIPES_RUN:
+        fsdp, fit = RECIPES[name]
+        jobs[name] = recipes / f"{name}.yaml"
+        jobs[name].write_text(f"name: {name}\nscript: train.py\nprocs_per_node: 2\n{fsdp}\n"
+                              f"fit: {{model: tiny-llama, batch_size: 2, seq_len: 64, "
+                              f"{fit}}}\n")
+    return (jobs, *estimated_and_run(make_cli(base), base, jobs))
 
 
 def test_fsdp1_hsdp_and_the_recipe_knobs_are_estimated_as_they_run_for_real(
-        cli: Cli, tmp_path: Path) -> None:
+        measured: tuple[dict[str, Path], dict[str, dict], dict[str, dict]]) -> None:
     """Each set-up measured twice, by the estimate (fake tensors, a fake process group) and by 2
     torchrun ranks over gloo with real tensors, the same code between: the flat parameters of
     FSDP1 and its 1.3x gradients when frozen and trained weights share one (use_orig_params),
     HSDP's 2-D mesh, and torchtune's and torchtitan's knobs. Every category the shapes fix is
     equal, and the total within 10%."""
-    shutil.copytree(REPO / "tests" / "fixtures" / "fit" / "tiny-llama", tmp_path / "tiny-llama")
-    jobs = {}
-    for name in RECIPES_RUN:
-        fsdp, fit = RECIPES[name]
-        jobs[name] = tmp_path / f"{name}.yaml"
-        jobs[name].write_text(f"name: {name}\nscript: train.py\nprocs_per_node: 2\n{fsdp}\n"
-                              f"fit: {{model: tiny-llama, batch_size: 2, seq_len: 64, "
-                              f"{fit}}}\n")
-    estimates, measured = estimated_and_run(cli, tmp_path, jobs)
+    jobs, estimates, real = measured
     totals = {}
-    for name, job in jobs.items():
-        tracked, real_peak = estimates[name]["tracked_bytes"], measured[str(job)]["peak"]
+    for name in RECIPES_RUN:
+        tracked, real_peak = estimates[name]["tracked_bytes"], real[str(jobs[name])]["peak"]
         # what the shapes fix: FSDP2's shards; FSDP1's optimizer state (its parameters row is
         # the flat parameters held at the peak, sharded and gathered together)
         fixed = "sharded_param" if "sharded_param" in tracked else "opt"
