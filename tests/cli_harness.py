@@ -201,27 +201,30 @@ def check_goodput(cli: Cli, status: dict) -> dict:
     return g
 
 
-def hf_trainer_hang_on_two_nodes(cli: Cli, cluster: str, base: Path) -> tuple[dict, Path]:
+def hf_trainer_hang_on_two_nodes(cli: Cli, cluster: str, base: Path, *, max_steps: int = 100,
+                                 save_steps: int = 40, hang_step: int = 90) -> tuple[dict, Path]:
     """examples/unchanged/hf_trainer (transformers' Trainer, never importing fsdp_orch), one rank on
-    each of 2 nodes of ``cluster``, rank 1 hanging at step 90, submitted with ``--wait``: checks the
-    hang was named on rank 1 and the job SUCCEEDED at step 100; (its status, its job file)."""
+    each of 2 nodes of ``cluster``, rank 1 hanging at ``hang_step`` (after a save), submitted with
+    ``--wait``: checks the hang was named on rank 1 and the job SUCCEEDED at ``max_steps``; (its
+    status, its job file)."""
     import yaml
 
     job = copy_unchanged(base, "hf_trainer")
     args = [str(a) for a in yaml.safe_load(job.read_text())["args"]]
-    # the hang comes after step 80's save; the restart resumes there and trains the last 20
-    for flag, value in (("--max_steps", "100"), ("--save_steps", "40")):
-        args[args.index(flag) + 1] = value
+    # the hang comes after a save; the restart resumes there and trains the last steps
+    for flag, value in (("--max_steps", max_steps), ("--save_steps", save_steps)):
+        args[args.index(flag) + 1] = str(value)
     proc = cli.run("submit", "--cluster", cluster, "--wait", "--json", str(job), "--set", "nodes=2",
                    "--set", "procs_per_node=1", "--set", "args=" + json.dumps(args),
                    "--set", "watch.heartbeat_timeout=8s", "--set", "watch.startup_timeout=120s",
                    "--set", "restart.backoff.initial=1s", "--set",
-                   "env.FSDP_ORCH_FAULT=hang:step=90:rank=1", timeout=600)
+                   f"env.FSDP_ORCH_FAULT=hang:step={hang_step}:rank=1", timeout=600)
     status = json.loads(proc.stdout)
     assert status["state"] == "SUCCEEDED", status
     [failure] = status["failures"]
     assert failure["category"] == "hang" and failure["action"] == "restart", failure
     assert "rank 1 stuck at train.py:" in failure["evidence"], failure["evidence"]
     assert culprit_leads(failure["evidence"], 1), failure["evidence"]
-    assert json.loads((job.parent / "out" / "trainer_state.json").read_text())["global_step"] == 100
+    state = json.loads((job.parent / "out" / "trainer_state.json").read_text())
+    assert state["global_step"] == max_steps, state
     return status, job
