@@ -172,10 +172,9 @@ class AttemptLauncher(Protocol):
         ...
 
     def job_ending(self) -> None:
-        """The job ends (succeeded or failed, before that is recorded): stop what the kind keeps
-        between attempts (SSH hosts: the next attempt's warm keepers). Nothing where the kind's
-        keepers end by themselves (local: after ``standby.ranks.UNCLAIMED_S``; SLURM: with the
-        allocation)."""
+        """The job ends (succeeded, failed or cancelled, before that is recorded): stop what the
+        kind keeps between attempts (local and SSH hosts: the next attempt's warm keepers). Nothing
+        where the kind's keepers end by themselves (SLURM: with the allocation)."""
         ...
 
     def requeue_without(self, left_out: tuple[str, ...]) -> Callable[[], str] | None:

@@ -141,7 +141,9 @@ class LocalLauncher:
         return False  # one machine
 
     def job_ending(self) -> None:
-        return None  # an unclaimed keeper ends UNCLAIMED_S after its launcher
+        """Every process of the job still running: the keeper the last attempt prepared for a next
+        one, which would otherwise hold torch's memory for UNCLAIMED_S after the job's end."""
+        stop_job_processes(self.submission.job_id, grace=2.0)
 
     def requeue_without(self, left_out: tuple[str, ...]) -> None:
         return None  # no scheduler to go back through

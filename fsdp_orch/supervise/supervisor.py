@@ -135,7 +135,7 @@ class Supervisor:
                     raise CancelledError()
                 attempt, adopt = attempt + 1, None
         except CancelledError:
-            self.journal.set_state(JobState.CANCELLED, reason="cancelled", now=self.clock())
+            self._end(JobState.CANCELLED, "cancelled")
             return JobState.CANCELLED
         except AllocationEnding as ending:
             placement.requeued(self.journal, attempt, ending.evidence,

@@ -6,9 +6,12 @@ SUCCEEDED, and the final loss equals, bit for bit, an uninterrupted run's."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from cli_harness import culprit_leads, demo_args, hang_windows, job_events, standby_starts
+
+from fsdp_orch.observe.proctree import job_processes
 
 pytestmark = pytest.mark.slow
 
@@ -130,3 +133,8 @@ def test_user_code_error_fails_after_one_attempt(cli, tmp_path, demo):
     assert failure["evidence"].startswith("KeyError: 'tokens' (at train.py:"), failure["evidence"]
     assert failure["action"] == "give_up"
     assert "user_code_error" in status["reason"]
+    # ended, the job leaves nothing running: not the keeper its attempt prepared for a next one,
+    # which waited 120 s (standby.ranks.UNCLAIMED_S) holding torch's memory
+    assert job_processes(status["id"]) == [], [
+        Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+        for pid in job_processes(status["id"])]
