@@ -16,7 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_harness import UNTIL_STOPPED, copy_demo, demo_args
+from cli_harness import (
+    UNTIL_STOPPED,
+    attempt_log,
+    demo_args,
+    job_events,
+    slow_in_attempt,
+    step_losses,
+)
 from fakes.fake_gcloud import calls, preempt
 from tpu_stand import ENDED, TPU, Stand, explained, tpu_stand, verbs
 
@@ -86,35 +93,31 @@ def test_a_two_worker_job_creates_its_tpu_vm_and_succeeds_through_a_supervisor_r
 
 def test_a_hung_worker_is_restarted_on_the_same_tpu_vm_and_a_preempted_one_is_recreated_to_resume(
         ssh_hosts, stand, uninterrupted):
-    """Two jobs on one stand (each test had its own TPU VM, and the preemption test ran a clean job
-    first, on the VM it then preempted, for its reference numbers): a job whose worker hangs is
-    restarted on the same TPU VM; then a second job's VM is preempted mid-run, deleted, created
-    again, and the job resumes on it. Both end with the numbers of 2 ranks that never stopped (the
-    conftest's uninterrupted run: the same arithmetic, bit for bit, as the hang test of
-    test_ssh_backend holds)."""
+    """One job, two faults (each was a job of its own, on one TPU VM, and before that on a VM of
+    its own): a worker hangs in attempt 0, and the job is restarted on the same TPU VM; then, once
+    attempt 1 has saved a checkpoint of its own, the VM is preempted, deleted, created again, and
+    attempt 2 resumes on it. It ends with the numbers of 2 ranks that never stopped (the conftest's
+    uninterrupted run: the same arithmetic, bit for bit, as the hang test of test_ssh_backend
+    holds), after both resumes."""
     reference = uninterrupted(STEPS)
-    # a hung worker: restarted on the same TPU VM (not deleted, not created again)
-    hung = stand.submit("--set", demo_args(STEPS), "--set",
-                        "env.FSDP_ORCH_FAULT=hang:step=12:rank=1",
-                        demo=copy_demo(stand.demo.parent.parent / "hung"))
-    assert hung["state"] == "SUCCEEDED", explained(hung)
-    [failure] = hung["failures"]
-    assert failure["category"] == "hang" and failure["action"] == "restart", failure
-    assert "rank 1" in failure["evidence"], failure
-    assert verbs(stand.state).count("create") == 1 and "delete" not in verbs(stand.state)
-    result = json.loads(stand.on_worker(ssh_hosts, 0, hung["id"], "result.json"))
-    assert result["resumed_from"] == 10 and result["final_step"] == STEPS, result
-    assert result["final_loss"] == reference["final_loss"]
-    assert result["param_sha256"] == reference["param_sha256"]
-
-    # a preempted TPU VM: the next job, on the VM the hung one left
-    before = len(calls(stand.state))
-    job_id = stand.submit("--set", demo_args(STEPS, "--sleep-per-step", "0.3"), wait=False)
+    # attempt 1 alone sleeps a step: still training when the VM is taken away after its save of
+    # step 15 (15 steps, 7.5 s, to come), and attempts 0 and 2 train at full speed
+    faults = ";".join(["hang:step=12:rank=1", *slow_in_attempt(1, 0.5)])
+    job_id = stand.submit("--set", demo_args(STEPS), "--set", f"env.FSDP_ORCH_FAULT={faults}",
+                          wait=False)
     assert isinstance(job_id, str)
     try:
-        running = stand.cli.wait_until(job_id, lambda s: (s.get("last_checkpoint_step") or 0) >= 10,
-                                       timeout=240, what="a checkpoint of step 10")
-        assert running["state"] == "RUNNING", running
+        running = stand.cli.wait_until(
+            job_id, lambda s: s["state"] in ENDED or (s.get("last_checkpoint_step") or 0) >= 15,
+            timeout=300, what="attempt 1's checkpoint of step 15")
+        assert running["state"] == "RUNNING" and running["attempts"] == 2, explained(running)
+        # the hung worker: restarted on the same TPU VM (not deleted, not created again)
+        [failure] = running["failures"]
+        assert failure["category"] == "hang" and failure["action"] == "restart", failure
+        assert "rank 1" in failure["evidence"], failure
+        assert verbs(stand.state).count("create") == 1 and "delete" not in verbs(stand.state)
+        # the preempted TPU VM: the VM the restarted attempt runs on
+        before = len(calls(stand.state))
         preempt(stand.state, TPU)
         final = stand.cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=300,
                                      what="the end")
@@ -122,25 +125,29 @@ def test_a_hung_worker_is_restarted_on_the_same_tpu_vm_and_a_preempted_one_is_re
         if stand.cli.status(job_id)["state"] not in ENDED:
             stand.cli.run("cancel", job_id)
     assert final["state"] == "SUCCEEDED", explained(final)
-    [failure] = final["failures"]
-    assert (failure["category"] == "preemption_or_node_lost"
-            and failure["action"] == "restart"), failure
-    assert f"TPU VM {TPU} is PREEMPTED" in failure["evidence"], failure
+    assert final["attempts"] == 3 and final["failures"][0] == failure, explained(final)
+    preempted = final["failures"][1]
+    assert (preempted["category"] == "preemption_or_node_lost"
+            and preempted["action"] == "restart"), preempted
+    assert f"TPU VM {TPU} is PREEMPTED" in preempted["evidence"], preempted
     # after the preemption: seen in describe, deleted, created, waited for, prepared, relaunched
-    # (the job's first attempt prepares the workers again: a new supervisor has not prepared them)
     after = [c["verb"] for c in calls(stand.state)[before:]]
-    assert [v for v in after if v != "describe"] == ["ssh", "delete", "create", "ssh"], after
+    assert [v for v in after if v != "describe"] == ["delete", "create", "ssh"], after
     assert after[after.index("delete") - 1] == "describe", after
-    # resumed from the checkpoint in the bucket, on the new VM's empty disks, to the numbers of
-    # the run that never stopped
+    # the hang's restart resumed from step 10's checkpoint; the preemption's from attempt 1's, in
+    # the bucket, on the new VM's empty disks: to the numbers of the run that never stopped
+    resumed = [e["resume_step"] for e in job_events(stand.cli, job_id)
+               if e["kind"] == "attempt_started"]
+    assert resumed[:2] == [None, 10] and resumed[2] >= 15, resumed
+    trained = step_losses(attempt_log(final["run_dir"], 1, "console-node-0.log"))
+    assert min(trained) == 11 and max(trained) >= 15, sorted(trained)  # restored step 10's
     result = json.loads(stand.on_worker(ssh_hosts, 0, job_id, "result.json"))
-    assert result["resumed_from"] is not None and result["resumed_from"] >= 10, result
-    assert result["final_step"] == STEPS
+    assert result["resumed_from"] == resumed[2] and result["final_step"] == STEPS, result
     assert result["final_loss"] == reference["final_loss"]
     assert result["param_sha256"] == reference["param_sha256"]
-    assert ssh_hosts.ssh(0, "ls", f"{stand.remote_workdir}/runs",
-                         check=False).stdout.split() == [job_id], \
-        "the re-created VM's disk still has the earlier jobs"
+    left = ssh_hosts.ssh(0, "ls", f"{stand.remote_workdir}/runs/{job_id}", check=False).stdout
+    assert "attempt-2" in left.split() and not {"attempt-0", "attempt-1"} & set(left.split()), \
+        f"the re-created VM's disk still has the earlier attempts: {left}"
 
 
 def test_cancel_stops_the_job_on_every_worker(ssh_hosts, stand):

@@ -26,8 +26,11 @@ from conftest import SMALL_DEMO, SPMD_ENV, XLA_DEVICES
 
 pytestmark = [pytest.mark.slow, pytest.mark.xla]
 
-STEPS = 40
-INTERVAL = 10
+# A step costs a tenth of a second here, an attempt's start-up and compiling 10-30 s: three saves a
+# job (the crashed attempt's, the hung one's, the last), each fault three steps after a save.
+STEPS = 12
+INTERVAL = 4
+AFTER = 3  # a fault comes at the end of the third step after a save
 
 
 def job_args(job: Path, *extra: str) -> list[str]:
@@ -56,7 +59,8 @@ def console_losses(status: dict, attempt: int) -> dict[int, str]:
 def test_fsdpv2_on_four_devices_resumes_after_a_crash_and_a_hang_to_the_first_attempts_losses(
         xla_cli: Cli, tmp_path: Path) -> None:
     faulted_job = copy_demo(tmp_path / "faulted")
-    faults = f"crash:step={INTERVAL + 5}:rank=0;hang:step={2 * INTERVAL + 5}:rank=0:attempt=1"
+    faults = (f"crash:step={INTERVAL + AFTER}:rank=0;"
+              f"hang:step={2 * INTERVAL + AFTER}:rank=0:attempt=1")
     faulted = submit(xla_cli, faulted_job, *SPMD_ENV, "--set", f"env.FSDP_ORCH_FAULT={faults}")
     assert faulted["state"] == "SUCCEEDED" and faulted["attempts"] == 3, why(faulted)
     final = result(faulted)
@@ -71,12 +75,14 @@ def test_fsdpv2_on_four_devices_resumes_after_a_crash_and_a_hang_to_the_first_at
     # One process drives all four devices: the hung process is the culprit, stuck in the fault's
     # native sleep, outside any collective (under SPMD the collectives are inside XLA's graph).
     assert hang["category"] == "hang" and culprit_leads(hang["evidence"], 0), hang["evidence"]
-    assert final["resumed_from"] == 2 * INTERVAL  # the hang came after step 20's checkpoint
+    assert final["resumed_from"] == 2 * INTERVAL  # the hang came after step 8's checkpoint
     # Each resume trains the steps after its checkpoint again, to the first attempt's losses:
-    # 11-15 (the crash at 15, after step 10's checkpoint), then from 21 to the hang.
+    # 5-7 (the crash at 7, after step 4's checkpoint), then from 9 to the hang (at 11).
     a0, a1, a2 = (console_losses(faulted, a) for a in range(3))
-    assert repeated(a0, a1) == list(range(INTERVAL + 1, INTERVAL + 6)), (sorted(a0), sorted(a1))
-    assert repeated(a1, a2)[:4] == list(range(2 * INTERVAL + 1, 2 * INTERVAL + 5)), sorted(a1)
+    assert repeated(a0, a1) == list(range(INTERVAL + 1, INTERVAL + AFTER + 1)), (sorted(a0),
+                                                                                  sorted(a1))
+    assert repeated(a1, a2)[:AFTER - 1] == list(range(2 * INTERVAL + 1, 2 * INTERVAL + AFTER)), \
+        sorted(a1)
     assert sorted(a2) == list(range(2 * INTERVAL + 1, STEPS + 1)), sorted(a2)
     step_dir = faulted_job.parent / "checkpoints" / "demo" / f"step-{STEPS:08d}"
     assert (step_dir / ".metadata").is_file(), sorted(p.name for p in step_dir.parent.iterdir())
@@ -87,7 +93,7 @@ def test_xla_fsdp_v1_resumes_after_a_crash_to_the_first_attempts_losses(
     v1 = ["--set", "env.PJRT_DEVICE=CPU", "--set", "fsdp.xla_fsdp_v2=false"]
     faulted_job = copy_demo(tmp_path / "faulted")
     faulted = submit(xla_cli, faulted_job, *v1,
-                     "--set", f"env.FSDP_ORCH_FAULT=crash:step={INTERVAL + 5}:rank=0")
+                     "--set", f"env.FSDP_ORCH_FAULT=crash:step={INTERVAL + AFTER}:rank=0")
     assert faulted["state"] == "SUCCEEDED" and faulted["attempts"] == 2, why(faulted)
     final = result(faulted)
     plan = final["plan"]["plan"]
@@ -95,10 +101,10 @@ def test_xla_fsdp_v1_resumes_after_a_crash_to_the_first_attempts_losses(
         "XlaFullyShardedDataParallel", False, 1, 1)
     assert plan["checkpoint_method"] == "dcp-per-rank-state"
     assert final["resumed_from"] == INTERVAL and final["final_step"] == STEPS
-    # The steps trained again after step 10's checkpoint (11 to 15, where it crashed) repeat the
+    # The steps trained again after step 4's checkpoint (5 to 7, where it crashed) repeat the
     # first attempt's losses.
     first, second = (console_losses(faulted, a) for a in (0, 1))
-    assert repeated(first, second) == list(range(INTERVAL + 1, INTERVAL + 6)), sorted(first)
+    assert repeated(first, second) == list(range(INTERVAL + 1, INTERVAL + AFTER + 1)), sorted(first)
     step_dir = faulted_job.parent / "checkpoints" / "demo" / f"step-{STEPS:08d}"
     assert (step_dir / ".metadata").is_file()
 
