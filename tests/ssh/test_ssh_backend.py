@@ -166,12 +166,14 @@ def test_a_changed_host_key_refuses_to_connect(ssh_hosts, on_hosts, tmp_path: Pa
 
 def test_an_unmodified_hf_trainer_spans_two_hosts_and_survives_a_hang(ssh_hosts, tmp_path):
     """examples/unchanged/hf_trainer (transformers' Trainer, a GPT-2 built from a config, never
-    importing fsdp_orch) with one rank on each host; rank 1 hangs at step 90."""
+    importing fsdp_orch) with one rank on each host; rank 1 hangs at step 25, after step 20's
+    save (the step window follows 25 steps, the Trainer's own resume 10)."""
     cli = make_cli(tmp_path)
     write_profile(cli, ssh_hosts)
-    status, job = hf_trainer_hang_on_two_nodes(cli, "ssh", tmp_path)
+    status, job = hf_trainer_hang_on_two_nodes(cli, "ssh", tmp_path, max_steps=30, save_steps=10,
+                                               hang_step=25)
     node0 = (Path(status["run_dir"]) / "attempt-1" / "node-0.sh").read_text()
-    assert f"--resume_from_checkpoint {job.parent / 'out' / 'checkpoint-80'}" in node0
+    assert f"--resume_from_checkpoint {job.parent / 'out' / 'checkpoint-20'}" in node0
     for i in (0, 1):
         assert ssh_hosts.job_processes(i, status["id"]) == []
 
