@@ -132,9 +132,10 @@ def attempt_log(run_dir: Path | str, attempt: int, name: str) -> str:
 
 
 def step_losses(console: str) -> dict[int, str]:
-    """The demo's ``step=N loss=L`` lines (rank 0 prints one a step), as printed."""
-    return {int(step): loss for step, loss in re.findall(r"^step=(\d+) loss=(\S+)$", console,
-                                                         re.M)}
+    """The demo's ``step=N loss=L`` lines (rank 0 prints one a step, behind torchrun's
+    ``[default0]:`` where torchrun tees the ranks' output), as printed."""
+    return {int(step): loss for step, loss in re.findall(
+        r"^(?:\[default0\]:)?step=(\d+) loss=(\S+)$", console, re.M)}
 
 
 def repeated(before: dict[int, str], after: dict[int, str]) -> list[int]:

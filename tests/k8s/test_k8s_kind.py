@@ -7,7 +7,6 @@ Python, mounted from the host (the K8sCluster fixture's hostPath volumes)."""
 from __future__ import annotations
 
 import json
-import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +20,7 @@ from cli_harness import (
     hf_trainer_hang_on_two_nodes,
     job_events,
     make_cli,
+    step_losses,
 )
 from k8s_jobs import objects_of, write_profile
 
@@ -106,9 +106,8 @@ def test_a_pod_deleted_under_the_job_resumes_from_the_checkpoint_and_cancel_dele
         console = Path(status["run_dir"]) / "attempt-1" / "console-node-0.log"
         return console.read_text(errors="replace") if console.is_file() else ""
 
-    def steps_of_attempt_1(status: dict) -> list[int]:  # rank 0's "step=N loss=L" lines
-        return [int(n) for n in re.findall(r"^\[default0\]:step=(\d+) loss=\S+$",
-                                           console_of_attempt_1(status), re.M)]
+    def steps_of_attempt_1(status: dict) -> list[int]:
+        return sorted(step_losses(console_of_attempt_1(status)))
 
     running = cli.wait_until(job_id, lambda s: len(steps_of_attempt_1(s)) >= 2, timeout=400,
                              what="attempt 1's second step")
