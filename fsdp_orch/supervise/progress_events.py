@@ -3,13 +3,16 @@ the hang window in force, and whether hang detection is off for lack of any sign
 
 The step is the one the script reached: rank 0's counted optimizer steps, moved on by as much as
 the script's own loss lines (``step 180 loss 0.41``) are ahead of them (a script that resumed on its
-own from a save fsdp-orch does not know counts from its save, the bootstrap from 0). Where this
+own from a save fsdp-orch does not know counts from its save, the bootstrap from 0). A line often
+reaches the supervisor before the heartbeat of its step (the node agent sends the console as it
+grows, a summary of the ranks once a second): the lead read beside it is then too large, and one
+made a finished 60-step run end at step 61, a 40-step one at 43 and a 25-step one at 26 (clean-clone
+CIs). So a line's lead is settled against rank 0's next changed count, or its final one, which
+were taken after the line was printed: a lead never above the script's own, and exact at the end
+when the script prints its last step. Before a line is settled its raw lead stands in. Where this
 supervisor resumed the attempt from a checkpoint of known step, the count starts there and no lead
-is taken: a line can reach the supervisor before the heartbeat of its step (the node agent sends
-the console as it grows, a summary of the ranks once a second), and a lead read off such a line
-made a finished 60-step run end at step 61 and a 40-step one at 43 (clean-clone CI). Each loss
-goes with its own step: the one its line names, else rank 0's when it was read, as in
-``losses.jsonl``. An attempt whose ranks returned from their script without a step says so."""
+is taken. Each loss goes with its own step: the one its line names, else rank 0's when it was read,
+as in ``losses.jsonl``. An attempt whose ranks returned from their script without a step says so."""
 
 from __future__ import annotations
 
@@ -56,9 +59,13 @@ class ProgressEvents:
         self.reached: int | None = None  # the highest step rank 0 reported in the running attempt
         # the running attempt's latest console loss: (its step, loss, format); None: none yet
         self._printed: tuple[int, float, str] | None = None
-        # how far the script's own step is ahead of rank 0's counted steps: the least seen (a line
-        # read beside a heartbeat that lags it shows more), and the step its latest line named
-        self._ahead: int | None = None
+        # how far the script's own step is ahead of rank 0's counted steps: the most settled (each
+        # never above it), else the least raw one (a line read beside a lagging heartbeat shows
+        # more); the lines not settled yet, (the step each named, rank 0's count when it was read);
+        # and the step the latest line named
+        self._settled: int | None = None
+        self._raw: int | None = None
+        self._unsettled: list[tuple[int, int]] = []
         self._named: int | None = None
         self._lead_last: Any = None  # rank 0's heartbeat at the last look
         self._attempt: int | None = None  # the running attempt, once a rank reported
@@ -74,7 +81,8 @@ class ProgressEvents:
         self._window, self._last_step, self._last_loss = None, None, None
         self._device_peak = 0
         self.reached = None
-        self._printed, self._ahead, self._named, self._lead_last = None, None, None, None
+        self._printed, self._named, self._lead_last = None, None, None
+        self._settled, self._raw, self._unsettled = None, None, []
         self._attempt, self._trained, self._returned = None, False, False
 
     def end_attempt(self) -> None:
@@ -153,8 +161,9 @@ class ProgressEvents:
             self.losses.point(attempt, at, loss, source)
             if step is not None:
                 if not self._counts_from_resume:
-                    ahead = max(0, step - step_now)
-                    self._ahead = ahead if self._ahead is None else min(self._ahead, ahead)
+                    raw = max(0, step - step_now)
+                    self._raw = raw if self._raw is None else min(self._raw, raw)
+                    self._unsettled.append((step, step_now))
                 self._named = step
             if finite(loss) is not None:
                 self._printed = (at, float(loss), source)
@@ -181,12 +190,26 @@ class ProgressEvents:
         return lead
 
     def _step(self, lead: Any) -> int:
+        self._settle(int(lead.step), final=lead.state == HeartbeatState.DONE)
         return self._step_at(int(lead.step))
+
+    def _settle(self, counted: int, final: bool) -> None:
+        """The leads of the lines read before rank 0's count moved past the one read beside them
+        (or reached its final value): ``counted`` was taken after each was printed."""
+        waiting = []
+        for named, read_beside in self._unsettled:
+            if final or counted != read_beside:
+                lead = max(0, named - counted)
+                self._settled = lead if self._settled is None else max(self._settled, lead)
+            else:
+                waiting.append((named, read_beside))
+        self._unsettled = waiting
 
     def _step_at(self, counted: int) -> int:
         """The step the script reached: rank 0's ``counted``, moved on by its own count's lead,
         and never behind the step its latest loss line named."""
-        return max(counted + (self._ahead or 0), self._named or 0)
+        ahead = self._settled if self._settled is not None else self._raw
+        return max(counted + (ahead or 0), self._named or 0)
 
     def _loss(self, lead: Any, step: int) -> tuple[float | None, str, int | None]:
         """The runtime's loss in the heartbeat (at ``step``), else the one the console printed

@@ -150,7 +150,8 @@ class _Lines:
 
 
 def _steps_shown(tmp_path, resumed_at, looks):  # type: ignore[no-untyped-def]
-    """The live step after each look: (rank 0's counted step, the step of a line read with it)."""
+    """The live step after each look: (rank 0's counted step, the step of a line read with it[,
+    rank 0's state])."""
     from fsdp_orch.observe.heartbeats import Heartbeat
     from fsdp_orch.record.live_progress import LIVE_EVERY_S
     from fsdp_orch.supervise.progress_events import ProgressEvents
@@ -160,12 +161,12 @@ def _steps_shown(tmp_path, resumed_at, looks):  # type: ignore[no-untyped-def]
     events = ProgressEvents(journal=None, clock=lambda: now[0], run_dir=str(tmp_path))  # type: ignore[arg-type]
     events.begin(lines, resumed_at=resumed_at)  # type: ignore[arg-type]
     shown = []
-    for counted, named in looks:
+    for counted, named, *state in looks:
         if named is not None:
             lines.points.append((0.5, "print", named))
         now[0] += LIVE_EVERY_S
         events.live({0: Heartbeat(rank=0, attempt=1, step=counted, loss=None, time=now[0],
-                                  state="training", pid=7)})
+                                  state=state[0] if state else "training", pid=7)})
         shown.append(read_live(str(tmp_path))["step"])
     return shown
 
@@ -180,5 +181,18 @@ def test_a_line_read_before_its_steps_heartbeat_does_not_carry_the_step_past_the
 
 def test_a_script_that_resumed_on_its_own_is_shown_at_its_own_step(tmp_path):
     """No checkpoint the supervisor knows: the bootstrap counts from 0 and the script's lines
-    (from step 100 on) say how far ahead its own count is; the step follows it between lines."""
-    assert _steps_shown(tmp_path, None, [(10, 110), (12, None), (20, 120)]) == [110, 112, 120]
+    (from step 100 on) say how far ahead its own count is. Between lines the step follows rank 0's
+    count, never past the script's own (rank 0 may have stepped on since a line was printed: 110
+    at a count of 12 is a lead of 98 at least), and it ends at the script's last step."""
+    looks = [(10, 110), (12, None), (20, 120), (25, None), (30, 130), (40, 140), (40, 140, "done")]
+    assert _steps_shown(tmp_path, None, looks) == [110, 110, 120, 123, 130, 140, 140]
+
+
+def test_lines_read_before_their_steps_heartbeats_do_not_carry_a_run_past_its_end(tmp_path):
+    """Not resumed by the supervisor: each line ("step 10/25", "step 20/25", "step 25/25") reached
+    it while rank 0's heartbeat still said the step before. The lead read beside them is 1 each
+    time, but rank 0's next count (and its final one) shows none: a 25-step run ends at 25 (it
+    ended at 26 in the official CI of 9e3513b)."""
+    looks = [(9, 10), (10, None), (19, 20), (21, None), (24, 25), (25, None, "done")]
+    assert _steps_shown(tmp_path, None, looks)[-1] == 25
+    assert max(_steps_shown(tmp_path, None, looks)) == 25

@@ -180,6 +180,44 @@ def test_a_node_failure_is_recorded_and_resubmitted_while_the_budget_allows(tmp_
     assert status["failures"][-1]["action"] == "give_up" and "NODE_FAIL" in status["reason"]
 
 
+def test_an_end_the_supervisor_recorded_is_not_recorded_again_from_sacct(tmp_path):
+    """The supervisor wrote the job's end into its run folder; the index has not read it yet when a
+    status poll finds the allocation COMPLETED in sacct: no second end from the poll (its status
+    JSON showed another end time and goodput than every later read)."""
+    import json
+
+    from fsdp_orch.backends.slurm.kind import refresh
+    from fsdp_orch.backends.slurm.parse import SlurmJob
+    from fsdp_orch.control.job_control import record_submission
+    from fsdp_orch.control.submit_request import SubmitRequest
+    from fsdp_orch.record.events import EventWriter, read_job
+    from fsdp_orch.record.index import JobIndex
+    from fsdp_orch.record.journal import Journal
+    from fsdp_orch.record.store import Store
+    from fsdp_orch.vocab.states import JobState
+
+    job = tmp_path / "job.yaml"
+    job.write_text("name: n\nlauncher: python\ncommand: ['true']\n")
+    index = JobIndex(Store(tmp_path / "home" / "jobs.db"), [str(tmp_path / "home" / "runs")])
+    job_id, _, _ = record_submission(index, SubmitRequest(job, "slurm", home_dir=tmp_path / "home"))
+    index.journal(job_id).scheduled("slurm:41")
+    index.journal(job_id).start_attempt(0, resume_from=None)
+    rows = index.store.active_jobs()
+    supervisor = Journal(EventWriter(rows[0].run_dir, "supervisor"), job_id)
+    supervisor.set_state(JobState.SUCCEEDED, reason="all ranks exited 0", now=1000.0)
+
+    def completed(ids):
+        return {"41": SlurmJob("41", f"fsdp-orch-{job_id}", "COMPLETED", "0:0", "", "", "",
+                               "node1")}
+
+    assert refresh(index, rows, query_fn=completed) == []
+    index.ingest([job_id])
+    status = json.loads(index.store.status_json(job_id))
+    assert status["state"] == "SUCCEEDED" and status["reason"] == "all ranks exited 0"
+    ends = [e for e in read_job(rows[0].run_dir)[0] if e["kind"] == "finished"]
+    assert [e["at"] for e in ends] == [1000.0]
+
+
 @pytest.mark.parametrize("cluster", ["slurm", "ssh", "tpu-vm", "local"])
 def test_render_needs_no_cluster_tools_on_the_path(tmp_path, cluster):
     """A laptop or a CI runner: no sbatch, srun, sacct, ssh or gcloud anywhere. The same artifacts
