@@ -8,13 +8,15 @@
 #   4. real failure lines: a CUDA out-of-memory; a rank waiting in a CUDA synchronisation (the
 #      supervisor's hang rule first); an NCCL collective past its process-group timeout (NCCL's
 #      watchdog first, the flight recorder's dump)
-#   5. fsdp-orch fit against max_memory_allocated, where fit exists
+#   5. fsdp-orch fit against max_memory_allocated, where fit exists (the profile's gpu_memory makes
+#      submit record fit's estimate too: each job's memory line sets it beside the measured peak)
 # Each step has its own time limit and the script goes on past a failed one. Figures go to
 # $OUT/summary.txt, the job folders, logs and results to $OUT/gpu-check.tar.gz.
 #
 #   OUT=/tmp/gpu-out bash scripts/gpu-check.sh            # on the GPU machine (python3 holds torch)
 #   GPU_CHECK_DEVICE=cpu bash scripts/gpu-check.sh        # a rehearsal of the flow on a CPU, small model
 #   GPU_CHECK_ONLY="3 4" bash scripts/gpu-check.sh        # only those parts
+#   GPU_CHECK_NO_DETERMINISTIC=1 ...                      # no --deterministic pair in part 1
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 REPO=$(pwd)
@@ -45,6 +47,7 @@ cat > "$SCRATCH/gpu.yaml" <<EOF
 kind: local
 description: the lent machine's one GPU ($DEVICE)
 device: $DEVICE
+gpu_memory: $([ "$DEVICE" = cuda ] && echo 140GB || echo 24GB)
 EOF
 CLUSTER=$SCRATCH/gpu.yaml
 
@@ -67,6 +70,9 @@ submit() {
     local failures
     failures=$(jq_py "$OUT/$name.json" "'\\n'.join(f\"   failure: attempt {f['attempt']} {f['category']} ({f['action']}): {f['evidence']}\" for f in d['failures'])")
     [ -z "$failures" ] || say "$failures"
+    # issue 67's words on the ending (finished, missing, notices) and the memory beside fit's estimate
+    say "   finished=$(jq_py "$OUT/$name.json" "d.get('finished')") missing=$(jq_py "$OUT/$name.json" "d.get('missing')") step=$(jq_py "$OUT/$name.json" "(d['progress'] or {}).get('step')") notices=$(jq_py "$OUT/$name.json" "sorted({n['kind'] for n in d.get('events') or []})")"
+    say "   memory=$(jq_py "$OUT/$name.json" "d.get('memory')")"
     orch events "$id" > "$OUT/$name.events.txt" 2>&1
     echo "$id" > "$OUT/$name.id"
   fi
@@ -80,11 +86,12 @@ demo_args() {  # the model: about 168M parameters on the GPU, the demo's own siz
     echo "[--steps, $1, --seq-len, 32$2]"
   fi
 }
+demo_seq_len() { if [ "$DEVICE" = cuda ]; then echo 512; else echo 32; fi; }
 demo_run() {  # NAME STEPS EXTRA_ARGS [submit args...]
   local name=$1 steps=$2 extra=$3; shift 3
   rm -rf "${SCRATCH:?}/$name" && cp -r examples/demo "$SCRATCH/$name"
   submit "$name" 240 "$SCRATCH/$name" --set procs_per_node=1 --set fsdp.mixed_precision=bf16 \
-    --set "args=$(demo_args "$steps" "$extra")" --set checkpoint.interval=40 \
+    --set "args=$(demo_args "$steps" "$extra")" --set fit.seq_len="$(demo_seq_len)" --set checkpoint.interval=40 \
     --set restart.backoff.initial=1s --set restart.backoff.jitter=0s "$@"
   local id; id=$(cat "$OUT/$name.id" 2>/dev/null)
   local result=$FSDP_ORCH_HOME/runs/$id/result.json
@@ -122,7 +129,7 @@ if want 1; then
 say "== 1. the demo, NCCL, 1 rank, bf16: clean, then a crash at step 100 and the resume"
 demo_run demo-clean 160 ""
 demo_run demo-crash 160 "" --set env.FSDP_ORCH_FAULT=crash:step=100:rank=0
-if ! same_params demo-clean demo-crash; then
+if ! same_params demo-clean demo-crash && [ -z "${GPU_CHECK_NO_DETERMINISTIC:-}" ]; then
   say "   again with --deterministic (deterministic kernels, CUBLAS_WORKSPACE_CONFIG)"
   demo_run demo-det-clean 160 ", --deterministic"
   demo_run demo-det-crash 160 ", --deterministic" --set env.FSDP_ORCH_FAULT=crash:step=100:rank=0
@@ -171,7 +178,7 @@ broken_job nccl-timeout nccl_timeout.py "[--steps, '40', --pg-timeout, '10', --s
   "{startup_timeout: 3m, hang_detection: fixed, heartbeat_timeout: 120s}"
 submit nccl-timeout 150 "$SCRATCH/nccl-timeout"
 id=$(cat "$OUT/nccl-timeout.id" 2>/dev/null)
-say "   flight recorder dumps: $(find "$FSDP_ORCH_HOME/runs/$id" -name 'nccl_trace_rank_*' -printf '%p (%s bytes) ' 2>/dev/null)"
+say "   flight recorder dumps: $(find "$FSDP_ORCH_HOME/runs/$id" -name 'flight_recorder_rank_*' -printf '%p (%s bytes) ' 2>/dev/null)"
 for name in oom sync-wait nccl-timeout; do
   id=$(cat "$OUT/$name.id" 2>/dev/null) || continue
   for log in "$FSDP_ORCH_HOME/runs/$id"/attempt-*/console-node-*.log; do
@@ -187,7 +194,7 @@ say "== 5. fsdp-orch fit"
 if orch fit --help >/dev/null 2>&1; then
   rm -rf "$SCRATCH/fit" && cp -r examples/demo "$SCRATCH/fit"
   (cd "$SCRATCH/fit" && orch fit --cluster "$CLUSTER" --set procs_per_node=1 --set fsdp.mixed_precision=bf16 \
-    --set "args=$(demo_args 160 "")" job.yaml) 2>&1 | tee -a "$SUMMARY"
+    --set "args=$(demo_args 160 "")" --set fit.seq_len="$(demo_seq_len)" job.yaml) 2>&1 | tee -a "$SUMMARY"
 else
   say "   fsdp-orch fit does not exist in this tree: not run"
 fi

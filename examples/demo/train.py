@@ -121,9 +121,9 @@ def arguments() -> argparse.ArgumentParser:
 
 
 def model_for_fit() -> TinyLM:
-    """The model at the command line's defaults (job.yaml's args keep them), for its
-    ``fit: {model: train:model_for_fit}``: ``fsdp-orch fit`` builds it under FakeTensorMode."""
-    args = arguments().parse_args([])
+    """The model the job's args make, for its ``fit: {model: train:model_for_fit}``: ``fsdp-orch
+    fit`` builds it under FakeTensorMode, with the job's script and args as ``sys.argv``."""
+    args, _ = arguments().parse_known_args()
     return TinyLM(args.vocab, args.dim, args.layers, args.heads, args.seq_len)
 
 

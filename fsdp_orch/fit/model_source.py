@@ -112,12 +112,13 @@ def layer_count(model: str, base: str) -> int | None:
 
 
 def build(model: str, base: str, dtype: Any, flash_attention: bool,
-          layers: int | None = None) -> Any:
+          layers: int | None = None, argv: tuple[str, ...] = ()) -> Any:
     """The torch module (its parameters in ``dtype``); ``layers``: a Hugging Face model built
-    with that many layers in place of its config's."""
+    with that many layers in place of its config's; ``argv``: the job's script and args, which a
+    factory reads as ``sys.argv`` while it runs."""
     path = config_file(model, base)
     if path is None:
-        return _from_factory(model, base, dtype)
+        return _from_factory(model, base, dtype, argv)
     try:
         from transformers import AutoConfig, AutoModelForCausalLM
     except ImportError:
@@ -168,7 +169,7 @@ def _check_sizes(config: Any, path: str) -> None:
                              f"{str(value)[:30]}", field="fit.model")
 
 
-def _from_factory(model: str, base: str, dtype: Any) -> Any:
+def _from_factory(model: str, base: str, dtype: Any, argv: tuple[str, ...] = ()) -> Any:
     name, _, function = model.partition(FACTORY_SEP)
     why = import_problem(name, base)
     if why is not None:
@@ -185,6 +186,9 @@ def _from_factory(model: str, base: str, dtype: Any) -> Any:
     if not callable(factory):
         raise InputError(f"{model} is a {type(factory).__name__}, not a function that returns "
                          "the model", field="fit.model")
+    saved_argv = sys.argv
+    if argv:
+        sys.argv = list(argv)  # a factory that parses the command line sees the job's args
     try:
         made = factory()
     except SystemExit as exc:
@@ -194,6 +198,8 @@ def _from_factory(model: str, base: str, dtype: Any) -> Any:
         where = _user_frame(exc)
         raise InputError(f"the model factory {model} raised {type(exc).__name__}: "
                          f"{' '.join(str(exc).split())[:300]}{where}", field="fit.model") from None
+    finally:
+        sys.argv = saved_argv
     from torch import nn
 
     if not isinstance(made, nn.Module):

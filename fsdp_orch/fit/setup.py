@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fsdp_orch.fit.model_source import FACTORY_SEP
 from fsdp_orch.jobspec.fit import FitOptions
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.vocab.errors import InputError
@@ -39,6 +40,9 @@ class FitSetup:
     backward_prefetch: str = "BACKWARD_PRE"  # FSDP1's
     forward_prefetch: bool = False  # FSDP1's
     reshard_override: bool | None = None  # the job's fsdp.reshard_after_forward, when given
+    # the job's script (or module) and its args, after --set: what a model factory reads as
+    # sys.argv, so that a factory that parses the command line builds the model the ranks build
+    argv: tuple[str, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -82,7 +86,15 @@ class FitSetup:
                 "use_orig_params": self.use_orig_params,
                 "backward_prefetch": self.backward_prefetch,
                 "forward_prefetch": self.forward_prefetch,
-                "reshard_override": self.reshard_override}
+                "reshard_override": self.reshard_override,
+                **({"argv": list(self.argv)} if self.model_is_factory else {})}
+
+    @property
+    def model_is_factory(self) -> bool:
+        """``fit.model`` names a ``module:function`` (which may read the job's args), not a
+        Hugging Face config (which cannot)."""
+        model = self.fit.model
+        return FACTORY_SEP in model and not model.endswith(".json")
 
 
 def fit_setup(job: JobSpec, procs_per_node: int, job_file: str) -> FitSetup:
@@ -101,7 +113,8 @@ def fit_setup(job: JobSpec, procs_per_node: int, job_file: str) -> FitSetup:
                     use_orig_params=fsdp.use_orig_params,
                     backward_prefetch=fsdp.backward_prefetch,
                     forward_prefetch=fsdp.forward_prefetch,
-                    reshard_override=fsdp.reshard_after_forward)
+                    reshard_override=fsdp.reshard_after_forward,
+                    argv=(job.script or job.module or "", *job.args))
 
 
 def unmodelled(setup: FitSetup, job: JobSpec | None = None) -> list[str]:
@@ -127,7 +140,43 @@ def unmodelled(setup: FitSetup, job: JobSpec | None = None) -> list[str]:
     if fit.optimizer_in_backward and setup.fsdp_version == 1:
         lines.append("not modelled: fit.optimizer_in_backward with FSDP1; measured with the "
                      "optimizer stepped after the backward pass")
+    return lines + args_disagree(setup)
+
+
+# the flags by which scripts commonly take a micro-batch's sequences and a sequence's tokens
+BATCH_FLAGS = ("--batch-size", "--batch_size", "--per_device_train_batch_size",
+               "--per-device-train-batch-size", "--micro-batch-size", "--micro_batch_size")
+SEQ_FLAGS = ("--seq-len", "--seq_len", "--seq-length", "--seq_length", "--max_seq_length",
+             "--max-seq-length", "--max_seq_len", "--max-seq-len", "--block_size", "--block-size")
+
+
+def args_disagree(setup: FitSetup) -> list[str]:
+    """A line for ``fit.batch_size`` or ``fit.seq_len`` where the job's args give the script
+    another value by a common flag (``--seq-len 512`` against ``seq_len: 64``): the estimate is
+    for the fit block's, which may not be what the ranks run."""
+    lines = []
+    for field, flags, value in (("batch_size", BATCH_FLAGS, setup.fit.batch_size),
+                                ("seq_len", SEQ_FLAGS, setup.fit.seq_len)):
+        given = _flag_value(setup.argv[1:], flags)
+        if given is not None and given[1] != value:
+            lines.append(f"fit.{field} is {value}, and the job's args give {given[0]} "
+                         f"{given[1]}: measured at {value} (set fit.{field}: {given[1]} to "
+                         "measure what the ranks run)")
     return lines
 
 
-__all__ = ["STRATEGIES", "FitSetup", "fit_setup", "unmodelled"]
+def _flag_value(args: tuple[str, ...], flags: tuple[str, ...]) -> tuple[str, int] | None:
+    """The last whole number given to one of ``flags`` (``--flag N`` or ``--flag=N``)."""
+    found = None
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag not in flags:
+            continue
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        if value.isdigit():
+            found = (flag, int(value))
+    return found
+
+
+__all__ = ["STRATEGIES", "FitSetup", "args_disagree", "fit_setup", "unmodelled"]

@@ -110,7 +110,7 @@ def tracked_step(setup: FitSetup, base: str, *, layers: int | None = None,
     mesh = sharding.mesh_for(setup)
     with tensor_mode or contextlib.nullcontext():
         model = model_source.build(fit.model, base, getattr(torch, fit.dtype),
-                                   fit.flash_attention, layers=layers)
+                                   fit.flash_attention, layers=layers, argv=setup.argv)
         params = sum(p.numel() for p in model.parameters())
         adapted: dict[str, float] = {"adapted": 0, "weights": 0}
         if fit.lora is not None:

@@ -154,3 +154,27 @@ def test_a_knob_the_estimate_does_not_model_is_named_with_what_was_measured() ->
     assert any("fsdp.forward_prefetch" in line and "FSDP2" in line for line in said)
     fsdp1 = job(version=1, forward_prefetch=True)
     assert unmodelled(fit_setup(fsdp1, 8, "job.yaml"), fsdp1) == []  # FSDP1 runs it
+
+
+def test_a_batch_or_sequence_length_the_jobs_args_give_otherwise_is_named() -> None:
+    """The estimate is for the fit block's batch_size and seq_len; where the job's args give the
+    script others by a common flag, fit says which it measured. The args also key the cache for a
+    factory (which may read them), not for a Hugging Face config (which cannot)."""
+    from fsdp_orch.fit.setup import args_disagree
+
+    def setup_of(args: list[str], model: str = "train:model_for_fit"):  # type: ignore[no-untyped-def]
+        spec = JobSpec.model_validate({"name": "j", "script": "train.py", "args": args,
+                                       "fit": {"model": model, "batch_size": 8, "seq_len": 64}})
+        return fit_setup(spec, 1, "job.yaml")
+
+    said = args_disagree(setup_of(["--steps", "9", "--seq-len", "512", "--batch-size=8"]))
+    assert said == ["fit.seq_len is 64, and the job's args give --seq-len 512: measured at 64 "
+                    "(set fit.seq_len: 512 to measure what the ranks run)"]
+    assert args_disagree(setup_of(["--per_device_train_batch_size", "2", "--max_seq_length", "64"])
+                         ) == ["fit.batch_size is 8, and the job's args give "
+                               "--per_device_train_batch_size 2: measured at 8 (set "
+                               "fit.batch_size: 2 to measure what the ranks run)"]
+    assert args_disagree(setup_of(["--seq-len", "64", "--batch-size"])) == []
+    assert setup_of(["--dim", "1"]).key() != setup_of(["--dim", "2"]).key()
+    assert setup_of(["--dim", "1"], "config.json").key() == setup_of(["--dim", "2"],
+                                                                     "config.json").key()
