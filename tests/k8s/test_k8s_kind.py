@@ -1,8 +1,9 @@
 """`fsdp-orch submit --cluster kubernetes` on the real test cluster (tests/k8s/cluster.sh: an API
 server, a scheduler, a controller-manager and a kubelet running pods through containerd): the demo
 as an Indexed Job of 2 pods, a pod deleted under a running job, a hang, an image that does not
-exist, a pod that cannot be scheduled, cancel. Every pod uses the host network and this session's
-Python, mounted from the host (the K8sCluster fixture's hostPath volumes)."""
+exist, a pod that cannot be scheduled, a pod over its memory limit, cancel. Every pod uses the
+host network and this session's Python, mounted from the host (the K8sCluster fixture's hostPath
+volumes)."""
 
 from __future__ import annotations
 
@@ -240,3 +241,39 @@ def server_port(cluster: K8sCluster) -> str:
 
     server = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
     return str(server.rsplit(":", 1)[1])
+
+
+HOG = """\
+import time
+print("step 1 loss 1.0", flush=True)
+held = []
+for i in range(64):  # 4 GiB in 64 MiB blocks, each written: resident, not only reserved
+    held.append(b"\\x01" * (64 << 20))
+    time.sleep(0.02)
+print("unreachable: the pod's memory limit is 256Mi", flush=True)
+"""
+
+
+def test_a_pod_over_its_memory_limit_is_named_oomkilled_and_not_retried_as_a_hang(
+        k8s_cluster: K8sCluster, on_k8s) -> None:
+    """The kubelet's own word for a container killed at its memory limit reaches the failure: the
+    kernel's OOM killer (host memory, not the GPU's), with the limit to raise named, in seconds;
+    never a hang or a lost node."""
+    cli, demo = on_k8s
+    write_profile(cli, k8s_cluster, demo.parents[1], name="k8s",
+                  resources={"cpu": "500m", "memory": "256Mi", "gpus": 0})
+    (demo.parent / "hog.py").write_text(HOG)
+    job = demo.parent / "hog.yaml"
+    job.write_text("name: hog\nscript: hog.py\nlauncher: python\nnodes: 1\nprocs_per_node: 1\n"
+                   "restart: {max_restarts: 0}\nwatch: {startup_timeout: 120s}\n")
+    t0 = time.monotonic()
+    proc = cli.run("submit", "--cluster", "k8s", str(job))
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip().splitlines()[-1]
+    final = cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=180, what="the end")
+    took = time.monotonic() - t0
+    assert final["state"] == "FAILED", final
+    [failure] = final["failures"]
+    assert failure["category"] == "killed_sigkill", failure
+    assert "OOMKilled" in failure["evidence"] and "resources.memory" in failure["evidence"], failure
+    print(f"OOMKilled: FAILED {took:.1f} s after submit: {failure['evidence']}")
