@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import time
 
-from fsdp_orch.vocab.states import JobState
+from fsdp_orch.vocab.states import WAITING, JobState
 from fsdp_orch.vocab.times import iso_time
 
 TYPE_CHECKING = False  # the table of `status` needs none of what `status ID`'s lines import
 if TYPE_CHECKING:
     from typing import Any
 
-    from fsdp_orch.record.status import JobStatus
+    from fsdp_orch.record.status import JobNotice, JobStatus
 
 
 def format_rows(columns: list[str], rows: list[dict[str, Any]]) -> str:
@@ -121,10 +121,19 @@ def detail_lines(job: JobStatus, now: float | None = None) -> list[str]:
         lines.append(f"hang detection: off: {job.hang_detection_off}")
     for n in job.notices:  # one of the job's own (submit_fresh) has no attempt
         lines.append(("" if n.attempt is None else f"attempt {n.attempt}: ")
-                     + f"{n.kind}: {n.message}")
+                     + f"{_notice_kind(job, n)}: {n.message}")
     if job.run_dir:
         lines.append(f"run dir: {job.run_dir}")
     return lines
+
+
+def _notice_kind(job: JobStatus, notice: JobNotice) -> str:
+    """The notice's kind, but a ``waiting`` one of an attempt that has stepped since is said as
+    past (a pod's "ContainerCreating" under a job at step 68 read as if it still waited)."""
+    record = job.attempt_records.get(notice.attempt) if notice.attempt is not None else None
+    if notice.kind == WAITING and record is not None and record.first_step_at is not None:
+        return "waited before its first step"
+    return notice.kind
 
 
 def finished_line(job: JobStatus) -> str | None:

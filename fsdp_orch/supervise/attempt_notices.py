@@ -18,10 +18,10 @@ from fsdp_orch.observe.heartbeats import Heartbeat
 from fsdp_orch.places.private import write_private
 from fsdp_orch.record.hang_hold import HOLD_EVERY_S, write_hold
 from fsdp_orch.record.journal import Journal
+from fsdp_orch.vocab.states import WAITING
 
 REFUSED_CONNECTIONS = "refused_connections"  # the notice of strangers at the node channel
 NODE_TMP_TAKEN = "node_tmp_taken"  # a node's /tmp/fsdp-orch-<uid> was someone else's
-WAITING = "waiting"  # why the attempt's nodes do not all run yet (the cluster's words)
 STRANGERS_NOTICE_S = 30.0
 PAUSE_WORTH_SAYING_S = 5.0  # a node silent this long and heard again: said (node_heard_again)
 
@@ -121,4 +121,4 @@ class AttemptNotices:
 
 
 __all__ = ["NODE_TMP_TAKEN", "PAUSE_WORTH_SAYING_S", "REFUSED_CONNECTIONS", "STRANGERS_NOTICE_S",
-           "WAITING", "AttemptNotices"]
+           "AttemptNotices"]

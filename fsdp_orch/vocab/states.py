@@ -55,3 +55,6 @@ TERMINAL_NAMES = tuple(s.value for s in TERMINAL)
 FINISHED_UNKNOWN = "unknown"
 # the notice of a job not trained past its last checkpoint (supervise.supervisor)
 TRAINING_COMPLETE = "training_complete"
+# the notice of why an attempt's nodes do not all run yet, in the cluster's words
+# (supervise.attempt_notices); history once the attempt has stepped
+WAITING = "waiting"

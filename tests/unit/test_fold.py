@@ -400,3 +400,20 @@ def test_a_loss_keeps_the_step_it_belongs_to() -> None:
                                         progress_at=T0 + 2, loss_step=178)], "j1")
     assert status is not None
     assert status.to_json()["progress"]["loss_step"] == 178
+
+
+def test_a_waiting_notice_is_said_as_past_once_its_attempt_has_stepped() -> None:
+    """Kubernetes' "ContainerCreating" for a pod of attempt 0 read, under a job at step 68, as if
+    the pod still waited (a trial of 2026-12-04); once the attempt steps, it is what it waited
+    for."""
+    from fsdp_orch.cli.status_table import detail_lines
+
+    why = "pod p-0 on localhost: container node: ContainerCreating"
+    waiting = running(event_types.Notice(at=T0 + 1, attempt=0, notice="waiting", message=why))
+    assert f"attempt 0: waiting: {why}" in detail_lines(waiting, now=T0 + 2)
+    stepped = running(event_types.Notice(at=T0 + 1, attempt=0, notice="waiting", message=why),
+                      event_types.FirstStep(at=T0 + 9, attempt=0, first_step_at=T0 + 9))
+    lines = detail_lines(stepped, now=T0 + 10)
+    assert f"attempt 0: waited before its first step: {why}" in lines
+    assert not any(line.startswith("attempt 0: waiting") for line in lines)
+    assert stepped.to_json()["events"][0]["kind"] == "waiting"  # the record is unchanged
