@@ -183,6 +183,23 @@ def iso_epoch(iso: str) -> float:
     return calendar.timegm(time.strptime(iso[:19], "%Y-%m-%dT%H:%M:%S")) + float(iso[19:-1] or 0)
 
 
+def kill_supervisor(cli: Cli, job_id: str, within: float = 10.0) -> int:
+    """SIGKILL the job's supervisor (the pid the index records) and wait up to ``within`` seconds
+    for it to be gone, as a submitting machine's process that died; its pid."""
+    import signal
+
+    from fsdp_orch.observe.proctree import pid_alive
+    from fsdp_orch.record.store import Store
+
+    pid = Store(cli.home / "jobs.db").job(job_id).supervisor_pid
+    assert pid, f"job {job_id} records no supervisor"
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + within
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return pid
+
+
 def check_goodput(cli: Cli, status: dict) -> dict:
     """A finished job's goodput, as ``status --json``, ``status ID`` and ``report`` give it: the
     buckets add up to the wall time (submission to end) within 1%, the goodput is between 0 and

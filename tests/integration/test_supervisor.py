@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_harness import copy_demo, demo_args, iso_epoch, job_events
+from cli_harness import copy_demo, demo_args, iso_epoch, job_events, kill_supervisor
 
 from fsdp_orch.backends.local import LocalLauncher
 from fsdp_orch.backends.slurm.allocation import on_time_limit_warning
@@ -104,12 +104,8 @@ def test_killing_the_supervisor_and_reattaching_keeps_one_attempt_and_succeeds(c
     cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 5, timeout=180,
                    what="five steps")
     store = Store(cli.home / "jobs.db")
-    old = store.job(job_id).supervisor_pid
     workers = job_processes(job_id)
-    os.kill(old, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while pid_alive(old) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    old = kill_supervisor(cli, job_id)
     assert not pid_alive(old)
     assert job_processes(job_id) == workers, "killing the supervisor must not touch the attempt"
 

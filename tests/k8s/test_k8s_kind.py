@@ -20,6 +20,7 @@ from cli_harness import (
     demo_args,
     hf_trainer_hang_on_two_nodes,
     job_events,
+    kill_supervisor,
     make_cli,
     step_losses,
 )
@@ -73,10 +74,6 @@ def test_the_demo_runs_as_an_indexed_job_of_two_pods_through_a_supervisor_reatta
     """The demo on 2 pods succeeds; its supervisor, killed mid-run (the submitting machine's
     process gone), is replaced by one that `status` re-attaches, which adopts the attempt whose
     pods still run (the objects its record names) instead of making another."""
-    import os
-    import signal
-
-    from fsdp_orch.observe.proctree import pid_alive
     from fsdp_orch.record.store import Store
 
     cli, demo = on_k8s
@@ -87,12 +84,7 @@ def test_the_demo_runs_as_an_indexed_job_of_two_pods_through_a_supervisor_reatta
     first_step_s = time.monotonic() - t0
     pods = pods_of(k8s_cluster, job_id, 0)
     assert len(pods) == 2 and all(p.spec.host_network for p in pods), pods
-    store = Store(cli.home / "jobs.db")
-    old = store.job(job_id).supervisor_pid
-    os.kill(old, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while pid_alive(old) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    old = kill_supervisor(cli, job_id)
     assert [p.metadata.name for p in pods_of(k8s_cluster, job_id, 0)] == \
         [p.metadata.name for p in pods], "killing the supervisor must not touch the pods"
     assert cli.status(job_id)["state"] == "RUNNING"  # notices the dead supervisor, re-attaches
@@ -100,7 +92,7 @@ def test_the_demo_runs_as_an_indexed_job_of_two_pods_through_a_supervisor_reatta
     assert final["state"] == "SUCCEEDED", final
     assert final["failures"] == [] and final["progress"]["step"] == 20, final
     assert final["attempts"] == 1, final
-    assert store.job(job_id).supervisor_pid != old
+    assert Store(cli.home / "jobs.db").job(job_id).supervisor_pid != old
     log = (Path(final["run_dir"]) / "supervisor.log").read_text()
     assert f"re-attached to job {job_id} attempt 0" in log, log[-3000:]
     result = json.loads((Path(final["run_dir"]) / "result.json").read_text())

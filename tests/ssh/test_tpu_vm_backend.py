@@ -8,10 +8,7 @@ to a folder every worker sees (as a gcsfuse bucket would be): a re-created VM ha
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,13 +18,13 @@ from cli_harness import (
     attempt_log,
     demo_args,
     job_events,
+    kill_supervisor,
     slow_in_attempt,
     step_losses,
 )
 from fakes.fake_gcloud import calls, preempt
 from tpu_stand import ENDED, TPU, Stand, explained, tpu_stand, verbs
 
-from fsdp_orch.observe.proctree import pid_alive
 from fsdp_orch.record.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
@@ -54,11 +51,7 @@ def test_a_two_worker_job_creates_its_tpu_vm_and_succeeds_through_a_supervisor_r
     store = Store(stand.cli.home / "jobs.db")
     stand.cli.wait_until(job_id, lambda s: (s.get("progress") or {}).get("step", 0) >= 3,
                          timeout=180, what="three steps")
-    pid = store.job(job_id).supervisor_pid
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    pid = kill_supervisor(stand.cli, job_id)
     stand.cli.status(job_id)  # notices the dead supervisor and re-attaches a new one
     status = stand.cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=300,
                                   what="the end")

@@ -206,8 +206,12 @@ def refresh(index: JobIndex, rows: list[JobStatus], *,
             continue
         if mapped is None or not mapped.is_terminal():
             continue
+        # the supervisor may have recorded the end in the run folder since the index last read it:
+        # sacct's ending is then not a second one (a poll 2.6 s after the end recorded one, and its
+        # JSON showed another end time and goodput than every later read: CI of e339dfa)
+        index.ingest([row.id])
         fresh = index.store.job(row.id)
-        if not fresh or fresh.state != row.state or _ended_in_its_events(fresh):
+        if not fresh or fresh.state != row.state:
             continue
         changed.append(row.id)
         if rec.state in LOST_ALLOCATION and _resubmit(index, fresh, sid, rec.state, resubmit_fn):
@@ -216,21 +220,6 @@ def refresh(index: JobIndex, rows: list[JobStatus], *,
             mapped, reason=f"SLURM job {sid} ended {rec.state} (exit {rec.exit_code})"
             + batch_said(fresh.run_dir, sid))
     return changed
-
-
-def _ended_in_its_events(row: JobStatus) -> bool:
-    """The supervisor recorded the job's end in its run folder, which the index has not read yet:
-    sacct's ending is not a second one (a status poll 2.6 s after the end recorded one, and its
-    JSON showed another end time and goodput than every later read: clean-clone CI of e339dfa)."""
-    from fsdp_orch.record.journal import read_status
-
-    if not row.run_dir:
-        return False
-    try:
-        folded = read_status(row.run_dir, row.id)
-    except OSError:
-        return False
-    return folded is not None and JobState(folded.state).is_terminal()
 
 
 SETUP_LINE = "[fsdp-orch] node setup: "
