@@ -42,11 +42,15 @@ CHANNEL_SILENT_S = 1.5
 class EngineEnding:
     """What the cluster's own engine says ended (or stops) an attempt, where its ranks' logs and
     exit status cannot: a pod evicted or its node lost, an image that cannot be pulled, a pod no
-    node can hold. ``retryable``: False for the user's error, which fails the job at once."""
+    node can hold. ``retryable``: False for the user's error, which fails the job at once.
+    ``taken``: the cluster took the attempt's nodes away (an eviction, a drain, a preemption, a pod
+    deleted), which is no failure of the job's: the next attempt starts with no restart budget
+    used, as after a scheduler's requeue."""
 
     category: FailureCategory
     evidence: str
     retryable: bool = True
+    taken: bool = False
 
 
 class AttemptObservation(Protocol):

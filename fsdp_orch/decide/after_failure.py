@@ -21,6 +21,8 @@ class Route(Enum):
     # where the kind can (else, or refused, the policy decides with why it cannot be placed)
     REQUEUE_WITHOUT = "requeue_without"
     LEAVE_OUT = "leave_out"  # a straggler's node left out, the job restarted: no budget used
+    # the cluster took the attempt's nodes (an eviction, a drain): a new attempt, no budget used
+    TAKEN = "taken"
     POLICY = "policy"  # the restart policy decides
 
 
@@ -36,12 +38,15 @@ def needs_placement(category: str, allocation_ending: bool) -> bool:
 
 
 def route(category: str, *, allocation_ending: bool, cannot_place: str | None,
-          hosts_left_out: bool) -> Route:
+          hosts_left_out: bool, taken: bool = False) -> Route:
     """``allocation_ending``: the scheduler said so (asked where ``needs_allocation_check``);
     ``cannot_place``: why the next attempt has nowhere to run (asked where ``needs_placement``);
-    ``hosts_left_out``: some host is left out of the job's attempts already."""
+    ``hosts_left_out``: some host is left out of the job's attempts already; ``taken``: the
+    cluster's engine says it took the attempt's nodes (``EngineEnding.taken``)."""
     if category == FailureCategory.PREEMPTION_OR_NODE_LOST and allocation_ending:
         return Route.REQUEUE
+    if taken and not cannot_place:
+        return Route.TAKEN
     if cannot_place and hosts_left_out:
         return Route.REQUEUE_WITHOUT
     if category == FailureCategory.STRAGGLER_REPLACED and not cannot_place:

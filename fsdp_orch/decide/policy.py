@@ -53,6 +53,7 @@ class FailureRecord:
     step_before: int | None = None  # the highest step any earlier attempt reached
     step_after: int | None = None  # the highest step this attempt reached
     fell_back: bool = False  # blamed on the checkpoint it resumed from, which was set aside
+    counted: bool = True  # False: the cluster took its nodes (an eviction), no failure of the job's
 
     @property
     def progressed(self) -> bool:
@@ -93,7 +94,7 @@ def without_progress(history: list[FailureRecord]) -> list[FailureRecord]:
     for failure in reversed(history):
         if failure.progressed:
             break
-        if failure.category not in _NOT_COUNTED:
+        if failure.counted and failure.category not in _NOT_COUNTED:
             streak.append(failure)
     return streak[::-1]
 

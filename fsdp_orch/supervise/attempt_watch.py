@@ -224,10 +224,18 @@ class AttemptWatch:
               detected_at: float | None = None) -> Failed:
         now = self.clock() if detected_at is None else detected_at
         diagnosis = self._lost_node_instead(diagnosis)
+        taken = self._taken(diagnosis)  # before the stop, which the engine sees as more deletions
         self._stop()
         return Failed(with_flight_recorder(diagnosis, self.handle.flight_recorder_dumps()), now,
                       stalled, self.before, self.checkpoints.step(),
-                      returned_step=self._returned_step)
+                      returned_step=self._returned_step, taken=taken)
+
+    def _taken(self, diagnosis: Diagnosis) -> bool:
+        """Whether ``diagnosis`` is the engine's word that the cluster took the attempt's nodes
+        (``EngineEnding.taken``: an eviction, a drain, a pod deleted)."""
+        ended = self.handle.ended_by()
+        return (ended is not None and ended.taken and ended.category == diagnosis.category
+                and ended.evidence == diagnosis.evidence)
 
     def _at_exit(self, code: int, beats: dict[int, Heartbeat], ranks_seen: set[int],
                  finished_at: float | None) -> Outcome:

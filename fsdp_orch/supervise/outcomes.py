@@ -34,7 +34,8 @@ class Failed:
     """The attempt failed: its diagnosis (a node lost is ``preemption_or_node_lost``), when it was
     judged, how long the ranks had stalled (a hang), the latest complete checkpoint before and after
     it, the hosts its handle found lost (address:port), and the step every rank had reached when
-    one of them returned from its script (``returned_step``: the job's last, by its own count)."""
+    one of them returned from its script (``returned_step``: the job's last, by its own count).
+    ``taken``: the cluster took the attempt's nodes (``EngineEnding.taken``): no budget is used."""
 
     diagnosis: Diagnosis
     detected_at: float
@@ -43,13 +44,15 @@ class Failed:
     checkpoint_after: int | None
     lost_hosts: tuple[str, ...] = ()
     returned_step: int | None = None
+    taken: bool = False
 
     def record(self, attempt: int, step_before: int | None = None,
                step_after: int | None = None) -> FailureRecord:
         """What the restart policy weighs of it: ``step_before``, the highest step the attempts
         before it reached, and ``step_after``, its own."""
         return FailureRecord(attempt, self.diagnosis.category, self.checkpoint_before,
-                             self.checkpoint_after, step_before, step_after)
+                             self.checkpoint_after, step_before, step_after,
+                             counted=not self.taken)
 
 
 Outcome = Succeeded | TornDown | Cancelled | Failed

@@ -207,7 +207,7 @@ class Supervisor:
             excluded_hosts=tuple(self.excluded_hosts), workers=self.workers)
             if needs_placement(category, ending) else None)
         way = route(category, allocation_ending=ending, cannot_place=cannot_place,
-                    hosts_left_out=bool(self.excluded_hosts))
+                    hosts_left_out=bool(self.excluded_hosts), taken=failed.taken)
         if way is Route.REQUEUE:
             self._record_failure(attempt, failed, "requeue")
             self.journal.requeued("the scheduler requeued the job", now=self.clock())
@@ -223,6 +223,11 @@ class Supervisor:
             self.requeued_attempts += 1
             self._record_failure(attempt, failed, "restart")
             return Decision(True, "the straggler's node is left out")
+        if way is Route.TAKEN:  # recorded as a requeue: the budget shown leaves it out
+            self.requeued_attempts += 1
+            self._record_failure(attempt, failed, "requeue")
+            return Decision(True, f"the cluster took attempt {attempt}'s nodes ({category}): a new "
+                                  "attempt, no restart budget used")
         decision = decide(self.sub.job.restart, self.history,
                           restarts_done=attempt - self.requeued_attempts, cannot_place=cannot_place)
         self._record_failure(attempt, failed, "restart" if decision.restart else "give_up")

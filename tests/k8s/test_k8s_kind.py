@@ -1,9 +1,9 @@
 """`fsdp-orch submit --cluster kubernetes` on the real test cluster (tests/k8s/cluster.sh: an API
 server, a scheduler, a controller-manager and a kubelet running pods through containerd): the demo
-as an Indexed Job of 2 pods, a pod deleted under a running job, a hang, an image that does not
-exist, a pod that cannot be scheduled, a pod over its memory limit, cancel. Every pod uses the
-host network and this session's Python, mounted from the host (the K8sCluster fixture's hostPath
-volumes)."""
+as an Indexed Job of 2 pods, a pod deleted under a running job, a crash then an eviction, a hang,
+an image that does not exist, a pod that cannot be scheduled, a pod over its memory limit,
+cancel. Every pod uses the host network and this session's Python, mounted from the host (the
+K8sCluster fixture's hostPath volumes)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from cli_harness import (
     job_events,
     kill_supervisor,
     make_cli,
+    slow_in_attempt,
     step_losses,
 )
 from k8s_jobs import objects_of, write_profile
@@ -131,9 +132,10 @@ def test_a_pod_deleted_under_the_job_resumes_from_the_checkpoint_and_cancel_dele
     [failure] = running["failures"]
     assert failure["category"] == "preemption_or_node_lost", failure
     assert "deleted" in failure["evidence"], failure
-    # the attempt had made progress (a checkpoint at 5): no step towards the crash-loop stop
-    assert failure["progressed"] is True and failure["action"] == "restart", failure
+    # taken by the cluster, not the job's failure: a new attempt with no restart budget used
+    assert failure["progressed"] is True and failure["action"] == "requeue", failure
     assert running["restart_budget"]["failures_without_progress"] == 0, running
+    assert running["restart_budget"]["restarts"] == 0, running
     # attempt 1 resumed from attempt 0's checkpoint: the demo restored it (its first step is the
     # one after the checkpoint's, as result.json's resumed_from would say at the end)
     [started] = [e for e in job_events(cli, job_id)
@@ -152,6 +154,56 @@ def test_a_pod_deleted_under_the_job_resumes_from_the_checkpoint_and_cancel_dele
     while objects_of(k8s_cluster, job_id) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert objects_of(k8s_cluster, job_id) == []
+
+
+def test_a_crash_resumes_from_the_latest_checkpoint_and_an_eviction_uses_no_restart_budget(
+        k8s_cluster: K8sCluster, on_k8s) -> None:
+    """`restart.max_restarts: 1`. Rank 1 crashes at step 8 in attempt 0: the one restart, from
+    step 5's checkpoint. Rank 0's pod is then evicted in attempt 1 (the Eviction API, as a drain
+    does): taken by the cluster, a new attempt with no restart used, where the cap would have
+    stopped the job. Each attempt starts from the latest complete checkpoint, so nothing past the
+    last save is trained twice. SUCCEEDED in 3 attempts."""
+    from kubernetes import client
+
+    cli, demo = on_k8s
+    # attempt 1 trains slowly (0.3 s a step) so that it still trains when its pod is evicted
+    faults = ";".join(["crash:step=8:rank=1", *slow_in_attempt(1, 0.3)])
+    job_id = submit(cli, demo, "--set", demo_args(40, "--sleep-per-step", "0.05"),
+                    "--set", "restart.max_restarts=1", "--set", f"env.FSDP_ORCH_FAULT={faults}")
+
+    def in_attempt_1_with_a_checkpoint(status: dict) -> bool:
+        assert status["state"] not in ENDED, status
+        return status["attempts"] == 2 and (status.get("last_checkpoint_step") or 0) >= 10
+    cli.wait_until(job_id, in_attempt_1_with_a_checkpoint, timeout=300,
+                   what="attempt 1's checkpoint at step 10")
+    [victim] = [p for p in pods_of(k8s_cluster, job_id, 1)
+                if p.metadata.annotations["batch.kubernetes.io/job-completion-index"] == "0"]
+    t0 = time.monotonic()
+    client.CoreV1Api(k8s_cluster.api_client()).create_namespaced_pod_eviction(
+        victim.metadata.name, k8s_cluster.namespace, client.V1Eviction(
+            metadata=client.V1ObjectMeta(name=victim.metadata.name,
+                                         namespace=k8s_cluster.namespace)))
+    final = cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=300, what="the end")
+    assert final["state"] == "SUCCEEDED", final
+    assert final["attempts"] == 3 and final["progress"]["step"] == 40, final
+    crash, evicted = final["failures"]
+    assert crash["attempt"] == 0 and crash["action"] == "restart", crash
+    assert crash["category"] != "preemption_or_node_lost", crash
+    assert evicted["attempt"] == 1 and evicted["category"] == "preemption_or_node_lost", evicted
+    assert evicted["action"] == "requeue", evicted  # no restart budget used
+    assert f"{victim.metadata.name} is being deleted" in evicted["evidence"], evicted
+    assert final["restart_budget"]["restarts"] == 1, final["restart_budget"]
+    # each attempt started from the latest checkpoint committed before it
+    latest, resumed = None, {}
+    for event in job_events(cli, job_id):
+        if event["kind"] == "checkpoint_committed":
+            latest = event["step"]
+        elif event["kind"] == "attempt_started" and event["attempt"] > 0:
+            resumed[event["attempt"]] = (event["resume_step"], latest)
+    assert resumed[1] == (5, 5), resumed
+    assert resumed[2][0] == resumed[2][1] and resumed[2][0] >= 10, resumed
+    print(f"crash, then eviction: SUCCEEDED {time.monotonic() - t0:.1f} s after the eviction; "
+          f"{evicted['evidence']}")
 
 
 def test_an_unchanged_hf_trainer_hang_is_named_and_resumed_from_its_checkpoint(

@@ -1,5 +1,6 @@
 """An attempt's state from its pods as the API returns them (``backends.kubernetes.attempt_state``):
-all succeeded is 0; a pod deleted or evicted ends it as a lost node; an image that cannot be pulled
+all succeeded is 0; a pod deleted, being deleted or evicted ends it as taken by the cluster (no
+restart budget used), a node lost as a lost node under the budget; an image that cannot be pulled
 is the user's error at once; a pod that failed gives its container's exit code; a pending pod says
 why."""
 
@@ -71,3 +72,28 @@ def test_a_pod_that_failed_is_the_cause_before_the_pods_its_job_then_deleted() -
             "a-1": pod("a-1", "Failed", **terminated(78))}
     state = attempt_state(pods, 2)
     assert state.exit_code == 78 and state.ended_by is None
+
+
+def test_a_pod_being_deleted_is_taken_by_the_cluster_before_its_container_ends() -> None:
+    # the eviction API before 1.26 (no DisruptionTarget), a drain: a deletionTimestamp, then
+    # SIGTERM to the container, whose exit would otherwise read as the job's own failure
+    evicting = pod("a-0", "Running")
+    evicting["metadata"]["deletionTimestamp"] = "2026-12-04T20:00:00Z"
+    state = attempt_state({"a-0": evicting, "a-1": pod("a-1", "Running")}, 2)
+    assert state.exit_code == NODE_LOST_EXIT
+    assert state.ended_by is not None and state.ended_by.taken
+    assert "a-0 is being deleted" in state.ended_by.evidence
+    killed = {**evicting, "status": {"phase": "Failed", **terminated(143)}}
+    assert attempt_state({"a-0": killed}, 2).ended_by is not None
+    gone = attempt_state({"a-0": {**pod("a-0", "Running"), DELETED: True}}, 2)
+    assert gone.ended_by is not None and gone.ended_by.taken
+    assert "a-0 was deleted" in gone.ended_by.evidence
+
+
+def test_an_eviction_is_taken_and_a_lost_node_is_not() -> None:
+    evicted = attempt_state({"a-0": pod("a-0", "Failed", reason="Evicted")}, 2).ended_by
+    assert evicted is not None and evicted.taken
+    for lost in (pod("a-0", "Failed", reason="NodeLost"), pod("a-0", "Unknown")):
+        ended = attempt_state({"a-0": lost}, 2).ended_by
+        assert ended is not None and not ended.taken
+        assert ended.category == FailureCategory.PREEMPTION_OR_NODE_LOST

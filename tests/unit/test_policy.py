@@ -205,3 +205,19 @@ def test_a_straggler_with_somewhere_to_go_restarts_without_the_budget():
                  hosts_left_out=True) is Route.LEAVE_OUT
     assert route("preemption_or_node_lost", allocation_ending=False, cannot_place=None,
                  hosts_left_out=True) is Route.POLICY
+
+
+def test_pods_the_cluster_took_restart_without_the_budget_and_are_no_failure_in_a_row():
+    from dataclasses import replace
+
+    from fsdp_orch.decide.after_failure import Route, route
+
+    lost = "preemption_or_node_lost"
+    assert route(lost, allocation_ending=False, cannot_place=None, hosts_left_out=False,
+                 taken=True) is Route.TAKEN
+    assert route(lost, allocation_ending=True, cannot_place=None, hosts_left_out=False,
+                 taken=True) is Route.REQUEUE  # the scheduler's own requeue first
+    evicted = replace(rec(1, lost, 10, 10), counted=False)
+    history = [rec(0, "hang", 10, 10), evicted, rec(2, "hang", 10, 10)]
+    assert decide(policy(), history, restarts_done=1).without_progress == 2
+    assert backoff_step([rec(0, "hang", 10, 10), evicted]) == 1

@@ -34,7 +34,7 @@ def attempt_state(pods: Mapping[str, Mapping[str, Any]], nnodes: int) -> Attempt
     for name in sorted(pods):
         pod = pods[name]
         phase = (pod.get("status") or {}).get("phase")
-        if pod.get(DELETED) and phase != "Succeeded":
+        if being_deleted(pod) and phase != "Succeeded":
             deleted = deleted or name
             continue
         ending = pod_ending(pod)
@@ -46,19 +46,27 @@ def attempt_state(pods: Mapping[str, Mapping[str, Any]], nnodes: int) -> Attempt
             else:
                 code = _exit_code(pod)
             return AttemptState(code, EngineEnding(ending.category, ending.evidence,
-                                                   retryable=not ending.is_users_error), None)
+                                                   retryable=not ending.is_users_error,
+                                                   taken=ending.taken), None)
         if phase == "Failed":
             return AttemptState(_exit_code(pod) or 1, None, None)
         pending = pending or ending.pending_why
     if deleted is not None:
+        gone = "was deleted" if pods[deleted].get(DELETED) else "is being deleted"
         return AttemptState(NODE_LOST_EXIT, EngineEnding(
             FailureCategory.PREEMPTION_OR_NODE_LOST,
-            f"pod {deleted} was deleted while it ran (by someone, a drain or the node's loss)"),
-            None)
+            f"pod {deleted} {gone} while it ran (an eviction, a drain or someone's delete)",
+            taken=True), None)
     done = [p for p in pods.values() if (p.get("status") or {}).get("phase") == "Succeeded"]
     if len(done) >= nnodes:
         return AttemptState(0, None, None)
     return AttemptState(None, None, pending)
+
+
+def being_deleted(pod: Mapping[str, Any]) -> bool:
+    """Deleted, or on its way (a ``deletionTimestamp``: the eviction API, a drain, a delete with
+    its grace period): its containers are being stopped, so its end is not its own."""
+    return bool(pod.get(DELETED) or (pod.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def ended_in_error(pod: Mapping[str, Any]) -> bool:
@@ -83,4 +91,4 @@ def _exit_code(pod: Mapping[str, Any], default: int = 1) -> int:
 
 
 __all__ = ["AttemptState", "COMPLETION_INDEX", "USERS_ERROR_EXIT", "attempt_state",
-           "completion_index", "ended_in_error"]
+           "being_deleted", "completion_index", "ended_in_error"]

@@ -2,13 +2,16 @@
 it (JSON, as a plain dict: ``metadata.name``, ``spec.nodeName``, ``status.phase``,
 ``status.reason``/``message``, ``status.conditions``, ``status.containerStatuses``).
 
-- Taken away by the cluster, never the job's fault (``preemption_or_node_lost``: a restart, as on
-  every kind, which never stops a job that progresses between them): a ``DisruptionTarget``
+- Taken away by the cluster, never the job's fault (``preemption_or_node_lost``, ``taken``: a new
+  attempt with no restart budget used, as after a scheduler's requeue): a ``DisruptionTarget``
   condition (the scheduler's preemption, the eviction API of a drain, the taint manager, the pod
   GC, the kubelet), an eviction for node pressure (``Evicted``), the kubelet's own preemption
-  (``Preempting``), a node shutting down, a node lost (``NodeLost``, or a pod whose phase is
-  ``Unknown``), a node that refused the pod at admission (``OutOfcpu``,
-  ``UnexpectedAdmissionError``...).
+  (``Preempting``), a node shutting down. A pod being deleted (the eviction API before 1.26, a
+  drain, someone's delete) is ``attempt_state``'s to judge: the Job's controller deletes the other
+  pods of an attempt in which one failed.
+- A node lost (``NodeLost``, or a pod whose phase is ``Unknown``), a node that refused the pod at
+  admission (``OutOfcpu``, ``UnexpectedAdmissionError``...): ``preemption_or_node_lost`` under
+  the restart budget, as a lost host is on every kind (the node may be bad).
 - The container killed for its memory limit (``OOMKilled``): ``killed_sigkill``, the category of
   the kernel's OOM killer (host memory, not the GPU's: not ``cuda_oom``); its hint names it.
 - What the user must fix, at once and not retried (``node_setup_error``, as a node's own launch
@@ -66,6 +69,7 @@ class PodEnding:
     evidence: str
     is_users_error: bool = False
     pending_why: str | None = None
+    taken: bool = False  # the cluster took the pod (EngineEnding.taken): no restart budget used
 
 
 def pod_ending(pod: Mapping[str, Any]) -> PodEnding:
@@ -115,13 +119,15 @@ def _disrupted(status: Mapping[str, Any], where: str) -> PodEnding | None:
     if found is None or found.get("status") != "True":
         return None
     return PodEnding(LOST, f"{where}: taken by the cluster"
-                     + _said(found.get("reason") or "DisruptionTarget", found.get("message")))
+                     + _said(found.get("reason") or "DisruptionTarget", found.get("message")),
+                     taken=True)
 
 
 def _taken(status: Mapping[str, Any], where: str) -> PodEnding | None:
     reason = status.get("reason") or ""
     if reason in _TAKEN:
-        return PodEnding(LOST, f"{where}: {_TAKEN[reason]}" + _said(reason, status.get("message")))
+        return PodEnding(LOST, f"{where}: {_TAKEN[reason]}" + _said(reason, status.get("message")),
+                         taken=reason != "NodeLost")
     if status.get("phase") == "Failed" and _REFUSED.fullmatch(reason):
         return PodEnding(LOST, f"{where}: refused by its node at admission"
                          + _said(reason, status.get("message")))
