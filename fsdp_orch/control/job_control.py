@@ -166,7 +166,10 @@ def submit(index: JobIndex, request: SubmitRequest, planned: PlannedSubmission |
         return job_id, created
     submission = recorded.submission
     try:
-        cluster_kind(submission.profile.kind).start(index, submission, recorded.job.first)
+        try:
+            cluster_kind(submission.profile.kind).start(index, submission, recorded.job.first)
+        except InputError as exc:
+            raise in_profile(exc, submission.cluster) from None
     except BaseException as exc:
         index.journal(job_id).set_state(JobState.FAILED, reason=f"could not start: {exc}")
         secrets.forget(job_id, "env")  # no supervisor will need them (the notifier may still)
@@ -174,6 +177,20 @@ def submit(index: JobIndex, request: SubmitRequest, planned: PlannedSubmission |
     finally:
         start_notifier(submission)  # a job that could not start is notified of too
     return job_id, True
+
+
+def in_profile(exc: InputError, cluster: str) -> InputError:
+    """A kind's refusal at start that names a field of the cluster's profile, with that profile's
+    file, as a refusal at planning says it."""
+    if exc.file is not None or exc.field is None:
+        return exc
+    from fsdp_orch.jobspec.profiles import find_profile
+
+    try:
+        path = str(find_profile(cluster).path)
+    except Exception:  # noqa: BLE001 - the profile moved since the planning: said without it
+        return exc
+    return InputError(exc.detail, file=path, field=exc.field, line=exc.line)
 
 
 def cancel(index: JobIndex, job_id: str) -> str:

@@ -345,9 +345,12 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "device": "cuda (NCCL) or cpu (gloo). Unset: cuda when resources.gpus, else cpu.",
         "rdzv_host": "Node 0's address for the rendezvous (with host_network). Unset: pod 0's "
                      "name through the attempt's headless Service.",
-        "supervisor_address": "The address the pods' node agents reach the supervisor at. Unset: "
-                              "the supervisor's machine's IPv4 address on its route to the API "
-                              "server.",
+        "supervisor_address": "The address the pods' node agents reach a supervisor beside the "
+                              "CLI at. Unset: the supervisor's machine's IPv4 address on its "
+                              "route to the API server.",
+        "supervisor": "Where the job's supervisor runs: beside the CLI (runs: here), or in a pod "
+                      "of its own (runs: cluster), for a job that must outlive the submitting "
+                      "machine.",
         "use_jobset": "Make each attempt a JobSet (jobset.x-k8s.io) instead of an Indexed Job.",
         "unschedulable_timeout": "Seconds a pod may stay unschedulable before the job fails.",
         "labels": "More labels on every object (not fsdp-orch/*, managed-by or kubernetes.io/).",
@@ -356,6 +359,19 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "cpu": "CPUs per pod, a Kubernetes quantity (8, 500m).",
         "memory": "Memory per pod, a Kubernetes quantity (64Gi).",
         "gpus": "nvidia.com/gpu per pod; also the processes per pod by default.",
+    },
+    "KubernetesSupervisor": {
+        "runs": "here: beside the CLI, on the submitting machine; cluster: in a pod of its own, "
+                "made by a Job that Kubernetes restarts (each new pod re-attaches).",
+        "service_account": "With runs: cluster, the pod's service account, bound to the Role of "
+                           "docs/kubernetes.md: its token reaches the API server.",
+        "cpu": "CPU the supervisor's pod requests (no limit).",
+        "memory": "Memory the supervisor's pod requests, and its limit.",
+        "restarts": "How many times Kubernetes restarts the supervisor's pod (its Job's "
+                    "backoffLimit) before status says the job FAILED.",
+        "api_server": "https://HOST:PORT where the supervisor's pod reaches the API server, for "
+                      "a cluster whose `kubernetes` Service pods cannot reach. Unset: that "
+                      "Service.",
     },
     "KubernetesVolume": {
         "name": "The volume's name (RFC 1123).",

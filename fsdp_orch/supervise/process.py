@@ -3,7 +3,8 @@ the attempt a dead supervisor left running or started in a scheduler's allocatio
 launch's notices said once, and the values that came by reference forgotten once the job ended.
 
 Run as
-``python -m fsdp_orch.supervise.supervisor JOB_ID [--run-dir DIR] [--reattach | --in-allocation]``
+``python -m fsdp_orch.supervise.supervisor JOB_ID [--run-dir DIR] [--reattach | --in-allocation |
+--in-cluster]``
 (that module passes its loop in, so that this one does not import it back)."""
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 from fsdp_orch.backends.registry import cluster_kind
 from fsdp_orch.launch.plan import LAUNCH_CHANGED
@@ -56,11 +58,45 @@ def raise_open_files_limit() -> None:
             pass  # the soft limit stays; the channel's own bounds still hold
 
 
+LOCK_WAIT_S = 60.0  # in a pod: how long the supervisor of the pod before it may take to end
+LOCK_POLL_S = 0.5
+
+
+def take_lock(lock: IO[str], wait_s: float, sleep: Callable[[float], None] = time.sleep,
+              clock: Callable[[], float] = time.monotonic) -> bool:
+    """The job's lock, at once or within ``wait_s`` seconds; False: another supervisor holds it."""
+    deadline = clock() + wait_s
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if clock() >= deadline:
+                return False
+            sleep(LOCK_POLL_S)
+
+
+def end_at_sigterm() -> None:
+    """A SIGTERM ends this process at once, recording nothing: a supervisor in a pod runs as pid 1,
+    which the kernel would let ignore it until the pod's grace ran out, while the pod that replaces
+    it waits for the job's lock. The job goes on: its attempt runs, for the next supervisor."""
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(128 + signum))
+
+
 def run_supervisor(make_loop: MakeLoop, job_id: str, run_dir: str | None = None,
-                   reattach: bool = False, in_allocation: bool = False) -> int:
+                   reattach: bool = False, in_allocation: bool = False,
+                   in_cluster: bool = False) -> int:
     """``in_allocation``: run by a scheduler's batch script (SLURM), which owns the signals; a
     requeued job goes on with its next attempt. It reads and writes only the job's run folder
-    (events, heartbeats, logs), never the index database."""
+    (events, heartbeats, logs), never the index database. ``in_cluster``: run in a pod of its own
+    (Kubernetes, ``supervisor.runs: cluster``), which Kubernetes restarts: each start re-attaches
+    to the attempt that runs, and a SIGTERM (the pod deleted, evicted, drained) ends this process,
+    not the job, whose attempt the next pod adopts."""
+    reattach = reattach or in_cluster
+    if in_cluster:
+        end_at_sigterm()
     folder = Path(run_dir) if run_dir else home() / "runs" / job_id
     raise_open_files_limit()
     if not (folder / SUBMISSION_FILE).is_file():
@@ -68,11 +104,11 @@ def run_supervisor(make_loop: MakeLoop, job_id: str, run_dir: str | None = None,
         return 2
     # One supervisor per job: the lock lives as long as this process.
     lock = os.fdopen(open_private(str(folder / "supervisor.lock"), os.O_WRONLY | os.O_APPEND), "a")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not take_lock(lock, LOCK_WAIT_S if in_cluster else 0.0):
         log.info(f"fsdp-orch supervisor: job {job_id} already has a supervisor")
-        return 0
+        # in a pod: the one before it still ends (its pod terminating); an exit 0 would end the
+        # supervisor's Job as complete, so fail, and Kubernetes starts this pod's again
+        return 1 if in_cluster else 0
     kind = cluster_kind(Submission.kind_name(folder))
     submission = Submission.load(folder, kind)
     view = read_status(str(folder), job_id) or JobStatus(job_id, "", "", "", str(folder), 0.0)
@@ -80,11 +116,11 @@ def run_supervisor(make_loop: MakeLoop, job_id: str, run_dir: str | None = None,
         secrets.forget(job_id, "env")
         return 0
     journal = Journal(EventWriter(folder, "supervisor"), job_id)
-    # a kind that starts it here records it already (its pid)
-    if view.supervisor_pid != os.getpid():
+    # a kind that starts it here records it already (its pid); in a pod, every supervisor is pid 1
+    if in_cluster or view.supervisor_pid != os.getpid():
         journal.supervisor_started()
     stop_flag = StopFlag()
-    if not in_allocation:
+    if not in_allocation and not in_cluster:
         stop_flag.install()
     launcher = kind.attempt_launcher(submission)
     # this machine's: what every attempt this supervisor starts is planned with
@@ -122,8 +158,10 @@ def _where_to_begin(journal: Journal, loop: Loop, launcher,
     """The attempt to adopt (re-attaching to a running one), or the attempt to start with."""
     attempts = view.attempt_records
     first_attempt = max(attempts) + 1 if attempts else 0
+    # attempts the scheduler or the cluster took: no restart budget used, for this loop too
+    requeued = {f.attempt for f in view.failures if f.action == "requeue"}
+    loop.requeued_attempts = len(requeued)
     if in_allocation:
-        requeued = {f.attempt for f in view.failures if f.action == "requeue"}
         unfinished = [n for n, a in attempts.items() if a.ended_at is None]
         if unfinished:  # the previous allocation ended under it: requeued (time limit, preemption)
             last = max(unfinished)

@@ -403,7 +403,9 @@ if __name__ == "__main__":
                         help="the job's run folder (default: $FSDP_ORCH_HOME/runs/JOB_ID)")
     parser.add_argument("--reattach", action="store_true")
     parser.add_argument("--in-allocation", action="store_true")
+    parser.add_argument("--in-cluster", action="store_true")
     args = parser.parse_args()
     process_log.setup("stdout")  # supervisor.log, or the allocation's output
     raise SystemExit(run_supervisor(Supervisor, args.job_id, run_dir=args.run_dir,
-                                    reattach=args.reattach, in_allocation=args.in_allocation))
+                                    reattach=args.reattach, in_allocation=args.in_allocation,
+                                    in_cluster=args.in_cluster))

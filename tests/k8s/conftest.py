@@ -189,3 +189,22 @@ def k8s_cluster() -> Iterator[K8sCluster]:
         with _namespace(kubeconfig) as name:
             yield K8sCluster(kubeconfig=kubeconfig, namespace=name, image=LOCAL_IMAGE,
                              python=sys.executable, local=True, host_paths=python_host_paths())
+
+
+@pytest.fixture
+def on_k8s(k8s_cluster: K8sCluster, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A CLI whose `k8s` profile names the session's namespace, and a private copy of the demo;
+    after the test, no object of its jobs is left in the namespace."""
+    from cli_harness import copy_demo, make_cli
+    from k8s_jobs import ENDED, objects_of, write_profile
+
+    cli = make_cli(tmp_path)
+    write_profile(cli, k8s_cluster, tmp_path)
+    yield cli, copy_demo(tmp_path)
+    runs = tmp_path / "shared"
+    job_ids = [p.name for p in runs.glob("*/runs/*") if p.is_dir()]
+    for job_id in job_ids:
+        if cli.status(job_id)["state"] not in ENDED:
+            cli.run("cancel", job_id)
+    left = {job_id: objects_of(k8s_cluster, job_id) for job_id in job_ids}
+    assert not any(left.values()), f"jobs left objects behind: {left}"

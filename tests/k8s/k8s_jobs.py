@@ -12,6 +12,11 @@ from cli_harness import Cli
 if TYPE_CHECKING:
     from conftest import K8sCluster
 
+TWO_PODS = ["--set", "nodes=2", "--set", "procs_per_node=1", "--set", "checkpoint.interval=5",
+            "--set", "restart.backoff.initial=1s", "--set", "restart.backoff.jitter=0",
+            "--set", "watch.heartbeat_timeout=10s", "--set", "watch.startup_timeout=120s"]
+ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
+
 
 def write_profile(cli: Cli, cluster: K8sCluster, work: Path, name: str = "k8s",
                   **fields: Any) -> Path:
@@ -50,3 +55,20 @@ def objects_of(cluster: K8sCluster, job_id: str) -> list[str]:
     found += [f"Secret/{s.metadata.name}"
               for s in core.list_namespaced_secret(ns, label_selector=selector).items]
     return found
+
+
+def pods_of(cluster: K8sCluster, job_id: str, attempt: int | None = None) -> list[Any]:
+    from kubernetes import client
+
+    selector = f"fsdp-orch/job-id={job_id}"
+    if attempt is not None:
+        selector += f",fsdp-orch/attempt={attempt}"
+    return client.CoreV1Api(cluster.api_client()).list_namespaced_pod(
+        cluster.namespace, label_selector=selector).items
+
+
+def server_port(cluster: K8sCluster) -> str:
+    import yaml
+
+    server = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    return str(server.rsplit(":", 1)[1])

@@ -10,58 +10,26 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 from cli_harness import (
     UNTIL_STOPPED,
     Cli,
-    copy_demo,
     demo_args,
     hf_trainer_hang_on_two_nodes,
     job_events,
     kill_supervisor,
-    make_cli,
     slow_in_attempt,
     step_losses,
 )
-from k8s_jobs import objects_of, write_profile
+from k8s_jobs import ENDED, TWO_PODS, objects_of, pods_of, server_port, write_profile
 
 if TYPE_CHECKING:
     from conftest import K8sCluster
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow, pytest.mark.root]
 
-TWO_PODS = ["--set", "nodes=2", "--set", "procs_per_node=1", "--set", "checkpoint.interval=5",
-            "--set", "restart.backoff.initial=1s", "--set", "restart.backoff.jitter=0",
-            "--set", "watch.heartbeat_timeout=10s", "--set", "watch.startup_timeout=120s"]
-ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
-
-
-@pytest.fixture
-def on_k8s(k8s_cluster: K8sCluster, tmp_path: Path):  # type: ignore[no-untyped-def]
-    """A CLI whose `k8s` profile names the session's namespace, and a private copy of the demo;
-    after the test, no object of its jobs is left in the namespace."""
-    cli = make_cli(tmp_path)
-    write_profile(cli, k8s_cluster, tmp_path)
-    yield cli, copy_demo(tmp_path)
-    runs = tmp_path / "shared"
-    job_ids = [p.name for p in runs.glob("*/runs/*") if p.is_dir()]
-    for job_id in job_ids:
-        if cli.status(job_id)["state"] not in ENDED:
-            cli.run("cancel", job_id)
-    left = {job_id: objects_of(k8s_cluster, job_id) for job_id in job_ids}
-    assert not any(left.values()), f"jobs left objects behind: {left}"
-
-
-def pods_of(cluster: K8sCluster, job_id: str, attempt: int | None = None) -> list[Any]:
-    from kubernetes import client
-
-    selector = f"fsdp-orch/job-id={job_id}"
-    if attempt is not None:
-        selector += f",fsdp-orch/attempt={attempt}"
-    return client.CoreV1Api(cluster.api_client()).list_namespaced_pod(
-        cluster.namespace, label_selector=selector).items
 
 
 def submit(cli: Cli, demo: Path, *extra: str) -> str:
@@ -301,13 +269,6 @@ def test_what_the_api_server_refuses_is_one_line_at_submit_and_nothing_is_left(
     for job_id in (p.name for p in (demo.parents[1] / "shared").glob("*/runs/*")):
         assert objects_of(k8s_cluster, job_id) == []
         assert cli.status(job_id)["state"] == "FAILED"
-
-
-def server_port(cluster: K8sCluster) -> str:
-    import yaml
-
-    server = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
-    return str(server.rsplit(":", 1)[1])
 
 
 HOG = """\

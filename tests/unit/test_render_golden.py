@@ -49,7 +49,8 @@ CASES = [
 ]
 # Profiles that change what a kind renders, named <kind>-<variant> (tests/fixtures/clusters/).
 VARIANTS = [("ssh-own-disks", "torchrun", "script"), ("slurm-standby", "torchrun", "script"),
-            ("kubernetes-jobset", "torchrun", "script")]
+            ("kubernetes-jobset", "torchrun", "script"),
+            ("kubernetes-in-cluster", "torchrun", "script")]
 ALL_CASES = CASES + VARIANTS
 
 

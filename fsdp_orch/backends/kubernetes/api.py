@@ -18,6 +18,8 @@ from fsdp_orch.vocab.errors import FsdpOrchError, InputError
 # Each call to the API server waits at most this long (connect, read), then is refused as "does
 # not answer": a submit never hangs on a cluster that is away.
 REQUEST_TIMEOUT_S = (5.0, 30.0)
+# Set in the supervisor's own pod: connect with the pod's service account, not a kubeconfig.
+IN_CLUSTER_ENV = "FSDP_ORCH_K8S_IN_CLUSTER"
 MANIFEST_PREFIX = "k8s-"  # an attempt's manifests: k8s-job.yaml, k8s-service.yaml, k8s-jobset.yaml
 JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 # What the kind creates, by manifest kind: (the resource as RBAC names it, its API group)
@@ -214,6 +216,23 @@ class Api:
             raise
         return True
 
+    def job_ended(self, name: str) -> str | None:
+        """How a Job stands: None while it runs; "Complete" or "Failed: <reason>" once it ended
+        (its conditions); "gone" where there is no such Job."""
+        try:
+            with self.answer("get", "Job", name):
+                job = self.batch.read_namespaced_job(name, self.namespace,
+                                                     _request_timeout=REQUEST_TIMEOUT_S)
+        except ApiRefused as refused:
+            if refused.status == 404:
+                return "gone"
+            raise
+        for condition in (job.status and job.status.conditions) or []:
+            if condition.status == "True" and condition.type in ("Complete", "Failed"):
+                why = f": {condition.reason}" if condition.type == "Failed" else ""
+                return f"{condition.type}{why}"
+        return None
+
     def answer(self, verb: str, kind: str, name: str) -> _Answer:
         return _Answer(self, verb, kind, name)
 
@@ -250,8 +269,12 @@ def connect(kubeconfig: str | None, context: str | None, namespace: str,
             profile_file: str | None = None) -> Api:
     """The API server the kubeconfig (``None``: $KUBECONFIG, else ~/.kube/config) names, in its
     ``context`` (None: the current one). InputError (exit 2) when there is no kubeconfig, or no
-    such context; nothing is asked of the server yet."""
+    such context; nothing is asked of the server yet. In the supervisor's own pod
+    (``IN_CLUSTER_ENV``): the pod's service account, whatever the profile's kubeconfig says."""
     from kubernetes import config
+
+    if os.environ.get(IN_CLUSTER_ENV):
+        return _in_cluster(namespace)
 
     path = os.path.expanduser(kubeconfig or os.environ.get("KUBECONFIG", "") or "~/.kube/config")
     if not os.path.isfile(path):
@@ -276,6 +299,21 @@ def connect(kubeconfig: str | None, context: str | None, namespace: str,
                          f"used: {exc}", file=profile_file, field="context") from None
     api_client.configuration.retries = 1
     return Api(api_client, namespace, str(api_client.configuration.host))
+
+
+def _in_cluster(namespace: str) -> Api:
+    """The API server as a pod reaches it: $KUBERNETES_SERVICE_HOST and _PORT, the service
+    account's token and CA (refreshed by the client as the kubelet rotates them)."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except config.ConfigException as exc:
+        raise FsdpOrchError(f"kubernetes: no service account in this pod: {exc}") from None
+    api_client = client.ApiClient(configuration)
+    api_client.configuration.retries = 1
+    return Api(api_client, namespace, str(configuration.host))
 
 
 def create_all(api: Api, manifests: Iterable[dict[str, Any]], *, dry_run: bool = False) -> None:
@@ -306,4 +344,5 @@ def manifests_in(artifacts: Iterable[Artifact]) -> list[dict[str, Any]]:
             for doc in yaml.safe_load_all(a.text) if doc]
 
 
-__all__ = ["Api", "ApiRefused", "connect", "create_all", "manifests_in", "refusal"]
+__all__ = ["IN_CLUSTER_ENV", "Api", "ApiRefused", "connect", "create_all", "manifests_in",
+           "refusal"]

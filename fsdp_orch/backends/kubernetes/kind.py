@@ -7,10 +7,14 @@ index. The manifests are artifacts of the attempt (``k8s-job.yaml``, ``k8s-servi
 ``k8s-jobset.yaml``), rendered from templates as every kind's scripts are.
 
 The doing side: the supervisor runs detached beside the CLI, as on the local and SSH kinds
-(``SupervisedHere``), and creates, watches and deletes each attempt's objects through the API
-server (``launcher``). Submit asks the server for a dry run of the first attempt's objects
-(``dryRun=All``: admission, quota, validation) before anything is created; cancel deletes every
-object with the job's label. What a pod's status means is ``pod_endings``'s."""
+(``SupervisedHere``), or, with ``supervisor.runs: cluster``, in a pod of its own made by a Job of
+its own (``supervisor-job.yaml``, rendered with the first attempt's artifacts, as SLURM's batch
+script is), which Kubernetes restarts; either creates, watches and deletes each attempt's objects
+through the API server (``launcher``). ``status`` asks the API server about a supervisor in the
+cluster (its Job gone or failed before the job's end was recorded: FAILED), as SLURM's sacct.
+Submit asks the server for a dry run of the first attempt's objects (``dryRun=All``: admission,
+quota, validation) before anything is created; cancel deletes every object with the job's label.
+What a pod's status means is ``pod_endings``'s."""
 
 from __future__ import annotations
 
@@ -21,14 +25,16 @@ from fsdp_orch.backends.kubernetes.manifest import (
     env_secret_name,
     manifests,
     object_names,
+    supervisor_job_name,
+    supervisor_manifest,
     yaml_value,
 )
 from fsdp_orch.backends.kubernetes.profile import KubernetesProfile, within
-from fsdp_orch.backends.supervised_here import SupervisedHere
+from fsdp_orch.backends.supervised_here import CANCEL_WAIT_S, SupervisedHere
 from fsdp_orch.jobspec.schema import JobSpec
 from fsdp_orch.launch.plan import LaunchPlan
 from fsdp_orch.launch.plan_inputs import Placement, PlanContext, fixed_node_count
-from fsdp_orch.launch.render import Artifact, Templates
+from fsdp_orch.launch.render import Artifact, Templates, write_artifacts
 from fsdp_orch.launch.submission import PlannedAttempt, Submission
 from fsdp_orch.observe.command import Runner
 from fsdp_orch.record.index import JobIndex
@@ -40,6 +46,7 @@ NODE_SCRIPT = "node.sh"
 JOB_MANIFEST = "k8s-job.yaml"
 SERVICE_MANIFEST = "k8s-service.yaml"
 JOBSET_MANIFEST = "k8s-jobset.yaml"
+SUPERVISOR_MANIFEST = "supervisor-job.yaml"  # in the run folder: the job's, not an attempt's
 COLD = ("each attempt is a new set of pods (a warm standby would need pods kept between "
         "attempts: not built)")
 
@@ -76,6 +83,10 @@ class KubernetesKind(SupervisedHere[KubernetesProfile]):
         node_addr = node_address(plan, profile)
         out = [Artifact(node_script, templates(templates.main, k8s=k8s, node_addr=node_addr),
                         True)]
+        if profile.supervisor_in_cluster:
+            out.append(Artifact(f"{plan.run_dir}/{SUPERVISOR_MANIFEST}",
+                                templates("k8s-supervisor.yaml.j2",
+                                          sup=supervisor_manifest(plan, profile), y=yaml_value)))
         if profile.use_jobset:
             return out + [Artifact(f"{plan.attempt_dir}/{JOBSET_MANIFEST}",
                                    templates("k8s-jobset.yaml.j2", k8s=k8s, y=yaml_value))]
@@ -90,13 +101,55 @@ class KubernetesKind(SupervisedHere[KubernetesProfile]):
         return KubernetesLauncher(submission)
 
     def start(self, index: JobIndex, submission: Submission, first: PlannedAttempt) -> None:
-        """The API server's dry run of the first attempt's objects, then the supervisor."""
+        """The API server's dry run of the first attempt's objects (and of the supervisor's Job),
+        then the supervisor: beside the CLI, or its Job in the cluster."""
         from fsdp_orch.backends.kubernetes.api import connect, create_all, manifests_in
 
         profile = self.profile_of(submission)
         api = connect(profile.kubeconfig, profile.context, profile.namespace)
-        create_all(api, manifests_in(first.artifacts), dry_run=True)
-        super().start(index, submission, first)
+        own = supervisor_objects(first.artifacts)
+        create_all(api, manifests_in(first.artifacts) + own, dry_run=True)
+        if not own:
+            super().start(index, submission, first)
+            return
+        from fsdp_orch.backends.kubernetes.in_cluster import start_in_cluster
+
+        write_artifacts([a for a in first.artifacts if a.path.endswith(SUPERVISOR_MANIFEST)])
+        start_in_cluster(api, profile, first.plan, own)
+        index.journal(submission.job_id).scheduled(
+            f"k8s:Job/{supervisor_job_name(submission.job_id)}")
+
+    def refresh(self, index: JobIndex, rows: list[JobStatus]) -> list[str]:
+        """A supervisor beside the CLI that died is re-attached (``SupervisedHere``); one in the
+        cluster is Kubernetes' to restart: its Job gone or failed before the job's end was
+        recorded, the job is FAILED with why."""
+        from fsdp_orch.backends.kubernetes.in_cluster import settle
+
+        there = [row for row in rows if self._in_cluster(row)]
+        here = [row for row in rows if row not in there]
+        return super().refresh(index, here) + [
+            row.id for row in there if settle(index, row, self._connected(row)[0])]
+
+    def cancel(self, index: JobIndex, row: JobStatus) -> str:
+        """A supervisor in the cluster sees the cancel in the run folder and stops the attempt;
+        once its Job has ended (or after CANCEL_WAIT_S), every object of the job is deleted."""
+        if not self._in_cluster(row):
+            return super().cancel(index, row)
+        from fsdp_orch.backends.kubernetes.in_cluster import wait_for_supervisor
+
+        ended = index.request_cancel(row.id)
+        if ended:
+            return f"{row.id} already ended ({ended})"
+        wait_for_supervisor(self._connected(row)[0], row.id, CANCEL_WAIT_S)
+        self.stop_leftovers(row.id, row)
+        return f"{row.id} cancelled"
+
+    def _in_cluster(self, row: JobStatus) -> bool:
+        """From the job's recorded profile; nothing asked of the API server."""
+        if row.run_dir in self._connections:
+            return self._connections[row.run_dir][1].supervisor_in_cluster
+        profile = self.profile_of(Submission.load(Path(row.run_dir), self))
+        return profile.supervisor_in_cluster
 
     def leftovers(self, job_id: str, row: JobStatus) -> bool:
         return bool(self._objects(row))
@@ -131,6 +184,14 @@ class KubernetesKind(SupervisedHere[KubernetesProfile]):
         from fsdp_orch.backends.kubernetes.doctor import kubernetes_checks
 
         return kubernetes_checks(profile, torch_version, run)
+
+
+def supervisor_objects(artifacts: list[Artifact]) -> list[dict[str, Any]]:
+    """The supervisor's Job, where it runs in the cluster (none: beside the CLI)."""
+    import yaml
+
+    return [doc for a in artifacts if a.path.endswith(f"/{SUPERVISOR_MANIFEST}")
+            for doc in yaml.safe_load_all(a.text) if doc]
 
 
 def node_address(plan: LaunchPlan, profile: KubernetesProfile) -> str | None:

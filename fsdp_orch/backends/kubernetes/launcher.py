@@ -1,26 +1,32 @@
-"""The Kubernetes kind's attempts, with the supervisor beside the CLI: each attempt's manifests are
-created through the API (all or none), its pods followed by one watch (``pod_watch``), its ranks
-observed through their node agents, which connect back to this supervisor (``node_channel``), and
-its logs and checkpoints read from the run folder on the volume the pods share with it.
+"""The Kubernetes kind's attempts, as the supervisor runs them (beside the CLI or in its pod): each
+attempt's manifests are created through the API (all or none), its pods followed by one watch
+(``pod_watch``), its ranks observed through their node agents, which connect back to this
+supervisor (``node_channel``), and its logs and checkpoints read from the run folder on the volume
+the pods share with it.
 
 The job's own Secret (the values its ``env:`` takes by reference) is made from this supervisor's
-environment, where submit handed them, before the first attempt, and deleted when the job ends.
+environment, where submit handed them, before the first attempt (a supervisor in the cluster finds
+it made by submit), and deleted when the job ends.
 An attempt's objects are deleted once it has ended (its logs are in the run folder already)."""
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from fsdp_orch.backends.base import EngineEnding
-from fsdp_orch.backends.kubernetes.api import Api, connect, create_all, manifests_in
+from fsdp_orch.backends.kubernetes.api import (
+    IN_CLUSTER_ENV,
+    Api,
+    connect,
+    create_all,
+    manifests_in,
+)
 from fsdp_orch.backends.kubernetes.attempt_state import (
     attempt_state,
     completion_index,
@@ -29,9 +35,9 @@ from fsdp_orch.backends.kubernetes.attempt_state import (
 from fsdp_orch.backends.kubernetes.manifest import (
     ATTEMPT_LABEL,
     JOB_ID_LABEL,
+    env_secret_manifest,
     env_secret_name,
     job_label,
-    labels,
 )
 from fsdp_orch.backends.kubernetes.pod_watch import PodWatch
 from fsdp_orch.backends.kubernetes.profile import KubernetesProfile
@@ -57,17 +63,6 @@ def attempt_selector(job_id: str, attempt: int) -> str:
 def job_selector(job_id: str) -> str:
     """Every object of the job, whatever the attempt (and only this job's)."""
     return f"{JOB_ID_LABEL}={job_label(job_id)}"
-
-
-def env_secret_manifest(plan: LaunchPlan, profile: KubernetesProfile,
-                        values: dict[str, str]) -> dict[str, Any]:
-    """The job's own Secret: one key per variable its env takes by reference (pure)."""
-    own = {k: v for k, v in labels(plan, profile).items() if k != ATTEMPT_LABEL}
-    namespace = profile.namespace
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": env_secret_name(plan.job_id), "namespace": namespace,
-                         "labels": own},
-            "data": {k: base64.b64encode(v.encode()).decode() for k, v in sorted(values.items())}}
 
 
 def outbound_address(server: str) -> str:
@@ -214,10 +209,13 @@ class KubernetesLauncher:
     def launch(self, plan: LaunchPlan, artifacts: list[Artifact]) -> KubernetesAttempt:
         write_artifacts(artifacts)
         if plan.secret_env and not self._secret_made:
-            values = {name: os.environ[name] for name, _ in plan.secret_env
-                      if name in os.environ}
-            self.api.delete("Secret", env_secret_name(plan.job_id))  # a re-attached supervisor's
-            self.api.create(env_secret_manifest(plan, self.profile, values))
+            # made once per job, from this supervisor's environment, where submit handed the
+            # values; already there for a re-attached supervisor, or one in the cluster (submit
+            # made it: that supervisor's environment has none of them)
+            if not self.api.secret_exists(env_secret_name(plan.job_id)):
+                values = {name: os.environ[name] for name, _ in plan.secret_env
+                          if name in os.environ}
+                self.api.create(env_secret_manifest(plan, self.profile, values))
             self._secret_made = True
         manifests = manifests_in(artifacts)
         attempt = self._attempt(plan.attempt,
@@ -235,9 +233,12 @@ class KubernetesLauncher:
                  nnodes: int) -> KubernetesAttempt:
         return KubernetesAttempt(
             self.submission, attempt, self.api, objects,
-            announce=self.profile.supervisor_address or outbound_address(self.api.server),
+            # in the supervisor's own pod: its address on the way to the API server (the profile's
+            # supervisor_address is the submitting machine's, for a supervisor beside the CLI)
+            announce=((None if os.environ.get(IN_CLUSTER_ENV) else self.profile.supervisor_address)
+                      or outbound_address(self.api.server)),
             unschedulable_timeout=float(self.profile.unschedulable_timeout), nnodes=nnodes)
 
 
-__all__ = ["KubernetesAttempt", "KubernetesLauncher", "attempt_selector", "env_secret_manifest",
+__all__ = ["KubernetesAttempt", "KubernetesLauncher", "attempt_selector",
            "job_selector", "parse_ref"]

@@ -5,10 +5,12 @@ fact read beyond the plan is the login name, where the run root does not say it.
 
 Object names: the Job (or JobSet) and its headless Service are ``fsdp-orch-<job id>-a<attempt>``;
 the job's own Secret, which holds the values its ``env:`` takes by reference (``{from_env:}``,
-``{from_file:}``) and which the doing side makes at submit, is ``fsdp-orch-<job id>-env``."""
+``{from_file:}``) and which the doing side makes at submit, is ``fsdp-orch-<job id>-env``; the
+supervisor's own Job, where it runs in the cluster, ``fsdp-orch-<job id>-supervisor``."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import posixpath
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fsdp_orch.backends.kubernetes import syntax
+from fsdp_orch.backends.kubernetes.api import IN_CLUSTER_ENV
 from fsdp_orch.backends.kubernetes.profile import (
     MANAGED_BY,
     OWN_PREFIX,
@@ -25,12 +28,15 @@ from fsdp_orch.backends.kubernetes.profile import (
     KubernetesProfile,
 )
 from fsdp_orch.launch.plan import LaunchPlan
+from fsdp_orch.places.builtin import SUPERVISOR_MODULE
 
 MANAGER = "fsdp-orch"
 JOB_ID_LABEL = f"{OWN_PREFIX}/job-id"
 ATTEMPT_LABEL = f"{OWN_PREFIX}/attempt"
 USER_LABEL = f"{OWN_PREFIX}/user"
+ROLE_LABEL = f"{OWN_PREFIX}/role"  # "supervisor" on the supervisor's Job and pod
 CONTAINER = "node"
+SUPERVISOR_CONTAINER = "supervisor"
 REPLICATED_JOB = "node"  # the JobSet's one replicated Job
 # How long a pod's pid 1 waits, once node.sh has ended, for the node agent's last summary and log
 # copy: under the 30 s a deleted pod is given before SIGKILL.
@@ -66,6 +72,12 @@ def object_name(job_id: str, attempt: int) -> str:
 def env_secret_name(job_id: str) -> str:
     """The job's own Secret: the values its env takes by reference, one key per variable."""
     return f"fsdp-orch-{id_part(job_id, syntax.LABEL_MAX - len('fsdp-orch--env'))}-env"
+
+
+def supervisor_job_name(job_id: str) -> str:
+    """The Job whose pod runs the job's supervisor in the cluster (``supervisor.runs: cluster``)."""
+    room = syntax.LABEL_MAX - len("fsdp-orch--supervisor")
+    return f"fsdp-orch-{id_part(job_id, room)}-supervisor"
 
 
 def job_label(job_id: str) -> str:
@@ -112,6 +124,20 @@ def labels(plan: LaunchPlan, profile: KubernetesProfile) -> dict[str, str]:
     return {**profile.labels, MANAGED_BY: MANAGER, JOB_ID_LABEL: job_label(plan.job_id),
             ATTEMPT_LABEL: str(plan.attempt),
             USER_LABEL: syntax.as_label_value(submitting_user(plan))}
+
+
+def job_labels(plan: LaunchPlan, profile: KubernetesProfile) -> dict[str, str]:
+    """The labels of what belongs to the job, not to one attempt (its Secret, its supervisor)."""
+    return {k: v for k, v in labels(plan, profile).items() if k != ATTEMPT_LABEL}
+
+
+def env_secret_manifest(plan: LaunchPlan, profile: KubernetesProfile,
+                        values: dict[str, str]) -> dict[str, Any]:
+    """The job's own Secret: one key per variable its env takes by reference."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": env_secret_name(plan.job_id), "namespace": profile.namespace,
+                         "labels": job_labels(plan, profile)},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in sorted(values.items())}}
 
 
 def selector(plan: LaunchPlan) -> dict[str, str]:
@@ -205,6 +231,50 @@ def manifests(plan: LaunchPlan, profile: KubernetesProfile, node_script: str) ->
                      security=security_context(profile))
 
 
+@dataclass(frozen=True)
+class SupervisorManifest:
+    """What ``k8s-supervisor.yaml.j2`` lays out (``sup`` in it): the Job of one pod that runs the
+    job's supervisor in the cluster, restarted by Kubernetes (``restartPolicy: OnFailure``, a new
+    pod on another node if its node goes), each time re-attaching to the attempt that runs. Its
+    output goes to the run folder's ``supervisor.log``, as a supervisor's beside the CLI does."""
+
+    name: str
+    namespace: str
+    labels: dict[str, str]
+    command: list[str]
+    env: list[dict[str, Any]]
+    resources: dict[str, Any]
+    volumes: list[dict[str, Any]]
+    mounts: list[dict[str, Any]]
+    security: dict[str, int]
+    service_account: str | None
+    backoff_limit: int
+    container: str = SUPERVISOR_CONTAINER
+
+
+def supervisor_manifest(plan: LaunchPlan, profile: KubernetesProfile) -> SupervisorManifest:
+    sup = profile.supervisor
+    log = posixpath.join(plan.run_dir, "supervisor.log")
+    argv = [plan.python, "-m", SUPERVISOR_MODULE, plan.job_id, "--run-dir", plan.run_dir,
+            "--in-cluster"]
+    env = [{"name": IN_CLUSTER_ENV, "value": "1"},
+           {"name": "FSDP_ORCH_HOME", "value": posixpath.join(plan.run_dir, "supervisor-home")}]
+    if sup.api_server:
+        host, _, port = sup.api_server.removeprefix("https://").rpartition(":")
+        env += [{"name": "KUBERNETES_SERVICE_HOST", "value": host.strip("[]")},
+                {"name": "KUBERNETES_SERVICE_PORT", "value": port}]
+    return SupervisorManifest(
+        name=supervisor_job_name(plan.job_id), namespace=profile.namespace,
+        labels={**job_labels(plan, profile), ROLE_LABEL: "supervisor"},
+        # bash only to send its output to the run folder, private, as a supervisor's here goes
+        command=["bash", "-c", 'umask 077; exec "$@" >>"$0" 2>&1', log, *argv], env=env,
+        resources={"requests": {"cpu": sup.cpu, "memory": sup.memory},
+                   "limits": {"memory": sup.memory}},
+        volumes=pod_volumes(profile), mounts=volume_mounts(profile),
+        security=security_context(profile), service_account=sup.service_account,
+        backoff_limit=sup.restarts)
+
+
 def yaml_value(value: Any) -> str:
     """``value`` as YAML in flow style: text always double-quoted, with every character beyond
     printable ASCII escaped (so no value can end a line, start a key or change the document),
@@ -240,7 +310,9 @@ def _quoted(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-__all__ = ["ATTEMPT_LABEL", "CONTAINER", "GPU_RESOURCE", "JOB_ID_LABEL", "MANAGER", "Manifests",
-           "NAME_MAX", "ObjectNames", "REPLICATED_JOB", "USER_LABEL", "env_secret_name", "id_part",
-           "job_label", "labels", "manifests", "object_name", "object_names", "pod_hostname",
-           "selector", "submitting_user", "yaml_value"]
+__all__ = ["ATTEMPT_LABEL", "CONTAINER", "GPU_RESOURCE", "JOB_ID_LABEL",
+           "MANAGER", "Manifests", "NAME_MAX", "ObjectNames", "REPLICATED_JOB", "ROLE_LABEL",
+           "SupervisorManifest", "USER_LABEL", "env_secret_manifest", "env_secret_name", "id_part",
+           "job_label", "job_labels", "labels", "manifests", "object_name", "object_names",
+           "pod_hostname", "selector", "submitting_user", "supervisor_job_name",
+           "supervisor_manifest", "yaml_value"]

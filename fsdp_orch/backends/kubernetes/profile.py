@@ -152,6 +152,45 @@ class KubernetesSecretEnv(StrictModel):
         return value
 
 
+def _api_server(value: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(no_control(value.strip(), "a URL"))
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "https" or not parts.hostname or port is None or parts.path not in ("", "/"):
+        raise ValueError(f"expected the API server as https://HOST:PORT; got {value!r}")
+    return f"https://{parts.netloc}"
+
+
+class KubernetesSupervisor(StrictModel):
+    """Where the job's supervisor runs: ``here``, beside the CLI on the submitting machine (the
+    default), or ``cluster``: a pod of its own, made by a Job of its own that Kubernetes restarts
+    (the new pod re-attaches to the attempt that runs), for a job that must outlive the
+    submitting machine."""
+
+    runs: Literal["here", "cluster"] = "here"
+    # The pod's account (``cluster``): bound to the Role of docs/kubernetes.md, whose token the
+    # supervisor reaches the API server with.
+    service_account: Subdomain | None = None
+    cpu: Cpu = "100m"  # requested, not a limit: the supervisor is idle but at a failure
+    memory: Memory = "1Gi"  # requested and its limit
+    restarts: Annotated[int, at_most(1000)] = Field(default=20, ge=0)  # the Job's backoffLimit
+    # https://HOST:PORT where the pod reaches the API server, for a cluster whose `kubernetes`
+    # Service the pods cannot (no kube-proxy); None: the Service, as every pod does.
+    api_server: Annotated[str, AfterValidator(_api_server)] | None = None
+
+    @model_validator(mode="after")
+    def _account(self) -> KubernetesSupervisor:
+        if self.runs == "cluster" and self.service_account is None:
+            raise ValueError("expected supervisor.service_account with runs: cluster: the "
+                             "supervisor's pod reaches the API server with that account's token "
+                             "(bind it to the Role of docs/kubernetes.md)")
+        return self
+
+
 def _check_labels(value: dict[str, str], what: str) -> dict[str, str]:
     for key, text in value.items():
         syntax.label_key(key)
@@ -225,6 +264,7 @@ class KubernetesProfile(ProfileBase):
     # What the pods' node agents connect to; None: the address of the supervisor's machine.
     supervisor_address: str | None = None
     use_jobset: bool = False
+    supervisor: KubernetesSupervisor = Field(default_factory=KubernetesSupervisor)
     unschedulable_timeout: Seconds = Field(default=300, gt=0)
     labels: dict[str, str] = Field(default_factory=dict)
     launchers: ClassVar[tuple[str, ...]] = ("torchrun", "accelerate", "python")
@@ -317,6 +357,10 @@ class KubernetesProfile(ProfileBase):
     def _address(cls, value: str | None) -> str | None:
         return None if value is None else host_address(value)
 
+    @property
+    def supervisor_in_cluster(self) -> bool:
+        return self.supervisor.runs == "cluster"
+
     def default_procs_per_node(self) -> int:
         return self.procs_per_node or self.resources.gpus or 1
 
@@ -336,5 +380,5 @@ def within(path: str, folder: str) -> bool:
 
 
 __all__ = ["KubernetesProfile", "KubernetesResources", "KubernetesSecretEnv",
-           "KubernetesToleration", "KubernetesVolume", "MANAGED_BY", "OWN_PREFIX", "SHM_PATH",
-           "SHM_VOLUME", "reserved_label", "within"]
+           "KubernetesSupervisor", "KubernetesToleration", "KubernetesVolume", "MANAGED_BY",
+           "OWN_PREFIX", "SHM_PATH", "SHM_VOLUME", "reserved_label", "within"]
