@@ -1,9 +1,9 @@
 """`fsdp-orch submit --cluster kubernetes` on the real test cluster (tests/k8s/cluster.sh: an API
 server, a scheduler, a controller-manager and a kubelet running pods through containerd): the demo
-as an Indexed Job of 2 pods, a pod deleted under a running job, a crash then an eviction, a hang,
-an image that does not exist, a pod that cannot be scheduled, a pod over its memory limit,
-cancel. Every pod uses the host network and this session's Python, mounted from the host (the
-K8sCluster fixture's hostPath volumes)."""
+as an Indexed Job of 2 pods, a pod deleted under a running job, a crash then an eviction, a
+frozen node, a hang, an image that does not exist, a pod that cannot be scheduled, a pod over its
+memory limit, cancel. Every pod uses the host network and this session's Python, mounted from the
+host (the K8sCluster fixture's hostPath volumes)."""
 
 from __future__ import annotations
 
@@ -172,6 +172,68 @@ def test_a_crash_resumes_from_the_latest_checkpoint_and_an_eviction_uses_no_rest
     assert resumed[2][0] == resumed[2][1] and resumed[2][0] >= 10, resumed
     print(f"crash, then eviction: SUCCEEDED {time.monotonic() - t0:.1f} s after the eviction; "
           f"{evicted['evidence']}")
+
+
+def processes_of_pod(uid: str) -> list[int]:
+    """The pids of every process of the pod (its cgroup names the pod's uid)."""
+    found = []
+    for cgroup in Path("/proc").glob("[0-9]*/cgroup"):
+        try:
+            text = cgroup.read_text()
+        except OSError:
+            continue
+        if f"pod{uid}" in text or f"pod{uid.replace('-', '_')}" in text:
+            found.append(int(cgroup.parent.name))
+    return found
+
+
+def test_a_frozen_node_is_a_lost_node_and_the_job_resumes_once_it_is_back(
+        k8s_cluster: K8sCluster, on_k8s) -> None:
+    """The machine of pod 1 freezes: SIGSTOP to the kubelet and to every process of the pod (its
+    node agent and rank silent; the API still says both pods run, the node Ready). A lost node
+    after watch.node_timeout (10 s), under the restart budget (not the cluster's taking); the next
+    attempt's pods wait on the frozen kubelet; the node back, the job resumes from the latest
+    checkpoint and SUCCEEDED."""
+    import os
+    import signal
+
+    if not k8s_cluster.local:
+        pytest.skip("freezes the test cluster's own kubelet")
+    cli, demo = on_k8s
+    job_id = submit(cli, demo, "--set", demo_args(60, "--sleep-per-step", "0.1"),
+                    "--set", "watch.node_timeout=10s")
+    cli.wait_until(job_id, lambda s: (s.get("last_checkpoint_step") or 0) >= 5,
+                   timeout=180, what="a checkpoint at step 5")
+    [pod] = [p for p in pods_of(k8s_cluster, job_id, 0)
+             if p.metadata.annotations["batch.kubernetes.io/job-completion-index"] == "1"]
+    kubelet = int((Path(os.environ.get("FSDP_ORCH_K8S_DIR", "/tmp/fsdp-orch-k8s")) / "pids"
+                   / "kubelet").read_text().split()[0])
+    frozen = [kubelet, *processes_of_pod(pod.metadata.uid)]
+    assert len(frozen) > 2, f"no process of pod {pod.metadata.name} found"
+    t0 = time.monotonic()
+    try:
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        lost = cli.wait_until(job_id, lambda s: bool(s["failures"]), timeout=120,
+                              what="the lost node")
+        verdict_s = time.monotonic() - t0
+    finally:
+        os.kill(kubelet, signal.SIGCONT)  # the node back; it kills the old pod's processes
+    [failure] = lost["failures"]
+    assert failure["category"] == "preemption_or_node_lost", failure
+    assert failure["action"] == "restart", failure  # a lost node counts; only a taking does not
+    final = cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=300, what="the end")
+    assert final["state"] == "SUCCEEDED" and final["attempts"] == 2, final
+    assert final["progress"]["step"] == 60, final
+    [started] = [e for e in job_events(cli, job_id)
+                 if e["kind"] == "attempt_started" and e["attempt"] == 1]
+    assert started["resume_step"] >= 5, started
+    # the node back, its kubelet ends the old pod (deleted from the API while it was away)
+    deadline = time.monotonic() + 120
+    while any(Path(f"/proc/{pid}").exists() for pid in frozen[1:]):
+        assert time.monotonic() < deadline, "the old pod's processes outlived it"
+        time.sleep(1)
+    print(f"frozen node: lost after {verdict_s:.1f} s: {failure['evidence']}")
 
 
 def test_an_unchanged_hf_trainer_hang_is_named_and_resumed_from_its_checkpoint(
