@@ -196,7 +196,7 @@ def on_k8s(k8s_cluster: K8sCluster, tmp_path: Path):  # type: ignore[no-untyped-
     """A CLI whose `k8s` profile names the session's namespace, and a private copy of the demo;
     after the test, no object of its jobs is left in the namespace."""
     from cli_harness import copy_demo, make_cli
-    from k8s_jobs import ENDED, objects_of, write_profile
+    from k8s_jobs import ENDED, wait_for_no_objects, write_profile
 
     cli = make_cli(tmp_path)
     write_profile(cli, k8s_cluster, tmp_path)
@@ -206,5 +206,35 @@ def on_k8s(k8s_cluster: K8sCluster, tmp_path: Path):  # type: ignore[no-untyped-
     for job_id in job_ids:
         if cli.status(job_id)["state"] not in ENDED:
             cli.run("cancel", job_id)
-    left = {job_id: objects_of(k8s_cluster, job_id) for job_id in job_ids}
+    left = {job_id: wait_for_no_objects(k8s_cluster, job_id) for job_id in job_ids}
     assert not any(left.values()), f"jobs left objects behind: {left}"
+
+
+SUPERVISOR_ACCOUNT = "fsdp-orch-supervisor"
+
+
+@pytest.fixture
+def supervisor_account(k8s_cluster: K8sCluster) -> str:
+    """A service account bound to exactly the documented Role, once per namespace."""
+    import yaml
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from fsdp_orch.backends.kubernetes.doctor import role_manifest
+
+    api = k8s_cluster.api_client()
+    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+    ns = k8s_cluster.namespace
+    try:
+        core.create_namespaced_service_account(ns, {"metadata": {"name": SUPERVISOR_ACCOUNT}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        return SUPERVISOR_ACCOUNT
+    user = f"system:serviceaccount:{ns}:{SUPERVISOR_ACCOUNT}"
+    role, binding = yaml.safe_load_all(role_manifest(ns, user))
+    for named in (role["metadata"], binding["metadata"], binding["roleRef"]):
+        named["name"] = SUPERVISOR_ACCOUNT
+    rbac.create_namespaced_role(ns, role)
+    rbac.create_namespaced_role_binding(ns, binding)
+    return SUPERVISOR_ACCOUNT

@@ -4,6 +4,7 @@ cluster, and the objects a job left there."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,3 +73,12 @@ def server_port(cluster: K8sCluster) -> str:
 
     server = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
     return str(server.rsplit(":", 1)[1])
+
+
+def wait_for_no_objects(cluster: K8sCluster, job_id: str, within: float = 30) -> list[str]:
+    """The job's objects left after ``within`` seconds (a supervisor's Job goes a moment after
+    the job's end: ttlSecondsAfterFinished)."""
+    deadline = time.monotonic() + within
+    while (left := objects_of(cluster, job_id)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left

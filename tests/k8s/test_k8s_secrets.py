@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from cli_harness import Cli
-from k8s_jobs import objects_of, write_profile
+from k8s_jobs import server_port, wait_for_no_objects, write_profile
 from secret_checks import (
     Place,
     SecretJob,
@@ -29,13 +29,21 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.k8s, pytest.mark.slow, pytest.mark.root]
 
 
+@pytest.mark.parametrize("supervisor", ["here", "cluster"])
 def test_the_pods_get_the_secrets_through_a_kubernetes_secret_and_no_file_holds_them(
-        k8s_cluster: K8sCluster, tmp_path: Path) -> None:
+        k8s_cluster: K8sCluster, tmp_path: Path, supervisor: str,
+        request: pytest.FixtureRequest) -> None:
+    """With the supervisor beside the CLI (it makes the job's Secret from the values submit
+    handed it), and in its own pod (submit makes the Secret; the pod's supervisor has none of the
+    values and makes nothing of them)."""
     account = other_account()
     values = make_secrets(tmp_path / "private")
+    in_cluster = {} if supervisor == "here" else {"supervisor": {
+        "runs": "cluster", "service_account": request.getfixturevalue("supervisor_account"),
+        "api_server": f"https://127.0.0.1:{server_port(k8s_cluster)}"}}
     with reachable_base("fsdp-orch-secrets-k8s-") as base, receiver() as got:
         cli = Cli(home=base / "home", cwd=tmp_path / "work")
-        write_profile(cli, k8s_cluster, base)
+        write_profile(cli, k8s_cluster, base, **in_cluster)
         status = SecretJob(cli=cli, cluster="k8s",
                            job=write_job(base / "job", values, got.port, nodes=2),
                            values=values, receiver=got, nodes=2,
@@ -47,6 +55,6 @@ def test_the_pods_get_the_secrets_through_a_kubernetes_secret_and_no_file_holds_
         assert f"fsdp-orch-{status['id']}-env" in manifest and "secretKeyRef" in manifest
         assert values.hf_token not in manifest
         # gone with the job: no Secret, Job or Service of it is left in the namespace
-        assert objects_of(k8s_cluster, status["id"]) == []
+        assert wait_for_no_objects(k8s_cluster, status["id"]) == []
         for job in json.loads(cli.run("status", "--json").stdout or "[]"):
             assert job["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"), job

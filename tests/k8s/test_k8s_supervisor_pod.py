@@ -1,8 +1,9 @@
 """The supervisor in the cluster (`supervisor.runs: cluster`) on the real test cluster: submit makes
 the supervisor's own Job, whose pod (a service account bound to the Role of docs/kubernetes.md, and
 nothing more) runs the demo's attempts; the supervisor's pod deleted mid-run, Kubernetes makes
-another, which re-attaches to the attempt that runs; nothing runs on the submitting machine; the
-job SUCCEEDED, and every object is gone after it. Then `cancel` of a second job: the supervisor in
+another, which re-attaches to the attempt that runs and, after a crash, makes the next attempt
+with the pod's token; nothing runs on the submitting machine; the job SUCCEEDED, and every object
+is gone after it. Then `cancel` of a second job: the supervisor in
 its pod stops the attempt, and every object goes."""
 
 from __future__ import annotations
@@ -13,52 +14,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import yaml
 from cli_harness import UNTIL_STOPPED, demo_args, job_events
-from k8s_jobs import ENDED, TWO_PODS, objects_of, pods_of, server_port, write_profile
-
-from fsdp_orch.backends.kubernetes.doctor import role_manifest
+from k8s_jobs import (
+    ENDED,
+    TWO_PODS,
+    objects_of,
+    pods_of,
+    server_port,
+    wait_for_no_objects,
+    write_profile,
+)
 
 if TYPE_CHECKING:
     from conftest import K8sCluster
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow, pytest.mark.root]
 
-ACCOUNT = "fsdp-orch-supervisor"
-
-
-@pytest.fixture
-def supervisor_account(k8s_cluster: K8sCluster) -> str:
-    """A service account bound to exactly the documented Role, once per namespace."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    api = k8s_cluster.api_client()
-    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
-    ns = k8s_cluster.namespace
-    try:
-        core.create_namespaced_service_account(ns, {"metadata": {"name": ACCOUNT}})
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-        return ACCOUNT
-    role, binding = yaml.safe_load_all(role_manifest(ns, f"system:serviceaccount:{ns}:{ACCOUNT}"))
-    role["metadata"]["name"] = binding["metadata"]["name"] = binding["roleRef"]["name"] = ACCOUNT
-    rbac.create_namespaced_role(ns, role)
-    rbac.create_namespaced_role_binding(ns, binding)
-    return ACCOUNT
-
-
 def supervisor_pods(cluster: K8sCluster, job_id: str) -> list[Any]:
     return [p for p in pods_of(cluster, job_id)
             if (p.metadata.labels or {}).get("fsdp-orch/role") == "supervisor"]
-
-
-def wait_for_no_objects(cluster: K8sCluster, job_id: str, within: float = 30) -> list[str]:
-    deadline = time.monotonic() + within
-    while (left := objects_of(cluster, job_id)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return left
 
 
 def test_the_supervisor_in_its_pod_outlives_that_pod_and_nothing_runs_here(
@@ -69,8 +43,10 @@ def test_the_supervisor_in_its_pod_outlives_that_pod_and_nothing_runs_here(
     api_server = f"https://127.0.0.1:{server_port(k8s_cluster)}"
     write_profile(cli, k8s_cluster, demo.parents[1], supervisor={
         "runs": "cluster", "service_account": supervisor_account, "api_server": api_server})
+    # rank 1 crashes at step 20: the next attempt is the replacement supervisor's to make
     proc = cli.run("submit", "--cluster", "k8s", str(demo), *TWO_PODS,
-                   "--set", demo_args(30, "--sleep-per-step", "0.3"))
+                   "--set", demo_args(30, "--sleep-per-step", "0.3"),
+                   "--set", "env.FSDP_ORCH_FAULT=crash:step=20:rank=1")
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip().splitlines()[-1]
     run_dir = Path(cli.status(job_id)["run_dir"])
@@ -86,10 +62,10 @@ def test_the_supervisor_in_its_pod_outlives_that_pod_and_nothing_runs_here(
         first.metadata.name, k8s_cluster.namespace)
     final = cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=300, what="the end")
     assert final["state"] == "SUCCEEDED", final
-    assert final["attempts"] == 1 and final["failures"] == [], final
-    assert final["progress"]["step"] == 30, final
-    assert sorted(p.metadata.name for p in pods_of(k8s_cluster, job_id, 0)
-                  if p.metadata.name in ranks) in ([], ranks)  # gone with the attempt, or kept
+    assert final["attempts"] == 2 and final["progress"]["step"] == 30, final
+    [crash] = final["failures"]
+    assert crash["attempt"] == 0 and crash["action"] == "restart", crash
+    assert not [p for p in pods_of(k8s_cluster, job_id, 0) if p.metadata.name in ranks]
     log = (run_dir / "supervisor.log").read_text()
     assert f"re-attached to job {job_id} attempt 0" in log, log[-3000:]
     # two supervisors, each pid 1 of its pod: none started beside the CLI (status re-attaches
