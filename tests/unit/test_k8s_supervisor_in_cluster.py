@@ -165,3 +165,44 @@ def test_a_new_supervisor_pod_waits_for_the_lock_the_old_one_still_holds(tmp_pat
         assert take_lock(second, 5.0, sleep=lambda s: now.__setitem__(0, now[0] + s),
                          clock=lambda: now[0]) is False
         assert now[0] == 5.0
+
+
+def test_a_new_attempt_deletes_what_earlier_attempts_left_and_never_the_supervisors_job() -> None:
+    """A supervisor that ended after it made an attempt's objects and before it recorded them left
+    them running: the next one deletes them before its own attempt (no two attempts train at
+    once); it asks only for objects with an attempt label, so the supervisor's Job and the job's
+    Secret are never among them. An adopted attempt is its own objects, by name."""
+    from types import SimpleNamespace
+
+    from fsdp_orch.backends.kubernetes.launcher import (
+        KubernetesLauncher,
+        any_attempt_selector,
+        attempt_objects,
+    )
+
+    class Listed:
+        def __init__(self) -> None:
+            self.deleted: list[tuple[str, str, int]] = []
+            self.selectors: list[str] = []
+
+        def labelled(self, selector: str, jobsets: bool = False) -> list[tuple[str, str]]:
+            self.selectors.append(selector)
+            return [("Job", "fsdp-orch-j1-a1"), ("Service", "fsdp-orch-j1-a1"),
+                    ("Job", "fsdp-orch-j1-a2")]
+
+        def delete(self, kind: str, name: str, grace_s: int = 5) -> bool:
+            self.deleted.append((kind, name, grace_s))
+            return True
+
+    launcher = KubernetesLauncher.__new__(KubernetesLauncher)
+    launcher.api = Listed()  # type: ignore[assignment]
+    launcher.submission = SimpleNamespace(job_id="j1")  # type: ignore[assignment]
+    launcher.profile = SimpleNamespace(use_jobset=False)  # type: ignore[assignment]
+    launcher._sweep_before(2)
+    assert launcher.api.selectors == ["fsdp-orch/job-id=j1,fsdp-orch/attempt"]  # type: ignore[attr-defined]
+    assert launcher.api.deleted == [("Job", "fsdp-orch-j1-a1", 0),  # type: ignore[attr-defined]
+                                    ("Service", "fsdp-orch-j1-a1", 0)]
+    assert any_attempt_selector("j1") == "fsdp-orch/job-id=j1,fsdp-orch/attempt"
+    assert attempt_objects("j1", 3, False) == [("Job", "fsdp-orch-j1-a3"),
+                                              ("Service", "fsdp-orch-j1-a3")]
+    assert attempt_objects("j1", 3, True) == [("JobSet", "fsdp-orch-j1-a3")]

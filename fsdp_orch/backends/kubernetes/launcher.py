@@ -38,6 +38,7 @@ from fsdp_orch.backends.kubernetes.manifest import (
     env_secret_manifest,
     env_secret_name,
     job_label,
+    object_name,
 )
 from fsdp_orch.backends.kubernetes.pod_watch import PodWatch
 from fsdp_orch.backends.kubernetes.profile import KubernetesProfile
@@ -58,6 +59,17 @@ SERVER_AWAY_S = 60.0  # the API server silent this long while the attempt runs: 
 
 def attempt_selector(job_id: str, attempt: int) -> str:
     return f"{JOB_ID_LABEL}={job_label(job_id)},{ATTEMPT_LABEL}={attempt}"
+
+
+def any_attempt_selector(job_id: str) -> str:
+    """The objects of every attempt of the job (not its Secret, not its supervisor's Job)."""
+    return f"{JOB_ID_LABEL}={job_label(job_id)},{ATTEMPT_LABEL}"
+
+
+def attempt_objects(job_id: str, attempt: int, jobset: bool) -> list[tuple[str, str]]:
+    """(kind, name) of what an attempt creates, by its names (``manifest.object_names``)."""
+    name = object_name(job_id, attempt)
+    return [("JobSet", name)] if jobset else [("Job", name), ("Service", name)]
 
 
 def job_selector(job_id: str) -> str:
@@ -203,8 +215,12 @@ class KubernetesLauncher:
         return None
 
     def adopt(self, attempt: int, ref: str | None) -> KubernetesAttempt:
-        """The attempt of ``ref`` whose objects are still there (a supervisor re-attached)."""
-        return self._attempt(attempt, parse_ref(ref), self.submission.base_plan.nnodes)
+        """The attempt whose objects are still there (a supervisor re-attached): its own objects,
+        by their names, whatever ``ref`` says (a supervisor that ended between the attempt's start
+        and its launch left the job's earlier ref, or the supervisor's own Job's)."""
+        return self._attempt(attempt, attempt_objects(self.submission.job_id, attempt,
+                                                      self.profile.use_jobset),
+                             self.submission.base_plan.nnodes)
 
     def launch(self, plan: LaunchPlan, artifacts: list[Artifact]) -> KubernetesAttempt:
         write_artifacts(artifacts)
@@ -217,6 +233,7 @@ class KubernetesLauncher:
                           if name in os.environ}
                 self.api.create(env_secret_manifest(plan, self.profile, values))
             self._secret_made = True
+        self._sweep_before(plan.attempt)
         manifests = manifests_in(artifacts)
         attempt = self._attempt(plan.attempt,
                                 [(m["kind"], m["metadata"]["name"]) for m in manifests],
@@ -229,6 +246,19 @@ class KubernetesLauncher:
             raise
         return attempt
 
+    def _sweep_before(self, attempt: int) -> None:
+        """The objects of earlier attempts still there (a supervisor that ended after it made an
+        attempt's objects and before it recorded them): deleted before this attempt's, so that no
+        two attempts ever train at once."""
+        stale = [(kind, name) for kind, name in self.api.labelled(
+                     any_attempt_selector(self.submission.job_id), self.profile.use_jobset)
+                 if (kind, name) not in attempt_objects(self.submission.job_id, attempt,
+                                                        self.profile.use_jobset)]
+        for kind, name in stale:
+            log.warning(f"fsdp-orch supervisor: deleting {kind} {name}, left by an earlier "
+                        f"attempt, before attempt {attempt}")
+            self.api.delete(kind, name, grace_s=0)
+
     def _attempt(self, attempt: int, objects: list[tuple[str, str]],
                  nnodes: int) -> KubernetesAttempt:
         return KubernetesAttempt(
@@ -240,5 +270,6 @@ class KubernetesLauncher:
             unschedulable_timeout=float(self.profile.unschedulable_timeout), nnodes=nnodes)
 
 
-__all__ = ["KubernetesAttempt", "KubernetesLauncher", "attempt_selector",
+__all__ = ["KubernetesAttempt", "KubernetesLauncher", "any_attempt_selector", "attempt_objects",
+           "attempt_selector",
            "job_selector", "parse_ref"]
