@@ -266,6 +266,25 @@ def test_a_missing_image_fails_at_once_as_the_users_error(k8s_cluster: K8sCluste
     print(f"missing image: FAILED {took:.1f} s after submit")
 
 
+def test_a_secret_that_does_not_exist_fails_at_once_naming_it(k8s_cluster: K8sCluster,
+                                                               on_k8s) -> None:
+    """env_from_secrets names a Secret the namespace does not hold: the kubelet's
+    CreateContainerConfigError is the user's error at once (not a wait, not retried), the Secret
+    named."""
+    cli, demo = on_k8s
+    write_profile(cli, k8s_cluster, demo.parents[1], name="k8s", env_from_secrets=[
+        {"env": "WANDB_API_KEY", "secret": "no-such-secret", "key": "key"}])
+    t0 = time.monotonic()
+    job_id = submit(cli, demo, "--set", demo_args(5))
+    final = cli.wait_until(job_id, lambda s: s["state"] in ENDED, timeout=120, what="the end")
+    took = time.monotonic() - t0
+    assert final["state"] == "FAILED" and final["attempts"] == 1, final
+    [failure] = final["failures"]
+    assert failure["category"] == "node_setup_error" and failure["action"] == "give_up", failure
+    assert "Secret no-such-secret does not exist" in failure["evidence"], failure
+    print(f"missing Secret: FAILED {took:.1f} s after submit: {failure['evidence']}")
+
+
 def test_a_pod_that_cannot_be_scheduled_says_why_and_gives_up(k8s_cluster: K8sCluster,
                                                               on_k8s) -> None:
     cli, demo = on_k8s
