@@ -40,7 +40,7 @@ from fsdp_orch.observe.command import Runner
 from fsdp_orch.record.index import JobIndex
 from fsdp_orch.record.status import JobStatus
 from fsdp_orch.vocab.checks import Check
-from fsdp_orch.vocab.errors import InputError
+from fsdp_orch.vocab.errors import FsdpOrchError, InputError
 
 NODE_SCRIPT = "node.sh"
 JOB_MANIFEST = "k8s-job.yaml"
@@ -127,8 +127,15 @@ class KubernetesKind(SupervisedHere[KubernetesProfile]):
 
         there = [row for row in rows if self._in_cluster(row)]
         here = [row for row in rows if row not in there]
-        return super().refresh(index, here) + [
-            row.id for row in there if settle(index, row, self._connected(row)[0])]
+        settled = []
+        for row in there:
+            try:
+                api = self._connected(row)[0]
+            except FsdpOrchError:  # no kubeconfig here (another machine): no word, no verdict
+                continue
+            if settle(index, row, api):
+                settled.append(row.id)
+        return super().refresh(index, here) + settled
 
     def cancel(self, index: JobIndex, row: JobStatus) -> str:
         """A supervisor in the cluster sees the cancel in the run folder and stops the attempt;
