@@ -28,6 +28,7 @@ from fsdp_orch.record.journal import Journal, read_status
 from fsdp_orch.record.status import JobStatus
 from fsdp_orch.supervise.outcomes import Adopt
 from fsdp_orch.supervise.stop_flag import StopFlag
+from fsdp_orch.vocab.backoff import SUPERVISOR_LOCK, retrying
 from fsdp_orch.vocab.categories import FailureCategory
 from fsdp_orch.vocab.hints import hint_for
 from fsdp_orch.vocab.states import JobState
@@ -59,21 +60,19 @@ def raise_open_files_limit() -> None:
 
 
 LOCK_WAIT_S = 60.0  # in a pod: how long the supervisor of the pod before it may take to end
-LOCK_POLL_S = 0.5
 
 
 def take_lock(lock: IO[str], wait_s: float, sleep: Callable[[float], None] = time.sleep,
               clock: Callable[[], float] = time.monotonic) -> bool:
     """The job's lock, at once or within ``wait_s`` seconds; False: another supervisor holds it."""
-    deadline = clock() + wait_s
-    while True:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if clock() >= deadline:
-                return False
-            sleep(LOCK_POLL_S)
+    def flock() -> bool:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+
+    poll = retrying(SUPERVISOR_LOCK, sleep=sleep,
+                    transient=lambda exc: isinstance(exc, BlockingIOError),
+                    deadline=clock() + wait_s, clock=clock, gave_up=lambda state: False)
+    return bool(poll(flock))
 
 
 def end_at_sigterm() -> None:

@@ -51,6 +51,10 @@ REPORT_STREAM = Retries(first=0.5, most=0.5, factor=1.0)  # a silent or ended re
 SLURM_QUERY = Retries(first=1.0, most=4.0, tries=3)  # sacct or squeue failing on the way to SLURM
 SLURM_STEPS_GONE = Retries(first=0.5, most=0.5, factor=1.0)  # squeue, until the steps are gone
 SFTP = Retries(first=1.0, most=1.0, tries=2)  # a broken link, opened again once
+# The API server asked again, until the supervisor's pod appears or its Job has ended.
+K8S_SUPERVISOR_POLL = Retries(first=0.2, most=0.2, factor=1.0)
+# A supervisor in a pod, until the one of the pod before it has let go of the job's lock.
+SUPERVISOR_LOCK = Retries(first=0.5, most=0.5, factor=1.0)
 
 
 def retrying(retries: Retries, *, sleep: Sleep,

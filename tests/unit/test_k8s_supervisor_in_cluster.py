@@ -15,7 +15,7 @@ from test_k8s_render import render_case
 
 from fsdp_orch.backends.kubernetes.api import IN_CLUSTER_ENV, manifests_in
 from fsdp_orch.backends.kubernetes.in_cluster import settle
-from fsdp_orch.backends.kubernetes.kind import SUPERVISOR_MANIFEST, supervisor_objects
+from fsdp_orch.backends.kubernetes.kind import SUPERVISOR_MANIFEST
 from fsdp_orch.backends.kubernetes.manifest import ATTEMPT_LABEL, ROLE_LABEL
 from fsdp_orch.backends.kubernetes.profile import KubernetesProfile
 from fsdp_orch.supervise.process import take_lock
@@ -46,7 +46,7 @@ def test_runs_cluster_needs_a_service_account_and_an_api_server_is_https_host_po
 
 def test_the_supervisors_job_reads_back_as_one_restarted_pod_with_a_token_and_no_attempt() -> None:
     artifacts = in_cluster_artifacts()
-    [own] = supervisor_objects(artifacts)
+    [own] = manifests_in(artifacts, SUPERVISOR_MANIFEST)
     [art] = [a for a in artifacts if a.name == SUPERVISOR_MANIFEST]
     assert art.path == "/srv/fsdp-orch/runs/j0123456789a/supervisor-job.yaml"
     assert own["kind"] == "Job" and own["metadata"]["name"] == "fsdp-orch-j0123456789a-supervisor"

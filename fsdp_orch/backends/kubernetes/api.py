@@ -334,13 +334,15 @@ def create_all(api: Api, manifests: Iterable[dict[str, Any]], *, dry_run: bool =
         raise
 
 
-def manifests_in(artifacts: Iterable[Artifact]) -> list[dict[str, Any]]:
+def manifests_in(artifacts: Iterable[Artifact], name: str | None = None) -> list[dict[str, Any]]:
     """The objects of an attempt's rendered manifests (``k8s-*.yaml``: not accelerate's config),
-    in order."""
+    in order; with ``name``, those of that one file (the supervisor's Job)."""
     import yaml
 
-    return [doc for a in artifacts
-            if Path(a.path).name.startswith(MANIFEST_PREFIX) and a.path.endswith(".yaml")
+    def wanted(file: str) -> bool:
+        return file == name if name else file.startswith(MANIFEST_PREFIX) and file.endswith(".yaml")
+
+    return [doc for a in artifacts if wanted(Path(a.path).name)
             for doc in yaml.safe_load_all(a.text) if doc]
 
 

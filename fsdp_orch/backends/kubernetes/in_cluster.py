@@ -21,16 +21,17 @@ from fsdp_orch.backends.kubernetes.manifest import (
     supervisor_job_name,
 )
 from fsdp_orch.backends.kubernetes.profile import KubernetesProfile
+from fsdp_orch.checkpoints.storage import LOCAL
 from fsdp_orch.launch.plan import LaunchPlan
 from fsdp_orch.places import secrets
 from fsdp_orch.record.index import JobIndex
 from fsdp_orch.record.status import JobStatus
+from fsdp_orch.vocab.backoff import K8S_SUPERVISOR_POLL, retrying
 from fsdp_orch.vocab.errors import FsdpOrchError, InputError
 from fsdp_orch.vocab.states import JobState
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.2
 POD_WAIT_S = 15.0  # the Job controller makes a pod within a second; at twice the load, still
 LAST_LINE_MAX = 300
 
@@ -67,12 +68,9 @@ def start_in_cluster(api: Api, profile: KubernetesProfile, plan: LaunchPlan,
 
 def _pod_appears(api: Api, job_id: str, within_s: float) -> bool:
     selector = f"{JOB_ID_LABEL}={job_label(job_id)},{ROLE_LABEL}=supervisor"
-    deadline = time.monotonic() + within_s
-    while not api.pods(selector):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(POLL_S)
-    return True
+    poll = retrying(K8S_SUPERVISOR_POLL, sleep=time.sleep, not_yet=lambda pods: not pods,
+                    deadline=time.monotonic() + within_s, clock=time.monotonic)
+    return bool(poll(api.pods, selector))
 
 
 def settle(index: JobIndex, row: JobStatus, api: Api) -> bool:
@@ -100,24 +98,19 @@ def settle(index: JobIndex, row: JobStatus, api: Api) -> bool:
 def wait_for_supervisor(api: Api, job_id: str, within_s: float) -> None:
     """Until the supervisor's Job has ended or gone (it saw the cancel and stopped the attempt),
     or ``within_s`` seconds have passed; an API server that does not answer ends the wait."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            if api.job_ended(supervisor_job_name(job_id)) is not None:
-                return
-        except FsdpOrchError:
-            return
-        time.sleep(POLL_S)
+    poll = retrying(K8S_SUPERVISOR_POLL, sleep=time.sleep, not_yet=lambda ended: ended is None,
+                    deadline=time.monotonic() + within_s, clock=time.monotonic)
+    try:
+        poll(api.job_ended, supervisor_job_name(job_id))
+    except FsdpOrchError:
+        pass
 
 
 def last_line(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - 4096))
-            lines = f.read().decode(errors="replace").strip().splitlines()
-    except OSError:
+    tail = LOCAL.read_tail(str(path), 4096)
+    if tail is None:
         return "(no supervisor.log)"
+    lines = tail.decode(errors="replace").strip().splitlines()
     return lines[-1][:LAST_LINE_MAX] if lines else "(supervisor.log is empty)"
 
 

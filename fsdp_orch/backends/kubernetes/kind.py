@@ -58,6 +58,7 @@ class KubernetesKind(SupervisedHere[KubernetesProfile]):
 
     def __init__(self) -> None:
         self._connections: dict[str, tuple[Any, KubernetesProfile]] = {}
+        self._profiles: dict[str, KubernetesProfile] = {}
 
     def place(self, job: JobSpec, profile: KubernetesProfile, cluster: str,
               ctx: PlanContext) -> Placement:
@@ -107,14 +108,14 @@ class KubernetesKind(SupervisedHere[KubernetesProfile]):
 
         profile = self.profile_of(submission)
         api = connect(profile.kubeconfig, profile.context, profile.namespace)
-        own = supervisor_objects(first.artifacts)
+        own = manifests_in(first.artifacts, SUPERVISOR_MANIFEST)  # none: beside the CLI
         create_all(api, manifests_in(first.artifacts) + own, dry_run=True)
         if not own:
             super().start(index, submission, first)
             return
         from fsdp_orch.backends.kubernetes.in_cluster import start_in_cluster
 
-        write_artifacts([a for a in first.artifacts if a.path.endswith(SUPERVISOR_MANIFEST)])
+        write_artifacts([a for a in first.artifacts if a.name == SUPERVISOR_MANIFEST])
         start_in_cluster(api, profile, first.plan, own)
         index.journal(submission.job_id).scheduled(
             f"k8s:Job/{supervisor_job_name(submission.job_id)}")
@@ -153,10 +154,13 @@ class KubernetesKind(SupervisedHere[KubernetesProfile]):
 
     def _in_cluster(self, row: JobStatus) -> bool:
         """From the job's recorded profile; nothing asked of the API server."""
-        if row.run_dir in self._connections:
-            return self._connections[row.run_dir][1].supervisor_in_cluster
-        profile = self.profile_of(Submission.load(Path(row.run_dir), self))
-        return profile.supervisor_in_cluster
+        return self._profile(row).supervisor_in_cluster
+
+    def _profile(self, row: JobStatus) -> KubernetesProfile:
+        """The job's profile as submit recorded it, read once per job."""
+        if row.run_dir not in self._profiles:
+            self._profiles[row.run_dir] = self.profile_of(Submission.load(Path(row.run_dir), self))
+        return self._profiles[row.run_dir]
 
     def leftovers(self, job_id: str, row: JobStatus) -> bool:
         return bool(self._objects(row))
@@ -173,7 +177,7 @@ class KubernetesKind(SupervisedHere[KubernetesProfile]):
         from fsdp_orch.backends.kubernetes.api import connect
 
         if row.run_dir not in self._connections:
-            profile = self.profile_of(Submission.load(Path(row.run_dir), self))
+            profile = self._profile(row)
             self._connections[row.run_dir] = (
                 connect(profile.kubeconfig, profile.context, profile.namespace), profile)
         return self._connections[row.run_dir]
@@ -191,14 +195,6 @@ class KubernetesKind(SupervisedHere[KubernetesProfile]):
         from fsdp_orch.backends.kubernetes.doctor import kubernetes_checks
 
         return kubernetes_checks(profile, torch_version, run)
-
-
-def supervisor_objects(artifacts: list[Artifact]) -> list[dict[str, Any]]:
-    """The supervisor's Job, where it runs in the cluster (none: beside the CLI)."""
-    import yaml
-
-    return [doc for a in artifacts if a.path.endswith(f"/{SUPERVISOR_MANIFEST}")
-            for doc in yaml.safe_load_all(a.text) if doc]
 
 
 def node_address(plan: LaunchPlan, profile: KubernetesProfile) -> str | None:

@@ -91,14 +91,6 @@ def outbound_address(server: str) -> str:
         return "127.0.0.1"
 
 
-def parse_ref(ref: str | None) -> list[tuple[str, str]]:
-    """The (kind, name) pairs of ``KubernetesAttempt.ref`` (``k8s:Job/a,Service/b``)."""
-    if not ref or not ref.startswith("k8s:"):
-        return []
-    return [tuple(part.split("/", 1)) for part in ref[4:].split(",")  # type: ignore[misc]
-            if "/" in part]
-
-
 class KubernetesAttempt(AgentObservation):
     def __init__(self, submission: Submission, attempt: int, api: Api,
                  objects: list[tuple[str, str]], announce: str, unschedulable_timeout: float,
@@ -250,10 +242,10 @@ class KubernetesLauncher:
         """The objects of earlier attempts still there (a supervisor that ended after it made an
         attempt's objects and before it recorded them): deleted before this attempt's, so that no
         two attempts ever train at once."""
-        stale = [(kind, name) for kind, name in self.api.labelled(
-                     any_attempt_selector(self.submission.job_id), self.profile.use_jobset)
-                 if (kind, name) not in attempt_objects(self.submission.job_id, attempt,
-                                                        self.profile.use_jobset)]
+        job_id, jobset = self.submission.job_id, self.profile.use_jobset
+        own = attempt_objects(job_id, attempt, jobset)
+        stale = [found for found in self.api.labelled(any_attempt_selector(job_id), jobset)
+                 if found not in own]
         for kind, name in stale:
             log.warning(f"fsdp-orch supervisor: deleting {kind} {name}, left by an earlier "
                         f"attempt, before attempt {attempt}")
@@ -271,5 +263,4 @@ class KubernetesLauncher:
 
 
 __all__ = ["KubernetesAttempt", "KubernetesLauncher", "any_attempt_selector", "attempt_objects",
-           "attempt_selector",
-           "job_selector", "parse_ref"]
+           "attempt_selector", "job_selector"]
