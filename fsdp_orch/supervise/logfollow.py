@@ -11,7 +11,7 @@ from pathlib import PurePosixPath
 from fsdp_orch.observe.console_loss import LossReader
 from fsdp_orch.supervise.diagnose import Diagnosis, LineScanner
 from fsdp_orch.supervise.torchrun_summary import torchrun_root_cause
-from fsdp_orch.vocab.categories import COMMUNICATION
+from fsdp_orch.vocab.categories import COMMUNICATION, SIGNAL_ENDINGS, FailureCategory
 
 LOSS_POINTS_HELD = 10_000  # console losses kept between two takes (a reader that never takes)
 
@@ -55,11 +55,12 @@ class LogFollower:
                 if found is not None and scanner.first is not None:
                     fresh.append((path, scanner.first, line))
                     had_cause = True
-        if self.cause is None and fresh:
+        if fresh:
             fresh.sort(key=lambda item: item[1].category in COMMUNICATION)
             path, diagnosis, line = fresh[0]
-            self.cause = (path, diagnosis)
-            self.cause_line = line
+            if self.cause is None or outranks_a_lost_peer(self.cause, path, diagnosis):
+                self.cause = (path, diagnosis)
+                self.cause_line = line
         if self.cause is not None:
             return self.cause[1]
         if final:
@@ -114,6 +115,19 @@ class LogFollower:
             return int(path.parent.name)
         m = re.match(r"\[default(\d+)\]:", self.cause_line)
         return int(m.group(1)) if m else None
+
+
+def outranks_a_lost_peer(cause: tuple[str, Diagnosis], path: str, found: Diagnosis) -> bool:
+    """Whether ``found``, read in the log ``path``, is the cause in place of ``cause`` (a log's
+    path and its first cause): a lost peer read first, then a peer's own error in another log.
+    Another node's log reaches the supervisor a batch later (its node agent forwards it), so a
+    rank that crashed on node 1 was read after rank 0's "Connection reset by peer" on node 0, and
+    the echo was named. A signal or SIGTERM read later is no such error: it may be the echo of the
+    attempt's stop (a pod of a failed Job is deleted by its controller)."""
+    echoes = COMMUNICATION | SIGNAL_ENDINGS | {FailureCategory.PREEMPTION_OR_NODE_LOST,
+                                              FailureCategory.UNKNOWN}
+    return (cause[1].category in COMMUNICATION and path != cause[0]
+            and found.category not in echoes)
 
 
 def nearness_to_rank_0(path: str, prefix_rank: int | None) -> int:

@@ -505,6 +505,45 @@ def test_at_exit_torchruns_root_cause_outranks_the_lost_peer_under_accelerate(tm
     assert result.evidence.startswith("rank 1 failed first: killed by SIGKILL (exit -9)")
 
 
+def test_a_peers_own_error_read_after_the_lost_peer_in_another_nodes_log_is_the_cause(tmp_path):
+    """Rank 1 crashed on node 1; rank 0 on node 0 lost it. Node 0's log came first (each node's log
+    reaches the supervisor in its agent's batches): the lost peer was named until node 1's line was
+    read, and then the crash is. A signal read later in another log does not outrank it: it may be
+    the echo of the attempt's stop."""
+    from fsdp_orch.observe.file_tail import FileTail
+    from fsdp_orch.supervise.logfollow import LogFollower
+
+    crash = "[default0]:[fsdp-orch fault] rank 1: injected crash at step 12: exiting with code 1\n"
+    for later, expected in ((crash, "injected_fault"),
+                            ("[default0]:Killed\n", "gloo_timeout_or_peer_lost"),
+                            (GLOO_LOST + "\n", "gloo_timeout_or_peer_lost")):
+        folder = tmp_path / expected / str(len(later))
+        folder.mkdir(parents=True)
+        (folder / "console-node-0.log").write_text(GLOO_LOST + "\n")
+        follower = LogFollower(FileTail(folder).chunks)
+        first = follower.poll()
+        assert first is not None and first.category == "gloo_timeout_or_peer_lost"
+        (folder / "console-node-1.log").write_text(later)
+        cause = follower.poll(final=True)
+        assert cause is not None and cause.category == expected, (later, cause)
+        assert follower.cause is not None
+        assert follower.cause[0] == ("console-node-1.log" if expected == "injected_fault"
+                                     else "console-node-0.log")
+
+
+def test_a_lost_peer_read_after_a_real_cause_does_not_replace_it(tmp_path):
+    from fsdp_orch.observe.file_tail import FileTail
+    from fsdp_orch.supervise.logfollow import LogFollower
+
+    (tmp_path / "console-node-1.log").write_text(
+        'Traceback (most recent call last):\n  File "train.py", line 40, in <module>\n'
+        "KeyError: 'tokens'\n")
+    follower = LogFollower(FileTail(tmp_path).chunks)
+    assert follower.poll(final=True).category == "user_code_error"
+    (tmp_path / "console-node-0.log").write_text(GLOO_LOST + "\n")
+    assert follower.poll(final=True).category == "user_code_error"
+
+
 def test_at_exit_a_sigkill_reported_after_the_lost_peer_is_the_cause_without_a_summary(tmp_path):
     """mp.spawn's parent reports the SIGKILL after a surviving worker lost its peer."""
     from fsdp_orch.supervise.exit_cause import cause_at_exit
