@@ -88,6 +88,10 @@ class Agent:
         for module, bind in _store_hooks().items():
             when_imported(module, bind)
         os.register_at_fork(after_in_child=self._after_fork_in_child)
+        if self.env_rank >= 0 and self.base_step > 0:
+            from fsdp_orch.bootstrap.process_hooks import call_when_main_returns
+
+            call_when_main_returns(self._returned_before_a_step)
 
     def _on_optimizer_module(self, module: ModuleType) -> None:
         module.register_optimizer_step_post_hook(self._after_optimizer_step)
@@ -304,6 +308,25 @@ class Agent:
             self.progress_at = self.clock()
             self._write_locked(self.progress_at)
         self.active = False
+
+    def _returned_before_a_step(self) -> None:
+        """A rank resumed at step S (``FSDP_ORCH_RESUME_STEP``) whose script returned, with no
+        exception, no process group and no optimizer step, had nothing left to train: a
+        single-process Lightning run resumed from its checkpoint at ``max_steps`` returns at once.
+        Said as the rank done at S; else the supervisor reads an attempt that started no rank."""
+        if self.active or self.passive or getattr(sys, "last_value", None) is not None:
+            return
+        import socket
+
+        from fsdp_orch.nodeagent.beat_dir import rank_beat_path
+
+        self._host = socket.gethostname()
+        self.rank = self.env_rank
+        self._path = rank_beat_path(self.beat_dir, self.run_dir, self.attempt, self.env_rank)
+        with self._lock:
+            self.state = "done"
+            self.progress_at = self.clock()
+            self._write_locked(self.progress_at)
 
     def _arrivals(self) -> dict[str, Any] | None:
         """The heartbeat thread's latest sample of the collectives' arrivals (observe.arrivals)."""

@@ -48,3 +48,26 @@ def test_each_restart_resumes_the_newest_last_ckpt_across_version_folders(unchan
     # the loss, read from Lightning's progress bar on rank 0's console
     assert (math.isfinite(status["progress"]["loss"])
             and status["progress"]["loss_source"] == "lightning")
+
+
+def test_a_finished_single_process_run_continued_with_resume_succeeds_without_training(unchanged):
+    """One rank, no process group (Lightning's single-device strategy): `submit --resume` of a
+    job that ended at max_steps resumes its last.ckpt, and Lightning returns at once, with no
+    optimizer step. That is a rank with nothing left to train, SUCCEEDED at the same step;
+    it was FAILED `no_ranks_started` ("none of the 1 ranks ... started")."""
+    cli, job = unchanged("lightning")
+    first = ["--max-steps", "20", "--every-n-steps", "20"]
+    common = ("--set", "procs_per_node=1", "--set", "args=" + json.dumps(first))
+    done = json.loads(cli.run("submit", "--cluster", "local", "--wait", "--json", str(job),
+                              *common, check=True).stdout)
+    assert done["state"] == "SUCCEEDED" and done["last_checkpoint_step"] == 20, why(done)
+    proc = cli.run("submit", "--cluster", "local", "--wait", "--json", "--resume", str(job),
+                   *common)
+    again = json.loads(proc.stdout)
+    assert again["state"] == "SUCCEEDED", why(again)
+    assert again["attempts"] == 1 and again["failures"] == [], again
+    assert again["progress"]["step"] == 20 and again["last_checkpoint_step"] == 20, again
+    launch = (Path(again["run_dir"]) / "attempt-0" / "launch.sh").read_text()
+    assert "--ckpt-path" in launch and "FSDP_ORCH_RESUME_STEP=20" in launch, launch
+    out = cli.run("logs", again["id"], check=True).stdout
+    assert "Restoring states from the checkpoint path" in out, out[-3000:]
