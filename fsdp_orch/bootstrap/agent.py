@@ -34,6 +34,8 @@ LONG_YOUNG_COLLECTION = 100_000
 # DCP's set_state_dict/get_state_dict step once there (zero gradients, lr 0) to create the
 # optimizer's state before a load: not a training step (bootstrap.torch_hooks.wrap_init_optim_state)
 DCP_STATE_DICT = "torch.distributed.checkpoint.state_dict"
+# the pid of the process its launcher started as the rank (Agent._is_the_rank_itself)
+RANK_PID = "FSDP_ORCH_RANK_PID"
 
 
 class Agent:
@@ -88,10 +90,19 @@ class Agent:
         for module, bind in _store_hooks().items():
             when_imported(module, bind)
         os.register_at_fork(after_in_child=self._after_fork_in_child)
-        if self.env_rank >= 0 and self.base_step > 0:
+        if self.base_step > 0 and self._is_the_rank_itself():
             from fsdp_orch.bootstrap.process_hooks import call_when_main_returns
 
             call_when_main_returns(self._returned_before_a_step)
+
+    def _is_the_rank_itself(self) -> bool:
+        """Whether this process is the one its launcher started as rank ``RANK``, not a Python
+        process that rank started in turn (a compile worker, an evaluation subprocess), which
+        inherits its environment: the first process with ``RANK`` marks it with its pid."""
+        if self.env_rank < 0 or os.environ.get(RANK_PID) not in (None, str(os.getpid())):
+            return False
+        os.environ[RANK_PID] = str(os.getpid())
+        return True
 
     def _on_optimizer_module(self, module: ModuleType) -> None:
         module.register_optimizer_step_post_hook(self._after_optimizer_step)
@@ -313,7 +324,9 @@ class Agent:
         """A rank resumed at step S (``FSDP_ORCH_RESUME_STEP``) whose script returned, with no
         exception, no process group and no optimizer step, had nothing left to train: a
         single-process Lightning run resumed from its checkpoint at ``max_steps`` returns at once.
-        Said as the rank done at S; else the supervisor reads an attempt that started no rank."""
+        Said as the rank done at S, marked RETURNED_WITHOUT_A_STEP: ``sys.exit(1)`` also runs this,
+        so the supervisor takes it only from an attempt that exits 0; else it reads an attempt
+        that started no rank."""
         if self.active or self.passive or getattr(sys, "last_value", None) is not None:
             return
         import socket
@@ -323,8 +336,11 @@ class Agent:
         self._host = socket.gethostname()
         self.rank = self.env_rank
         self._path = rank_beat_path(self.beat_dir, self.run_dir, self.attempt, self.env_rank)
+        from fsdp_orch.observe.heartbeats import RETURNED_WITHOUT_A_STEP
+
         with self._lock:
             self.state = "done"
+            self.metrics = {RETURNED_WITHOUT_A_STEP: True}
             self.progress_at = self.clock()
             self._write_locked(self.progress_at)
 

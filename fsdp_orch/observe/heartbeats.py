@@ -49,6 +49,9 @@ STATES = tuple(s.value for s in HeartbeatState)
 # 2 s floor. A write merely late on a busy machine flags it for a moment: that only defers a
 # verdict.
 HELD_AFTER_S = 0.75
+# metrics key of a rank resumed at step S that returned with no process group and no step: done at
+# S only if the attempt exits 0 (the bootstrap cannot see its own exit status)
+RETURNED_WITHOUT_A_STEP = "returned_without_a_step"
 # The optional unix times a heartbeat may carry (``None``: not seen), each validated the same way.
 TIME_FIELDS = ("progress_at", "python_at", "io_at", "compute_at", "collecting_since", "held_since",
                "proc_state_since")
@@ -300,6 +303,13 @@ def write_heartbeat(path: str | os.PathLike[str], beat: Heartbeat, tmp_tag: str 
     write_atomically(path, beat.to_json(), mode=0o600, tmp_tag=tmp_tag or "hb")
 
 
-__all__ = ["HELD_AFTER_S", "Heartbeat", "STATES", "TIME_FIELDS", "heartbeat_dir",
+def returned_without_a_step(beats: dict[int, Heartbeat]) -> set[int]:
+    """The ranks of ``beats`` that returned with no step after a resume (RETURNED_WITHOUT_A_STEP):
+    done only if the attempt exits 0, so no rule that runs before the exit may see them."""
+    return {rank for rank, beat in beats.items() if beat.metrics.get(RETURNED_WITHOUT_A_STEP)}
+
+
+__all__ = ["HELD_AFTER_S", "Heartbeat", "RETURNED_WITHOUT_A_STEP", "STATES", "TIME_FIELDS",
+           "heartbeat_dir", "returned_without_a_step",
            "heartbeat_from_dict", "heartbeat_path", "held_since", "parse_heartbeat",
            "read_heartbeat_file", "read_heartbeats", "write_heartbeat"]

@@ -28,7 +28,7 @@ from fsdp_orch.decide.watchdog import (
     silent_hold,
 )
 from fsdp_orch.launch.submission import Submission
-from fsdp_orch.observe.heartbeats import Heartbeat
+from fsdp_orch.observe.heartbeats import Heartbeat, returned_without_a_step
 from fsdp_orch.observe.stacks import StackCapture
 from fsdp_orch.observe.user_frame import default_library_roots
 from fsdp_orch.record.event_types import STRAGGLER
@@ -118,6 +118,8 @@ class AttemptWatch:
                 self.looked(self.attempt)
             code = self.handle.poll()
             beats = self.handle.heartbeats()
+            idle = returned_without_a_step(beats)  # counted at an exit 0 alone (_at_exit)
+            beats = {rank: beat for rank, beat in beats.items() if rank not in idle}
             ranks_seen.update(beats)
             window = hang_window(watch, beats)
             started = [b for b in beats.values() if b.state != HeartbeatState.STARTING]

@@ -62,6 +62,28 @@ def test_optimizer_steps_become_heartbeats_with_the_resume_step_as_base(tmp_path
     assert beat["python_at"] <= beat["time"] and beat["host"]
 
 
+def test_a_resumed_rank_that_returns_without_a_step_is_done_at_its_resume_step(tmp_path):
+    """Rank 1, resumed at step 40, returns with no process group and no step (nothing left to
+    train): done at 40. A Python process it started inherits RANK but is not the rank, and a
+    fresh attempt's rank (no resume step) keeps saying nothing."""
+    child = ("import os, subprocess, sys\n"
+             "subprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
+             "print(os.environ['FSDP_ORCH_RANK_PID'] == str(os.getpid()))\n")
+    assert run_python(child, tmp_path, RANK="1", FSDP_ORCH_RESUME_STEP="40").split() == ["True"]
+    beat = heartbeat(tmp_path, rank=1)
+    assert beat["state"] == "done" and beat["step"] == 40 and beat["pid"] != os.getpid()
+    assert beat["metrics"] == {"returned_without_a_step": True}  # taken at an exit 0 alone
+    # the child's own return wrote nothing: the beat is the rank's (a child is another pid)
+    (tmp_path / "run" / "heartbeats" / "attempt-0" / "rank-1.json").unlink()
+    run_python("pass", tmp_path, RANK="1", FSDP_ORCH_RESUME_STEP="40",
+               FSDP_ORCH_RANK_PID="1")  # a process some rank started
+    run_python("pass", tmp_path, RANK="1")  # a fresh attempt
+    run_python("pass", tmp_path, FSDP_ORCH_RESUME_STEP="40")  # no rank: launcher: python
+    assert not list((tmp_path / "run" / "heartbeats").rglob("rank-*.json"))
+    with pytest.raises(AssertionError):  # a rank that raised is not done
+        run_python("raise SystemExit('boom')", tmp_path, RANK="1", FSDP_ORCH_RESUME_STEP="40")
+
+
 def test_each_rank_times_its_own_optimizer_steps_into_its_heartbeat(tmp_path):
     code = ("import time, torch\nm = torch.nn.Linear(2, 1)\n"
             "o = torch.optim.SGD(m.parameters(), lr=0.1)\nfor _ in range(7):\n"
