@@ -129,6 +129,7 @@ class Agent:
             self.activate(self.process_group_rank())
             if not self.active:
                 return
+            self._note_steps_without_a_group()
         if self.runtime_owned or self._initialising_state:
             return
         key = id(optimizer)
@@ -175,6 +176,22 @@ class Agent:
             self._step_unwritten = True
             if now - self._last_write >= STEP_WRITE_MIN_S:
                 self._write_locked(now)
+
+    def _note_steps_without_a_group(self) -> None:
+        """One of several ranks (``WORLD_SIZE`` > 1) stepping with no process group trains a model
+        of its own (Lightning's single-device strategy when the script sets no ``num_nodes``):
+        said in the heartbeat (NO_PROCESS_GROUP) until a group is made."""
+        if _int(os.environ.get("WORLD_SIZE"), 1) > 1 and not _in_a_process_group():
+            from fsdp_orch.observe.heartbeats import NO_PROCESS_GROUP
+
+            self.metrics = {**self.metrics, NO_PROCESS_GROUP: True}
+
+    def process_group_made(self) -> None:
+        """``init_process_group`` returned (``torch_hooks``): the rank is no longer apart."""
+        from fsdp_orch.observe.heartbeats import NO_PROCESS_GROUP
+
+        if NO_PROCESS_GROUP in self.metrics:
+            self.metrics = {k: v for k, v in self.metrics.items() if k != NO_PROCESS_GROUP}
 
     def process_group_rank(self) -> int:
         """This process's rank in its process group, else ``RANK`` (0 when unset)."""
@@ -382,6 +399,14 @@ class Agent:
 
 def _always() -> bool:
     return True
+
+
+def _in_a_process_group() -> bool:
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return bool(dist is not None and dist.is_available() and dist.is_initialized())
+    except Exception:  # noqa: BLE001 - a torch too broken to say: not said either way
+        return True
 
 
 def _int(text: str | None, default: int) -> int:

@@ -48,6 +48,7 @@ def wrap_init_process_group(original: Callable[..., Any], agent: Agent) -> Calla
         result = original(*args, **kwargs)
         if not agent.active:
             agent.activate(agent.process_group_rank())
+        agent.process_group_made()
         return result
 
     return init_process_group

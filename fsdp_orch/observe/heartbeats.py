@@ -52,6 +52,9 @@ HELD_AFTER_S = 0.75
 # metrics key of a rank resumed at step S that returned with no process group and no step: done at
 # S only if the attempt exits 0 (the bootstrap cannot see its own exit status)
 RETURNED_WITHOUT_A_STEP = "returned_without_a_step"
+# metrics key of a rank that takes optimizer steps with no torch.distributed process group while
+# its launcher started several (WORLD_SIZE > 1): it trains a model of its own
+NO_PROCESS_GROUP = "no_process_group"
 # The optional unix times a heartbeat may carry (``None``: not seen), each validated the same way.
 TIME_FIELDS = ("progress_at", "python_at", "io_at", "compute_at", "collecting_since", "held_since",
                "proc_state_since")
@@ -309,7 +312,7 @@ def returned_without_a_step(beats: dict[int, Heartbeat]) -> set[int]:
     return {rank for rank, beat in beats.items() if beat.metrics.get(RETURNED_WITHOUT_A_STEP)}
 
 
-__all__ = ["HELD_AFTER_S", "Heartbeat", "RETURNED_WITHOUT_A_STEP", "STATES", "TIME_FIELDS",
-           "heartbeat_dir", "returned_without_a_step",
-           "heartbeat_from_dict", "heartbeat_path", "held_since", "parse_heartbeat",
-           "read_heartbeat_file", "read_heartbeats", "write_heartbeat"]
+__all__ = ["HELD_AFTER_S", "NO_PROCESS_GROUP", "RETURNED_WITHOUT_A_STEP", "STATES", "TIME_FIELDS",
+           "Heartbeat", "heartbeat_dir", "heartbeat_from_dict", "heartbeat_path", "held_since",
+           "parse_heartbeat", "read_heartbeat_file", "read_heartbeats", "returned_without_a_step",
+           "write_heartbeat"]

@@ -14,13 +14,14 @@ from fsdp_orch.decide.watchdog import Hold
 from fsdp_orch.launch.plan import attempt_dir_of
 from fsdp_orch.launch.submission import Submission
 from fsdp_orch.observe.attempt_files import RANKS_FILE
-from fsdp_orch.observe.heartbeats import Heartbeat
+from fsdp_orch.observe.heartbeats import NO_PROCESS_GROUP, Heartbeat
 from fsdp_orch.places.private import write_private
 from fsdp_orch.record.hang_hold import HOLD_EVERY_S, write_hold
 from fsdp_orch.record.journal import Journal
 from fsdp_orch.vocab.states import WAITING
 
 REFUSED_CONNECTIONS = "refused_connections"  # the notice of strangers at the node channel
+RANKS_APART = "ranks_apart"  # ranks stepping with no process group in a job of several
 NODE_TMP_TAKEN = "node_tmp_taken"  # a node's /tmp/fsdp-orch-<uid> was someone else's
 STRANGERS_NOTICE_S = 30.0
 PAUSE_WORTH_SAYING_S = 5.0  # a node silent this long and heard again: said (node_heard_again)
@@ -39,6 +40,7 @@ class AttemptNotices:
         self._strangers_noted, self._strangers_noted_at = 0, float("-inf")
         self._nodes_noted: set[int] = set()
         self._waiting_said: str | None = None
+        self._apart_said = False
         self._placed = False  # ranks.json written
         # why the hang rule holds its verdict back, as last written for status (None: nothing
         # held), and when
@@ -86,6 +88,25 @@ class AttemptNotices:
         if why is not None and why != self._waiting_said:
             self._waiting_said = why
             self.journal.add_event(attempt=self.attempt, kind=WAITING, message=why)
+
+    def apart(self, beats: dict[int, Heartbeat]) -> None:
+        """A notice, once, when ranks of a job of several take optimizer steps with no process
+        group (``NO_PROCESS_GROUP``): each trains a model of its own, and they save over each
+        other's checkpoints. Not under the xla launcher (SPMD needs no process group)."""
+        if self._apart_said or self.world < 2 or self.sub.job.launcher == "xla":
+            return
+        apart = sorted(rank for rank, beat in beats.items() if beat.metrics.get(NO_PROCESS_GROUP))
+        if not apart:
+            return
+        self._apart_said = True
+        job = self.sub.job
+        self.journal.add_event(attempt=self.attempt, kind=RANKS_APART, message=(
+            f"rank(s) {', '.join(map(str, apart))} take optimizer steps with no torch.distributed "
+            f"process group, though the job starts {self.world} ranks (WORLD_SIZE): each such rank "
+            "trains a model of its own and saves where the others do. To train one model, set up "
+            "distributed training in the script (Lightning: Trainer(num_nodes="
+            f"{job.nodes}, devices={self.world // max(1, job.nodes)}, strategy=\"ddp\")); to "
+            "train one alone, run 1 rank"))
 
     def strangers(self) -> None:
         """A notice when connections that never said the token were refused since the last one:

@@ -133,6 +133,7 @@ class AttemptWatch:
             self.notices.strangers()
             self.notices.nodes()
             self.notices.waiting()
+            self.notices.apart(beats)
             self._note_straggler(beats)
             self.notices.placement(beats)
             finished_at = scripts_finished_at(beats, self.world)

@@ -84,6 +84,34 @@ def test_a_resumed_rank_that_returns_without_a_step_is_done_at_its_resume_step(t
         run_python("raise SystemExit('boom')", tmp_path, RANK="1", FSDP_ORCH_RESUME_STEP="40")
 
 
+STEPS_THEN_A_GROUP = """
+import sys, torch, torch.distributed as dist
+m = torch.nn.Linear(2, 1)
+o = torch.optim.SGD(m.parameters(), lr=0.1)
+for _ in range(3):
+    o.zero_grad(); m(torch.ones(1, 2)).sum().backward(); o.step()
+from fsdp_orch.bootstrap import agent
+print(agent.current().metrics.get("no_process_group", False))
+if sys.argv[-1] == "group":
+    dist.init_process_group("gloo", init_method="file://" + sys.argv[-2], rank=0, world_size=1)
+    print(agent.current().metrics.get("no_process_group", False))
+"""
+
+
+def test_a_rank_of_several_stepping_with_no_process_group_says_so_until_it_makes_one(tmp_path):
+    """WORLD_SIZE=2 and steps with no process group: the rank trains alone (NO_PROCESS_GROUP in
+    its heartbeat); a group made later takes it back; one rank alone never says it."""
+    def run(world: str, *argv: str) -> list[str]:
+        code = STEPS_THEN_A_GROUP.replace("sys.argv[-1]", repr(argv[-1]) if argv else "''")
+        code = code.replace("sys.argv[-2]", repr(argv[0]) if argv else "''")
+        return run_python(code, tmp_path, RANK="1", WORLD_SIZE=world).split()
+
+    assert run("2") == ["True"]
+    assert heartbeat(tmp_path, rank=1)["metrics"] == {"no_process_group": True}
+    assert run("2", str(tmp_path / "store"), "group") == ["True", "False"]
+    assert run("1") == ["False"]
+
+
 def test_each_rank_times_its_own_optimizer_steps_into_its_heartbeat(tmp_path):
     code = ("import time, torch\nm = torch.nn.Linear(2, 1)\n"
             "o = torch.optim.SGD(m.parameters(), lr=0.1)\nfor _ in range(7):\n"
