@@ -22,6 +22,17 @@ SMALL_DEMO = ["--vocab", "64", "--dim", "32", "--layers", "2", "--heads", "2", "
 SCRIPTS = REPO / "tests" / "fixtures" / "scripts"
 
 
+def fixture_job(base: Path, script: str, job_yaml: str) -> Path:
+    """A job folder under ``base`` with tests/fixtures/scripts/``script`` as its train.py and
+    ``job_yaml`` as its job.yaml; the job file."""
+    folder = base / Path(script).stem
+    folder.mkdir()
+    shutil.copy(SCRIPTS / script, folder / "train.py")
+    job = folder / "job.yaml"
+    job.write_text(job_yaml)
+    return job
+
+
 @dataclass
 class Outcome:
     status: dict

@@ -5,14 +5,12 @@ mp.spawn, 2 CPU ranks; bench/verdicts.py runs the same scenarios five times each
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 from cli_harness import why
 from sweep import cases
 from verdict_scenarios import (
-    SCRIPTS,
     culprit_first,
+    fixture_job,
     hang_at_a_checkpoint_step,
     slow_save_keeps_writing,
     submit,
@@ -48,11 +46,8 @@ def test_a_slow_save_that_keeps_writing_is_never_a_verdict(cli, tmp_path):
 
 
 def test_an_mp_spawn_script_that_starts_no_process_fails_with_no_ranks_started(cli, tmp_path):
-    folder = tmp_path / "tutorial"
-    folder.mkdir()
-    shutil.copy(SCRIPTS / "spawn_by_gpu_count.py", folder / "train.py")
-    job = folder / "job.yaml"
-    job.write_text("name: fsdp-tutorial\nscript: train.py\nlauncher: python\nprocs_per_node: 2\n")
+    job = fixture_job(tmp_path, "spawn_by_gpu_count.py", "name: fsdp-tutorial\nscript: train.py\n"
+                      "launcher: python\nprocs_per_node: 2\n")
     status = submit(cli, job)
     assert status["state"] == "FAILED", why(status)
     [failure] = status["failures"]

@@ -4,18 +4,13 @@ what to change. Real torchrun, 2 CPU ranks."""
 
 from __future__ import annotations
 
-import shutil
-
 from cli_harness import why
-from verdict_scenarios import SCRIPTS, submit
+from verdict_scenarios import fixture_job, submit
 
 
 def test_two_ranks_stepping_with_no_process_group_are_named_as_training_apart(cli, tmp_path):
-    folder = tmp_path / "plain"
-    folder.mkdir()
-    shutil.copy(SCRIPTS / "no_distributed_train.py", folder / "train.py")
-    job = folder / "job.yaml"
-    job.write_text("name: plain\nscript: train.py\nlauncher: torchrun\nprocs_per_node: 2\n")
+    job = fixture_job(tmp_path, "no_distributed_train.py",
+                      "name: plain\nscript: train.py\nlauncher: torchrun\nprocs_per_node: 2\n")
     status = submit(cli, job)
     assert status["state"] == "SUCCEEDED", why(status)  # a notice, never a failure
     [apart] = [e for e in status["events"] if e["kind"] == "ranks_apart"]
