@@ -123,8 +123,10 @@ def outranks_a_lost_peer(cause: tuple[str, Diagnosis], path: str, found: Diagnos
     Another node's log reaches the supervisor a batch later (its node agent forwards it), so a
     rank that crashed on node 1 was read after rank 0's "Connection reset by peer" on node 0, and
     the echo was named. A signal or SIGTERM read later is no such error: it may be the echo of the
-    attempt's stop (a pod of a failed Job is deleted by its controller)."""
+    attempt's stop (a pod of a failed Job is deleted by its controller). Nor is a checkpoint
+    error: a rank inside a save's collective that lost its peer ends in checkpoint frames."""
     echoes = COMMUNICATION | SIGNAL_ENDINGS | {FailureCategory.PREEMPTION_OR_NODE_LOST,
+                                              FailureCategory.CHECKPOINT_ERROR,
                                               FailureCategory.UNKNOWN}
     return (cause[1].category in COMMUNICATION and path != cause[0]
             and found.category not in echoes)

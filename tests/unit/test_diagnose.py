@@ -514,8 +514,12 @@ def test_a_peers_own_error_read_after_the_lost_peer_in_another_nodes_log_is_the_
     from fsdp_orch.supervise.logfollow import LogFollower
 
     crash = "[default0]:[fsdp-orch fault] rank 1: injected crash at step 12: exiting with code 1\n"
+    in_a_save = ("Traceback (most recent call last):\n"
+                 '  File "/x/torch/distributed/checkpoint/state_dict_saver.py", line 9, in save\n'
+                 "RuntimeError: Connection reset by peer\n")  # a save's collective lost its peer
     for later, expected in ((crash, "injected_fault"),
                             ("[default0]:Killed\n", "gloo_timeout_or_peer_lost"),
+                            (in_a_save, "gloo_timeout_or_peer_lost"),
                             (GLOO_LOST + "\n", "gloo_timeout_or_peer_lost")):
         folder = tmp_path / expected / str(len(later))
         folder.mkdir(parents=True)
