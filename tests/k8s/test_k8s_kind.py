@@ -69,17 +69,20 @@ def test_the_demo_runs_as_an_indexed_job_of_two_pods_through_a_supervisor_reatta
     print(f"submit -> first step {first_step_s:.1f} s ({first['progress']})")
 
 
-def test_a_pod_deleted_under_the_job_resumes_from_the_checkpoint_and_cancel_deletes_every_object(
+@pytest.mark.straggler
+def test_a_pod_deleted_under_the_job_resumes_then_a_slow_rank_is_named_and_cancel_deletes_all(
         k8s_cluster: K8sCluster, on_k8s) -> None:
-    """One job for both (each was a job of its own, pods started and torch imported each time):
-    its pod deleted in attempt 0, the job restarts and attempt 1 resumes from the checkpoint; once
-    attempt 1 has trained, `cancel` deletes every object of the job."""
+    """One job for three (each was a job of its own, pods started and torch imported each time):
+    its pod deleted in attempt 0, the job restarts and attempt 1 resumes from the checkpoint;
+    rank 1, slowed by 0.3 s a step in attempt 1, is named a straggler with its pod's node; then
+    `cancel` deletes every object of the job."""
     from kubernetes import client
 
     cli, demo = on_k8s
     # until stopped, sleeping 0.1 s a step: still training when its pod is deleted in attempt 0
     # and when it is cancelled in attempt 1
-    job_id = submit(cli, demo, "--set", demo_args(*UNTIL_STOPPED))
+    job_id = submit(cli, demo, "--set", demo_args(*UNTIL_STOPPED), "--set",
+                    "env.FSDP_ORCH_FAULT=slow:step=0:rank=1:seconds=0.3:attempt=1")
     cli.wait_until(job_id, lambda s: (s.get("last_checkpoint_step") or 0) >= 5,
                    timeout=180, what="a checkpoint at step 5")
     [victim] = [p for p in pods_of(k8s_cluster, job_id, 0)
@@ -112,6 +115,17 @@ def test_a_pod_deleted_under_the_job_resumes_from_the_checkpoint_and_cancel_dele
     resumed = f"resumed from {started['resume_from']} (step {started['resume_step']})"
     assert resumed in console_of_attempt_1(running), console_of_attempt_1(running)[-3000:]
     assert min(steps_of_attempt_1(running)) == started["resume_step"] + 1, started
+
+    # rank 1 slowed in attempt 1: named a straggler, the others waiting on it, with its node
+    t0 = time.monotonic()
+    named = cli.wait_until(job_id, lambda s: any(e["kind"] == "straggler" for e in s["events"]),
+                           timeout=180, what="a straggler named")
+    [straggler] = [e for e in named["events"] if e["kind"] == "straggler"]
+    assert straggler["attempt"] == 1, straggler
+    assert straggler["message"].startswith("node 1 (") and "rank 1: the others wait " in \
+        straggler["message"], straggler
+    print(f"straggler named {time.monotonic() - t0:.1f} s after attempt 1's second step: "
+          f"{straggler['message']}")
 
     # cancel, while attempt 1 trains: every object of the job is deleted
     assert objects_of(k8s_cluster, job_id)
