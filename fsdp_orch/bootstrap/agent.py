@@ -235,8 +235,6 @@ class Agent:
     def activate(self, rank: int) -> None:
         if self.active or self.passive or rank < 0:
             return
-        import socket
-
         from fsdp_orch.bootstrap.compute_meter import (
             ChildrenCpu,
             ComputeMeter,
@@ -246,12 +244,9 @@ class Agent:
         from fsdp_orch.bootstrap.io_meter import WriteMeter
         from fsdp_orch.bootstrap.probe import MainThreadProbe
         from fsdp_orch.bootstrap.process_hooks import call_when_main_returns, register_stack_dump
-        from fsdp_orch.nodeagent.beat_dir import rank_beat_path
         from fsdp_orch.observe.step_times import StepTimes
 
-        self._host = socket.gethostname()
-        self.rank = rank
-        self._path = rank_beat_path(self.beat_dir, self.run_dir, self.attempt, rank)
+        self._bind(rank)
         if self._path is not None:
             from fsdp_orch.observe.step_marks import StepMark
 
@@ -337,6 +332,16 @@ class Agent:
             self._write_locked(self.progress_at)
         self.active = False
 
+    def _bind(self, rank: int) -> None:
+        """This process is ``rank``: its host and its heartbeat file."""
+        import socket
+
+        from fsdp_orch.nodeagent.beat_dir import rank_beat_path
+
+        self._host = socket.gethostname()
+        self.rank = rank
+        self._path = rank_beat_path(self.beat_dir, self.run_dir, self.attempt, rank)
+
     def _returned_before_a_step(self) -> None:
         """A rank resumed at step S (``FSDP_ORCH_RESUME_STEP``) whose script returned, with no
         exception, no process group and no optimizer step, had nothing left to train: a
@@ -346,15 +351,9 @@ class Agent:
         that started no rank."""
         if self.active or self.passive or getattr(sys, "last_value", None) is not None:
             return
-        import socket
-
-        from fsdp_orch.nodeagent.beat_dir import rank_beat_path
-
-        self._host = socket.gethostname()
-        self.rank = self.env_rank
-        self._path = rank_beat_path(self.beat_dir, self.run_dir, self.attempt, self.env_rank)
         from fsdp_orch.observe.heartbeats import RETURNED_WITHOUT_A_STEP
 
+        self._bind(self.env_rank)
         with self._lock:
             self.state = "done"
             self.metrics = {RETURNED_WITHOUT_A_STEP: True}

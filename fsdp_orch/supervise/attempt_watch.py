@@ -119,7 +119,8 @@ class AttemptWatch:
             code = self.handle.poll()
             beats = self.handle.heartbeats()
             idle = returned_without_a_step(beats)  # counted at an exit 0 alone (_at_exit)
-            beats = {rank: beat for rank, beat in beats.items() if rank not in idle}
+            if idle:
+                beats = {rank: beat for rank, beat in beats.items() if rank not in idle}
             ranks_seen.update(beats)
             window = hang_window(watch, beats)
             started = [b for b in beats.values() if b.state != HeartbeatState.STARTING]

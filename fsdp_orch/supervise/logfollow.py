@@ -14,6 +14,10 @@ from fsdp_orch.supervise.torchrun_summary import torchrun_root_cause
 from fsdp_orch.vocab.categories import COMMUNICATION, SIGNAL_ENDINGS, FailureCategory
 
 LOSS_POINTS_HELD = 10_000  # console losses kept between two takes (a reader that never takes)
+# What a rank's log can say after its peer was lost, as an echo of that (outranks_a_lost_peer)
+MAYBE_AN_ECHO = COMMUNICATION | SIGNAL_ENDINGS | {FailureCategory.PREEMPTION_OR_NODE_LOST,
+                                                  FailureCategory.CHECKPOINT_ERROR,
+                                                  FailureCategory.UNKNOWN}
 
 
 class LogFollower:
@@ -125,11 +129,8 @@ def outranks_a_lost_peer(cause: tuple[str, Diagnosis], path: str, found: Diagnos
     the echo was named. A signal or SIGTERM read later is no such error: it may be the echo of the
     attempt's stop (a pod of a failed Job is deleted by its controller). Nor is a checkpoint
     error: a rank inside a save's collective that lost its peer ends in checkpoint frames."""
-    echoes = COMMUNICATION | SIGNAL_ENDINGS | {FailureCategory.PREEMPTION_OR_NODE_LOST,
-                                              FailureCategory.CHECKPOINT_ERROR,
-                                              FailureCategory.UNKNOWN}
     return (cause[1].category in COMMUNICATION and path != cause[0]
-            and found.category not in echoes)
+            and found.category not in MAYBE_AN_ECHO)
 
 
 def nearness_to_rank_0(path: str, prefix_rank: int | None) -> int:
