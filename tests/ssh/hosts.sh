@@ -150,12 +150,13 @@ wait_for() {
 
 fail() {
   local log
-  say "error: $*"
   for log in "$DIR"/h*/sshd.log; do
     [ -s "$log" ] || continue
     echo "----- last lines of $log" >&2
     tail -n 15 "$log" >&2
   done
+  # Last, so that a caller keeping only the tail of stderr keeps the reason.
+  say "error: $*"
   # A half-built set of hosts goes; a failed restart of one host leaves the others to their tests.
   [ "${cmd:-}" = restart ] || down
   exit 1
