@@ -75,7 +75,7 @@ def test_a_pod_deleted_under_the_job_resumes_then_a_slow_rank_is_named_and_cance
     """One job for three (each was a job of its own, pods started and torch imported each time):
     its pod deleted in attempt 0, the job restarts and attempt 1 resumes from the checkpoint;
     rank 1, slowed by 0.3 s a step in attempt 1, is named a straggler with its pod's node; then
-    `cancel` deletes every object of the job."""
+    `cancel` deletes every object of the job, and no object of another job."""
     from kubernetes import client
 
     cli, demo = on_k8s
@@ -127,7 +127,18 @@ def test_a_pod_deleted_under_the_job_resumes_then_a_slow_rank_is_named_and_cance
     print(f"straggler named {time.monotonic() - t0:.1f} s after attempt 1's second step: "
           f"{straggler['message']}")
 
-    # cancel, while attempt 1 trains: every object of the job is deleted
+    # cancel, while attempt 1 trains: every object of the job is deleted, and nothing else: not
+    # another user's fsdp-orch job, even one named as an attempt of this job would be
+    from fsdp_orch.backends.kubernetes.manifest import object_name
+
+    core = client.CoreV1Api(k8s_cluster.api_client())
+    others = [object_name(job_id, 7), "someone-elses-job"]
+    for name in others:
+        core.create_namespaced_service(k8s_cluster.namespace, {
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "fsdp-orch",
+                                                  "fsdp-orch/job-id": "someone-elses-job",
+                                                  "fsdp-orch/user": "someone-else"}},
+            "spec": {"clusterIP": "None", "ports": [{"port": 1}]}})
     assert objects_of(k8s_cluster, job_id)
     proc = cli.run("cancel", job_id, check=True)
     assert "cancelled" in proc.stdout, proc.stdout
@@ -136,6 +147,10 @@ def test_a_pod_deleted_under_the_job_resumes_then_a_slow_rank_is_named_and_cance
     while objects_of(k8s_cluster, job_id) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert objects_of(k8s_cluster, job_id) == []
+    left = {s.metadata.name for s in core.list_namespaced_service(k8s_cluster.namespace).items}
+    assert set(others) <= left, left
+    for name in others:
+        core.delete_namespaced_service(name, k8s_cluster.namespace)
 
 
 def test_a_crash_resumes_from_the_latest_checkpoint_and_an_eviction_uses_no_restart_budget(
