@@ -81,11 +81,11 @@ def _namespace_pids(namespace: str) -> list[str]:
 
 
 def _kill_everything_on(worker: dict[str, Any]) -> None:
-    """Every process of the worker killed, and gone: as a machine that is deleted or preempted."""
-    for pid in _namespace_pids(worker["namespace"]):
-        subprocess.run(["kill", "-9", pid], check=False)
+    """Every process of the worker killed, and gone: as a machine that is deleted or preempted.
+    Listed again on each pass, so that a process forked after a listing is killed too."""
     deadline = time.monotonic() + GONE_WITHIN_S
-    while _namespace_pids(worker["namespace"]) and time.monotonic() < deadline:
+    while (pids := _namespace_pids(worker["namespace"])) and time.monotonic() < deadline:
+        subprocess.run(["kill", "-9", *pids], check=False, capture_output=True)
         time.sleep(0.05)
 
 
