@@ -95,7 +95,7 @@ def _new_machine(worker: dict[str, Any], ssh_dir: str) -> str:
     own hiccup (a test host's sshd slow to start on busy cores), which a real cloud's create never
     shows the caller, must not read as the cloud refusing machines."""
     why = ""
-    for _ in range(2):
+    for tries_left in (1, 0):
         _kill_everything_on(worker)
         restarted = subprocess.run(
             ["bash", str(HOSTS_SH), "restart", str(worker["host"])], capture_output=True,
@@ -105,7 +105,8 @@ def _new_machine(worker: dict[str, Any], ssh_dir: str) -> str:
         reasons = [line for line in restarted.stderr.splitlines() if "error:" in line]
         why = (f"FAKE gcloud: hosts.sh restart {worker['host']} exited {restarted.returncode}: "
                f"{' | '.join(reasons) or restarted.stderr[-2000:]}")
-        print(why, file=sys.stderr)
+        if tries_left:
+            print(f"{why}; trying once more", file=sys.stderr)
     return why
 
 
